@@ -1,0 +1,31 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   creates .venv, installs, tunes the embedded CPU workload (contracts/minigpt-cpu.toml)
+#   make test   creates or updates .venv, installs, runs the tests
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+RUN    ?= .infrarsi/demo
+
+.PHONY: install demo test test-slow clean
+
+install: $(VENV)/.installed
+
+# torch==2.13.0 first: it is the CPU build; an unpinned torch would pull a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev,megatron,bench]'
+	touch $@
+
+demo: install
+	$(VENV)/bin/infrarsi tune contracts/minigpt-cpu.toml --run-dir $(RUN)
+
+test: install
+	$(PY) -m pytest -q
+
+test-slow: install
+	$(PY) -m pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) .infrarsi

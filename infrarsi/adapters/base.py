@@ -1,0 +1,44 @@
+"""Adapter: what the core needs from a framework. One module per framework under ``adapters/``.
+
+The tuner and the models never know Megatron from torchtitan: adapters translate at the edge.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ..contract.model import Contract
+from ..execute.spec import LaunchSpec
+from ..execute.trial import Metrics, TrialStatus
+from ..knobs import KnobSpace
+
+
+class ParsedRun(BaseModel):
+    """What an adapter read from a finished trial's output."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: TrialStatus
+    metrics: Metrics = Metrics()
+    evidence: list[str] = []
+    reason: str = ""
+
+
+class Adapter(abc.ABC):
+    name: str = ""
+
+    @abc.abstractmethod
+    def knob_space(self, contract: Contract) -> KnobSpace:
+        """The knobs this workload exposes, restricted to the contract's scope."""
+
+    @abc.abstractmethod
+    def launch(self, contract: Contract, setting: Mapping[str, Any], *, patches: Mapping[str, str] | None = None) -> LaunchSpec:
+        """The launch for one setting (and kernel patches: op -> candidate path)."""
+
+    @abc.abstractmethod
+    def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
+        """Status, metrics and evidence from a finished trial's output."""

@@ -1,0 +1,122 @@
+"""The `infrarsi` command line: thin. It parses, calls a stage, prints with rich.
+
+Stages: init -> doctor -> run -> report -> apply (`tune` runs all five). Tools: knobs, kernels, bank.
+Every command returns 0 on success, 1 on a failure it explains in one line, 2 on bad usage or a
+stage that is not built yet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Make distributed LLM training faster without changing what it computes.")
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+DEFAULT_RUN_DIR = Path(".infrarsi/run")
+RunDir = typer.Option(DEFAULT_RUN_DIR, "--run-dir", help="The run's directory (lock, trials, reports).")
+
+
+def fail(message: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def not_implemented(stage: str) -> None:
+    err.print(f"{stage}: not implemented yet")
+    raise typer.Exit(2)
+
+
+@app.command()
+def init(
+    contract: Path = typer.Argument(..., help="The contract TOML file."),
+    run_dir: Path = RunDir,
+) -> None:
+    """Lock the task contract (workload, invariants, scope) into RUN_DIR/contract.lock."""
+    from .stages import init as stage
+
+    raise typer.Exit(stage.run(contract, run_dir, console=console, err=err))
+
+
+@app.command()
+def doctor(run_dir: Path = RunDir, json_out: bool = typer.Option(False, "--json", help="Print the noise profile as JSON.")) -> None:
+    """Run the baseline, profile its phases and measure run-to-run noise."""
+    from .stages import doctor as stage
+
+    raise typer.Exit(stage.run(run_dir, json_out=json_out, console=console, err=err))
+
+
+@app.command("run")
+def run_(
+    run_dir: Path = RunDir,
+    max_trials: int = typer.Option(None, "--max-trials", help="Override the contract's budget.max_trials (lower only)."),
+    parallel: int = typer.Option(None, "--parallel", help="Trials at once (default: the contract's budget.parallel_trials)."),
+) -> None:
+    """Search launch knobs and kernel patches; re-verify the best against the baseline."""
+    from .stages import run as stage
+
+    raise typer.Exit(stage.run(run_dir, max_trials=max_trials, parallel=parallel, console=console, err=err))
+
+
+@app.command()
+def report(run_dir: Path = RunDir) -> None:
+    """Write report.md and report.html: speedup, knob costs, wrong priors, failed-trial costs."""
+    from .stages import report as stage
+
+    raise typer.Exit(stage.run(run_dir, console=console, err=err))
+
+
+@app.command()
+def apply(
+    run_dir: Path = RunDir,
+    repo: Path = typer.Option(Path("."), "--repo", help="The git tree to write the promoted changes into."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff; write nothing."),
+) -> None:
+    """Write the promoted, audited changes inside the locked scope, as one git commit."""
+    from .stages import apply as stage
+
+    raise typer.Exit(stage.run(run_dir, repo=repo, dry_run=dry_run, console=console, err=err))
+
+
+@app.command()
+def tune(
+    contract: Path = typer.Argument(..., help="The contract TOML file."),
+    run_dir: Path = RunDir,
+    max_trials: int = typer.Option(None, "--max-trials", help="Override the contract's budget.max_trials (lower only)."),
+    apply_to: Path = typer.Option(None, "--apply-to", help="Commit the promoted changes into this git tree (default: apply --dry-run)."),
+) -> None:
+    """Run all five stages in order: init, doctor, run, report, apply."""
+    from .stages import tune as stage
+
+    raise typer.Exit(stage.run(contract, run_dir, max_trials=max_trials, apply_to=apply_to, console=console, err=err))
+
+
+def _register_tools() -> None:
+    """Tool sub-commands live beside the code they drive."""
+    from .knobs.cli import knobs
+
+    app.command("knobs")(knobs)
+    try:
+        from .kernels.cli import app as kernels_app
+
+        app.add_typer(kernels_app, name="kernels", help="Verify and benchmark Triton kernel candidates.")
+    except ImportError:
+        pass
+    try:
+        from .bank.cli import app as bank_app
+
+        app.add_typer(bank_app, name="bank", help="The experience bank: stats, show, export, import.")
+    except ImportError:
+        pass
+
+
+def main() -> None:
+    _register_tools()
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The task contract: what is trained, how it is measured, what the tuner may change.
+
+Loaded once, at the edge (TOML -> pydantic). Unknown keys are errors. Every field says what it
+means where it is declared. The contract is the referee: the tuner can never win by changing the
+workload (model, global batch, sequence length, data) or the measurement (warm-up, window, metric).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+GiB = 2**30
+
+# Workload arguments that define the task. A setting may never change them (Megatron spelling).
+FIXED_WORKLOAD_KEYS = (
+    "global_batch_size", "seq_length", "num_layers", "hidden_size", "num_attention_heads",
+    "num_query_groups", "ffn_hidden_size", "vocab_size", "num_experts", "moe_router_topk",
+    "train_iters", "seed", "data_path", "lr", "tokenizer",
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Workload(_Section):
+    adapter: Literal["minigpt", "megatron", "torchtitan", "simulated"]
+    """Which adapter understands this workload's launch and logs."""
+    entrypoint: str = ""
+    """The command before the arguments, e.g. "python -m infrarsi.workloads.minigpt"."""
+    launch: str = ""
+    """A launch script or config file the adapter parses (Megatron/torchtitan), relative to the contract."""
+    args: dict[str, Any] = {}
+    """Fixed workload arguments (Megatron names with underscores): never changed by a setting."""
+    env: dict[str, str] = {}
+    """Environment every trial gets."""
+
+
+class Hardware(_Section):
+    kind: str = "cpu"
+    """A name for the device kind ("cpu", "H100-80GB", ...): recorded in the bank."""
+    devices: int = Field(1, ge=1)
+    """Devices (processes) available to one trial."""
+    memory_capacity_gib: float = Field(gt=0)
+    """Per-device memory capacity. On the CPU: each process's data-segment limit (RLIMIT_DATA)."""
+    peak_flops: float | None = Field(None, gt=0)
+    """Per-device peak FLOP/s for MFU; leave unset when unknown (MFU is then reported as unknown)."""
+
+    @property
+    def memory_capacity_bytes(self) -> int:
+        return int(self.memory_capacity_gib * GiB)
+
+
+class Timing(_Section):
+    warmup_steps: int = Field(2, ge=0)
+    """Steps excluded from the measurement (compile, allocator warm-up)."""
+    measured_steps: int = Field(4, ge=1)
+    """Steady-state steps measured after the warm-up."""
+    metric: Literal["median_step_time"] = "median_step_time"
+    timeout_s: float = Field(600, gt=0)
+    """A trial still running after this many seconds is killed and recorded as timeout."""
+
+
+class Loss(_Section):
+    compare_steps: int = Field(4, ge=1)
+    """How many leading iterations of the loss trace are compared with the baseline's."""
+    rtol: float = Field(0.02, gt=0)
+    """Allowed relative difference per compared step (bf16 and kernel patches stay within it)."""
+
+
+class Invariants(_Section):
+    timing: Timing = Timing()
+    loss: Loss = Loss()
+
+
+class Scope(_Section):
+    knobs: dict[str, list[Any]] = {}
+    """Knobs the tuner may change, each with its allowed values; empty = the adapter's whole space."""
+    files: list[str] = []
+    """Globs (relative to the repository) that code patches may write, e.g. "kernels/rmsnorm/*.py"."""
+
+
+class Budget(_Section):
+    max_trials: int = Field(20, ge=1)
+    max_device_hours: float = Field(1.0, gt=0)
+    parallel_trials: int = Field(1, ge=1)
+    doctor_repeats: int = Field(5, ge=2)
+    """How many times doctor runs the baseline to measure noise."""
+
+
+class Contract(_Section):
+    name: str
+    workload: Workload
+    hardware: Hardware
+    invariants: Invariants = Invariants()
+    scope: Scope = Scope()
+    baseline: dict[str, Any] = {}
+    """The baseline setting (knobs not named take the adapter's default)."""
+    budget: Budget = Budget()
+
+    @model_validator(mode="after")
+    def _check(self) -> "Contract":
+        for where, table in (("scope.knobs", self.scope.knobs), ("baseline", self.baseline)):
+            bad = sorted(set(table) & set(FIXED_WORKLOAD_KEYS))
+            if bad:
+                raise ValueError(
+                    f"{where} names fixed workload argument(s) {bad}: they define the task and cannot be tuned; "
+                    f"set them under [workload.args]"
+                )
+        for k, dom in self.scope.knobs.items():
+            if not dom:
+                raise ValueError(f"scope.knobs.{k} is empty; list at least one allowed value")
+        return self
+
+    @property
+    def fixed(self) -> dict[str, Any]:
+        """The fixed workload arguments: these never change."""
+        return dict(self.workload.args)
+
+
+class ContractError(ValueError):
+    """A contract that cannot be used; the message names the field and the fix."""
+
+
+def load_contract(path: str | Path) -> Contract:
+    """Read and validate a contract TOML file. Errors are one line per problem, naming the field."""
+    p = Path(path)
+    if not p.is_file():
+        raise ContractError(f"contract file {p} does not exist; pass the path to a .toml contract (see contracts/)")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ContractError(f"{p}: not valid TOML: {e}") from None
+    try:
+        return Contract.model_validate(data)
+    except ValidationError as e:
+        raise ContractError(f"{p}: " + "; ".join(_one_line(err) for err in e.errors())) from None
+
+
+def _one_line(err: dict[str, Any]) -> str:
+    loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return f"{loc}: unknown key; remove it or check its spelling"
+    if err["type"] == "missing":
+        return f"{loc}: required; add it to the contract"
+    return f"{loc}: {msg}"

@@ -1,0 +1,91 @@
+"""Trial records: what one launch of one setting produced, as data -- failures included.
+
+A Trial is frozen and validated (optuna's FrozenTrial does the same): an ``ok`` trial has a finite
+step time; an ``oom`` trial has no step time (all we know is peak > capacity); every failed trial
+keeps the evidence (the log lines that decided its status).
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+
+class TrialStatus(str, Enum):
+    RUNNING = "running"  # launched, not finished (in-flight record)
+    OK = "ok"
+    OOM = "oom"  # out of memory: a censored memory observation, peak > capacity
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+    CONTRACT_VIOLATION = "contract_violation"  # the setting would change the task; never launched
+    NUMERICS_DRIFT = "numerics_drift"  # ran, but its loss trace breaks the contract's tolerance
+    INVALID = "invalid"  # violates a knob-space constraint or the framework's own validation
+    CANCELLED = "cancelled"
+
+    def is_finished(self) -> bool:
+        return self is not TrialStatus.RUNNING
+
+    def is_failure(self) -> bool:
+        return self not in (TrialStatus.OK, TrialStatus.RUNNING)
+
+
+class Metrics(BaseModel):
+    """What a trial measured. Times in seconds, memory in bytes, per rank where it says so."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step_time_s: float | None = None  # median steady-state step time (contract's window)
+    step_times_s: list[float] = []  # every step's time, warm-up included
+    tokens_per_s: float | None = None
+    mfu: float | None = None  # fraction in [0, 1]; None when peak FLOP/s is unknown
+    tflops_per_device: float | None = None
+    peak_memory_bytes: float | None = None  # max over ranks of the capacity-governed peak
+    peak_memory_by_rank: dict[int, float] = {}
+    losses: list[float] = []  # loss per iteration, in order
+    phases_s: dict[str, float] = {}  # phase -> seconds per step
+
+
+class Cost(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    wall_s: float = 0.0
+    devices: int = 1
+
+    @property
+    def device_s(self) -> float:
+        return self.wall_s * self.devices
+
+
+class Trial(BaseModel):
+    """One launch of one setting (plus patches), finished or in flight."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: int
+    setting: dict[str, Any]
+    patches: dict[str, str] = {}  # op -> candidate path (relative to the repository)
+    status: TrialStatus
+    metrics: Metrics = Metrics()
+    cost: Cost = Cost()
+    evidence: list[str] = []  # the log lines (or checks) that decided the status
+    reason: str = ""  # one line: why it failed, or "" for ok
+    role: str = "search"  # search | baseline | verify | doctor
+    exit_code: int | None = None
+    signal: int | None = None
+    job_id: str | None = None  # Slurm job id or local pid, for adopting in-flight trials
+    started_at: float | None = None  # unix seconds
+    finished_at: float | None = None
+    path: str | None = None  # the trial's directory
+
+    @model_validator(mode="after")
+    def _check(self) -> "Trial":
+        st = self.metrics.step_time_s
+        if self.status is TrialStatus.OK:
+            if st is None or not math.isfinite(st) or st <= 0:
+                raise ValueError(f"trial {self.id}: an ok trial needs a finite positive step time, got {st!r}")
+        elif self.status is TrialStatus.OOM and st is not None:
+            raise ValueError(f"trial {self.id}: an oom trial has no step time (got {st}); peak > capacity is all it says")
+        return self

@@ -1,0 +1,7 @@
+"""Knobs: typed launch settings, the spaces they form, and the catalog of standard knobs."""
+
+from .knob import Knob
+from .setting import Patch, Setting
+from .space import Constraint, KnobSpace, Violation
+
+__all__ = ["Constraint", "Knob", "KnobSpace", "Patch", "Setting", "Violation"]

@@ -1,0 +1,90 @@
+"""Knob: one tunable launch setting, with its domain, default, group and per-framework spelling.
+
+A knob validates itself when it is built (optuna's distributions do the same): an empty domain, a
+default outside the domain or a bool knob with a non-bool domain is an error that says the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+KnobKind = Literal["int", "categorical", "bool"]
+KnobGroup = Literal[
+    "parallelism", "memory", "communication", "precision", "compile", "kernel", "runtime", "data"
+]
+
+
+class Knob(BaseModel):
+    """A tunable setting.
+
+    ``domain`` lists every value the knob may take (a bool knob's domain is ``(False, True)``);
+    ``default`` is the value a launch that does not mention the knob gets (the framework's default).
+    ``spelling`` maps a framework name (``megatron``, ``torchtitan``, ``minigpt``) to how that
+    framework writes it (a flag such as ``--tensor-model-parallel-size`` or a TOML/CLI field).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    kind: KnobKind
+    domain: tuple[Any, ...] = ()
+    default: Any = None
+    group: KnobGroup = "runtime"
+    spelling: dict[str, str] = {}
+    doc: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            if data.get("kind") == "bool" and not data.get("domain"):
+                data["domain"] = (False, True)
+            dom = tuple(data.get("domain") or ())
+            data["domain"] = dom
+            if data.get("default") is None and dom:
+                data["default"] = False if data.get("kind") == "bool" else dom[0]
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> "Knob":
+        if not self.domain:
+            raise ValueError(f"knob {self.name!r}: domain is empty; give at least one value")
+        if len(set(map(repr, self.domain))) != len(self.domain):
+            raise ValueError(f"knob {self.name!r}: domain {list(self.domain)} has repeated values")
+        if self.kind == "bool" and set(self.domain) - {False, True}:
+            raise ValueError(f"knob {self.name!r}: a bool knob's domain is (False, True), got {list(self.domain)}")
+        if self.kind == "int" and not all(isinstance(v, int) and not isinstance(v, bool) for v in self.domain):
+            raise ValueError(f"knob {self.name!r}: an int knob needs int values, got {list(self.domain)}")
+        if self.default not in self.domain:
+            raise ValueError(
+                f"knob {self.name!r}: default {self.default!r} is not in its domain {list(self.domain)}"
+            )
+        return self
+
+    def coerce(self, value: Any) -> Any:
+        """Convert a value written as text (a flag, a TOML string) to this knob's type, or raise
+        ValueError naming the knob and its domain."""
+        v = value
+        if self.kind == "bool" and isinstance(value, str):
+            low = value.strip().lower()
+            if low in ("true", "1", "yes", "on"):
+                v = True
+            elif low in ("false", "0", "no", "off"):
+                v = False
+        elif self.kind == "int" and isinstance(value, str):
+            try:
+                v = int(value)
+            except ValueError:
+                raise ValueError(f"{self.name}: {value!r} is not an integer; expected one of {list(self.domain)}") from None
+        if v not in self.domain or (self.kind != "bool" and isinstance(v, bool)):
+            raise ValueError(f"{self.name}: {value!r} is not in its domain {list(self.domain)}")
+        return v
+
+    def with_domain(self, domain: list[Any] | tuple[Any, ...], default: Any = None) -> "Knob":
+        """The same knob restricted (or widened) to ``domain``; the default is kept when it is inside."""
+        dom = tuple(domain)
+        d = default if default is not None else (self.default if self.default in dom else dom[0])
+        return Knob(**{**self.model_dump(), "domain": dom, "default": d})

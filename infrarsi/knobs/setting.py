@@ -1,0 +1,62 @@
+"""Setting: an immutable mapping knob name -> value; Patch: a verified kernel candidate chosen for an op."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Setting(Mapping[str, Any]):
+    """An immutable, hashable mapping knob -> value. Two settings with the same items are equal."""
+
+    __slots__ = ("_items", "_hash")
+
+    def __init__(self, values: Mapping[str, Any] | None = None, /, **kw: Any) -> None:
+        d = dict(values or {})
+        d.update(kw)
+        self._items: dict[str, Any] = dict(sorted(d.items()))
+        self._hash = hash(json.dumps(self._items, sort_keys=True, default=str))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._items == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Setting({self._items!r})"
+
+    def replace(self, **changes: Any) -> "Setting":
+        """A copy with some knobs changed."""
+        return Setting({**self._items, **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._items)
+
+    def key(self) -> str:
+        """A stable text key (JSON, sorted keys): the identity of a setting on disk and in the bank."""
+        return json.dumps(self._items, sort_keys=True, default=str)
+
+
+class Patch(BaseModel):
+    """A kernel candidate chosen for an op: the file (relative to the repository) and its content hash."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    op: str
+    path: str
+    sha256: str

@@ -1,0 +1,226 @@
+"""KnobSpace: knobs plus cross-knob constraints; validation, sampling, enumeration, neighbours and
+the feature encoding that the Bayesian models use.
+
+A constraint is a callable ``(setting) -> None | str``: None when satisfied, else a message that
+shows the numbers ("tensor parallel 3 does not divide 32 attention heads"). Wrap it in
+:class:`Constraint` to give it a name for reports.
+
+Feature encoding (``encode``): one column per non-default value of every knob, named
+``"knob=value"``, equal to 1.0 when the setting takes that value. The default value is the reference
+level, so a column's coefficient is "the effect of this value relative to the default" -- exactly
+what a :class:`~infrarsi.priors.prior.Prior` states. ``encode_numeric`` adds log2 columns for int
+knobs (for smooth trends and interactions).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .knob import Knob
+from .setting import Setting
+
+ConstraintFn = Callable[[Mapping[str, Any]], "str | None"]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A named cross-knob rule. ``check(setting)`` returns None or a message with the numbers."""
+
+    name: str
+    check: ConstraintFn
+
+    def __call__(self, setting: Mapping[str, Any]) -> str | None:
+        return self.check(setting)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: which constraint (or knob) and the message that explains it."""
+
+    constraint: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class KnobSpace:
+    """A set of knobs and the constraints between them.
+
+    Usage::
+
+        space = KnobSpace(knobs=[Knob(name="tp", kind="int", domain=[1, 2, 4])],
+                          constraints=[lambda s: None if s["tp"] <= 2 else "tp must be <= 2"])
+        space.validate({"tp": 4})   # -> [Violation(constraint="constraint[0]", message="tp must be <= 2")]
+    """
+
+    def __init__(self, knobs: Sequence[Knob], constraints: Iterable[ConstraintFn | Constraint] = ()) -> None:
+        names = [k.name for k in knobs]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"KnobSpace: knob names repeated: {sorted(dup)}")
+        self.knobs: tuple[Knob, ...] = tuple(knobs)
+        self._by_name = {k.name: k for k in self.knobs}
+        self.constraints: tuple[Constraint, ...] = tuple(
+            c if isinstance(c, Constraint) else Constraint(_name_of(c, i), c)
+            for i, c in enumerate(constraints)
+        )
+        self.feature_names: list[str] = [
+            f"{k.name}={v}" for k in self.knobs for v in k.domain if v != k.default
+        ]
+        self._col = {name: i for i, name in enumerate(self.feature_names)}
+
+    # ----------------------------------------------------------------- access
+    @property
+    def names(self) -> list[str]:
+        return [k.name for k in self.knobs]
+
+    def __getitem__(self, name: str) -> Knob:
+        return self._by_name[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __len__(self) -> int:
+        return len(self.knobs)
+
+    def size(self) -> int:
+        """Number of points in the Cartesian product (before constraints)."""
+        return math.prod(len(k.domain) for k in self.knobs)
+
+    def default(self) -> Setting:
+        return Setting({k.name: k.default for k in self.knobs})
+
+    def complete(self, partial: Mapping[str, Any]) -> Setting:
+        """Fill knobs the mapping does not mention with their defaults."""
+        return Setting({k.name: partial.get(k.name, k.default) for k in self.knobs})
+
+    def restrict(self, domains: Mapping[str, Sequence[Any]], *, keep: Iterable[str] | None = None) -> "KnobSpace":
+        """A sub-space: only knobs named in ``keep`` (default: those in ``domains``), each restricted to
+        its domain there. Constraints are kept; they see the other knobs at their defaults."""
+        keep_names = list(keep) if keep is not None else list(domains)
+        unknown = [n for n in keep_names if n not in self._by_name]
+        if unknown:
+            raise ValueError(f"unknown knob(s) {unknown}; known: {self.names}")
+        knobs = [self._by_name[n].with_domain(domains[n]) if n in domains else self._by_name[n] for n in keep_names]
+        fixed = {k.name: k.default for k in self.knobs if k.name not in keep_names}
+        cons = [Constraint(c.name, _with_fixed(c, fixed)) for c in self.constraints]
+        return KnobSpace(knobs, cons)
+
+    # ------------------------------------------------------------- validation
+    def validate(self, setting: Mapping[str, Any]) -> list[Violation]:
+        """Every problem with ``setting``: unknown knobs, missing knobs, values outside a domain,
+        broken constraints. An empty list means valid."""
+        out: list[Violation] = []
+        for name in setting:
+            if name not in self._by_name:
+                out.append(Violation("unknown_knob", f"unknown knob {name!r}; known: {', '.join(self.names)}"))
+        for k in self.knobs:
+            if k.name not in setting:
+                out.append(Violation("missing_knob", f"knob {k.name!r} has no value; its default is {k.default!r}"))
+            elif setting[k.name] not in k.domain or (k.kind != "bool" and isinstance(setting[k.name], bool)):
+                out.append(Violation("domain", f"{k.name}={setting[k.name]!r} is not in its domain {list(k.domain)}"))
+        if out:
+            return out
+        for c in self.constraints:
+            try:
+                msg = c(setting)
+            except Exception as e:  # a constraint that crashes is a broken rule, not a crash of the tuner
+                msg = f"constraint {c.name} failed to evaluate: {type(e).__name__}: {e}"
+            if msg:
+                out.append(Violation(c.name, msg))
+        return out
+
+    def is_valid(self, setting: Mapping[str, Any]) -> bool:
+        return not self.validate(setting)
+
+    # ---------------------------------------------------------------- drawing
+    def sample(self, rng: random.Random | int | None = None, n: int = 1, *, max_tries: int = 10_000) -> list[Setting]:
+        """``n`` distinct valid settings drawn uniformly from the product, rejecting invalid ones
+        (fewer if the valid space is smaller or too sparse to find in ``max_tries`` draws)."""
+        r = rng if isinstance(rng, random.Random) else random.Random(rng)
+        seen: set[Setting] = set()
+        out: list[Setting] = []
+        for _ in range(max_tries):
+            if len(out) >= n:
+                break
+            s = Setting({k.name: r.choice(k.domain) for k in self.knobs})
+            if s in seen:
+                continue
+            seen.add(s)
+            if self.is_valid(s):
+                out.append(s)
+        return out
+
+    def enumerate(self, limit: int = 100_000) -> Iterator[Setting]:
+        """Valid settings of the product in a fixed order, at most ``limit`` of them considered."""
+        names = self.names
+        for i, values in enumerate(itertools.product(*(k.domain for k in self.knobs))):
+            if i >= limit:
+                return
+            s = Setting(dict(zip(names, values)))
+            if self.is_valid(s):
+                yield s
+
+    def candidates(self, n: int, rng: random.Random | int | None = None) -> list[Setting]:
+        """Up to ``n`` valid settings: all of them when the product is small enough, else a sample."""
+        if self.size() <= n:
+            return list(self.enumerate(limit=n))
+        return self.sample(rng, n)
+
+    def neighbors(self, setting: Mapping[str, Any]) -> list[Setting]:
+        """Valid settings that differ from ``setting`` in exactly one knob."""
+        base = self.complete(setting)
+        out = []
+        for k in self.knobs:
+            for v in k.domain:
+                if v != base[k.name]:
+                    s = base.replace(**{k.name: v})
+                    if self.is_valid(s):
+                        out.append(s)
+        return out
+
+    # --------------------------------------------------------------- encoding
+    def encode(self, settings: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> np.ndarray:
+        """One-hot of non-default values: shape (n_settings, len(feature_names)), float64."""
+        rows = [settings] if isinstance(settings, Mapping) else list(settings)
+        x = np.zeros((len(rows), len(self.feature_names)))
+        for i, s in enumerate(rows):
+            for k in self.knobs:
+                v = s.get(k.name, k.default)
+                if v != k.default:
+                    j = self._col.get(f"{k.name}={v}")
+                    if j is not None:
+                        x[i, j] = 1.0
+        return x
+
+    def numeric_names(self) -> list[str]:
+        return [f"log2({k.name})" for k in self.knobs if k.kind == "int" and all(v > 0 for v in k.domain)]
+
+    def encode_numeric(self, settings: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """log2(value / default) for every positive int knob: shape (n, len(numeric_names()))."""
+        ks = [k for k in self.knobs if k.kind == "int" and all(v > 0 for v in k.domain)]
+        x = np.zeros((len(settings), len(ks)))
+        for i, s in enumerate(settings):
+            for j, k in enumerate(ks):
+                x[i, j] = math.log2(s.get(k.name, k.default) / k.default)
+        return x
+
+
+def _name_of(fn: ConstraintFn, i: int) -> str:
+    name = getattr(fn, "__name__", "")
+    return name if name and name != "<lambda>" else f"constraint[{i}]"
+
+
+def _with_fixed(c: Constraint, fixed: Mapping[str, Any]) -> ConstraintFn:
+    def check(s: Mapping[str, Any]) -> str | None:
+        return c({**fixed, **dict(s)})
+
+    return check

@@ -1,0 +1,10 @@
+"""apply stage."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+
+def run(*args, console: Console, err: Console, **kw) -> int:
+    err.print("apply: not implemented yet")
+    return 2
