@@ -1,0 +1,38 @@
+"""Invariant checks: the contract as referee. A setting may not touch the workload; a loss trace must
+match the baseline's within the contract's tolerance."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .model import FIXED_WORKLOAD_KEYS, Contract
+
+
+def setting_violations(contract: Contract, setting: Mapping[str, Any]) -> list[str]:
+    """Why a setting would change the task or leave the locked scope (empty = allowed)."""
+    out = []
+    for k, v in setting.items():
+        if k in FIXED_WORKLOAD_KEYS or k in contract.workload.args:
+            out.append(f"{k}={v!r} would change the fixed workload argument {k} "
+                       f"(locked to {contract.workload.args.get(k, '<framework default>')!r})")
+        elif contract.scope.knobs and k in contract.scope.knobs and v not in contract.scope.knobs[k]:
+            if setting.get(k) != contract.baseline.get(k, object()):
+                out.append(f"{k}={v!r} is outside the locked scope {contract.scope.knobs[k]}")
+    return out
+
+
+def loss_violation(contract: Contract, baseline: Sequence[float], losses: Sequence[float]) -> str | None:
+    """None when the first ``compare_steps`` losses agree with the baseline's within ``rtol``, else why not."""
+    n = contract.invariants.loss.compare_steps
+    rtol = contract.invariants.loss.rtol
+    if len(losses) < n or len(baseline) < n:
+        return f"loss trace too short to compare: {len(losses)} steps (baseline {len(baseline)}), contract compares {n}"
+    for i, (a, b) in enumerate(zip(baseline[:n], losses[:n]), start=1):
+        if not math.isfinite(b):
+            return f"loss at iteration {i} is {b}"
+        if abs(b - a) > rtol * abs(a):
+            return (f"loss at iteration {i} is {b:.6g}, baseline {a:.6g}: |diff| {abs(b - a):.3g} > "
+                    f"rtol {rtol} x {abs(a):.6g} = {rtol * abs(a):.3g}")
+    return None
