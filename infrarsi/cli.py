@@ -32,12 +32,21 @@ def not_implemented(stage: str) -> None:
 
 @app.command()
 def init(
-    contract: Path = typer.Argument(..., help="The contract TOML file."),
+    contract: Path = typer.Argument(None, help="The contract TOML file (or draft one with --from-request)."),
     run_dir: Path = RunDir,
+    from_request: str = typer.Option(None, "--from-request", help="Draft a contract from this request (needs --launch)."),
+    launch: Path = typer.Option(None, "--launch", help="The launch script the request is about."),
+    yes: bool = typer.Option(False, "--yes", help="Lock the drafted contract without reviewing it first."),
 ) -> None:
     """Lock the task contract (workload, invariants, scope) into RUN_DIR/contract.lock."""
     from .stages import init as stage
 
+    if from_request is not None or contract is None:
+        from .priors.draft import init_from_request
+
+        if from_request is None:
+            fail("give a contract file, or --from-request TEXT --launch SCRIPT to draft one", 2)
+        raise typer.Exit(init_from_request(from_request, launch, run_dir, yes=yes, console=console, err=err))
     raise typer.Exit(stage.run(contract, run_dir, console=console, err=err))
 
 

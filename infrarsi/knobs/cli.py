@@ -1,14 +1,147 @@
-"""`infrarsi knobs FILE`: the knob space a launch script or config exposes."""
+"""`infrarsi knobs FILE`: the knob space a launch script or config exposes.
+
+FILE is a Megatron-LM launch (a script in the style of its ``examples/`` or a command line) or a
+torchtitan launch (a 0.2.x TOML job file, or a script/command running ``-m torchtitan.train`` or
+``run_train.sh``). The framework is detected from the file. ``--json`` prints exactly one object::
+
+    {"framework": "megatron", "fixed": {...}, "setting": {...}, "violations": [...]}
+
+``setting`` has one key per catalog knob the framework can express (a knob the launch does not set
+has the framework's default); ``data_parallel`` is null when the launch does not state the world size.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
 
+class DetectError(ValueError):
+    pass
+
+
+def detect_framework(path: Path, text: str) -> str:
+    """"megatron" or "torchtitan" for a launch file, or a DetectError naming what was looked for."""
+    from ..adapters.launch_script import ScriptError, interpret_script, split_launcher
+
+    if path.suffix == ".toml":
+        return "torchtitan"
+    try:
+        res = interpret_script(text, path=str(path))
+    except ScriptError as e:
+        raise DetectError(str(e)) from None
+    for cmd in reversed(res.commands):
+        la = split_launcher(cmd.argv)
+        prog = la.program
+        if prog[:2] == ["-m", "torchtitan.train"] or (prog and Path(prog[0]).name == "run_train.sh"):
+            return "torchtitan"
+        if prog and Path(prog[-1]).name.startswith("pretrain_") and prog[-1].endswith(".py"):
+            return "megatron"
+    raise DetectError(f"{path}: no launch found: expected a Megatron-LM command (torchrun/srun/python ... "
+                      "pretrain_gpt.py) or a torchtitan one (-m torchtitan.train, run_train.sh, or a .toml job file)")
+
+
+def _contract_launch(path: Path, text: str) -> tuple[Path, int | None] | None:
+    """For a contract TOML: (its launch file, its device count); None for any other file."""
+    import tomllib
+
+    if path.suffix != ".toml":
+        return None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return None
+    if not isinstance(data.get("workload"), dict):
+        return None
+    from ..contract.model import load_contract
+
+    c = load_contract(path)
+    if c.workload.adapter not in ("megatron", "torchtitan") or not c.workload.launch:
+        raise DetectError(f"{path}: a contract for adapter {c.workload.adapter!r} without workload.launch; "
+                          "pass the Megatron or torchtitan launch file itself")
+    launch = Path(c.workload.launch)
+    return (launch if launch.is_absolute() else path.parent / launch), c.hardware.devices
+
+
+def describe(path: Path, *, world_size: int | None = None) -> dict[str, Any]:
+    """What `infrarsi knobs` reports, as data: framework, fixed, setting, violations, space, notes.
+    A contract TOML is followed to its workload.launch (world size: the contract's devices)."""
+    text = path.read_text()
+    via = _contract_launch(path, text)
+    if via is not None:
+        return describe(via[0], world_size=world_size or via[1])
+    fw = detect_framework(path, text)
+    if fw == "megatron":
+        from ..adapters import megatron as mg
+
+        parsed = mg.parse_megatron(text, path=str(path))
+        if world_size and not parsed.world_size:
+            parsed.world_size = world_size
+            s = parsed.setting
+            inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
+            s["data_parallel"] = world_size // inner if world_size % inner == 0 else None
+        space = mg.knob_space_for(parsed)
+        viol = mg.violations(parsed)
+        notes = list(parsed.notes)
+        world = parsed.world_size
+    else:
+        from ..adapters import torchtitan as tt
+
+        parsed = tt.parse_torchtitan(text, path=str(path), base_dir=path.parent, world_size=world_size)
+        space = tt.knob_space_for(parsed)
+        viol = tt.violations(parsed)
+        notes = list(parsed.notes)
+        world = parsed.world_size
+    setting = {k.name: parsed.setting.get(k.name) for k in space.knobs}
+    return {"framework": fw, "fixed": dict(parsed.fixed), "setting": setting, "violations": viol,
+            "world_size": world, "space": space, "notes": notes}
+
+
 def knobs(file: Path = typer.Argument(..., help="A launch script, command file or config."),
-          json_out: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+          json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+          world_size: int = typer.Option(None, "--world-size", help="World size when the file does not state it (a TOML job file).")) -> None:
     """Show the fixed workload arguments, the knob space, the current setting and its violations."""
-    typer.echo("knobs: not implemented yet", err=True)
-    raise typer.Exit(2)
+    from rich.console import Console
+    from rich.table import Table
+
+    if not file.is_file():
+        typer.echo(f"error: {file} does not exist; pass a launch script, command file or TOML job file", err=True)
+        raise typer.Exit(1)
+    try:
+        d = describe(file, world_size=world_size)
+    except (DetectError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)  # one line, never wrapped
+        raise typer.Exit(1) from None
+    if json_out:
+        typer.echo(json.dumps({k: d[k] for k in ("framework", "fixed", "setting", "violations")}, default=str))
+        raise typer.Exit(0)
+    out = Console(highlight=False)
+    out.print(f"[bold]{file}[/]: {d['framework']}, world size {d['world_size'] or 'not stated'}")
+    ft = Table(title="fixed workload arguments", show_header=True)
+    ft.add_column("argument", no_wrap=True)
+    ft.add_column("value")
+    for k, v in d["fixed"].items():
+        ft.add_row(k, str(v))
+    out.print(ft)
+    kt = Table(title="knobs", show_header=True)
+    kt.add_column("knob", no_wrap=True)  # the name is what a user types in a profile: never cut it
+    for col in ("group", "current", "default", "domain"):
+        kt.add_column(col)
+    kt.add_column("spelling", overflow="fold")
+    for k in d["space"].knobs:
+        cur = d["setting"].get(k.name)
+        mark = "" if cur == k.default else "[bold]"
+        kt.add_row(k.name, k.group, f"{mark}{cur}", str(k.default), ", ".join(map(str, k.domain)),
+                   k.spelling.get(d["framework"], "(derived)"))
+    out.print(kt)
+    for n in d["notes"]:
+        out.print(f"[yellow]note:[/] {n}")
+    if d["violations"]:
+        out.print(f"[bold red]{len(d['violations'])} violation(s):[/]")
+        for v in d["violations"]:
+            out.print(f"  - {v}")
+    else:
+        out.print("[green]no violations[/]")

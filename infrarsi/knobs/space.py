@@ -175,16 +175,33 @@ class KnobSpace:
             return list(self.enumerate(limit=n))
         return self.sample(rng, n)
 
-    def neighbors(self, setting: Mapping[str, Any]) -> list[Setting]:
-        """Valid settings that differ from ``setting`` in exactly one knob."""
+    def neighbors(self, setting: Mapping[str, Any], *, repair: bool = False) -> list[Setting]:
+        """Valid settings that differ from ``setting`` in exactly one knob.
+
+        ``repair=True`` adds two-knob moves: a one-knob change that breaks a rule, paired with a second
+        change that mends it (halving pipeline parallel is only valid when data parallel doubles: the
+        product of the parallel sizes is the world size)."""
         base = self.complete(setting)
         out = []
+        broken = []
         for k in self.knobs:
             for v in k.domain:
                 if v != base[k.name]:
                     s = base.replace(**{k.name: v})
-                    if self.is_valid(s):
-                        out.append(s)
+                    (out if self.is_valid(s) else broken).append((s, k.name))
+        out = [s for s, _ in out]
+        if repair:
+            seen = set(out)
+            for s, changed in broken:
+                for k in self.knobs:
+                    if k.name == changed:
+                        continue
+                    for v in k.domain:
+                        if v != s[k.name]:
+                            t = s.replace(**{k.name: v})
+                            if t not in seen and self.is_valid(t):
+                                seen.add(t)
+                                out.append(t)
         return out
 
     # --------------------------------------------------------------- encoding

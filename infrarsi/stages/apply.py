@@ -1,10 +1,79 @@
-"""apply stage."""
+"""apply stage: write the best promoted, audited candidate into the user's git tree as ONE commit.
+
+Refuses with one line and exit 1 (writing nothing): a contract that changed since the lock or does not
+match the verification, stale or missing verification, no promoted candidate, a candidate whose trials
+no longer give its numbers, a kernel file outside the locked scope / never verified / changed since it
+was verified, a knob value outside scope.knobs, a tree that is not a git work tree, or a dirty tree.
+``--dry-run`` prints the unified diff and the commit message and writes nothing (a dirty tree, or a
+folder that is not a git tree, is then only a note).
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from rich.console import Console
 
 
-def run(*args, console: Console, err: Console, **kw) -> int:
-    err.print("apply: not implemented yet")
-    return 2
+def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Console) -> int:
+    from ..apply import ApplyRefused, GitError, diff, make_plan, write
+    from ..apply.gitops import commit, dirty, toplevel
+    from ..contract import ContractError
+    from ..report import RunDataError, load_run
+
+    from rich.markup import escape
+
+    def refuse(msg: str) -> int:
+        err.print(f"[bold red]apply refused:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+        return 1
+
+    try:
+        data = load_run(run_dir)
+    except ContractError as e:
+        return refuse(f"contract mismatch: {e}")
+    except RunDataError as e:
+        return refuse(str(e))
+    root = toplevel(Path(repo))
+    notes = []
+    if root is None:
+        if not (dry_run and Path(repo).is_dir()):
+            return refuse(f"{repo} is not a git work tree; pass --repo PATH of the repository to commit into")
+        root = Path(repo).resolve()  # a dry run can still show what would be written
+        notes.append(f"note: {root} is not a git work tree; a real apply would refuse")
+        unclean = []
+    else:
+        unclean = dirty(root)
+    if unclean and not dry_run:
+        return refuse(f"the git tree {root} is dirty ({len(unclean)} changed or untracked: {unclean[0].strip()}); "
+                      f"commit or stash first, so the tuned change is one clean commit")
+    try:
+        plan = make_plan(data)
+    except ApplyRefused as e:
+        return refuse(str(e))
+    cand = plan.candidate
+    lo, hi = cand["ci95"]
+    which = (f"best of {plan.n_promoted} promoted candidate(s): {', '.join(f'{k}={v}' for k, v in plan.changes.items())} "
+             f"({cand['speedup']:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}], trials {cand['trials']})")
+    if dry_run:
+        console.print(f"apply --dry-run: {which}", highlight=False, soft_wrap=True)
+        if unclean:
+            notes.append(f"note: {root} is dirty ({len(unclean)} entries); a real apply would refuse")
+        for n in notes:
+            console.print(n, highlight=False, soft_wrap=True)
+        text = diff(plan, root)
+        console.print(text or "(no change: the tree already holds this tuned launch)", markup=False, highlight=False,
+                      soft_wrap=True)
+        console.print("--- commit message that would be made ---", highlight=False)
+        console.print(plan.message, markup=False, highlight=False, soft_wrap=True)
+        return 0
+    written = write(plan, root)
+    if not written:
+        console.print(f"apply: nothing to commit, {root} already holds this tuned launch", highlight=False)
+        return 0
+    try:
+        sha = commit(root, written, plan.message)
+    except GitError as e:
+        return refuse(f"{e} (the files are written but not committed: {', '.join(written)})")
+    console.print(f"apply: committed {sha[:12]} in {root}: {which}; {len(written)} file(s): {', '.join(written)}",
+                  highlight=False, soft_wrap=True)
+    return 0

@@ -1,10 +1,35 @@
-"""report stage."""
+"""report stage: ``report.md`` + ``report.html`` (plots inline) from everything the run left on disk."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+SECTIONS = ("loading", "summary", "noise", "trials", "models", "effects", "priors", "verification", "failures",
+            "audit", "writing")
 
 
-def run(*args, console: Console, err: Console, **kw) -> int:
-    err.print("report: not implemented yet")
-    return 2
+def run(run_dir: Path, *, console: Console, err: Console) -> int:
+    from ..contract import ContractError
+    from ..report import RunDataError, load_run, write_report
+
+    run_dir = Path(run_dir)
+    with Progress(TextColumn("[bold]report[/] {task.description:<14}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("loading", total=len(SECTIONS))
+
+        def step(name: str) -> None:
+            bar.update(task, description=name, advance=1)
+
+        try:
+            data = load_run(run_dir)
+        except (ContractError, RunDataError) as e:
+            err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
+            return 1
+        md, page = write_report(data, step)
+        bar.update(task, completed=len(SECTIONS))
+    console.print(f"report: wrote {md} and {page} ({len(data.trials)} trials)")
+    return 0

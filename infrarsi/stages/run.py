@@ -1,10 +1,337 @@
-"""run stage."""
+"""run: search launch knobs and kernel patches; re-verify the best against the baseline; promote.
+
+Reads the lock, the doctor's noise profile and baseline trials, priors (LLM or offline knowledge
+base) and the experience bank. Writes every trial under ``trials/``, then ``search.json`` (the tuner's
+proposals and the models' effects and prior revisions) and ``verification.json`` (the interleaved
+re-runs, speedups with CIs, and which candidates were promoted). A killed run resumes: finished trials
+are told to the tuner again, in-flight ones are re-queued (or adopted, on Slurm).
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
 from rich.console import Console
+from rich.table import Table
+
+from ..adapters import get_adapter
+from ..contract import ContractError, contract_hash, load_locked
+from ..contract.lock import atomic_write
+from ..execute.trial import Trial, TrialStatus
+from ..knobs import KnobSpace, Setting
+from ..search import Outcome, Tuner, TunerConfig
+from ..search.verify import promote, speedup_ci
+
+SEARCH_JSON = "search.json"
+VERIFICATION_JSON = "verification.json"
 
 
-def run(*args, console: Console, err: Console, **kw) -> int:
-    err.print("run: not implemented yet")
-    return 2
+def outcome_of(t: Trial) -> Outcome:
+    """The tuner's view of a finished trial: ok with time and peak; oom censored; the rest a bare status."""
+    if t.status is TrialStatus.OK:
+        return Outcome("ok", step_time_s=t.metrics.step_time_s, peak_memory_bytes=t.metrics.peak_memory_bytes)
+    return Outcome(t.status.value)
+
+
+def verified_kernel_space(space: KnobSpace, err: Console) -> tuple[KnobSpace, dict[str, Any]]:
+    """Drop kernel candidates that fail verification from every kernel_<op> domain: an unverified kernel
+    is never launched. Returns the restricted space and the verdicts by path."""
+    verdicts: dict[str, Any] = {}
+    kernel_knobs = [k for k in space.knobs if k.name.startswith("kernel_")]
+    if not kernel_knobs:
+        return space, verdicts
+    from ..kernels.verify import verify
+
+    domains = {}
+    for k in kernel_knobs:
+        keep = []
+        for v in k.domain:
+            if v == "reference":
+                keep.append(v)
+                continue
+            res = verify(v, op=k.name.removeprefix("kernel_"))
+            verdicts[v] = {"verdict": res.verdict, "reasons": list(res.reasons), "sha256": res.sha256}
+            if res.verdict == "pass":
+                keep.append(v)
+            else:
+                err.print(f"[yellow]kernel {v} failed verification, never launched:[/] {'; '.join(res.reasons)[:200]}")
+        domains[k.name] = keep
+    return space.restrict(domains, keep=space.names), verdicts
+
+
+def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list:
+    try:
+        from ..priors import priors_for
+    except ImportError:
+        return []
+    try:
+        return priors_for(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump(),
+                          record_dir=run_dir)
+    except Exception as e:  # priors are advice: a broken source never stops a run
+        err.print(f"[yellow]priors unavailable ({type(e).__name__}: {e}); using uninformative priors[/]")
+        return []
+
+
+def bank_seed(space: KnobSpace, contract, err: Console) -> tuple[list[Setting], list, list]:
+    try:
+        from ..bank import Bank, default_bank_path
+    except ImportError:
+        return [], [], []
+    try:
+        bank = Bank(default_bank_path())
+        seed = bank.seed(space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract))
+        return list(seed.initial), list(seed.priors), list(seed.sources)
+    except Exception as e:
+        err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {e}); starting unseeded[/]")
+        return [], [], []
+
+
+def _workload_sig(contract) -> dict[str, Any]:
+    return {"framework": contract.workload.adapter, **contract.workload.args}
+
+
+def memory_estimate(space: KnobSpace, contract):
+    """The analytical peak-memory estimate the memory model refines (None when unavailable)."""
+    try:
+        from ..priors.offline import memory_estimator
+    except ImportError:
+        return None
+    return memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
+
+
+def merge_priors(base: list, override: list) -> list:
+    """Bank posteriors replace offline/LLM priors about the same knob value."""
+    by = {p.feature: p for p in base}
+    by.update({p.feature: p for p in override})
+    return list(by.values())
+
+
+def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console) -> int:
+    run_dir = Path(run_dir)
+    try:
+        contract = load_locked(run_dir)
+    except ContractError as e:
+        err.print(f"[bold red]error:[/] {e}")
+        return 1
+    from ..doctor.baseline import load_noise
+    from ..execute import make_executor
+    from ..execute.record import RunRecord
+    from ..execute.runner import Runner
+
+    noise = load_noise(run_dir)
+    if noise is None:
+        err.print(f"[bold red]error:[/] no noise profile in {run_dir}; run `infrarsi doctor --run-dir {run_dir}` first")
+        return 1
+    if max_trials is not None and max_trials < 1:
+        err.print("[bold red]error:[/] --max-trials must be >= 1")
+        return 2
+    adapter = get_adapter(contract.workload.adapter)
+    record = RunRecord(run_dir)
+    full_space = adapter.knob_space(contract)
+    space, kernel_verdicts = verified_kernel_space(full_space, err)
+    baseline = full_space.complete(contract.baseline)
+    base_trials = [t for t in (record.get(i) for i in noise.trial_ids) if t is not None and t.status is TrialStatus.OK]
+    if not base_trials:
+        err.print("[bold red]error:[/] the doctor's baseline trials are missing or failed; rerun `infrarsi doctor`")
+        return 1
+    base_losses = base_trials[0].metrics.losses
+
+    priors = load_priors(space, contract, run_dir, err)
+    bank_initial, bank_priors, bank_sources = bank_seed(space, contract, err)
+    priors = merge_priors(priors, bank_priors)
+    budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
+    par = parallel or contract.budget.parallel_trials
+    cfg = TunerConfig(n_initial=max(3, min(6, budget // 3)), mde=noise.mde)
+    tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=priors, seed=0,
+                  initial=bank_initial, noise_cv=max(noise.cv, 1e-3), config=cfg,
+                  memory_estimate=memory_estimate(space, contract))
+    for t in base_trials:
+        tuner.tell(t.setting, outcome_of(t))
+    done = [t for t in record.finished() if t.role == "search"]
+    for t in done:  # resume: everything already measured is data again
+        tuner.tell(t.setting, outcome_of(t))
+    console.print(f"[bold]run[/] {contract.name}: budget {budget} trials ({len(done)} done), {par} at a time; "
+                  f"noise CV {noise.cv:.2%}, mde {noise.mde:.2%}; {len(priors)} priors; "
+                  f"{len(bank_initial)} settings seeded from the bank")
+
+    executor = make_executor()
+    cap_s = contract.budget.max_device_hours * 3600.0
+    used_s = sum(t.cost.device_s for t in record.finished())
+    proposals: dict[str, Any] = _load(run_dir / SEARCH_JSON).get("proposals", {})
+    stop_reason = "budget spent"
+    with Runner(record, executor, adapter, contract, config=Runner.Config(parallel=par)) as runner:
+        for fut in runner.resume(roles={"search"}, reference_losses=base_losses):
+            t = fut.result()
+            tuner.tell(t.setting, outcome_of(t))
+            done.append(t)
+        while len(done) < budget:
+            if used_s >= cap_s:
+                stop_reason = f"device-hour budget spent ({used_s / 3600:.2f} h)"
+                break
+            if tuner.should_stop():
+                stop_reason = f"expected improvement {tuner.last_best_ei:.4f} below log(1 + mde {noise.mde:.3f})"
+                break
+            batch = tuner.ask(min(par, budget - len(done)))
+            if not batch:
+                stop_reason = "search space exhausted"
+                break
+            futs = [(s, runner.submit(s, role="search", reference_losses=base_losses)) for s in batch]
+            for s, fut in futs:
+                t = fut.result()
+                tuner.tell(s, outcome_of(t))
+                done.append(t)
+                used_s += t.cost.device_s
+                proposals[str(t.id)] = tuner.why(s)
+                _print_trial(console, t, tuner.why(s))
+        _save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
+        console.print(f"search stopped: {stop_reason}")
+        verification = _reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console)
+    _bank_record(run_dir, contract, record, tuner, priors, err)
+    n_prom = sum(1 for c in verification["candidates"] if c["promoted"])
+    console.print(f"[bold]{n_prom} candidate(s) promoted[/]; see {run_dir / VERIFICATION_JSON}")
+    return 0
+
+
+def _print_trial(console: Console, t: Trial, why: dict[str, Any]) -> None:
+    st = t.status.value
+    color = {"ok": "green", "oom": "red"}.get(st, "yellow")
+    ms = f"{t.metrics.step_time_s * 1000:.0f} ms" if t.metrics.step_time_s else "-"
+    mem = f"{t.metrics.peak_memory_bytes / 2**20:.0f} MiB" if t.metrics.peak_memory_bytes and st == "ok" else ""
+    changed = ", ".join(f"{k}={v}" for k, v in t.setting.items())
+    extra = f" paired with {'+'.join(why['savers'])}" if why.get("savers") else ""
+    console.print(f"  trial {t.id:3d} [{color}]{st:8s}[/] {ms:>8s} {mem:>9s}  ({why.get('kind', '?')}{extra}) {changed}")
+
+
+def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Setting, base_losses, noise,
+              console: Console) -> dict[str, Any]:
+    """Interleaved A/B re-runs of the top candidates; promotion by the CI rule and the loss invariant."""
+    from ..contract.invariants import loss_violation
+
+    repeats = max(2, min(noise.repeats_for_target, 4))
+    top = [s for s in tuner.top(3) if s != baseline][:2]
+    out: dict[str, Any] = {"repeats": repeats, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
+                           "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the loss "
+                                   "trace matches the baseline within the contract"}
+    progress_path = run_dir / "verification.progress.json"
+    progress: dict[str, list[list[int]]] = _load(progress_path)  # candidate key -> [[baseline id, candidate id], ...]
+    for cand in top:
+        ids = progress.setdefault(cand.key(), [])
+        pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
+        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        while len(pairs) < repeats:  # A then B, back to back: drifts of the machine cancel in the pair
+            a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
+            b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
+            pairs.append((a, b))
+            ids.append([a.id, b.id])
+            atomic_write(progress_path, json.dumps(progress))
+        ok_pairs = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
+        entry: dict[str, Any] = {"setting": cand.to_dict(), "why": tuner.why(cand),
+                                 "trials": [[a.id, b.id] for a, b in pairs]}
+        if len(ok_pairs) < 2:
+            entry.update(promoted=False, reason=f"only {len(ok_pairs)} of {len(pairs)} pairs ran ok")
+        else:
+            sp = speedup_ci([a.metrics.step_time_s for a, _ in ok_pairs], [b.metrics.step_time_s for _, b in ok_pairs])
+            passed, why = promote(sp, noise.mde)
+            drift = loss_violation(contract, base_losses, ok_pairs[0][1].metrics.losses)
+            if drift:
+                passed, why = False, f"loss invariant broken: {drift}"
+            entry.update(sp.to_dict(), promoted=passed, reason=why,
+                         baseline_s=[a.metrics.step_time_s for a, _ in ok_pairs],
+                         candidate_s=[b.metrics.step_time_s for _, b in ok_pairs],
+                         peak_memory_bytes=max((b.metrics.peak_memory_bytes or 0) for _, b in ok_pairs) or None,
+                         baseline_peak_memory_bytes=max((a.metrics.peak_memory_bytes or 0) for a, _ in ok_pairs) or None,
+                         mfu=_median([b.metrics.mfu for _, b in ok_pairs]),
+                         baseline_mfu=_median([a.metrics.mfu for a, _ in ok_pairs]))
+        out["candidates"].append(entry)
+        console.print(f"  verify {json.dumps(cand.to_dict())}: {entry['reason']}")
+    out["contract_sha256"] = contract_hash(contract)
+    out["finished_at"] = time.time()
+    atomic_write(run_dir / VERIFICATION_JSON, json.dumps(out, indent=2, sort_keys=True))
+    return out
+
+
+def _median(xs: list) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
+
+
+def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop_reason: str, kernel_verdicts: dict,
+                 bank_sources: list) -> None:
+    from ..models import revision
+
+    tuner._fit()
+    body: dict[str, Any] = {
+        "stop_reason": stop_reason,
+        "proposals": proposals,
+        "tuner_overhead_s": tuner.overhead_s,
+        "kernel_verdicts": kernel_verdicts,
+        "bank_sources": [str(s) for s in bank_sources],
+        "priors": [p.model_dump(mode="json") for p in priors],
+    }
+    for name, model in (("time", tuner.time_model), ("memory", tuner.memory_model)):
+        if model is None or model.n_obs == 0:
+            continue
+        body[f"{name}_effects"] = [_asdict(e) for e in model.effects()]
+        body[f"{name}_revisions"] = [_asdict(r) for r in revision(priors, model)] if priors else []
+    atomic_write(run_dir / SEARCH_JSON, json.dumps(body, indent=2, sort_keys=True, default=str))
+
+
+def _asdict(x: Any) -> dict[str, Any]:
+    d = dict(x.__dict__) if hasattr(x, "__dict__") else {}
+    if not d and hasattr(x, "__dataclass_fields__"):
+        d = {k: getattr(x, k) for k in x.__dataclass_fields__}
+    d["text"] = str(x)
+    return {k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else v) for k, v in d.items()
+            if not (isinstance(v, float) and math.isnan(v))}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def posterior_priors(tuner: Tuner) -> list:
+    """The models' posterior effects as Priors (90% interval -> sd = width / 3.29): what the bank keeps."""
+    from ..priors.prior import Prior
+
+    tuner._fit()
+    rows: dict[str, dict[str, float]] = {}
+    for model in (tuner.time_model, tuner.memory_model):
+        if model is None or model.n_obs == 0:
+            continue
+        for e in model.effects():
+            if "=" not in e.feature or "*" in e.feature:
+                continue  # main effects only
+            r = rows.setdefault(e.feature, {})
+            r[f"{e.target[:4] if e.target == 'time' else 'mem'}_mean"] = e.mean
+            r[f"{e.target[:4] if e.target == 'time' else 'mem'}_sd"] = max((e.hi - e.lo) / 3.29, 1e-3)
+    out = []
+    for feature, r in rows.items():
+        knob, _, raw = feature.partition("=")
+        k = tuner.space[knob] if knob in tuner.space else None
+        value = next((v for v in k.domain if str(v) == raw), raw) if k else raw
+        out.append(Prior(knob=knob, value=value, source="bank", rationale="posterior of a finished run", **r))
+    return out
+
+
+def _bank_record(run_dir: Path, contract, record, tuner: Tuner, priors: list, err: Console) -> None:
+    try:
+        from ..bank import Bank, default_bank_path
+    except ImportError:
+        return
+    try:
+        bank = Bank(default_bank_path())
+        hw, wl = contract.hardware.model_dump(), _workload_sig(contract)
+        run_id = f"{contract.name}:{contract_hash(contract)[:12]}:{run_dir.resolve()}"
+        bank.add_trials(run_id, record.finished(), hardware=hw, workload=wl)
+        posts = posterior_priors(tuner)
+        if posts:
+            bank.add_posteriors(run_id, posts, hardware=hw, workload=wl)
+    except Exception as e:
+        err.print(f"[yellow]could not write the experience bank ({type(e).__name__}: {e}); the run itself is recorded[/]")

@@ -1,0 +1,141 @@
+"""``infrarsi-launch``: apply a promoted profile to a torchrun/srun command, then run or print it.
+
+    infrarsi-launch [--profile FILE] [--dry-run] -- torchrun --nproc-per-node 8 pretrain_gpt.py ...
+
+The profile is a JSON file ``{"framework": "megatron" | "torchtitan", "setting": {knob: value}}``
+(catalog knob names; knobs it omits keep the command's values). The command is read by the
+framework's adapter, its knob flags and environment are rewritten, every other argument is kept as
+written, and the result is exec'd (``--dry-run``: printed as one shell line, not run). A setting that
+breaks a rule of the knob space is refused with the rule's message (exit 2). Without ``--profile``
+the command runs unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..execute.spec import LaunchSpec
+from .launch_script import shell_join, split_launcher
+
+FRAMEWORKS = ("megatron", "torchtitan")
+
+
+class ProfileError(ValueError):
+    pass
+
+
+def load_profile(path: str | Path) -> tuple[str | None, dict[str, Any]]:
+    p = Path(path)
+    if not p.is_file():
+        raise ProfileError(f"profile {p} does not exist; pass the promoted profile JSON written by `infrarsi apply`")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"profile {p}: not valid JSON: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("setting"), dict):
+        raise ProfileError(f"profile {p}: expected {{\"framework\": ..., \"setting\": {{knob: value}}}}")
+    fw = data.get("framework")
+    if fw is not None and fw not in FRAMEWORKS:
+        raise ProfileError(f"profile {p}: framework {fw!r} is not one of {', '.join(FRAMEWORKS)}")
+    unknown = set(data) - {"framework", "setting", "name", "speedup", "trial", "run", "notes"}
+    if unknown:
+        raise ProfileError(f"profile {p}: unknown key(s) {sorted(unknown)}; keep framework and setting")
+    return fw, dict(data["setting"])
+
+
+def detect(argv: list[str]) -> str:
+    la = split_launcher(argv)
+    prog = la.program
+    if prog[:2] == ["-m", "torchtitan.train"] or (prog and Path(prog[0]).name == "run_train.sh"):
+        return "torchtitan"
+    if prog and Path(prog[-1]).name.startswith("pretrain_"):
+        return "megatron"
+    raise ProfileError(f"cannot tell the framework of `{' '.join(argv[:6])} ...`; set \"framework\" in the profile")
+
+
+def apply_profile(argv: list[str], framework: str | None, setting: Mapping[str, Any], *,
+                  env: Mapping[str, str] | None = None, cwd: str | Path = ".") -> tuple[LaunchSpec, list[str]]:
+    """The rewritten launch and the rule violations of the resulting setting (empty = fine).
+
+    ``env`` is the environment the command would have run with (NCCL variables are read from it)."""
+    fw = framework or detect(argv)
+    base_env = {k: v for k, v in (env or {}).items() if k.startswith(("NCCL_", "CUDA_DEVICE_MAX_CONNECTIONS"))}
+    if fw == "megatron":
+        from . import megatron as mg
+
+        parsed = mg.parse_megatron_argv(argv, env=base_env)
+        unknown = [k for k in setting if k not in parsed.setting]
+        if unknown:
+            raise ProfileError(f"profile names knob(s) {unknown} that Megatron cannot set; known: {', '.join(parsed.setting)}")
+        new = {**parsed.setting, **dict(setting)}
+        if parsed.world_size and "data_parallel" not in setting:
+            inner = new["tensor_parallel"] * new["pipeline_parallel"] * new["context_parallel"]
+            new["data_parallel"] = parsed.world_size // inner if parsed.world_size % inner == 0 else None
+        return mg.emit_megatron(parsed, new), mg.violations(parsed, new, core=False)
+    from . import torchtitan as tt
+
+    parsed_t = tt.parse_torchtitan_argv(argv, env=base_env, base_dir=cwd)
+    unknown = [k for k in setting if k not in parsed_t.setting]
+    if unknown:
+        raise ProfileError(f"profile names knob(s) {unknown} that torchtitan cannot set; known: {', '.join(parsed_t.setting)}")
+    new = {**parsed_t.setting, **dict(setting)}
+    if parsed_t.world_size and "data_parallel" not in setting:
+        inner = new["tensor_parallel"] * new["pipeline_parallel"] * new["context_parallel"]
+        new["data_parallel"] = parsed_t.world_size // inner if parsed_t.world_size % inner == 0 else None
+    return tt.emit_torchtitan(parsed_t, new), tt.violations(parsed_t, new)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in args:
+        print("usage: infrarsi-launch [--profile FILE] [--dry-run] -- <torchrun/srun command>", file=sys.stderr)
+        return 2
+    cut = args.index("--")
+    ap = argparse.ArgumentParser(prog="infrarsi-launch", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", help="promoted profile JSON: {\"framework\": ..., \"setting\": {...}}")
+    ap.add_argument("--dry-run", action="store_true", help="print the command; do not run it")
+    opts = ap.parse_args(args[:cut])
+    command = args[cut + 1:]
+    if not command:
+        print("infrarsi-launch: nothing after --; give the torchrun/srun command", file=sys.stderr)
+        return 2
+    env_add: dict[str, str] = {}
+    if opts.profile:
+        try:
+            fw, setting = load_profile(opts.profile)
+            spec, problems = apply_profile(command, fw, setting, env=os.environ, cwd=os.getcwd())
+        except ValueError as e:
+            print(f"infrarsi-launch: {e}", file=sys.stderr)
+            return 2
+        if problems:
+            print("infrarsi-launch: the profile's setting breaks these rules, so it is not launched:", file=sys.stderr)
+            for p in problems:
+                print(f"  - {p}", file=sys.stderr)
+            return 2
+        command = spec.argv
+        env_add = {k: v for k, v in spec.env.items() if os.environ.get(k) != v}
+        removed = [k for k in os.environ if k.startswith("NCCL_") and k not in spec.env]
+    else:
+        removed = []
+    if opts.dry_run:
+        print(shell_join(command, env_add))
+        return 0
+    env = {k: v for k, v in os.environ.items() if k not in removed}
+    env.update(env_add)
+    sys.stdout.flush()
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as e:
+        print(f"infrarsi-launch: cannot run {command[0]!r}: {e}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,236 @@
+"""What ``infrarsi apply`` writes, decided before anything is written: the plan.
+
+For the best promoted candidate (highest verified speedup) of a run whose verification still belongs to
+its lock, the plan holds, under ``infrarsi-tuned/<contract name>/`` in the user's tree:
+
+    launch.sh     the tuned launch (the adapter's own launch() for the setting), run from the repo root
+    sbatch.sh     the same launch as a Slurm batch job (submit from the repo root)
+    profile.json  {"framework", "setting", ...} for ``infrarsi-launch --profile`` (Megatron / torchtitan)
+    audit.json    contract hash, the candidate, its trials, speedup and CI, every file with its sha256
+
+plus every verified kernel file the setting names, copied to its path inside the locked scope.
+Any problem (see :mod:`infrarsi.report.audit`) refuses the whole plan with one line: nothing is
+half-applied.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import inspect
+import json
+import math
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..adapters import get_adapter
+from ..execute.spec import LaunchSpec
+from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
+from ..report.load import RunData
+
+OUT_ROOT = "infrarsi-tuned"
+PROFILE_FRAMEWORKS = ("megatron", "torchtitan")  # what infrarsi-launch can rewrite
+
+
+class ApplyRefused(ValueError):
+    """One line: why nothing was applied, and what to do."""
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str  # relative to the repository root, posix
+    content: bytes
+    why: str  # one line for the audit
+    executable: bool = False
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content).hexdigest()
+
+
+@dataclass(frozen=True)
+class ApplyPlan:
+    candidate: dict[str, Any]
+    changes: dict[str, Any]  # knobs moved off the baseline
+    files: list[FileChange]
+    message: str  # the commit message: contract hash, speedup with CI, the audit
+    n_promoted: int
+
+
+def _adapter(data: RunData):
+    """The run's adapter; Megatron and torchtitan read launch files relative to the contract's folder."""
+    name = data.contract.workload.adapter
+    cls = type(get_adapter(name))
+    if "base_dir" in inspect.signature(cls.__init__).parameters:
+        return cls(base_dir=data.contract_path.parent)
+    return cls()
+
+
+def _portable(argv: list[str]) -> list[str]:
+    """This machine's interpreter path at the front becomes ``python`` (the user's environment's)."""
+    return ["python", *argv[1:]] if argv and argv[0] == sys.executable else list(argv)
+
+
+def _exports(env: dict[str, str]) -> list[str]:
+    return [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+
+
+def _header(data: RunData, cand: dict[str, Any], changes: dict[str, Any]) -> list[str]:
+    lo, hi = cand["ci95"]
+    pairs = ", ".join(f"{a}/{b}" for a, b in cand["trials"])
+    return [f"# Tuned launch for contract {data.contract.name} (sha256 {data.contract_sha256[:16]}), written by `infrarsi apply`.",
+            f"# Verified: speedup {cand['speedup']:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] over {cand['pairs']} interleaved "
+            f"pairs (baseline/candidate trials {pairs}).",
+            f"# Knobs changed from the baseline: {_knobs(changes)}."]
+
+
+def launch_script(data: RunData, spec: LaunchSpec, cand: dict[str, Any], changes: dict[str, Any], depth: int) -> str:
+    up = "/".join([".."] * depth)
+    lines = ["#!/usr/bin/env bash", *_header(data, cand, changes),
+             "# Kernel paths are relative to the repository root, so it runs from there.",
+             "set -euo pipefail", f'cd "$(dirname "${{BASH_SOURCE[0]}}")/{up}"', *_exports(spec.env),
+             "exec " + shlex.join(_portable(spec.argv)) + ' "$@"']
+    return "\n".join(lines) + "\n"
+
+
+def sbatch_script(data: RunData, spec: LaunchSpec, cand: dict[str, Any], changes: dict[str, Any]) -> str:
+    argv = _portable(spec.argv)
+    prog = argv[0].rsplit("/", 1)[-1]
+    torchrun = prog == "torchrun" or argv[1:3] == ["-m", "torch.distributed.run"]
+    has_srun = prog == "srun"
+    tasks = 1 if torchrun else spec.processes  # torchrun starts its own workers: one task per node
+    minutes = max(1, math.ceil(spec.time_limit_s / 60))
+    threads = int(spec.env.get("OMP_NUM_THREADS", "1") or 1)  # per process
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=infrarsi-{data.contract.name}", f"#SBATCH --nodes={spec.nodes}",
+             f"#SBATCH --ntasks-per-node={tasks}", f"#SBATCH --cpus-per-task={threads * (spec.processes if torchrun else 1)}",
+             f"#SBATCH --time={minutes}", "#SBATCH --output=infrarsi-tuned-%j.out",
+             *([f"#SBATCH --gpus-per-node={spec.processes}"] if data.contract.hardware.kind.lower() != "cpu" else []),
+             *_header(data, cand, changes),
+             f"# --time is the contract's trial timeout ({spec.time_limit_s:.0f} s): raise it for a full training run.",
+             f"# Submit from the repository root: sbatch {OUT_ROOT}/{data.contract.name}/sbatch.sh",
+             "set -euo pipefail", 'cd "${SLURM_SUBMIT_DIR:-.}"', *_exports(spec.env)]
+    if spec.memory_cap_bytes is not None:
+        lines.append(f"ulimit -d {spec.memory_cap_bytes // 1024}  # the contract's per-process memory cap, KiB")
+    if has_srun or spec.nodes * tasks == 1:
+        lines.append("exec " + shlex.join(argv))
+    else:
+        lines.append("exec " + shlex.join(["srun", f"--ntasks-per-node={tasks}", *argv]))
+    return "\n".join(lines) + "\n"
+
+
+def _sbatch_spec(data: RunData, adapter, setting: dict[str, Any], spec: LaunchSpec) -> LaunchSpec:
+    """Megatron rebuilds its launcher as srun for batch jobs; every other launch is wrapped as it is."""
+    if data.contract.workload.adapter == "megatron":
+        from ..adapters.megatron import emit_megatron
+
+        parsed = adapter.parsed(data.contract)
+        s = {**parsed.setting, **data.contract.baseline, **setting}
+        return emit_megatron(parsed, s, launcher="srun", time_limit_s=spec.time_limit_s, extra_env=None)
+    return spec
+
+
+def _knobs(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items()) or "(none)"
+
+
+def make_plan(data: RunData) -> ApplyPlan:
+    """The plan for the best promoted candidate, or ApplyRefused naming the first problem."""
+    probs = run_problems(data)
+    if probs:
+        raise ApplyRefused(probs[0])
+    cands = (data.verification or {}).get("candidates", [])
+    cand = best_promoted(data)
+    if cand is None:
+        raise ApplyRefused(f"unverified: no promoted candidate in verification.json ({len(cands)} verified, none "
+                           f"promoted); nothing to apply")
+    probs = candidate_problems(data, cand)
+    if probs:
+        raise ApplyRefused(probs[0])
+    setting = dict(cand["setting"])
+    baseline = data.verification.get("baseline", {})
+    changes = changed(setting, baseline)
+    adapter = _adapter(data)
+    try:
+        spec = adapter.launch(data.contract, setting)
+        sb_spec = _sbatch_spec(data, adapter, setting, spec)
+    except (ValueError, OSError) as e:
+        raise ApplyRefused(f"cannot emit the tuned launch: {e}") from None
+    out = f"{OUT_ROOT}/{data.contract.name}"
+    depth = len(Path(out).parts)
+    files: list[FileChange] = []
+    audits = audit_files(data, setting)
+    for f in audits:
+        files.append(FileChange(path=f.path, content=f.source.read_bytes(),  # type: ignore[union-attr]
+                                why=f"kernel patch for {f.op}; inside scope ({f.scope_glob}); verifier: {f.verdict}, "
+                                    f"sha256 matches the verified file"))
+    fw = data.contract.workload.adapter
+    profile = {"framework": fw if fw in PROFILE_FRAMEWORKS else None,
+               "setting": {k: v for k, v in setting.items() if not k.startswith(KERNEL_PREFIX)},
+               "name": data.contract.name,
+               "speedup": {"speedup": cand["speedup"], "ci95": cand["ci95"], "pairs": cand["pairs"]},
+               "trial": cand["trials"], "run": str(data.run_dir.resolve()),
+               "notes": ("infrarsi-launch --profile rewrites Megatron and torchtitan commands" if fw in PROFILE_FRAMEWORKS
+                         else f"{fw}: run launch.sh (infrarsi-launch rewrites Megatron and torchtitan commands only)")}
+    launch = launch_script(data, spec, cand, changes, depth)
+    sbatch = sbatch_script(data, sb_spec, cand, changes)
+    files += [FileChange(f"{out}/launch.sh", launch.encode(), "tuned launch (knobs within scope.knobs)", True),
+              FileChange(f"{out}/sbatch.sh", sbatch.encode(), "tuned launch as a Slurm batch job", True),
+              FileChange(f"{out}/profile.json", (json.dumps(profile, indent=2, sort_keys=True) + "\n").encode(),
+                         "profile for infrarsi-launch --profile")]
+    audit = {"contract": data.contract.name, "contract_sha256": data.contract_sha256, "setting": setting,
+             "changes": changes, "speedup": cand["speedup"], "ci95": cand["ci95"], "pairs": cand["pairs"],
+             "trials": cand["trials"], "rule": data.verification.get("rule"), "mde": data.verification.get("mde"),
+             "verified_at": data.verification.get("finished_at"), "run": str(data.run_dir.resolve()),
+             "files": [{"path": f.path, "sha256": f.sha256, "why": f.why} for f in files]}
+    files.append(FileChange(f"{out}/audit.json", (json.dumps(audit, indent=2, sort_keys=True) + "\n").encode(),
+                            "the audit trail (this commit's evidence)"))
+    n_prom = sum(1 for c in cands if c.get("promoted"))
+    return ApplyPlan(candidate=cand, changes=changes, files=files, message=_message(data, cand, changes, files, n_prom),
+                     n_promoted=n_prom)
+
+
+def _message(data: RunData, cand: dict[str, Any], changes: dict[str, Any], files: list[FileChange], n_prom: int) -> str:
+    lo, hi = cand["ci95"]
+    pairs = ", ".join(f"{a}/{b}" for a, b in cand["trials"])
+    ver = data.verification or {}
+    lines = [f"infrarsi: tuned launch for {data.contract.name}, {cand['speedup']:.3f}x [{lo:.3f}, {hi:.3f}]", "",
+             f"Contract: {data.contract.name}, sha256 {data.contract_sha256}",
+             f"Candidate (best of {n_prom} promoted): {_knobs(changes)}",
+             f"Speedup: {cand['speedup']:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] over {cand['pairs']} interleaved pairs "
+             f"(baseline/candidate trials {pairs})",
+             f"Rule: {ver.get('rule', '')} (mde {float(ver.get('mde', 0)):.2%})",
+             f"Run: {data.run_dir.resolve()}", "", "Audit:"]
+    lines += [f"  {f.path}  sha256 {f.sha256}  {f.why}" for f in files]
+    return "\n".join(lines) + "\n"
+
+
+def diff(plan: ApplyPlan, repo: Path) -> str:
+    """Unified diff of what the plan would write into ``repo`` (new files against /dev/null)."""
+    out = []
+    for f in plan.files:
+        dest = Path(repo) / f.path
+        old = dest.read_text(errors="replace") if dest.is_file() else ""
+        new = f.content.decode(errors="replace")
+        if old == new:
+            continue
+        out += difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                    fromfile=f"a/{f.path}" if dest.is_file() else "/dev/null", tofile=f"b/{f.path}")
+    return "".join(out)
+
+
+def write(plan: ApplyPlan, repo: Path) -> list[str]:
+    """Write the plan's files into ``repo``; returns the paths that changed."""
+    written = []
+    for f in plan.files:
+        dest = Path(repo) / f.path
+        if dest.is_file() and dest.read_bytes() == f.content:
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(f.content)
+        if f.executable:
+            dest.chmod(0o755)
+        written.append(f.path)
+    return written

@@ -1,0 +1,97 @@
+"""Run the baseline ``budget.doctor_repeats`` times and measure its noise.
+
+The baseline is ``contract.baseline`` completed with the adapter's knob defaults. Repeats run one at
+a time (parallel trials on a shared machine would be part of the noise we measure), through the
+Runner and the run record with role "doctor". A doctor that was killed resumes: its in-flight trial
+is adopted or run again, and finished ok baseline runs count toward the repeats. A baseline run that
+fails in this invocation stops the doctor: the baseline has to run before anything can be tuned.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from ..adapters import get_adapter
+from ..adapters.base import Adapter
+from ..contract.model import Contract
+from ..execute import make_executor
+from ..execute.classify import loss_drift
+from ..execute.executor import Executor
+from ..execute.record import RunRecord, atomic_write
+from ..execute.runner import Runner
+from ..execute.trial import Trial, TrialStatus
+from .noise import NoiseProfile, profile
+
+NOISE_JSON = "noise.json"
+ROLE = "doctor"
+
+
+class DoctorError(RuntimeError):
+    """The baseline could not be measured; one line saying why and where the evidence is."""
+
+
+class DoctorResult(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    noise: NoiseProfile
+    trials: list[Trial]
+    reused: int  # finished baseline runs taken from the record (a resumed doctor)
+
+
+def load_noise(run_dir: str | Path) -> NoiseProfile | None:
+    """The run's noise profile (``noise.json``), or None before doctor has run."""
+    p = Path(run_dir) / NOISE_JSON
+    if not p.exists():
+        return None
+    return NoiseProfile.model_validate_json(p.read_text())
+
+
+def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | None = None,
+               executor: Executor | None = None, repeats: int | None = None,
+               progress: Callable[[str], None] = lambda s: None) -> DoctorResult:
+    adapter = adapter or get_adapter(contract.workload.adapter)
+    n = repeats or contract.budget.doctor_repeats
+    record = RunRecord(run_dir)
+    runner = Runner(record, executor or make_executor(), adapter, contract, config=Runner.Config(parallel=1))
+    with runner:
+        baseline = runner.complete(contract.baseline)
+        for fut in runner.resume(roles={ROLE}):
+            t = fut.result()
+            progress(f"resumed baseline trial {t.id}: {_line(t)}")
+        ok = [t for t in record.matching(baseline, role=ROLE) if t.status is TrialStatus.OK]
+        reused = len(ok)
+        if reused:
+            progress(f"reusing {reused} finished baseline run(s): trials {[t.id for t in ok]}")
+        while len(ok) < n:
+            t = runner.submit(baseline, role=ROLE).result()
+            progress(f"baseline run {len(ok) + 1}/{n}: {_line(t)}")
+            if t.status is not TrialStatus.OK:
+                ev = "; ".join(t.evidence[-3:])
+                raise DoctorError(f"baseline trial {t.id} ended {t.status.value}: {t.reason} [{ev}] (see {t.path})")
+            ok.append(t)
+    ok = sorted(ok, key=lambda t: t.id)[:n]
+    loss = contract.invariants.loss
+    ref = ok[0].metrics.losses
+    worst, bad = 0.0, []
+    for t in ok[1:]:
+        w, b = loss_drift(t.metrics.losses, ref, compare_steps=loss.compare_steps, rtol=loss.rtol)
+        worst, bad = max(worst, w), bad + [f"trial {t.id}: {x}" for x in b]
+    noise = profile([t.metrics.step_time_s for t in ok], trial_ids=[t.id for t in ok],
+                    phases=[t.metrics.phases_s for t in ok if t.metrics.phases_s],
+                    loss_max_rel_diff=worst, loss_reproduces=not bad, reference_losses=ref, baseline=baseline)
+    atomic_write(Path(run_dir) / NOISE_JSON, json.dumps(noise.model_dump(mode="json"), indent=2))
+    if bad:
+        raise DoctorError(f"the baseline does not reproduce its own loss trace within rtol {loss.rtol} over "
+                          f"{loss.compare_steps} steps ({bad[0]}); the workload is not deterministic enough for "
+                          f"[invariants.loss] -- fix its seeding or raise rtol in the contract")
+    return DoctorResult(noise=noise, trials=ok, reused=reused)
+
+
+def _line(t: Trial) -> str:
+    if t.status is TrialStatus.OK:
+        return f"{t.metrics.step_time_s:.4g} s/step (trial {t.id}, {t.cost.wall_s:.1f} s wall)"
+    return f"{t.status.value}: {t.reason} (trial {t.id})"

@@ -1,0 +1,139 @@
+"""From how a launch ended (Outcome) and what its log says (the adapter's ParsedRun) to a trial status.
+
+Precedence, first match wins; every branch leaves evidence lines:
+
+1. cancelled by a user                       -> cancelled
+2. past its time limit (ours or Slurm's)     -> timeout   (partial metrics kept, step time dropped)
+3. the executor saw a memory kill (Slurm)    -> oom       (no step time: peak > capacity is all we know)
+4. the adapter's verdict on the log          -> ok / oom / crash / invalid / ...
+   - the parser itself failing is a crash, with the last log lines as evidence
+   - "ok" from a process that exited non-zero or by a signal is a crash
+5. an ok trial whose loss trace leaves the baseline's tolerance -> numerics_drift
+
+A signal that ended the process (or, under torchrun, the first failed worker) is kept in Trial.signal.
+"""
+
+from __future__ import annotations
+
+import math
+import signal as _signal
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from ..adapters.base import ParsedRun
+from .executor import Outcome
+from .torchrun import root_cause
+from .trial import Metrics, TrialStatus
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: TrialStatus
+    metrics: Metrics = Metrics()
+    evidence: list[str] = []
+    reason: str = ""
+    signal: int | None = None
+    exit_code: int | None = None
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return _signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def last_lines(text: str, n: int = 5) -> list[str]:
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    return lines[-n:]
+
+
+def classify(outcome: Outcome, parsed: ParsedRun | None, *, stdout: str = "", stderr: str = "",
+             parse_error: str | None = None) -> Verdict:
+    """The trial's status, metrics and evidence. ``parsed`` is None when the parser raised
+    (``parse_error`` then says what it raised)."""
+    sig = outcome.signal
+    evidence = list(outcome.evidence)
+    if sig is None:
+        rc = root_cause(stderr) or root_cause(stdout)
+        if rc is not None and rc[1] < 0:
+            sig = -rc[1]
+            evidence.append(f"torchrun: rank {rc[0]} ended by signal {sig} ({signal_name(sig)})")
+    common = {"signal": sig, "exit_code": outcome.returncode}
+    metrics = parsed.metrics if parsed is not None else Metrics()
+
+    if outcome.cancelled:
+        return Verdict(status=TrialStatus.CANCELLED, metrics=_partial(metrics), evidence=evidence,
+                       reason="cancelled before it finished", **common)
+    if outcome.timed_out:
+        return Verdict(status=TrialStatus.TIMEOUT, metrics=_partial(metrics), evidence=evidence + last_lines(stdout, 2),
+                       reason=f"still running after its time limit ({outcome.wall_s:.0f} s)", **common)
+    if outcome.oom:
+        return Verdict(status=TrialStatus.OOM, metrics=_partial(metrics), evidence=evidence,
+                       reason="killed by the scheduler for exceeding its memory", **common)
+    if outcome.lost:
+        return Verdict(status=TrialStatus.CRASH, evidence=evidence, reason="the executor lost track of the launch", **common)
+    if parsed is None:
+        return Verdict(status=TrialStatus.CRASH, evidence=evidence + [f"parser failed: {parse_error}"]
+                       + last_lines(stderr, 3) + last_lines(stdout, 3),
+                       reason="its output could not be parsed", **common)
+    evidence += parsed.evidence
+    status, reason = parsed.status, parsed.reason
+    ended_badly = sig is not None or (outcome.returncode not in (0, None))
+    if status is TrialStatus.OK and ended_badly:
+        how = f"signal {sig} ({signal_name(sig)})" if sig is not None else f"exit status {outcome.returncode}"
+        return Verdict(status=TrialStatus.CRASH, metrics=_partial(metrics),
+                       evidence=evidence + last_lines(stderr, 3),
+                       reason=f"printed a result but ended with {how}", **common)
+    if status is TrialStatus.OOM:
+        metrics = _partial(metrics)
+    if status is not TrialStatus.OK and not reason:
+        reason = (f"ended by signal {sig} ({signal_name(sig)})" if sig is not None
+                  else f"{status.value} (exit status {outcome.returncode})")
+    if status.is_failure() and not parsed.evidence:
+        evidence += last_lines(stderr, 3) or last_lines(stdout, 3)
+    return Verdict(status=status, metrics=metrics, evidence=evidence, reason=reason, **common)
+
+
+def _partial(m: Metrics) -> Metrics:
+    """Metrics of a trial that did not finish: everything it logged, but no steady-state step time."""
+    return m.model_copy(update={"step_time_s": None, "tokens_per_s": None, "mfu": None, "tflops_per_device": None})
+
+
+def loss_drift(losses: Sequence[float], reference: Sequence[float], *, compare_steps: int, rtol: float) -> tuple[float, list[str]]:
+    """Compare the first ``compare_steps`` losses with the reference trace.
+
+    Returns (max relative difference, violation lines). Relative difference per step:
+    |loss - ref| / max(|ref|, 1e-12). A trace shorter than ``compare_steps`` (or non-finite) is a
+    violation: the contract's comparison cannot be made."""
+    n = compare_steps
+    bad: list[str] = []
+    if len(reference) < n:
+        return math.inf, [f"reference loss trace has {len(reference)} steps, the contract compares {n}"]
+    if len(losses) < n:
+        return math.inf, [f"loss trace has {len(losses)} steps, the contract compares {n}"]
+    worst = 0.0
+    for i in range(n):
+        a, b = float(losses[i]), float(reference[i])
+        if not math.isfinite(a):
+            bad.append(f"step {i + 1}: loss {a} is not finite")
+            worst = math.inf
+            continue
+        rel = abs(a - b) / max(abs(b), 1e-12)
+        worst = max(worst, rel)
+        if rel > rtol:
+            bad.append(f"step {i + 1}: loss {a:.6g} vs baseline {b:.6g} (rel diff {rel:.3g} > rtol {rtol:g})")
+    return worst, bad
+
+
+def apply_loss_check(v: Verdict, reference: Sequence[float] | None, *, compare_steps: int, rtol: float) -> Verdict:
+    """An ok verdict whose loss trace leaves the tolerance becomes numerics_drift (metrics kept)."""
+    if v.status is not TrialStatus.OK or reference is None:
+        return v
+    worst, bad = loss_drift(v.metrics.losses, reference, compare_steps=compare_steps, rtol=rtol)
+    if not bad:
+        return v
+    return v.model_copy(update={"status": TrialStatus.NUMERICS_DRIFT, "evidence": v.evidence + bad[:5],
+                                "reason": f"loss differs from the baseline by up to {worst:.3g} (rtol {rtol:g})"})

@@ -1,0 +1,101 @@
+"""The Executor protocol: start one LaunchSpec somewhere, watch it, stop it.
+
+An executor knows nothing about frameworks or statuses. It starts a process (or a Slurm job) with
+its stdout/stderr in the trial directory, enforces the time limit, and reports an ``Outcome``: how
+the process ended (exit code, signal, time-out, cancel, a memory kill it saw itself) and how long it
+ran. ``classify.py`` turns an Outcome plus the adapter's parse into a trial status.
+
+Files an executor writes into the trial directory: ``stdout``, ``stderr`` (and ``job.sbatch`` for Slurm).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from .spec import LaunchSpec
+
+STDOUT = "stdout"
+STDERR = "stderr"
+
+
+class Handle(BaseModel):
+    """Enough to find a started trial again, also from another process after a restart."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str  # "local" | "slurm"
+    trial_dir: str
+    token: str  # unique per launch attempt; in the process environment or the Slurm job name
+    job_id: str  # local: the process id (= its process group id); Slurm: the job id
+    submitted_at: float  # unix seconds
+    time_limit_s: float
+    devices: int = 1
+
+
+class Outcome(BaseModel):
+    """How a launch ended, as the executor saw it. Times in seconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state: str  # the executor's own word: "exited", "killed", Slurm's JobState ("COMPLETED", "OUT_OF_MEMORY", ...)
+    returncode: int | None = None  # exit status when the process exited by itself
+    signal: int | None = None  # the signal that ended it, when one did
+    timed_out: bool = False  # killed (or ended by Slurm) at its time limit
+    cancelled: bool = False  # someone cancelled it (not the time limit)
+    oom: bool = False  # the executor itself saw a memory kill (e.g. Slurm OUT_OF_MEMORY)
+    lost: bool = False  # the executor no longer knows the job (purged, or never started)
+    wall_s: float = 0.0  # time from start to end of the process (not queue time)
+    evidence: list[str] = []  # lines that say how it ended
+
+
+@runtime_checkable
+class Executor(Protocol):
+    kind: str
+
+    def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
+        """Start the launch; stdout/stderr go to ``trial_dir/stdout`` and ``trial_dir/stderr``."""
+
+    def poll(self, handle: Handle) -> Outcome | None:
+        """None while it runs; its Outcome once it has ended. Enforces the handle's time limit."""
+
+    def cancel(self, handle: Handle) -> None:
+        """Stop it (the whole process group / job); its next poll reports ``cancelled``."""
+
+    def adopt(self, handle: Handle) -> Handle | None:
+        """After a restart: the handle to keep watching when the launch is still known (running or
+        finished), None when it is gone and must be launched again."""
+
+    # Optional: ``command_line(spec) -> list[str]``, the command as a person would run it (recorded in
+    # the trial's ``command`` file); without it the spec's argv is recorded.
+
+
+def wait(executor: Executor, handle: Handle, *, timeout_s: float | None = None, interval_s: float = 0.05,
+         max_interval_s: float = 0.5) -> Outcome:
+    """Poll until the launch ends (backing off from ``interval_s`` to ``max_interval_s``).
+    ``timeout_s`` bounds this wait only (TimeoutError); the trial's own limit is the executor's job."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pause = interval_s
+    while True:
+        out = executor.poll(handle)
+        if out is not None:
+            return out
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"trial in {handle.trial_dir} still running after waiting {timeout_s} s")
+        time.sleep(pause)
+        pause = min(max_interval_s, pause * 1.5)
+
+
+def tail(path: Path, max_bytes: int = 64_000) -> str:
+    """The last ``max_bytes`` of a text file ("" when missing), decoded leniently."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,209 @@
+"""LocalExecutor: one trial = one process group on this machine.
+
+- The process starts in its own session (``start_new_session``), so cancel and time-out kill the
+  whole group: torchrun and its workers, or a shell and its children.
+- Memory cap: ``spec.memory_cap_bytes`` becomes the child's RLIMIT_DATA (per process; inherited by
+  workers) and is passed as ``INFRARSI_MEMORY_CAP_BYTES`` so the workload can report it. The limit is
+  set by a tiny exec wrapper (``python -c ... ; os.execvp``) rather than ``preexec_fn``, which is not
+  safe while the runner's threads run.
+- ``python`` as argv[0] means the interpreter running infrarsi (the venv's), everywhere.
+- The process carries ``INFRARSI_TRIAL_TOKEN`` in its environment; after a restart, leftover
+  processes of a trial are found by that token in /proc and ended before the trial is run again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .executor import STDERR, STDOUT, Handle, Outcome
+from .spec import LaunchSpec
+
+TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"
+CAP_ENV = "INFRARSI_MEMORY_CAP_BYTES"
+
+# argv: [python, -c, WRAPPER, cap_bytes_or_"none", command...]. Lowers RLIMIT_DATA, then becomes the command.
+WRAPPER = (
+    "import os, resource, sys\n"
+    "cap = sys.argv[1]\n"
+    "if cap != 'none':\n"
+    "    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)\n"
+    "    c = int(cap) if hard == resource.RLIM_INFINITY else min(int(cap), hard)\n"
+    "    resource.setrlimit(resource.RLIMIT_DATA, (c, c))\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def resolve_argv(argv: list[str]) -> list[str]:
+    """``python`` / ``python3`` at the front means this interpreter (the venv's)."""
+    if argv and argv[0] in ("python", "python3"):
+        return [sys.executable, *argv[1:]]
+    return list(argv)
+
+
+def trial_env(spec: LaunchSpec, token: str, trial_dir: Path) -> dict[str, str]:
+    """What a trial adds to the inherited environment (also recorded in the trial's env.json)."""
+    env = dict(spec.env)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # every line reaches the log before a kill
+    env[TOKEN_ENV] = token
+    env["INFRARSI_TRIAL_DIR"] = str(trial_dir)
+    if spec.memory_cap_bytes is not None:
+        env[CAP_ENV] = str(spec.memory_cap_bytes)
+    return env
+
+
+class LocalExecutor:
+    """Runs each trial as a subprocess (group) on this machine."""
+
+    kind = "local"
+
+    class Config(BaseModel):
+        model_config = ConfigDict(frozen=True, extra="forbid")
+
+        kill_grace_s: float = Field(3.0, ge=0)
+        """Seconds between SIGTERM and SIGKILL when a trial is cancelled or runs past its limit."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or LocalExecutor.Config()
+        self._procs: dict[str, subprocess.Popen] = {}  # token -> process
+        self._started: dict[str, float] = {}  # token -> monotonic start
+        self._why: dict[str, str] = {}  # token -> "timeout" | "cancel"
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ submit
+    def command_line(self, spec: LaunchSpec) -> list[str]:
+        """The command as a person would run it (recorded in the trial's ``command`` file)."""
+        return resolve_argv(spec.argv)
+
+    def command(self, spec: LaunchSpec) -> list[str]:
+        """The exact argv started (the memory wrapper, then the spec's command)."""
+        cap = "none" if spec.memory_cap_bytes is None else str(spec.memory_cap_bytes)
+        return [sys.executable, "-c", WRAPPER, cap, *resolve_argv(spec.argv)]
+
+    def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
+        trial_dir = Path(trial_dir)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **trial_env(spec, token, trial_dir)}
+        with open(trial_dir / STDOUT, "wb") as out, open(trial_dir / STDERR, "wb") as err:
+            proc = subprocess.Popen(self.command(spec), cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True)
+        with self._lock:
+            self._procs[token] = proc
+            self._started[token] = time.monotonic()
+        return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=str(proc.pid),
+                      submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices)
+
+    # -------------------------------------------------------------------- poll
+    def poll(self, handle: Handle) -> Outcome | None:
+        with self._lock:
+            proc = self._procs.get(handle.token)
+            started = self._started.get(handle.token)
+        if proc is None:
+            return Outcome(state="lost", lost=True, evidence=[f"no process for token {handle.token} in this executor"])
+        rc = proc.poll()
+        elapsed = time.monotonic() - started
+        if rc is None:
+            if elapsed <= handle.time_limit_s:
+                return None
+            with self._lock:
+                self._why.setdefault(handle.token, "timeout")
+            rc = self._kill_group(proc)
+            elapsed = time.monotonic() - started
+        else:
+            # The leader is gone; end whatever it left in its group (workers of a crashed launcher).
+            _signal_group(proc.pid, signal.SIGKILL)
+        with self._lock:
+            why = self._why.pop(handle.token, None)
+            self._procs.pop(handle.token, None)
+            self._started.pop(handle.token, None)
+        return _outcome(rc, elapsed, why, handle.time_limit_s)
+
+    def cancel(self, handle: Handle) -> None:
+        with self._lock:
+            proc = self._procs.get(handle.token)
+            if proc is None:
+                return
+            self._why.setdefault(handle.token, "cancel")
+        self._kill_group(proc)
+
+    def adopt(self, handle: Handle) -> Handle | None:
+        """A local process cannot be re-attached (it is not our child): end what is left of it and
+        return None, so the trial is launched again."""
+        kill_token(handle.token)
+        return None
+
+    def _kill_group(self, proc: subprocess.Popen) -> int:
+        """SIGTERM the group, SIGKILL it after the grace period; the leader's return code."""
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=self.config.kill_grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            rc = proc.wait()
+        _signal_group(proc.pid, signal.SIGKILL)  # stragglers that ignored SIGTERM
+        return rc
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _outcome(rc: int, wall_s: float, why: str | None, limit_s: float) -> Outcome:
+    sig = -rc if rc < 0 else None
+    ev: list[str] = []
+    if why == "timeout":
+        ev.append(f"killed after {wall_s:.1f} s: past its time limit of {limit_s:g} s")
+    elif why == "cancel":
+        ev.append(f"cancelled after {wall_s:.1f} s")
+    if sig is not None:
+        ev.append(f"ended by signal {sig} ({_signame(sig)})")
+    else:
+        ev.append(f"exited with status {rc}")
+    return Outcome(state="killed" if why else "exited", returncode=None if sig is not None else rc, signal=sig,
+                   timed_out=why == "timeout", cancelled=why == "cancel", wall_s=wall_s, evidence=ev)
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def processes_with_token(token: str) -> list[int]:
+    """Process ids whose environment holds ``INFRARSI_TRIAL_TOKEN=token`` (those we may read)."""
+    needle = f"{TOKEN_ENV}={token}".encode()
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0"):
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+def kill_token(token: str, *, timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL every process of a launch (found by its token) and wait until they are gone."""
+    pids = processes_with_token(token)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and processes_with_token(token):
+        time.sleep(0.05)
+    return pids

@@ -1,0 +1,185 @@
+"""The run record: every trial on disk, crash-safe.
+
+Layout (``run_dir`` is ``.infrarsi/<run>``)::
+
+    run_dir/trials/<n>/trial.json   the Trial (status, metrics, cost, evidence); "running" while in flight
+                       launch.json  executor kind, job id / pid, per-launch token, attempt, the LaunchSpec
+                       command      the exact command line started
+                       env.json     what the trial added to the environment
+                       stdout, stderr (job.sbatch for Slurm)
+
+Every JSON file is written atomically (temp file + fsync + os.replace + fsync of the directory): a
+crash or a full disk leaves the previous version or the new one, never half of one, and never
+touches another trial's files. Trial ids are allocated by ``mkdir`` (atomic), so two processes
+sharing a run directory never get the same id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .executor import Handle
+from .spec import LaunchSpec
+from .trial import Trial, TrialStatus
+
+TRIAL_JSON = "trial.json"
+LAUNCH_JSON = "launch.json"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically. On failure (ENOSPC, ...) the old file is untouched,
+    the temporary file is removed and the error is raised."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    with contextlib.suppress(OSError):
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename itself survives a power cut
+        finally:
+            os.close(fd)
+
+
+class RunRecord:
+    """All trials of one run. Thread-safe within a process; id allocation is safe across processes."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.trials_dir = self.run_dir / "trials"
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- reading
+    def trial_dir(self, trial_id: int) -> Path:
+        return self.trials_dir / str(trial_id)
+
+    def get(self, trial_id: int) -> Trial | None:
+        """The trial's latest record, or None when it has none (yet)."""
+        try:
+            return Trial.model_validate_json((self.trial_dir(trial_id) / TRIAL_JSON).read_text())
+        except FileNotFoundError:
+            return None
+
+    def trials(self) -> list[Trial]:
+        """Every recorded trial (finished and running), sorted by id."""
+        out = []
+        for tid in self._ids():
+            t = self.get(tid)
+            if t is not None:
+                out.append(t)
+        return out
+
+    def finished(self) -> list[Trial]:
+        return [t for t in self.trials() if t.status.is_finished()]
+
+    def running(self) -> list[Trial]:
+        """Trials recorded as in flight: after a crash, the ones to adopt or run again."""
+        return [t for t in self.trials() if t.status is TrialStatus.RUNNING]
+
+    def matching(self, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None, *,
+                 role: str | None = None, finished_only: bool = True) -> list[Trial]:
+        """Trials of exactly this setting (and patches, and role when given)."""
+        s, p = dict(setting), dict(patches or {})
+        pool = self.finished() if finished_only else self.trials()
+        return [t for t in pool if t.setting == s and t.patches == p and (role is None or t.role == role)]
+
+    def launch_info(self, trial_id: int) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.trial_dir(trial_id) / LAUNCH_JSON).read_text())
+        except FileNotFoundError:
+            return None
+
+    def handle(self, trial_id: int) -> Handle | None:
+        """The executor handle of the trial's last launch (None before it was launched)."""
+        info = self.launch_info(trial_id)
+        if not info or not info.get("handle"):
+            return None
+        return Handle.model_validate(info["handle"])
+
+    def next_id(self) -> int:
+        ids = self._ids()
+        return (max(ids) + 1) if ids else 0
+
+    def _ids(self) -> list[int]:
+        if not self.trials_dir.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.trials_dir.iterdir() if p.name.isdigit())
+
+    # ----------------------------------------------------------------- writing
+    def start(self, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None, role: str = "search") -> Trial:
+        """A new trial, recorded as running (its id is final; its directory exists)."""
+        self.trials_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            tid = self.next_id()
+            while True:
+                try:
+                    self.trial_dir(tid).mkdir()  # atomic: another process got this id if it exists
+                    break
+                except FileExistsError:
+                    tid += 1
+        trial = Trial(id=tid, setting=dict(setting), patches=dict(patches or {}), status=TrialStatus.RUNNING,
+                      role=role, path=str(self.trial_dir(tid)))
+        self._write_trial(trial)
+        return trial
+
+    def launched(self, trial: Trial, spec: LaunchSpec, handle: Handle, *, command: list[str],
+                 env: Mapping[str, str], attempt: int = 0) -> Trial:
+        """Record the launch: command, env, spec, the handle (job id / pid + token). Returns the trial
+        with its job id and start time."""
+        d = self.trial_dir(trial.id)
+        atomic_write(d / "command", shlex.join(command) + "\n")
+        atomic_write(d / "env.json", json.dumps(dict(env), indent=2, sort_keys=True))
+        self.write_launch(trial.id, handle=handle, spec=spec, attempt=attempt)
+        t = trial.model_copy(update={"job_id": handle.job_id, "started_at": handle.submitted_at})
+        self._write_trial(t)
+        return t
+
+    def write_launch(self, trial_id: int, *, handle: Handle | None, spec: LaunchSpec, attempt: int,
+                     token: str | None = None) -> None:
+        """launch.json: written with the token *before* submitting (so a crash between sbatch and the
+        record can still be adopted by token) and again with the handle after."""
+        body = {"attempt": attempt, "spec": spec.model_dump(mode="json"), "written_at": time.time(),
+                "token": handle.token if handle else token,
+                "handle": handle.model_dump(mode="json") if handle else None}
+        atomic_write(self.trial_dir(trial_id) / LAUNCH_JSON, json.dumps(body, indent=2, sort_keys=True))
+
+    def finish(self, trial: Trial) -> Trial:
+        """Record a finished trial (its status must not be running)."""
+        if not trial.status.is_finished():
+            raise ValueError(f"trial {trial.id}: finish() needs a final status, got {trial.status.value}")
+        t = trial.model_copy(update={"path": str(self.trial_dir(trial.id)),
+                                     "finished_at": trial.finished_at or time.time()})
+        self._write_trial(t)
+        return t
+
+    def _write_trial(self, trial: Trial) -> None:
+        atomic_write(self.trial_dir(trial.id) / TRIAL_JSON, trial.model_dump_json(indent=2))
+
+    # -------------------------------------------------------------------- cost
+    def cost_by_status(self) -> dict[str, float]:
+        return cost_by_status(self.finished())
+
+
+def cost_by_status(trials: list[Trial]) -> dict[str, float]:
+    """Device-seconds (wall seconds x devices) spent, summed per final status, plus "total"."""
+    out: dict[str, float] = {}
+    for t in trials:
+        out[t.status.value] = out.get(t.status.value, 0.0) + t.cost.device_s
+    out["total"] = sum(v for k, v in out.items())
+    return out

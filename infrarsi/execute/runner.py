@@ -1,0 +1,320 @@
+"""Runner: up to N trials at once, each recorded from launch to verdict; resumes after a crash.
+
+One trial, start to end (a worker thread)::
+
+    record.start (running) -> knob-space / contract checks -> adapter.launch -> LaunchSpec
+      -> launch.json (token) -> executor.submit -> launch.json (+ job id / pid), trial.json (running)
+      -> poll until it ends -> adapter.parse(stdout, stderr, rc) -> classify -> loss check
+      -> record.finish (status, metrics, evidence, cost = wall seconds x devices)
+
+On one machine N is also bounded by resources: trials only start while the processes of all running
+trials fit the cores (N x processes <= cores) and their memory caps fit the usable memory
+(N x processes x cap <= usable), unless ``oversubscribe`` says otherwise. A trial too big for the
+machine on its own still runs when nothing else does.
+
+``resume()`` after a crash (kill -9 included): finished trials are never rerun; a trial recorded as
+running is adopted when its Slurm job is still known (job id + token), otherwise it is launched again
+under the same id (local processes left over from the dead runner are ended first).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..adapters.base import Adapter, ParsedRun
+from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
+from .classify import Verdict, apply_loss_check, classify
+from .executor import STDERR, STDOUT, Executor, Handle, Outcome
+from .local import kill_token, resolve_argv, trial_env
+from .record import RunRecord
+from .spec import LaunchSpec
+from .trial import Cost, Trial, TrialStatus
+
+
+def usable_memory_bytes() -> int:
+    """MemAvailable, or the cgroup's memory limit when that is smaller (containers)."""
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    limits = [avail] if avail else []
+    for p in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            v = Path(p).read_text().strip()
+        except OSError:
+            continue
+        if v.isdigit() and int(v) < 2**60:
+            limits.append(int(v))
+    return min(limits) if limits else 8 * 2**30
+
+
+def local_parallel_limit(requested: int, *, processes: int, cap_bytes: int | None, cores: int | None = None,
+                         usable_bytes: int | None = None) -> int:
+    """How many trials of this shape fit at once: min(requested, cores // processes,
+    usable // (processes x cap)), at least 1."""
+    cores = cores or os.cpu_count() or 1
+    n = min(requested, cores // max(1, processes))
+    if cap_bytes:
+        usable = usable_bytes if usable_bytes is not None else usable_memory_bytes()
+        n = min(n, usable // (processes * cap_bytes))
+    return max(1, n)
+
+
+class _Gate:
+    """Admits a trial while running trials < N and (unless oversubscribing) their processes fit
+    ``cores`` and their memory caps fit ``memory``. A lone trial is always admitted."""
+
+    def __init__(self, n: int, cores: int | None, memory: int | None) -> None:
+        self.n, self.cores, self.memory = n, cores, memory
+        self.active = 0
+        self.procs = 0
+        self.mem = 0
+        self._cv = threading.Condition()
+
+    def acquire(self, procs: int, mem: int) -> None:
+        with self._cv:
+            while self.active and not self._fits(procs, mem):
+                self._cv.wait()
+            self.active += 1
+            self.procs += procs
+            self.mem += mem
+
+    def _fits(self, procs: int, mem: int) -> bool:
+        if self.active >= self.n:
+            return False
+        if self.cores is not None and self.procs + procs > self.cores:
+            return False
+        return self.memory is None or self.mem + mem <= self.memory
+
+    def release(self, procs: int, mem: int) -> None:
+        with self._cv:
+            self.active -= 1
+            self.procs -= procs
+            self.mem -= mem
+            self._cv.notify_all()
+
+
+class Runner:
+    """Runs trials through an executor and records each one. Use as a context manager, or call
+    ``close()``; ``submit`` returns a Future[Trial]."""
+
+    class Config(BaseModel):
+        model_config = ConfigDict(frozen=True, extra="forbid")
+
+        parallel: int = Field(1, ge=1)
+        """Trials at once (the contract's budget.parallel_trials, or --parallel)."""
+        oversubscribe: bool = False
+        """Local executor only: allow more processes than cores and more memory than is usable."""
+        cores: int | None = Field(None, ge=1)
+        """Cores to plan with (default: os.cpu_count())."""
+        usable_memory_bytes: int | None = Field(None, ge=1)
+        """Memory to plan with (default: MemAvailable, or the cgroup limit when smaller)."""
+
+    def __init__(self, record: RunRecord, executor: Executor, adapter: Adapter, contract: Contract, *,
+                 config: Config | None = None) -> None:
+        self.record, self.executor, self.adapter, self.contract = record, executor, adapter, contract
+        self.config = config or Runner.Config()
+        local = executor.kind == "local" and not self.config.oversubscribe
+        self._gate = _Gate(self.config.parallel,
+                           (self.config.cores or os.cpu_count() or 1) if local else None,
+                           (self.config.usable_memory_bytes or usable_memory_bytes()) if local else None)
+        self._pool = ThreadPoolExecutor(max_workers=self.config.parallel, thread_name_prefix="trial")
+        self._space = adapter.knob_space(contract)
+        self._handles: dict[int, Handle] = {}  # trial id -> handle, while running
+        self._cancelled: set[int] = set()
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- public
+    def complete(self, setting: Mapping[str, Any]) -> dict[str, Any]:
+        """The full setting (knobs not named take the adapter's defaults), as recorded. Names the space
+        does not know are kept, so the pre-launch check reports them instead of dropping them."""
+        return {**dict(setting), **self._space.complete(setting).to_dict()}
+
+    def submit(self, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None, *, role: str = "search",
+               reference_losses: Sequence[float] | None = None) -> Future:
+        """Queue one trial. The Future gives the finished Trial (any status: failures are data); it
+        raises only when the infrastructure failed (e.g. SlurmUnreachable), leaving the trial
+        recorded as running for a later resume."""
+        full = self.complete(setting)
+        return self._pool.submit(self._run_one, full, dict(patches or {}), role, reference_losses, None, None)
+
+    def run(self, settings: Sequence[Mapping[str, Any]], *, role: str = "search",
+            reference_losses: Sequence[float] | None = None) -> list[Trial]:
+        """Run settings (up to N at once) and return their trials in the given order."""
+        futs = [self.submit(s, role=role, reference_losses=reference_losses) for s in settings]
+        return [f.result() for f in futs]
+
+    def resume(self, *, roles: set[str] | None = None, reference_losses: Sequence[float] | None = None) -> list[Future]:
+        """Pick up every trial recorded as running (of the given roles; default all): adopt live
+        Slurm jobs, launch the rest again under the same id."""
+        futs = []
+        for t in self.record.running():
+            if roles is not None and t.role not in roles:
+                continue
+            handle = self.record.handle(t.id)
+            info = self.record.launch_info(t.id) or {}
+            token = info.get("token")
+            adopted = None
+            if handle is None and token:
+                # Crashed between writing the token and recording the job id: look the job up by token.
+                handle = Handle(kind=self.executor.kind, trial_dir=str(self.record.trial_dir(t.id)), token=token,
+                                job_id="", submitted_at=time.time(),
+                                time_limit_s=float(info.get("spec", {}).get("time_limit_s", 600)))
+            if handle is not None:
+                if handle.kind == self.executor.kind:
+                    adopted = self.executor.adopt(handle)
+                elif handle.kind == "local":
+                    kill_token(handle.token)
+            attempt = int(info.get("attempt", 0)) + (0 if adopted else 1)
+            futs.append(self._pool.submit(self._run_one, t.setting, t.patches, t.role, reference_losses, t,
+                                          adopted, attempt))
+        return futs
+
+    def cancel(self, trial_id: int) -> bool:
+        """Cancel a running trial (recorded as cancelled); False when it is not running here."""
+        with self._lock:
+            self._cancelled.add(trial_id)
+            handle = self._handles.get(trial_id)
+        if handle is None:
+            return False
+        self.executor.cancel(handle)
+        return True
+
+    def running_ids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._handles)
+
+    def close(self, *, cancel: bool = False) -> None:
+        if cancel:
+            for tid in self.running_ids():
+                self.cancel(tid)
+        self._pool.shutdown(wait=True, cancel_futures=cancel)
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(cancel=exc[0] is not None)
+
+    # ---------------------------------------------------------------- worker
+    def _run_one(self, setting: dict[str, Any], patches: dict[str, str], role: str,
+                 reference: Sequence[float] | None, existing: Trial | None, adopted: Handle | None,
+                 attempt: int = 0) -> Trial:
+        trial = existing or self.record.start(setting, patches, role)
+        pre = self._precheck(setting)
+        if pre is not None:
+            return self.record.finish(trial.model_copy(update={
+                "status": pre.status, "evidence": pre.evidence, "reason": pre.reason, "finished_at": time.time()}))
+        try:
+            spec = self.adapter.launch(self.contract, setting, patches=patches or None)
+        except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
+            return self.record.finish(trial.model_copy(update={
+                "status": TrialStatus.INVALID, "evidence": [f"launch: {e}"], "reason": str(e).splitlines()[0][:200],
+                "finished_at": time.time()}))
+        if spec.nodes > 1 and self.executor.kind == "local":
+            return self.record.finish(trial.model_copy(update={
+                "status": TrialStatus.INVALID, "evidence": [f"launch needs {spec.nodes} nodes; the local executor has one"],
+                "reason": f"needs {spec.nodes} nodes: run it with INFRARSI_EXECUTOR=slurm", "finished_at": time.time()}))
+        limit = min(spec.time_limit_s, self.contract.invariants.timing.timeout_s)
+        spec = spec.model_copy(update={"time_limit_s": limit})
+        procs = spec.processes * spec.nodes
+        mem = (spec.memory_cap_bytes or 0) * procs
+        self._gate.acquire(procs, mem)
+        try:
+            if adopted is not None:
+                handle = adopted
+                trial = trial.model_copy(update={"job_id": adopted.job_id})
+            else:
+                trial, handle = self._launch(trial, spec, attempt)
+            with self._lock:
+                self._handles[trial.id] = handle
+                cancelled_early = trial.id in self._cancelled
+            if cancelled_early:
+                self.executor.cancel(handle)
+            outcome = _wait(self.executor, handle)
+        finally:
+            self._gate.release(procs, mem)
+            with self._lock:
+                self._handles.pop(trial.id, None)
+        verdict = self._verdict(outcome, Path(handle.trial_dir), reference)
+        if attempt and adopted is None:
+            verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
+                f"launch attempt {attempt + 1}: an earlier attempt was interrupted by a restart"]})
+        return self.record.finish(trial.model_copy(update={
+            "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
+            "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
+            "cost": Cost(wall_s=outcome.wall_s, devices=spec.devices), "finished_at": time.time()}))
+
+    def _precheck(self, setting: Mapping[str, Any]) -> Verdict | None:
+        fixed = sorted(set(setting) & set(FIXED_WORKLOAD_KEYS))
+        if fixed:
+            return Verdict(status=TrialStatus.CONTRACT_VIOLATION, evidence=[f"sets fixed workload argument(s) {fixed}"],
+                           reason="the setting would change the task (never launched)")
+        bad = self._space.validate(setting)
+        if bad:
+            return Verdict(status=TrialStatus.INVALID, evidence=[str(v) for v in bad],
+                           reason=f"{bad[0]} (never launched)")
+        return None
+
+    def _launch(self, trial: Trial, spec: LaunchSpec, attempt: int) -> tuple[Trial, Handle]:
+        token = uuid.uuid4().hex[:16]
+        d = self.record.trial_dir(trial.id)
+        self.record.write_launch(trial.id, handle=None, spec=spec, attempt=attempt, token=token)
+        handle = self.executor.submit(spec, d, token=token)
+        command_line = getattr(self.executor, "command_line", None)
+        argv = command_line(spec) if callable(command_line) else resolve_argv(spec.argv)
+        trial = self.record.launched(trial, spec, handle, command=argv,
+                                     env=trial_env(spec, token, d), attempt=attempt)
+        return trial, handle
+
+    def _verdict(self, outcome: Outcome, trial_dir: Path, reference: Sequence[float] | None) -> Verdict:
+        stdout = _read_text(trial_dir / STDOUT)
+        stderr = _read_text(trial_dir / STDERR)
+        parsed: ParsedRun | None = None
+        error = None
+        try:
+            parsed = self.adapter.parse(self.contract, stdout, stderr, outcome.returncode if outcome.signal is None
+                                        else -outcome.signal)
+        except Exception as e:  # a parser choking on garbage output is a crash of the trial, not of the runner
+            error = f"{type(e).__name__}: {e}"
+        v = classify(outcome, parsed, stdout=stdout, stderr=stderr, parse_error=error)
+        loss = self.contract.invariants.loss
+        return apply_loss_check(v, reference, compare_steps=loss.compare_steps, rtol=loss.rtol)
+
+
+def _wait(executor: Executor, handle: Handle) -> Outcome:
+    pause = 0.02
+    while True:
+        out = executor.poll(handle)
+        if out is not None:
+            return out
+        time.sleep(pause)
+        # Local polls are a waitpid (cheap) and bound the error of the measured wall time; Slurm polls cost a client call.
+        pause = min(0.2 if handle.kind == "local" else 1.0, pause * 1.5)
+
+
+def _read_text(path: Path, max_bytes: int = 64 * 2**20) -> str:
+    """A log file as text (the last ``max_bytes`` of it), "" when missing; never raises on bad bytes."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+__all__ = ["Runner", "local_parallel_limit", "usable_memory_bytes"]

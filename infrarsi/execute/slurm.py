@@ -1,0 +1,284 @@
+"""SlurmExecutor: one trial = one batch job.
+
+The job script is generated from the LaunchSpec (``trial_dir/job.sbatch``): nodes, tasks per node,
+time limit (whole minutes, rounded up), ``--mem`` (always: a job without it gets DefMemPerCPU and
+importing torch alone can pass that), output paths in the trial directory, the environment, and
+RLIMIT_DATA (``ulimit -d``) for the per-process memory cap. The command is ``exec``'d, so the job's
+``ExitCode=status:signal`` is the command's own.
+
+Each job carries a per-trial token in its name and comment (``infrarsi-<token>``): job ids restart at
+1 on a fresh cluster, so a job is only ever adopted when its id *and* its token match.
+
+States come from ``scontrol show job ID -o`` (finished jobs stay visible for MinJobAge), then
+``sacct`` (slurmdbd or the jobcomp text file). Every client call has a timeout; an unreachable
+controller raises ``SlurmUnreachable`` with one line naming SLURM_CONF and the failed command.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .executor import STDERR, STDOUT, Handle, Outcome
+from .local import CAP_ENV, resolve_argv, trial_env
+from .spec import LaunchSpec
+from .torchrun import is_torchrun
+
+MiB = 2**20
+
+# JobState -> how the trial ended. Anything not listed (PENDING, RUNNING, CONFIGURING, COMPLETING,
+# SUSPENDED, REQUEUED, RESIZING, STAGE_OUT, SIGNALING) is still in flight.
+FINISHED_STATES = {
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
+    "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
+}
+_OOM_LINE = re.compile(r"oom-kill event|exceeded memory limit|out of memory|OutOfMemory", re.I)
+
+
+class SlurmUnreachable(RuntimeError):
+    """The Slurm controller did not answer; one line naming SLURM_CONF and the command."""
+
+
+class SlurmError(RuntimeError):
+    """Slurm answered but refused (e.g. sbatch rejected the job); the message quotes it."""
+
+
+class SlurmExecutor:
+    kind = "slurm"
+
+    class Config(BaseModel):
+        model_config = ConfigDict(frozen=True, extra="forbid")
+
+        partition: str | None = None
+        """Partition to submit to; None = the cluster's default."""
+        client_timeout_s: float = Field(15.0, gt=0)
+        """Seconds any one sbatch/squeue/scontrol/sacct/scancel call may take (a dead controller
+        makes clients retry for about a minute)."""
+        default_mem_mb: int = Field(1024, ge=1)
+        """--mem per node for a spec without a memory cap."""
+        mem_overhead_mb: int = Field(256, ge=0)
+        """Added to cap x processes for --mem: the shell, the launcher, page cache."""
+        time_slack_s: float = Field(0.0, ge=0)
+        """Extra seconds before infrarsi itself cancels a job past its limit (Slurm checks only
+        every 30 s and rounds the limit up to minutes)."""
+        extra_args: list[str] = []
+        """More #SBATCH lines, e.g. ["--account=ml", "--gres=gpu:8"]."""
+
+    def __init__(self, config: Config | None = None, *, env: dict[str, str] | None = None) -> None:
+        self.config = config or SlurmExecutor.Config()
+        self.env = {**os.environ, **(env or {})}  # env: e.g. {"SLURM_CONF": ...} for every client call
+        self._why: dict[str, str] = {}  # job id -> "timeout" | "cancel" (what infrarsi did to it)
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------- the client
+    def _call(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        conf = self.env.get("SLURM_CONF", "(unset: /etc/slurm/slurm.conf)")
+        line = " ".join(shlex.quote(a) for a in args)
+        try:
+            r = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=self.config.client_timeout_s)
+        except subprocess.TimeoutExpired:
+            raise SlurmUnreachable(f"Slurm unreachable (SLURM_CONF={conf}): `{line}` did not answer in "
+                                   f"{self.config.client_timeout_s:g} s") from None
+        except FileNotFoundError:
+            raise SlurmUnreachable(f"Slurm unreachable (SLURM_CONF={conf}): `{args[0]}` is not installed") from None
+        if check and r.returncode != 0:
+            msg = " ".join(r.stderr.split()) or f"exit {r.returncode}"
+            if re.search(r"contact|connect|Connection refused|Unable to establish|timed out|Socket", msg, re.I):
+                raise SlurmUnreachable(f"Slurm unreachable (SLURM_CONF={conf}): `{line}` failed: {msg}")
+            raise SlurmError(f"`{line}` failed: {msg}")
+        return r
+
+    # ----------------------------------------------------------------- submit
+    def mem_mb(self, spec: LaunchSpec) -> int:
+        """--mem per node in MiB: cap x processes per node + overhead, or the default."""
+        if spec.memory_cap_bytes is None:
+            return self.config.default_mem_mb
+        return math.ceil(spec.memory_cap_bytes * spec.processes / MiB) + self.config.mem_overhead_mb
+
+    def command_line(self, spec: LaunchSpec) -> list[str]:
+        """The command the job script execs (``srun ...`` when it starts several tasks)."""
+        argv = resolve_argv(spec.argv)
+        tasks = 1 if is_torchrun(argv) else spec.processes
+        return (["srun", f"--ntasks-per-node={tasks}"] if spec.nodes * tasks > 1 else []) + argv
+
+    def script(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> str:
+        """The sbatch script for one trial."""
+        trial_dir = Path(trial_dir).resolve()
+        launcher = is_torchrun(resolve_argv(spec.argv))  # torchrun starts the workers itself: one task per node
+        tasks = 1 if launcher else spec.processes
+        minutes = max(1, math.ceil(spec.time_limit_s / 60))
+        lines = [
+            "#!/bin/bash",
+            f"#SBATCH --job-name=infrarsi-{token}",
+            f"#SBATCH --comment=infrarsi-{token}",
+            f"#SBATCH --nodes={spec.nodes}",
+            f"#SBATCH --ntasks-per-node={tasks}",
+            f"#SBATCH --cpus-per-task={spec.processes if launcher else 1}",
+            f"#SBATCH --mem={self.mem_mb(spec)}M",
+            f"#SBATCH --time={minutes}",
+            f"#SBATCH --output={trial_dir / STDOUT}",
+            f"#SBATCH --error={trial_dir / STDERR}",
+            f"#SBATCH --chdir={Path(spec.cwd).resolve() if spec.cwd else Path.cwd()}",
+        ]
+        if self.config.partition:
+            lines.append(f"#SBATCH --partition={self.config.partition}")
+        lines += [f"#SBATCH {a}" for a in self.config.extra_args]
+        lines.append("")
+        for k, v in sorted(trial_env(spec, token, trial_dir).items()):
+            lines.append(f"export {k}={shlex.quote(v)}")
+        if spec.memory_cap_bytes is not None:
+            # RLIMIT_DATA per process, in KiB; the same cap the local executor sets (INFRARSI_MEMORY_CAP_BYTES above).
+            lines.append(f"ulimit -d {spec.memory_cap_bytes // 1024}")
+        lines.append("exec " + " ".join(shlex.quote(a) for a in self.command_line(spec)))
+        return "\n".join(lines) + "\n"
+
+    def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
+        trial_dir = Path(trial_dir)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        path = trial_dir / "job.sbatch"
+        path.write_text(self.script(spec, trial_dir, token=token))
+        r = self._call("sbatch", "--parsable", str(path.resolve()))
+        job_id = r.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch printed no job id: {r.stdout.strip()!r}")
+        return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=job_id,
+                      submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices)
+
+    # ------------------------------------------------------------------- state
+    def job_info(self, job_id: str) -> dict[str, str] | None:
+        """``scontrol show job ID -o`` as a dict, or None when the controller no longer knows the job."""
+        r = self._call("scontrol", "show", "job", job_id, "-o", check=False)
+        if r.returncode != 0:
+            if "Invalid job id" in r.stderr:
+                return None
+            self._call("scontrol", "show", "job", job_id, "-o")  # raises with the message
+        text = r.stdout.strip()
+        return parse_scontrol(text) if text else None
+
+    def _sacct(self, job_id: str) -> dict[str, str] | None:
+        """Accounting record of a purged job: slurmdbd, else the jobcomp text file (-c)."""
+        fields = "JobID,JobName,State,ExitCode,ElapsedRaw"
+        for extra in ([], ["-c"]):
+            r = self._call("sacct", *extra, "-X", "-n", "-P", "-j", job_id, "-o", fields, check=False)
+            for line in r.stdout.splitlines():
+                parts = line.split("|")
+                if len(parts) == 5 and parts[0] == job_id:
+                    return {"JobId": parts[0], "JobName": parts[1], "JobState": parts[2].split()[0],
+                            "ExitCode": parts[3], "RunSeconds": parts[4], "Reason": "(sacct)"}
+        return None
+
+    def _info(self, handle: Handle) -> dict[str, str] | None:
+        """The job's record, only when it is *this* trial's job (token in its name)."""
+        info = self.job_info(handle.job_id) or self._sacct(handle.job_id)
+        if info is None or info.get("JobName") != f"infrarsi-{handle.token}":
+            return None
+        return info
+
+    def poll(self, handle: Handle) -> Outcome | None:
+        info = self._info(handle)
+        if info is None:
+            return Outcome(state="lost", lost=True,
+                           evidence=[f"Slurm knows no job {handle.job_id} named infrarsi-{handle.token}"])
+        state = info.get("JobState", "")
+        if state not in FINISHED_STATES:
+            run_s = _duration_s(info.get("RunTime", "0"))
+            if state == "RUNNING" and run_s > handle.time_limit_s + self.config.time_slack_s:
+                with self._lock:
+                    self._why.setdefault(handle.job_id, "timeout")
+                self._call("scancel", handle.job_id)
+            return None
+        with self._lock:
+            why = self._why.pop(handle.job_id, None)
+        return self._outcome(handle, info, why)
+
+    def cancel(self, handle: Handle) -> None:
+        with self._lock:
+            self._why.setdefault(handle.job_id, "cancel")
+        self._call("scancel", handle.job_id)
+
+    def adopt(self, handle: Handle) -> Handle | None:
+        """Keep watching the job when Slurm still knows it by id and token; else look it up by the
+        token alone (the id was lost in a crash between sbatch and the record); else None."""
+        if handle.job_id and self._info(handle) is not None:
+            return handle
+        # -t all: a job that finished while nobody watched is still this trial's result.
+        r = self._call("squeue", "-h", "-t", "all", "--name", f"infrarsi-{handle.token}", "-o", "%i")
+        ids = r.stdout.split()
+        if ids:
+            return handle.model_copy(update={"job_id": ids[0]})
+        return None
+
+    def _outcome(self, handle: Handle, info: dict[str, str], why: str | None) -> Outcome:
+        state = info["JobState"]
+        status, _, sig = info.get("ExitCode", "0:0").partition(":")
+        rc, signum = int(status or 0), int(sig or 0)
+        wall = float(info["RunSeconds"]) if "RunSeconds" in info else _duration_s(info.get("RunTime", "0"))
+        ev = [f"slurm job {handle.job_id}: JobState={state} Reason={info.get('Reason', '')} ExitCode={rc}:{signum}"]
+        text = _read(Path(handle.trial_dir) / STDERR) + _read(Path(handle.trial_dir) / STDOUT)
+        mem_lines = list(dict.fromkeys(ln.strip() for ln in text.splitlines() if _OOM_LINE.search(ln) and "slurmstepd" in ln))
+        ev += mem_lines[:3]
+        oom = state == "OUT_OF_MEMORY" or bool(mem_lines)
+        timed_out = state == "TIMEOUT" or (why == "timeout")
+        cancelled = state == "CANCELLED" and why != "timeout" and not oom
+        if timed_out and why == "timeout":
+            ev.append(f"cancelled by infrarsi after {wall:.0f} s: past its time limit of {handle.time_limit_s:g} s")
+        # 125 is slurmstepd's own code for an OOM kill, not the command's exit status.
+        returncode = None if signum or state == "OUT_OF_MEMORY" else rc
+        return Outcome(state=state, returncode=returncode, signal=signum or None, timed_out=timed_out,
+                       cancelled=cancelled, oom=oom, wall_s=wall, evidence=ev)
+
+    def queue(self) -> list[dict[str, str]]:
+        """Jobs of this user in the queue: id, name, state."""
+        r = self._call("squeue", "-h", "--me", "-o", "%i|%j|%T")
+        out = []
+        for line in r.stdout.splitlines():
+            i, n, s = (line.split("|") + ["", ""])[:3]
+            out.append({"job_id": i, "name": n, "state": s})
+        return out
+
+
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=")
+
+
+def parse_scontrol(line: str) -> dict[str, str]:
+    """``Key=value Key2=value two ...`` (one ``scontrol -o`` line) -> dict; values may hold spaces."""
+    keys = list(_KEY.finditer(line))
+    out = {}
+    for i, m in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
+        out[m.group(1)] = line[m.end():end].strip()
+    return out
+
+
+def _duration_s(text: str) -> float:
+    """Slurm's ``[D-]HH:MM:SS`` (or ``MM:SS``) -> seconds."""
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+    parts = [int(p) for p in text.split(":") if p.isdigit()]
+    secs = 0
+    for p in parts:
+        secs = secs * 60 + p
+    return days * 86400 + secs
+
+
+def _read(path: Path, max_bytes: int = 256_000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - max_bytes))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+__all__ = ["CAP_ENV", "SlurmError", "SlurmExecutor", "SlurmUnreachable", "parse_scontrol"]

@@ -1,0 +1,498 @@
+"""The catalog of standard launch knobs and the rules between them.
+
+Every knob has one name the tuner uses everywhere (``tensor_parallel``, ``recompute_granularity``,
+...) and a spelling per framework: a Megatron-LM flag (``--tensor-model-parallel-size``), a
+torchtitan field (``parallelism.tensor_parallel_degree``) or an environment variable
+(``env:NCCL_ALGO``). A knob a framework cannot express has no spelling for it and is left out of
+that framework's space.
+
+:func:`build_knob_space` turns the catalog into a :class:`KnobSpace` for one fixed workload: int
+domains become the values that can work for that model and world size, MoE knobs collapse to their
+default on a dense model, and the constraints check the arithmetic with the workload's numbers::
+
+    space = build_knob_space(num_layers=32, num_attention_heads=32, num_query_groups=8,
+                             seq_length=8192, global_batch_size=128, world_size=8, framework="megatron")
+    space.validate(space.default().replace(tensor_parallel=3))
+    # [Violation('tp_divides_heads', 'tensor parallel 3 does not divide 32 attention heads (32 % 3 = 2)'), ...]
+
+Constraint messages show the numbers and name the fix; a constraint reads knobs the space does not
+hold at their catalog default, so one rule set serves every framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .knob import Knob
+from .space import Constraint, KnobSpace, Violation
+
+FRAMEWORKS = ("megatron", "torchtitan", "minigpt")
+ENV_PREFIX = "env:"
+
+# Values an int parallel knob may take when the world size is not known.
+_PAR_UNKNOWN = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 128)
+
+
+def _k(name: str, kind: str, domain: tuple[Any, ...], default: Any, group: str, doc: str, **spelling: str) -> Knob:
+    return Knob(name=name, kind=kind, domain=domain, default=default, group=group, doc=doc, spelling=spelling)
+
+
+_TT = "torchtitan"
+
+# Broad domains; build_knob_space narrows the int ones to the workload.
+KNOBS: tuple[Knob, ...] = (
+    # ---------------------------------------------------------------- parallelism
+    _k("tensor_parallel", "int", _PAR_UNKNOWN, 1, "parallelism",
+       "Tensor (intra-layer) model parallel degree.",
+       megatron="--tensor-model-parallel-size", torchtitan="parallelism.tensor_parallel_degree"),
+    _k("pipeline_parallel", "int", _PAR_UNKNOWN, 1, "parallelism",
+       "Pipeline (inter-layer) parallel degree.",
+       megatron="--pipeline-model-parallel-size", torchtitan="parallelism.pipeline_parallel_degree"),
+    _k("virtual_pipeline", "int", (1, 2, 3, 4, 5, 6, 8), 1, "parallelism",
+       "Virtual pipeline stages per pipeline rank (interleaved 1F1B); 1 = no interleaving.",
+       megatron="--num-virtual-stages-per-pipeline-rank"),
+    _k("context_parallel", "int", _PAR_UNKNOWN, 1, "parallelism",
+       "Context (sequence-dimension) parallel degree for attention.",
+       megatron="--context-parallel-size", torchtitan="parallelism.context_parallel_degree"),
+    _k("expert_parallel", "int", _PAR_UNKNOWN, 1, "parallelism",
+       "Expert parallel degree (MoE): experts are split over this many ranks.",
+       megatron="--expert-model-parallel-size", torchtitan="parallelism.expert_parallel_degree"),
+    _k("data_parallel", "int", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), 1, "parallelism",
+       "Data parallel degree; with a fixed world size it is world / (tp * pp * cp). torchtitan: "
+       "replicate * shard degree.",
+       torchtitan="parallelism.data_parallel_shard_degree"),
+    _k("micro_batch_size", "int", (1, 2, 3, 4, 6, 8, 12, 16), 1, "memory",
+       "Samples per forward/backward pass per data-parallel rank; the global batch stays fixed, so a "
+       "smaller micro batch means more gradient-accumulation steps.",
+       megatron="--micro-batch-size", torchtitan="training.local_batch_size"),
+    _k("sequence_parallel", "bool", (False, True), False, "parallelism",
+       "Shard LayerNorm/dropout activations along the sequence over the TP group (needs TP > 1).",
+       megatron="--sequence-parallel", torchtitan="parallelism.enable_sequence_parallel"),
+    # ---------------------------------------------------------------- memory
+    _k("recompute_granularity", "categorical", ("none", "selective", "full"), "none", "memory",
+       "Activation recomputation: none, selective (attention core), or full layers.",
+       megatron="--recompute-granularity", torchtitan="activation_checkpoint.mode"),
+    _k("recompute_method", "categorical", ("uniform", "block"), "uniform", "memory",
+       "With full recompute: uniform (every N layers a unit) or block (first N layers per stage).",
+       megatron="--recompute-method"),
+    _k("recompute_num_layers", "int", (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32), 1, "memory",
+       "With full recompute: layers per recompute unit (uniform) or layers recomputed per stage (block).",
+       megatron="--recompute-num-layers"),
+    _k("distributed_optimizer", "bool", (False, True), False, "memory",
+       "Shard optimizer state over data-parallel ranks (ZeRO-1).",
+       megatron="--use-distributed-optimizer"),
+    _k("cpu_offload", "bool", (False, True), False, "memory",
+       "Offload parameters, gradients and optimizer state to host memory (FSDP CPU offload).",
+       torchtitan="training.enable_cpu_offload"),
+    _k("fsdp_reshard_after_forward", "categorical", ("default", "always", "never"), "default", "memory",
+       "FSDP: free gathered parameters after forward (always), keep them (never), or the policy default.",
+       torchtitan="parallelism.fsdp_reshard_after_forward"),
+    # ---------------------------------------------------------------- communication
+    _k("overlap_grad_reduce", "bool", (False, True), False, "communication",
+       "Overlap the data-parallel gradient reduce-scatter/all-reduce with backward.",
+       megatron="--overlap-grad-reduce"),
+    _k("overlap_param_gather", "bool", (False, True), False, "communication",
+       "Overlap the distributed optimizer's parameter all-gather with forward (needs the distributed "
+       "optimizer and overlap_grad_reduce).",
+       megatron="--overlap-param-gather"),
+    _k("tp_comm_overlap", "bool", (False, True), False, "communication",
+       "Overlap tensor-parallel communication with GEMMs (Transformer Engine userbuffers; needs "
+       "sequence parallel).",
+       megatron="--tp-comm-overlap"),
+    _k("async_tp", "bool", (False, True), False, "communication",
+       "Asynchronous tensor parallel (micro-pipelined collective matmuls; needs torch.compile).",
+       torchtitan="compile.enable_async_tensor_parallel"),
+    _k("moe_token_dispatcher", "categorical", ("allgather", "alltoall", "flex"), "allgather", "communication",
+       "How MoE tokens reach their experts.",
+       megatron="--moe-token-dispatcher-type"),
+    _k("nccl_algo", "categorical", ("default", "Ring", "Tree", "NVLS"), "default", "communication",
+       "NCCL_ALGO; default = unset (NCCL chooses).",
+       megatron="env:NCCL_ALGO", torchtitan="env:NCCL_ALGO"),
+    _k("nccl_proto", "categorical", ("default", "Simple", "LL", "LL128"), "default", "communication",
+       "NCCL_PROTO; default = unset (NCCL chooses).",
+       megatron="env:NCCL_PROTO", torchtitan="env:NCCL_PROTO"),
+    _k("nccl_min_nchannels", "int", (0, 4, 8, 16, 32), 0, "communication",
+       "NCCL_MIN_NCHANNELS; 0 = unset (NCCL chooses).",
+       megatron="env:NCCL_MIN_NCHANNELS", torchtitan="env:NCCL_MIN_NCHANNELS"),
+    # ---------------------------------------------------------------- precision
+    _k("bf16", "bool", (False, True), False, "precision",
+       "bf16 mixed precision (Megatron --bf16; torchtitan training.mixed_precision_param = bfloat16).",
+       megatron="--bf16", torchtitan="training.mixed_precision_param"),
+    _k("fp8_recipe", "categorical", ("none", "delayed", "tensorwise", "mxfp8", "blockwise", "rowwise"), "none",
+       "precision",
+       "FP8 GEMMs and their scaling recipe; none = off. rowwise exists in torchtitan only.",
+       megatron="--fp8-recipe", torchtitan="quantize.linear.float8.recipe_name"),
+    # ---------------------------------------------------------------- kernels / compile
+    _k("attention_backend", "categorical", ("auto", "flash", "fused", "unfused", "local"), "auto", "kernel",
+       "Attention kernel choice.",
+       megatron="--attention-backend"),
+    _k("moe_grouped_gemm", "bool", (False, True), False, "kernel",
+       "Run all local experts as one grouped GEMM.",
+       megatron="--moe-grouped-gemm"),
+    _k("cross_entropy_fusion", "bool", (False, True), False, "kernel",
+       "Fused cross-entropy loss kernel.",
+       megatron="--cross-entropy-loss-fusion"),
+    _k("torch_compile", "bool", (False, True), False, "compile",
+       "torch.compile the model.",
+       torchtitan="compile.enable"),
+    # ---------------------------------------------------------------- runtime
+    _k("manual_gc", "bool", (False, True), False, "runtime",
+       "Disable automatic Python GC and collect at fixed intervals (avoids rank-skewed GC pauses).",
+       megatron="--manual-gc"),
+    _k("num_workers", "int", (0, 1, 2, 4, 8, 16), 2, "data",
+       "Data-loader worker processes per rank.",
+       megatron="--num-workers"),
+)
+
+_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
+KNOB_NAMES: tuple[str, ...] = tuple(_BY_NAME)
+DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS}
+
+# A framework whose default differs from the catalog's (a launch that says nothing gets these).
+FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "megatron": {},
+    "torchtitan": {"bf16": True, "recompute_granularity": "selective"},
+}
+
+# Values a framework cannot express are left out of its domain.
+FRAMEWORK_DOMAINS: dict[str, dict[str, tuple[Any, ...]]] = {
+    "megatron": {"fp8_recipe": ("none", "delayed", "tensorwise", "mxfp8", "blockwise")},
+    "torchtitan": {"fp8_recipe": ("none", "tensorwise", "rowwise", "mxfp8")},
+}
+
+
+def knob(name: str) -> Knob:
+    """The catalog knob called ``name``, or a KeyError listing the names."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no catalog knob {name!r}; known: {', '.join(KNOB_NAMES)}") from None
+
+
+def spelling(name: str, framework: str) -> str | None:
+    """How ``framework`` writes knob ``name`` (flag, field or ``env:VAR``); None when it cannot."""
+    return knob(name).spelling.get(framework)
+
+
+def knobs_for(framework: str | None) -> list[Knob]:
+    """Catalog knobs ``framework`` can express (all of them for None), with its defaults."""
+    if framework is None:
+        return list(KNOBS)
+    over = FRAMEWORK_DEFAULTS.get(framework, {})
+    doms = FRAMEWORK_DOMAINS.get(framework, {})
+    out = []
+    for k in KNOBS:
+        # data_parallel is derived (world / (tp*pp*cp)) where a framework has no flag for it
+        if framework not in k.spelling and k.name != "data_parallel":
+            continue
+        if k.name in over or k.name in doms:
+            k = k.with_domain(doms.get(k.name, k.domain), over.get(k.name))
+        out.append(k)
+    return out
+
+
+# --------------------------------------------------------------------------- helpers
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _g(s: Mapping[str, Any], name: str, defaults: Mapping[str, Any]) -> Any:
+    v = s.get(name)
+    return defaults[name] if v is None else v
+
+
+def build_knob_space(
+    *,
+    num_layers: int | None = None,
+    num_attention_heads: int | None = None,
+    num_query_groups: int | None = None,
+    num_experts: int | None = None,
+    seq_length: int | None = None,
+    global_batch_size: int | None = None,
+    world_size: int | None = None,
+    framework: str | None = None,
+    expert_tensor_parallel: int | None = None,
+    stage_layers_given: bool = False,
+    fp16: bool = False,
+    include: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> KnobSpace:
+    """The catalog as a KnobSpace for one fixed workload (Megatron names; None = unknown).
+
+    - int domains: parallel degrees are the divisors of ``world_size`` (a broad list when unknown);
+      expert parallel also divides ``num_experts``; micro batch sizes divide ``global_batch_size``.
+    - a dense model (``num_experts`` None or 0) pins the MoE knobs to their defaults.
+    - ``framework`` keeps only the knobs it can express, with its own defaults.
+    - ``expert_tensor_parallel``: the expert TP size (Megatron default: equal to TP; torchtitan: 1).
+    - ``stage_layers_given``: uneven first/last pipeline stages are set, so PP need not divide layers.
+    - ``fp16``: the workload trains in fp16 (then bf16 must stay off).
+    - ``include``: a setting whose int values are added to the domains, so that a launch outside the
+      usual values is reported by the constraint that explains it, not as "not in its domain".
+    - ``defaults``: per-knob default overrides (e.g. a framework version's own defaults).
+    Unknown workload numbers switch off the constraints that need them.
+    """
+    moe = bool(num_experts)
+    fw_def = dict(FRAMEWORK_DEFAULTS.get(framework or "", {}))
+    fw_def.update(defaults or {})
+    par = divisors(world_size) if world_size else list(_PAR_UNKNOWN)
+    knobs: list[Knob] = []
+    for k in knobs_for(framework):
+        dom: list[Any] = list(k.domain)
+        if k.name in ("tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel"):
+            dom = list(par)
+        elif k.name == "expert_parallel":
+            dom = [d for d in par if num_experts and num_experts % d == 0] if moe else [1]
+        elif k.name == "micro_batch_size" and global_batch_size:
+            dom = [d for d in divisors(global_batch_size) if d <= 16]
+        elif k.name == "recompute_num_layers" and num_layers:
+            dom = sorted(set(range(1, min(num_layers, 8) + 1)) | {d for d in divisors(num_layers)})
+        elif k.name == "virtual_pipeline" and num_layers:
+            dom = [v for v in k.domain if num_layers % v == 0]
+        elif k.name in ("moe_token_dispatcher", "moe_grouped_gemm") and not moe:
+            dom = [k.default]
+        if include and k.kind == "int" and include.get(k.name) is not None and include[k.name] not in dom:
+            dom = sorted(set(dom) | {int(include[k.name])})
+        default = fw_def.get(k.name, k.default)
+        if k.name == "data_parallel" and world_size:
+            default = world_size  # tp = pp = cp = 1 by default
+        if default not in dom:
+            default = dom[0]
+        knobs.append(k.with_domain(dom, default))
+    dflt = {**DEFAULTS, **fw_def}
+    cons = workload_constraints(
+        num_layers=num_layers, num_attention_heads=num_attention_heads, num_query_groups=num_query_groups,
+        num_experts=num_experts, seq_length=seq_length, global_batch_size=global_batch_size,
+        world_size=world_size, expert_tensor_parallel=expert_tensor_parallel,
+        stage_layers_given=stage_layers_given, fp16=fp16, defaults=dflt,
+    )
+    return KnobSpace(knobs, cons)
+
+
+def space_for_fixed(fixed: Mapping[str, Any], *, world_size: int | None = None, framework: str | None = None,
+                    include: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None,
+                    expert_tensor_parallel: int | None = None) -> KnobSpace:
+    """:func:`build_knob_space` from a dict of fixed workload arguments (Megatron names, as an
+    adapter's parse returns them)."""
+
+    def i(key: str) -> int | None:
+        v = fixed.get(key)
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    return build_knob_space(
+        num_layers=i("num_layers"), num_attention_heads=i("num_attention_heads"),
+        num_query_groups=i("num_query_groups"), num_experts=i("num_experts"), seq_length=i("seq_length"),
+        global_batch_size=i("global_batch_size"), world_size=world_size, framework=framework,
+        expert_tensor_parallel=expert_tensor_parallel,
+        stage_layers_given=bool(fixed.get("decoder_first_pipeline_num_layers") or fixed.get("decoder_last_pipeline_num_layers")
+                                or fixed.get("pipeline_model_parallel_layout")),
+        fp16=bool(fixed.get("fp16")), include=include, defaults=defaults,
+    )
+
+
+def workload_constraints(
+    *,
+    num_layers: int | None = None,
+    num_attention_heads: int | None = None,
+    num_query_groups: int | None = None,
+    num_experts: int | None = None,
+    seq_length: int | None = None,
+    global_batch_size: int | None = None,
+    world_size: int | None = None,
+    expert_tensor_parallel: int | None = None,
+    stage_layers_given: bool = False,
+    fp16: bool = False,
+    defaults: Mapping[str, Any] | None = None,
+) -> list[Constraint]:
+    """The cross-knob rules for one workload, each a named :class:`Constraint` whose message shows
+    the arithmetic. A knob missing from a setting (or None) reads as its default."""
+    d = dict(defaults or DEFAULTS)
+    L, H, G, E, S, B, W = num_layers, num_attention_heads, num_query_groups, num_experts, seq_length, global_batch_size, world_size
+    out: list[Constraint] = []
+
+    def rule(fn):  # register under the function's name
+        out.append(Constraint(fn.__name__, fn))
+        return fn
+
+    def v(s: Mapping[str, Any], name: str) -> Any:
+        return _g(s, name, d)
+
+    @rule
+    def world_size_product(s):
+        if not W or s.get("data_parallel") is None:
+            return None
+        tp, pp, cp, dp = v(s, "tensor_parallel"), v(s, "pipeline_parallel"), v(s, "context_parallel"), s["data_parallel"]
+        prod = tp * pp * cp * dp
+        if prod != W:
+            return (f"tp({tp}) * pp({pp}) * cp({cp}) * dp({dp}) = {prod} != world_size({W}); "
+                    f"choose data_parallel = {W} / (tp * pp * cp)")
+        return None
+
+    @rule
+    def expert_grid(s):
+        ep = v(s, "expert_parallel")
+        if ep <= 1:
+            return None
+        tp, cp = v(s, "tensor_parallel"), v(s, "context_parallel")
+        dp = s.get("data_parallel")
+        if dp is None:
+            if not W:
+                return None
+            dp = W // max(1, tp * v(s, "pipeline_parallel") * cp)
+        etp = expert_tensor_parallel if expert_tensor_parallel is not None else tp
+        inner = tp * cp * dp
+        if inner % (ep * etp):
+            return (f"expert grid: ep({ep}) * etp({etp}) = {ep * etp} does not divide tp*cp*dp = "
+                    f"{tp}*{cp}*{dp} = {inner}; lower expert_parallel or raise data_parallel")
+        return None
+
+    @rule
+    def tp_divides_heads(s):
+        tp = v(s, "tensor_parallel")
+        if H and H % tp:
+            return f"tensor parallel {tp} does not divide {H} attention heads ({H} % {tp} = {H % tp})"
+        return None
+
+    @rule
+    def tp_divides_query_groups(s):
+        tp = v(s, "tensor_parallel")
+        if G and G % tp:
+            return f"tensor parallel {tp} does not divide {G} query groups ({G} % {tp} = {G % tp})"
+        return None
+
+    @rule
+    def pp_divides_layers(s):
+        pp = v(s, "pipeline_parallel")
+        if L and not stage_layers_given and L % pp:
+            return (f"pipeline parallel {pp} does not divide {L} layers ({L} % {pp} = {L % pp}); give "
+                    f"--decoder-first/last-pipeline-num-layers for uneven stages")
+        if L and pp > L:
+            return f"pipeline parallel {pp} is more than the {L} layers"
+        return None
+
+    @rule
+    def ep_divides_experts(s):
+        ep = v(s, "expert_parallel")
+        if ep > 1 and not E:
+            return f"expert parallel {ep} needs a MoE model (num_experts is not set)"
+        if E and E % ep:
+            return f"expert parallel {ep} does not divide {E} experts ({E} % {ep} = {E % ep})"
+        return None
+
+    @rule
+    def cp_divides_seq(s):
+        cp = v(s, "context_parallel")
+        if cp > 1 and S and S % (2 * cp):
+            return (f"context parallel {cp} needs seq_length divisible by 2*cp = {2 * cp} "
+                    f"({S} % {2 * cp} = {S % (2 * cp)})")
+        return None
+
+    @rule
+    def global_batch_divisible(s):
+        mbs, dp = v(s, "micro_batch_size"), s.get("data_parallel")
+        if not B or dp is None:
+            return None
+        x = mbs * dp
+        if B % x:
+            return (f"global batch {B} is not divisible by micro batch {mbs} * data parallel {dp} = {x} "
+                    f"({B} % {x} = {B % x})")
+        return None
+
+    @rule
+    def sequence_parallel_needs_tp(s):
+        if v(s, "sequence_parallel") and v(s, "tensor_parallel") <= 1:
+            return "sequence_parallel needs tensor_parallel > 1 (tp = 1); turn sequence_parallel off"
+        return None
+
+    @rule
+    def virtual_pipeline_fits(s):
+        vp, pp = v(s, "virtual_pipeline"), v(s, "pipeline_parallel")
+        if vp <= 1:
+            return None
+        if pp <= 1:
+            return f"virtual_pipeline {vp} needs pipeline_parallel > 1 (pp = {pp})"
+        if L and not stage_layers_given and L % (pp * vp):
+            return (f"virtual pipeline: {L} layers are not divisible by pp * vp = {pp} * {vp} = {pp * vp} "
+                    f"({L} % {pp * vp} = {L % (pp * vp)})")
+        return None
+
+    @rule
+    def recompute_layers_fit(s):
+        if v(s, "recompute_granularity") != "full" or not L:
+            return None
+        n, pp, vp = v(s, "recompute_num_layers"), v(s, "pipeline_parallel"), v(s, "virtual_pipeline")
+        per = L // max(1, pp * vp)
+        if n > per:
+            return (f"recompute_num_layers {n} is more than the {per} layers per (virtual) pipeline stage "
+                    f"({L} layers / (pp {pp} * vp {vp}))")
+        return None
+
+    @rule
+    def overlap_param_gather_needs(s):
+        if not v(s, "overlap_param_gather"):
+            return None
+        if not v(s, "distributed_optimizer"):
+            return "overlap_param_gather needs distributed_optimizer (--use-distributed-optimizer)"
+        if not v(s, "overlap_grad_reduce"):
+            return "overlap_param_gather needs overlap_grad_reduce (--overlap-grad-reduce)"
+        return None
+
+    @rule
+    def tp_comm_overlap_needs(s):
+        if v(s, "tp_comm_overlap") and (v(s, "tensor_parallel") <= 1 or not v(s, "sequence_parallel")):
+            return (f"tp_comm_overlap needs tensor_parallel > 1 and sequence_parallel "
+                    f"(tp = {v(s, 'tensor_parallel')}, sequence_parallel = {v(s, 'sequence_parallel')})")
+        return None
+
+    @rule
+    def fp8_needs_bf16(s):
+        if v(s, "fp8_recipe") != "none" and not v(s, "bf16"):
+            return f"fp8_recipe {v(s, 'fp8_recipe')!r} needs bf16 = true"
+        return None
+
+    @rule
+    def bf16_not_with_fp16(s):
+        if fp16 and v(s, "bf16"):
+            return "bf16 cannot be combined with the workload's fp16 (--fp16); keep bf16 = false"
+        return None
+
+    @rule
+    def async_tp_needs(s):
+        if v(s, "async_tp") and (v(s, "tensor_parallel") <= 1 or not v(s, "torch_compile")):
+            return (f"async_tp needs tensor_parallel > 1 and torch_compile = true "
+                    f"(tp = {v(s, 'tensor_parallel')}, torch_compile = {v(s, 'torch_compile')})")
+        return None
+
+    return out
+
+
+def check_setting(space: KnobSpace, setting: Mapping[str, Any]) -> list[Violation]:
+    """Like ``space.validate`` but a knob whose value is None (unknown, e.g. data_parallel when the
+    world size is not stated) is neither a domain error nor filled with a default: the rules that
+    need it are skipped. Knobs the space does not hold are ignored."""
+    out: list[Violation] = []
+    for k in space.knobs:
+        v = setting.get(k.name)
+        if v is not None and (v not in k.domain or (k.kind != "bool" and isinstance(v, bool))):
+            out.append(Violation("domain", f"{k.name}={v!r} is not in its domain {list(k.domain)}"))
+    if out:
+        return out
+    s = {k.name: setting.get(k.name, k.default) for k in space.knobs}
+    for c in space.constraints:
+        try:
+            msg = c(s)
+        except Exception as e:  # a rule that crashes is reported, not raised
+            msg = f"constraint {c.name} failed to evaluate: {type(e).__name__}: {e}"
+        if msg:
+            out.append(Violation(c.name, msg))
+    return out
+
+
+def complete_setting(partial: Mapping[str, Any], names: Iterable[str] | None = None,
+                     framework: str | None = None) -> dict[str, Any]:
+    """``partial`` with every catalog knob (or every name in ``names``) filled by the framework default."""
+    over = FRAMEWORK_DEFAULTS.get(framework or "", {})
+    out = {}
+    for n in names if names is not None else KNOB_NAMES:
+        out[n] = partial[n] if n in partial else over.get(n, DEFAULTS[n])
+    return out

@@ -1,0 +1,181 @@
+"""Design matrix and coefficient priors shared by the time and memory models.
+
+Columns, in order:
+
+1. main effects -- exactly ``KnobSpace.feature_names`` (one-hot of non-default values; the default
+   is the reference level), so a column's coefficient is what a :class:`Prior` states;
+2. interactions -- for each knob tuple in ``interactions``, the products of each knob's
+   *interaction basis*: a positive int knob contributes one column ``log2(value / default)``, any
+   other knob its one-hot non-default columns. ``("micro_batch_size", "recompute_granularity")``
+   with recompute in {none, selective, full} gives two columns,
+   ``log2(micro_batch_size)*recompute_granularity=selective`` and ``...=full``: how much the
+   recompute effect changes per doubling of the micro-batch (log scale).
+
+Priors: a main-effect column gets Normal(prior mean, prior sd) from the matching Prior (time_* or
+mem_* fields, by target), else Normal(0, ``main_sd``); an interaction column gets Normal(0,
+``interaction_sd`` = 0.1) per unit of its product: second-order effects are small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from ..knobs.setting import Setting
+from ..knobs.space import KnobSpace
+from ..priors.prior import Prior
+
+Target = Literal["time", "memory"]
+
+# Interactions a training-infrastructure engineer expects; each is used when all its knobs exist.
+#  - micro-batch x recompute: activation memory (and recompute's extra forward) scale with the micro-batch
+#  - TP x sequence parallel: SP splits the activations TP would otherwise replicate
+#  - PP x virtual pipeline x micro-batch: bubble fraction (pp - 1) / (n_microbatches * vpp)
+DEFAULT_INTERACTIONS: tuple[tuple[str, ...], ...] = (
+    ("micro_batch_size", "recompute_granularity"),
+    ("tensor_parallel", "sequence_parallel"),
+    ("pipeline_parallel", "virtual_pipeline"),
+    ("pipeline_parallel", "virtual_pipeline", "micro_batch_size"),
+)
+
+
+class Design:
+    """Encodes settings into the model's columns and holds the per-column Normal priors.
+
+    ``names``: column names (p of them); ``prior_mean``/``prior_sd``: shape (p,), log scale;
+    ``prior_source``: where each column's prior came from ("uninformative" when none was given);
+    ``unused_priors``: priors whose feature is not a column of this space (ignored, kept for reports).
+    """
+
+    def __init__(
+        self,
+        space: KnobSpace,
+        *,
+        target: Target,
+        priors: Sequence[Prior] | None = None,
+        interactions: Sequence[Sequence[str]] | None = None,
+        main_sd: float = 1.0,
+        interaction_sd: float = 0.1,
+    ) -> None:
+        if not isinstance(space, KnobSpace):
+            raise TypeError(f"space must be a KnobSpace, got {type(space).__name__}")
+        if main_sd <= 0 or interaction_sd <= 0:
+            raise ValueError(f"main_sd ({main_sd}) and interaction_sd ({interaction_sd}) must be > 0")
+        self.space = space
+        self.target: Target = target
+        if interactions is None:
+            self.interactions = tuple(t for t in DEFAULT_INTERACTIONS if all(k in space for k in t))
+        else:
+            self.interactions = tuple(tuple(t) for t in interactions)
+            for t in self.interactions:
+                if len(t) < 2 or len(set(t)) != len(t):
+                    raise ValueError(f"interaction {t!r}: give two or more distinct knob names")
+                unknown = [k for k in t if k not in space]
+                if unknown:
+                    raise ValueError(
+                        f"interaction {t!r} names unknown knob(s) {unknown}; known: {', '.join(space.names)}"
+                    )
+
+        # Per knob: value -> row of its main-effect one-hot block and of its interaction basis.
+        self._knobs = list(space.knobs)
+        self._main_cols: dict[str, list[int]] = {}
+        self._basis: dict[str, tuple[list[str], dict[Any, np.ndarray]]] = {}
+        col = {n: i for i, n in enumerate(space.feature_names)}
+        for k in self._knobs:
+            self._main_cols[k.name] = [col[f"{k.name}={v}"] for v in k.domain if v != k.default]
+            if k.kind == "int" and all(v > 0 for v in k.domain):
+                self._basis[k.name] = (
+                    [f"log2({k.name})"],
+                    {v: np.array([math.log2(v / k.default)]) for v in k.domain},
+                )
+            else:
+                nd = [v for v in k.domain if v != k.default]
+                self._basis[k.name] = (
+                    [f"{k.name}={v}" for v in nd],
+                    {v: np.array([1.0 if v == u else 0.0 for u in nd]) for v in k.domain},
+                )
+
+        self.main_names: list[str] = list(space.feature_names)
+        inter_names: list[str] = []
+        for t in self.interactions:
+            parts = [self._basis[k][0] for k in t]
+            for combo in _product(parts):
+                inter_names.append("*".join(combo))
+        self.interaction_names = inter_names
+        self.names: list[str] = self.main_names + inter_names
+        p_main = len(self.main_names)
+
+        self.prior_mean = np.zeros(len(self.names))
+        self.prior_sd = np.concatenate([np.full(p_main, main_sd), np.full(len(inter_names), interaction_sd)])
+        self.prior_source = ["uninformative"] * len(self.names)
+        self.unused_priors: list[Prior] = []
+        seen: dict[str, Prior] = {}
+        for pr in priors or ():
+            if not isinstance(pr, Prior):
+                raise TypeError(f"priors must be Prior objects, got {type(pr).__name__}")
+            f = pr.feature
+            j = col.get(f)
+            if j is None:
+                self.unused_priors.append(pr)
+                continue
+            if f in seen:
+                raise ValueError(
+                    f"two priors for {f} (sources {seen[f].source!r} and {pr.source!r}); merge them into one "
+                    "before building the model"
+                )
+            seen[f] = pr
+            self.prior_mean[j] = pr.time_mean if target == "time" else pr.mem_mean
+            self.prior_sd[j] = pr.time_sd if target == "time" else pr.mem_sd
+            self.prior_source[j] = pr.source
+
+    @property
+    def p(self) -> int:
+        return len(self.names)
+
+    def matrix(self, settings: Sequence[Mapping[str, Any]] | Mapping[str, Any], *, what: str = "settings") -> np.ndarray:
+        """Shape (n, p) float64. Missing knobs take their default; a value outside a knob's domain is
+        an error naming the row, the knob and its domain."""
+        rows = [settings] if isinstance(settings, Mapping) else list(settings)
+        # plain dicts: dict.get is C-level, Setting.get goes through Python (10,000 rows x 10 knobs)
+        rows = [r.to_dict() if isinstance(r, Setting) else r for r in rows]
+        n = len(rows)
+        x = np.zeros((n, self.p))
+        basis_rows: dict[str, np.ndarray] = {}
+        for k in self._knobs:
+            index = {v: i for i, v in enumerate(k.domain)}
+            try:
+                idx = np.fromiter((index[r.get(k.name, k.default)] for r in rows), dtype=np.int64, count=n)
+            except (KeyError, TypeError):
+                for i, r in enumerate(rows):
+                    v = r.get(k.name, k.default)
+                    if v not in index:
+                        raise ValueError(
+                            f"{what}[{i}] has {k.name}={v!r}, outside its domain {list(k.domain)}"
+                        ) from None
+                raise
+            # one-hot block: domain index -> column (default has none)
+            nd = [i for i, v in enumerate(k.domain) if v != k.default]
+            for c, di in zip(self._main_cols[k.name], nd):
+                x[:, c] = idx == di
+            if any(k.name in t for t in self.interactions):
+                table = np.stack([self._basis[k.name][1][v] for v in k.domain])  # (|domain|, width)
+                basis_rows[k.name] = table[idx]  # (n, width)
+        c = len(self.main_names)
+        for t in self.interactions:
+            block = basis_rows[t[0]]
+            for k in t[1:]:
+                b = basis_rows[k]
+                block = (block[:, :, None] * b[:, None, :]).reshape(n, block.shape[1] * b.shape[1])
+            x[:, c : c + block.shape[1]] = block
+            c += block.shape[1]
+        return x
+
+
+def _product(parts: list[list[str]]) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = [()]
+    for names in parts:
+        out = [o + (n,) for o in out for n in names]
+    return out

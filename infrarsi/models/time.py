@@ -1,0 +1,267 @@
+"""TimeModel: Bayesian regression of log steady-state step time on a setting's features.
+
+Model (Pyro, :func:`time_model`)::
+
+    intercept ~ Normal(0, 10)                            # log seconds at the default setting (minus offset)
+    beta[j]   ~ Normal(prior_mean[j], prior_sd[j])       # a Prior's time_mean/time_sd, else Normal(0, 1);
+                                                         # interaction columns Normal(0, 0.1)
+    sigma     ~ LogNormal(log(noise_cv), 0.75)           # run-to-run noise from the doctor (CV ~ sd of log)
+                                                         # LogNormal(log 0.05, 1.5) when no CV is known
+    log_step_time[i] ~ Normal(intercept + x[i] @ beta + offset[i], sigma)
+
+``x`` is the design of :mod:`._design`: the KnobSpace's one-hot features plus interaction columns.
+``offset`` is an optional analytical term per setting (e.g. log(model FLOPs / peak FLOP/s)).
+
+Inference is exact and fast: given sigma the model is a conjugate Gaussian linear model, so the
+posterior is a mixture of Gaussians over a grid of sigma values weighted by the marginal likelihood
+(:func:`._fit.conjugate_grid`). There is nothing to warm-start; a refit on 50 trials takes
+milliseconds. :meth:`TimeModel.run_nuts` samples the same Pyro model with NUTS for the report.
+
+Public API (what the search stage calls)::
+
+    m = TimeModel(space, priors=None, noise_cv=None, interactions=None, seed=0, *,
+                  main_sd=1.0, interaction_sd=0.1)
+    m.fit(settings, step_times_s, offsets=None) -> m
+        # step_times_s[i] in seconds; NaN/None = the trial produced no step time (OOM, crash): skipped
+    mean_log, sd_log = m.predict(settings, offsets=None, noise=True)   # posterior predictive of
+        # log step time (log seconds), shape (n,) each; noise=False: uncertainty of the mean only
+    draws = m.sample(settings, n, offsets=None, noise=False)  # (n, len(settings)) joint draws (Thompson)
+    m.effects(nuts=False) -> list[Effect]; m.run_nuts(num_samples=300, warmup_steps=300)
+    m.last_fit_s, m.n_obs, m.sigma, m.posterior (GridPosterior over [intercept, beta])
+
+``interactions=None`` uses :data:`._design.DEFAULT_INTERACTIONS` whose knobs all exist in the
+space; pass a list of knob-name tuples to choose, or ``[]`` for none. When ``fit`` got offsets,
+``predict``/``sample`` need them too (and not otherwise): a clear error says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import torch
+
+from ..knobs.space import KnobSpace
+from ..priors.prior import Prior
+from ._design import Design
+from ._fit import GridPosterior, conjugate_grid, one_thread, row_moments, run_nuts
+from .revision import Effect
+
+INTERCEPT_SD = 10.0  # log seconds: a flat prior in practice (e^-10 s .. e^10 s within 1 sd)
+NOISE_SCALE_WITH_CV = 0.75  # sd of log sigma around log(noise_cv): the model's misfit adds to the noise
+NOISE_LOC_DEFAULT, NOISE_SCALE_DEFAULT = math.log(0.05), 1.5
+
+
+def time_model(
+    x: torch.Tensor,
+    offsets: torch.Tensor,
+    prior_mean: torch.Tensor,
+    prior_sd: torch.Tensor,
+    sigma_loc: float,
+    sigma_scale: float,
+    y: torch.Tensor | None = None,
+) -> None:
+    """x: (n, p) design, offsets: (n,), y: (n,) log step time in log seconds (None to simulate)."""
+    intercept = pyro.sample("intercept", dist.Normal(torch.tensor(0.0, dtype=x.dtype), INTERCEPT_SD))
+    beta = pyro.sample("beta", dist.Normal(prior_mean, prior_sd).to_event(1))
+    sigma = pyro.sample("sigma", dist.LogNormal(torch.tensor(sigma_loc, dtype=x.dtype), sigma_scale))
+    mu = intercept + x @ beta + offsets
+    with pyro.plate("trials", x.shape[0]):
+        pyro.sample("log_step_time", dist.Normal(mu, sigma), obs=y)
+
+
+class TimeModel:
+    """Posterior over log step time; see the module docstring for the model and the API."""
+
+    target = "time"
+
+    def __init__(
+        self,
+        space: KnobSpace,
+        priors: Sequence[Prior] | None = None,
+        noise_cv: float | None = None,
+        interactions: Sequence[Sequence[str]] | None = None,
+        seed: int = 0,
+        *,
+        main_sd: float = 1.0,
+        interaction_sd: float = 0.1,
+    ) -> None:
+        self.design = Design(
+            space, target="time", priors=priors, interactions=interactions, main_sd=main_sd, interaction_sd=interaction_sd
+        )
+        if noise_cv is None:
+            self.sigma_loc, self.sigma_scale = NOISE_LOC_DEFAULT, NOISE_SCALE_DEFAULT
+        else:
+            if not (isinstance(noise_cv, (int, float)) and math.isfinite(noise_cv) and noise_cv > 0):
+                raise ValueError(f"noise_cv must be a positive number (the doctor's CV, e.g. 0.02), got {noise_cv!r}")
+            self.sigma_loc, self.sigma_scale = math.log(noise_cv), NOISE_SCALE_WITH_CV
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self._uses_offsets = False
+        self.n_obs = 0
+        self.last_fit_s = 0.0
+        self.nuts_draws: dict[str, np.ndarray] | None = None
+        self._x: np.ndarray | None = None
+        self._y: np.ndarray | None = None
+        self._off: np.ndarray | None = None
+        self.posterior: GridPosterior = self._solve(np.zeros((0, self.design.p)), np.zeros(0))
+
+    # ------------------------------------------------------------------ fit
+    def fit(
+        self,
+        settings: Sequence[Mapping[str, Any]],
+        step_times_s: Sequence[float] | np.ndarray,
+        offsets: Sequence[float] | np.ndarray | None = None,
+    ) -> "TimeModel":
+        """Condition on all trials so far (the posterior is recomputed exactly from the prior).
+
+        ``step_times_s[i]``: steady-state step time of ``settings[i]`` in seconds; NaN/None for a
+        trial that produced none (OOM, crash): skipped. ``offsets[i]``: analytical log-time term.
+        """
+        t0 = time.perf_counter()
+        settings = list(settings)
+        y_s = _as_float_array(step_times_s, "step_times_s", len(settings))
+        off = self._check_offsets(offsets, len(settings), fitting=True)
+        keep = ~np.isnan(y_s)
+        bad = np.flatnonzero(keep & ~(np.isfinite(y_s) & (y_s > 0)))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"step_times_s[{i}] = {y_s[i]!r}: a step time must be a positive number of seconds (NaN for none)")
+        x = self.design.matrix(settings)[keep]
+        y = np.log(y_s[keep])
+        self._x, self._y, self._off = x, y, off[keep]
+        self.posterior = self._solve(x, y - off[keep])
+        self.n_obs = int(keep.sum())
+        self.nuts_draws = None
+        self.last_fit_s = time.perf_counter() - t0
+        return self
+
+    def _solve(self, x: np.ndarray, y: np.ndarray) -> GridPosterior:
+        x1 = np.hstack([np.ones((x.shape[0], 1)), x])
+        m0 = np.concatenate([[0.0], self.design.prior_mean])
+        s0 = np.concatenate([[INTERCEPT_SD], self.design.prior_sd])
+        return conjugate_grid(x1, y, m0, s0, self.sigma_loc, self.sigma_scale)
+
+    # ------------------------------------------------------------- predict
+    def predict(
+        self,
+        settings: Sequence[Mapping[str, Any]],
+        offsets: Sequence[float] | np.ndarray | None = None,
+        *,
+        noise: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior predictive of log step time (log seconds): (mean, sd), each shape (n,).
+        ``noise=False`` leaves out the run-to-run noise (uncertainty about the mean only)."""
+        settings = list(settings)
+        off = self._check_offsets(offsets, len(settings), fitting=False)
+        x1 = np.hstack([np.ones((len(settings), 1)), self.design.matrix(settings)])
+        post = self.posterior
+        mu, quad = row_moments(x1, post.mean()[None], post.cov()[None])
+        mean, var = mu[0] + off, quad[0]
+        if noise:
+            var = var + post.e_sigma2()
+        return mean, np.sqrt(np.maximum(var, 0.0))
+
+    def sample(
+        self,
+        settings: Sequence[Mapping[str, Any]],
+        n: int,
+        offsets: Sequence[float] | np.ndarray | None = None,
+        *,
+        noise: bool = False,
+    ) -> np.ndarray:
+        """``n`` joint posterior draws of log step time for every setting: shape (n, len(settings)).
+        Each row is one coherent draw of the coefficients (for Thompson sampling)."""
+        settings = list(settings)
+        off = self._check_offsets(offsets, len(settings), fitting=False)
+        x1 = np.hstack([np.ones((len(settings), 1)), self.design.matrix(settings)])
+        theta, sigma = self.posterior.sample(n, self._rng)
+        with one_thread():
+            out = (torch.as_tensor(theta) @ torch.as_tensor(x1).T).numpy() + off[None, :]
+        if noise:
+            out = out + sigma[:, None] * self._rng.standard_normal(out.shape)
+        return out
+
+    @property
+    def sigma(self) -> float:
+        """Posterior mean of the noise sd (log scale)."""
+        return float(self.posterior.weights @ np.exp(self.posterior.log_sigma))
+
+    # ------------------------------------------------------------- effects
+    def effects(self, *, nuts: bool = False) -> list[Effect]:
+        """Posterior of every column (main effects, then interactions): mean and central 90% interval."""
+        d = self.design
+        if nuts:
+            if self.nuts_draws is None:
+                raise RuntimeError("no NUTS draws: call run_nuts() after fit() first")
+            b = self.nuts_draws["beta"]
+            mean, lo, hi = b.mean(0), np.quantile(b, 0.05, axis=0), np.quantile(b, 0.95, axis=0)
+        else:
+            mean = self.posterior.mean()[1:]
+            lo = self.posterior.marginal_quantiles(0.05)[1:]
+            hi = self.posterior.marginal_quantiles(0.95)[1:]
+        return [
+            Effect(
+                feature=name,
+                target="time",
+                mean=float(mean[j]),
+                lo=float(lo[j]),
+                hi=float(hi[j]),
+                prior_mean=float(d.prior_mean[j]),
+                prior_sd=float(d.prior_sd[j]),
+                source=d.prior_source[j],
+            )
+            for j, name in enumerate(d.names)
+        ]
+
+    def run_nuts(self, num_samples: int = 300, warmup_steps: int = 300, *, jit_compile: bool = True) -> dict[str, np.ndarray]:
+        """Sample :func:`time_model` on the fitted data with NUTS (exact; seconds to minutes). The draws
+        are kept in ``nuts_draws`` and used by ``effects(nuts=True)``."""
+        if self._x is None:
+            raise RuntimeError("run_nuts() needs data: call fit() first")
+        mean = self.posterior.mean()
+        init = {
+            "intercept": torch.tensor(mean[0], dtype=torch.float64),
+            "beta": torch.as_tensor(mean[1:]),
+            "sigma": torch.tensor(self.sigma, dtype=torch.float64),
+        }
+        self.nuts_draws = run_nuts(time_model, self.pyro_kwargs(), init, num_samples=num_samples, warmup_steps=warmup_steps, seed=self.seed, jit_compile=jit_compile)
+        return self.nuts_draws
+
+    def pyro_kwargs(self) -> dict[str, Any]:
+        """The arguments of :func:`time_model` for the fitted data (float64 tensors)."""
+        assert self._x is not None and self._y is not None and self._off is not None
+        t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
+        return dict(
+            x=t(self._x), offsets=t(self._off), prior_mean=t(self.design.prior_mean), prior_sd=t(self.design.prior_sd),
+            sigma_loc=self.sigma_loc, sigma_scale=self.sigma_scale, y=t(self._y),
+        )
+
+    # -------------------------------------------------------------- helpers
+    def _check_offsets(self, offsets: Any, n: int, *, fitting: bool) -> np.ndarray:
+        if offsets is None:
+            if not fitting and self._uses_offsets:
+                raise ValueError("this TimeModel was fit with offsets: pass offsets= for these settings too")
+            if fitting:
+                self._uses_offsets = False
+            return np.zeros(n)
+        off = _as_float_array(offsets, "offsets", n)
+        if not np.isfinite(off).all():
+            raise ValueError(f"offsets[{int(np.flatnonzero(~np.isfinite(off))[0])}] is not finite; offsets are log-scale terms")
+        if fitting:
+            self._uses_offsets = True
+        elif not self._uses_offsets:
+            raise ValueError("this TimeModel was fit without offsets: predict without offsets= (or refit with them)")
+        return off
+
+
+def _as_float_array(values: Any, name: str, n: int) -> np.ndarray:
+    arr = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+    if arr.shape != (n,):
+        raise ValueError(f"{name} has {arr.size} values for {n} settings; give one per setting")
+    return arr

@@ -1,0 +1,183 @@
+"""The audit: which files a candidate touches, whether each is inside the locked scope and still the
+file that was verified, and whether a promoted candidate's numbers still follow from its trials.
+
+Shared by ``infrarsi report`` (prints it) and ``infrarsi apply`` (refuses on any problem).
+
+Scope: a path is inside ``scope.files`` when it is a normalized relative path (no ``..``, not absolute)
+that ``fnmatch`` matches against one of the globs (``*`` also crosses ``/``, so ``kernels/**/*.py``
+takes ``kernels/rmsnorm/x.py``). The ``..`` rule matters: ``kernels/../../etc/x.py`` matches the glob
+textually but leaves the scope.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..execute.trial import TrialStatus
+from ..search.verify import speedup_ci
+from .load import RunData
+
+KERNEL_PREFIX = "kernel_"
+REFERENCE = "reference"
+
+
+@dataclass(frozen=True)
+class FileAudit:
+    path: str  # as the setting names it, relative to the repository
+    op: str  # kernel op, e.g. "rmsnorm"
+    source: Path | None  # where the file was found now (None: missing)
+    sha256: str | None  # of the file now
+    verified_sha256: str | None  # recorded by the kernel verifier during the run (search.json)
+    verdict: str | None  # the verifier's verdict: "pass", "fail", or None (never verified)
+    scope_glob: str | None  # the scope.files glob it matched; None = outside the scope
+
+    @property
+    def in_scope(self) -> bool:
+        return self.scope_glob is not None
+
+    @property
+    def problem(self) -> str:
+        """One line, "" when the file may be applied."""
+        if not self.in_scope:
+            return f"{self.path} is outside the locked scope (scope.files); add a glob for it to the contract"
+        if self.source is None:
+            return f"{self.path} does not exist any more; restore it or rerun `infrarsi run`"
+        if self.verdict is None:
+            return f"{self.path} was never verified by the kernel verifier; rerun `infrarsi run`"
+        if self.verdict != "pass":
+            return f"{self.path} failed kernel verification ({self.verdict}); it cannot be applied"
+        if self.sha256 != self.verified_sha256:
+            return (f"{self.path} changed since it was verified (sha256 {str(self.verified_sha256)[:12]} -> "
+                    f"{str(self.sha256)[:12]}); stale candidate: rerun `infrarsi run`")
+        return ""
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def scope_glob(path: str, globs: Sequence[str]) -> str | None:
+    """The first glob of ``scope.files`` that takes ``path``, or None (also for absolute or ``..`` paths)."""
+    p = PurePosixPath(path.replace("\\", "/"))
+    if p.is_absolute() or ".." in p.parts or not p.parts:
+        return None
+    text = p.as_posix()
+    return next((g for g in globs if fnmatchcase(text, g)), None)
+
+
+def kernel_files(setting: Mapping[str, Any], patches: Mapping[str, str] | None = None) -> dict[str, str]:
+    """op -> candidate path for every kernel patch a setting (and explicit patches) chooses."""
+    out = dict(patches or {})
+    for k, v in setting.items():
+        if k.startswith(KERNEL_PREFIX) and v not in (None, REFERENCE):
+            out[k[len(KERNEL_PREFIX):]] = str(v)
+    return dict(sorted(out.items()))
+
+
+def audit_files(data: RunData, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None) -> list[FileAudit]:
+    verdicts = data.search.get("kernel_verdicts", {}) or {}
+    out = []
+    for op, rel in kernel_files(setting, patches).items():
+        src = data.resolve_source(rel)
+        v = verdicts.get(rel) or {}
+        out.append(FileAudit(path=rel, op=op, source=src, sha256=sha256_file(src) if src else None,
+                             verified_sha256=v.get("sha256"), verdict=v.get("verdict"),
+                             scope_glob=scope_glob(rel, data.contract.scope.files)))
+    return out
+
+
+def knob_problems(data: RunData, setting: Mapping[str, Any]) -> list[str]:
+    """Knob values the locked scope does not allow: a knob outside scope.knobs that moved off the
+    baseline, or an in-scope knob set to a value its list does not hold."""
+    scope = data.contract.scope.knobs
+    base = (data.verification or {}).get("baseline") or data.contract.baseline
+    out = []
+    for k, v in sorted(setting.items()):
+        if scope and k not in scope:
+            if k in base and base[k] != v:
+                out.append(f"knob {k}={v!r} is outside the locked scope (scope.knobs); the baseline has {base[k]!r}")
+            continue
+        if k in scope:
+            allowed = list(scope[k]) + ([REFERENCE] if k.startswith(KERNEL_PREFIX) else [])
+            if v not in allowed:
+                out.append(f"knob {k}={v!r} is not among the locked values {allowed} (scope.knobs.{k})")
+    return out
+
+
+def run_problems(data: RunData) -> list[str]:
+    """Verification that no longer belongs to this lock: another contract, or older than the lock."""
+    ver = data.verification
+    if ver is None:
+        return [f"{data.run_dir} has no verification.json; run `infrarsi run --run-dir {data.run_dir}` first"]
+    out = []
+    if ver.get("contract_sha256") != data.contract_sha256:
+        out.append(f"contract mismatch: verification.json was made under contract sha256 "
+                   f"{str(ver.get('contract_sha256'))[:12]}, the lock is {data.contract_sha256[:12]}; rerun `infrarsi run`")
+    fin = ver.get("finished_at")
+    if fin is None or float(fin) < data.locked_at:
+        out.append(f"stale verification: finished at {fin} before the contract was locked at {data.locked_at:.0f}; "
+                   f"rerun `infrarsi run`")
+    return out
+
+
+def recomputed_speedup(data: RunData, cand: Mapping[str, Any]) -> tuple[Any, list[str]]:
+    """The candidate's paired speedup recomputed from its trials on disk, and the problems found with
+    those trials (missing, not verify runs, not ok, or not the settings they claim)."""
+    trials = data.by_id
+    base = (data.verification or {}).get("baseline", {})
+    problems, a_s, b_s = [], [], []
+    for pair in cand.get("trials", []):
+        a, b = (trials.get(int(i)) for i in pair)
+        if a is None or b is None:
+            problems.append(f"verification pair {pair} names a trial that is not on disk")
+            continue
+        if a.setting != base or b.setting != dict(cand["setting"]):
+            problems.append(f"verification pair {pair}: the trials ran other settings than recorded")
+            continue
+        if a.status is TrialStatus.OK and b.status is TrialStatus.OK:
+            a_s.append(a.metrics.step_time_s)
+            b_s.append(b.metrics.step_time_s)
+    sp = speedup_ci(a_s, b_s) if len(a_s) >= 2 else None
+    return sp, problems
+
+
+def candidate_problems(data: RunData, cand: Mapping[str, Any]) -> list[str]:
+    """Everything that makes a candidate unfit to apply; [] for a promoted, verified, fresh one."""
+    if not cand.get("promoted"):
+        return [f"candidate {_short(cand['setting'])} was not promoted: {cand.get('reason', '')}"]
+    sp, out = recomputed_speedup(data, cand)
+    if sp is None:
+        out.append("unverified candidate: fewer than 2 ok verification pairs on disk")
+    else:
+        rec = float(cand.get("speedup", math.nan))
+        if not math.isclose(sp.speedup, rec, rel_tol=1e-9):
+            out.append(f"unverified candidate: its trials give speedup {sp.speedup:.4f}, verification.json says {rec:.4f}")
+        bar = 1.0 + float((data.verification or {}).get("mde", 0.0))
+        if not sp.lo > bar:
+            out.append(f"unverified candidate: CI lower bound {sp.lo:.3f} <= 1 + mde = {bar:.3f}")
+    out += knob_problems(data, cand["setting"])
+    out += [f.problem for f in audit_files(data, cand["setting"]) if f.problem]
+    return out
+
+
+def best_promoted(data: RunData) -> dict[str, Any] | None:
+    """The promoted candidate with the highest speedup (ties: the higher CI lower bound)."""
+    cands = [c for c in (data.verification or {}).get("candidates", []) if c.get("promoted")]
+    if not cands:
+        return None
+    return max(cands, key=lambda c: (float(c["speedup"]), float(c["ci95"][0])))
+
+
+def changed(setting: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
+    """The knobs a setting moves off the baseline."""
+    return {k: v for k, v in setting.items() if baseline.get(k) != v}
+
+
+def _short(setting: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in setting.items()) or "(baseline)"

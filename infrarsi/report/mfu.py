@@ -1,0 +1,52 @@
+"""One FLOP formula for every MFU the report prints (the embedded workload logs the same one).
+
+    FLOPs/step = 6 * N * T  +  6 * L * S^2 * h * B
+
+N: matmul parameters without the embedding (per layer: QKV h*(h + 2*kv), output h*h, MLP 3*h*ffn for
+SwiGLU or 2*h*ffn for GELU; plus the output head h*V). T = B * S tokens per step. 6 = 2 FLOPs per
+multiply-add x (forward + 2x backward). Attention: QK^T and AV cost 2 * 2 * S^2 * h per layer and
+sample forward, x3 with the backward = 12 * L * S^2 * h * B, halved because the mask is causal
+(Megatron-style accounting). Example, the embedded CPU contract: L 4, h 256, ffn 704, V 512, S 256,
+B 16: N = 4 * (3*256^2 + 256^2 + 3*256*704) + 256*512 = 3,342,336; FLOPs/step = 6*N*4096 +
+6*4*256^2*256*16 = 8.214e10 + 6.442e9 = 8.858e10 (what the workload itself counts).
+
+MFU = FLOPs/step / (step time s * devices * peak FLOP/s per device); unknown when the contract leaves
+hardware.peak_flops unset.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+FORMULA = ("FLOPs/step = 6·N·T + 6·L·S²·h·B (Megatron-style: 6 FLOPs per matmul parameter per token, forward "
+           "and backward; causal attention 12·L·S²·h·B halved); N = matmul parameters without the embedding, "
+           "T = B·S tokens per step; MFU = FLOPs/step / (step time × devices × peak FLOP/s per device)")
+
+
+def flops_per_step(args: Mapping[str, Any], adapter: str) -> tuple[float, int, int] | None:
+    """(FLOPs per step, N, T) from the fixed workload arguments (Megatron names), or None when they
+    do not say enough (e.g. a simulated cluster)."""
+    try:
+        L, h, S, B = (int(args[k]) for k in ("num_layers", "hidden_size", "seq_length", "global_batch_size"))
+        V = int(args.get("vocab_size") or args.get("padded_vocab_size"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    heads = int(args.get("num_attention_heads") or 1)
+    groups = int(args.get("num_query_groups") or heads)
+    swiglu = adapter == "minigpt" or bool(args.get("swiglu"))
+    ffn = args.get("ffn_hidden_size")
+    if not ffn:  # the workload's own defaults: SwiGLU 8h/3 rounded up to 64 (minigpt), else 4h
+        ffn = int(math.ceil(8 * h / 3 / 64) * 64) if adapter == "minigpt" else 4 * h
+    kv = h * groups // heads
+    per_layer = h * (h + 2 * kv) + h * h + (3 if swiglu else 2) * h * int(ffn)
+    n = L * per_layer + h * V
+    t = B * S
+    return 6.0 * n * t + 6.0 * L * S**2 * h * B, n, t
+
+
+def mfu(flops: float, step_time_s: float, devices: int, peak_flops: float | None) -> float | None:
+    if not peak_flops or not step_time_s or step_time_s <= 0:
+        return None
+    return flops / (step_time_s * max(1, devices) * peak_flops)

@@ -1,0 +1,231 @@
+"""The report's figures, each a PNG (bytes) drawn with matplotlib's Agg backend (no display needed).
+
+Every point is a trial on disk; labels carry trial ids where there is room. Times in seconds, memory in
+MiB, effects as percent change relative to the knob's default (100 * (exp(x) - 1)).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+
+from ..execute.trial import Trial, TrialStatus  # noqa: E402
+from .fit import Fit  # noqa: E402
+
+MiB = 2**20
+STATUS_STYLE = {  # status -> (color, marker)
+    "ok": ("tab:blue", "o"), "oom": ("tab:red", "X"), "crash": ("tab:purple", "s"), "timeout": ("tab:orange", "v"),
+    "numerics_drift": ("tab:brown", "D"), "invalid": ("tab:gray", "P"), "contract_violation": ("black", "*"),
+    "cancelled": ("tab:olive", "h"), "running": ("tab:cyan", "."),
+}
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def pct(x: float) -> float:
+    return 100.0 * math.expm1(x)
+
+
+def progress(trials: Sequence[Trial]) -> bytes:
+    """Top: step time of every ok trial and the best-so-far line; failed trials as markers on the top
+    edge. Bottom: every trial's status by id."""
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8.5, 5.2), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
+    ok = [t for t in trials if t.status is TrialStatus.OK]
+    top = max((t.metrics.step_time_s for t in ok), default=1.0) * 1.15
+    best, xs, ys = math.inf, [], []
+    for t in trials:
+        if t.status is TrialStatus.OK:
+            best = min(best, t.metrics.step_time_s)
+        if math.isfinite(best):
+            xs.append(t.id)
+            ys.append(best)
+    ax.step(xs, ys, where="post", color="tab:green", lw=2, label="best so far")
+    for role, alpha in (("doctor", 0.5), ("search", 1.0), ("verify", 0.35)):
+        sel = [t for t in ok if t.role == role]
+        if sel:
+            ax.scatter([t.id for t in sel], [t.metrics.step_time_s for t in sel], s=22, alpha=alpha,
+                       color="tab:blue", label=f"ok ({role})")
+    for st, (color, marker) in STATUS_STYLE.items():
+        sel = [t for t in trials if t.status.value == st and st != "ok"]
+        if sel:
+            ax.scatter([t.id for t in sel], [top] * len(sel), marker=marker, color=color, s=60, label=st.upper(),
+                       clip_on=False)
+    ax.set_ylabel("step time (s)")
+    ax.set_title("Step time by trial (failed trials on the top edge)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: the points stay visible
+    names = list(dict.fromkeys(t.status.value for t in trials))
+    for t in trials:
+        color, marker = STATUS_STYLE.get(t.status.value, ("black", "o"))
+        ax2.scatter([t.id], [names.index(t.status.value)], color=color, marker=marker, s=40)
+    ax2.set_yticks(range(len(names)), names, fontsize=8)
+    ax2.set_ylim(-0.6, len(names) - 0.4)
+    ax2.set_xlabel("trial id")
+    return _png(fig)
+
+
+def predicted_vs_observed(fit: Fit) -> bytes:
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 4))
+    if fit.time:
+        obs = [r.observed_s for r in fit.time]
+        ax.errorbar(obs, [r.mean_s for r in fit.time],
+                    yerr=[[r.mean_s - r.lo_s for r in fit.time], [r.hi_s - r.mean_s for r in fit.time]],
+                    fmt="o", ms=4, color="tab:blue", alpha=0.7, label="refit, 90% predictive")
+        prop = [(r.observed_s, r.proposed_s) for r in fit.time if r.proposed_s]
+        if prop:
+            ax.scatter(*zip(*prop), marker="^", color="tab:orange", s=30, label="predicted before the trial")
+        lo, hi = min(obs) * 0.8, max(obs) * 1.25
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    ax.set_xlabel("observed step time (s)")
+    ax.set_ylabel("predicted step time (s)")
+    ax.set_title("Time model")
+    cap = fit.capacity_bytes / MiB
+    ok = [r for r in fit.memory if r.status == "ok"]
+    oom = [r for r in fit.memory if r.status == "oom"]
+    if ok:
+        ax2.errorbar([r.observed_bytes / MiB for r in ok], [r.mean_bytes / MiB for r in ok],
+                     yerr=[[(r.mean_bytes - r.lo_bytes) / MiB for r in ok], [(r.hi_bytes - r.mean_bytes) / MiB for r in ok]],
+                     fmt="o", ms=4, color="tab:blue", alpha=0.7, label="ok: observed peak")
+    if oom:  # censored: the peak is somewhere above capacity, drawn at capacity with an arrow
+        ax2.scatter([cap] * len(oom), [r.mean_bytes / MiB for r in oom], marker="X", color="tab:red", s=60,
+                    label="OOM (peak > capacity)")
+        for r in oom:
+            ax2.annotate("", xy=(cap * 1.12, r.mean_bytes / MiB), xytext=(cap, r.mean_bytes / MiB),
+                         arrowprops={"arrowstyle": "->", "color": "tab:red"})
+    vals = [r.mean_bytes / MiB for r in fit.memory] + [cap] + [r.observed_bytes / MiB for r in ok]
+    if vals:
+        lo, hi = min(vals) * 0.8, max(vals) * 1.25
+        ax2.plot([lo, hi], [lo, hi], "k--", lw=1)
+        ax2.axvline(cap, color="tab:red", lw=1, ls=":")
+        ax2.axhline(cap, color="tab:red", lw=1, ls=":", label=f"capacity {cap:.0f} MiB")
+    ax2.set_xlabel("observed peak memory (MiB)")
+    ax2.set_ylabel("predicted peak memory (MiB)")
+    ax2.set_title("Memory model (OOMs censored)")
+    ax2.legend(fontsize=7)
+    return _png(fig)
+
+
+def memory_boundary(fit: Fit) -> bytes:
+    """Trials sorted by predicted peak: predicted interval, observed peak or OOM, capacity line, P(OOM)."""
+    rows = sorted(fit.memory, key=lambda r: r.mean_bytes)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    x = list(range(len(rows)))
+    cap = fit.capacity_bytes / MiB
+    ax.fill_between(x, [r.lo_bytes / MiB for r in rows], [r.hi_bytes / MiB for r in rows], color="tab:blue",
+                    alpha=0.15, label="predicted peak, 90%")
+    ax.plot(x, [r.mean_bytes / MiB for r in rows], color="tab:blue", lw=1)
+    n_oom = 0
+    for i, r in enumerate(rows):
+        if r.status == "ok":
+            ax.scatter([i], [r.observed_bytes / MiB], color="tab:blue", s=25)
+        else:  # censored: drawn at capacity; labels alternate up and down so neighbours stay readable
+            ax.scatter([i], [cap], marker="X", color="tab:red", s=70)
+            ax.annotate(f"OOM #{r.trial}", (i, cap), textcoords="offset points", xytext=(-14, 9 if n_oom % 2 == 0 else -16),
+                        fontsize=7, color="tab:red")
+            n_oom += 1
+    ax.axhline(cap, color="tab:red", ls="--", label=f"capacity {cap:.0f} MiB")
+    ax.set_xticks(x, [str(r.trial) for r in rows], fontsize=7)
+    ax.set_xlabel("trial id (sorted by predicted peak)")
+    ax.set_ylabel("peak memory (MiB)")
+    ax2 = ax.twinx()
+    ax2.plot(x, [r.p_oom for r in rows], color="tab:red", alpha=0.6, lw=1, marker=".", label="P(OOM)")
+    ax2.set_ylim(-0.02, 1.02)
+    ax2.set_ylabel("P(OOM)")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title("Memory boundary against capacity")
+    return _png(fig)
+
+
+def _label(feature: str) -> str:
+    """``kernel_rmsnorm=kernels/rmsnorm/triton_rows4.py`` -> ``kernel_rmsnorm=triton_rows4.py``."""
+    k, _, v = feature.partition("=")
+    return f"{k}={v.rsplit('/', 1)[-1]}" if "/" in v else feature
+
+
+def effects(time_effects: Sequence[Mapping[str, Any]], memory_effects: Sequence[Mapping[str, Any]]) -> bytes:
+    """Forest plots of the main effects' posteriors: the multiplier exp(effect) with its 90% interval,
+    on a log axis (x0.5 and x2 equally far from x1)."""
+    panels = [(n, [e for e in es if "*" not in e["feature"]]) for n, es in (("time", time_effects), ("memory", memory_effects))]
+    height = max(2.5, 0.28 * max(len(es) for _, es in panels) + 1.2)
+    fig, axes = plt.subplots(1, 2, figsize=(11, height))
+    for ax, (name, es) in zip(axes, panels):
+        for i, e in enumerate(es):
+            color = "tab:green" if e["hi"] < 0 else ("tab:red" if e["lo"] > 0 else "tab:gray")
+            ax.plot([math.exp(e["lo"]), math.exp(e["hi"])], [i, i], color=color, lw=2)
+            ax.scatter([math.exp(e["mean"])], [i], color=color, s=20, zorder=3)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ticks = [0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
+        lo, hi = ax.get_xlim()
+        ax.set_xticks([t for t in ticks if lo <= t <= hi], [f"x{t:g}" for t in ticks if lo <= t <= hi])
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_yticks(range(len(es)), [_label(e["feature"]) for e in es], fontsize=7)
+        ax.set_xlabel(f"x {'step time' if name == 'time' else 'peak memory'} (log scale; 1 = no effect)")
+        ax.set_title(f"{name}: posterior mean, 90% interval", fontsize=10)
+    return _png(fig)
+
+
+def priors_vs_posteriors(revisions: Sequence[Mapping[str, Any]]) -> bytes:
+    """Each prior (grey) above its posterior (blue; red when the prior was miscalibrated)."""
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.42 * len(revisions) + 1.2)))
+    for i, r in enumerate(revisions):
+        ax.plot([pct(r["prior_lo"]), pct(r["prior_hi"])], [i + 0.15] * 2, color="tab:gray", lw=4, alpha=0.6)
+        color = "tab:red" if r["miscalibrated"] else "tab:blue"
+        ax.plot([pct(r["post_lo"]), pct(r["post_hi"])], [i - 0.15] * 2, color=color, lw=2)
+        ax.scatter([pct(r["post_mean"])], [i - 0.15], color=color, s=18, zorder=3)
+    ax.axvline(0, color="k", lw=0.8)
+    labels = [f"{_label(r['feature'])} ({r['target']}, {r['source']})" + ("  MISCALIBRATED" if r["miscalibrated"] else "")
+              for r in revisions]
+    ax.set_yticks(range(len(revisions)), labels, fontsize=7)
+    for tick, r in zip(ax.get_yticklabels(), revisions):
+        if r["miscalibrated"]:
+            tick.set_color("tab:red")
+    ax.set_xlabel("effect (%): prior 90% (grey) vs posterior 90%")
+    ax.set_title("Priors vs posteriors")
+    return _png(fig)
+
+
+def verification(candidates: Sequence[Mapping[str, Any]], mde: float) -> bytes:
+    fig, ax = plt.subplots(figsize=(8, max(2.2, 0.6 * len(candidates) + 1.2)))
+    for i, c in enumerate(candidates):
+        if "speedup" not in c:
+            continue
+        color = "tab:green" if c.get("promoted") else "tab:gray"
+        lo, hi = c["ci95"]
+        ax.plot([lo, hi], [i, i], color=color, lw=3)
+        ax.scatter([c["speedup"]], [i], color=color, s=40, zorder=3)
+        pairs = [a / b for a, b in zip(c.get("baseline_s", []), c.get("candidate_s", []))]
+        ax.scatter(pairs, [i + 0.18] * len(pairs), color="k", s=8, alpha=0.6)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.axvline(1.0 + mde, color="tab:red", ls="--", lw=1, label=f"1 + mde = {1 + mde:.3f}")
+    ax.set_yticks(range(len(candidates)), [f"candidate {i + 1}" + (" (promoted)" if c.get("promoted") else "")
+                                           for i, c in enumerate(candidates)], fontsize=8)
+    ax.set_xlabel("speedup over the baseline (95% CI; dots: individual pairs)")
+    ax.legend(fontsize=7)
+    ax.set_title("Re-verification, interleaved pairs")
+    return _png(fig)
+
+
+def failure_cost(cost: Mapping[str, float]) -> bytes:
+    fig, ax = plt.subplots(figsize=(6.5, 3))
+    kinds = list(cost)
+    ax.barh(kinds, [cost[k] for k in kinds], color=[STATUS_STYLE.get(k, ("tab:gray", ""))[0] for k in kinds])
+    ax.set_xlabel("device-seconds")
+    ax.set_title("Device time spent on failed trials, by kind")
+    return _png(fig)

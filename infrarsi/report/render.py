@@ -1,0 +1,421 @@
+"""Build the report of a run as blocks, then write them as ``report.md`` (plots as PNG files beside it,
+in ``report_files/``) and a self-contained ``report.html`` (the same plots inline, base64 PNG).
+
+Every number cites the trials it comes from (ids in the run's ``trials/`` folder) or the file it was
+read from. Sections: summary, baseline noise, trials (best so far, status), models (predicted vs
+observed, memory boundary), knob effects, priors vs posteriors, verification and MFU, failed-trial
+cost, source-path audit.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import re
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..contract.lock import atomic_write
+from ..execute.record import cost_by_status
+from ..execute.trial import TrialStatus
+from . import plots
+from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
+from .fit import refit
+from .load import RunData
+from .mfu import FORMULA, flops_per_step, mfu
+
+MiB = 2**20
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+FILES_DIR = "report_files"
+
+
+@dataclass(frozen=True)
+class Block:
+    kind: str  # h1 | h2 | p | table | img | code
+    text: str = ""
+    headers: tuple[str, ...] = ()
+    rows: tuple[tuple[str, ...], ...] = ()
+    png: bytes = b""
+    name: str = ""  # image file stem
+
+
+def pct(x: float) -> float:
+    return 100.0 * math.expm1(x)
+
+
+def _ids(ids: Sequence[int], limit: int = 24) -> str:
+    ids = list(ids)
+    s = ", ".join(str(i) for i in ids[:limit])
+    return f"[{s}{', ...' if len(ids) > limit else ''}]"
+
+
+def _when(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else "unknown"
+
+
+def _knobs(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items()) or "(baseline)"
+
+
+def _mib(b: float | None) -> str:
+    return f"{b / MiB:.0f}" if b else "-"
+
+
+class _Builder:
+    def __init__(self, data: RunData, step: Callable[[str], None]) -> None:
+        self.d = data
+        self.step = step
+        self.blocks: list[Block] = []
+        ver = data.verification or {}
+        self.baseline = ver.get("baseline") or (data.noise.baseline if data.noise else {}) or data.contract.baseline
+
+    def h1(self, t: str) -> None:
+        self.blocks.append(Block("h1", t))
+
+    def h2(self, t: str) -> None:
+        self.blocks.append(Block("h2", t))
+
+    def p(self, t: str) -> None:
+        self.blocks.append(Block("p", t))
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        self.blocks.append(Block("table", headers=tuple(headers), rows=tuple(tuple(str(c) for c in r) for r in rows)))
+
+    def img(self, name: str, alt: str, png: bytes) -> None:
+        self.blocks.append(Block("img", alt, png=png, name=name))
+
+    # ------------------------------------------------------------------ sections
+    def build(self, sections: Sequence[str] | None = None) -> list[Block]:
+        for name, fn in (("summary", self.summary), ("noise", self.noise), ("trials", self.trials),
+                         ("models", self.models), ("effects", self.effects), ("priors", self.priors),
+                         ("verification", self.verification), ("failures", self.failures), ("audit", self.audit)):
+            if sections is not None and name not in sections:
+                continue
+            self.step(name)
+            fn()
+        return self.blocks
+
+    def summary(self) -> None:
+        d, c = self.d, self.d.contract
+        hw = c.hardware
+        self.h1(f"InfraRSI report: {c.name}")
+        peak = f"{hw.peak_flops:.3g} FLOP/s per device" if hw.peak_flops else "peak FLOP/s unknown"
+        self.p(f"Contract `{c.name}` (sha256 `{d.contract_sha256}`), adapter `{c.workload.adapter}`, locked "
+               f"{_when(d.locked_at)} from `{d.contract_path}`. Hardware: {hw.kind} x {hw.devices}, "
+               f"{hw.memory_capacity_gib:g} GiB per device, {peak}. Run directory `{d.run_dir}`; report written "
+               f"{_when(datetime.now(timezone.utc).timestamp())}.")
+        self.h2("Summary")
+        for prob in (run_problems(d) if d.verification is not None else []):
+            self.p(f"**Warning:** {prob}")
+        best = best_promoted(d)
+        if best is not None:
+            pairs = ", ".join(f"{a}/{b}" for a, b in best["trials"])
+            lo, hi = best["ci95"]
+            self.p(f"**Best promoted candidate:** {_knobs(changed(best['setting'], self.baseline))}: speedup "
+                   f"**{best['speedup']:.3f}x**, 95% CI [{lo:.3f}, {hi:.3f}] over {best['pairs']} interleaved "
+                   f"baseline/candidate pairs (trials {pairs}).")
+        elif d.verification is not None:
+            self.p("**No candidate was promoted**: none re-verified with a 95% CI lower bound above 1 + mde "
+                   "(see Verification).")
+        else:
+            self.p("No verification yet (`verification.json` is missing): run `infrarsi run`.")
+        ts = d.trials
+        by_status: dict[str, list[int]] = {}
+        for t in ts:
+            by_status.setdefault(t.status.value, []).append(t.id)
+        counts = "; ".join(f"{k} {len(v)} {_ids(v, 12)}" for k, v in by_status.items())
+        total = sum(t.cost.device_s for t in ts if t.status.is_finished())
+        self.p(f"{len(ts)} trials on disk ({counts}); {total:.0f} device-seconds in all. "
+               f"Search stopped: {d.search.get('stop_reason', 'not recorded')}.")
+
+    def noise(self) -> None:
+        self.h2("Baseline and noise")
+        n = self.d.noise
+        self.p(f"Baseline setting: {_knobs(self.baseline)}.")
+        if n is None:
+            self.p("No noise profile (`noise.json`): run `infrarsi doctor`.")
+            return
+        self.p(f"Median baseline step time {n.median_step_s:.4g} s, 95% bootstrap CI [{n.ci95[0]:.4g}, {n.ci95[1]:.4g}] "
+               f"over {n.repeats} runs (trials {_ids(n.trial_ids)}); CV {n.cv:.2%}; minimum detectable effect "
+               f"{n.mde:.2%} at {n.repeats} repeats; detecting {n.target_effect:.0%} needs {n.repeats_for_target} "
+               f"repeats per setting. Formula: `{n.formula}`.")
+        if n.phases:
+            self.table(["phase", "s/step (median)"], [(k, f"{v:.4g}") for k, v in n.phases.items()])
+
+    def trials(self) -> None:
+        self.h2("Trials")
+        ts = self.d.trials
+        if not ts:
+            self.p("No trials on disk.")
+            return
+        self.img("progress", "Best-so-far step time by trial and every trial by status", plots.progress(ts))
+        ok = [t for t in ts if t.status is TrialStatus.OK]
+        if ok:
+            b = min(ok, key=lambda t: t.metrics.step_time_s)
+            self.p(f"Fastest single trial: {b.metrics.step_time_s:.4g} s/step (trial {b.id}, {b.role}); a single run "
+                   f"is not a verified speedup -- see Verification.")
+        props = self.d.search.get("proposals", {}) or {}
+        rows = []
+        for t in ts:
+            why = props.get(str(t.id)) or {}
+            kind = why.get("kind", "")
+            if why.get("savers"):
+                kind += " + " + "+".join(why["savers"])
+            rows.append((t.id, t.role, t.status.value.upper() if t.status.is_failure() else t.status.value,
+                         f"{t.metrics.step_time_s:.4g}" if t.metrics.step_time_s else "-",
+                         _mib(t.metrics.peak_memory_bytes) if t.status is TrialStatus.OK else "-",
+                         f"{t.cost.device_s:.1f}", _knobs(changed(t.setting, self.baseline)), kind,
+                         (t.reason or "")[:90]))
+        self.table(["trial", "role", "status", "step s", "peak MiB", "device-s", "knobs vs baseline", "proposal",
+                    "reason"], rows)
+
+    def models(self) -> None:
+        self.h2("Models: predicted vs observed")
+        fit = refit(self.d)
+        if fit is None:
+            self.p("Nothing to fit (no ok trial the knob space can encode).")
+            return
+        self.img("predicted_vs_observed", "Predicted vs observed step time and peak memory",
+                 plots.predicted_vs_observed(fit))
+        inside = sum(1 for r in fit.time if r.lo_s <= r.observed_s <= r.hi_s)
+        self.p(f"Time model refit on {len(fit.time)} ok trials {_ids([r.trial for r in fit.time])}: {inside} of "
+               f"{len(fit.time)} observed step times fall inside their 90% predictive interval. Memory model refit "
+               f"on {len(fit.memory)} trials ({sum(r.status == 'oom' for r in fit.memory)} OOMs as censored "
+               f"observations, peak > capacity {fit.capacity_bytes / MiB:.0f} MiB)."
+               + (f" Trials the knob space cannot encode, left out: {_ids(fit.skipped)}." if fit.skipped else ""))
+        self.table(["trial", "observed s", "predicted s [90%]", "predicted before the trial"],
+                   [(r.trial, f"{r.observed_s:.4g}", f"{r.mean_s:.4g} [{r.lo_s:.4g}, {r.hi_s:.4g}]",
+                     f"{r.proposed_s:.4g}" if r.proposed_s else "-") for r in fit.time])
+        if fit.memory:
+            self.img("memory_boundary", "Memory boundary against capacity", plots.memory_boundary(fit))
+            self.table(["trial", "status", "observed MiB", "predicted MiB [90%]", "P(OOM)"],
+                       [(r.trial, r.status.upper() if r.status == "oom" else r.status,
+                         _mib(r.observed_bytes) if r.observed_bytes else "> capacity",
+                         f"{r.mean_bytes / MiB:.0f} [{r.lo_bytes / MiB:.0f}, {r.hi_bytes / MiB:.0f}]", f"{r.p_oom:.2f}")
+                        for r in sorted(fit.memory, key=lambda r: r.trial)])
+
+    def effects(self) -> None:
+        self.h2("Knob effects (posteriors)")
+        s = self.d.search
+        te, me = s.get("time_effects") or [], s.get("memory_effects") or []
+        if not te and not me:
+            self.p("No effects recorded (`search.json` has none): the search has not run.")
+            return
+        fit_ids = [t.id for t in self.d.trials if t.status is TrialStatus.OK and t.role in ("doctor", "search")]
+        oom_ids = [t.id for t in self.d.trials if t.status is TrialStatus.OOM]
+        self.p(f"From `search.json`: the run's time model (fit on ok doctor and search trials {_ids(fit_ids)}) and "
+               f"memory model (the same plus OOM trials {_ids(oom_ids)} as censored). Effects are relative to each "
+               f"knob's default, percent = 100 (exp(x) - 1), with central 90% posterior intervals.")
+        self.img("effects", "Per-knob effect posteriors, time and memory", plots.effects(te, me))
+        for name, es in (("time", te), ("memory", me)):
+            self.table([f"{name} effect", "mean %", "90% interval %", "prior mean %", "prior source"],
+                       [(e["feature"], f"{pct(e['mean']):+.1f}", f"[{pct(e['lo']):+.1f}, {pct(e['hi']):+.1f}]",
+                         f"{pct(e.get('prior_mean', 0.0)):+.1f}", e.get("source", "")) for e in es])
+
+    def priors(self) -> None:
+        self.h2("Priors vs posteriors")
+        revs = (self.d.search.get("time_revisions") or []) + (self.d.search.get("memory_revisions") or [])
+        if not revs:
+            self.p("No prior revisions recorded (no priors, or the search has not run).")
+            return
+        bad = [r for r in revs if r.get("miscalibrated")]
+        self.p(f"{len(bad)} of {len(revs)} priors were **miscalibrated** (their 90% interval and the posterior's do "
+               f"not overlap): " + (", ".join(f"**{r['feature']}** ({r['target']}, {r['source']}: {r['direction']})"
+                                             for r in bad) or "none") + ".")
+        self.img("priors", "Prior vs posterior, miscalibrated priors in red", plots.priors_vs_posteriors(revs))
+        self.table(["feature", "target", "source", "prior % [90%]", "posterior % [90%]", "verdict", "rationale"],
+                   [(r["feature"], r["target"], r["source"],
+                     f"{pct(r['prior_mean']):+.1f} [{pct(r['prior_lo']):+.1f}, {pct(r['prior_hi']):+.1f}]",
+                     f"{pct(r['post_mean']):+.1f} [{pct(r['post_lo']):+.1f}, {pct(r['post_hi']):+.1f}]",
+                     f"**MISCALIBRATED** ({r['direction']})" if r["miscalibrated"] else "consistent",
+                     (r.get("rationale") or "")[:80]) for r in revs])
+
+    def verification(self) -> None:
+        self.h2("Verification")
+        ver = self.d.verification
+        if ver is None:
+            self.p("Not verified yet (`verification.json` is missing).")
+            return
+        cands = ver.get("candidates", [])
+        self.p(f"Rule: {ver.get('rule', '')}. {ver.get('repeats')} interleaved pairs per candidate; mde "
+               f"{float(ver.get('mde', 0)):.2%}; finished {_when(ver.get('finished_at'))}. Speedup = exp(mean of "
+               f"log(t_baseline / t_candidate) over the pairs), 95% t-interval.")
+        rows = []
+        for i, c in enumerate(cands, 1):
+            pairs = ", ".join(f"{a}/{b}" for a, b in c.get("trials", []))
+            sp = f"{c['speedup']:.3f}x" if "speedup" in c else "-"
+            ci = f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]" if "ci95" in c else "-"
+            rows.append((i, _knobs(changed(c["setting"], self.baseline)), pairs, sp, ci,
+                         "**yes**" if c.get("promoted") else "no", c.get("reason", "")))
+        self.table(["#", "knobs vs baseline", "pairs (baseline/candidate trials)", "speedup", "95% CI", "promoted",
+                    "reason"], rows)
+        if cands:
+            self.img("verification", "Speedup with its 95% CI per candidate", plots.verification(cands, float(ver.get("mde", 0))))
+        self.mfu(cands)
+
+    def mfu(self, cands: list[dict[str, Any]]) -> None:
+        self.h2("MFU")
+        c = self.d.contract
+        f = flops_per_step(c.workload.args, c.workload.adapter)
+        self.p(f"One formula for every MFU here: {FORMULA}.")
+        if f is None:
+            self.p("MFU unknown: the workload arguments do not give layers, hidden size, sequence length, global "
+                   "batch and vocabulary.")
+            return
+        flops, n, t = f
+        self.p(f"This workload: N = {n:,} matmul parameters, T = {t:,} tokens per step, FLOPs/step = {flops:.4g}.")
+        peak = c.hardware.peak_flops
+        if not peak:
+            self.p("MFU unknown: hardware.peak_flops is unset in the contract (set it to the device's peak FLOP/s "
+                   "to get MFU).")
+        by = self.d.by_id
+        rows = []
+        for i, cd in enumerate(cands, 1):
+            if "baseline_s" not in cd:
+                continue
+            b_ids = [a for a, _ in cd["trials"]]
+            c_ids = [b for _, b in cd["trials"]]
+            b_dev = max((by[a].cost.devices for a in b_ids if a in by), default=1)
+            c_dev = max((by[b].cost.devices for b in c_ids if b in by), default=1)
+            tb, tc = statistics.median(cd["baseline_s"]), statistics.median(cd["candidate_s"])
+            mb, mc = mfu(flops, tb, b_dev, peak), mfu(flops, tc, c_dev, peak)
+            rows.append((i, f"{tb:.4g} s x {b_dev} dev", f"{tc:.4g} s x {c_dev} dev",
+                         f"{mb:.2%}" if mb is not None else "unknown", f"{mc:.2%}" if mc is not None else "unknown",
+                         f"{_mib(cd.get('baseline_peak_memory_bytes'))} -> {_mib(cd.get('peak_memory_bytes'))}",
+                         f"{_ids(b_ids)} / {_ids(c_ids)}"))
+        if rows:
+            self.table(["#", "baseline (median step)", "candidate (median step)", "MFU before", "MFU after",
+                        "peak MiB before -> after", "trials baseline / candidate"], rows)
+
+    def failures(self) -> None:
+        self.h2("Failed trials: cost")
+        failed = [t for t in self.d.trials if t.status.is_failure()]
+        if not failed:
+            self.p("No trial failed.")
+            return
+        cost = {k: v for k, v in cost_by_status(failed).items() if k != "total"}
+        total = sum(t.cost.device_s for t in self.d.trials if t.status.is_finished())
+        ids: dict[str, list[int]] = {}
+        for t in failed:
+            ids.setdefault(t.status.value, []).append(t.id)
+        spent = sum(cost.values())
+        self.p(f"{len(failed)} failed trials cost {spent:.1f} device-seconds, {spent / total:.1%} of the run's "
+               f"{total:.1f}. Each is data: OOMs are censored memory observations, the rest mark settings never to "
+               f"try again.")
+        self.table(["kind", "trials", "device-s", "share of run"],
+                   [(k.upper(), _ids(ids[k]), f"{v:.1f}", f"{v / total:.1%}") for k, v in sorted(cost.items())])
+        self.img("failure_cost", "Failed-trial cost in device-seconds by failure kind", plots.failure_cost(cost))
+
+    def audit(self) -> None:
+        self.h2("Source-path audit")
+        ver = self.d.verification or {}
+        scope = self.d.contract.scope.files
+        self.p(f"Locked scope (scope.files): {', '.join(f'`{g}`' for g in scope) or '(none: no file may be written)'}. "
+               f"Each promoted candidate's files, their sha256 now, and whether they are still the verified files.")
+        proms = [c for c in ver.get("candidates", []) if c.get("promoted")]
+        if not proms:
+            self.p("No promoted candidate: nothing to audit.")
+        for i, c in enumerate(proms, 1):
+            files = audit_files(self.d, c["setting"])
+            probs = candidate_problems(self.d, c) + run_problems(self.d)
+            status = "applicable" if not probs else "NOT applicable: " + "; ".join(probs)
+            self.p(f"Promoted candidate {_knobs(changed(c['setting'], self.baseline))}: {status}.")
+            if not files:
+                self.p("It touches no source file (launch knobs only).")
+                continue
+            self.table(["file", "op", "sha256 now", "verified sha256", "verdict", "scope"],
+                       [(f.path, f.op, f.sha256 or "missing", f.verified_sha256 or "never verified",
+                         f.verdict or "-", f"inside (`{f.scope_glob}`)" if f.in_scope else "**OUTSIDE**")
+                        for f in files])
+        kv = self.d.search.get("kernel_verdicts") or {}
+        if kv:
+            self.p("Every kernel candidate the run verified (search.json):")
+            self.table(["file", "verdict", "sha256", "reasons"],
+                       [(p, v.get("verdict"), v.get("sha256", ""), "; ".join(v.get("reasons", []))[:100])
+                        for p, v in sorted(kv.items())])
+
+
+def build(data: RunData, step: Callable[[str], None] = lambda s: None, *,
+          sections: Sequence[str] | None = None) -> list[Block]:
+    """The report's blocks; ``sections`` picks some (summary, noise, trials, models, effects, priors,
+    verification, failures, audit), None = all."""
+    return _Builder(data, step).build(sections)
+
+
+# ---------------------------------------------------------------------- writers
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(blocks: Sequence[Block], files_dir: str = FILES_DIR) -> str:
+    out = []
+    for b in blocks:
+        if b.kind == "h1":
+            out.append(f"# {b.text}\n")
+        elif b.kind == "h2":
+            out.append(f"## {b.text}\n")
+        elif b.kind == "p":
+            out.append(b.text + "\n")
+        elif b.kind == "img":
+            out.append(f"![{b.text}]({files_dir}/{b.name}.png)\n")
+        elif b.kind == "table":
+            out.append("| " + " | ".join(_md_cell(h) for h in b.headers) + " |")
+            out.append("|" + "---|" * len(b.headers))
+            out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in b.rows]
+            out.append("")
+    return "\n".join(out)
+
+
+def _inline(s: str) -> str:
+    s = html.escape(s)
+    s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:0.6em 0 1.4em;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;
+text-align:left;vertical-align:top}th{background:#f2f2f2}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
+strong{color:#a40000}code{background:#f4f4f4;padding:0 3px}h2{border-bottom:1px solid #ddd;padding-bottom:3px}"""
+
+
+def to_html(blocks: Sequence[Block]) -> str:
+    title = next((b.text for b in blocks if b.kind == "h1"), "InfraRSI report")
+    out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
+           f"<style>{CSS}</style></head><body>"]
+    for b in blocks:
+        if b.kind in ("h1", "h2"):
+            out.append(f"<{b.kind}>{html.escape(b.text)}</{b.kind}>")
+        elif b.kind == "p":
+            out.append(f"<p>{_inline(b.text)}</p>")
+        elif b.kind == "img":
+            data = base64.b64encode(b.png).decode()
+            out.append(f"<figure><img id='fig-{b.name}' alt='{html.escape(b.text, quote=True)}' "
+                       f"src='data:image/png;base64,{data}'><figcaption>{html.escape(b.text)}</figcaption></figure>")
+        elif b.kind == "table":
+            out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in b.headers) + "</tr></thead><tbody>")
+            out += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in b.rows]
+            out.append("</tbody></table>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def write_report(data: RunData, step: Callable[[str], None] = lambda s: None) -> tuple[Path, Path]:
+    """Write report.md (+ report_files/*.png) and report.html into the run directory."""
+    blocks = build(data, step)
+    step("writing")
+    run = data.run_dir
+    files = run / FILES_DIR
+    files.mkdir(exist_ok=True)
+    for b in blocks:
+        if b.kind == "img":
+            (files / f"{b.name}.png").write_bytes(b.png)
+    md, page = run / REPORT_MD, run / REPORT_HTML
+    atomic_write(md, to_markdown(blocks))
+    atomic_write(page, to_html(blocks))
+    return md, page

@@ -1,0 +1,390 @@
+"""Tuner: experience-seeded, model-guided search over a KnobSpace, with an ask/tell API.
+
+Usage::
+
+    from infrarsi.knobs import Knob, KnobSpace
+    from infrarsi.search import Tuner, Outcome
+    space = KnobSpace(knobs=[Knob(name="tp", kind="int", domain=[1, 2, 4, 8]),
+                             Knob(name="recompute", kind="categorical", domain=["none", "selective", "full"]),
+                             Knob(name="seq_par", kind="bool")],
+                      constraints=[lambda s: None if s["tp"] > 1 or not s["seq_par"] else "sequence parallel needs tp > 1"])
+    tuner = Tuner(space, memory_capacity_bytes=80 * 2**30, seed=0)   # priors optional
+    s = tuner.ask()                      # a valid Setting; ask(n) gives a list of n for parallel trials
+    tuner.tell(s, Outcome(status="ok", step_time_s=1.23, peak_memory_bytes=7.1e10))
+    tuner.tell(s2, Outcome(status="oom"))   # all we know: peak > capacity
+    tuner.best()                          # best feasible (setting, outcome) so far
+
+How it proposes (each proposal's reason is kept: ``tuner.why(setting)``):
+
+1. *Initial design*: the caller's ``initial`` settings (the baseline, the experience bank's best) first,
+   then diverse settings (greedy maximin in feature space) among the most promising under the priors
+   and, once anything was told, the models.
+2. *Acquisition*: a global TimeModel (log step time) and a censored MemoryModel (log peak; an OOM is
+   "peak > capacity") are refit on every trial. Score = expected improvement in log step time x
+   P(peak < capacity x (1 - margin)), over a candidate pool (enumerated or sampled valid settings, plus
+   the neighbours of the best settings so far).
+3. *Memory pricing and pairing*: a candidate that would be fast but likely does not fit is paired with
+   the memory savers that make it fit: one-knob changes the memory model predicts lower the peak,
+   alone or two at a time; the best paired variant joins the pool, remembering which savers it took.
+4. *Stopping*: ``should_stop()`` once the best expected improvement falls below the minimum detectable
+   effect (the doctor's), after the initial design.
+
+Knobs outside the catalog, or without a prior, get uninformative priors (mean 0, sd 1 on the log scale).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..knobs import KnobSpace, Setting
+from ..models import MemoryModel, TimeModel
+from ..priors.prior import Prior
+from .acquisition import expected_improvement, hamming
+from .design import maximin
+from .outcome import Outcome
+
+RESIDUAL_MEM_SD = 0.3  # log scale: how far a knob may move the peak beyond what the arithmetic says
+
+
+@dataclass(frozen=True)
+class TunerConfig:
+    n_initial: int = 6
+    """Settings in the initial design (including the caller's ``initial`` ones)."""
+    n_candidates: int = 4000
+    """Size of the sampled candidate pool (the whole valid space when it is smaller)."""
+    oom_margin: float = 0.05
+    """Safety margin: a setting 'fits' when its peak is predicted below capacity x (1 - margin)."""
+    max_p_oom: float = 0.5
+    """Pairing kicks in for promising candidates above this P(OOM); proposals above it are a last resort."""
+    pair_top: int = 12
+    """How many of the fastest-predicted non-fitting candidates get paired with memory savers per ask."""
+    mde: float = 0.0
+    """Minimum detectable effect (fraction): stop when the best EI (log scale) is below log(1 + mde)."""
+    thompson_every: int = 3
+    """Every k-th model-guided proposal is a Thompson draw instead of the EI maximiser (0: never)."""
+
+
+@dataclass
+class Proposal:
+    """Why a setting was proposed."""
+
+    kind: str  # initial | design | acquisition | thompson | paired
+    ei: float | None = None
+    p_oom: float | None = None
+    predicted_s: float | None = None
+    paired_from: dict[str, Any] | None = None
+    savers: list[str] = field(default_factory=list)  # "knob=value" changes that made it fit
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in (None, [])}
+
+
+class Tuner:
+    """Ask/tell search; see the module docstring. The caller owns each trial's lifetime."""
+
+    def __init__(
+        self,
+        space: KnobSpace,
+        *,
+        memory_capacity_bytes: float | None = None,
+        priors: Sequence[Prior] | None = None,
+        seed: int = 0,
+        initial: Sequence[Mapping[str, Any]] = (),
+        noise_cv: float | None = None,
+        config: TunerConfig | None = None,
+        memory_estimate: Callable[[Mapping[str, Any]], float] | None = None,
+    ) -> None:
+        self.space = space
+        self.capacity = memory_capacity_bytes
+        self.priors = list(priors or [])
+        self.config = config or TunerConfig()
+        self._rng = random.Random(seed)
+        self._pool = space.candidates(self.config.n_candidates, self._rng)
+        # The models see only knobs that carry information: a knob the others determine (data parallel =
+        # world / (tp * pp * cp)) would be collinear with them and smear their effects.
+        self.derived = derived_knobs(space, self._pool)
+        model_space = KnobSpace([k for k in space.knobs if k.name not in self.derived])
+        self.time_model = TimeModel(model_space, priors=self.priors, noise_cv=noise_cv, seed=seed)
+        # With an analytical memory estimate, log(estimate) is an offset and the memory coefficients are
+        # residuals: the priors' memory effects are already in the estimate, so they start at 0.
+        self.memory_estimate = memory_estimate
+        mem_priors = ([p.model_copy(update={"mem_mean": 0.0, "mem_sd": RESIDUAL_MEM_SD}) for p in self.priors]
+                      if memory_estimate else self.priors)
+        self.memory_model = (MemoryModel(model_space, memory_capacity_bytes, priors=mem_priors, seed=seed)
+                             if memory_capacity_bytes else None)
+        self._log_est: dict[Setting, float] = {}
+        self.history: list[tuple[Setting, Outcome]] = []
+        self.pending: set[Setting] = set()
+        self._told: set[Setting] = set()
+        self._why: dict[Setting, Proposal] = {}
+        self._initial = [s for s in (space.complete(x) for x in initial) if space.is_valid(s)]
+        self._x_pool = space.encode(self._pool) if self._pool else np.zeros((0, len(space.feature_names)))
+        self._dirty = True
+        self.last_best_ei: float | None = None
+        self._asks = 0
+        self.overhead_s: list[float] = []  # seconds per ask (fits + scoring): part of every trial's cost
+
+    # ----------------------------------------------------------------- tell
+    def tell(self, setting: Mapping[str, Any], outcome: Outcome) -> None:
+        """Record what a setting did. Any status is data; the setting is never proposed again."""
+        s = self.space.complete(setting)
+        if not isinstance(outcome, Outcome):
+            raise TypeError(f"tell() needs an Outcome, got {type(outcome).__name__}")
+        self.history.append((s, outcome))
+        self._told.add(s)
+        self.pending.discard(s)
+        self._dirty = True
+
+    # ------------------------------------------------------------------ ask
+    def ask(self, n: int | None = None) -> Setting | list[Setting]:
+        """One valid setting not tried or pending (``n`` given: a list of up to ``n`` for parallel trials)."""
+        t0 = time.perf_counter()
+        k = 1 if n is None else n
+        out: list[Setting] = []
+        for _ in range(k):
+            s = self._next()
+            if s is None:
+                break
+            self.pending.add(s)
+            out.append(s)
+        self.overhead_s.append(time.perf_counter() - t0)
+        if n is None:
+            if not out:
+                raise RuntimeError("the search space is exhausted: every valid setting was tried")
+            return out[0]
+        return out
+
+    def why(self, setting: Mapping[str, Any]) -> dict[str, Any]:
+        """Why ``setting`` was proposed: kind, EI, P(OOM), predicted time, and the pairing if any."""
+        p = self._why.get(self.space.complete(setting))
+        return p.to_dict() if p else {}
+
+    def best(self) -> tuple[Setting, Outcome] | None:
+        """The fastest setting that ran (status ok), with its outcome; None before any."""
+        ok = [(s, o) for s, o in self.history if o.status == "ok"]
+        return min(ok, key=lambda so: so[1].step_time_s) if ok else None
+
+    def top(self, k: int = 3) -> list[Setting]:
+        """Up to ``k`` distinct settings that ran, best first by the time model's posterior mean (less fooled
+        by one lucky measurement than the raw best)."""
+        ok = list(dict.fromkeys(s for s, o in self.history if o.status == "ok"))
+        if not ok:
+            return []
+        self._fit()
+        mean, _ = self.time_model.predict(ok, noise=False)
+        return [ok[i] for i in np.argsort(mean, kind="stable")[:k]]
+
+    def should_stop(self) -> bool:
+        """True once the initial design is done and the best EI is below log(1 + mde)."""
+        if len(self.history) < self.config.n_initial or self.last_best_ei is None:
+            return False
+        return self.last_best_ei < math.log1p(self.config.mde)
+
+    # ------------------------------------------------------------ internals
+    def _taken(self) -> set[Setting]:
+        return self._told | self.pending
+
+    def _fit(self) -> None:
+        if not self._dirty:
+            return
+        settings = [s for s, _ in self.history]
+        times = [o.step_time_s if o.status == "ok" else math.nan for _, o in self.history]
+        if any(o.status == "ok" for _, o in self.history):
+            self.time_model.fit(settings, times)
+        if self.memory_model is not None:
+            rows = [(s, o) for s, o in self.history if o.status == "oom" or (o.status == "ok" and o.peak_memory_bytes)]
+            if rows:
+                ss = [s for s, _ in rows]
+                self.memory_model.fit(ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
+                                      offsets=self._mem_offsets(ss))
+        self._dirty = False
+
+    def _has_memory_data(self) -> bool:
+        return self.memory_model is not None and any(
+            o.status == "oom" or (o.status == "ok" and o.peak_memory_bytes) for _, o in self.history)
+
+    def _p_oom(self, cands: Sequence[Setting]) -> np.ndarray:
+        if not self._has_memory_data():
+            return np.zeros(len(cands))
+        return self.memory_model.p_oom(cands, margin=self.config.oom_margin, offsets=self._mem_offsets(cands))
+
+    def _mem_offsets(self, settings: Sequence[Setting]) -> np.ndarray | None:
+        """log(analytical peak bytes) per setting, cached; None without an estimate."""
+        if self.memory_estimate is None:
+            return None
+        out = np.empty(len(settings))
+        for i, s in enumerate(settings):
+            v = self._log_est.get(s)
+            if v is None:
+                v = self._log_est[s] = math.log(max(self.memory_estimate(s), 1.0))
+            out[i] = v
+        return out
+
+    def predict_memory(self, settings: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior predictive of log peak bytes, (mean, sd) per setting (offsets included)."""
+        ss = [self.space.complete(s) for s in settings]
+        return self.memory_model.predict(ss, offsets=self._mem_offsets(ss))
+
+    def _pool_now(self) -> tuple[list[Setting], np.ndarray]:
+        """The candidate pool plus the neighbours of the best settings so far, minus what is taken."""
+        taken = self._taken()
+        extra: list[Setting] = []
+        ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(self.history) if o.status == "ok")
+        for _, i in ok[:5]:
+            extra += self.space.neighbors(self.history[i][0], repair=True)
+        cands = [s for s in dict.fromkeys([*self._pool, *extra]) if s not in taken]
+        return cands, self.space.encode(cands) if cands else np.zeros((0, len(self.space.feature_names)))
+
+    def _next(self) -> Setting | None:
+        taken = self._taken()
+        for s in self._initial:  # the caller's seeds first (baseline, experience bank)
+            if s not in taken:
+                self._why[s] = Proposal(kind="initial")
+                return s
+        self._fit()
+        cands, x = self._pool_now()
+        if not cands:
+            return None
+        has_time = any(o.status == "ok" for _, o in self.history)
+        mean, sd = self.time_model.predict(cands, noise=False)
+        p_oom = self._p_oom(cands)
+        n_done = len(self.history) + len(self.pending)
+        if n_done < self.config.n_initial or not has_time:
+            # Initial design: promising (prior/model mean, penalised by P(OOM)) and diverse.
+            score = mean - np.log(np.maximum(1.0 - p_oom, 1e-6))
+            taken_list = list(taken)
+            x_taken = self.space.encode(taken_list) if taken_list else None
+            idx = maximin(x, score, 1, x_taken=x_taken)
+            j = idx[0]
+            self._why[cands[j]] = Proposal(kind="design", p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])))
+            return cands[j]
+
+        best = math.log(self.best()[1].step_time_s)
+        ei = expected_improvement(mean, sd, best)
+        acq = ei * (1.0 - p_oom)
+        # Pairing: fast but unlikely to fit -> add variants with memory savers.
+        paired = self._pairings(cands, ei, p_oom, taken)
+        in_pool = set(cands)
+        pc = [p for p, _ in paired if p not in in_pool]
+        if pc:
+            pm, ps = self.time_model.predict(pc, noise=False)
+            pp = self._p_oom(pc)
+            pei = expected_improvement(pm, ps, best)
+            cands = cands + pc
+            x = np.vstack([x, self.space.encode(pc)])
+            mean, ei, p_oom = np.concatenate([mean, pm]), np.concatenate([ei, pei]), np.concatenate([p_oom, pp])
+            acq = np.concatenate([acq, pei * (1.0 - pp)])
+        # Safety: a candidate the memory model expects to OOM is a last resort, whatever its EI.
+        fits = p_oom <= self.config.max_p_oom
+        if fits.any():
+            acq = np.where(fits, acq, -np.inf)
+        # Batch diversity: a candidate one knob away from a pending one counts half.
+        if self.pending:
+            for s in self.pending:
+                d = hamming(x, self.space.encode([s])[0])
+                acq = np.where(d <= 2, acq * 0.5, acq)
+        j = int(np.argmax(acq))
+        self.last_best_ei = float(np.max(ei * (1.0 - p_oom)))
+        self._asks += 1
+        kind = "acquisition"
+        if self.config.thompson_every and self._asks % self.config.thompson_every == 0:
+            # Thompson step: the fastest fitting setting under one coherent posterior draw. It explores
+            # where the (possibly misspecified) mean model is too sure of itself.
+            draw = self.time_model.sample(cands, 1)[0]
+            draw = np.where(np.isfinite(acq), draw, np.inf)
+            j, kind = int(np.argmin(draw)), "thompson"
+        s = cands[j]
+        prop = Proposal(kind=kind, ei=float(ei[j]), p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])))
+        for ps_, (src, savers) in paired:
+            if ps_ == s:
+                prop.kind, prop.paired_from, prop.savers = "paired", src.to_dict(), savers
+        self._why[s] = prop
+        return s
+
+    def _pairings(self, cands: list[Setting], ei: np.ndarray, p_oom: np.ndarray,
+                  exclude: set[Setting]) -> list[tuple[Setting, tuple[Setting, list[str]]]]:
+        """For the fastest-predicted candidates that probably do not fit, the best variant with one or two
+        memory savers (one-knob changes the memory model prices below the candidate's peak) that does."""
+        if not self._has_memory_data():
+            return []
+        cfg = self.config
+        hungry = [i for i in np.argsort(-ei, kind="stable")[: cfg.pair_top * 4] if p_oom[i] > cfg.max_p_oom][: cfg.pair_top]
+        out: list[tuple[Setting, tuple[Setting, list[str]]]] = []
+        seen: set[Setting] = set()
+        for i in hungry:
+            c = cands[i]
+            moves = [n for n in self._one_knob_changes(c)]
+            if not moves:
+                continue
+            m_c, _ = self.memory_model.predict([c], noise=False, offsets=self._mem_offsets([c]))
+            ms = [s for s, _ in moves]
+            m_n, _ = self.memory_model.predict(ms, noise=False, offsets=self._mem_offsets(ms))
+            savers = [moves[j] for j in np.flatnonzero(m_n < m_c[0] - 0.01)]
+            variants: list[tuple[Setting, list[str]]] = [(s, [f"{k}={v}"]) for s, (k, v) in savers]
+            for (s1, (k1, v1)), (_, (k2, v2)) in itertools.combinations(savers, 2):
+                if k1 != k2:
+                    variants.append((s1.replace(**{k2: v2}), [f"{k1}={v1}", f"{k2}={v2}"]))
+            variants = [(s, sv) for s, sv in variants if s not in exclude and s not in seen and self.space.is_valid(s)]
+            if not variants:
+                continue
+            vs = [s for s, _ in variants]
+            fit = self._p_oom(vs) <= cfg.max_p_oom
+            if not fit.any():
+                continue
+            vm, _ = self.time_model.predict(vs, noise=False)
+            j = int(np.argmin(np.where(fit, vm, np.inf)))
+            seen.add(vs[j])
+            out.append((vs[j], (c, variants[j][1])))
+        return out
+
+    def _one_knob_changes(self, s: Setting) -> list[tuple[Setting, tuple[str, Any]]]:
+        out = []
+        for k in self.space.knobs:
+            for v in k.domain:
+                if v != s[k.name]:
+                    out.append((s.replace(**{k.name: v}), (k.name, v)))
+        return out
+
+
+def derived_knobs(space: KnobSpace, pool: Sequence[Setting], sample: int = 200) -> set[str]:
+    """Knobs the others determine (data parallel = world / (tp * pp * cp)): for every pooled setting checked,
+    no other value of the knob is valid, even letting the knobs already found derived follow. Checked from the
+    last knob back, so the one listed last of a coupled group is the derived one."""
+    derived: list[str] = []
+    probe = list(pool[:sample])
+    for k in reversed(space.knobs):
+        if len(k.domain) < 2 or not probe:
+            continue
+        follow = [space[d].domain for d in derived]
+
+        def movable(s: Setting) -> bool:
+            for v in k.domain:
+                if v == s[k.name]:
+                    continue
+                for ws in itertools.product(*follow):
+                    if space.is_valid(s.replace(**{k.name: v, **dict(zip(derived, ws))})):
+                        return True
+            return False
+
+        if not any(movable(s) for s in probe):
+            derived.append(k.name)
+    return set(derived)
+
+
+def run_tuner(tuner: Tuner, objective: Callable[[Setting], Outcome], budget: int) -> list[tuple[Setting, Outcome]]:
+    """Drive ``tuner`` for ``budget`` trials against ``objective`` (benchmarks and tests)."""
+    for _ in range(budget):
+        try:
+            s = tuner.ask()
+        except RuntimeError:
+            break
+        tuner.tell(s, objective(s))
+    return tuner.history

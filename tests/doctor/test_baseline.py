@@ -1,0 +1,68 @@
+"""run_doctor through the real runner and record (toy workload): noise.json, failures, resume after kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from toy import ToyAdapter, toy_contract
+
+from infrarsi.doctor import DoctorError, load_noise, run_doctor
+from infrarsi.execute.local import LocalExecutor
+from infrarsi.execute.record import RunRecord
+from infrarsi.execute.trial import TrialStatus
+
+
+def test_doctor_measures_and_writes_noise_json(tmp_path):
+    lines = []
+    res = run_doctor(tmp_path, toy_contract(), adapter=ToyAdapter(), executor=LocalExecutor(), progress=lines.append)
+    n = res.noise
+    assert n.repeats == 2 and n.trial_ids == [0, 1] and res.reused == 0
+    assert all(0.015 < s < 1.0 for s in n.step_times_s) and n.ci95[0] <= n.median_step_s <= n.ci95[1]
+    assert n.loss_reproduces and n.reference_losses == pytest.approx([4.9, 4.8, 4.7, 4.6])
+    assert n.baseline["mode"] == "ok" and n.baseline["step_ms"] == 20  # completed with the knob defaults
+    assert load_noise(tmp_path) == n
+    assert [t.role for t in RunRecord(tmp_path).trials()] == ["doctor", "doctor"]
+    assert len(lines) == 2 and "baseline run 2/2" in lines[1]
+    again = run_doctor(tmp_path, toy_contract(), adapter=ToyAdapter(), executor=LocalExecutor())
+    assert again.reused == 2 and len(RunRecord(tmp_path).trials()) == 2  # nothing rerun
+
+
+def test_a_failing_baseline_stops_the_doctor_with_its_evidence(tmp_path):
+    with pytest.raises(DoctorError, match=r"baseline trial 0 ended crash: .*failed on purpose"):
+        run_doctor(tmp_path, toy_contract(baseline={"mode": "exit"}), adapter=ToyAdapter(), executor=LocalExecutor())
+    assert load_noise(tmp_path) is None and len(RunRecord(tmp_path).trials()) == 1
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {toydir!r})
+    from toy import ToyAdapter, toy_contract
+    from infrarsi.doctor import run_doctor
+    from infrarsi.execute.local import LocalExecutor
+    run_doctor({run!r}, toy_contract(baseline={{"step_ms": 500}}), adapter=ToyAdapter(), executor=LocalExecutor())
+""")
+
+
+def test_killed_doctor_resumes_and_reuses_finished_runs(tmp_path):
+    toydir = str(Path(__file__).parents[1] / "execute")
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(toydir=toydir, run=str(tmp_path))])
+    rec = RunRecord(tmp_path)
+    deadline = time.monotonic() + 60
+    while not ((t := rec.get(1)) and t.job_id):
+        assert time.monotonic() < deadline and driver.poll() is None, "the doctor never started its second run"
+        time.sleep(0.05)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    first = rec.get(0)
+    assert first.status is TrialStatus.OK and rec.get(1).status is TrialStatus.RUNNING
+    res = run_doctor(tmp_path, toy_contract(baseline={"step_ms": 500}), adapter=ToyAdapter(), executor=LocalExecutor())
+    assert res.noise.trial_ids == [0, 1] and res.reused == 2  # trial 0 reused; trial 1 resumed in place
+    assert rec.get(0) == first and [t.id for t in rec.trials()] == [0, 1]
+    assert rec.launch_info(1)["attempt"] == 1

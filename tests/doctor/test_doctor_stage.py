@@ -1,0 +1,89 @@
+"""`infrarsi doctor` on the real minigpt workload: JSON output, noise.json, resume after kill -9."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from rich.console import Console
+
+from infrarsi.contract import write_lock
+from infrarsi.execute.record import RunRecord
+from infrarsi.execute.trial import TrialStatus
+from infrarsi.stages import doctor as stage
+
+TINY = """
+name = "minigpt-tiny"
+
+[workload]
+adapter = "minigpt"
+args = { num_layers = 1, hidden_size = 32, num_attention_heads = 2, seq_length = 32, vocab_size = 64, global_batch_size = 4, train_iters = 4, lr = 1e-3, seed = 7 }
+
+[hardware]
+memory_capacity_gib = 0.75
+
+[invariants.timing]
+warmup_steps = 1
+measured_steps = 3
+timeout_s = 180
+
+[invariants.loss]
+compare_steps = 4
+rtol = 0.02
+
+[scope.knobs]
+micro_batch_size = [1, 2, 4]
+
+[baseline]
+micro_batch_size = 2
+
+[budget]
+doctor_repeats = 2
+"""
+
+
+def _consoles():
+    out, err = io.StringIO(), io.StringIO()
+    return out, err, Console(file=out, width=200), Console(file=err, width=200)
+
+
+def test_doctor_without_a_lock_is_one_clear_line(tmp_path):
+    out, err, c, e = _consoles()
+    assert stage.run(tmp_path / "nothing", json_out=True, console=c, err=e) == 1
+    assert "infrarsi init" in err.getvalue() and out.getvalue() == ""
+
+
+def test_doctor_on_minigpt_resumes_after_kill_9_and_prints_json(tmp_path):
+    contract = tmp_path / "tiny.toml"
+    contract.write_text(TINY)
+    run = tmp_path / "run"
+    write_lock(contract, run)
+    cli = subprocess.Popen([sys.executable, "-m", "infrarsi.cli", "doctor", "--run-dir", str(run), "--json"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rec = RunRecord(run)
+    deadline = time.monotonic() + 120
+    while not ((t := rec.get(1)) and t.job_id):
+        assert time.monotonic() < deadline and cli.poll() is None, "doctor never started its second baseline run"
+        time.sleep(0.05)
+    os.kill(cli.pid, signal.SIGKILL)
+    cli.wait()
+    first = rec.get(0)
+    assert first.status is TrialStatus.OK and first.role == "doctor" and first.metrics.step_time_s > 0
+
+    out, err, c, e = _consoles()
+    assert stage.run(run, json_out=True, console=c, err=e) == 0, err.getvalue()
+    j = json.loads(out.getvalue())
+    assert j.keys() == {"cv", "median_step_s", "ci95", "mde", "repeats", "phases"}
+    assert j["repeats"] == 2 and j["ci95"][0] <= j["median_step_s"] <= j["ci95"][1] and j["cv"] >= 0
+    assert {"forward-compute", "backward-compute", "optimizer"} <= set(j["phases"])
+    trials = rec.trials()
+    assert [t.id for t in trials] == [0, 1] and rec.get(0) == first  # reused, and the killed run resumed in place
+    steps = sorted(t.metrics.step_time_s for t in trials)
+    assert j["median_step_s"] == (steps[0] + steps[1]) / 2
+    noise = json.loads((run / "noise.json").read_text())
+    assert noise["loss_reproduces"] and len(noise["reference_losses"]) == 4 and noise["trial_ids"] == [0, 1]

@@ -1,0 +1,58 @@
+"""A tiny real workload for executor tests: prints Megatron-style iteration lines, or fails on purpose.
+
+Modes: ok, drift (loss 10% off), hang (never finishes), garbage (unparseable bytes, exit 0),
+alloc (allocates --alloc-mb MiB, then trains), signal (kills itself with --signal after one step),
+exit (raises; exit status 1), gloo (two ranks under torchrun: all_reduce, then rank 1 kills itself).
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("--mode", default="ok")
+p.add_argument("--steps", type=int, default=4)
+p.add_argument("--step-ms", type=float, default=20.0)
+p.add_argument("--alloc-mb", type=int, default=0)
+p.add_argument("--signal", type=int, default=9)
+a = p.parse_args()
+
+rank = int(os.environ.get("RANK", "0"))
+print(f"toy start pid={os.getpid()} rank={rank} cap={os.environ.get('INFRARSI_MEMORY_CAP_BYTES')}", flush=True)
+if a.mode == "gloo":
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t)
+    print(f"rank {rank} world {dist.get_world_size()} allreduce={t.item():g}", flush=True)
+    dist.barrier()
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(30)
+if a.mode == "garbage":
+    sys.stdout.buffer.write(b"\xff\xfe garbage \x00\x01 iteration ?? | elapsed time per iteration (ms): banana |\n")
+    sys.stdout.flush()
+    sys.exit(0)
+if a.mode == "exit":
+    raise RuntimeError("toy workload failed on purpose")
+if a.mode == "alloc":
+    block = bytearray(a.alloc_mb * 2**20)  # touched below so it is resident, not just reserved
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+for i in range(1, a.steps + 1):
+    t0 = time.perf_counter()
+    time.sleep(a.step_ms / 1000)
+    ms = (time.perf_counter() - t0) * 1000
+    loss = 5.0 - 0.1 * i
+    if a.mode == "drift":
+        loss *= 1.1
+    print(f" iteration {i:8d}/{a.steps:8d} | elapsed time per iteration (ms): {ms:.1f} | lm loss: {loss:.6E} |", flush=True)
+    if a.mode == "signal":
+        os.kill(os.getpid(), a.signal)
+    if a.mode == "hang":
+        time.sleep(3600)
+print("toy done", flush=True)

@@ -1,0 +1,70 @@
+"""Kernel generation through the real openai client and the real verifier: a candidate that fails
+verification is fed back once (with the verifier's reasons), the repaired one passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from infrarsi.priors import llm as llm_mod
+from infrarsi.priors.llm import LLMConfig, exchanges
+from infrarsi.testing.openai_server import OpenAIServer, Reply
+
+verify_mod = pytest.importorskip("infrarsi.kernels.verify", reason="the kernel verifier is not importable")
+from infrarsi.kernels.generate import KernelGenerationError, generate_kernel  # noqa: E402
+from infrarsi.kernels.loader import reference_path  # noqa: E402
+
+GOOD = reference_path("rmsnorm").parent / "triton_rows4.py"
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch, tmp_path):
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "INFRARSI_LLM_MODEL", "INFRARSI_LLM"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("INFRARSI_CACHE", str(tmp_path / "cache"))  # LLM and verifier caches start empty
+    llm_mod._said.clear()
+    llm_mod._mode_memo.clear()
+
+
+@pytest.fixture
+def server():
+    with OpenAIServer() as srv:
+        yield srv
+
+
+def test_failed_verification_is_fed_back_once_and_the_repair_passes(server, tmp_path):
+    good = GOOD.read_text()
+    wrong = good.replace("y = x * rstd[:, None] * w[None, :]", "y = x * rstd[:, None] * w[None, :] * 1.01")
+    assert wrong != good
+    server.script(Reply(json={"name": "triton_try", "source": wrong, "notes": "4 rows per program"}),
+                  Reply(json={"name": "triton_try", "source": good, "notes": "fixed the scale"}))
+    llm = LLMConfig(base_url=server.base_url, model="test-model")
+    quick = verify_mod.Settings(seeds_per_case=1, families=("odd",), determinism_families=(), determinism_reruns=0)
+    path, result = generate_kernel("rmsnorm", llm=llm, out_dir=tmp_path / "generated", record_dir=tmp_path / "run",
+                                   verify_settings=quick)
+    assert result.verdict == "pass" and path.read_text() == good
+    assert path.parent == tmp_path / "generated"
+    prompt = server.requests[0]["messages"][-1]["content"]
+    assert "def forward(x: torch.Tensor, weight: torch.Tensor, eps: float=1e-06)" in prompt and "FAMILIES" in prompt  # reference, signature, shapes
+    feedback = server.requests[1]["messages"][-1]["content"]
+    assert "verifier rejected" in feedback and "mismatch-forward" in feedback
+    first = tmp_path / "generated" / "triton_try.py"
+    assert first.read_text() == wrong and path.name == "triton_try_2.py"  # the rejected file is kept for audit
+    assert [e.stage for e in exchanges(tmp_path / "run")] == ["kernel:rmsnorm", "kernel:rmsnorm"]
+
+
+def test_answers_that_break_the_signature_are_retried_then_refused(server, tmp_path):
+    bad = "import triton\n\ndef forward(x):\n    return x\n"
+    server.script(Reply(json={"name": "k", "source": bad, "notes": ""}),
+                  Reply(json={"name": "Bad Name", "source": "def forward(x, weight, eps=1e-6):\n  return (", "notes": ""}))
+    llm = LLMConfig(base_url=server.base_url, model="test-model")
+    with pytest.raises(KernelGenerationError, match="no usable answer"):
+        generate_kernel("rmsnorm", llm=llm, out_dir=tmp_path / "generated")
+    assert "differs from the reference's forward(x,weight,eps)" in server.requests[1]["messages"][-1]["content"]
+    assert not list((tmp_path / "generated").glob("*.py"))  # nothing unvalidated is written
+
+
+def test_no_llm_configured_says_how_to_configure_one(tmp_path):
+    with pytest.raises(KernelGenerationError, match="OPENAI_API_KEY"):
+        generate_kernel("rmsnorm", llm=None, out_dir=tmp_path)
+    with pytest.raises(KernelGenerationError, match="unknown op"):
+        generate_kernel("layernorm", llm=LLMConfig(model="m", base_url="http://127.0.0.1:9/v1"), out_dir=tmp_path)

@@ -1,0 +1,124 @@
+"""`infrarsi report` on a recorded run: sections, numbers traced to trials, the audit, MFU."""
+
+import dataclasses
+import hashlib
+import json
+import re
+import statistics
+
+from infrarsi.execute.record import RunRecord
+from infrarsi.report import load_run
+from infrarsi.report.audit import scope_glob
+from infrarsi.report.mfu import flops_per_step
+from infrarsi.report.render import build, to_markdown
+from infrarsi.stages import report as stage
+from infrarsi.testing.recorded_run import KERNEL
+
+SECTIONS = ["## Summary", "## Baseline and noise", "## Trials", "## Models: predicted vs observed",
+            "## Knob effects (posteriors)", "## Priors vs posteriors", "## Verification", "## MFU",
+            "## Failed trials: cost", "## Source-path audit"]
+
+
+def test_report_sections_and_numbers(reported_run):
+    run_dir, printed = reported_run
+    md = (run_dir / "report.md").read_text()
+    for s in SECTIONS:
+        assert s in md, s
+    ver = json.loads((run_dir / "verification.json").read_text())
+    best, other = ver["candidates"]
+    assert best["promoted"] and not other["promoted"]
+    # the speedup, its CI and the pairs it came from
+    assert f"**{best['speedup']:.3f}x**" in md
+    assert f"[{best['ci95'][0]:.3f}, {best['ci95'][1]:.3f}]" in md
+    assert ", ".join(f"{a}/{b}" for a, b in best["trials"]) in md
+    # every trial appears in the trial table with its status; failures marked
+    trials = RunRecord(run_dir).trials()
+    for t in trials:
+        status = t.status.value.upper() if t.status.is_failure() else "ok"
+        assert re.search(rf"^\| {t.id} \| {t.role} \| {status} \|", md, re.M), t.id
+    # failed-trial cost per kind, recomputed from the trials on disk
+    for kind in ("oom", "crash", "timeout"):
+        ids = [t.id for t in trials if t.status.value == kind]
+        cost = sum(t.cost.device_s for t in trials if t.status.value == kind)
+        assert ids
+        assert f"| {kind.upper()} | [{', '.join(map(str, ids))}] | {cost:.1f} |" in md
+    # the miscalibrated prior is called out
+    assert "**bf16=True** (time, llm" in md
+    assert "**MISCALIBRATED**" in md
+    # MFU before and after with the one formula, recomputed independently
+    data = load_run(run_dir)
+    flops = flops_per_step(data.contract.workload.args, "minigpt")[0]
+    peak = data.contract.hardware.peak_flops
+    before = flops / (statistics.median(best["baseline_s"]) * peak)
+    after = flops / (statistics.median(best["candidate_s"]) * peak)
+    assert f"| {before:.2%} | {after:.2%} |" in md
+    assert "6·N·T + 6·L·S²·h·B" in md
+    # the audit: the kernel file, its sha256 now, inside the scope
+    sha = hashlib.sha256((run_dir.parent / KERNEL).read_bytes()).hexdigest()
+    assert re.search(rf"\| {re.escape(KERNEL)} \| rmsnorm \| {sha} \| {sha} \| pass \| inside", md)
+    assert "applicable." in md
+    # plots: PNG files beside report.md, inline in report.html
+    pngs = sorted(p.name for p in (run_dir / "report_files").glob("*.png"))
+    assert pngs == sorted(["progress.png", "predicted_vs_observed.png", "memory_boundary.png", "effects.png",
+                           "priors.png", "verification.png", "failure_cost.png"])
+    html = (run_dir / "report.html").read_text()
+    assert html.count("src='data:image/png;base64,iVBORw0KGgo") == 7
+    assert f"wrote {run_dir / 'report.md'}" in printed
+
+
+def test_stale_kernel_is_flagged_in_the_audit(run_dir, consoles):
+    (run_dir.parent / KERNEL).write_text((run_dir.parent / KERNEL).read_text() + "\n# edited\n")
+    md = to_markdown(build(load_run(run_dir), sections=["audit"]))
+    assert "NOT applicable" in md and "changed since it was verified" in md
+
+
+def test_mfu_unknown_without_peak_flops(run_dir):
+    data = load_run(run_dir)
+    hw = data.contract.hardware.model_copy(update={"peak_flops": None})
+    data = dataclasses.replace(data, contract=data.contract.model_copy(update={"hardware": hw}))
+    md = to_markdown(build(data, sections=["verification"]))
+    assert "MFU unknown: hardware.peak_flops is unset" in md
+    assert "| unknown | unknown |" in md
+
+
+def test_flop_formula_matches_the_workload():
+    from infrarsi.workloads.minigpt import build_model, build_parser, model_flops_per_step
+
+    argv = "--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 64 --vocab-size 300 --global-batch-size 8"
+    args = build_parser().parse_args(argv.split())
+    model = build_model(args, {})
+    n = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "embed" not in name)
+    flops, n_ours, tokens = flops_per_step(vars(args), "minigpt")
+    assert n_ours == n and tokens == 8 * 64
+    assert flops == model_flops_per_step(args, n)
+
+
+def test_scope_glob():
+    globs = ["kernels/**/*.py"]
+    assert scope_glob("kernels/rmsnorm/triton_rows4.py", globs) == "kernels/**/*.py"
+    assert scope_glob("tools/fast.py", globs) is None
+    assert scope_glob("kernels/../../etc/x.py", globs) is None  # matches the glob as text, leaves the scope
+    assert scope_glob("/abs/kernels/a/b.py", globs) is None
+
+
+def test_report_without_lock_fails_in_one_line(tmp_path, consoles):
+    con, err, _, errbuf = consoles
+    assert stage.run(tmp_path, console=con, err=err) == 1
+    msg = errbuf.getvalue().strip()
+    assert "no contract.lock" in msg and "infrarsi init" in msg and "\n" not in msg
+
+
+def test_cli_report_smoke(run_dir):
+    from typer.testing import CliRunner
+
+    from infrarsi.cli import app
+
+    r = CliRunner().invoke(app, ["report", "--run-dir", str(run_dir)])
+    assert r.exit_code == 0, r.output
+    assert (run_dir / "report.md").is_file() and (run_dir / "report.html").is_file()
+
+
+def test_report_of_a_run_not_yet_verified(run_dir):
+    (run_dir / "verification.json").unlink()
+    md = to_markdown(build(load_run(run_dir), sections=["summary", "verification", "audit"]))
+    assert "No verification yet" in md and "Not verified yet" in md and "No promoted candidate" in md

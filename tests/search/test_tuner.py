@@ -1,0 +1,125 @@
+"""The ask/tell tuner: valid proposals, failures as data, memory-aware search that beats random search."""
+
+import math
+import random
+
+import pytest
+
+from infrarsi.knobs import Knob, KnobSpace
+from infrarsi.search import Outcome, Tuner, run_tuner
+
+
+def example_space():
+    return KnobSpace(knobs=[Knob(name="tp", kind="int", domain=[1, 2, 4, 8]),
+                            Knob(name="mbs", kind="int", domain=[1, 2, 4, 8, 16]),
+                            Knob(name="recompute", kind="categorical", domain=["none", "selective", "full"]),
+                            Knob(name="seq_par", kind="bool")],
+                     constraints=[lambda s: None if s["tp"] > 1 or not s["seq_par"] else "sequence parallel needs tp > 1"])
+
+
+CAP = 80e9
+
+
+def truth(s, noise=0.0, rng=None):
+    """A known landscape: bigger micro-batches are faster and hungrier; recompute saves memory at a time cost."""
+    t = (1 - 0.12 * math.log2(s["mbs"])) * (1 + 0.08 * math.log2(s["tp"])) \
+        * {"none": 1, "selective": 1.05, "full": 1.33}[s["recompute"]] * (0.97 if s["seq_par"] else 1)
+    m = 30e9 * s["mbs"] ** 0.8 / s["tp"] ** 0.7 * {"none": 1, "selective": 0.6, "full": 0.3}[s["recompute"]] \
+        * (0.8 if s["seq_par"] else 1)
+    if m > CAP:
+        return Outcome("oom")
+    if rng is not None:
+        t *= math.exp(rng.gauss(0, noise))
+    return Outcome("ok", step_time_s=t, peak_memory_bytes=m)
+
+
+def test_the_documented_example_runs():
+    space = KnobSpace(knobs=[Knob(name="tp", kind="int", domain=[1, 2, 4, 8]),
+                             Knob(name="recompute", kind="categorical", domain=["none", "selective", "full"]),
+                             Knob(name="seq_par", kind="bool")],
+                      constraints=[lambda s: None if s["tp"] > 1 or not s["seq_par"] else "sequence parallel needs tp > 1"])
+    tuner = Tuner(space, memory_capacity_bytes=80 * 2**30, seed=0)
+    s = tuner.ask()
+    assert space.is_valid(s)
+    tuner.tell(s, Outcome(status="ok", step_time_s=1.23, peak_memory_bytes=7.1e10))
+    s2 = tuner.ask()
+    assert s2 != s
+    tuner.tell(s2, Outcome(status="oom"))
+    best_setting, best_outcome = tuner.best()
+    assert best_setting == s and best_outcome.step_time_s == 1.23
+    batch = tuner.ask(3)
+    assert len(set(batch)) == 3 and all(space.is_valid(b) for b in batch) and not {s, s2} & set(batch)
+
+
+def test_outcomes_are_validated():
+    with pytest.raises(ValueError, match="needs a finite step_time_s"):
+        Outcome("ok", step_time_s=float("nan"))
+    with pytest.raises(ValueError, match="use one of"):
+        Outcome("exploded")
+    with pytest.raises(ValueError, match="has no step_time_s"):
+        Outcome("oom", step_time_s=1.0)
+
+
+def test_an_exhausted_space_says_so():
+    space = KnobSpace([Knob(name="a", kind="bool")])
+    t = Tuner(space, seed=0)
+    for _ in range(2):
+        s = t.ask()
+        t.tell(s, Outcome("crash"))
+    with pytest.raises(RuntimeError, match="exhausted"):
+        t.ask()
+    assert t.best() is None
+
+
+def _random(space, budget, seed):
+    valid = list(space.enumerate())
+    random.Random(seed).shuffle(valid)
+    return [(s, truth(s)) for s in valid[:budget]]
+
+
+def test_finds_the_optimum_with_fewer_ooms_than_random_search():
+    space = example_space()
+    valid = list(space.enumerate())
+    opt = min(o.step_time_s for o in map(truth, valid) if o.status == "ok")
+    fracs, ooms, rand_fracs, rand_ooms = [], [], [], []
+    for seed in range(4):
+        t = Tuner(space, memory_capacity_bytes=CAP, seed=seed, initial=[{"tp": 1, "mbs": 1, "recompute": "none", "seq_par": False}])
+        hist = run_tuner(t, truth, 20)
+        fracs.append(opt / t.best()[1].step_time_s)
+        ooms.append(sum(o.status == "oom" for _, o in hist))
+        r = _random(space, 20, seed)
+        rand_fracs.append(opt / min(o.step_time_s for _, o in r if o.status == "ok"))
+        rand_ooms.append(sum(o.status == "oom" for _, o in r))
+    assert min(fracs) >= 0.97, fracs
+    assert sum(fracs) > sum(rand_fracs)
+    assert sum(ooms) <= sum(rand_ooms), (ooms, rand_ooms)
+
+
+def test_a_fast_setting_that_does_not_fit_is_paired_with_memory_savers():
+    space = example_space()
+    t = Tuner(space, memory_capacity_bytes=CAP, seed=0)
+    # What we know: mbs 16 without savers runs out of memory; mbs 4 fits comfortably; bigger mbs is faster.
+    for s in ({"tp": 1, "mbs": 1, "recompute": "none", "seq_par": False}, {"tp": 1, "mbs": 4, "recompute": "none", "seq_par": False},
+              {"tp": 1, "mbs": 2, "recompute": "none", "seq_par": False}, {"tp": 1, "mbs": 16, "recompute": "none", "seq_par": False},
+              {"tp": 2, "mbs": 16, "recompute": "none", "seq_par": False}, {"tp": 1, "mbs": 4, "recompute": "selective", "seq_par": False},
+              {"tp": 1, "mbs": 2, "recompute": "full", "seq_par": False}):
+        t.tell(s, truth(s))
+    kinds = []
+    for _ in range(6):
+        s = t.ask()
+        kinds.append(t.why(s))
+        t.tell(s, truth(s))
+    paired = [w for w in kinds if w["kind"] == "paired"]
+    assert paired, kinds
+    assert all(w["savers"] and w["paired_from"] for w in paired)
+    assert all(w["p_oom"] <= 0.5 for w in paired)
+
+
+def test_ask_n_gives_distinct_settings_for_parallel_trials():
+    t = Tuner(example_space(), memory_capacity_bytes=CAP, seed=1)
+    for _ in range(3):
+        batch = t.ask(4)
+        assert len(set(batch)) == 4
+        for s in batch:
+            t.tell(s, truth(s))
+    assert len({s for s, _ in t.history}) == 12
