@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..io import atomic_write
 from .model import Contract, ContractError, load_contract
 
 LOCK_NAME = "contract.lock"
@@ -90,13 +91,3 @@ def _diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> str:
         elif a != b:
             out.append(f"{prefix}{k} {a!r} -> {b!r}")
     return ", ".join(out)
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a crash leaves the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -50,6 +50,9 @@ def load_noise(run_dir: str | Path) -> NoiseProfile | None:
     return NoiseProfile.model_validate_json(p.read_text())
 
 
+WARMUP_ROLE = "warmup"
+
+
 def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | None = None,
                executor: Executor | None = None, repeats: int | None = None,
                progress: Callable[[str], None] = lambda s: None) -> DoctorResult:
@@ -66,12 +69,16 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
         reused = len(ok)
         if reused:
             progress(f"reusing {reused} finished baseline run(s): trials {[t.id for t in ok]}")
+        if not ok and not record.matching(baseline, role=WARMUP_ROLE):
+            # The first launch on a machine pays for cold file caches (torch's libraries, the workload's
+            # imports): it is run once, recorded as warmup, and kept out of the noise estimate.
+            t = runner.submit(baseline, role=WARMUP_ROLE).result()
+            progress(f"warm-up run (not measured): {_line(t)}")
+            _check_ok(t)
         while len(ok) < n:
             t = runner.submit(baseline, role=ROLE).result()
             progress(f"baseline run {len(ok) + 1}/{n}: {_line(t)}")
-            if t.status is not TrialStatus.OK:
-                ev = "; ".join(t.evidence[-3:])
-                raise DoctorError(f"baseline trial {t.id} ended {t.status.value}: {t.reason} [{ev}] (see {t.path})")
+            _check_ok(t)
             ok.append(t)
     ok = sorted(ok, key=lambda t: t.id)[:n]
     loss = contract.invariants.loss
@@ -89,6 +96,12 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
                           f"{loss.compare_steps} steps ({bad[0]}); the workload is not deterministic enough for "
                           f"[invariants.loss] -- fix its seeding or raise rtol in the contract")
     return DoctorResult(noise=noise, trials=ok, reused=reused)
+
+
+def _check_ok(t: Trial) -> None:
+    if t.status is not TrialStatus.OK:
+        ev = "; ".join(t.evidence[-3:])
+        raise DoctorError(f"baseline trial {t.id} ended {t.status.value}: {t.reason} [{ev}] (see {t.path})")
 
 
 def _line(t: Trial) -> str:

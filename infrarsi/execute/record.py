@@ -27,34 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from .executor import Handle
+from ..io import atomic_write
 from .spec import LaunchSpec
 from .trial import Trial, TrialStatus
 
 TRIAL_JSON = "trial.json"
 LAUNCH_JSON = "launch.json"
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically. On failure (ENOSPC, ...) the old file is untouched,
-    the temporary file is removed and the error is raised."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    with contextlib.suppress(OSError):
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # the rename itself survives a power cut
-        finally:
-            os.close(fd)
 
 
 class RunRecord:

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..adapters.base import Adapter, ParsedRun
 from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from .classify import Verdict, apply_loss_check, classify
-from .executor import STDERR, STDOUT, Executor, Handle, Outcome
+from .executor import STDERR, STDOUT, Executor, Handle, Outcome, tail
 from .local import kill_token, resolve_argv, trial_env
 from .record import RunRecord
 from .spec import LaunchSpec
@@ -307,14 +307,4 @@ def _wait(executor: Executor, handle: Handle) -> Outcome:
 
 def _read_text(path: Path, max_bytes: int = 64 * 2**20) -> str:
     """A log file as text (the last ``max_bytes`` of it), "" when missing; never raises on bad bytes."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            return f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-__all__ = ["Runner", "local_parallel_limit", "usable_memory_bytes"]
+    return tail(path, max_bytes)

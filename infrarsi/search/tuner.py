@@ -183,8 +183,8 @@ class Tuner:
         return [ok[i] for i in np.argsort(mean, kind="stable")[:k]]
 
     def should_stop(self) -> bool:
-        """True once the initial design is done and the best EI is below log(1 + mde)."""
-        if len(self.history) < self.config.n_initial or self.last_best_ei is None:
+        """True once the tuner has proposed its initial design and the best EI is below log(1 + mde)."""
+        if len(self._why) < self.config.n_initial or self.last_best_ei is None:
             return False
         return self.last_best_ei < math.log1p(self.config.mde)
 

@@ -78,11 +78,12 @@ def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list
 
 def bank_seed(space: KnobSpace, contract, err: Console) -> tuple[list[Setting], list, list]:
     try:
-        from ..bank import Bank, default_bank_path
+        from ..bank import Bank
+        from ..bank.cli import bank_path
     except ImportError:
         return [], [], []
     try:
-        bank = Bank(default_bank_path())
+        bank = Bank(bank_path(None))
         seed = bank.seed(space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract))
         return list(seed.initial), list(seed.priors), list(seed.sources)
     except Exception as e:
@@ -186,7 +187,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
                 done.append(t)
                 used_s += t.cost.device_s
                 proposals[str(t.id)] = tuner.why(s)
-                _print_trial(console, t, tuner.why(s))
+                _print_trial(console, t, tuner.why(s), baseline)
         _save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
         console.print(f"search stopped: {stop_reason}")
         verification = _reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console)
@@ -196,13 +197,14 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     return 0
 
 
-def _print_trial(console: Console, t: Trial, why: dict[str, Any]) -> None:
+def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Setting) -> None:
+    """One line per finished trial: status, step time, peak, why it was proposed, what differs from the baseline."""
     st = t.status.value
     color = {"ok": "green", "oom": "red"}.get(st, "yellow")
     ms = f"{t.metrics.step_time_s * 1000:.0f} ms" if t.metrics.step_time_s else "-"
     mem = f"{t.metrics.peak_memory_bytes / 2**20:.0f} MiB" if t.metrics.peak_memory_bytes and st == "ok" else ""
-    changed = ", ".join(f"{k}={v}" for k, v in t.setting.items())
-    extra = f" paired with {'+'.join(why['savers'])}" if why.get("savers") else ""
+    changed = ", ".join(f"{k}={v}" for k, v in t.setting.items() if baseline.get(k) != v) or "the baseline"
+    extra = f" with {' + '.join(why['savers'])}" if why.get("savers") else ""
     console.print(f"  trial {t.id:3d} [{color}]{st:8s}[/] {ms:>8s} {mem:>9s}  ({why.get('kind', '?')}{extra}) {changed}")
 
 
@@ -322,16 +324,20 @@ def posterior_priors(tuner: Tuner) -> list:
 
 def _bank_record(run_dir: Path, contract, record, tuner: Tuner, priors: list, err: Console) -> None:
     try:
-        from ..bank import Bank, default_bank_path
+        from ..bank import Bank
+        from ..bank.cli import bank_path
     except ImportError:
         return
     try:
-        bank = Bank(default_bank_path())
+        bank = Bank(bank_path(None))
         hw, wl = contract.hardware.model_dump(), _workload_sig(contract)
         run_id = f"{contract.name}:{contract_hash(contract)[:12]}:{run_dir.resolve()}"
         bank.add_trials(run_id, record.finished(), hardware=hw, workload=wl)
         posts = posterior_priors(tuner)
-        if posts:
-            bank.add_posteriors(run_id, posts, hardware=hw, workload=wl)
+        peaks = sorted(t.metrics.peak_memory_bytes for t in record.finished()
+                       if t.role == "doctor" and t.metrics.peak_memory_bytes)
+        if posts:  # memory effects travel in bytes, relative to this baseline's peak
+            bank.add_posteriors(run_id, posts, hardware=hw, workload=wl,
+                                reference_peak_bytes=peaks[len(peaks) // 2] if peaks else None)
     except Exception as e:
         err.print(f"[yellow]could not write the experience bank ({type(e).__name__}: {e}); the run itself is recorded[/]")

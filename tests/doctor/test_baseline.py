@@ -23,15 +23,15 @@ def test_doctor_measures_and_writes_noise_json(tmp_path):
     lines = []
     res = run_doctor(tmp_path, toy_contract(), adapter=ToyAdapter(), executor=LocalExecutor(), progress=lines.append)
     n = res.noise
-    assert n.repeats == 2 and n.trial_ids == [0, 1] and res.reused == 0
+    assert n.repeats == 2 and n.trial_ids == [1, 2] and res.reused == 0  # trial 0: the unmeasured warm-up run
     assert all(0.015 < s < 1.0 for s in n.step_times_s) and n.ci95[0] <= n.median_step_s <= n.ci95[1]
     assert n.loss_reproduces and n.reference_losses == pytest.approx([4.9, 4.8, 4.7, 4.6])
     assert n.baseline["mode"] == "ok" and n.baseline["step_ms"] == 20  # completed with the knob defaults
     assert load_noise(tmp_path) == n
-    assert [t.role for t in RunRecord(tmp_path).trials()] == ["doctor", "doctor"]
-    assert len(lines) == 2 and "baseline run 2/2" in lines[1]
+    assert [t.role for t in RunRecord(tmp_path).trials()] == ["warmup", "doctor", "doctor"]
+    assert len(lines) == 3 and "warm-up run (not measured)" in lines[0] and "baseline run 2/2" in lines[2]
     again = run_doctor(tmp_path, toy_contract(), adapter=ToyAdapter(), executor=LocalExecutor())
-    assert again.reused == 2 and len(RunRecord(tmp_path).trials()) == 2  # nothing rerun
+    assert again.reused == 2 and len(RunRecord(tmp_path).trials()) == 3  # nothing rerun
 
 
 def test_a_failing_baseline_stops_the_doctor_with_its_evidence(tmp_path):
@@ -55,14 +55,14 @@ def test_killed_doctor_resumes_and_reuses_finished_runs(tmp_path):
     driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(toydir=toydir, run=str(tmp_path))])
     rec = RunRecord(tmp_path)
     deadline = time.monotonic() + 60
-    while not ((t := rec.get(1)) and t.job_id):
+    while not ((t := rec.get(2)) and t.job_id):  # trial 0 is the warm-up run, 1 the first measured one
         assert time.monotonic() < deadline and driver.poll() is None, "the doctor never started its second run"
         time.sleep(0.05)
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
-    first = rec.get(0)
-    assert first.status is TrialStatus.OK and rec.get(1).status is TrialStatus.RUNNING
+    first = rec.get(1)
+    assert rec.get(0).role == "warmup" and first.status is TrialStatus.OK and rec.get(2).status is TrialStatus.RUNNING
     res = run_doctor(tmp_path, toy_contract(baseline={"step_ms": 500}), adapter=ToyAdapter(), executor=LocalExecutor())
-    assert res.noise.trial_ids == [0, 1] and res.reused == 2  # trial 0 reused; trial 1 resumed in place
-    assert rec.get(0) == first and [t.id for t in rec.trials()] == [0, 1]
-    assert rec.launch_info(1)["attempt"] == 1
+    assert res.noise.trial_ids == [1, 2] and res.reused == 2  # trial 1 reused; trial 2 resumed in place
+    assert rec.get(1) == first and [t.id for t in rec.trials()] == [0, 1, 2]
+    assert rec.launch_info(2)["attempt"] == 1

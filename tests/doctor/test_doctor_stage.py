@@ -67,12 +67,13 @@ def test_doctor_on_minigpt_resumes_after_kill_9_and_prints_json(tmp_path):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rec = RunRecord(run)
     deadline = time.monotonic() + 120
-    while not ((t := rec.get(1)) and t.job_id):
+    while not ((t := rec.get(2)) and t.job_id):  # 0: the unmeasured warm-up run; 1, 2: the measured ones
         assert time.monotonic() < deadline and cli.poll() is None, "doctor never started its second baseline run"
         time.sleep(0.05)
     os.kill(cli.pid, signal.SIGKILL)
     cli.wait()
-    first = rec.get(0)
+    assert rec.get(0).role == "warmup" and rec.get(0).status is TrialStatus.OK
+    first = rec.get(1)
     assert first.status is TrialStatus.OK and first.role == "doctor" and first.metrics.step_time_s > 0
 
     out, err, c, e = _consoles()
@@ -81,9 +82,9 @@ def test_doctor_on_minigpt_resumes_after_kill_9_and_prints_json(tmp_path):
     assert j.keys() == {"cv", "median_step_s", "ci95", "mde", "repeats", "phases"}
     assert j["repeats"] == 2 and j["ci95"][0] <= j["median_step_s"] <= j["ci95"][1] and j["cv"] >= 0
     assert {"forward-compute", "backward-compute", "optimizer"} <= set(j["phases"])
-    trials = rec.trials()
-    assert [t.id for t in trials] == [0, 1] and rec.get(0) == first  # reused, and the killed run resumed in place
+    trials = [t for t in rec.trials() if t.role == "doctor"]
+    assert [t.id for t in rec.trials()] == [0, 1, 2] and rec.get(1) == first  # reused; the killed run resumed in place
     steps = sorted(t.metrics.step_time_s for t in trials)
     assert j["median_step_s"] == (steps[0] + steps[1]) / 2
     noise = json.loads((run / "noise.json").read_text())
-    assert noise["loss_reproduces"] and len(noise["reference_losses"]) == 4 and noise["trial_ids"] == [0, 1]
+    assert noise["loss_reproduces"] and len(noise["reference_losses"]) == 4 and noise["trial_ids"] == [1, 2]

@@ -1,0 +1,84 @@
+"""The run stage end to end on a simulated cluster: search, re-verification, and resume after kill -9."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, env, **kw):
+    return subprocess.run([sys.executable, "-m", "infrarsi.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=ROOT, **kw)
+
+
+@pytest.fixture
+def sim_run(tmp_path):
+    contract = tmp_path / "sim.toml"
+    text = (ROOT / "contracts" / "sim-dense8b-h100x8.toml").read_text()
+    contract.write_text(text.replace("doctor_repeats = 5", "doctor_repeats = 3").replace("max_trials = 40", "max_trials = 8"))
+    env = {**os.environ, "INFRARSI_BANK": str(tmp_path / "bank.sqlite"), "INFRARSI_LLM": "off",
+           "INFRARSI_CACHE": str(tmp_path / "cache")}
+    run_dir = tmp_path / "run"
+    assert cli("init", contract, "--run-dir", run_dir, env=env).returncode == 0
+    r = cli("doctor", "--run-dir", run_dir, env=env)
+    assert r.returncode == 0, r.stderr
+    return run_dir, env
+
+
+def search_trials(run_dir):
+    out = {}
+    for p in sorted((run_dir / "trials").glob("*/trial.json")):
+        t = json.loads(p.read_text())
+        if t["role"] == "search" and t["status"] != "running":
+            out[t["id"]] = t
+    return out
+
+
+def test_run_searches_verifies_and_writes_its_record(sim_run):
+    run_dir, env = sim_run
+    r = cli("run", "--run-dir", run_dir, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    trials = search_trials(run_dir)
+    assert 1 <= len(trials) <= 8
+    settings = [json.dumps(t["setting"], sort_keys=True) for t in trials.values()]
+    assert len(set(settings)) == len(settings)  # never the same setting twice
+    search = json.loads((run_dir / "search.json").read_text())
+    assert set(map(int, search["proposals"])) == set(trials)
+    assert search["memory_effects"] and search["time_effects"]
+    ver = json.loads((run_dir / "verification.json").read_text())
+    assert ver["candidates"], ver
+    for c in ver["candidates"]:
+        assert c["pairs"] == len(c["trials"]) >= 2
+        assert c["promoted"] == (c["ci95"][0] > 1 + ver["mde"])
+    # The typical config (full recompute, no overlap) is far from the optimum: the best candidate is promoted.
+    assert any(c["promoted"] and c["speedup"] > 1.2 for c in ver["candidates"]), ver["candidates"]
+
+
+def test_a_killed_run_resumes_without_rerunning_finished_trials(sim_run):
+    run_dir, env = sim_run
+    p = subprocess.Popen([sys.executable, "-m", "infrarsi.cli", "run", "--run-dir", str(run_dir)], env=env, cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while len(search_trials(run_dir)) < 3 and time.time() < deadline and p.poll() is None:
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    before = search_trials(run_dir)
+    assert len(before) >= 3
+    stamps = {i: (run_dir / "trials" / str(i) / "trial.json").stat().st_mtime_ns for i in before}
+    r = cli("run", "--run-dir", run_dir, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = search_trials(run_dir)
+    assert set(before) <= set(after) and len(after) <= 8
+    assert all((run_dir / "trials" / str(i) / "trial.json").stat().st_mtime_ns == stamps[i] for i in before)
+    settings = [json.dumps(t["setting"], sort_keys=True) for t in after.values()]
+    assert len(set(settings)) == len(settings)
+    assert (run_dir / "verification.json").exists()
