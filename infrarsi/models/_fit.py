@@ -279,6 +279,16 @@ def _tobit_pass(x_ok, y_ok, x_c, c_c, m0, s0, loc, scale, log_sigma, eta0, ep=Tr
     return GridPosterior(log_sigma=np.asarray(log_sigma, dtype=float), weights=w / w.sum(), means=means, covs=covs)
 
 
+def _solve_or_none(a: np.ndarray, k: int) -> np.ndarray | None:
+    """inv(a) for a stack of (k, k) precision matrices; None when one is singular or not finite."""
+    if not np.isfinite(a).all():
+        return None
+    try:
+        return np.linalg.solve(a, np.broadcast_to(np.eye(k), a.shape))
+    except np.linalg.LinAlgError:
+        return None
+
+
 def _ep_moments(x_ok, y_ok, x_c, c_c, m0, s0, s2, *, iters: int = 100, damping: float = 0.5, tol: float = 1e-6):
     """Expectation propagation for the censored factors given each sigma: moments of eta, (G, k)
     and (G, k, k), or None when it does not converge.
@@ -296,7 +306,9 @@ def _ep_moments(x_ok, y_ok, x_c, c_c, m0, s0, s2, *, iters: int = 100, damping: 
     nu = np.zeros((g_n, len(c_c)))  # site precision * mean
     for _ in range(iters):
         a = base_a + np.einsum("gn,ni,nj->gij", tau, x_c, x_c)
-        cov = np.linalg.solve(a, np.broadcast_to(np.eye(k), a.shape))
+        cov = _solve_or_none(a, k)
+        if cov is None:  # a site's precision blew up: report non-convergence, the caller falls back
+            return None
         mean = np.einsum("gij,gj->gi", cov, base_b + nu @ x_c)
         mu = mean @ x_c.T  # (G, n_c) marginal of u = x eta
         v = np.einsum("ni,gij,nj->gn", x_c, cov, x_c)
@@ -321,7 +333,9 @@ def _ep_moments(x_ok, y_ok, x_c, c_c, m0, s0, s2, *, iters: int = 100, damping: 
     else:
         return None
     a = base_a + np.einsum("gn,ni,nj->gij", tau, x_c, x_c)
-    cov = np.linalg.solve(a, np.broadcast_to(np.eye(k), a.shape))
+    cov = _solve_or_none(a, k)
+    if cov is None:
+        return None
     cov = 0.5 * (cov + np.swapaxes(cov, 1, 2))
     return np.einsum("gij,gj->gi", cov, base_b + nu @ x_c), cov
 

@@ -76,19 +76,21 @@ def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list
         return []
 
 
-def bank_seed(space: KnobSpace, contract, err: Console) -> tuple[list[Setting], list, list]:
+def bank_seed(space: KnobSpace, contract, base_priors: list, err: Console) -> tuple[list[Setting], list, list]:
+    """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors."""
     try:
         from ..bank import Bank
         from ..bank.cli import bank_path
     except ImportError:
-        return [], [], []
+        return [], base_priors, []
     try:
-        bank = Bank(bank_path(None))
-        seed = bank.seed(space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract))
-        return list(seed.initial), list(seed.priors), list(seed.sources)
-    except Exception as e:
+        with Bank(bank_path(None)) as bank:
+            seed = bank.seed(space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
+                             base_priors=base_priors)
+        return list(seed.initial), seed.merged_with(base_priors), list(seed.sources)
+    except Exception as e:  # experience is advice: a broken bank never stops a run
         err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {e}); starting unseeded[/]")
-        return [], [], []
+        return [], base_priors, []
 
 
 def _workload_sig(contract) -> dict[str, Any]:
@@ -102,13 +104,6 @@ def memory_estimate(space: KnobSpace, contract):
     except ImportError:
         return None
     return memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
-
-
-def merge_priors(base: list, override: list) -> list:
-    """Bank posteriors replace offline/LLM priors about the same knob value."""
-    by = {p.feature: p for p in base}
-    by.update({p.feature: p for p in override})
-    return list(by.values())
 
 
 def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console) -> int:
@@ -141,9 +136,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
         return 1
     base_losses = base_trials[0].metrics.losses
 
-    priors = load_priors(space, contract, run_dir, err)
-    bank_initial, bank_priors, bank_sources = bank_seed(space, contract, err)
-    priors = merge_priors(priors, bank_priors)
+    bank_initial, priors, bank_sources = bank_seed(space, contract, load_priors(space, contract, run_dir, err), err)
     budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
     par = parallel or contract.budget.parallel_trials
     cfg = TunerConfig(n_initial=max(3, min(6, budget // 3)), mde=noise.mde)
@@ -191,7 +184,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
         _save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
         console.print(f"search stopped: {stop_reason}")
         verification = _reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console)
-    _bank_record(run_dir, contract, record, tuner, priors, err)
+    _bank_record(run_dir, contract, record, tuner, err)
     n_prom = sum(1 for c in verification["candidates"] if c["promoted"])
     console.print(f"[bold]{n_prom} candidate(s) promoted[/]; see {run_dir / VERIFICATION_JSON}")
     return 0
@@ -298,46 +291,30 @@ def _load(path: Path) -> dict[str, Any]:
         return {}
 
 
-def posterior_priors(tuner: Tuner) -> list:
-    """The models' posterior effects as Priors (90% interval -> sd = width / 3.29): what the bank keeps."""
-    from ..priors.prior import Prior
-
-    tuner._fit()
-    rows: dict[str, dict[str, float]] = {}
-    for model in (tuner.time_model, tuner.memory_model):
-        if model is None or model.n_obs == 0:
-            continue
-        for e in model.effects():
-            if "=" not in e.feature or "*" in e.feature:
-                continue  # main effects only
-            r = rows.setdefault(e.feature, {})
-            r[f"{e.target[:4] if e.target == 'time' else 'mem'}_mean"] = e.mean
-            r[f"{e.target[:4] if e.target == 'time' else 'mem'}_sd"] = max((e.hi - e.lo) / 3.29, 1e-3)
-    out = []
-    for feature, r in rows.items():
-        knob, _, raw = feature.partition("=")
-        k = tuner.space[knob] if knob in tuner.space else None
-        value = next((v for v in k.domain if str(v) == raw), raw) if k else raw
-        out.append(Prior(knob=knob, value=value, source="bank", rationale="posterior of a finished run", **r))
-    return out
-
-
-def _bank_record(run_dir: Path, contract, record, tuner: Tuner, priors: list, err: Console) -> None:
+def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) -> None:
+    """Keep the run in the experience bank: every finished trial, the time effects it learned, its LLM exchanges."""
     try:
-        from ..bank import Bank
+        from ..bank import Bank, priors_from_effects
         from ..bank.cli import bank_path
+        from ..priors import exchanges
     except ImportError:
         return
+    hw, wl = contract.hardware.model_dump(), _workload_sig(contract)
+    run_id = f"{contract.name}:{contract_hash(contract)[:12]}:{run_dir.resolve()}"
     try:
-        bank = Bank(bank_path(None))
-        hw, wl = contract.hardware.model_dump(), _workload_sig(contract)
-        run_id = f"{contract.name}:{contract_hash(contract)[:12]}:{run_dir.resolve()}"
-        bank.add_trials(run_id, record.finished(), hardware=hw, workload=wl)
-        posts = posterior_priors(tuner)
-        peaks = sorted(t.metrics.peak_memory_bytes for t in record.finished()
-                       if t.role == "doctor" and t.metrics.peak_memory_bytes)
-        if posts:  # memory effects travel in bytes, relative to this baseline's peak
-            bank.add_posteriors(run_id, posts, hardware=hw, workload=wl,
-                                reference_peak_bytes=peaks[len(peaks) // 2] if peaks else None)
-    except Exception as e:
+        with Bank(bank_path(None)) as bank:
+            bank.add_trials(run_id, record.finished(), hardware=hw, workload=wl)
+            for ex in exchanges(run_dir):
+                bank.add_llm_exchange(run_id, ex.model_dump(mode="json"))
+            tuner._fit()
+            # With the analytical memory offset, memory coefficients are residuals, not effects: only time travels.
+            mem = [] if tuner.memory_model is None or tuner.memory_estimate is not None or not tuner.memory_model.n_obs \
+                else tuner.memory_model.effects()
+            posts = priors_from_effects(tuner.time_model.effects(), mem, space=tuner.space) if tuner.time_model.n_obs else []
+            peaks = sorted(t.metrics.peak_memory_bytes for t in record.finished()
+                           if t.role == "doctor" and t.metrics.peak_memory_bytes)
+            if posts:  # memory effects travel in bytes, relative to this baseline's peak
+                bank.add_posteriors(run_id, posts, hardware=hw, workload=wl,
+                                    reference_peak_bytes=peaks[len(peaks) // 2] if peaks else None)
+    except Exception as e:  # the run is recorded on disk whatever happens to the bank
         err.print(f"[yellow]could not write the experience bank ({type(e).__name__}: {e}); the run itself is recorded[/]")

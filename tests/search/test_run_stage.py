@@ -60,6 +60,9 @@ def test_run_searches_verifies_and_writes_its_record(sim_run):
         assert c["promoted"] == (c["ci95"][0] > 1 + ver["mde"])
     # The typical config (full recompute, no overlap) is far from the optimum: the best candidate is promoted.
     assert any(c["promoted"] and c["speedup"] > 1.2 for c in ver["candidates"]), ver["candidates"]
+    # Every finished trial went to the experience bank, with the time effects the run learned.
+    stats = json.loads(cli("bank", "stats", "--json", env=env).stdout)
+    assert stats["trials"] == len(list((run_dir / "trials").glob("*/trial.json"))), stats
 
 
 def test_a_killed_run_resumes_without_rerunning_finished_trials(sim_run):

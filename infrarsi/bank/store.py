@@ -1,0 +1,752 @@
+"""The experience bank: every trial of every run, in one SQLite file shared by many tuner processes.
+
+What is kept (one table each): hardware fingerprints, workload signatures, runs (run id -> hardware,
+workload), trials (the full frozen Trial record as JSON plus indexed columns), priors used and
+posteriors reached (Prior-shaped rows), verified kernels by content hash, LLM exchanges (opaque
+JSON rows).
+
+Concurrency: WAL journal (readers never block the writer), a busy timeout, every write in one
+``BEGIN IMMEDIATE`` transaction, retried with jittered back-off when another process holds the
+lock. A connection is opened per process (a forked child reopens its own).
+
+Schema: ``schema_version`` holds one row. Opening an older file migrates it forward in one
+transaction, after copying it to ``<file>.schema<N>.bak``. A file written by a newer InfraRSI, a
+corrupt file or a SQLite file that is not a bank is refused with an error naming the file and the
+fix; the file is never changed.
+
+Identity and idempotency: a run is its ``run_id`` (make it unique across clusters, e.g. contract
+name + lock hash + start time); a trial is ``(run_id, trial id)``; a prior row is ``(run_id, kind,
+knob, value)``; a kernel is ``(op, sha256)``; an LLM exchange is the hash of its run id and JSON.
+Adding or importing the same record twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import sqlite3
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..execute.trial import Trial, TrialStatus
+from ..knobs.setting import Setting
+from ..priors.prior import Prior
+from .fingerprint import HardwareFingerprint, fingerprint_from
+from .signature import WorkloadSignature, signature_from
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 2
+EXPORT_FORMAT = "infrarsi-bank"
+EXPORT_VERSION = 1
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# (version, what it adds, SQL). Never edit a released step: add a new one.
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "hardware, workloads, runs, trials, priors", """
+        CREATE TABLE schema_version (version INTEGER NOT NULL);
+        CREATE TABLE hardware (key TEXT PRIMARY KEY, kind TEXT NOT NULL, family TEXT NOT NULL, record TEXT NOT NULL);
+        CREATE TABLE workloads (key TEXT PRIMARY KEY, name TEXT NOT NULL, record TEXT NOT NULL);
+        CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            hardware_key TEXT NOT NULL REFERENCES hardware(key),
+            workload_key TEXT NOT NULL REFERENCES workloads(key),
+            created_at REAL NOT NULL);
+        CREATE TABLE trials (
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            trial_id INTEGER NOT NULL,
+            setting_key TEXT NOT NULL,         -- Setting.key(): sorted JSON
+            status TEXT NOT NULL,
+            role TEXT NOT NULL,
+            step_time_s REAL,                  -- seconds, NULL unless ok
+            peak_memory_bytes REAL,            -- bytes, NULL when unknown
+            record TEXT NOT NULL,              -- the full Trial as canonical JSON
+            added_at REAL NOT NULL,
+            PRIMARY KEY (run_id, trial_id));
+        CREATE TABLE priors (
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            kind TEXT NOT NULL CHECK (kind IN ('prior', 'posterior')),
+            knob TEXT NOT NULL,
+            value TEXT NOT NULL,               -- JSON of the knob value
+            time_mean REAL NOT NULL, time_sd REAL NOT NULL,
+            mem_mean REAL NOT NULL, mem_sd REAL NOT NULL,
+            source TEXT NOT NULL, rationale TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (run_id, kind, knob, value));
+    """),
+    (2, "verified kernels, LLM exchanges, a run's reference peak, trial status index", """
+        ALTER TABLE runs ADD COLUMN reference_peak_bytes REAL;  -- peak memory at the knob defaults, bytes
+        CREATE TABLE kernels (
+            op TEXT NOT NULL, sha256 TEXT NOT NULL, path TEXT NOT NULL, verdict TEXT NOT NULL,
+            detail TEXT NOT NULL DEFAULT '{}', updated_at REAL NOT NULL,
+            PRIMARY KEY (op, sha256));
+        CREATE TABLE llm_exchanges (uid TEXT PRIMARY KEY, run_id TEXT NOT NULL, record TEXT NOT NULL, added_at REAL NOT NULL);
+        CREATE INDEX trials_status ON trials(status);
+        CREATE INDEX llm_run ON llm_exchanges(run_id);
+    """),
+]
+assert MIGRATIONS[-1][0] == SCHEMA_VERSION
+
+
+class BankError(RuntimeError):
+    """A bank that cannot be used or a record that cannot be stored; the message says the fix."""
+
+
+class BankCorruptError(BankError):
+    pass
+
+
+class BankSchemaError(BankError):
+    pass
+
+
+class BankConflictError(BankError):
+    pass
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """A trial as the bank holds it: the record plus where and on what it ran."""
+
+    run_id: str
+    trial: Trial
+    hardware: HardwareFingerprint
+    workload: WorkloadSignature
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    hardware: HardwareFingerprint
+    workload: WorkloadSignature
+    created_at: float
+    n_trials: int
+    n_ok: int
+    best_step_time_s: float | None
+    best_setting: dict[str, Any] | None
+    baseline_step_time_s: float | None  # median over ok trials with role "baseline"
+    baseline_peak_bytes: float | None
+    reference_peak_bytes: float | None  # peak at the knob defaults (the effects' reference), when stored
+    by_status: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    op: str
+    sha256: str
+    path: str
+    verdict: str
+    detail: dict[str, Any]
+    updated_at: float
+
+
+def _dumps(obj: Any) -> str:
+    """Canonical JSON: sorted keys, no spaces (the identity of a record)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _as_trial(t: Trial | Mapping[str, Any]) -> Trial:
+    return t if isinstance(t, Trial) else Trial.model_validate(dict(t))
+
+
+class Bank:
+    """The experience bank in one SQLite file.
+
+    ``Bank(path)`` creates the file (and its folder) when missing, unless ``create=False``.
+    One connection per thread and process (a forked child or another thread opens its own), so one
+    Bank may be shared by a tuner's worker threads.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True, busy_timeout_s: float = 30.0,
+                 retries: int = 20) -> None:
+        self.path = Path(path).expanduser()
+        self.busy_timeout_s = busy_timeout_s
+        self.retries = retries
+        self._local = threading.local()  # one connection per thread (and per process: see _connection)
+        if not create and not self.path.exists():
+            raise BankError(f"no bank at {self.path}; run a tune first, `infrarsi bank import FILE`, "
+                            f"or pass --bank / set INFRARSI_BANK to an existing bank")
+        self._connection()  # open, check and migrate now: a bad file fails at construction
+
+    # ------------------------------------------------------------ connection
+    def _connection(self) -> sqlite3.Connection:
+        loc = self._local
+        if getattr(loc, "conn", None) is not None and loc.pid == os.getpid():
+            return loc.conn
+        loc.conn = None  # a connection inherited across fork must not be used (or closed) here
+        self._check_header()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+        except sqlite3.Error as e:
+            raise BankError(f"cannot open bank {self.path}: {e}; check the path and its permissions") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            check = self._retry(lambda: conn.execute("PRAGMA quick_check").fetchall())
+            if check != [("ok",)]:
+                raise sqlite3.DatabaseError("; ".join(str(r[0]) for r in check[:3]))
+            self._refuse(self._retry(lambda: self._version(conn)))  # before anything writes to the file
+            self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across process crashes
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate(conn)
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            if isinstance(e, sqlite3.OperationalError) and _is_busy(e):
+                raise BankError(f"bank {self.path} stayed locked by another process: {e}") from None
+            raise BankCorruptError(
+                f"bank {self.path} is corrupt or not an SQLite file ({e}); it was left untouched: move it aside "
+                f"and restore from an export (`infrarsi bank import FILE`), or point --bank/INFRARSI_BANK elsewhere"
+            ) from None
+        except BankError:
+            conn.close()
+            raise
+        loc.conn, loc.pid = conn, os.getpid()
+        return conn
+
+    def _check_header(self) -> None:
+        """A non-empty file that does not start with the SQLite magic is refused before SQLite sees it."""
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(16)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise BankError(f"cannot read bank {self.path}: {e}") from None
+        if head and head != _SQLITE_MAGIC:
+            raise BankCorruptError(
+                f"bank {self.path} is not an SQLite file (it starts with {head[:8]!r}); it was left untouched: "
+                f"move it aside and restore from an export (`infrarsi bank import FILE`), or point --bank elsewhere"
+            )
+
+    def close(self) -> None:
+        """Close this thread's connection (other threads' close with them)."""
+        loc = self._local
+        if getattr(loc, "conn", None) is not None and loc.pid == os.getpid():
+            loc.conn.close()
+        loc.conn = None
+
+    def __enter__(self) -> "Bank":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- schema
+    @staticmethod
+    def _version(conn: sqlite3.Connection) -> int | None:
+        """The file's schema version; None for a file with no tables; -1 for tables but no version."""
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "schema_version" not in names:
+            return -1 if names - {"sqlite_sequence"} else None
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return int(row[0]) if row and row[0] is not None else -1
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        v = self._version(conn)
+        if v == SCHEMA_VERSION:
+            return
+        self._refuse(v)
+        if v is not None and v >= 1:
+            self._backup(conn, v)
+
+        def step(c: sqlite3.Connection) -> None:
+            now = self._version(c)  # another process may have migrated while we waited for the lock
+            if now == SCHEMA_VERSION:
+                return
+            self._refuse(now)
+            for version, _, sql in MIGRATIONS:
+                if version > (now or 0):
+                    for stmt in _statements(sql):
+                        c.execute(stmt)
+            c.execute("DELETE FROM schema_version")
+            c.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+
+        self._write(step, conn=conn)
+
+    def _refuse(self, v: int | None) -> None:
+        if v == -1:
+            raise BankSchemaError(f"{self.path} is an SQLite file but not an InfraRSI bank (no schema_version table); "
+                                  f"it was left untouched: point --bank/INFRARSI_BANK at a bank file")
+        if v is not None and v > SCHEMA_VERSION:
+            raise BankSchemaError(
+                f"bank {self.path} has schema version {v}, newer than this InfraRSI understands (version "
+                f"{SCHEMA_VERSION}); it was left untouched: upgrade InfraRSI (pip install -U infrarsi), or "
+                f"export it with the newer version and import it into another bank"
+            )
+
+    def _backup(self, conn: sqlite3.Connection, v: int) -> None:
+        dest = self.path.with_name(f"{self.path.name}.schema{v}.bak")
+        if dest.exists():
+            return
+        out = sqlite3.connect(dest)
+        try:
+            self._retry(lambda: conn.backup(out))
+        finally:
+            out.close()
+
+    # ---------------------------------------------------------- transactions
+    def _retry(self, fn: Callable[[], T]) -> T:
+        delay = 0.01
+        for attempt in range(self.retries):
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                if not _is_busy(e) or attempt == self.retries - 1:
+                    raise
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T], *, conn: sqlite3.Connection | None = None) -> T:
+        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction: all of it lands, or none of it."""
+        c = conn or self._connection()
+
+        def once() -> T:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(c)
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            c.execute("COMMIT")
+            return out
+
+        try:
+            return self._retry(once)
+        except sqlite3.OperationalError as e:
+            if _is_busy(e):
+                raise BankError(f"bank {self.path} stayed locked through {self.retries} retries: {e}; "
+                                f"another process holds a long write, try again") from None
+            raise
+
+    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        c = self._connection()
+        return self._retry(lambda: c.execute(sql, args).fetchall())
+
+    # ------------------------------------------------------------------ runs
+    def _put_run(self, c: sqlite3.Connection, run_id: str, hw: HardwareFingerprint, wl: WorkloadSignature,
+                 created_at: float | None = None, reference_peak_bytes: float | None = None) -> bool:
+        if not run_id:
+            raise BankError("run_id is empty; give each run a unique id (e.g. contract name + start time)")
+        hk, wk = hw.key(), wl.key()
+        c.execute("INSERT OR IGNORE INTO hardware (key, kind, family, record) VALUES (?, ?, ?, ?)",
+                  (hk, hw.kind, hw.family, _dumps(hw.model_dump(mode="json"))))
+        c.execute("INSERT OR IGNORE INTO workloads (key, name, record) VALUES (?, ?, ?)",
+                  (wk, wl.name, _dumps(wl.model_dump(mode="json"))))
+        if reference_peak_bytes is not None and not (math.isfinite(reference_peak_bytes) and reference_peak_bytes > 0):
+            raise BankError(f"run {run_id!r}: reference_peak_bytes={reference_peak_bytes!r}; give a positive byte count or None")
+        row = c.execute("SELECT hardware_key, workload_key, reference_peak_bytes FROM runs WHERE run_id = ?",
+                        (run_id,)).fetchone()
+        if row is None:
+            c.execute("INSERT INTO runs (run_id, hardware_key, workload_key, created_at, reference_peak_bytes)"
+                      " VALUES (?, ?, ?, ?, ?)",
+                      (run_id, hk, wk, time.time() if created_at is None else created_at, reference_peak_bytes))
+            return True
+        if reference_peak_bytes is not None and row[2] != reference_peak_bytes:
+            c.execute("UPDATE runs SET reference_peak_bytes = ? WHERE run_id = ?", (reference_peak_bytes, run_id))
+        row = row[:2]
+        if row != (hk, wk):
+            what = "hardware" if row[0] != hk else "workload"
+            raise BankConflictError(
+                f"run {run_id!r} is already recorded with another {what} ({row[0] if what == 'hardware' else row[1]} "
+                f"!= {hk if what == 'hardware' else wk}); give this run another id (run ids must be unique across clusters)"
+            )
+        return False
+
+    # ---------------------------------------------------------------- trials
+    def add_trials(self, run_id: str, trials: Iterable[Trial | Mapping[str, Any]], *, hardware: Any,
+                   workload: Any) -> int:
+        """Store trials of a run (failed ones too). Returns how many rows were added or completed.
+
+        A trial already stored identically adds nothing; an in-flight (``running``) record is replaced by
+        its finished one; a finished trial never changes: a different finished record for the same
+        ``(run_id, trial id)`` raises BankConflictError and nothing of this call is stored."""
+        hw, wl = fingerprint_from(hardware), signature_from(workload)
+        recs = [_as_trial(t) for t in trials]
+
+        def tx(c: sqlite3.Connection) -> int:
+            self._put_run(c, run_id, hw, wl)
+            return sum(self._put_trial(c, run_id, t) for t in recs)
+
+        return self._write(tx)
+
+    def _put_trial(self, c: sqlite3.Connection, run_id: str, t: Trial, added_at: float | None = None) -> int:
+        rec = _dumps(t.model_dump(mode="json"))
+        row = c.execute("SELECT status, record FROM trials WHERE run_id = ? AND trial_id = ?", (run_id, t.id)).fetchone()
+        if row is not None:
+            old_status, old_rec = row
+            if old_rec == rec or t.status is TrialStatus.RUNNING:
+                return 0  # the same record, or a stale in-flight copy of a finished one
+            if old_status != TrialStatus.RUNNING.value:
+                raise BankConflictError(
+                    f"run {run_id!r} trial {t.id}: already stored as a finished trial ({old_status}) with a different "
+                    f"record; finished trials are immutable: give the new trial another id, or the run another run id"
+                )
+            c.execute("DELETE FROM trials WHERE run_id = ? AND trial_id = ?", (run_id, t.id))
+        c.execute(
+            "INSERT INTO trials (run_id, trial_id, setting_key, status, role, step_time_s, peak_memory_bytes, record, added_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, t.id, Setting(t.setting).key(), t.status.value, t.role, t.metrics.step_time_s,
+             t.metrics.peak_memory_bytes, rec, time.time() if added_at is None else added_at),
+        )
+        return 1
+
+    def trials(self, run_id: str | None = None, *, status: TrialStatus | str | None = None) -> list[StoredTrial]:
+        """Stored trials (all runs, or one), oldest run first, by trial id."""
+        sql = ("SELECT t.run_id, t.record, h.record, w.record FROM trials t JOIN runs r USING (run_id)"
+               " JOIN hardware h ON h.key = r.hardware_key JOIN workloads w ON w.key = r.workload_key WHERE 1 = 1")
+        args: list[Any] = []
+        if run_id is not None:
+            sql += " AND t.run_id = ?"
+            args.append(run_id)
+        if status is not None:
+            sql += " AND t.status = ?"
+            args.append(TrialStatus(status).value)
+        sql += " ORDER BY r.created_at, t.run_id, t.trial_id"
+        hw_cache: dict[str, HardwareFingerprint] = {}
+        wl_cache: dict[str, WorkloadSignature] = {}
+        out = []
+        for rid, rec, hrec, wrec in self._read(sql, args):
+            hw = hw_cache.get(hrec) or hw_cache.setdefault(hrec, HardwareFingerprint.model_validate_json(hrec))
+            wl = wl_cache.get(wrec) or wl_cache.setdefault(wrec, WorkloadSignature.model_validate_json(wrec))
+            out.append(StoredTrial(rid, Trial.model_validate_json(rec), hw, wl))
+        return out
+
+    def runs(self) -> list[RunSummary]:
+        """Every run, oldest first, with its trial counts, best ok trial and baseline figures."""
+        rows = self._read(
+            "SELECT r.run_id, r.created_at, h.record, w.record, r.reference_peak_bytes FROM runs r"
+            " JOIN hardware h ON h.key = r.hardware_key JOIN workloads w ON w.key = r.workload_key"
+            " ORDER BY r.created_at, r.run_id")
+        counts: dict[str, dict[str, int]] = {}
+        for rid, st, n in self._read("SELECT run_id, status, COUNT(*) FROM trials GROUP BY run_id, status"):
+            counts.setdefault(rid, {})[st] = n
+        best: dict[str, tuple[float, str]] = {}
+        for rid, step, skey in self._read(
+                "SELECT run_id, step_time_s, setting_key FROM trials WHERE status = 'ok' ORDER BY step_time_s DESC"):
+            best[rid] = (step, skey)  # slowest first, so the last write per run is its fastest
+        base: dict[str, tuple[list[float], list[float]]] = {}
+        for rid, step, peak in self._read(
+                "SELECT run_id, step_time_s, peak_memory_bytes FROM trials WHERE status = 'ok' AND role = 'baseline'"):
+            steps, peaks = base.setdefault(rid, ([], []))
+            steps.append(step)
+            if peak is not None:
+                peaks.append(peak)
+        out = []
+        for rid, created, hrec, wrec, ref_peak in rows:
+            c = counts.get(rid, {})
+            b = best.get(rid)
+            steps, peaks = base.get(rid, ([], []))
+            out.append(RunSummary(
+                run_id=rid, hardware=HardwareFingerprint.model_validate_json(hrec),
+                workload=WorkloadSignature.model_validate_json(wrec), created_at=created,
+                n_trials=sum(c.values()), n_ok=c.get("ok", 0),
+                best_step_time_s=b[0] if b else None, best_setting=json.loads(b[1]) if b else None,
+                baseline_step_time_s=statistics.median(steps) if steps else None,
+                baseline_peak_bytes=statistics.median(peaks) if peaks else None, reference_peak_bytes=ref_peak,
+                by_status=dict(c),
+            ))
+        return out
+
+    # ---------------------------------------------------------------- priors
+    def add_priors(self, run_id: str, priors: Iterable[Prior], *, hardware: Any, workload: Any) -> int:
+        """Store the priors a run started from (kind 'prior'). Returns rows added or changed."""
+        return self._add_prior_rows(run_id, "prior", priors, hardware, workload)
+
+    def add_posteriors(self, run_id: str, priors: Iterable[Prior], *, hardware: Any, workload: Any,
+                       reference_peak_bytes: float | None = None) -> int:
+        """Store the knob effects a run learned (kind 'posterior', Prior-shaped: log-scale effects of a
+        value relative to the knob's default). A later call for the same knob value replaces the row
+        (the models refit as trials arrive). ``reference_peak_bytes``: the run's peak memory at the knob
+        defaults (e.g. exp of the memory model's intercept), what memory effects are relative to; it lets
+        a later seed move them in bytes. Returns rows added or changed."""
+        return self._add_prior_rows(run_id, "posterior", priors, hardware, workload, reference_peak_bytes)
+
+    def _add_prior_rows(self, run_id: str, kind: str, priors: Iterable[Prior], hardware: Any, workload: Any,
+                        reference_peak_bytes: float | None = None) -> int:
+        hw, wl = fingerprint_from(hardware), signature_from(workload)
+        rows = list(priors)
+        now = time.time()
+
+        def tx(c: sqlite3.Connection) -> int:
+            self._put_run(c, run_id, hw, wl, reference_peak_bytes=reference_peak_bytes)
+            return sum(self._put_prior(c, run_id, kind, p, now) for p in rows)
+
+        return self._write(tx)
+
+    @staticmethod
+    def _put_prior(c: sqlite3.Connection, run_id: str, kind: str, p: Prior, updated_at: float) -> int:
+        if not isinstance(p, Prior):
+            p = Prior.model_validate(p)
+        vals = (p.time_mean, p.time_sd, p.mem_mean, p.mem_sd, p.source, p.rationale)
+        if not all(math.isfinite(x) for x in vals[:4]):
+            raise BankError(f"prior {p.feature}: non-finite effect {vals[:4]}; store finite means and sds")
+        key = (run_id, kind, p.knob, _dumps(p.value))
+        row = c.execute("SELECT time_mean, time_sd, mem_mean, mem_sd, source, rationale, updated_at FROM priors"
+                        " WHERE run_id = ? AND kind = ? AND knob = ? AND value = ?", key).fetchone()
+        if row is not None and (tuple(row[:6]) == vals or row[6] >= updated_at):
+            return 0  # the same belief, or the stored one is newer (an older export imported later)
+        c.execute("INSERT OR REPLACE INTO priors (run_id, kind, knob, value, time_mean, time_sd, mem_mean, mem_sd,"
+                  " source, rationale, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (*key, *vals, updated_at))
+        return 1
+
+    def priors(self, run_id: str | None = None, *, kind: str = "posterior") -> list[tuple[str, Prior]]:
+        """``(run_id, Prior)`` rows of a kind ('prior' or 'posterior'), for one run or all."""
+        sql = ("SELECT run_id, knob, value, time_mean, time_sd, mem_mean, mem_sd, source, rationale FROM priors"
+               " WHERE kind = ?")
+        args: list[Any] = [kind]
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            args.append(run_id)
+        out = []
+        for rid, knob, value, tm, ts, mm, ms, src, why in self._read(sql + " ORDER BY run_id, knob, value", args):
+            out.append((rid, Prior(knob=knob, value=json.loads(value), time_mean=tm, time_sd=ts, mem_mean=mm,
+                                   mem_sd=ms, source=src, rationale=why)))
+        return out
+
+    def posteriors(self, run_id: str | None = None) -> list[tuple[str, Prior]]:
+        return self.priors(run_id, kind="posterior")
+
+    # ------------------------------------------------------ kernels and LLM
+    def add_kernel(self, op: str, sha256: str, path: str, verdict: str, *, detail: Mapping[str, Any] | None = None) -> bool:
+        """Record a kernel candidate's verification verdict by content hash. The latest verdict for an
+        ``(op, sha256)`` wins. Returns True when a row was added or changed."""
+        sha = sha256.lower()
+        if len(sha) != 64 or any(ch not in "0123456789abcdef" for ch in sha):
+            raise BankError(f"kernel {op}: sha256 {sha256!r} is not 64 hex digits; pass hashlib.sha256(content).hexdigest()")
+        if not op or not verdict:
+            raise BankError(f"kernel {op!r} {sha[:12]}: op and verdict must be non-empty (e.g. verdict='pass')")
+        d = _dumps(dict(detail or {}))
+        now = time.time()
+        return bool(self._write(lambda c: self._put_kernel(c, op, sha, path, verdict, d, now)))
+
+    @staticmethod
+    def _put_kernel(c: sqlite3.Connection, op: str, sha: str, path: str, verdict: str, detail: str, at: float) -> int:
+        row = c.execute("SELECT path, verdict, detail, updated_at FROM kernels WHERE op = ? AND sha256 = ?", (op, sha)).fetchone()
+        if row is not None and (tuple(row[:3]) == (path, verdict, detail) or row[3] >= at):
+            return 0
+        c.execute("INSERT OR REPLACE INTO kernels (op, sha256, path, verdict, detail, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                  (op, sha, path, verdict, detail, at))
+        return 1
+
+    def kernels(self, op: str | None = None) -> list[KernelRecord]:
+        sql = "SELECT op, sha256, path, verdict, detail, updated_at FROM kernels"
+        rows = self._read(sql + (" WHERE op = ?" if op else "") + " ORDER BY op, updated_at", (op,) if op else ())
+        return [KernelRecord(o, s, p, v, json.loads(d), u) for o, s, p, v, d, u in rows]
+
+    def add_llm_exchange(self, run_id: str, record: Mapping[str, Any]) -> bool:
+        """Keep one LLM exchange (prompt, response, model, parsed priors: any JSON object). Returns True
+        when it was new (the same run id and JSON are stored once)."""
+        try:
+            blob = _dumps(dict(record))
+            json.loads(blob)
+        except (TypeError, ValueError) as e:
+            raise BankError(f"LLM exchange for run {run_id!r} is not a JSON object: {e}") from None
+        uid = hashlib.sha256(f"{run_id}\n{blob}".encode()).hexdigest()
+        now = time.time()
+        return bool(self._write(lambda c: c.execute(
+            "INSERT OR IGNORE INTO llm_exchanges (uid, run_id, record, added_at) VALUES (?, ?, ?, ?)",
+            (uid, run_id, blob, now)).rowcount))
+
+    def llm_exchanges(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT record FROM llm_exchanges" + (" WHERE run_id = ?" if run_id else "") + " ORDER BY added_at, uid"
+        return [json.loads(r[0]) for r in self._read(sql, (run_id,) if run_id else ())]
+
+    # ----------------------------------------------------------------- stats
+    def stats(self) -> dict[str, Any]:
+        """Counts for people: runs, trials by status, hardware kinds, workloads, priors, kernels, LLM rows."""
+        one = lambda sql: self._read(sql)[0][0]  # noqa: E731
+        by_status = {s: n for s, n in self._read("SELECT status, COUNT(*) FROM trials GROUP BY status ORDER BY status")}
+        kinds = {k: n for k, n in self._read(
+            "SELECT h.kind, COUNT(*) FROM runs r JOIN hardware h ON h.key = r.hardware_key GROUP BY h.kind ORDER BY h.kind")}
+        return {
+            "path": str(self.path),
+            "schema_version": SCHEMA_VERSION,
+            "file_bytes": self.path.stat().st_size if self.path.exists() else 0,
+            "runs": one("SELECT COUNT(*) FROM runs"),
+            "trials": sum(by_status.values()),
+            "trials_by_status": by_status,
+            "device_s": sum(_device_s(json.loads(r)) for (r,) in self._read("SELECT record FROM trials")),
+            "runs_by_hardware": kinds,
+            "workloads": one("SELECT COUNT(DISTINCT workload_key) FROM runs"),
+            "priors": one("SELECT COUNT(*) FROM priors WHERE kind = 'prior'"),
+            "posteriors": one("SELECT COUNT(*) FROM priors WHERE kind = 'posterior'"),
+            "kernels": one("SELECT COUNT(*) FROM kernels"),
+            "llm_exchanges": one("SELECT COUNT(*) FROM llm_exchanges"),
+        }
+
+    # -------------------------------------------------------- export/import
+    def export_jsonl(self, path: str | os.PathLike[str]) -> int:
+        """Write every record as JSON lines (a ``meta`` line first), atomically. Returns the line count."""
+        c = self._connection()
+
+        def lines() -> list[dict[str, Any]]:
+            c.execute("BEGIN")  # one read snapshot: a concurrent writer cannot tear the export
+            try:
+                out: list[dict[str, Any]] = [{"type": "meta", "format": EXPORT_FORMAT, "export_version": EXPORT_VERSION,
+                                              "schema_version": SCHEMA_VERSION, "exported_at": time.time()}]
+                for k, rec in c.execute("SELECT key, record FROM hardware ORDER BY key"):
+                    out.append({"type": "hardware", "key": k, "record": json.loads(rec)})
+                for k, rec in c.execute("SELECT key, record FROM workloads ORDER BY key"):
+                    out.append({"type": "workload", "key": k, "record": json.loads(rec)})
+                for rid, hk, wk, at, ref in c.execute("SELECT run_id, hardware_key, workload_key, created_at,"
+                                                      " reference_peak_bytes FROM runs ORDER BY created_at, run_id"):
+                    out.append({"type": "run", "run_id": rid, "hardware": hk, "workload": wk, "created_at": at,
+                                "reference_peak_bytes": ref})
+                for rid, rec, at in c.execute("SELECT run_id, record, added_at FROM trials ORDER BY run_id, trial_id"):
+                    out.append({"type": "trial", "run_id": rid, "record": json.loads(rec), "added_at": at})
+                for row in c.execute("SELECT run_id, kind, knob, value, time_mean, time_sd, mem_mean, mem_sd, source,"
+                                     " rationale, updated_at FROM priors ORDER BY run_id, kind, knob, value"):
+                    rid, kind, knob, value, tm, ts, mm, ms, src, why, at = row
+                    out.append({"type": "prior", "run_id": rid, "kind": kind, "updated_at": at,
+                                "prior": {"knob": knob, "value": json.loads(value), "time_mean": tm, "time_sd": ts,
+                                          "mem_mean": mm, "mem_sd": ms, "source": src, "rationale": why}})
+                for op, sha, p, v, d, at in c.execute("SELECT op, sha256, path, verdict, detail, updated_at FROM kernels ORDER BY op, sha256"):
+                    out.append({"type": "kernel", "op": op, "sha256": sha, "path": p, "verdict": v,
+                                "detail": json.loads(d), "updated_at": at})
+                for rid, rec, at in c.execute("SELECT run_id, record, added_at FROM llm_exchanges ORDER BY added_at, uid"):
+                    out.append({"type": "llm", "run_id": rid, "record": json.loads(rec), "added_at": at})
+                return out
+            finally:
+                c.execute("COMMIT")
+
+        records = self._retry(lines)
+        dest = Path(path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                for r in records:
+                    f.write(_dumps(r) + "\n")
+            os.replace(tmp, dest)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return len(records)
+
+    def import_jsonl(self, path: str | os.PathLike[str]) -> dict[str, int]:
+        """Merge an export into this bank in one transaction. Returns rows added (or updated) per type;
+        importing the same file twice adds nothing the second time. A malformed line, a newer export
+        format or a conflicting record raises BankError naming the file and line; nothing is stored."""
+        src = Path(path)
+        try:
+            text = src.read_text()
+        except OSError as e:
+            raise BankError(f"cannot read export {src}: {e}") from None
+        parsed: list[tuple[int, dict[str, Any]]] = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BankError(f"{src}:{n}: not JSON ({e}); the file is truncated or not a bank export") from None
+            if not isinstance(obj, dict) or "type" not in obj:
+                raise BankError(f"{src}:{n}: a record needs a 'type' field; is this a bank export?")
+            parsed.append((n, obj))
+        if not parsed or parsed[0][1].get("type") != "meta" or parsed[0][1].get("format") != EXPORT_FORMAT:
+            raise BankError(f"{src}: not an InfraRSI bank export (the first line must be the meta record); "
+                            f"make one with `infrarsi bank export FILE`")
+        ver = parsed[0][1].get("export_version", 0)
+        if not isinstance(ver, int) or ver > EXPORT_VERSION:
+            raise BankSchemaError(f"{src}: export format version {ver} is newer than this InfraRSI reads "
+                                  f"(version {EXPORT_VERSION}); upgrade InfraRSI (pip install -U infrarsi)")
+
+        def tx(c: sqlite3.Connection) -> dict[str, int]:
+            counts = {"runs": 0, "trials": 0, "priors": 0, "kernels": 0, "llm_exchanges": 0}
+            hws: dict[str, HardwareFingerprint] = {}
+            wls: dict[str, WorkloadSignature] = {}
+            for n, obj in parsed[1:]:
+                try:
+                    counts_add = self._import_one(c, obj, hws, wls)
+                except BankError as e:
+                    raise type(e)(f"{src}:{n}: {e}") from None
+                except (KeyError, TypeError, ValueError) as e:
+                    raise BankError(f"{src}:{n}: bad {obj.get('type')} record ({type(e).__name__}: {e})") from None
+                for k, v in counts_add.items():
+                    counts[k] += v
+            return counts
+
+        return self._write(tx)
+
+    def _import_one(self, c: sqlite3.Connection, obj: dict[str, Any], hws: dict[str, HardwareFingerprint],
+                    wls: dict[str, WorkloadSignature]) -> dict[str, int]:
+        kind = obj["type"]
+        if kind == "hardware":
+            hws[obj["key"]] = HardwareFingerprint.model_validate(obj["record"])
+            return {}
+        if kind == "workload":
+            wls[obj["key"]] = WorkloadSignature.model_validate(obj["record"])
+            return {}
+        if kind == "run":
+            hw, wl = hws.get(obj["hardware"]), wls.get(obj["workload"])
+            if hw is None or wl is None:
+                raise BankError(f"run {obj['run_id']!r} names hardware/workload keys not defined above it")
+            return {"runs": int(self._put_run(c, obj["run_id"], hw, wl, created_at=float(obj["created_at"]),
+                                              reference_peak_bytes=obj.get("reference_peak_bytes")))}
+        if kind == "trial":
+            self._need_run(c, obj["run_id"])
+            return {"trials": self._put_trial(c, obj["run_id"], Trial.model_validate(obj["record"]),
+                                              added_at=float(obj["added_at"]))}
+        if kind == "prior":
+            self._need_run(c, obj["run_id"])
+            if obj["kind"] not in ("prior", "posterior"):
+                raise BankError(f"prior kind {obj['kind']!r}: expected 'prior' or 'posterior'")
+            return {"priors": self._put_prior(c, obj["run_id"], obj["kind"], Prior.model_validate(obj["prior"]),
+                                              float(obj["updated_at"]))}
+        if kind == "kernel":
+            return {"kernels": self._put_kernel(c, obj["op"], obj["sha256"], obj["path"], obj["verdict"],
+                                                _dumps(obj.get("detail", {})), float(obj["updated_at"]))}
+        if kind == "llm":
+            blob = _dumps(obj["record"])
+            uid = hashlib.sha256(f"{obj['run_id']}\n{blob}".encode()).hexdigest()
+            return {"llm_exchanges": c.execute(
+                "INSERT OR IGNORE INTO llm_exchanges (uid, run_id, record, added_at) VALUES (?, ?, ?, ?)",
+                (uid, obj["run_id"], blob, float(obj["added_at"]))).rowcount}
+        if kind == "meta":
+            return {}
+        raise BankError(f"unknown record type {kind!r}; expected hardware, workload, run, trial, prior, kernel or llm")
+
+    @staticmethod
+    def _need_run(c: sqlite3.Connection, run_id: str) -> None:
+        if c.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+            raise BankError(f"record for run {run_id!r} comes before (or without) its run record")
+
+    # ---------------------------------------------------------------- seeding
+    def seed(self, space: Any, *, hardware: Any, workload: Any, k: int = 5, **kw: Any) -> Any:
+        """Initial settings and priors for a new run from the most similar past runs; see
+        :func:`infrarsi.bank.seed.seed_from_bank` for the keyword arguments and the similarity."""
+        from .seed import seed_from_bank
+
+        return seed_from_bank(self, space, hardware=hardware, workload=workload, k=k, **kw)
+
+
+def _device_s(rec: dict[str, Any]) -> float:
+    cost = rec.get("cost") or {}
+    return float(cost.get("wall_s", 0.0)) * int(cost.get("devices", 1))
+
+
+def _is_busy(e: sqlite3.OperationalError) -> bool:
+    msg = str(e).lower()
+    return "locked" in msg or "busy" in msg
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration script on ';' (the scripts hold no ';' inside literals)."""
+    out = []
+    for part in sql.split(";"):
+        lines = [ln.split("--", 1)[0] for ln in part.splitlines()]
+        stmt = "\n".join(lines).strip()
+        if stmt:
+            out.append(stmt)
+    return out
