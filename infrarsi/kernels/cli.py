@@ -135,3 +135,28 @@ def list_(op: str = typer.Argument(None, help="One op (default: all).")) -> None
     for name in [op] if op else OPS:
         for p in list_candidates(name):
             console.print(f"{name:14s} {p}  {sha256_of(p)[:12]}")
+
+
+@app.command()
+def generate(
+    op: str = typer.Argument(..., help="The op: rmsnorm, swiglu, rope, cross_entropy or add_rmsnorm."),
+    out_dir: Path = typer.Option(None, "--out-dir", help="Where to write it (default: kernels/<op>/generated/)."),
+) -> None:
+    """Ask the configured LLM for a Triton candidate of OP, write it and verify it (one repair round)."""
+    from ..priors import LLMConfig
+    from .generate import KernelGenerationError, generate_kernel
+    from .loader import OPS
+
+    if op not in OPS:
+        _usage(f"unknown op {op!r}; use one of {', '.join(OPS)}")
+    llm = LLMConfig.from_env()
+    if llm is None:
+        _usage("no LLM configured: set OPENAI_API_KEY (or OPENAI_BASE_URL and INFRARSI_LLM_MODEL) to generate kernels")
+    try:
+        path, result = generate_kernel(op, llm=llm, out_dir=out_dir)
+    except KernelGenerationError as e:
+        err.print(f"[bold red]error:[/] {e}")
+        raise typer.Exit(1) from None
+    console.print(f"wrote {path}")
+    _print_result(result)
+    raise typer.Exit(0 if result.passed else 1)

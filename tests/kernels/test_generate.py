@@ -68,3 +68,21 @@ def test_no_llm_configured_says_how_to_configure_one(tmp_path):
         generate_kernel("rmsnorm", llm=None, out_dir=tmp_path)
     with pytest.raises(KernelGenerationError, match="unknown op"):
         generate_kernel("layernorm", llm=LLMConfig(model="m", base_url="http://127.0.0.1:9/v1"), out_dir=tmp_path)
+
+
+def test_cli_generate_writes_and_verifies_a_candidate(server, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    server.script(Reply(json={"name": "triton_cli", "source": GOOD.read_text(), "notes": "4 rows per program"}))
+    env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "INFRARSI_LLM_MODEL": "test-model", "OPENAI_API_KEY": "x",
+           "INFRARSI_CACHE": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "kernels", "generate", "rmsnorm", "--out-dir",
+                        str(tmp_path / "gen")], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    assert (tmp_path / "gen" / "triton_cli.py").read_text() == GOOD.read_text()
+    assert "wrote" in r.stdout and len(server.requests) == 1
+    off = subprocess.run([sys.executable, "-m", "infrarsi.cli", "kernels", "generate", "rmsnorm"], capture_output=True,
+                         text=True, env={**os.environ, "INFRARSI_LLM": "off"}, timeout=120)
+    assert off.returncode == 2 and "no LLM configured" in off.stderr
