@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -217,15 +218,28 @@ def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: S
         ids = progress.setdefault(cand.key(), [])
         pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-        while len(pairs) < repeats:  # A then B, back to back: drifts of the machine cancel in the pair
-            a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
-            b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
-            pairs.append((a, b))
-            ids.append([a.id, b.id])
-            atomic_write(progress_path, json.dumps(progress))
+        disturbed: list[tuple[Trial, Trial]] = []
+        while True:
+            used = [p for p in pairs if p not in disturbed]
+            while len(used) < repeats:  # A then B, back to back: drifts of the machine cancel in the pair
+                a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
+                b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
+                pairs.append((a, b))
+                used.append((a, b))
+                ids.append([a.id, b.id])
+                atomic_write(progress_path, json.dumps(progress))
+            bad = disturbed_pairs(used)
+            if not bad or len(disturbed) >= MAX_DISTURBED:
+                break
+            disturbed += bad[: MAX_DISTURBED - len(disturbed)]
+        pairs = [p for p in pairs if p not in disturbed]
         ok_pairs = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
         entry: dict[str, Any] = {"setting": cand.to_dict(), "why": tuner.why(cand),
                                  "trials": [[a.id, b.id] for a, b in pairs]}
+        if disturbed:
+            entry["disturbed"] = {"trials": [[a.id, b.id] for a, b in disturbed],
+                                  "reason": f"a run took over {DISTURBED_FACTOR:g}x the median of its side: another job "
+                                            f"shared the machine; the pair was run again"}
         if len(ok_pairs) < 2:
             entry.update(promoted=False, reason=f"only {len(ok_pairs)} of {len(pairs)} pairs ran ok")
         else:
@@ -247,6 +261,23 @@ def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: S
     out["finished_at"] = time.time()
     atomic_write(run_dir / VERIFICATION_JSON, json.dumps(out, indent=2, sort_keys=True))
     return out
+
+
+MAX_DISTURBED = 2  # pairs per candidate that may be replaced
+DISTURBED_FACTOR = 3.0
+
+
+def disturbed_pairs(pairs: list[tuple[Trial, Trial]]) -> list[tuple[Trial, Trial]]:
+    """Pairs in which one run took more than DISTURBED_FACTOR x the median of its side (A or B): interference
+    from another job, not the setting. The rule is the same for both sides, so it cannot favour the candidate.
+    Needs 3 ok pairs to tell a median from an outlier."""
+    ok = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
+    if len(ok) < 3:
+        return []
+    med_a = statistics.median(a.metrics.step_time_s for a, _ in ok)
+    med_b = statistics.median(b.metrics.step_time_s for _, b in ok)
+    return [(a, b) for a, b in ok
+            if a.metrics.step_time_s > DISTURBED_FACTOR * med_a or b.metrics.step_time_s > DISTURBED_FACTOR * med_b]
 
 
 def _median(xs: list) -> float | None:

@@ -85,3 +85,20 @@ def test_a_killed_run_resumes_without_rerunning_finished_trials(sim_run):
     settings = [json.dumps(t["setting"], sort_keys=True) for t in after.values()]
     assert len(set(settings)) == len(settings)
     assert (run_dir / "verification.json").exists()
+
+
+def _trial(i, t):
+    from infrarsi.execute.trial import Metrics, Trial
+
+    return Trial(id=i, setting={}, status="ok", role="verify", metrics=Metrics(step_time_s=t))
+
+
+def test_a_pair_slowed_by_another_job_is_set_aside_by_a_rule_blind_to_the_side():
+    from infrarsi.stages.run import disturbed_pairs
+
+    pairs = [(_trial(0, 1.45), _trial(1, 0.55)), (_trial(2, 1.44), _trial(3, 15.8)),  # 30x: another job ran
+             (_trial(4, 1.39), _trial(5, 0.54)), (_trial(6, 1.37), _trial(7, 0.54))]
+    assert disturbed_pairs(pairs) == [pairs[1]]
+    slow_base = [(_trial(0, 9.0), _trial(1, 0.55)), *pairs[2:], (_trial(8, 1.40), _trial(9, 0.56))]
+    assert disturbed_pairs(slow_base) == [slow_base[0]]  # the same rule for the baseline side
+    assert disturbed_pairs(pairs[:2]) == []  # two pairs cannot tell an outlier from a median
