@@ -126,7 +126,6 @@ class Tuner:
         self._told: set[Setting] = set()
         self._why: dict[Setting, Proposal] = {}
         self._initial = [s for s in (space.complete(x) for x in initial) if space.is_valid(s)]
-        self._x_pool = space.encode(self._pool) if self._pool else np.zeros((0, len(space.feature_names)))
         self._dirty = True
         self.last_best_ei: float | None = None
         self._asks = 0
@@ -178,7 +177,7 @@ class Tuner:
         ok = list(dict.fromkeys(s for s, o in self.history if o.status == "ok"))
         if not ok:
             return []
-        self._fit()
+        self.fit_models()
         mean, _ = self.time_model.predict(ok, noise=False)
         return [ok[i] for i in np.argsort(mean, kind="stable")[:k]]
 
@@ -192,7 +191,8 @@ class Tuner:
     def _taken(self) -> set[Setting]:
         return self._told | self.pending
 
-    def _fit(self) -> None:
+    def fit_models(self) -> None:
+        """Condition the time and memory models on everything told so far (no-op when nothing changed)."""
         if not self._dirty:
             return
         settings = [s for s, _ in self.history]
@@ -249,7 +249,7 @@ class Tuner:
             if s not in taken:
                 self._why[s] = Proposal(kind="initial")
                 return s
-        self._fit()
+        self.fit_models()
         cands, x = self._pool_now()
         if not cands:
             return None

@@ -289,7 +289,7 @@ def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, sto
                  bank_sources: list) -> None:
     from ..models import revision
 
-    tuner._fit()
+    tuner.fit_models()
     body: dict[str, Any] = {
         "stop_reason": stop_reason,
         "proposals": proposals,
@@ -337,7 +337,7 @@ def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) ->
             bank.add_trials(run_id, record.finished(), hardware=hw, workload=wl)
             for ex in exchanges(run_dir):
                 bank.add_llm_exchange(run_id, ex.model_dump(mode="json"))
-            tuner._fit()
+            tuner.fit_models()
             # With the analytical memory offset, memory coefficients are residuals, not effects: only time travels.
             mem = [] if tuner.memory_model is None or tuner.memory_estimate is not None or not tuner.memory_model.n_obs \
                 else tuner.memory_model.effects()
