@@ -77,7 +77,12 @@ def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list
         return []
 
 
-def bank_seed(space: KnobSpace, contract, base_priors: list, err: Console) -> tuple[list[Setting], list, list]:
+def run_id(contract, run_dir: Path) -> str:
+    """This run's id in the experience bank: contract name, hash and run directory."""
+    return f"{contract.name}:{contract_hash(contract)[:12]}:{Path(run_dir).resolve()}"
+
+
+def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console) -> tuple[list[Setting], list, list]:
     """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors."""
     try:
         from ..bank import Bank
@@ -87,7 +92,7 @@ def bank_seed(space: KnobSpace, contract, base_priors: list, err: Console) -> tu
     try:
         with Bank(bank_path(None)) as bank:
             seed = bank.seed(space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
-                             base_priors=base_priors)
+                             base_priors=base_priors, exclude_runs=[run_id(contract, run_dir)])  # not its own past
         return list(seed.initial), seed.merged_with(base_priors), list(seed.sources)
     except Exception as e:  # experience is advice: a broken bank never stops a run
         err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {e}); starting unseeded[/]")
@@ -137,7 +142,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
         return 1
     base_losses = base_trials[0].metrics.losses
 
-    bank_initial, priors, bank_sources = bank_seed(space, contract, load_priors(space, contract, run_dir, err), err)
+    bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err)
     budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
     par = parallel or contract.budget.parallel_trials
     cfg = TunerConfig(n_initial=max(3, min(6, budget // 3)), mde=noise.mde)
@@ -331,12 +336,12 @@ def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) ->
     except ImportError:
         return
     hw, wl = contract.hardware.model_dump(), _workload_sig(contract)
-    run_id = f"{contract.name}:{contract_hash(contract)[:12]}:{run_dir.resolve()}"
+    rid = run_id(contract, run_dir)
     try:
         with Bank(bank_path(None)) as bank:
-            bank.add_trials(run_id, record.finished(), hardware=hw, workload=wl)
+            bank.add_trials(rid, record.finished(), hardware=hw, workload=wl)
             for ex in exchanges(run_dir):
-                bank.add_llm_exchange(run_id, ex.model_dump(mode="json"))
+                bank.add_llm_exchange(rid, ex.model_dump(mode="json"))
             tuner.fit_models()
             # With the analytical memory offset, memory coefficients are residuals, not effects: only time travels.
             mem = [] if tuner.memory_model is None or tuner.memory_estimate is not None or not tuner.memory_model.n_obs \
@@ -345,7 +350,7 @@ def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) ->
             peaks = sorted(t.metrics.peak_memory_bytes for t in record.finished()
                            if t.role == "doctor" and t.metrics.peak_memory_bytes)
             if posts:  # memory effects travel in bytes, relative to this baseline's peak
-                bank.add_posteriors(run_id, posts, hardware=hw, workload=wl,
+                bank.add_posteriors(rid, posts, hardware=hw, workload=wl,
                                     reference_peak_bytes=peaks[len(peaks) // 2] if peaks else None)
     except Exception as e:  # the run is recorded on disk whatever happens to the bank
         err.print(f"[yellow]could not write the experience bank ({type(e).__name__}: {e}); the run itself is recorded[/]")

@@ -63,6 +63,16 @@ def test_run_searches_verifies_and_writes_its_record(sim_run):
     # Every finished trial went to the experience bank, with the time effects the run learned.
     stats = json.loads(cli("bank", "stats", "--json", env=env).stdout)
     assert stats["trials"] == len(list((run_dir / "trials").glob("*/trial.json"))), stats
+    # ...and the next run of this workload starts from what this one found, never from its own past.
+    again = run_dir.parent / "run2"
+    contract = json.loads((run_dir / "contract.lock").read_text())["contract_path"]
+    assert cli("init", contract, "--run-dir", again, env=env).returncode == 0
+    assert cli("doctor", "--run-dir", again, env=env).returncode == 0
+    r2 = cli("run", "--run-dir", again, "--max-trials", "2", env=env)
+    assert r2.returncode == 0, r2.stderr[-2000:]
+    seeded = json.loads((again / "search.json").read_text())
+    assert seeded["bank_sources"] and str(run_dir.resolve()) in " ".join(seeded["bank_sources"])
+    assert any(p.get("kind") == "initial" for p in seeded["proposals"].values())  # a seeded setting ran first
 
 
 def test_a_killed_run_resumes_without_rerunning_finished_trials(sim_run):
