@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
+
 from ..priors.prior import Prior
 
 if TYPE_CHECKING:
@@ -64,6 +66,26 @@ class Effect:
 
     def __str__(self) -> str:
         return f"{self.feature}: {self.pct_mean:+.0f}% [{self.pct_lo:+.0f}, {self.pct_hi:+.0f}] {self.target}"
+
+
+def effects_of(model: "TimeModel | MemoryModel", *, nuts: bool = False) -> list[Effect]:
+    """Posterior of every column of a fitted model (main effects, then interactions): mean and central 90%
+    interval, from the fitted posterior or, with ``nuts=True``, from its NUTS draws."""
+    d = model.design
+    if nuts:
+        if model.nuts_draws is None:
+            raise RuntimeError("no NUTS draws: call run_nuts() after fit() first")
+        b = model.nuts_draws["beta"]
+        mean, lo, hi = b.mean(0), np.quantile(b, 0.05, axis=0), np.quantile(b, 0.95, axis=0)
+    else:
+        mean = model.posterior.mean()[1:]
+        lo = model.posterior.marginal_quantiles(0.05)[1:]
+        hi = model.posterior.marginal_quantiles(0.95)[1:]
+    return [
+        Effect(feature=name, target=model.target, mean=float(mean[j]), lo=float(lo[j]), hi=float(hi[j]),
+               prior_mean=float(d.prior_mean[j]), prior_sd=float(d.prior_sd[j]), source=d.prior_source[j])
+        for j, name in enumerate(d.names)
+    ]
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from ..knobs.space import KnobSpace
 from ..priors.prior import Prior
 from ._design import Design
 from ._fit import GridPosterior, conjugate_grid, one_thread, row_moments, run_nuts
-from .revision import Effect
+from .revision import Effect, effects_of
 
 INTERCEPT_SD = 10.0  # log seconds: a flat prior in practice (e^-10 s .. e^10 s within 1 sd)
 NOISE_SCALE_WITH_CV = 0.75  # sd of log sigma around log(noise_cv): the model's misfit adds to the noise
@@ -195,29 +195,7 @@ class TimeModel:
     # ------------------------------------------------------------- effects
     def effects(self, *, nuts: bool = False) -> list[Effect]:
         """Posterior of every column (main effects, then interactions): mean and central 90% interval."""
-        d = self.design
-        if nuts:
-            if self.nuts_draws is None:
-                raise RuntimeError("no NUTS draws: call run_nuts() after fit() first")
-            b = self.nuts_draws["beta"]
-            mean, lo, hi = b.mean(0), np.quantile(b, 0.05, axis=0), np.quantile(b, 0.95, axis=0)
-        else:
-            mean = self.posterior.mean()[1:]
-            lo = self.posterior.marginal_quantiles(0.05)[1:]
-            hi = self.posterior.marginal_quantiles(0.95)[1:]
-        return [
-            Effect(
-                feature=name,
-                target="time",
-                mean=float(mean[j]),
-                lo=float(lo[j]),
-                hi=float(hi[j]),
-                prior_mean=float(d.prior_mean[j]),
-                prior_sd=float(d.prior_sd[j]),
-                source=d.prior_source[j],
-            )
-            for j, name in enumerate(d.names)
-        ]
+        return effects_of(self, nuts=nuts)
 
     def run_nuts(self, num_samples: int = 300, warmup_steps: int = 300, *, jit_compile: bool = True) -> dict[str, np.ndarray]:
         """Sample :func:`time_model` on the fitted data with NUTS (exact; seconds to minutes). The draws
