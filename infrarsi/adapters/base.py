@@ -28,6 +28,17 @@ class ParsedRun(BaseModel):
     reason: str = ""
 
 
+def scoped_space(space: KnobSpace, contract: Contract, framework: str) -> KnobSpace:
+    """``space`` restricted to the contract's ``scope.knobs`` (the whole space when the scope names none);
+    a knob the framework cannot set is an error that lists the ones it can."""
+    if not contract.scope.knobs:
+        return space
+    unknown = [k for k in contract.scope.knobs if k not in space]
+    if unknown:
+        raise ValueError(f"scope.knobs names {unknown}, which {framework} cannot set; known: {', '.join(space.names)}")
+    return space.restrict(contract.scope.knobs)
+
+
 class Adapter(abc.ABC):
     name: str = ""
 

@@ -41,7 +41,7 @@ from ..execute.trial import Metrics, TrialStatus
 from ..knobs import Constraint, KnobSpace
 from ..knobs.catalog import ENV_PREFIX, check_setting, knobs_for, space_for_fixed
 from . import megatron_log
-from .base import Adapter, ParsedRun
+from .base import Adapter, ParsedRun, scoped_space
 from .launch_script import Launch, ScriptError, interpret_script, split_launcher, world_from_variables
 
 FRAMEWORK = "torchtitan"
@@ -806,13 +806,7 @@ class TorchtitanAdapter(Adapter):
         return self._cache[key]
 
     def knob_space(self, contract: Contract) -> KnobSpace:
-        space = knob_space_for(self.parsed(contract))
-        if contract.scope.knobs:
-            unknown = [k for k in contract.scope.knobs if k not in space]
-            if unknown:
-                raise ValueError(f"scope.knobs names {unknown}, which torchtitan cannot set; known: {', '.join(space.names)}")
-            return space.restrict(contract.scope.knobs)
-        return space
+        return scoped_space(knob_space_for(self.parsed(contract)), contract, "torchtitan")
 
     def launch(self, contract: Contract, setting: Mapping[str, Any], *, patches: Mapping[str, str] | None = None) -> LaunchSpec:
         parsed = self.parsed(contract)
