@@ -19,21 +19,15 @@ import math
 import signal as _signal
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from ..adapters.base import ParsedRun
 from .executor import Outcome
 from .torchrun import root_cause
 from .trial import Metrics, TrialStatus
 
 
-class Verdict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Verdict(ParsedRun):
+    """The adapter's reading of a trial (:class:`ParsedRun`) plus how its process ended."""
 
-    status: TrialStatus
-    metrics: Metrics = Metrics()
-    evidence: list[str] = []
-    reason: str = ""
     signal: int | None = None
     exit_code: int | None = None
 
