@@ -140,7 +140,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     if not base_trials:
         err.print("[bold red]error:[/] the doctor's baseline trials are missing or failed; rerun `infrarsi doctor`")
         return 1
-    base_losses = base_trials[0].metrics.losses
+    base_losses = noise.reference_losses  # the doctor's first baseline run
 
     bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err)
     budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
@@ -185,8 +185,8 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
                 tuner.tell(s, outcome_of(t))
                 done.append(t)
                 used_s += t.cost.device_s
-                proposals[str(t.id)] = tuner.why(s)
-                _print_trial(console, t, tuner.why(s), baseline)
+                proposals[str(t.id)] = why = tuner.why(s)
+                _print_trial(console, t, why, baseline)
         _save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
         console.print(f"search stopped: {stop_reason}")
         verification = _reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console)
