@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from infrarsi.bank import Bank, priors_from_effects, signature_from  # noqa: E402
 from infrarsi.execute.trial import Cost, Metrics, Trial  # noqa: E402
 from infrarsi.priors import offline_priors  # noqa: E402
+from infrarsi.priors.offline import memory_estimator  # noqa: E402
 from infrarsi.workloads import simulated as sim  # noqa: E402
 
 try:
@@ -84,9 +85,13 @@ class _Outcome:
 
 
 def _make_tuner(space: Any, w: Any, *, seed: int, initial: list[Any], priors: list[Any] | None = None) -> Any:
+    """As ``infrarsi run`` builds it: the analytical memory estimate as the memory model's offset and the
+    run-to-run noise known (the simulator's)."""
     if Tuner is None:
         return _RandomSearch(space, seed=seed, initial=initial)
-    return Tuner(space, memory_capacity_bytes=w.spec.memory_bytes, priors=priors, seed=seed, initial=initial)
+    return Tuner(space, memory_capacity_bytes=w.spec.memory_bytes, priors=priors, seed=seed, initial=initial,
+                 noise_cv=sim.DEFAULT_NOISE_CV,
+                 memory_estimate=memory_estimator(space, workload=w.model.model_dump(), hardware=hardware_of(w)))
 
 
 def _outcome(status: str, t: float | None = None, peak: float | None = None) -> Any:

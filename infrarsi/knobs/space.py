@@ -26,6 +26,7 @@ import numpy as np
 from .knob import Knob
 from .setting import Setting
 
+REPAIR_DEPTH = 3  # most changes that mend a one-knob move (each fixes a rule, so the search stays small)
 ConstraintFn = Callable[[Mapping[str, Any]], "str | None"]
 
 
@@ -169,39 +170,79 @@ class KnobSpace:
             if self.is_valid(s):
                 yield s
 
-    def candidates(self, n: int, rng: random.Random | int | None = None) -> list[Setting]:
-        """Up to ``n`` valid settings: all of them when the product is small enough, else a sample."""
+    def candidates(self, n: int, rng: random.Random | int | None = None, *, max_steps: int | None = None) -> list[Setting]:
+        """Up to ``n`` distinct valid settings: all of them when the product is small enough, else a sample.
+
+        Rejection alone starves on a sparse space: with the parallel sizes tied to the world size, about
+        1 product point in 100 is valid, so 10,000 draws find ~100. The sample is then grown by a random
+        walk over the valid settings (re-draw 1-3 knobs, move if the result is valid). The proposal is
+        symmetric and a move is accepted exactly when valid, so the walk's stationary law is uniform
+        over the valid settings it can reach, like rejection sampling, at a fraction of its cost; short walks
+        restarted from the rejection draws keep it from lingering where it started."""
         if self.size() <= n:
             return list(self.enumerate(limit=n))
-        return self.sample(rng, n)
+        r = rng if isinstance(rng, random.Random) else random.Random(rng)
+        out = self.sample(r, n)
+        if not out or len(out) >= n:
+            return out
+        seen = set(out)
+        starts = list(out)  # uniform draws: restarting from them keeps the walk from lingering in one corner
+        state = r.choice(starts)
+        for step in range(max_steps if max_steps is not None else 50 * n):
+            if len(out) >= n:
+                break
+            if step % 20 == 0:
+                state = r.choice(starts)
+            change = {k.name: r.choice(k.domain) for k in r.sample(self.knobs, min(len(self.knobs), r.randint(1, 3)))}
+            s = state.replace(**change)
+            if s in seen:
+                state = s
+            elif self.is_valid(s):
+                seen.add(s)
+                out.append(s)
+                state = s
+        return out
 
     def neighbors(self, setting: Mapping[str, Any], *, repair: bool = False) -> list[Setting]:
         """Valid settings that differ from ``setting`` in exactly one knob.
 
-        ``repair=True`` adds two-knob moves: a one-knob change that breaks a rule, paired with a second
-        change that mends it (halving pipeline parallel is only valid when data parallel doubles: the
-        product of the parallel sizes is the world size)."""
+        ``repair=True`` adds moves that mend what a one-knob change breaks: up to ``REPAIR_DEPTH`` more
+        changes, each of which must fix at least one broken rule (halving pipeline parallel is only valid
+        when data parallel doubles; TP 2 -> 1 also needs sequence parallel and TP comm overlap off and DP
+        doubled)."""
         base = self.complete(setting)
-        out = []
-        broken = []
+        out: list[Setting] = []
+        broken: list[tuple[Setting, str, int]] = []
         for k in self.knobs:
             for v in k.domain:
                 if v != base[k.name]:
                     s = base.replace(**{k.name: v})
-                    (out if self.is_valid(s) else broken).append((s, k.name))
-        out = [s for s, _ in out]
+                    n_bad = len(self.validate(s))
+                    if n_bad:
+                        broken.append((s, k.name, n_bad))
+                    else:
+                        out.append(s)
         if repair:
             seen = set(out)
-            for s, changed in broken:
-                for k in self.knobs:
-                    if k.name == changed:
-                        continue
-                    for v in k.domain:
-                        if v != s[k.name]:
+            for depth in range(REPAIR_DEPTH):
+                still: list[tuple[Setting, str, int]] = []
+                for s, changed, n_bad in broken:
+                    for k in self.knobs:
+                        if k.name == changed:
+                            continue
+                        for v in k.domain:
+                            if v == s[k.name] or base[k.name] != s[k.name]:
+                                continue
                             t = s.replace(**{k.name: v})
-                            if t not in seen and self.is_valid(t):
+                            if t in seen:
+                                continue
+                            m = len(self.validate(t))
+                            if m == 0:
                                 seen.add(t)
                                 out.append(t)
+                            elif m < n_bad:
+                                still.append((t, changed, m))
+                broken = list({t: (t, c, m) for t, c, m in still}.values())
         return out
 
     # --------------------------------------------------------------- encoding

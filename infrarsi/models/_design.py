@@ -14,6 +14,17 @@ Columns, in order:
 Priors: a main-effect column gets Normal(prior mean, prior sd) from the matching Prior (time_* or
 mem_* fields, by target), else Normal(0, ``main_sd``); an interaction column gets Normal(0,
 ``interaction_sd`` = 0.1) per unit of its product: second-order effects are small.
+
+Ordered knobs (an int knob with three or more increasing values: TP 1/2/4/8, micro-batch) are coded
+by *steps*: the column of value v is 1 for every setting at v or beyond it (away from the default),
+so its coefficient is the step from v's neighbour toward the default to v, and a value's effect is
+the sum of the steps on the way. Independent priors on steps make neighbouring values' effects move
+together: learning that TP 8 is much slower than TP 4 says little about TP 2 against TP 1, while
+independent one-hot effects, tied only through the intercept, let such data drag an untried default
+value's effect around. A step's prior is the difference of its two values' priors, its variance the
+difference of their variances (at least a quarter of the value's own). ``to_levels`` maps
+coefficients to per-value effects (what a Prior states and a report shows); ``level_prior_mean`` and
+``level_prior_sd`` are the priors as given.
 """
 
 from __future__ import annotations
@@ -34,11 +45,14 @@ Target = Literal["time", "memory"]
 #  - micro-batch x recompute: activation memory (and recompute's extra forward) scale with the micro-batch
 #  - TP x sequence parallel: SP splits the activations TP would otherwise replicate
 #  - PP x virtual pipeline x micro-batch: bubble fraction (pp - 1) / (n_microbatches * vpp)
+#  - EP x MoE token dispatcher: all-gather moves (and holds) every EP rank's tokens, so its time and
+#    buffers grow with EP where all-to-all's do not (Megatron recommends all-to-all once EP > 1)
 DEFAULT_INTERACTIONS: tuple[tuple[str, ...], ...] = (
     ("micro_batch_size", "recompute_granularity"),
     ("tensor_parallel", "sequence_parallel"),
     ("pipeline_parallel", "virtual_pipeline"),
     ("pipeline_parallel", "virtual_pipeline", "micro_batch_size"),
+    ("expert_parallel", "moe_token_dispatcher"),
 )
 
 
@@ -59,6 +73,7 @@ class Design:
         interactions: Sequence[Sequence[str]] | None = None,
         main_sd: float = 1.0,
         interaction_sd: float = 0.1,
+        ordinal: bool = True,
     ) -> None:
         if not isinstance(space, KnobSpace):
             raise TypeError(f"space must be a KnobSpace, got {type(space).__name__}")
@@ -131,6 +146,35 @@ class Design:
             self.prior_sd[j] = pr.time_sd if target == "time" else pr.mem_sd
             self.prior_source[j] = pr.source
 
+        # Step coding of ordered knobs: steps[k] = [(column, column of the neighbour toward the default or
+        # None)], and to_levels (p, p) with level effect = to_levels @ coefficients.
+        self.level_prior_mean = self.prior_mean.copy()
+        self.level_prior_sd = self.prior_sd.copy()
+        self.to_levels = np.eye(self.p)
+        self._steps: dict[str, list[tuple[int, int | None]]] = {}
+        for k in self._knobs if ordinal else ():
+            dom = list(k.domain)
+            if k.kind != "int" or len(dom) < 3 or any(b <= a for a, b in zip(dom, dom[1:])):
+                continue
+            d = dom.index(k.default)
+            cols = dict(zip([i for i in range(len(dom)) if i != d], self._main_cols[k.name]))
+            steps = []
+            for i in cols:
+                toward = i - 1 if i > d else i + 1
+                steps.append((cols[i], cols.get(toward)))
+                # the level effect of dom[i] sums the steps from dom[i] back to the default
+                j = i
+                while j != d:
+                    self.to_levels[cols[i], cols[j]] = 1.0
+                    j = j - 1 if j > d else j + 1
+            self._steps[k.name] = steps
+            for c, prev in steps:
+                m_prev = 0.0 if prev is None else self.level_prior_mean[prev]
+                v_prev = 0.0 if prev is None else self.level_prior_sd[prev] ** 2
+                v = self.level_prior_sd[c] ** 2
+                self.prior_mean[c] = self.level_prior_mean[c] - m_prev
+                self.prior_sd[c] = math.sqrt(max(v - v_prev, v / 4))
+
     @property
     def p(self) -> int:
         return len(self.names)
@@ -158,8 +202,13 @@ class Design:
                 raise
             # one-hot block: domain index -> column (default has none)
             nd = [i for i, v in enumerate(k.domain) if v != k.default]
-            for c, di in zip(self._main_cols[k.name], nd):
-                x[:, c] = idx == di
+            if k.name in self._steps:  # steps: 1 at this value and beyond it, away from the default
+                d = k.domain.index(k.default)
+                for c, di in zip(self._main_cols[k.name], nd):
+                    x[:, c] = (idx >= di) if di > d else (idx <= di)
+            else:
+                for c, di in zip(self._main_cols[k.name], nd):
+                    x[:, c] = idx == di
             if any(k.name in t for t in self.interactions):
                 table = np.stack([self._basis[k.name][1][v] for v in k.domain])  # (|domain|, width)
                 basis_rows[k.name] = table[idx]  # (n, width)

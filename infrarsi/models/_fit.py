@@ -92,6 +92,10 @@ class GridPosterior:
         )
         return second - np.outer(m, m)
 
+    def linear(self, a: np.ndarray) -> "GridPosterior":
+        """The posterior of ``a @ theta`` (a: (r, q)): the same mixture, each component mapped."""
+        return GridPosterior(self.log_sigma, self.weights, self.means @ a.T, a[None] @ self.covs @ a.T[None])
+
     def e_sigma2(self) -> float:
         return float(self.weights @ np.exp(2 * self.log_sigma))
 
@@ -238,7 +242,8 @@ def _tobit_pass(x_ok, y_ok, x_c, c_c, m0, s0, loc, scale, log_sigma, eta0, ep=Tr
         r = (y_ok[None, :] - eta @ x_ok.T) / sig  # (G, n_ok)
         z = (eta @ x_c.T - c_c[None, :]) / sig  # (G, n_c)
         lam = np.exp(-0.5 * z**2 - 0.5 * LOG_2PI - log_ndtr(z))  # phi(z) / Phi(z), stable for z << 0
-        kap = lam * (z + lam)  # d2(-log Phi)/dz2, in (0, 1)
+        kap = lam * (z + lam)  # d2(-log Phi)/dz2, in (0, 1); far in the tails the float arithmetic is not
+        kap = np.clip(np.nan_to_num(kap, nan=1.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
         g = (eta - m0) * prec0 - (r @ x_ok) / sig - (lam @ x_c) / sig
         h = np.diag(prec0)[None] + xtx[None] / s2[:, None, None]
         if len(c_c):

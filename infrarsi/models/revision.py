@@ -72,18 +72,20 @@ def effects_of(model: "TimeModel | MemoryModel", *, nuts: bool = False) -> list[
     """Posterior of every column of a fitted model (main effects, then interactions): mean and central 90%
     interval, from the fitted posterior or, with ``nuts=True``, from its NUTS draws."""
     d = model.design
+    t = d.to_levels  # coefficients -> per-value effects (ordered knobs are coded by steps)
     if nuts:
         if model.nuts_draws is None:
             raise RuntimeError("no NUTS draws: call run_nuts() after fit() first")
-        b = model.nuts_draws["beta"]
+        b = model.nuts_draws["beta"] @ t.T
         mean, lo, hi = b.mean(0), np.quantile(b, 0.05, axis=0), np.quantile(b, 0.95, axis=0)
     else:
-        mean = model.posterior.mean()[1:]
-        lo = model.posterior.marginal_quantiles(0.05)[1:]
-        hi = model.posterior.marginal_quantiles(0.95)[1:]
+        a = np.zeros((d.p, d.p + 1))
+        a[:, 1:] = t
+        post = model.posterior.linear(a)
+        mean, lo, hi = post.mean(), post.marginal_quantiles(0.05), post.marginal_quantiles(0.95)
     return [
         Effect(feature=name, target=model.target, mean=float(mean[j]), lo=float(lo[j]), hi=float(hi[j]),
-               prior_mean=float(d.prior_mean[j]), prior_sd=float(d.prior_sd[j]), source=d.prior_source[j])
+               prior_mean=float(d.level_prior_mean[j]), prior_sd=float(d.level_prior_sd[j]), source=d.prior_source[j])
         for j, name in enumerate(d.names)
     ]
 

@@ -53,7 +53,7 @@ class SyntheticTruth:
     interactions: Sequence[Sequence[str]] | None = None
 
     def _vec(self, coef: Mapping[str, float]) -> tuple[Design, np.ndarray]:
-        d = Design(self.space, target="time", interactions=self.interactions)
+        d = Design(self.space, target="time", interactions=self.interactions, ordinal=False)  # per-value effects
         unknown = set(coef) - set(d.names)
         if unknown:
             raise ValueError(f"unknown columns {sorted(unknown)}; columns: {d.names}")

@@ -21,12 +21,19 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``):
    and, once anything was told, the models.
 2. *Acquisition*: a global TimeModel (log step time) and a censored MemoryModel (log peak; an OOM is
    "peak > capacity") are refit on every trial. Score = expected improvement in log step time x
-   P(peak < capacity x (1 - margin)), over a candidate pool (enumerated or sampled valid settings, plus
-   the neighbours of the best settings so far).
+   P(peak < capacity x (1 - margin)), over a candidate pool (sampled valid settings, plus the
+   neighbours of the best settings so far, with the moves that repair what a one-knob change breaks).
+   The time model is additive; a Gaussian process on its residuals (:mod:`.residual`) corrects it near
+   the settings tried, where the interactions it cannot express (pipeline bubble, EP x dispatcher...)
+   show up.
 3. *Memory pricing and pairing*: a candidate that would be fast but likely does not fit is paired with
    the memory savers that make it fit: one-knob changes the memory model predicts lower the peak,
    alone or two at a time; the best paired variant joins the pool, remembering which savers it took.
-4. *Stopping*: ``should_stop()`` once the best expected improvement falls below the minimum detectable
+4. *Local and Thompson steps*: every ``local_every``-th model-guided proposal is the best move from the
+   incumbent (its neighbourhood only: the global model ranks regions well, the last few percent are
+   next to the incumbent); every ``thompson_every``-th is the fastest fitting setting under one
+   posterior draw (exploration where the mean model is too sure of itself).
+5. *Stopping*: ``should_stop()`` once the best expected improvement falls below the minimum detectable
    effect (the doctor's), after the initial design.
 
 Knobs outside the catalog, or without a prior, get uninformative priors (mean 0, sd 1 on the log scale).
@@ -50,8 +57,11 @@ from ..priors.prior import Prior
 from .acquisition import expected_improvement, hamming
 from .design import maximin
 from .outcome import Outcome
+from .residual import Residual
 
-RESIDUAL_MEM_SD = 0.3  # log scale: how far a knob may move the peak beyond what the arithmetic says
+RESIDUAL_MEM_SD = 0.1  # log scale: how far a knob value may move the peak beyond what the arithmetic says
+# (the analytical estimate is within ~10% on every simulated layout; 0.3 priced most near-capacity settings
+# of the MoE workload at P(OOM) ~ 0.4 and the search never tried them)
 
 
 @dataclass(frozen=True)
@@ -68,15 +78,20 @@ class TunerConfig:
     """How many of the fastest-predicted non-fitting candidates get paired with memory savers per ask."""
     mde: float = 0.0
     """Minimum detectable effect (fraction): stop when the best EI (log scale) is below log(1 + mde)."""
-    thompson_every: int = 3
+    thompson_every: int = 4
     """Every k-th model-guided proposal is a Thompson draw instead of the EI maximiser (0: never)."""
+    local_every: int = 3
+    """Every k-th model-guided proposal is the best one-knob move (with repairs) from the incumbent (0: never):
+    the global model ranks regions well but the last few percent sit in the incumbent's neighbourhood."""
+    residual: bool = True
+    """Correct the additive time model near the tried settings with a GP on its residuals (search/residual.py)."""
 
 
 @dataclass
 class Proposal:
     """Why a setting was proposed."""
 
-    kind: str  # initial | design | acquisition | thompson | paired
+    kind: str  # initial | design | acquisition | local | thompson | paired
     ei: float | None = None
     p_oom: float | None = None
     predicted_s: float | None = None
@@ -113,6 +128,9 @@ class Tuner:
         self.derived = derived_knobs(space, self._pool)
         model_space = KnobSpace([k for k in space.knobs if k.name not in self.derived])
         self.time_model = TimeModel(model_space, priors=self.priors, noise_cv=noise_cv, seed=seed)
+        self.noise_cv = noise_cv
+        self._model_knobs = [k for k in model_space.knobs]
+        self.residual: Residual | None = None
         # With an analytical memory estimate, log(estimate) is an offset and the memory coefficients are
         # residuals: the priors' memory effects are already in the estimate, so they start at 0.
         self.memory_estimate = memory_estimate
@@ -125,6 +143,7 @@ class Tuner:
         self.pending: set[Setting] = set()
         self._told: set[Setting] = set()
         self._why: dict[Setting, Proposal] = {}
+        self._near: dict[Setting, list[Setting]] = {}
         self._initial = [s for s in (space.complete(x) for x in initial) if space.is_valid(s)]
         self._dirty = True
         self.last_best_ei: float | None = None
@@ -178,7 +197,7 @@ class Tuner:
         if not ok:
             return []
         self.fit_models()
-        mean, _ = self.time_model.predict(ok, noise=False)
+        mean, _ = self.predict_time(ok)
         return [ok[i] for i in np.argsort(mean, kind="stable")[:k]]
 
     def should_stop(self) -> bool:
@@ -199,6 +218,7 @@ class Tuner:
         times = [o.step_time_s if o.status == "ok" else math.nan for _, o in self.history]
         if any(o.status == "ok" for _, o in self.history):
             self.time_model.fit(settings, times)
+            self._fit_residual()
         if self.memory_model is not None:
             rows = [(s, o) for s, o in self.history if o.status == "oom" or (o.status == "ok" and o.peak_memory_bytes)]
             if rows:
@@ -206,6 +226,29 @@ class Tuner:
                 self.memory_model.fit(ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
                                       offsets=self._mem_offsets(ss))
         self._dirty = False
+
+    def _fit_residual(self) -> None:
+        self.residual = None
+        if not self.config.residual:
+            return
+        ok = [(s, o.step_time_s) for s, o in self.history if o.status == "ok"]
+        mean, _ = self.time_model.predict([s for s, _ in ok], noise=False)
+        r = np.log([t for _, t in ok]) - mean
+        self.residual = Residual.fit(self._codes([s for s, _ in ok]), r, self.noise_cv or self.time_model.sigma)
+
+    def _codes(self, settings: Sequence[Setting]) -> np.ndarray:
+        """Value index per model knob: (n, K) ints, the residual GP's coordinates."""
+        index = [{v: i for i, v in enumerate(k.domain)} for k in self._model_knobs]
+        return np.array([[ix[s[k.name]] for k, ix in zip(self._model_knobs, index)] for s in settings],
+                        dtype=np.int64).reshape(len(settings), len(self._model_knobs))
+
+    def predict_time(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior of the mean log step time (log seconds): additive model plus residual GP, (mean, sd)."""
+        mean, sd = self.time_model.predict(settings, noise=False)
+        if self.residual is not None and len(settings):
+            gm, gv = self.residual.predict(self._codes(settings))
+            mean, sd = mean + gm, np.sqrt(sd * sd + gv)
+        return mean, sd
 
     def _has_memory_data(self) -> bool:
         return self.memory_model is not None and any(
@@ -238,10 +281,16 @@ class Tuner:
         taken = self._taken()
         extra: list[Setting] = []
         ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(self.history) if o.status == "ok")
-        for _, i in ok[:5]:
-            extra += self.space.neighbors(self.history[i][0], repair=True)
+        for s in dict.fromkeys([*(self.history[i][0] for _, i in ok[:5]), *self.top(1)]):
+            extra += self._neighbors(s)
         cands = [s for s in dict.fromkeys([*self._pool, *extra]) if s not in taken]
         return cands, self.space.encode(cands) if cands else np.zeros((0, len(self.space.feature_names)))
+
+    def _neighbors(self, s: Setting) -> list[Setting]:
+        """One-knob moves with repairs (KnobSpace.neighbors), cached: the space never changes."""
+        if s not in self._near:
+            self._near[s] = self.space.neighbors(s, repair=True)
+        return self._near[s]
 
     def _next(self) -> Setting | None:
         taken = self._taken()
@@ -254,7 +303,7 @@ class Tuner:
         if not cands:
             return None
         has_time = any(o.status == "ok" for _, o in self.history)
-        mean, sd = self.time_model.predict(cands, noise=False)
+        mean, sd = self.predict_time(cands)
         p_oom = self._p_oom(cands)
         n_done = len(self.history) + len(self.pending)
         if n_done < self.config.n_initial or not has_time:
@@ -275,7 +324,7 @@ class Tuner:
         in_pool = set(cands)
         pc = [p for p, _ in paired if p not in in_pool]
         if pc:
-            pm, ps = self.time_model.predict(pc, noise=False)
+            pm, ps = self.predict_time(pc)
             pp = self._p_oom(pc)
             pei = expected_improvement(pm, ps, best)
             cands = cands + pc
@@ -295,10 +344,19 @@ class Tuner:
         self.last_best_ei = float(np.max(ei * (1.0 - p_oom)))
         self._asks += 1
         kind = "acquisition"
-        if self.config.thompson_every and self._asks % self.config.thompson_every == 0:
+        cfg = self.config
+        if cfg.local_every and self._asks % cfg.local_every == 1 % cfg.local_every:
+            near = set(self._neighbors(self.top(1)[0]))
+            local = np.array([c in near for c in cands]) & np.isfinite(acq)
+            if local.any():
+                j, kind = int(np.argmax(np.where(local, acq, -np.inf))), "local"
+        if kind == "acquisition" and cfg.thompson_every and self._asks % cfg.thompson_every == 0:
             # Thompson step: the fastest fitting setting under one coherent posterior draw. It explores
             # where the (possibly misspecified) mean model is too sure of itself.
             draw = self.time_model.sample(cands, 1)[0]
+            if self.residual is not None:
+                gm, gv = self.residual.predict(self._codes(cands))
+                draw = draw + gm + np.sqrt(gv) * self.time_model._rng.standard_normal(len(cands))
             draw = np.where(np.isfinite(acq), draw, np.inf)
             j, kind = int(np.argmin(draw)), "thompson"
         s = cands[j]
@@ -339,7 +397,7 @@ class Tuner:
             fit = self._p_oom(vs) <= cfg.max_p_oom
             if not fit.any():
                 continue
-            vm, _ = self.time_model.predict(vs, noise=False)
+            vm, _ = self.predict_time(vs)
             j = int(np.argmin(np.where(fit, vm, np.inf)))
             seen.add(vs[j])
             out.append((vs[j], (c, variants[j][1])))

@@ -123,3 +123,16 @@ def test_ask_n_gives_distinct_settings_for_parallel_trials():
         for s in batch:
             t.tell(s, truth(s))
     assert len({s for s, _ in t.history}) == 12
+
+
+def test_local_steps_try_the_incumbents_neighbourhood():
+    t = Tuner(example_space(), memory_capacity_bytes=CAP, seed=0)
+    kinds = []
+    for _ in range(14):
+        s = t.ask()
+        kinds.append(t.why(s)["kind"])
+        if kinds[-1] == "local":
+            inc = t.top(1)[0]
+            assert sum(s[k] != inc[k] for k in s) <= 4  # one knob plus its repairs
+        t.tell(s, truth(s))
+    assert "local" in kinds
