@@ -65,7 +65,7 @@ def run_ours(b: Bench, budget: int) -> tuple[History, float]:
     wl = b.w.model.model_dump()
     priors = priors_for(b.space, workload=wl, hardware=hw)
     t = Tuner(b.space, memory_capacity_bytes=b.capacity, priors=priors, seed=b.seed, initial=[b.baseline],
-              noise_cv=NOISE_CV, config=TunerConfig(n_initial=6),
+              noise_cv=NOISE_CV, config=TunerConfig(),
               memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw))
     t0 = time.perf_counter()
     for _ in range(budget):

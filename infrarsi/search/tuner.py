@@ -66,7 +66,7 @@ RESIDUAL_MEM_SD = 0.1  # log scale: how far a knob value may move the peak beyon
 
 @dataclass(frozen=True)
 class TunerConfig:
-    n_initial: int = 6
+    n_initial: int = 4
     """Settings in the initial design (including the caller's ``initial`` ones)."""
     n_candidates: int = 4000
     """Size of the sampled candidate pool (the whole valid space when it is smaller)."""

@@ -145,7 +145,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err)
     budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
     par = parallel or contract.budget.parallel_trials
-    cfg = TunerConfig(n_initial=max(3, min(6, budget // 3)), mde=noise.mde)
+    cfg = TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3)), mde=noise.mde)
     tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=priors, seed=0,
                   initial=bank_initial, noise_cv=max(noise.cv, 1e-3), config=cfg,
                   memory_estimate=memory_estimate(space, contract))
