@@ -24,6 +24,7 @@ import operator
 import os
 import re
 import shlex
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -968,6 +969,24 @@ def _opt(argv: list[str], k: int) -> tuple[str, str | None, int]:
     return a, (argv[k + 1] if k + 1 < len(argv) else None), k + 2
 
 
+def _launcher_options(argv: list[str], k: int, launcher: list[str], bare: Collection[str],
+                      stop: Collection[str] = ()) -> tuple[list[tuple[str, str | None]], int]:
+    """Consume a launcher's options from argv[k] (up to its first non-option word, or a word in ``stop``),
+    copying them into ``launcher``: flags in ``bare`` take no value. Returns the valued options as
+    (name, value) pairs and the index after the last option."""
+    opts = []
+    while k < len(argv) and argv[k].startswith("-") and argv[k] not in stop:
+        if argv[k] in bare:
+            launcher.append(argv[k])
+            k += 1
+            continue
+        name, val, k2 = _opt(argv, k)
+        launcher.extend(argv[k:k2])
+        opts.append((name, val))
+        k = k2
+    return opts, k
+
+
 def is_python(word: str) -> bool:
     return re.fullmatch(r"python(\d(\.\d+)?)?", os.path.basename(word)) is not None
 
@@ -1013,15 +1032,8 @@ def split_launcher(argv: list[str], *, env: dict[str, str] | None = None, sbatch
             out.launcher.append(w)
             k += 1
             ntasks = None
-            while k < n and argv[k].startswith("-"):
-                a = argv[k]
-                if a in _SRUN_FLAGS:
-                    out.launcher.append(a)
-                    k += 1
-                    continue
-                name, val, k2 = _opt(argv, k)
-                out.launcher.extend(argv[k:k2])
-                k = k2
+            opts, k = _launcher_options(argv, k, out.launcher, _SRUN_FLAGS)
+            for name, val in opts:
                 if name in ("-N", "--nodes"):
                     srun_nodes = _int(val)
                 elif name == "--ntasks-per-node":
@@ -1041,17 +1053,8 @@ def split_launcher(argv: list[str], *, env: dict[str, str] | None = None, sbatch
                 out.launcher.extend(argv[k:k + 3])
                 k += 3
             nnodes_from_srun = out.nnodes
-            while k < n and argv[k].startswith("-"):
-                a = argv[k]
-                if a in ("-m", "--module"):
-                    break
-                if a in _TORCHRUN_FLAGS:
-                    out.launcher.append(a)
-                    k += 1
-                    continue
-                name, val, k2 = _opt(argv, k)
-                out.launcher.extend(argv[k:k2])
-                k = k2
+            opts, k = _launcher_options(argv, k, out.launcher, _TORCHRUN_FLAGS, stop=("-m", "--module"))
+            for name, val in opts:
                 if name in ("--nproc_per_node", "--nproc-per-node"):
                     out.nproc_per_node = _int(val)
                 elif name == "--nnodes":
