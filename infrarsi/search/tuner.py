@@ -129,7 +129,8 @@ class Tuner:
         model_space = KnobSpace([k for k in space.knobs if k.name not in self.derived])
         self.time_model = TimeModel(model_space, priors=self.priors, noise_cv=noise_cv, seed=seed)
         self.noise_cv = noise_cv
-        self._model_knobs = [k for k in model_space.knobs]
+        # the residual GP's coordinates: each model knob's value index
+        self._code_index = [(k.name, {v: i for i, v in enumerate(k.domain)}) for k in model_space.knobs]
         self.residual: Residual | None = None
         # With an analytical memory estimate, log(estimate) is an offset and the memory coefficients are
         # residuals: the priors' memory effects are already in the estimate, so they start at 0.
@@ -238,9 +239,8 @@ class Tuner:
 
     def _codes(self, settings: Sequence[Setting]) -> np.ndarray:
         """Value index per model knob: (n, K) ints, the residual GP's coordinates."""
-        index = [{v: i for i, v in enumerate(k.domain)} for k in self._model_knobs]
-        return np.array([[ix[s[k.name]] for k, ix in zip(self._model_knobs, index)] for s in settings],
-                        dtype=np.int64).reshape(len(settings), len(self._model_knobs))
+        return np.array([[ix[s[name]] for name, ix in self._code_index] for s in settings],
+                        dtype=np.int64).reshape(len(settings), len(self._code_index))
 
     def predict_time(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior of the mean log step time (log seconds): additive model plus residual GP, (mean, sd)."""
@@ -276,12 +276,13 @@ class Tuner:
         ss = [self.space.complete(s) for s in settings]
         return self.memory_model.predict(ss, offsets=self._mem_offsets(ss))
 
-    def _pool_now(self) -> tuple[list[Setting], np.ndarray]:
-        """The candidate pool plus the neighbours of the best settings so far, minus what is taken."""
+    def _pool_now(self, incumbent: list[Setting]) -> tuple[list[Setting], np.ndarray]:
+        """The candidate pool plus the neighbours of the best settings so far (the 5 fastest measured and
+        the ``incumbent``, ``top(1)``), minus what is taken."""
         taken = self._taken()
         extra: list[Setting] = []
         ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(self.history) if o.status == "ok")
-        for s in dict.fromkeys([*(self.history[i][0] for _, i in ok[:5]), *self.top(1)]):
+        for s in dict.fromkeys([*(self.history[i][0] for _, i in ok[:5]), *incumbent]):
             extra += self._neighbors(s)
         cands = [s for s in dict.fromkeys([*self._pool, *extra]) if s not in taken]
         return cands, self.space.encode(cands) if cands else np.zeros((0, len(self.space.feature_names)))
@@ -299,7 +300,8 @@ class Tuner:
                 self._why[s] = Proposal(kind="initial")
                 return s
         self.fit_models()
-        cands, x = self._pool_now()
+        incumbent = self.top(1)
+        cands, x = self._pool_now(incumbent)
         if not cands:
             return None
         has_time = any(o.status == "ok" for _, o in self.history)
@@ -346,7 +348,7 @@ class Tuner:
         kind = "acquisition"
         cfg = self.config
         if cfg.local_every and self._asks % cfg.local_every == 1 % cfg.local_every:
-            near = set(self._neighbors(self.top(1)[0]))
+            near = set(self._neighbors(incumbent[0]))
             local = np.array([c in near for c in cands]) & np.isfinite(acq)
             if local.any():
                 j, kind = int(np.argmax(np.where(local, acq, -np.inf))), "local"
