@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..priors import llm as llm_mod
 from ..priors.llm import LLMConfig
+from .static import static_check
 
 log = logging.getLogger("infrarsi.kernels")
 
@@ -61,13 +62,13 @@ def _reference_facts(ref_source: str) -> dict[str, str]:
 
 
 def _rules() -> str:
-    try:
-        from . import verify as verify_mod
+    """The verifier's rules in its own words: the static allowlist and the dynamic checks."""
+    from . import dynamic, static
 
-        doc = verify_mod.__doc__ or ""
-        return doc[doc.find("What a candidate must survive"):].strip() or doc
-    except ImportError:
-        return ""
+    doc = dynamic.__doc__ or ""
+    return ((static.__doc__ or "").strip() + "\n\nAllowed builtins: " + ", ".join(sorted(static.ALLOWED_BUILTINS))
+            + "\nAllowed torch names on the host: torch." + ", torch.".join(sorted(static.TORCH_ATTRS))
+            + "\n\n" + doc[doc.find("What a candidate must survive"):].strip())
 
 
 def _prompt(op: str, ref_source: str, facts: dict[str, str], example: str | None) -> list[dict[str, Any]]:
@@ -113,11 +114,7 @@ def _checker(facts: dict[str, str]):
             got = ",".join(a.arg for a in fwd[0].args.args + fwd[0].args.kwonlyargs)
             if want and got != want:
                 problems.append(f"forward({got}) differs from the reference's forward({want}); keep the signature")
-        try:
-            from .static import static_check
-        except ImportError:  # integration point: the verifier's static checks, when installed
-            static_check = None
-        if static_check is not None and not problems:
+        if not problems:
             problems += static_check(ans.source)
         return problems
 

@@ -1,41 +1,50 @@
 """Static checks on a candidate's source (AST), run before any of it is imported.
 
-A candidate must launch its own ``@triton.jit`` kernels and nothing else may do the work: no
-import of the reference or of a PyTorch fallback, no try/except that falls back, no patching of
-timers or torch functions, no dynamic code loading. Each finding is one line ``code: message``.
-The dynamic checks in verify.py catch what the AST cannot see (torch math on the host, caches, races).
+An allowlist, not a denylist: a candidate may import only the modules in ALLOWED_IMPORTS, call only
+the builtins in ALLOWED_BUILTINS, reach only the torch and triton attributes listed below, and never
+read an attribute by a computed name (no getattr, no ``__dict__``/``__class__``/frame attributes, no
+``str.format`` field lookups). Anything else is a way to find out that it is being checked (the call
+stack, the environment, the clock) or to do the work somewhere a reviewer does not look.
+
+Besides: a ``@triton.jit`` kernel and a module-level ``forward``; no try/except fallbacks; no
+assignment to attributes of imported modules (monkeypatching). Each finding is one line
+``code: message``. The dynamic checks (dynamic.py) catch what the AST cannot see: torch math run on
+the host, caches, races.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 
-# Modules a kernel file has no business importing: code loading, process/interpreter access,
-# other array libraries (a numpy fallback), the project itself (the reference lives there).
-DENIED_IMPORTS = (
-    "importlib", "imp", "runpy", "ctypes", "cffi", "subprocess", "multiprocessing", "sys", "gc", "inspect",
-    "pickle", "marshal", "builtins", "numpy", "scipy", "jax", "cupy", "numba", "infrarsi", "kernels",
-    "torch.nn", "torch._C", "torch._dynamo", "torch._inductor", "torch.library", "torch.ops", "torch.jit",
-    "torch.testing", "triton.testing",
-)
-DENIED_BUILTINS = ("exec", "eval", "compile", "__import__", "open", "setattr", "delattr", "globals", "vars",
-                   "breakpoint")
-# torch attributes that are a PyTorch implementation of the ops (or a route to one) when called on the host
-DENIED_TORCH_ATTRS = (
-    "nn", "ops", "compile", "jit", "_C", "library", "rsqrt", "sqrt", "exp", "log", "sigmoid", "tanh", "softmax",
-    "log_softmax", "logsumexp", "mean", "var", "norm", "rms_norm", "layer_norm", "silu", "cat", "stack",
-    "where", "einsum", "matmul", "mul", "add", "sub", "div", "pow", "cross_entropy", "nll_loss", "gather",
-    "scatter", "clamp", "cos", "sin", "neg", "addcmul", "lerp", "index_select", "take_along_dim",
-)
-# Tensor methods that compute the ops on the host (x.rsqrt(), logits.log_softmax(-1), ...)
-DENIED_METHODS = (
-    "rsqrt", "sqrt", "exp", "log", "sigmoid", "tanh", "softmax", "log_softmax", "logsumexp", "mean", "var",
-    "norm", "pow", "mul", "mul_", "add", "add_", "sub", "div", "div_", "gather", "scatter", "neg", "addcmul",
-    "lerp", "cos", "sin", "numpy", "tolist", "item", "copy_", "fill_", "zero_", "index_select",
-)
-# Modules whose attributes must never be assigned (timers, benchmark helpers, torch itself)
-PROTECTED_ROOTS = ("time", "torch", "triton", "os", "math", "random", "functools", "tl")
-HOST_RECEIVERS_OK = ("tl", "triton", "math")  # tl.exp etc. are kernel language, math.* is scalar arithmetic
+# module -> whether its submodules are allowed too
+ALLOWED_IMPORTS = {"__future__": False, "math": False, "typing": False, "functools": False, "torch": False,
+                   "torch.autograd": False, "torch.autograd.function": False, "triton": False,
+                   "triton.language": True}
+ALLOWED_BUILTINS = frozenset(
+    "abs all any bool callable dict divmod enumerate filter float frozenset int isinstance issubclass iter len "
+    "list map max min next object pow range reversed round set slice sorted str sum super tuple zip repr "
+    "staticmethod classmethod property NotImplemented Ellipsis "
+    "Exception ValueError TypeError RuntimeError NotImplementedError AssertionError KeyError IndexError".split())
+# The host side of a candidate allocates, casts, reshapes and launches: these torch names are all it needs.
+TORCH_ATTRS = frozenset(
+    "Tensor Size dtype device autograd cuda empty empty_like empty_strided zeros zeros_like sum "
+    "float32 float16 bfloat16 float64 float half double int8 int16 int32 int64 uint8 bool long int "
+    "promote_types result_type is_tensor is_floating_point finfo iinfo get_default_dtype".split())
+TORCH_SUBATTRS = {"autograd": frozenset({"Function", "function"}),
+                  "cuda": frozenset({"is_available", "current_device", "get_device_capability"})}
+TRITON_ATTRS = frozenset("jit cdiv next_power_of_2 autotune heuristics Config language constexpr".split())
+# Attributes that lead from any object to frames, code or namespaces (the stack, the globals).
+FRAME_ATTRS = frozenset("f_back f_globals f_locals f_code f_builtins f_trace tb_frame tb_next gi_frame gi_code "
+                        "cr_frame cr_code ag_frame ag_code".split())
+# Tensor methods that compute the ops on the host (x.rsqrt(), logits.log_softmax(-1), ...); the dynamic
+# check measures the rest by the work they do.
+DENIED_METHODS = frozenset(
+    "rsqrt sqrt exp log sigmoid tanh softmax log_softmax logsumexp mean var norm pow mul mul_ add add_ sub div "
+    "div_ gather scatter neg addcmul lerp cos sin numpy tolist copy_ fill_ zero_ index_select".split())
+PROTECTED_ROOTS = ("time", "torch", "triton", "os", "math", "random", "functools", "tl", "typing")
+
+_ALLOWED_MSG = ("a candidate may import " + ", ".join(sorted(ALLOWED_IMPORTS)) + " (and triton.language.*) only")
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -60,6 +69,23 @@ def _is_triton_jit(dec: ast.AST, aliases: dict[str, str]) -> bool:
     return full in ("triton.jit", "triton.runtime.jit.jit", "triton.runtime.jit")
 
 
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Every name the module binds anywhere (assignments, defs, arguments, imports, loop targets)."""
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+        elif isinstance(n, ast.alias):
+            out.add((n.asname or n.name).split(".")[0])
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            out.update(n.names)
+    return out
+
+
 def static_check(source: str) -> list[str]:
     """Reasons (``code: message``) the source is not an acceptable candidate; [] when it passes."""
     try:
@@ -78,29 +104,22 @@ def static_check(source: str) -> list[str]:
         if isinstance(node, ast.Import):
             for a in node.names:
                 aliases[(a.asname or a.name).split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-                _check_import(a.name, node.lineno, add)
+                _check_import(a.name, None, node.lineno, add)
         elif isinstance(node, ast.ImportFrom):
             base = ("." * node.level) + (node.module or "")
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{base}.{a.name}"
-                _check_import(f"{base}.{a.name}" if node.module else base + a.name, node.lineno, add)
             if node.level:
                 add(f"static-import: line {node.lineno}: relative import {base!r}; "
                     "a candidate is one self-contained file")
+                continue
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{base}.{a.name}"
+                _check_import(base, a.name, node.lineno, add)
 
-    jit_funcs: list[ast.FunctionDef] = []
-    has_forward = False
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "forward":
-            has_forward = True
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-            _is_triton_jit(d, aliases) for d in node.decorator_list
-        ):
-            jit_funcs.append(node)
+    jit_funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and any(_is_triton_jit(d, aliases) for d in n.decorator_list)]
     if not jit_funcs:
         add("static-no-kernel: no @triton.jit function is defined; the op must run in a Triton kernel")
-    if not has_forward:
+    if not any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in tree.body):
         add("static-no-forward: no module-level def forward(...); the candidate must define it")
 
     kernel_nodes = {id(n) for f in jit_funcs for n in ast.walk(f)}
@@ -113,9 +132,25 @@ def static_check(source: str) -> list[str]:
                 if not (target.startswith("triton") or target == "math" or target.startswith("__future__")):
                     add(f"static-kernel: line {n.lineno}: the @triton.jit function {f.name} uses {n.id} ({target}); "
                         "a kernel body may use triton.language only")
+
+    bound = _bound_names(tree)
+    builtin_names = set(dir(builtins))
     for node in ast.walk(tree):
         line = getattr(node, "lineno", "?")
-        if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            if node.id.startswith("__"):
+                add(f"static-builtin: line {line}: reads {node.id}; module dunders (__file__, __builtins__, ...) are "
+                    "off limits")
+            elif node.id in builtin_names and node.id not in bound and node.id not in ALLOWED_BUILTINS:
+                add(f"static-builtin: line {line}: uses the builtin {node.id}; a candidate may use only "
+                    f"{', '.join(sorted(ALLOWED_BUILTINS))}")
+        elif isinstance(node, ast.Attribute):
+            if node.attr.startswith("_") or node.attr in FRAME_ATTRS:
+                add(f"static-attribute: line {line}: reads .{node.attr}; private, dunder and frame attributes are "
+                    "off limits (no attribute access by computed or hidden name)")
+            elif id(node) not in kernel_nodes:
+                _check_module_attr(node, aliases, line, add)
+        elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
             add(f"static-try: line {line}: try/except is not allowed (a failing kernel must fail, not fall back)")
         elif isinstance(node, ast.With):
             for item in node.items:
@@ -126,40 +161,61 @@ def static_check(source: str) -> list[str]:
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for t in targets:
                 _check_store(t, aliases, line, add)
-        elif isinstance(node, ast.Call):
+        elif isinstance(node, ast.Call) and id(node) not in kernel_nodes:
             fn = node.func
-            if isinstance(fn, ast.Name) and fn.id in DENIED_BUILTINS:
-                add(f"static-call: line {line}: {fn.id}() is not allowed in a candidate")
             name = _dotted(fn)
-            if name is None or id(node) in kernel_nodes:
-                continue
-            root, _, rest = name.partition(".")
-            full = aliases.get(root, root) + ("." + rest if rest else "")
-            if full.startswith("torch.") and full.split(".")[1] in DENIED_TORCH_ATTRS:
-                add(f"static-fallback: line {line}: calls {full} on the host; "
-                    "the op must be computed by the Triton kernel")
-            elif full.startswith("torch.nn") or "reference" in full:
-                add(f"static-fallback: line {line}: calls {full}; the reference and torch.nn are off limits")
+            root = name.partition(".")[0] if name else ""
+            if isinstance(fn, ast.Attribute) and fn.attr in ("format", "format_map"):
+                add(f"static-attribute: line {line}: calls .{fn.attr}(); its fields look attributes up by name "
+                    "(use an f-string)")
+            elif name is not None and "reference" in name:
+                add(f"static-fallback: line {line}: calls {name}; the reference is off limits")
             elif (isinstance(fn, ast.Attribute) and fn.attr in DENIED_METHODS
-                  and aliases.get(root, root).split(".")[0] not in HOST_RECEIVERS_OK):
+                  and aliases.get(root, root).split(".")[0] not in ("tl", "triton", "math")):
                 add(f"static-fallback: line {line}: calls .{fn.attr}() on the host; "
                     "the op must be computed by the Triton kernel")
-        elif isinstance(node, ast.Attribute) and id(node) not in kernel_nodes:
-            name = _dotted(node)
-            if name and "reference" in name.split("."):
-                add(f"static-fallback: line {line}: uses {name}; the candidate may not reach the reference")
     return reasons
 
 
-def _check_import(module: str, line: int, add) -> None:
-    mod = module.lstrip(".")
-    for denied in DENIED_IMPORTS:
-        if mod == denied or mod.startswith(denied + "."):
-            add(f"static-import: line {line}: imports {mod}; kernel files may import torch, triton, math, typing, "
-                "functools, time and random only")
-            return
-    if "reference" in mod.split("."):
-        add(f"static-fallback: line {line}: imports {mod}; the candidate may not use the reference")
+def _check_import(module: str, name: str | None, line: int, add) -> None:
+    """``import module`` (name None) or ``from module import name``."""
+    if "reference" in module.split(".") or name == "reference":
+        add(f"static-fallback: line {line}: imports {module}{'.' + name if name else ''}; "
+            "the candidate may not use the reference")
+    ok = module in ALLOWED_IMPORTS or any(module.startswith(m + ".") for m, deep in ALLOWED_IMPORTS.items() if deep)
+    if not ok:
+        add(f"static-import: line {line}: imports {module}; {_ALLOWED_MSG}")
+        return
+    if name is None:
+        return
+    full = f"{module}.{name}"
+    if module in ("torch", "triton", "torch.autograd"):
+        _check_path(full, line, add)
+
+
+def _check_path(full: str, line, add) -> None:
+    """A dotted path into torch or triton must stay on the allowlists."""
+    parts = full.split(".")
+    if parts[0] == "torch" and len(parts) > 1:
+        if parts[1] in ("nn", "ops", "library", "jit", "compile") or parts[1] not in TORCH_ATTRS:
+            add(f"static-fallback: line {line}: uses {full}; the host side may use only torch."
+                f"{{{', '.join(sorted(TORCH_ATTRS))}}} (the op must be computed by the Triton kernel)")
+        elif parts[1] in TORCH_SUBATTRS and len(parts) > 2 and parts[2] not in TORCH_SUBATTRS[parts[1]]:
+            add(f"static-fallback: line {line}: uses {full}; from torch.{parts[1]} only "
+                f"{', '.join(sorted(TORCH_SUBATTRS[parts[1]]))} are allowed")
+    elif parts[0] == "triton" and len(parts) > 1 and parts[1] not in TRITON_ATTRS:
+        add(f"static-import: line {line}: uses {full}; from triton only {', '.join(sorted(TRITON_ATTRS))} are "
+            "allowed")
+
+
+def _check_module_attr(node: ast.Attribute, aliases: dict[str, str], line, add) -> None:
+    name = _dotted(node)
+    if name is None:
+        return
+    root, _, rest = name.partition(".")
+    full = aliases.get(root, root) + ("." + rest if rest else "")
+    if full.startswith(("torch.", "triton.")) and not full.startswith("triton.language"):
+        _check_path(full, line, add)
 
 
 def _check_store(target: ast.AST, aliases: dict[str, str], line, add) -> None:

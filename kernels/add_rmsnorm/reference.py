@@ -16,9 +16,12 @@ FAMILIES = {
     "long_row": ((2,), 3001),
     "noncontig": ((12,), 96),  # x is a column slice of a (12, 136) buffer
     "batch": ((4, 16), 64),  # 64 rows; for bf16 the residual and weight are fp32, as under CPU autocast
+    "hidden4096": ((2,), 4096),  # production widths, few rows
+    "hidden8192": ((1,), 8192),
 }
-DTYPES = (torch.float32, torch.bfloat16)
-TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2)}  # (atol, rtol)
+PRODUCTION = ("hidden4096", "hidden8192")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # fp16: Megatron --fp16 jobs
+TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2), torch.float16: (2e-3, 4e-3)}  # (atol, rtol)
 DETERMINISTIC = True
 
 
@@ -31,6 +34,11 @@ def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: 
     normed = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * _acc(weight)
     out_dtype = torch.promote_types(x.dtype, residual.dtype)
     return normed.to(out_dtype), h.to(out_dtype)
+
+
+def model_family(*, hidden: int, **_) -> tuple:
+    """The family of a contract's model: a few rows of its hidden size."""
+    return ((4,), hidden)
 
 
 def inputs(family: str, dtype: torch.dtype, *, seed: int, device: str = "cpu") -> tuple[tuple, dict]:

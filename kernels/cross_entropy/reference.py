@@ -17,15 +17,23 @@ FAMILIES = {
     "long_row": (3, 9001),  # longer than a 4096 tile: the kernel must loop over the vocab
     "noncontig": (24, 120),  # a column slice of a (24, 160) buffer; ignore_index=3, a real class id
     "batch": (64, 256),
+    "vocab32k": (2, 32000),  # production vocabularies, few rows: Llama-2 ...
+    "vocab128k": (1, 128256),  # ... and Llama-3
 }
-DTYPES = (torch.float32, torch.bfloat16)
-TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-3, 2e-2)}  # (atol, rtol); grads are ~1/n
+PRODUCTION = ("vocab32k", "vocab128k")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # fp16: Megatron --fp16 jobs
+TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-3, 2e-2), torch.float16: (2e-4, 4e-3)}  # (atol, rtol); grads are ~1/n
 DETERMINISTIC = True
 
 
 def forward(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     acc = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return F.cross_entropy(acc, target, ignore_index=ignore_index)
+
+
+def model_family(*, vocab: int, **_) -> tuple:
+    """The family of a contract's model: a few rows of its vocabulary."""
+    return (4, vocab)
 
 
 def inputs(family: str, dtype: torch.dtype, *, seed: int, device: str = "cpu") -> tuple[tuple, dict]:

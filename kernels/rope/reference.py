@@ -16,9 +16,12 @@ FAMILIES = {
     "long_row": (1, 2, 1, 2050),
     "noncontig": (2, 6, 4, 32),  # q of qkv.view(b, s, 3, h, d).unbind(2): strides (2304, 384, 32, 1)
     "batch": (2, 8, 4, 32),  # 64 rows; a real position table (cos/sin halves equal), fp32 under bf16
+    "hidden4096": (1, 2, 32, 128),  # production: 32 heads of 128 (hidden 4096) ...
+    "hidden8192": (1, 1, 64, 128),  # ... and 64 heads of 128 (hidden 8192)
 }
-DTYPES = (torch.float32, torch.bfloat16)
-TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2)}  # (atol, rtol)
+PRODUCTION = ("hidden4096", "hidden8192")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # fp16: Megatron --fp16 jobs
+TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2), torch.float16: (2e-3, 4e-3)}  # (atol, rtol)
 DETERMINISTIC = True
 
 
@@ -32,6 +35,11 @@ def forward(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     rot = torch.cat((-x2, x1), dim=-1)
     out = xf * _acc(cos)[None, :, None, :] + rot * _acc(sin)[None, :, None, :]
     return out.to(x.dtype)
+
+
+def model_family(*, hidden: int, heads: int, seq: int, **_) -> tuple:
+    """The family of a contract's model: its heads and head size, a few positions."""
+    return (1, min(seq, 4), heads, hidden // heads)
 
 
 def inputs(family: str, dtype: torch.dtype, *, seed: int, device: str = "cpu") -> tuple[tuple, dict]:

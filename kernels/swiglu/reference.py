@@ -14,9 +14,12 @@ FAMILIES = {
     "long_row": ((2,), 3001),
     "noncontig": ((2, 6), 96),  # gate, up = chunk(2, dim=-1) of a (2, 6, 192) projection, as in an MLP
     "batch": ((4, 16), 64),  # 64 rows
+    "ffn11008": ((2,), 11008),  # production widths, few rows: the MLP of hidden 4096 (Llama-7B) ...
+    "ffn28672": ((1,), 28672),  # ... and of hidden 8192 (Llama-70B)
 }
-DTYPES = (torch.float32, torch.bfloat16)
-TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2)}  # (atol, rtol)
+PRODUCTION = ("ffn11008", "ffn28672")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # fp16: Megatron --fp16 jobs
+TOLERANCES = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2), torch.float16: (2e-3, 4e-3)}  # (atol, rtol)
 DETERMINISTIC = True
 
 
@@ -27,6 +30,11 @@ def _acc(t: torch.Tensor) -> torch.Tensor:
 def forward(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     g = _acc(gate)
     return (g * torch.sigmoid(g) * _acc(up)).to(gate.dtype)
+
+
+def model_family(*, ffn_hidden: int, **_) -> tuple:
+    """The family of a contract's model: a few rows of its MLP width."""
+    return ((2,), ffn_hidden)
 
 
 def inputs(family: str, dtype: torch.dtype, *, seed: int, device: str = "cpu") -> tuple[tuple, dict]:

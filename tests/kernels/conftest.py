@@ -16,7 +16,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-ADVERSARIAL = Path(__file__).parent / "adversarial"
+ADVERSARIAL = Path(__file__).parent / "adversarial"  # cheats and bugs: each must fail, for its reason
+HONEST = Path(__file__).parent / "honest"  # unusual but honest candidates: each must pass
+INSITU = Path(__file__).parent / "insitu"  # pass every offline check; caught inside training
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -35,8 +35,8 @@ def test_clean_candidate_passes():
     ("import time\ntime.perf_counter = lambda: 0.0\n", "static-patch"),
     ("torch.Tensor.sum = lambda *a: 0\n", "static-patch"),
     ("import triton.testing as tt\n", "static-import"),
-    ("setattr(torch, 'rsqrt', None)\n", "static-call"),
-    ("exec('y = 1')\n", "static-call"),
+    ("setattr(torch, 'rsqrt', None)\n", "static-builtin"),
+    ("exec('y = 1')\n", "static-builtin"),
     ("import importlib\n", "static-import"),
     ("from . import reference\n", "static-import"),
     ("import numpy as np\n", "static-import"),
@@ -65,3 +65,50 @@ def test_kernel_math_is_not_host_math():
 def test_file_without_kernel_or_forward():
     assert codes("import torch\n") == {"static-no-kernel", "static-no-forward"}
     assert codes("def forward(:\n") == {"static-syntax"}
+
+
+@pytest.mark.parametrize("module", ["os", "pathlib", "threading", "traceback", "weakref", "hashlib", "time",
+                                    "random", "inspect", "sys", "gc", "ctypes", "torch.overrides", "torch.utils",
+                                    "triton.testing", "triton.runtime"])
+def test_only_allowlisted_modules_import(module):
+    reasons = static_check(CLEAN + f"import {module}\n")
+    assert [r.split(":", 1)[0] for r in reasons] == ["static-import"], reasons
+    assert "may import __future__, functools, math, torch" in reasons[0]  # the message lists what is allowed
+
+
+@pytest.mark.parametrize("extra", [
+    "from torch import overrides\n",
+    "def g(x):\n    return torch.overrides.get_default_nowrap_functions()\n",
+    "def g(x):\n    return torch.where(x > 0, x, x)\n",
+    "def g(x):\n    return torch.utils.data\n",
+])
+def test_torch_reach_is_an_allowlist(extra):
+    assert codes(CLEAN + extra) & {"static-import", "static-fallback"}
+
+
+@pytest.mark.parametrize("extra, code", [
+    ("def g(x):\n    return getattr(x, 'ex' + 'p')()\n", "static-builtin"),
+    ("def g(x):\n    return vars(x)\n", "static-builtin"),
+    ("def g(x):\n    return type(x)\n", "static-builtin"),
+    ("def g(x):\n    print('ok')\n", "static-builtin"),
+    ("def g(x):\n    return id(x)\n", "static-builtin"),
+    ("def g(x):\n    return __builtins__\n", "static-builtin"),
+    ("def g(x):\n    return __file__\n", "static-builtin"),
+    ("def g(x):\n    return x.__class__\n", "static-attribute"),
+    ("def g(f):\n    return f.__globals__\n", "static-attribute"),
+    ("def g(e):\n    return e.tb_frame.f_back\n", "static-attribute"),
+    ("def g(x):\n    return x._base\n", "static-attribute"),
+    ("def g(x):\n    return '{0.__class__}'.format(x)\n", "static-attribute"),
+])
+def test_no_attribute_access_by_computed_or_hidden_name(extra, code):
+    assert code in codes(CLEAN + extra)
+
+
+def test_allowed_builtins_and_bookkeeping_pass():
+    src = CLEAN + ("def g(x, t):\n    n = max(1, len(range(3)))\n    assert isinstance(n, int)\n"
+                   "    return torch.sum(x) / n, (t != -100).sum(), float(n), torch.float16\n")
+    assert static_check(src) == []
+
+
+def test_a_name_the_module_binds_is_not_a_builtin():
+    assert static_check(CLEAN + "def g(x):\n    id = 3\n    return id\n") == []
