@@ -133,6 +133,10 @@ def to_metrics(log: MegatronLog, *, warmup_steps: int, measured_steps: int, toke
 # --------------------------------------------------------------------------- failures
 # (status, reason, pattern). Order matters: the first match decides. Patterns are real error texts.
 _FAILURES: list[tuple[TrialStatus, str, re.Pattern[str]]] = [
+    # the workload's own kernel lines (infrarsi/kernels/insitu.py): a spot check that mismatched, a candidate
+    # whose bytes are not the ones verified at run start
+    (TrialStatus.NUMERICS_DRIFT, "kernel spot check", re.compile(r"infrarsi kernel spot check failed")),
+    (TrialStatus.CONTRACT_VIOLATION, "kernel refused", re.compile(r"infrarsi kernel refused")),
     (TrialStatus.OOM, "out of memory", re.compile(
         r"CUDA out of memory|OutOfMemoryError|DefaultCPUAllocator: can't allocate memory|\bMemoryError\b|"
         r"std::bad_alloc|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory|oom-kill event|exceeded memory limit|"

@@ -134,7 +134,11 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     adapter = get_adapter(contract.workload.adapter)
     record = RunRecord(run_dir)
     full_space = adapter.knob_space(contract)
-    space, kernel_verdicts = verified_kernel_space(full_space, err)
+    from ..kernels.space import after_trial as kernel_after_trial
+    from ..kernels.space import prepare as prepare_kernels
+
+    noise_phases = getattr(noise, "phases", {}) or {}
+    space, kernel_verdicts, adapter = prepare_kernels(full_space, contract, run_dir, adapter, noise_phases, err)
     baseline = full_space.complete(contract.baseline)
     base_trials = [t for t in (record.get(i) for i in noise.trial_ids) if t is not None and t.status is TrialStatus.OK]
     if not base_trials:
@@ -182,6 +186,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
             futs = [(s, runner.submit(s, role="search", reference_losses=base_losses)) for s in batch]
             for s, fut in futs:
                 t = fut.result()
+                kernel_after_trial(run_dir, t, err)  # a kernel caught drifting in situ is refused from now on
                 tuner.tell(s, outcome_of(t))
                 done.append(t)
                 used_s += t.cost.device_s

@@ -7,7 +7,8 @@ import re
 import subprocess
 import sys
 
-from infrarsi.kernels.loader import KERNELS_ROOT
+from infrarsi.kernels import verdicts
+from infrarsi.kernels.loader import KERNELS_ROOT, sha256_of
 
 TINY = ["--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
         "--vocab-size", "128", "--global-batch-size", "2", "--micro-batch-size", "2", "--train-iters", "3"]
@@ -15,8 +16,8 @@ CANDIDATES = {"rmsnorm": "triton_rows16.py", "swiglu": "triton_b1024.py", "rope"
               "cross_entropy": "triton_v4096.py", "add_rmsnorm": "triton_rows16.py"}
 
 
-def _losses(extra: list[str]) -> list[float]:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+def _losses(extra: list[str], env_extra: dict | None = None) -> list[float]:
+    env = {**os.environ, "TRITON_INTERPRET": "1", **(env_extra or {})}
     out = subprocess.run([sys.executable, "-m", "infrarsi.workloads.minigpt", *TINY, *extra], capture_output=True,
                          text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -25,8 +26,11 @@ def _losses(extra: list[str]) -> list[float]:
     return losses
 
 
-def test_all_five_candidates_keep_the_loss_trace():
+def test_all_five_candidates_keep_the_loss_trace(tmp_path):
+    """Pinned to the verdicts of a run (same bytes: they run) and spot-checked on every call."""
     ref = _losses([])
-    flags = [f for op, name in CANDIDATES.items() for f in ("--kernel", f"{op}={KERNELS_ROOT / op / name}")]
-    got = _losses(flags)
+    paths = {op: KERNELS_ROOT / op / name for op, name in CANDIDATES.items()}
+    f = verdicts.record(tmp_path, {str(p): {"op": op, "verdict": "pass", "sha256": sha256_of(p)} for op, p in paths.items()})
+    flags = [f for op, p in paths.items() for f in ("--kernel", f"{op}={p}")]
+    got = _losses(flags, {verdicts.ENV: str(f), "INFRARSI_SPOT_EVERY": "1"})
     assert all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(got, ref)), (got, ref)

@@ -1,0 +1,148 @@
+"""The kernel knobs of one run: verified at the contract's own model shape, pinned, extended by generation.
+
+    space, verdicts, adapter = prepare(space, contract, run_dir, adapter, phases, err)
+
+1. With an LLM configured, candidates are generated for the hottest ops among the kernel knobs in scope
+   (hot_ops: the doctor's phase profile when it names ops, else each op's share of the memory traffic of
+   one step, from the contract's model dims). Each is written to ``<run_dir>/kernels/<op>/`` and verified;
+   those that pass join that op's knob domain for this run.
+2. Every candidate in a kernel knob's domain is verified (all of verify.py, plus a family drawn from the
+   contract's model: its hidden size, MLP width, heads and vocabulary); failures leave the domain.
+3. The verdicts are recorded in ``<run_dir>/kernels/verdicts.json`` and the adapter is wrapped so that
+   every launch names that file: the workload refuses bytes that are not the ones that passed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from . import verdicts as verdicts_mod
+from .loader import OPS
+
+GENERATE_TOP = 2  # ops to generate candidates for, hottest first
+
+
+def model_dims(contract) -> tuple[tuple[str, int], ...] | None:
+    """The model's widths from the contract's workload args (Megatron's names), or None when absent."""
+    a = dict(contract.workload.args)
+    try:
+        h = int(a["hidden_size"])
+        heads = int(a.get("num_attention_heads", max(1, h // 128)))
+        vocab = int(a.get("vocab_size", a.get("padded_vocab_size", 32000)))
+        seq = int(a.get("seq_length", 2048))
+        ffn = int(a.get("ffn_hidden_size") or math.ceil(8 * h / 3 / 64) * 64)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (("hidden", h), ("ffn_hidden", ffn), ("heads", heads), ("vocab", vocab), ("seq", seq))
+
+
+def traffic_shares(dims: tuple[tuple[str, int], ...], ops: list[str], layers: int = 1) -> dict[str, float]:
+    """Each op's share of one step's memory traffic (elements read + written, forward and backward), per token.
+
+    rmsnorm / add_rmsnorm: 2 per layer + 1 final, x read and y written (x3 with backward); swiglu: gate and up
+    read, out written, per layer; rope: q and k, read and written, per layer; cross_entropy: logits read and
+    their gradient written, once."""
+    d = dict(dims)
+    per = {"rmsnorm": (2 * layers + 1) * 2 * d["hidden"] * 3, "add_rmsnorm": (2 * layers + 1) * 3 * d["hidden"] * 3,
+           "swiglu": layers * 3 * d["ffn_hidden"] * 3, "rope": layers * 2 * 2 * d["hidden"] * 2,
+           "cross_entropy": 2 * d["vocab"] * 2}
+    total = sum(per[o] for o in ops) or 1
+    return {o: per[o] / total for o in ops}
+
+
+def hot_ops(ops: list[str], phases: dict[str, float], dims, *, layers: int = 1) -> list[tuple[str, float, str]]:
+    """(op, share, how it was measured), hottest first."""
+    named = {o: sum(s for p, s in phases.items() if o in p.replace("-", "_")) for o in ops}
+    if any(v > 0 for v in named.values()):
+        total = sum(named.values())
+        return sorted(((o, v / total, "phase profile") for o, v in named.items()), key=lambda t: -t[1])
+    if dims is None:
+        return [(o, 1.0 / len(ops), "no model dims: equal shares") for o in ops]
+    shares = traffic_shares(dims, ops, layers)
+    return sorted(((o, shares[o], "share of memory traffic (model dims)") for o in ops), key=lambda t: -t[1])
+
+
+def _kernel_knobs(space) -> list:
+    return [k for k in space.knobs if k.name.startswith("kernel_") and k.name.removeprefix("kernel_") in OPS
+            and len(k.domain) > 0]
+
+
+def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], err, *, llm=None,
+                     top: int = GENERATE_TOP) -> dict[str, dict[str, Any]]:
+    """Ask the LLM for candidates of the hottest ops in scope; path -> record (op, verdict, reasons, ...)."""
+    from ..priors.llm import LLMConfig
+    from .generate import KernelGenerationError, generate_kernel
+    from .verify import Settings
+
+    cfg = llm if llm is not None else LLMConfig.from_env()
+    knobs = _kernel_knobs(space)
+    if cfg is None or not knobs:
+        return {}
+    dims = model_dims(contract)
+    layers = int(dict(contract.workload.args).get("num_layers", 1))
+    ranked = hot_ops([k.name.removeprefix("kernel_") for k in knobs], phases, dims, layers=layers)
+    out: dict[str, dict[str, Any]] = {}
+    for op, share, how in ranked[:top]:
+        try:
+            path, result = generate_kernel(op, llm=cfg, out_dir=Path(run_dir) / "kernels" / op, record_dir=run_dir,
+                                           verify_settings=Settings(model=dims))
+        except KernelGenerationError as e:
+            err.print(f"[yellow]kernel {op}: no generated candidate ({e})[/]")
+            continue
+        out[str(path)] = {"op": op, "verdict": result.verdict, "reasons": list(result.reasons),
+                          "sha256": result.sha256, "origin": "generated",
+                          "why": f"{op} is {share:.0%} of the step ({how})"}
+        err.print(f"kernel {op}: generated {path.name}: {result.verdict}"
+                  + ("" if result.passed else f" ({'; '.join(result.reasons)[:160]})"))
+    return out
+
+
+def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], err, *, llm=None):
+    """(space with only passing candidates, verdicts by path, adapter pinned to them)."""
+    from .verify import Settings, verify
+
+    knobs = _kernel_knobs(space)
+    if not knobs:
+        return space, {}, adapter
+    generated = generate_for_run(space, contract, run_dir, phases, err, llm=llm)
+    settings = Settings(model=model_dims(contract))
+    verdicts: dict[str, dict[str, Any]] = {}
+    domains = {}
+    for k in knobs:
+        op = k.name.removeprefix("kernel_")
+        values = list(k.domain) + [p for p, g in generated.items() if g["op"] == op and g["verdict"] == "pass"]
+        keep = []
+        for v in values:
+            if v == "reference":
+                keep.append(v)
+                continue
+            res = verify(v, op=op, settings=settings)
+            verdicts[v] = {**generated.get(v, {"origin": "contract"}), "op": op, "verdict": res.verdict,
+                           "reasons": list(res.reasons), "sha256": res.sha256}
+            if res.passed:
+                keep.append(v)
+            else:
+                err.print(f"[yellow]kernel {v} failed verification, never launched:[/] {'; '.join(res.reasons)[:200]}")
+        domains[k.name] = keep
+    for p, g in generated.items():  # the generated ones that failed: listed with their reasons
+        verdicts.setdefault(p, g)
+    f = verdicts_mod.record(run_dir, verdicts)
+    return _extended_space(space, domains), verdicts, verdicts_mod.pinned(adapter, f)
+
+
+def _extended_space(space, domains: dict[str, list]):
+    """space with each kernel knob's domain replaced (grown by generated candidates, shrunk by failures)."""
+    from ..knobs import KnobSpace
+
+    knobs = [k.with_domain(domains[k.name], default=k.default if k.default in domains[k.name] else None)
+             if k.name in domains and domains[k.name] else k for k in space.knobs]
+    return KnobSpace(knobs, space.constraints)
+
+
+def after_trial(run_dir: Path, trial, err) -> None:
+    """A trial that caught a candidate drifting in situ disqualifies it for the rest of the run."""
+    for path in verdicts_mod.after_trial(run_dir, trial):
+        err.print(f"[yellow]kernel {path} drifted from the reference inside trial {trial.id}: disqualified for "
+                  "this run[/]")

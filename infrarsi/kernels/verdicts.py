@@ -1,0 +1,133 @@
+"""The kernel verdicts of one run, recorded at its start, and the workload's check against them.
+
+    path = record(run_dir, {"kernels/rmsnorm/x.py": {"op": "rmsnorm", "verdict": "pass", "sha256": ...}})
+    adapter = pinned(adapter, path)       # every launch carries INFRARSI_KERNEL_VERDICTS=<path>
+    refusal(op, "kernels/rmsnorm/x.py")  # in the training process: None, or why it must not run
+
+The run stage verifies each candidate once, when it starts, and writes ``<run_dir>/kernels/verdicts.json``
+(only the run stage writes it). A trial's workload re-hashes the file it is about to import and refuses it
+when the bytes are not the ones that passed (time of check vs time of use), when it never passed, or when
+a trial of this run caught it drifting in situ (``disqualify``: it is then refused for the rest of the run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ENV = "INFRARSI_KERNEL_VERDICTS"
+FILE = Path("kernels") / "verdicts.json"
+REFUSED = "infrarsi kernel refused"  # the workload's line when it will not run a candidate
+DRIFT = "infrarsi kernel spot check failed"  # the workload's line when a spot check mismatched (insitu.py)
+_DRIFT_PATH = re.compile(re.escape(DRIFT) + r": (\w+)=(\S+)")
+
+
+def _key(path: str | Path) -> str:
+    return str(Path(path).resolve())
+
+
+def verdict_file(run_dir: Path) -> Path:
+    return Path(run_dir) / FILE
+
+
+def record(run_dir: Path, verdicts: Mapping[str, Mapping[str, Any]]) -> Path:
+    """Write the run's verdicts (candidate path -> op, verdict, sha256, reasons); keeps disqualifications
+    already recorded for the same bytes (a resumed run stays as strict as it was)."""
+    f = verdict_file(run_dir)
+    old = _read(f)
+    out = {}
+    for p, v in verdicts.items():
+        entry = {**dict(v), "path": str(p)}
+        prev = old.get(_key(p))
+        if prev and prev.get("verdict") == "disqualified" and prev.get("sha256") == entry.get("sha256"):
+            entry = prev
+        out[_key(p)] = entry
+    _write(f, out)
+    return f
+
+
+def disqualify(run_dir: Path, path: str, reason: str) -> bool:
+    """Mark a candidate as caught in situ; True when it was passing until now."""
+    f = verdict_file(run_dir)
+    d = _read(f)
+    e = d.get(_key(path))
+    if e is None or e.get("verdict") != "pass":
+        return False
+    d[_key(path)] = {**e, "verdict": "disqualified", "reasons": [*e.get("reasons", []), reason]}
+    _write(f, d)
+    return True
+
+
+def drifted(evidence_lines: list[str]) -> list[tuple[str, str, str]]:
+    """(op, path, line) for every spot-check failure in a trial's evidence."""
+    out = []
+    for ln in evidence_lines:
+        m = _DRIFT_PATH.search(ln)
+        if m:
+            out.append((m.group(1), m.group(2), ln.strip()))
+    return out
+
+
+def after_trial(run_dir: Path, trial) -> list[str]:
+    """Disqualify each candidate whose spot check failed in this trial; returns their paths."""
+    done = []
+    for _op, path, line in drifted(list(getattr(trial, "evidence", []) or [])):
+        if disqualify(run_dir, path, f"numerics_drift in trial {trial.id}: {line[:300]}"):
+            done.append(path)
+    return done
+
+
+def refusal(op: str, path: str) -> str | None:
+    """In the training process: why the candidate at path must not run, or None. Without a verdict file
+    (the workload run by hand, outside a run) there is nothing to hold it to."""
+    f = os.environ.get(ENV)
+    if not f:
+        return None
+    d = _read(Path(f))
+    e = d.get(_key(path))
+    if e is None:
+        return f"{op}={path} was never verified in this run ({f}); only candidates verified at run start may run"
+    if e.get("verdict") != "pass":
+        why = "; ".join(e.get("reasons", []))[:300]
+        return f"{op}={path} is {e.get('verdict')} in this run ({why})"
+    now = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if now != e.get("sha256"):
+        return (f"{op}={path} changed since it was verified at run start (sha256 now {now[:12]}, verified "
+                f"{str(e.get('sha256'))[:12]}); verify it again with `infrarsi kernels verify {path}`")
+    return None
+
+
+def pinned(adapter, path: Path):
+    """The adapter, with every launch carrying ``INFRARSI_KERNEL_VERDICTS=<path>``."""
+    return _Pinned(adapter, str(Path(path).resolve()))
+
+
+class _Pinned:
+    def __init__(self, inner, path: str) -> None:
+        self._inner, self._path = inner, path
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def launch(self, contract, setting, *, patches=None):
+        spec = self._inner.launch(contract, setting, patches=patches)
+        return spec.model_copy(update={"env": {**spec.env, ENV: self._path}})
+
+
+def _read(f: Path) -> dict:
+    try:
+        return json.loads(Path(f).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write(f: Path, d: dict) -> None:
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(d, indent=1, sort_keys=True))
+    tmp.replace(f)

@@ -1,0 +1,89 @@
+"""Inside the training process: a candidate whose bytes changed since run start is refused, and a sampled
+call is recomputed by the reference on the same tensors (a mismatch ends the trial as numerics_drift)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import torch
+
+from infrarsi.adapters.megatron_log import classify_failure
+from infrarsi.execute.trial import TrialStatus
+from infrarsi.kernels import verdicts
+from infrarsi.kernels.insitu import SpotChecked
+from infrarsi.kernels.loader import KERNELS_ROOT, load_candidate, load_reference, sha256_of
+
+from .conftest import ADVERSARIAL, INSITU
+
+TINY = ["--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
+        "--vocab-size", "128", "--global-batch-size", "2", "--micro-batch-size", "2", "--train-iters", "2"]
+GOOD = KERNELS_ROOT / "rmsnorm" / "triton_rows16.py"
+
+
+def _train(kernel: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != verdicts.ENV}
+    env.update({"TRITON_INTERPRET": "1", **(env_extra or {})})
+    return subprocess.run([sys.executable, "-m", "infrarsi.workloads.minigpt", *TINY, "--kernel", kernel],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_a_candidate_wrong_only_on_training_sized_batches_is_caught_in_situ():
+    """many_rows_wrong.py passes every offline family (they have few rows) and is 1% off at 128 rows."""
+    out = _train(f"rmsnorm={INSITU / 'many_rows_wrong.py'}")
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert "infrarsi kernel spot check failed: rmsnorm=" in out.stderr and "forward" in out.stderr
+    status, reason, evidence = classify_failure(out.stderr + out.stdout)
+    assert status is TrialStatus.NUMERICS_DRIFT and "spot check" in reason
+    assert verdicts.drifted(evidence)[0][:2] == ("rmsnorm", str(INSITU / "many_rows_wrong.py"))
+
+
+def test_a_wrong_gradient_is_caught_in_backward():
+    out = _train(f"rmsnorm={ADVERSARIAL / 'wrong_backward.py'}")
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert "spot check failed" in out.stderr and "backward: gradient of argument" in out.stderr
+
+
+def test_the_workload_refuses_bytes_that_changed_since_run_start(tmp_path):
+    cand = tmp_path / "rmsnorm" / "cand.py"
+    cand.parent.mkdir()
+    shutil.copy(GOOD, cand)
+    f = verdicts.record(tmp_path / "run", {str(cand): {"op": "rmsnorm", "verdict": "pass", "sha256": sha256_of(cand)}})
+    cand.write_text(cand.read_text().replace("rstd[:, None] * w[None, :]", "rstd[:, None] * w[None, :] * 1.01", 1))
+    out = _train(f"rmsnorm={cand}", {verdicts.ENV: str(f)})
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "infrarsi kernel refused: rmsnorm=" in out.stderr and "changed since it was verified" in out.stderr
+    status, _, _ = classify_failure(out.stderr)
+    assert status is TrialStatus.CONTRACT_VIOLATION
+
+
+def test_disqualified_and_unverified_candidates_are_refused(tmp_path, monkeypatch):
+    f = verdicts.record(tmp_path, {str(GOOD): {"op": "rmsnorm", "verdict": "pass", "sha256": sha256_of(GOOD)}})
+    monkeypatch.setenv(verdicts.ENV, str(f))
+    assert verdicts.refusal("rmsnorm", str(GOOD)) is None
+    assert "never verified" in verdicts.refusal("rmsnorm", str(KERNELS_ROOT / "rmsnorm" / "triton_rows4.py"))
+
+    class T:
+        id = 7
+        evidence = [f"{verdicts.DRIFT}: rmsnorm={GOOD} call 1: forward: output 0: 3 of 8 elements off"]
+
+    assert verdicts.after_trial(tmp_path, T()) == [str(GOOD)]
+    assert "disqualified" in verdicts.refusal("rmsnorm", str(GOOD))
+    assert verdicts.after_trial(tmp_path, T()) == []  # once
+    # a resumed run re-records its verdicts: the disqualification stays for the same bytes
+    verdicts.record(tmp_path, {str(GOOD): {"op": "rmsnorm", "verdict": "pass", "sha256": sha256_of(GOOD)}})
+    assert "disqualified" in verdicts.refusal("rmsnorm", str(GOOD))
+
+
+def test_an_honest_candidate_survives_checking_every_call():
+    sc = SpotChecked("rmsnorm", str(GOOD), load_candidate(GOOD), load_reference("rmsnorm"), every=1)
+    x = torch.randn(6, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    for _ in range(3):
+        y = sc.forward(x, w, 1e-6)
+        y.sum().backward()
+    assert sc.checked == 3 and x.grad is not None and w.grad is not None
+    want = torch.autograd.grad(load_reference("rmsnorm").forward(x, w, 1e-6).sum(), (x,))[0]
+    assert torch.allclose(x.grad, 3 * want, atol=1e-4)  # the taps pass gradients through unchanged
