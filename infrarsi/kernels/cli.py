@@ -107,22 +107,25 @@ def bench(
     if json_out:
         print(json.dumps(r.to_dict(), indent=1))
     else:
-        table = Table(title=f"{r.op}: {Path(r.path).name} on {r.device}, {r.shape}")
+        table = Table(title=f"{r.op}: {Path(r.path).name} on {r.device}, {r.shape}, {r.reps} fresh inputs")
         for col in ("", "forward ms", "fwd+bwd ms"):
             table.add_column(col)
         table.add_row("candidate", f"{r.candidate_ms:.4f}", f"{r.candidate_fwd_bwd_ms:.4f}")
         table.add_row("reference (eager)", f"{r.reference_ms:.4f}", f"{r.reference_fwd_bwd_ms:.4f}")
-        table.add_row("reference (torch.compile)", f"{r.compiled_ms:.4f}" if r.compiled_ms else "n/a", "")
+        table.add_row("reference (torch.compile)", f"{r.compiled_ms:.4f}" if r.compiled_ms else "n/a",
+                      f"{r.compiled_fwd_bwd_ms:.4f}" if r.compiled_fwd_bwd_ms else "n/a")
         console.print(table)
         console.print(f"speedup {r.speedup_vs_reference:.2f}x vs eager"
                       + (f", {r.speedup_vs_compiled:.2f}x vs compiled" if r.speedup_vs_compiled else "")
                       + f"; {r.achieved_gbps:.0f} GB/s = {100 * r.fraction_of_peak:.0f}% of the measured "
-                      f"{r.peak_gbps:.0f} GB/s peak")
+                      f"{r.peak_gbps:.0f} GB/s copy bandwidth")
+        for s in r.rejected:
+            console.print(f"[bold red]REJECTED:[/] {s}")
         for s in r.suspect:
             console.print(f"[bold yellow]SUSPECT:[/] {s}")
         for n in r.notes:
             console.print(f"note: {n}")
-    raise typer.Exit(0)
+    raise typer.Exit(0 if r.accepted else 1)
 
 
 @app.command("list")
