@@ -110,12 +110,20 @@ class Settings:
 
 def expected_cases(ref: ModuleType, settings: Settings) -> set[tuple[str, str]]:
     """The (family, dtype) pairs a complete run of the checks reports."""
-    return {(f, str(d).removeprefix("torch.")) for f in families_of(ref, settings) for d in ref.DTYPES}
+    return {(f, str(d).removeprefix("torch.")) for f in families_of(ref, settings) for d in dtypes_of(ref, f)}
+
+
+def dtypes_of(ref: ModuleType, family: str) -> tuple:
+    """The production-width families run in the training dtypes (bf16, fp16) only: fp32 is checked at every
+    small shape and at the contract's own model shape, and fp32 at 128k columns would double the time."""
+    if family in getattr(ref, "PRODUCTION", ()):
+        return tuple(d for d in ref.DTYPES if str(d) != "torch.float32") or tuple(ref.DTYPES)
+    return tuple(ref.DTYPES)
 
 
 def families_of(ref: ModuleType, settings: Settings) -> tuple[str, ...]:
-    fams = settings.families or tuple(ref.FAMILIES)
-    if settings.model is not None and settings.families is None:
+    fams = settings.families or tuple(f for f in ref.FAMILIES if f != "model")
+    if settings.model is not None and "model" not in fams:
         fams = (*fams, "model")
     return fams
 
@@ -303,10 +311,11 @@ class _Exercise:
             n_seeds = self.settings.production_seeds if family in production else self.settings.seeds_per_case
             # NaN-filled allocations on some of a family's cases, at least one, never all: a kernel cannot
             # learn from the contents of its output buffer whether it is being watched
-            n_cases = n_seeds * len(self.ref.DTYPES)
+            dtypes = dtypes_of(self.ref, family)
+            n_cases = n_seeds * len(dtypes)
             poison = [True, False][:n_cases] + [rng.random() < 0.5 for _ in range(n_cases - 2)]
             rng.shuffle(poison)
-            for dtype in self.ref.DTYPES:
+            for dtype in dtypes:
                 prev = None
                 for _ in range(n_seeds):
                     seed = rng.randrange(1, 2**31)
@@ -522,13 +531,17 @@ class _Exercise:
         return everything, ok, errors
 
     def _compare(self, name: str, got, want, code: str, label: str, dtype):
-        """Every element: |got - want| <= atol + rtol * |want|, with the case dtype's tolerances (a bf16 case
-        keeps bf16 tolerances for its fp32 results too: their inputs carry bf16 precision)."""
+        """Every element: |got - want| <= atol * scale + rtol * |want|, with the case dtype's tolerances (a bf16
+        case keeps bf16 tolerances for its fp32 results too: their inputs carry bf16 precision). scale is the
+        tensor's RMS when above 1: a gradient amplified by 1/rms(x) (rows of scale 1e-3 in RMSNorm) carries
+        absolute rounding error in proportion, and an element that cancels to near zero keeps it."""
         import torch
 
         atol, rtol = self.ref.TOLERANCES[dtype]
         g = got.detach().to(device="cpu", dtype=torch.float64)
         w = want.detach().to(device="cpu", dtype=torch.float64)
+        if w.numel():
+            atol = atol * max(1.0, float(w.pow(2).mean().sqrt()))
         finite = torch.isfinite(g)
         err = (g - w).abs()
         big = w.abs() > atol

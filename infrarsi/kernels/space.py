@@ -70,7 +70,7 @@ def _kernel_knobs(space) -> list:
 
 
 def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], err, *, llm=None,
-                     top: int = GENERATE_TOP) -> dict[str, dict[str, Any]]:
+                     top: int = GENERATE_TOP, settings=None) -> dict[str, dict[str, Any]]:
     """Ask the LLM for candidates of the hottest ops in scope; path -> record (op, verdict, reasons, ...)."""
     from ..priors.llm import LLMConfig
     from .generate import KernelGenerationError, generate_kernel
@@ -87,7 +87,7 @@ def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], e
     for op, share, how in ranked[:top]:
         try:
             path, result = generate_kernel(op, llm=cfg, out_dir=Path(run_dir) / "kernels" / op, record_dir=run_dir,
-                                           verify_settings=Settings(model=dims))
+                                           verify_settings=settings or Settings(model=dims))
         except KernelGenerationError as e:
             err.print(f"[yellow]kernel {op}: no generated candidate ({e})[/]")
             continue
@@ -99,15 +99,16 @@ def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], e
     return out
 
 
-def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], err, *, llm=None):
-    """(space with only passing candidates, verdicts by path, adapter pinned to them)."""
+def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], err, *, llm=None, settings=None):
+    """(space with only passing candidates, verdicts by path, adapter pinned to them). ``settings``: the
+    verifier's (default: all of it, plus the contract's model family)."""
     from .verify import Settings, verify
 
     knobs = _kernel_knobs(space)
     if not knobs:
         return space, {}, adapter
-    generated = generate_for_run(space, contract, run_dir, phases, err, llm=llm)
-    settings = Settings(model=model_dims(contract))
+    settings = settings or Settings(model=model_dims(contract))
+    generated = generate_for_run(space, contract, run_dir, phases, err, llm=llm, settings=settings)
     verdicts: dict[str, dict[str, Any]] = {}
     domains = {}
     for k in knobs:

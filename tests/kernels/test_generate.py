@@ -86,3 +86,51 @@ def test_cli_generate_writes_and_verifies_a_candidate(server, tmp_path):
     off = subprocess.run([sys.executable, "-m", "infrarsi.cli", "kernels", "generate", "rmsnorm"], capture_output=True,
                          text=True, env={**os.environ, "INFRARSI_LLM": "off"}, timeout=120)
     assert off.returncode == 2 and "no LLM configured" in off.stderr
+
+
+def test_generated_candidates_join_the_runs_search(server, tmp_path):
+    """With an LLM configured, the run stage asks for the hottest ops in scope; the passing answer joins the
+    op's knob domain, the cheating one (host-side gradient scaling) is listed with its reasons and left out."""
+    from rich.console import Console
+
+    from infrarsi.adapters import get_adapter
+    from infrarsi.contract.model import load_contract
+    from infrarsi.kernels import verdicts
+    from infrarsi.kernels.space import hot_ops, model_dims, prepare
+
+    from .conftest import ADVERSARIAL
+
+    contract_file = tmp_path / "c.toml"
+    src = (reference_path("rmsnorm").parents[2] / "contracts" / "minigpt-cpu.toml").read_text()
+    contract_file.write_text(src.replace("adam_impl = [\"foreach\", \"fused\"]\n",
+                                         "adam_impl = [\"foreach\", \"fused\"]\nkernel_rmsnorm = [\"reference\"]\n"
+                                         "kernel_cross_entropy = [\"reference\"]\n"))
+    contract = load_contract(contract_file)
+    dims = model_dims(contract)
+    assert dict(dims)["hidden"] == 256 and dict(dims)["vocab"] == 512
+    ranked = hot_ops(["cross_entropy", "rmsnorm"], {}, dims, layers=4)
+    assert [o for o, _, _ in ranked] == ["rmsnorm", "cross_entropy"]  # 9 norms of 256 vs one 512-vocab loss
+    cheat = (ADVERSARIAL / "ce_host_scale.py").read_text()
+    server.script(Reply(json={"name": "triton_gen", "source": GOOD.read_text(), "notes": "4 rows per program"}),
+                  Reply(json={"name": "triton_ce_gen", "source": cheat, "notes": "Liger-style"}),
+                  Reply(json={"name": "triton_ce_gen", "source": cheat, "notes": "same again"}))
+    adapter = get_adapter("minigpt")
+    space = adapter.knob_space(contract)
+    run_dir = tmp_path / "run"
+    err = Console(stderr=True, record=True)
+    quick = verify_mod.Settings(families=("odd",), model=dims, determinism_families=())  # + the model's family
+    new_space, found, pinned = prepare(space, contract, run_dir, adapter, {}, err, settings=quick,
+                                       llm=LLMConfig(base_url=server.base_url, model="test-model"))
+    gen = {p: v for p, v in found.items() if v.get("origin") == "generated"}
+    assert len(gen) == 2 and len(server.requests) == 3  # rmsnorm once; cross_entropy and its repair
+    good = next(p for p, v in gen.items() if v["op"] == "rmsnorm")
+    bad = next(p for p, v in gen.items() if v["op"] == "cross_entropy")
+    assert gen[good]["verdict"] == "pass" and "of the step" in gen[good]["why"]
+    assert gen[bad]["verdict"] == "fail" and any(r.startswith("host-op") for r in gen[bad]["reasons"])
+    assert good in new_space["kernel_rmsnorm"].domain and bad not in new_space["kernel_cross_entropy"].domain
+    assert new_space["kernel_cross_entropy"].domain == ("reference",)
+    assert good.startswith(str(run_dir / "kernels" / "rmsnorm"))
+    f = verdicts.verdict_file(run_dir)
+    assert f.is_file()
+    spec = pinned.launch(contract, new_space.complete({"kernel_rmsnorm": good}))
+    assert spec.env[verdicts.ENV] == str(f.resolve()) and f"rmsnorm={good}" in " ".join(spec.argv)

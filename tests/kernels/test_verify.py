@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from infrarsi.kernels.dynamic import _Snapshot
+from infrarsi.kernels.dynamic import _Snapshot, expected_cases
 from infrarsi.kernels.loader import OPS, list_candidates, load_candidate, load_reference
 from infrarsi.kernels.verify import Settings, _dynamic_in_subprocess, verify
 
@@ -31,7 +31,8 @@ def test_shipped_candidate_passes(path):
     assert result.reasons == []
     ref = load_reference(path.parent.name)
     covered = {(c.family, c.dtype) for c in result.cases}
-    assert covered == {(f, str(d).removeprefix("torch.")) for f in ref.FAMILIES for d in ref.DTYPES}
+    assert covered == expected_cases(ref, Settings())
+    assert {f for f, _ in covered} == set(ref.FAMILIES)
     assert {"float16", "bfloat16", "float32"} <= {c.dtype for c in result.cases}
     assert set(ref.PRODUCTION) <= {c.family for c in result.cases}  # production widths, compared too
     assert len({c.seed for c in result.cases}) >= 5  # fresh seeds, never one fixed input
@@ -62,7 +63,7 @@ ADVERSARIES = {
     "stack_peek.py": ("rmsnorm", {"static-import"}, set()),
     "cache_rewrite.py": ("rmsnorm", {"static-import"}, set()),
     "forged_verdict.py": ("rmsnorm", {"static-builtin"}, set()),
-    "fp16_unsafe.py": ("rmsnorm", set(), {"host-op", "alias"}),  # failing cases: float16 only (below)
+    "fp16_unsafe.py": ("rmsnorm", {"mismatch-forward"}, {"host-op", "alias"}),  # float16 cases only (below)
     "input_cache.py": ("rmsnorm", {"input-cache"}, {"host-op"}),
     "ce_host_scale.py": ("cross_entropy", {"host-op"}, {"mismatch-forward", "mismatch-backward"}),
 }
@@ -108,13 +109,13 @@ def test_adversary_rejected_for_the_right_reason(name, adversary_results):
 def test_production_widths_catch_the_wide_row_skip(adversary_results):
     result = _verdict("wide_rows_skip.py", adversary_results)
     assert {c.family for c in result.cases if not c.ok} == {"hidden4096", "hidden8192"}
+    assert {c.dtype for c in result.cases if c.family == "hidden8192"} == {"bfloat16", "float16"}
     worst = max(e["max_abs"] for c in result.cases if not c.ok for k, e in c.errors.items() if k == "out")
     assert worst > 0.05
 
 
 def test_fp16_cases_catch_the_fp16_bug(adversary_results):
     result = _verdict("fp16_unsafe.py", adversary_results)
-    assert result.codes() & {"mismatch-forward", "mismatch-backward"}
     assert {c.dtype for c in result.cases if not c.ok} == {"float16"}
 
 
@@ -326,3 +327,11 @@ def test_small_cheats_are_named(tmp_path, body, code):
     path.write_text(KERNEL + body)
     r = verify(path, use_cache=False, settings=Settings(families=("one_row",), determinism_families=()))
     assert r.verdict == "fail" and code in r.codes(), r.reasons
+
+
+def test_the_contracts_model_is_one_more_family():
+    src = next(p for p in SHIPPED if p.name == "triton_rows16.py" and p.parent.name == "rmsnorm")
+    dims = (("hidden", 1536), ("ffn_hidden", 4096), ("heads", 12), ("vocab", 50304), ("seq", 1024))
+    r = verify(src, use_cache=False, settings=Settings(families=("one_row",), model=dims, determinism_families=()))
+    assert r.passed, r.reasons
+    assert {(c.family, c.dtype) for c in r.cases} >= {("model", "float16"), ("model", "float32")}

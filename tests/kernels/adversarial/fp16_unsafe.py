@@ -1,5 +1,6 @@
-"""BUG: upcasts bf16 loads to fp32 but squares and sums fp16 rows in fp16: small rows (1e-3 scale) underflow
-to fp16 subnormals and lose their digits. The old verifier drew fp32 and bf16 only.
+"""BUG: treats every 16-bit output as bf16: rounds to bf16's 8 significant bits before storing into an fp16
+buffer, which has 11. Exact for bf16 and fp32; for fp16 three bits of every output are lost (up to 0.8%
+relative). The old verifier drew fp32 and bf16 only.
 Expected: mismatch-forward on float16 cases only.
 """
 
@@ -21,12 +22,12 @@ def _rmsnorm_fwd_kernel(X, W, Y, RSTD, n_rows, n_cols, stride_x, stride_y, eps,
     row_ok = rows < n_rows
     col_ok = cols < n_cols
     mask = row_ok[:, None] & col_ok[None, :]
-    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
-    if X.dtype.element_ty == tl.bfloat16:  # upcast where the interpreter needs it; fp16 "is fine as is"
-        x = x.to(tl.float32)
+    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt((tl.sum(x * x, axis=1) / n_cols).to(tl.float32) + eps)  # (ROWS,)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / n_cols + eps)  # (ROWS,)
     y = x * rstd[:, None] * w[None, :]
+    if Y.dtype.element_ty != tl.float32:  # "16-bit output": rounded as bf16 first, then stored
+        y = y.to(tl.bfloat16)
     tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_ok)
 
