@@ -142,8 +142,13 @@ def _extended_space(space, domains: dict[str, list]):
     return KnobSpace(knobs, space.constraints)
 
 
-def after_trial(run_dir: Path, trial, err) -> None:
-    """A trial that caught a candidate drifting in situ disqualifies it for the rest of the run."""
+def after_trial(run_dir: Path, trial, err, kernel_verdicts: dict | None = None) -> None:
+    """A trial that caught a candidate drifting in situ disqualifies it for the rest of the run (in the
+    run's verdict file, and in ``kernel_verdicts``, which the run stage saves in search.json)."""
     for path in verdicts_mod.after_trial(run_dir, trial):
+        for p, v in (kernel_verdicts or {}).items():
+            if verdicts_mod.same_file(p, path):
+                v.update(verdict="disqualified", reasons=[*v.get("reasons", []),
+                                                          f"numerics_drift in trial {trial.id} (in-situ spot check)"])
         err.print(f"[yellow]kernel {path} drifted from the reference inside trial {trial.id}: disqualified for "
                   "this run[/]")

@@ -31,6 +31,10 @@ def _key(path: str | Path) -> str:
     return str(Path(path).resolve())
 
 
+def same_file(a: str | Path, b: str | Path) -> bool:
+    return _key(a) == _key(b)
+
+
 def verdict_file(run_dir: Path) -> Path:
     return Path(run_dir) / FILE
 

@@ -18,7 +18,7 @@ verdict is decided and written here, by the parent, never by code that ran next 
 
 Results are cached under $INFRARSI_CACHE/verify (default ~/.cache/infrarsi/verify) by a key over the
 candidate's bytes, the reference's bytes, the verifier's own source (this package's verify, dynamic,
-static and loader modules), the torch and Triton versions and the device. A cached entry is used only
+instrument, static and loader modules), the torch and Triton versions and the device. A cached entry is used only
 after re-checking it: its recorded key and candidate hash must match what is on disk now, and its
 HMAC (a per-cache secret) must match its content; anything else is verified afresh.
 """
@@ -43,7 +43,7 @@ from .static import static_check
 
 VERIFIER_VERSION = "2"
 # the modules whose source decides a verdict: a change to any of them invalidates every cached verdict
-VERIFIER_SOURCES = ("verify.py", "dynamic.py", "static.py", "loader.py")
+VERIFIER_SOURCES = ("verify.py", "dynamic.py", "instrument.py", "static.py", "loader.py")
 STARTUP_S = 120.0  # the child's own start (importing torch and triton) on top of Settings.timeout_s
 
 __all__ = ["Case", "Settings", "VerifyResult", "cache_dir", "cache_key", "verify"]

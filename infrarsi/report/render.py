@@ -335,10 +335,10 @@ class _Builder:
                         for f in files])
         kv = self.d.search.get("kernel_verdicts") or {}
         if kv:
-            self.p("Every kernel candidate the run verified (search.json):")
-            self.table(["file", "verdict", "sha256", "reasons"],
-                       [(p, v.get("verdict"), v.get("sha256", ""), "; ".join(v.get("reasons", []))[:100])
-                        for p, v in sorted(kv.items())])
+            self.p("Every kernel candidate the run verified (search.json); generated ones say why their op was chosen:")
+            self.table(["file", "origin", "verdict", "sha256", "reasons"],
+                       [(p, v.get("origin", "contract") + (f" ({v['why']})" if v.get("why") else ""), v.get("verdict"),
+                         v.get("sha256", ""), "; ".join(v.get("reasons", []))[:100]) for p, v in sorted(kv.items())])
 
 
 def build(data: RunData, step: Callable[[str], None] = lambda s: None, *,

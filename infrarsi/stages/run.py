@@ -186,7 +186,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
             futs = [(s, runner.submit(s, role="search", reference_losses=base_losses)) for s in batch]
             for s, fut in futs:
                 t = fut.result()
-                kernel_after_trial(run_dir, t, err)  # a kernel caught drifting in situ is refused from now on
+                kernel_after_trial(run_dir, t, err, kernel_verdicts)  # drifted in situ: refused from now on
                 tuner.tell(s, outcome_of(t))
                 done.append(t)
                 used_s += t.cost.device_s

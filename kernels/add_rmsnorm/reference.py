@@ -49,9 +49,12 @@ def inputs(family: str, dtype: torch.dtype, *, seed: int, device: str = "cpu") -
     if family == "odd":  # rows from 1e-3 to 10 in scale: at 1e-3, mean(x^2) ~ eps, so eps must be right
         scale = 10.0 ** (4.0 * torch.rand(*lead, 1, generator=g) - 3.0)
         base = (base.detach() * scale.to(device=device, dtype=dtype)).requires_grad_()
+    elif family in PRODUCTION or family == "model":  # rows from 0.1 to 10 in scale, as activations are: a
+        scale = 10.0 ** (2.0 * torch.rand(*lead, 1, generator=g) - 1.0)  # kernel that skips the norm shows
+        base = (base.detach() * scale.to(device=device, dtype=dtype)).requires_grad_()
     x = base[..., wide // 2 : wide // 2 + n] if wide else base  # the slice: a strided view of the leaf
     r = 2.0 * torch.randn(*lead, n, generator=g)
-    if family == "odd":
+    if family == "odd" or family in PRODUCTION or family == "model":
         r = r * scale  # the same per-row scale, so h = x + residual is small too
     w_dtype = torch.float32 if family == "batch" else dtype
     r = r.to(device=device, dtype=w_dtype).requires_grad_()

@@ -87,3 +87,21 @@ def test_an_honest_candidate_survives_checking_every_call():
     assert sc.checked == 3 and x.grad is not None and w.grad is not None
     want = torch.autograd.grad(load_reference("rmsnorm").forward(x, w, 1e-6).sum(), (x,))[0]
     assert torch.allclose(x.grad, 3 * want, atol=1e-4)  # the taps pass gradients through unchanged
+
+
+def test_the_run_stage_marks_a_drifted_candidate_in_its_record(tmp_path):
+    from rich.console import Console
+
+    from infrarsi.kernels.space import after_trial
+
+    verdicts.record(tmp_path, {str(GOOD): {"op": "rmsnorm", "verdict": "pass", "sha256": sha256_of(GOOD)}})
+    kv = {str(GOOD): {"verdict": "pass", "reasons": [], "sha256": sha256_of(GOOD)}}
+
+    class T:
+        id = 3
+        evidence = [f"{verdicts.DRIFT}: rmsnorm={GOOD} call 51: forward: output 0: 9 of 4096 elements off"]
+
+    err = Console(stderr=True, record=True)
+    after_trial(tmp_path, T(), err, kv)
+    assert kv[str(GOOD)]["verdict"] == "disqualified" and "trial 3" in kv[str(GOOD)]["reasons"][0]
+    assert "disqualified for this run" in err.export_text()
