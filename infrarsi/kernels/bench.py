@@ -196,8 +196,8 @@ def bench(path: str | Path, op: str | None = None, *, device: str | None = None,
             impls["compiled"] = compiled
         except Exception as e:
             notes.append(f"torch.compile of the reference failed: {type(e).__name__}: {e}"[:300])
-    else:
-        notes.append("torch.compile of the reference skipped (CPU dry run)")
+    elif "compiled" not in (others or {}):
+        notes.append("torch.compile of the reference not run (CPU dry run, or not asked for)")
     for name, fn in (others or {}).items():
         try:
             fn(*args)

@@ -59,3 +59,17 @@ def test_an_input_keyed_cache_is_rejected():
 def test_bench_on_gpu_is_plausible():
     r = bench.bench(KERNELS_ROOT / "rmsnorm" / "triton_rows16.py", reps=10)
     assert r.accepted and r.candidate_ms > 0 and 0 < r.fraction_of_peak <= 1.0 and r.peak_gbps > 100
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run_writes_its_table(tmp_path):
+    """scripts/gpu_check.sh --dry: every step of the device check (verify, bench, table) on the CPU."""
+    import os
+    import subprocess
+
+    out = subprocess.run(["scripts/gpu_check.sh", "--dry", "--ops", "swiglu", "--jobs", "1"], cwd=KERNELS_ROOT.parent,
+                         env={**os.environ, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = (tmp_path / "gpu_check.md").read_text()
+    assert table.count("| swiglu |") == 2 and "not judged (dry run)" in table
+    assert "gpu_check.json" in os.listdir(tmp_path)
