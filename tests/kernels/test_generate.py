@@ -70,6 +70,7 @@ def test_no_llm_configured_says_how_to_configure_one(tmp_path):
         generate_kernel("layernorm", llm=LLMConfig(model="m", base_url="http://127.0.0.1:9/v1"), out_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_cli_generate_writes_and_verifies_a_candidate(server, tmp_path):
     import os
     import subprocess
