@@ -5,6 +5,7 @@ Every failed trial is data: an OOM is a censored memory observation (peak > capa
 """
 
 from ._design import DEFAULT_INTERACTIONS, Design
+from ._fit import jittered_cholesky
 from .memory import MemoryModel, memory_model
 from .revision import Effect, PriorRevision, revision
 from .time import TimeModel, time_model
@@ -16,6 +17,7 @@ __all__ = [
     "MemoryModel",
     "PriorRevision",
     "TimeModel",
+    "jittered_cholesky",
     "memory_model",
     "revision",
     "time_model",
