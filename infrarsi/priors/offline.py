@@ -4,25 +4,19 @@ Each knob has a *level* function: value -> (log time, log memory) relative to an
 The prior of a non-default value is ``level(value) - level(default)``, so a knob whose default is
 "on" (or a TP default of 2) still gets the right sign. Int knobs follow ``log2(value / default)``.
 
-Memory comes from one analytical model of per-device peak bytes (below), so every parallelism,
-recompute and optimizer knob is judged by the same arithmetic on the workload's own shape:
+Memory comes from one analytical model of per-device peak bytes, ``infrarsi.transformer.memory_terms``
+(weights + grads + optimizer at 18 bytes/param in bf16, sharded by the distributed optimizer; activations
+per layer after Korthikanti et al. 2022 by TP, SP, CP and recompute mode; the 1F1B first stage's
+micro-batches in flight; logits), plus a fixed runtime share: ~1.25 GiB on a GPU (CUDA context, cuBLAS
+workspaces, NCCL buffers), ~0.2 GiB for torch's CPU runtime. So every parallelism, recompute and optimizer
+knob is judged by the same arithmetic on the workload's own shape (``transformer.Transformer``, read from
+the workload arguments in any spelling ``transformer.ALIASES`` knows).
 
-* parameters ~ 12 L h^2 (attention 4h^2 + MLP 2 h ffn, ffn = 4h) + V h; MoE MLPs x num_experts / ep
-* bytes/param (mixed precision, Megatron): 2 bf16 weight + 4 fp32 grad + 12 Adam (fp32 master, m, v)
-  = 18; the distributed optimizer shards the 12 over DP: 6 + 12/dp (ZeRO-1, Rajbhandari et al. 2020)
-* activations per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation Recomputation
-  in Large Transformer Models", Eq. 1-6), bytes: s b h (34 + 5 a s / h) without parallelism;
-  tensor parallel t: s b h (10 + 24/t + 5 a s/(h t)); + sequence parallel: s b h (34 + 5 a s / h) / t;
-  selective recompute drops the 5 a s / h attention term; full recompute keeps only the layer input
-  (2 s b h / t per layer) plus one layer's working set. Flash/fused attention never stores the
-  s x s scores, so there the 5 a s / h term is already gone.
-* plus a fixed runtime share: ~1.25 GiB on a GPU (CUDA context, cuBLAS workspaces, NCCL buffers),
-  ~0.2 GiB for torch's CPU runtime.
-* the first pipeline stage of 1F1B holds min(pp, m) micro-batches of L/pp layers; interleaving (v
-  virtual stages) multiplies that by 1 + (pp - 1)/(pp v) (Narayanan et al. 2021).
-* pipeline bubble (fraction of step time idle) = (pp - 1) / (v m), m = micro-batches per step.
+The pipeline bubble (fraction of step time idle) is (pp - 1) / (v m), m = micro-batches per step
+(Narayanan et al. 2021).
 
-Time effects are per-knob published rules of thumb, each rationale names the fact it rests on.
+Time effects are this module's own coefficients, one rule per knob; each rationale names the published
+fact or measurement its sign and size rest on (they are estimates, not quoted numbers).
 With no workload shape the model uses a 7B-class shape (s=4096, h=4096, a=32, L=32, V=32000) and
 doubles the memory sd.
 """
@@ -37,52 +31,35 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..knobs import Knob, KnobSpace
+from ..transformer import Layout, Training, Transformer, data_parallel, memory_terms, resolve
 from .prior import Prior
 
 _FLASH_BACKENDS = ("auto", "flash", "fused")
-_WORKLOAD_ALIASES = {  # minigpt/nanoGPT and torchtitan spellings -> Megatron names
-    "n_layer": "num_layers", "n_layers": "num_layers", "n_embd": "hidden_size", "dim": "hidden_size",
-    "n_head": "num_attention_heads", "n_heads": "num_attention_heads", "block_size": "seq_length",
-    "seq_len": "seq_length", "batch_size": "global_batch_size", "global_batch": "global_batch_size",
-}
+# With no workload shape the model uses a 7B-class shape (and doubles the memory sd).
+_SEVEN_B = {"seq_length": 4096, "hidden_size": 4096, "num_attention_heads": 32, "num_layers": 32, "vocab_size": 32000}
 
 
-@dataclass(frozen=True, kw_only=True)
-class Shape:
-    seq: int = 4096
-    hidden: int = 4096
-    heads: int = 32
-    groups: int = 0  # query groups (GQA); 0 = heads
-    layers: int = 32
-    vocab: int = 32000
-    ffn: int = 0  # 0 = 4 * hidden
-    swiglu: bool = False  # gated MLP: 3 weight matrices, 6 bytes/ffn-element of activations instead of 4
-    experts: int = 0
-    topk: int = 1
-    expert_ffn: int = 0  # 0 = ffn
-    shared_ffn: int = 0  # shared-expert intermediate size
-    gbs: int = 0  # 0 = unknown
-    known: bool = False
+def shape_of(workload: Mapping[str, Any] | None) -> Transformer:
+    """The transformer shape from fixed workload args in any spelling ``transformer.ALIASES`` knows;
+    a 7B-class shape fills what they leave out. A value that is not an integer falls back too."""
+    w = dict(workload or {})
+    try:
+        return Transformer.from_args(w, fallback=_SEVEN_B)
+    except ValueError:  # an odd value: keep what parses, the 7B-class default for the rest
+        ok = {}
+        for k, v in w.items():
+            try:
+                Transformer.from_args({k: v})
+                ok[k] = v
+            except ValueError:
+                pass
+        return Transformer.from_args(ok, fallback=_SEVEN_B)
 
 
-def shape_of(workload: dict[str, Any] | None) -> Shape:
-    """The transformer shape from fixed workload args (Megatron names, or nanoGPT/torchtitan ones)."""
-    w = {_WORKLOAD_ALIASES.get(k, k): v for k, v in (workload or {}).items()}
-
-    def i(key: str, default: int) -> int:
-        try:
-            return int(w[key] or default)
-        except (KeyError, TypeError, ValueError):
-            return default
-
-    known = all(k in w for k in ("seq_length", "hidden_size", "num_layers"))
-    return Shape(
-        seq=i("seq_length", 4096), hidden=i("hidden_size", 4096), heads=i("num_attention_heads", 32),
-        groups=i("num_query_groups", 0), layers=i("num_layers", 32), vocab=i("vocab_size", 32000),
-        ffn=i("ffn_hidden_size", 0), swiglu=bool(w.get("swiglu", False)), experts=i("num_experts", 0),
-        topk=i("moe_router_topk", 2) if i("num_experts", 0) else 1, expert_ffn=i("moe_ffn_hidden_size", 0),
-        shared_ffn=i("moe_shared_expert_intermediate_size", 0), gbs=i("global_batch_size", 0), known=known,
-    )
+def shape_known(workload: Mapping[str, Any] | None) -> bool:
+    """Whether the workload names its sequence length, hidden size and depth (else the 7B-class default)."""
+    found = resolve(dict(workload or {}))
+    return all(k in found for k in ("seq_length", "hidden_size", "num_layers"))
 
 
 def sm_of(hardware: dict[str, Any] | None) -> float | None:
@@ -107,7 +84,8 @@ def sm_of(hardware: dict[str, Any] | None) -> float | None:
 class Context:
     """What the knowledge base knows about the run: shape, hardware and the default setting."""
 
-    shape: Shape
+    shape: Transformer
+    known: bool  # the workload gave its shape (else the 7B-class default)
     sm: float | None
     devices: int
     cpu: bool
@@ -123,79 +101,43 @@ def context(space: KnobSpace, workload: dict[str, Any] | None, hardware: dict[st
     hw = hardware or {}
     kind = str(hw.get("kind", "")).lower()
     return Context(
-        shape=shape_of(workload), sm=sm_of(hw), devices=int(hw.get("devices", 1) or 1),
+        shape=shape_of(workload), known=shape_known(workload), sm=sm_of(hw), devices=int(hw.get("devices", 1) or 1),
         cpu=kind in ("", "cpu") and sm_of(hw) is None, cores=int(hw.get("cores") or os.cpu_count() or 1),
         defaults={k.name: k.default for k in space.knobs},
     )
 
 
 # ------------------------------------------------------------------------------ the memory model
-def _dp(ctx: Context, change: dict[str, Any], model_parallel: int) -> int:
+def _dp(ctx: Context, change: dict[str, Any], tp: int, pp: int, cp: int) -> int:
     """Data-parallel size: as set by ``change``, else world / (tp * pp * cp) on a known world size
     (the catalog derives DP that way), else the default."""
     if change.get("data_parallel"):
         return max(1, int(change["data_parallel"]))
     if ctx.devices > 1:
-        return max(1, ctx.devices // model_parallel)
+        return max(1, data_parallel(ctx.devices, tp, pp, cp) or ctx.devices // (tp * pp * cp))
     return max(1, int(ctx.defaults.get("data_parallel") or 1))
 
 
 def peak_bytes(ctx: Context, change: dict[str, Any]) -> float:
-    """Per-device peak bytes at the default setting with ``change`` applied (see the module doc)."""
+    """Per-device peak bytes at the default setting with ``change`` applied: ``transformer.memory_terms``
+    plus the runtime's fixed share (see the module doc)."""
     g = {**ctx.defaults, **change}.get
     sh = ctx.shape
-    s, h, a, L, V = sh.seq, sh.hidden, sh.heads, sh.layers, sh.vocab
-    ffn = sh.ffn or 4 * h
-    eff = sh.expert_ffn or ffn
-    mats = 3 if sh.swiglu else 2  # MLP weight matrices of h x ffn
     tp, pp, cp, ep = (max(1, int(g(k) or 1)) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel"))
-    vpp = max(1, int(g("virtual_pipeline") or 1))
     b = max(1, int(g("micro_batch_size") or 1))
-    dp = _dp(ctx, change, tp * pp * cp)
-    # parameters held by this device: attention 2h^2 (Q, O) + 2h^2 g/a (K, V), MLP mats*h*ffn, embeddings V*h
-    attn_p = h * h * (2 + 2 * (sh.groups or a) / a)
-    dense = L * attn_p + V * h
-    if sh.experts:
-        dense += L * mats * h * sh.shared_ffn
-        experts = L * mats * h * eff * sh.experts / ep  # each EP rank holds experts/ep of them
-        edp = max(1, dp * cp // ep)  # expert data-parallel size (Megatron: world / (pp * ep * etp), etp = tp)
-    else:
-        dense += L * mats * h * ffn
-        experts, edp = 0.0, 1
+    dp = _dp(ctx, change, tp, pp, cp)
+    lay = Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, vpp=max(1, int(g("virtual_pipeline") or 1)), micro_batch=b,
+                 microbatches=max(1, sh.gbs // (b * dp)) if sh.gbs else pp,
+                 sequence_parallel=g("sequence_parallel") is True)
     bf16 = g("bf16") is not False or ctx.defaults.get("bf16") is None
-    opt = 12.0 if bf16 else 8.0  # fp32 master + m + v, or m + v when weights are already fp32
-    weights = (2 + 4 if bf16 else 4 + 4) + (1 if str(g("fp8_recipe") or "none") != "none" else 0)
-
-    def per_param(shards: int) -> float:
-        if g("cpu_offload") is True:
-            return weights
-        return weights + (opt / shards if g("distributed_optimizer") is True else opt)
-
-    static = (dense * per_param(dp) + experts * per_param(edp)) / (tp * pp)
-    # activations of one layer, one micro-batch, bytes per token (Korthikanti et al. 2022, generalized):
-    # attention 11h (+5as unfused), 2 layernorms 4h, MLP input + mask 3h, MLP body k * (4 or 6) * ffn
-    # (GELU: 2 ffn-wide bf16 tensors; SwiGLU: 3); ffn = 4h, k = 1 gives Korthikanti's 34h.
-    # 10h of it (LN inputs, attention/MLP inputs, dropout masks) is replicated over TP unless sequence parallel.
-    sl = s / cp
-    attn = 5 * a * sl if str(g("attention_backend") or "auto") not in _FLASH_BACKENDS else 0.0
-    body = (6 if sh.swiglu else 4) * (sh.topk * eff + sh.shared_ffn if sh.experts else ffn)
-    total = 18 * h + body
-    sp = g("sequence_parallel") is True and tp > 1
-    dtype = 1.0 if bf16 else 2.0  # fp32 activations take twice the bytes
-    rg = str(g("recompute_granularity") or "none")
-    if rg == "full":
-        per_layer = 2 * sl * b * h / (tp if sp else 1)  # only each layer's input is kept
-        working = sl * b * (total + attn) / tp + (0 if sp else sl * b * 10 * h * (1 - 1 / tp))  # one layer re-run
-    else:
-        keep = 0.0 if rg == "selective" else attn
-        per_layer = sl * b * ((total + keep) / tp if sp else 10 * h + (total - 10 * h + keep) / tp)
-        working = 0.0
-    m = max(1, sh.gbs // (b * dp)) if sh.gbs else pp
-    layers_held = L / pp * min(pp, m) * (1 + (pp - 1) / (pp * vpp) if vpp > 1 else 1)
-    logits = sl * b * V / tp * (2 if g("cross_entropy_fusion") is True else 6)  # bf16 logits + an fp32 copy unless fused
+    tr = Training(bf16=bf16, fp8=str(g("fp8_recipe") or "none") != "none",
+                  distributed_optimizer=g("distributed_optimizer") is True, cpu_offload=g("cpu_offload") is True,
+                  recompute=str(g("recompute_granularity") or "none"),
+                  flash_attention=str(g("attention_backend") or "auto") in _FLASH_BACKENDS,
+                  fused_cross_entropy=g("cross_entropy_fusion") is True)
     # outside the model: CUDA context, cuBLAS workspaces, NCCL buffers (~1.25 GiB); torch's own CPU runtime (~0.2 GiB)
     runtime = 0.2 * 2**30 if ctx.cpu else 1.25 * 2**30
-    return runtime + static + dtype * (per_layer * layers_held + working + logits)
+    return runtime + memory_terms(sh, lay, tr).total
 
 
 def _log_mem_ratio(ctx: Context, knob: str, value: Any) -> float:
@@ -219,7 +161,7 @@ Rule = Callable[[Knob, Any, Context], Effect]
 
 def _mem_sd(ctx: Context) -> float:
     """Shape known: the arithmetic is close (0.08); MoE adds routing imbalance and dispatch buffers (0.12)."""
-    if not ctx.shape.known:
+    if not ctx.known:
         return 0.2
     return 0.12 if ctx.shape.experts else 0.08
 
@@ -239,7 +181,7 @@ def _bubble(ctx: Context, change: dict[str, Any]) -> float:
     g = {**ctx.defaults, **change}.get
     pp, vpp, b = (max(1, int(g(k) or 1)) for k in ("pipeline_parallel", "virtual_pipeline", "micro_batch_size"))
     tp, cp = max(1, int(g("tensor_parallel") or 1)), max(1, int(g("context_parallel") or 1))
-    dp = _dp(ctx, change, tp * pp * cp)
+    dp = _dp(ctx, change, tp, pp, cp)
     m = max(1, ctx.shape.gbs // (b * dp)) if ctx.shape.gbs else 8
     return math.log(1 + (pp - 1) / (vpp * m))
 
@@ -363,7 +305,7 @@ def _overlap(scale: float, mem: float, needs: str, fact: str) -> Rule:
     def rule(k: Knob, v: Any, ctx: Context) -> Effect:
         on = 1 if v is True else -1
         tp = int(ctx.d("tensor_parallel", 1))
-        dp = _dp(ctx, {}, tp * int(ctx.d("pipeline_parallel", 1)) * int(ctx.d("context_parallel", 1)))
+        dp = _dp(ctx, {}, tp, int(ctx.d("pipeline_parallel", 1)), int(ctx.d("context_parallel", 1)))
         active = (dp > 1) if needs == "dp" else (tp > 1)
         if not active:
             return Effect(0.0, 0.02, 0.0, 0.02, f"{fact}; no effect when {needs}=1")
