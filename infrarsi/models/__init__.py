@@ -5,6 +5,7 @@ Every failed trial is data: an OOM is a censored memory observation (peak > capa
 """
 
 from ._design import DEFAULT_INTERACTIONS, Design
+from ._fit import ndtr
 from .memory import MemoryModel, memory_model
 from .revision import Effect, PriorRevision, revision
 from .time import TimeModel, time_model
@@ -17,6 +18,7 @@ __all__ = [
     "PriorRevision",
     "TimeModel",
     "memory_model",
+    "ndtr",
     "revision",
     "time_model",
 ]
