@@ -146,7 +146,7 @@ def _log_mem_ratio(ctx: Context, knob: str, value: Any) -> float:
 
 # --------------------------------------------------------------------------------- the knowledge
 @dataclass(frozen=True)
-class Effect:
+class Belief:
     """A prior's content before it is tied to a knob value: log-scale means and sds, and why."""
 
     time: float = 0.0
@@ -156,7 +156,7 @@ class Effect:
     why: str = ""
 
 
-Rule = Callable[[Knob, Any, Context], Effect]
+Rule = Callable[[Knob, Any, Context], Belief]
 
 
 def _mem_sd(ctx: Context) -> float:
@@ -193,80 +193,80 @@ def _delta_bubble(ctx: Context, knob: str, value: Any) -> float:
 KORTHIKANTI = "Korthikanti et al. 2022 activation formula s*b*h*(34+5as/h) per layer"
 
 
-def _tensor_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _tensor_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
     cross_node = v > 8 and not ctx.cpu
     t = 0.07 * n + (0.35 if cross_node else 0.0)
-    return Effect(t, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(t, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"TP {k.default}->{v}: weights/grads/optimizer and most activations split {v}/{k.default}x ({KORTHIKANTI}: "
                   f"10+24/t without SP); each doubling adds 4 all-reduces of s*b*h per layer and shrinks GEMMs"
                   + ("; beyond one 8-GPU node TP all-reduces cross the network (Narayanan et al. 2021)" if cross_node else ""))
 
 
-def _pipeline_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _pipeline_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
-    return Effect(_delta_bubble(ctx, k.name, v) + 0.02 * n, 0.06 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(_delta_bubble(ctx, k.name, v) + 0.02 * n, 0.06 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"PP {k.default}->{v}: parameters and optimizer split over stages, the first 1F1B stage still holds pp "
                   f"micro-batches of L/pp layers (Korthikanti et al. 2022); bubble (pp-1)/(v*m) idle time (Narayanan et al. 2021)")
 
 
-def _virtual_pipeline(k: Knob, v: Any, ctx: Context) -> Effect:
+def _virtual_pipeline(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
-    return Effect(_delta_bubble(ctx, k.name, v) + 0.01 * n, 0.04 * abs(n) + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(_delta_bubble(ctx, k.name, v) + 0.01 * n, 0.04 * abs(n) + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"interleaved 1F1B with {v} virtual stages: bubble (pp-1)/(v*m) shrinks {v}x at the cost of v times more "
                   f"p2p sends; activations x(1+(pp-1)/(pp*v)) (Narayanan et al. 2021); no effect when pp=1")
 
 
-def _context_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _context_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
-    return Effect(0.05 * n, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(0.05 * n, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"CP {k.default}->{v}: the sequence is split, so every activation term shrinks ~{v}/{k.default}x; ring "
                   f"attention exchanges K/V between ranks, mostly overlapped with attention compute (pays off for long sequences)")
 
 
-def _expert_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _expert_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
     if not ctx.shape.experts:
-        return Effect(0.0, 0.03, 0.0, 0.03, "expert parallelism only matters for MoE models (num_experts unset)")
-    return Effect(0.04 * n, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+        return Belief(0.0, 0.03, 0.0, 0.03, "expert parallelism only matters for MoE models (num_experts unset)")
+    return Belief(0.04 * n, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"EP {k.default}->{v}: expert weights and their optimizer states split over {v} ranks; each MoE layer "
                   f"pays two all-to-all token exchanges (dispatch, combine)")
 
 
-def _data_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _data_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
     if ctx.devices > 1 and k.default == ctx.devices:  # fixed world: DP is derived from the other degrees
-        return Effect(0.0, 0.1 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+        return Belief(0.0, 0.1 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                       f"on a fixed world of {ctx.devices} devices DP = world/(tp*pp*cp): DP {v} means more model "
                       f"parallelism, whose cost the tp/pp/cp priors carry; memory changes only through the distributed "
                       f"optimizer's 12 bytes/param / dp")
-    return Effect(-0.6 * n, 0.2 * abs(n) + 0.05, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(-0.6 * n, 0.2 * abs(n) + 0.05, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"DP {k.default}->{v}: each replica runs {k.default}/{v} of the micro-batches of a fixed global batch, "
                   f"minus the gradient all-reduce (ring: 2(dp-1)/dp x gradient bytes); memory changes only through the "
                   f"distributed optimizer's 12 bytes/param / dp")
 
 
-def _micro_batch_size(k: Knob, v: Any, ctx: Context) -> Effect:
+def _micro_batch_size(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
     gemm = -0.06 * n / (1 + math.log2(max(1, k.default)))  # diminishing: larger b fills the GEMMs less each time
-    return Effect(gemm + _delta_bubble(ctx, k.name, v), 0.05 * abs(n) + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(gemm + _delta_bubble(ctx, k.name, v), 0.05 * abs(n) + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"micro-batch {k.default}->{v}: larger GEMMs run closer to peak, activations grow ~{v}/{k.default}x "
                   f"({KORTHIKANTI}, linear in b), and fewer micro-batches per step widen the pipeline bubble when pp>1")
 
 
-def _sequence_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _sequence_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     on = 1 if v is True else -1
     tp = int(ctx.d("tensor_parallel", 1))
     why = ("sequence parallel splits the 10 s*b*h bytes of layernorm/dropout activations over TP "
            "(10+24/t -> 34/t, Korthikanti et al. 2022) and the layernorm/dropout/residual work that TP otherwise "
            "replicates on every rank; reduce-scatter + all-gather move the same bytes as the all-reduce")
     if tp <= 1:
-        return Effect(0.0, 0.02, 0.0, 0.02, why + "; no effect at TP=1")
+        return Belief(0.0, 0.02, 0.0, 0.02, why + "; no effect at TP=1")
     n = math.log2(tp)  # the replicated element-wise share grows with TP
-    return Effect(-0.03 * n * on, 0.03 * n + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx), why)
+    return Belief(-0.03 * n * on, 0.03 * n + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx), why)
 
 
-def _recompute_granularity(k: Knob, v: Any, ctx: Context) -> Effect:
+def _recompute_granularity(k: Knob, v: Any, ctx: Context) -> Belief:
     flash = str(ctx.d("attention_backend", "auto")) in _FLASH_BACKENDS
     levels = {
         "none": (0.0, 0.01, "no recomputation"),
@@ -278,121 +278,121 @@ def _recompute_granularity(k: Knob, v: Any, ctx: Context) -> Effect:
     }
     t, tsd, why = levels.get(str(v), (0.0, 0.3, f"unknown recompute granularity {v!r}"))
     t0, tsd0, _ = levels.get(str(k.default), (0.0, 0.3, ""))
-    return Effect(t - t0, math.hypot(tsd, tsd0), _model_mem(k, v, ctx), _mem_sd(ctx), why)
+    return Belief(t - t0, math.hypot(tsd, tsd0), _model_mem(k, v, ctx), _mem_sd(ctx), why)
 
 
-def _recompute_detail(k: Knob, v: Any, ctx: Context) -> Effect:
+def _recompute_detail(k: Knob, v: Any, ctx: Context) -> Belief:
     if str(ctx.d("recompute_granularity", "none")) != "full":
-        return Effect(0.0, 0.02, 0.0, 0.02, f"{k.name} only acts with recompute_granularity=full (the default is not full)")
+        return Belief(0.0, 0.02, 0.0, 0.02, f"{k.name} only acts with recompute_granularity=full (the default is not full)")
     if k.kind == "int":
         n = _steps(k, v)  # under method=block: more layers recomputed = more time, less memory
-        return Effect(0.06 * n, 0.05 * abs(n) + 0.02, -0.08 * n, 0.08 * abs(n) + 0.03,
+        return Belief(0.06 * n, 0.05 * abs(n) + 0.02, -0.08 * n, 0.08 * abs(n) + 0.03,
                       f"recompute_num_layers {k.default}->{v}: the block method recomputes that many layers per stage "
                       f"(each ~1/3 of its forward+backward time) and keeps the rest's activations")
-    return Effect(0.0, 0.05, 0.0, 0.08, f"recompute_method={v}: uniform spreads checkpoints over layer groups, block "
+    return Belief(0.0, 0.05, 0.0, 0.08, f"recompute_method={v}: uniform spreads checkpoints over layer groups, block "
                   f"recomputes the first N layers per stage; effect depends on recompute_num_layers")
 
 
-def _distributed_optimizer(k: Knob, v: Any, ctx: Context) -> Effect:
+def _distributed_optimizer(k: Knob, v: Any, ctx: Context) -> Belief:
     on = 1 if v is True else -1
-    return Effect(0.01 * on, 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(0.01 * on, 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                   "distributed optimizer (ZeRO-1, Rajbhandari et al. 2020) shards the 12 bytes/param of fp32 master "
                   "weights and Adam moments over DP (18 -> 6 + 12/dp bytes/param); reduce-scatter + all-gather move the "
                   "same bytes as the all-reduce it replaces")
 
 
 def _overlap(scale: float, mem: float, needs: str, fact: str) -> Rule:
-    def rule(k: Knob, v: Any, ctx: Context) -> Effect:
+    def rule(k: Knob, v: Any, ctx: Context) -> Belief:
         on = 1 if v is True else -1
         tp = int(ctx.d("tensor_parallel", 1))
         dp = _dp(ctx, {}, tp, int(ctx.d("pipeline_parallel", 1)), int(ctx.d("context_parallel", 1)))
         active = (dp > 1) if needs == "dp" else (tp > 1)
         if not active:
-            return Effect(0.0, 0.02, 0.0, 0.02, f"{fact}; no effect when {needs}=1")
+            return Belief(0.0, 0.02, 0.0, 0.02, f"{fact}; no effect when {needs}=1")
         # TP traffic per layer is fixed but compute per rank shrinks 1/tp: the hidden share grows with log2(tp)
         n = math.log2(tp) / 2 if needs == "tp" else 1.0
-        return Effect(scale * n * on, abs(scale) * n + 0.02, mem * on, 0.02, fact)
+        return Belief(scale * n * on, abs(scale) * n + 0.02, mem * on, 0.02, fact)
 
     return rule
 
 
-def _bf16(k: Knob, v: Any, ctx: Context) -> Effect:
+def _bf16(k: Knob, v: Any, ctx: Context) -> Belief:
     on = 1 if v is True else -1
     mem = _model_mem(k, v, ctx)  # activations halve; weights 2 (bf16) + 4 (fp32 grad) + 12 vs fp32's 4 + 4 + 8
     if ctx.cpu:
-        return Effect(0.0, 0.3, mem, 0.15, "bf16 on a CPU: fast only with AMX/AVX512-BF16; activations halve, "
+        return Belief(0.0, 0.3, mem, 0.15, "bf16 on a CPU: fast only with AMX/AVX512-BF16; activations halve, "
                       "autocast keeps fp32 weights")
-    return Effect(-0.5 * on, 0.2, mem, 0.1, "bf16 runs GEMMs on tensor cores (2x+ TF32, ~16x FP32 peak) and "
+    return Belief(-0.5 * on, 0.2, mem, 0.1, "bf16 runs GEMMs on tensor cores (2x+ TF32, ~16x FP32 peak) and "
                   "halves activation bytes, but keeps fp32 master weights and grads: 18 bytes/param vs fp32's 16")
 
 
-def _fp8(k: Knob, v: Any, ctx: Context) -> Effect:
-    def level(val: str) -> Effect:
+def _fp8(k: Knob, v: Any, ctx: Context) -> Belief:
+    def level(val: str) -> Belief:
         if val == "none":
-            return Effect(0.0, 0.01, 0.0, 0.01, "")
+            return Belief(0.0, 0.01, 0.0, 0.01, "")
         need = 10.0 if val == "mxfp8" else (9.0 if val in ("blockwise", "rowwise") else 8.9)
         if ctx.sm is None or ctx.sm < need:
             where = "a CPU" if ctx.cpu else f"sm{ctx.sm}" if ctx.sm else "unknown hardware"
-            return Effect(0.0, 0.5, 0.0, 0.1, f"fp8 recipe {val!r} needs sm{need:g}+ ({where} here): expect the launch to "
+            return Belief(0.0, 0.5, 0.0, 0.1, f"fp8 recipe {val!r} needs sm{need:g}+ ({where} here): expect the launch to "
                           f"fail or fall back; memory is unchanged")
         gain = {"delayed": -0.2, "tensorwise": -0.18, "blockwise": -0.15, "rowwise": -0.15, "mxfp8": -0.22}.get(val, -0.15)
         # quantize/cast kernels are memory-bound: they eat the GEMM gain on small hidden sizes
         scale = min(1.0, max(0.0, (math.log2(ctx.shape.hidden) - 11) / 2))  # h=2048: 0, 4096: 0.5, 8192+: 1
-        return Effect(gain * scale, 0.06 + 0.1 * (1 - scale), 0.03, 0.03,
+        return Belief(gain * scale, 0.06 + 0.1 * (1 - scale), 0.03, 0.03,
                       f"fp8 GEMMs ({val} scaling) run ~2x bf16 peak on sm{ctx.sm:g} (sm89+); end-to-end ~15-25% at "
                       f"hidden >= 8192 since attention/norms stay bf16, less at hidden {ctx.shape.hidden} where the "
                       f"memory-bound quantize/cast kernels take a larger share; fp8 weight copies and scale/amax "
                       f"history add ~1 byte/param")
 
     e, d = level(str(v)), level(str(k.default))
-    return Effect(e.time - d.time, math.hypot(e.time_sd, d.time_sd), e.mem - d.mem, math.hypot(e.mem_sd, d.mem_sd), e.why or d.why)
+    return Belief(e.time - d.time, math.hypot(e.time_sd, d.time_sd), e.mem - d.mem, math.hypot(e.mem_sd, d.mem_sd), e.why or d.why)
 
 
-def _attention_backend(k: Knob, v: Any, ctx: Context) -> Effect:
+def _attention_backend(k: Knob, v: Any, ctx: Context) -> Belief:
     times = {"auto": (0.0, 0.02), "flash": (0.0, 0.03), "fused": (-0.02, 0.05), "unfused": (0.25, 0.15), "local": (0.25, 0.15)}
     (t, tsd), (t0, tsd0) = times.get(str(v), (0.0, 0.3)), times.get(str(k.default), (0.0, 0.3))
-    return Effect(t - t0, math.hypot(tsd, tsd0), _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(t - t0, math.hypot(tsd, tsd0), _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"attention {k.default}->{v}: flash/cuDNN-fused kernels (auto picks one) never store the s x s scores; "
                   f"unfused/local store them (the 5as/h term of {KORTHIKANTI}) and run several memory-bound kernels")
 
 
-def _moe_dispatcher(k: Knob, v: Any, ctx: Context) -> Effect:
+def _moe_dispatcher(k: Knob, v: Any, ctx: Context) -> Belief:
     if not ctx.shape.experts:
-        return Effect(0.0, 0.02, 0.0, 0.02, "token dispatcher only matters for MoE models (num_experts unset)")
+        return Belief(0.0, 0.02, 0.0, 0.02, "token dispatcher only matters for MoE models (num_experts unset)")
     if ctx.shape.topk >= 4:  # fine-grained MoE: all-to-all ships k copies of every token
-        return Effect(0.0, 0.2, 0.0, 0.05, f"with top-{ctx.shape.topk} routing all-to-all sends {ctx.shape.topk} "
+        return Belief(0.0, 0.2, 0.0, 0.05, f"with top-{ctx.shape.topk} routing all-to-all sends {ctx.shape.topk} "
                       "copies of each token across EP ranks while all-gather sends each token once: either can win")
     times = {"allgather": 0.0, "alltoall": -0.05, "flex": -0.08}
     t = times.get(str(v), 0.0) - times.get(str(k.default), 0.0)
-    return Effect(t, 0.06, 0.0, 0.05, "alltoall sends each token only to its top-k experts' ranks instead of gathering "
+    return Belief(t, 0.06, 0.0, 0.05, "alltoall sends each token only to its top-k experts' ranks instead of gathering "
                   "all tokens everywhere; flex (DeepEP) fuses and overlaps the exchange; gains grow with expert parallelism")
 
 
 def _bool_rule(t: float, tsd: float, m: float, msd: float, why: str, moe_only: bool = False) -> Rule:
-    def rule(k: Knob, v: Any, ctx: Context) -> Effect:
+    def rule(k: Knob, v: Any, ctx: Context) -> Belief:
         if moe_only and not ctx.shape.experts:
-            return Effect(0.0, 0.02, 0.0, 0.02, f"{k.name} only matters for MoE models (num_experts unset)")
+            return Belief(0.0, 0.02, 0.0, 0.02, f"{k.name} only matters for MoE models (num_experts unset)")
         on = 1 if v is True else -1
-        return Effect(t * on, tsd, m * on, msd, why)
+        return Belief(t * on, tsd, m * on, msd, why)
 
     return rule
 
 
-def _cross_entropy_fusion(k: Knob, v: Any, ctx: Context) -> Effect:
+def _cross_entropy_fusion(k: Knob, v: Any, ctx: Context) -> Belief:
     on = 1 if v is True else -1
-    return Effect(-0.02 * on, 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(-0.02 * on, 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
                   "fused cross-entropy avoids materializing an fp32 copy of the s*b*V/t logits (4 bytes x vocab per "
                   "token) and a few memory-bound kernels")
 
 
-def _cpu_offload(k: Knob, v: Any, ctx: Context) -> Effect:
+def _cpu_offload(k: Knob, v: Any, ctx: Context) -> Belief:
     on = 1 if v is True else -1
-    return Effect(0.3 * on, 0.2, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(0.3 * on, 0.2, _model_mem(k, v, ctx), _mem_sd(ctx),
                   "CPU offload keeps the 12 bytes/param of optimizer state in host memory and steps there "
                   "(ZeRO-Offload, Ren et al. 2021): device memory drops, the step pays PCIe transfers and a CPU Adam")
 
 
-def _fsdp_reshard(k: Knob, v: Any, ctx: Context) -> Effect:
+def _fsdp_reshard(k: Knob, v: Any, ctx: Context) -> Belief:
     # level of "keep gathered parameters" (never reshard): one all-gather less per layer, full layer params resident
     def level(x: Any) -> tuple[float, float]:
         never = str(x) in ("never", "False", "false")
@@ -400,48 +400,48 @@ def _fsdp_reshard(k: Knob, v: Any, ctx: Context) -> Effect:
         return (-0.03, 0.15) if never or default_pp else (0.0, 0.0)
 
     (t, m), (t0, m0) = level(v), level(k.default)
-    return Effect(t - t0, 0.03, m - m0, 0.1, "FSDP resharding after forward frees each layer's gathered parameters "
+    return Belief(t - t0, 0.03, m - m0, 0.1, "FSDP resharding after forward frees each layer's gathered parameters "
                   "until the backward, which all-gathers them again; never resharding skips that all-gather and keeps "
                   "the unsharded parameters resident (torchtitan: default = reshard unless pipeline parallel)")
 
 
-def _num_workers(k: Knob, v: Any, ctx: Context) -> Effect:
+def _num_workers(k: Knob, v: Any, ctx: Context) -> Belief:
     if v == 0:
-        return Effect(0.02, 0.05, 0.0, 0.01, "num_workers=0 loads batches in the training process itself, on the "
+        return Belief(0.02, 0.05, 0.0, 0.01, "num_workers=0 loads batches in the training process itself, on the "
                       "critical path; it matters only when loading is slow compared with a step")
     n = _steps(k, v)
-    return Effect(-0.01 * n, 0.03 * abs(n) + 0.01, 0.0, 0.01, "data-loader workers prefetch batches in separate "
+    return Belief(-0.01 * n, 0.03 * abs(n) + 0.01, 0.0, 0.01, "data-loader workers prefetch batches in separate "
                   "processes; they only help when the input pipeline is on the critical path, and cost host memory, "
                   "not device memory")
 
 
-def _intra_op_threads(k: Knob, v: Any, ctx: Context) -> Effect:
+def _intra_op_threads(k: Knob, v: Any, ctx: Context) -> Belief:
     def level(x: int) -> float:  # ideal speed-up up to the core count, oversubscription beyond it
         x = max(1, int(x))
         return -0.6 * math.log2(min(x, ctx.cores)) + 0.3 * max(0.0, math.log2(x / ctx.cores))
 
     n = _steps(k, v)
-    return Effect(level(v) - level(k.default), 0.15 * abs(n) + 0.05, 0.0, 0.03,
+    return Belief(level(v) - level(k.default), 0.15 * abs(n) + 0.05, 0.0, 0.03,
                   f"torch intra-op threads {k.default}->{v} on {ctx.cores} cores: GEMMs parallelize sub-linearly up to the "
                   f"core count; more threads than cores oversubscribe and slow down")
 
 
-def _adam_impl(k: Knob, v: Any, ctx: Context) -> Effect:
+def _adam_impl(k: Knob, v: Any, ctx: Context) -> Belief:
     times = {"foreach": 0.0, "fused": -0.03, "for_loop": 0.05}
     t = times.get(str(v), 0.0) - times.get(str(k.default), 0.0)
-    return Effect(t, 0.03, 0.0, 0.01, "fused Adam updates all parameters in one kernel per dtype/device group "
+    return Belief(t, 0.03, 0.0, 0.01, "fused Adam updates all parameters in one kernel per dtype/device group "
                   "instead of a foreach loop of kernels; same math, same state memory")
 
 
-def _kernel(k: Knob, v: Any, ctx: Context) -> Effect:
-    return Effect(0.0, 0.15, 0.0, 0.05, f"kernel candidate {v} for this op: verified equal to the reference; "
+def _kernel(k: Knob, v: Any, ctx: Context) -> Belief:
+    return Belief(0.0, 0.15, 0.0, 0.05, f"kernel candidate {v} for this op: verified equal to the reference; "
                   "nothing is known of its speed until it is benchmarked")
 
 
-def _nccl(k: Knob, v: Any, ctx: Context) -> Effect:
+def _nccl(k: Knob, v: Any, ctx: Context) -> Belief:
     if str(v) == "NVLS" and (ctx.sm is None or ctx.sm < 9.0):
-        return Effect(0.0, 0.3, 0.0, 0.02, "NCCL_ALGO=NVLS needs NVLink SHARP (NVSwitch, sm90+): expect NCCL to refuse it here")
-    return Effect(0.0, 0.05, 0.0, 0.01, f"NCCL setting {k.name}={v}: changes collective algorithms/buffers; effects are "
+        return Belief(0.0, 0.3, 0.0, 0.02, "NCCL_ALGO=NVLS needs NVLink SHARP (NVSwitch, sm90+): expect NCCL to refuse it here")
+    return Belief(0.0, 0.05, 0.0, 0.01, f"NCCL setting {k.name}={v}: changes collective algorithms/buffers; effects are "
                   "small and topology-specific, device memory changes only by buffer sizes")
 
 
