@@ -160,6 +160,19 @@ class Transformer:
             gbs=i("global_batch_size"), untied=b("untie_embeddings_and_output_weights"),
         )
 
+    def megatron_args(self) -> dict[str, Any]:
+        """The shape under Megatron's names (what ``from_args`` reads back); unset widths are left out."""
+        out: dict[str, Any] = {
+            "num_layers": self.layers, "hidden_size": self.hidden, "num_attention_heads": self.heads,
+            "num_query_groups": self.groups, "kv_channels": self.head_dim, "ffn_hidden_size": self.ffn,
+            "vocab_size": self.vocab, "seq_length": self.seq, "global_batch_size": self.gbs, "swiglu": self.swiglu,
+            "untie_embeddings_and_output_weights": self.untied,
+        }
+        if self.is_moe:
+            out.update(num_experts=self.experts, moe_router_topk=self.topk, moe_ffn_hidden_size=self.expert_ffn,
+                       moe_shared_expert_intermediate_size=self.shared_ffn)
+        return {k: v for k, v in out.items() if v or isinstance(v, bool)}
+
     # ---- widths
     @property
     def kv_groups(self) -> int:

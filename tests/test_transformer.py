@@ -49,6 +49,14 @@ def test_every_frameworks_spelling_gives_the_same_shape():
         offline_priors(space, workload=hf, hardware=hw)
 
 
+@pytest.mark.parametrize("args", [LLAMA8B, {**LLAMA8B, "num_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 1024,
+                                            "moe_shared_expert_intermediate_size": 2048}])
+def test_megatron_args_round_trip(args):
+    t = Transformer.from_args(args)
+    assert Transformer.from_args(t.megatron_args()) == t
+    assert signature_from(t) == signature_from(args)
+
+
 def test_resolve_prefers_the_megatron_name_and_reports_the_spelling():
     found = resolve({"n_kv_heads": 4, "num_query_groups": 8, "n_embd": 64})
     assert found["num_query_groups"] == ("num_query_groups", 8) and found["hidden_size"] == ("n_embd", 64)
