@@ -114,3 +114,10 @@ def test_data_parallel_is_world_over_the_model_parallel_product():
     assert data_parallel(64, 4, 2, 2) == 4
     assert data_parallel(8, 3) is None
     assert data_parallel(8) == 8
+
+
+def test_offline_shape_falls_back_to_the_7b_class_default_for_what_it_cannot_read():
+    from infrarsi.priors.offline import shape_of
+
+    t = shape_of({"hidden_size": "big", "n_layers": 8, "n_kv_heads": 4})
+    assert (t.hidden, t.layers, t.groups, t.seq, t.vocab) == (4096, 8, 4, 4096, 32000)
