@@ -6,7 +6,7 @@ effects). Then, over several seeds, two runs on the H100 target are compared:
 
 - unseeded: ``Tuner(space, initial=[baseline], priors=offline)``
 - seeded:   ``Tuner(space, initial=[baseline, *seed.initial], priors=seed.merged_with(offline))`` with
-            ``seed = Bank.seed(space, hardware=H100, workload=target)``
+            ``seed = seed_from_bank(bank, space, hardware=H100, workload=target)``
 
 ``offline`` is the offline knowledge base's priors for that workload and GPU (``offline_priors``);
 every run, the A100 source runs included, starts from them, as ``infrarsi run`` does.
@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infrarsi.bank import Bank, priors_from_effects, signature_from  # noqa: E402
+from infrarsi.bank import Bank, priors_from_effects, seed_from_bank, signature_from  # noqa: E402
 from infrarsi.execute.trial import Cost, Metrics, Trial  # noqa: E402
 from infrarsi.priors import offline_priors  # noqa: E402
 from infrarsi.priors.offline import memory_estimator  # noqa: E402
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         srcs = fill_bank(bank, target, trials=ns.source_trials)
         space = sim.space_for(w)
         base = offline_for(w)
-        seed = bank.seed(space, hardware=hardware_of(w), workload=workload_of(w), k=ns.k, base_priors=base)
+        seed = seed_from_bank(bank, space, hardware=hardware_of(w), workload=workload_of(w), k=ns.k, base_priors=base)
         print(f"\n{target}: optimum {opt.step_time_s:.3f} s/step; bank from {len(srcs)} A100 runs; {seed.describe()}")
         for s in seed.sources:
             print(f"  source {s.run_id}: d_hw {s.hw_distance:.2f} d_wl {s.wl_distance:.2f} best {s.best_step_time_s:.3f} s "

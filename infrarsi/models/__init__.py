@@ -5,7 +5,7 @@ Every failed trial is data: an OOM is a censored memory observation (peak > capa
 """
 
 from ._design import DEFAULT_INTERACTIONS, Design
-from ._fit import jittered_cholesky
+from ._fit import jittered_cholesky, ndtr
 from .memory import MemoryModel, memory_model
 from .revision import Effect, PriorRevision, revision
 from .time import TimeModel, time_model
@@ -19,6 +19,7 @@ __all__ = [
     "TimeModel",
     "jittered_cholesky",
     "memory_model",
+    "ndtr",
     "revision",
     "time_model",
 ]
