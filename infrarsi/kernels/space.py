@@ -14,10 +14,10 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
+from ..transformer import minigpt_ffn
 from . import verdicts as verdicts_mod
 from .loader import OPS
 
@@ -32,7 +32,7 @@ def model_dims(contract) -> tuple[tuple[str, int], ...] | None:
         heads = int(a.get("num_attention_heads", max(1, h // 128)))
         vocab = int(a.get("vocab_size", a.get("padded_vocab_size", 32000)))
         seq = int(a.get("seq_length", 2048))
-        ffn = int(a.get("ffn_hidden_size") or math.ceil(8 * h / 3 / 64) * 64)
+        ffn = int(a.get("ffn_hidden_size") or minigpt_ffn(h))
     except (KeyError, TypeError, ValueError):
         return None
     return (("hidden", h), ("ffn_hidden", ffn), ("heads", heads), ("vocab", vocab), ("seq", seq))

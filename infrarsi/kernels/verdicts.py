@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..io import atomic_write
+
 ENV = "INFRARSI_KERNEL_VERDICTS"
 FILE = Path("kernels") / "verdicts.json"
 REFUSED = "infrarsi kernel refused"  # the workload's line when it will not run a candidate
@@ -132,6 +134,4 @@ def _read(f: Path) -> dict:
 
 def _write(f: Path, d: dict) -> None:
     f.parent.mkdir(parents=True, exist_ok=True)
-    tmp = f.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(d, indent=1, sort_keys=True))
-    tmp.replace(f)
+    atomic_write(f, json.dumps(d, indent=1, sort_keys=True))

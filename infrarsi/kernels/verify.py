@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from ..io import atomic_write
 from .dynamic import Case, Settings, expected_cases
 from .loader import load_reference, op_of, reference_path
 from .static import static_check
@@ -152,9 +153,7 @@ def _read_cached(entry: Path, key: str, sha: str) -> dict | None:
 def _write_cached(entry: Path, key: str, result: VerifyResult) -> None:
     body = {"key": key, "result": result.to_dict()}
     entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = entry.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"body": body, "mac": _mac(body)}, indent=1))
-    tmp.replace(entry)  # atomic: a reader never sees half a file
+    atomic_write(entry, json.dumps({"body": body, "mac": _mac(body)}, indent=1))  # a reader never sees half a file
 
 
 def verify(path: str | Path, op: str | None = None, *, use_cache: bool = True,
