@@ -208,6 +208,11 @@ class _Exercise:
             with _count_launches(watch), watch:
                 value = fn()
         except Exception as e:
+            cause = e
+            while cause is not None:  # the interpreter wraps what a kernel raised, the deadline's alarm too
+                if isinstance(cause, _Timeout):
+                    raise cause
+                cause = cause.__cause__ or cause.__context__
             self.fail("error", f"{phase} raised {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
                       key=(phase.split()[0], type(e).__name__))
             return e, None

@@ -292,9 +292,9 @@ def test_hanging_candidate_times_out(tmp_path):
                                 "        while n_rows > 0:\n            n_rows = n_rows + 0\n"
                                 "        return y.view(x.shape)\n"))
     t0 = time.perf_counter()
-    r = verify(hang, use_cache=False, settings=Settings(families=("one_row",), timeout_s=1.0))
-    assert r.verdict == "fail" and "timeout" in r.codes()
-    assert time.perf_counter() - t0 < 30
+    r = verify(hang, use_cache=False, settings=Settings(families=("one_row",), timeout_s=3.0))
+    assert r.verdict == "fail" and "timeout" in r.codes(), r.reasons
+    assert time.perf_counter() - t0 < 60
 
 
 KERNEL = '''
