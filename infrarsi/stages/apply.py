@@ -27,8 +27,12 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         err.print(f"[bold red]apply refused:[/] {escape(msg)}", highlight=False, soft_wrap=True)
         return 1
 
+    from ..contract.seal import SealError
+
     try:
         data = load_run(run_dir)
+    except SealError as e:
+        return refuse(str(e))
     except ContractError as e:
         return refuse(f"contract mismatch: {e}")
     except RunDataError as e:

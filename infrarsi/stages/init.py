@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..contract import ContractError, write_lock
 
@@ -13,7 +14,7 @@ def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int
     try:
         c, lock = write_lock(contract, run_dir)
     except ContractError as e:
-        err.print(f"[bold red]error:[/] {e}")
+        err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 1
     from ..contract import contract_hash
 
