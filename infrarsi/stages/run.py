@@ -22,6 +22,7 @@ from rich.table import Table
 
 from ..adapters import get_adapter
 from ..contract import ContractError, contract_hash, load_locked
+from ..contract.scope import TreeGuard, repository_root
 from ..contract.seal import sealed_write
 from ..execute.trial import Trial, TrialStatus
 from ..knobs import KnobSpace, Setting
@@ -39,7 +40,7 @@ def outcome_of(t: Trial) -> Outcome:
     return Outcome(t.status.value)
 
 
-def verified_kernel_space(space: KnobSpace, err: Console) -> tuple[KnobSpace, dict[str, Any]]:
+def verified_kernel_space(space: KnobSpace, err: Console, run_dir: Path | None = None) -> tuple[KnobSpace, dict[str, Any]]:
     """Drop kernel candidates that fail verification from every kernel_<op> domain: an unverified kernel
     is never launched. Returns the restricted space and the verdicts by path."""
     verdicts: dict[str, Any] = {}
@@ -55,12 +56,18 @@ def verified_kernel_space(space: KnobSpace, err: Console) -> tuple[KnobSpace, di
             if v == "reference":
                 keep.append(v)
                 continue
+            guard = TreeGuard(repository_root(), allowed=[run_dir] if run_dir else [])
+            before = guard.snapshot()
             res = verify(v, op=k.name.removeprefix("kernel_"))
-            verdicts[v] = {"verdict": res.verdict, "reasons": list(res.reasons), "sha256": res.sha256}
-            if res.verdict == "pass":
+            wrote = guard.changes(before)  # a candidate writes nothing while it is verified
+            verdicts[v] = {"verdict": "fail" if wrote else res.verdict, "sha256": res.sha256,
+                           "reasons": list(res.reasons) + [f"scope: wrote outside its sandbox while verified: {w}"
+                                                           for w in wrote[:5]]}
+            if verdicts[v]["verdict"] == "pass":
                 keep.append(v)
             else:
-                err.print(f"[yellow]kernel {v} failed verification, never launched:[/] {escape('; '.join(res.reasons)[:200])}")
+                err.print(f"[yellow]kernel {v} failed verification, never launched:[/] "
+                          f"{escape('; '.join(verdicts[v]['reasons'])[:200])}")
         domains[k.name] = keep
     return space.restrict(domains, keep=space.names), verdicts
 
@@ -135,7 +142,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     adapter = get_adapter(contract.workload.adapter)
     record = RunRecord(run_dir)
     full_space = adapter.knob_space(contract)
-    space, kernel_verdicts = verified_kernel_space(full_space, err)
+    space, kernel_verdicts = verified_kernel_space(full_space, err, run_dir)
     baseline = full_space.complete(contract.baseline)
     base_trials = [t for t in (record.get(i) for i in noise.trial_ids) if t is not None and t.status is TrialStatus.OK]
     if not base_trials:
