@@ -54,6 +54,13 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         plan = make_plan(data)
     except ApplyRefused as e:
         return refuse(str(e))
+    from ..contract.scope import destination_problem
+
+    kernel_paths = {f.path for f in plan.files if "kernel patch" in f.why}
+    for f in plan.files:  # every destination, symlinks resolved, before anything is written
+        bad = destination_problem(root, f.path, data.contract.scope.files if f.path in kernel_paths else None)
+        if bad:
+            return refuse(f"unsafe destination: {bad}; nothing was written")
     cand = plan.candidate
     lo, hi = cand["ci95"]
     which = (f"best of {plan.n_promoted} promoted candidate(s): {', '.join(f'{k}={v}' for k, v in plan.changes.items())} "
