@@ -105,20 +105,29 @@ def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[
     arrivals = clock["arrivals_s"]
     if len(lines) != len(arrivals):
         return f"stdout has {len(lines)} lines but {len(arrivals)} came through the harness's pipe"
-    seen: dict[int, float] = {}
+    seen: dict[int, float] = {}  # iteration -> arrival of its line (the last one, as the parser reads it)
+    twice: list[tuple[int, float, float]] = []
     for line, t in zip(lines, arrivals):
         m = _ITER.search(line)
         if m and b"elapsed time per iteration" in line:
             it = int(m.group(1))
             if it in seen:
-                return (f"iteration {it} was reported twice (at {seen[it]:.3f} s and {t:.3f} s after the launch): "
-                        f"a second, forged line overrides the first")
+                twice.append((it, seen[it], t))
             seen[it] = t
     first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
     gaps = [seen[i] - seen[i - 1] for i in range(first, warmup_steps + measured_steps + 1)
             if i in seen and i - 1 in seen]
-    if not gaps:
-        return None
+    if gaps:
+        measured = statistics.median(gaps)
+        if abs(step_time_s - measured) > TOLERANCE * max(step_time_s, measured):
+            return (f"reported step time {step_time_s * 1000:.1f} ms, measured by the harness {measured * 1000:.1f} "
+                    f"ms (median gap between iteration lines {warmup_steps + 1}..{warmup_steps + measured_steps}); "
+                    f"they differ by more than {TOLERANCE:.0%}: the log's times are not the process's")
+    if twice:
+        it, a, b = twice[0]
+        return (f"iteration {it} was reported twice (at {a:.3f} s and {b:.3f} s after the launch): a second line "
+                f"overrides the first, so the log's times are not the process's")
+    return None
     measured = statistics.median(gaps)
     if abs(step_time_s - measured) > TOLERANCE * max(step_time_s, measured):
         return (f"reported step time {step_time_s * 1000:.1f} ms, measured by the harness {measured * 1000:.1f} ms "

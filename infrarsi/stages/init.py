@@ -29,8 +29,10 @@ def edge_problems(contract_path: Path) -> list[str]:
     adapter = cls(base_dir=base) if "base_dir" in inspect.signature(cls.__init__).parameters else cls()
     try:
         space = adapter.knob_space(c)
-    except (ValueError, OSError) as e:  # ContractError included
-        return out + [str(e).splitlines()[0]]
+    except (ValueError, OSError) as e:  # ContractError included; a knob that refused a value is a pydantic error
+        errors = getattr(e, "errors", None)
+        msg = errors()[0]["msg"].removeprefix("Value error, ") if callable(errors) else str(e).splitlines()[0]
+        return out + [msg]
     unknown = sorted(set(c.baseline) - set(space.names))
     if unknown:
         out.append(f"baseline names {unknown}, which {c.workload.adapter} has no knob for; known: {', '.join(space.names)}")
