@@ -21,6 +21,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..knobs.knob import value_problem
 from .model import Contract
 
 KERNEL_PREFIX = "kernel_"
@@ -72,6 +73,10 @@ def scope_problems(contract: Contract, roots: Iterable[Path]) -> list[str]:
     for where, rel in named_kernels(contract):
         if not isinstance(rel, str):
             out.append(f"{where} names {rel!r}; a kernel candidate is a path (text) relative to the repository")
+            continue
+        unsafe = value_problem(where, "categorical", rel)
+        if unsafe:
+            out.append(unsafe)
             continue
         if glob_of(rel, globs) is None:
             out.append(f"{where} names {rel!r}, which scope.files {globs} does not take (or it is absolute or has "
