@@ -5,6 +5,7 @@ import io
 import shutil
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from .conftest import ROOT, tiny
@@ -26,6 +27,7 @@ def test_a_trial_that_writes_outside_its_directory_is_invalid(cli, project):
     assert r.returncode == 1 and "ended invalid: wrote outside its trial directory: created PWNED" in r.err, r.stderr
 
 
+@pytest.mark.slow  # the real verifier, twice (about 20 s on two cores)
 def test_a_candidate_that_writes_while_verified_fails_verification(project, monkeypatch, tmp_path):
     from infrarsi.adapters import get_adapter
     from infrarsi.contract import load_contract
