@@ -156,6 +156,9 @@ def sealed_write(run_dir: str | Path, path: str | Path, text: str) -> None:
         return
     rel = target.resolve().relative_to(run.resolve()).as_posix()
     with _chain_locked(run) as log:
+        raw = log.read_bytes()
+        if raw and not raw.endswith(b"\n"):  # a line cut by a crash: its write never happened; drop it
+            os.truncate(log, raw.rfind(b"\n") + 1)
         entries = _entries(log)
         prev = entries[-1]["mac"] if entries else workload_hash(lock)
         fields = {"n": len(entries), "path": rel, "sha256": sha256(text.encode()), "lock": workload_hash(lock),

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ..io import atomic_write
+from ..contract.seal import sealed_write
 
 CLOCK_JSON = "clock.json"
 # A reported median step time may differ from the median arrival gap by this fraction of the larger: the gap
@@ -70,7 +70,9 @@ class LineClock:
         self._thread.join(grace_s)
         body = {"wall_s": wall_s, "started_unix": self.started_unix, "complete": not self._thread.is_alive(),
                 "stdout_sha256": self._sha.hexdigest(), "arrivals_s": [round(t, 6) for t in self.arrivals]}
-        atomic_write(self.out_path.parent / CLOCK_JSON, json.dumps(body))
+        trial_dir = self.out_path.parent
+        # Sealed into the run's chain when the trial lives in a locked run (RUN_DIR/trials/<n>/).
+        sealed_write(trial_dir.parent.parent, trial_dir / CLOCK_JSON, json.dumps(body))
         return body
 
 

@@ -128,3 +128,21 @@ def test_the_honest_run_still_reports_and_applies(recorded, cli):
 def test_the_key_lives_outside_the_run(recorded):
     assert not seal.key_path().resolve().is_relative_to(recorded.resolve())
     assert seal.key_path().stat().st_mode & 0o077 == 0
+
+
+def test_a_write_cut_by_a_crash_still_resumes(recorded):
+    """kill -9 between the chain entry and the file: the file is at its previous sealed version, the chain's
+    last line may be half written. Neither is tampering: the run still loads, and the next write mends it."""
+    from infrarsi.contract.lock import load_locked
+
+    t = recorded / "trials" / "2" / "trial.json"
+    before = t.read_text()
+    body = json.loads(before)
+    body["reason"] = "rewritten"
+    seal.sealed_write(recorded, t, json.dumps(body))
+    t.write_text(before)  # as if the process died before os.replace
+    with open(recorded / seal.SEAL_LOG, "a") as f:
+        f.write('{"n": 99, "path": "trials/2/tr')  # and a later entry cut mid-line
+    load_locked(recorded)
+    seal.sealed_write(recorded, t, before)
+    load_locked(recorded)
