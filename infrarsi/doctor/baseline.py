@@ -22,7 +22,7 @@ from ..contract.seal import sealed_write
 from ..execute import make_executor
 from ..execute.classify import loss_drift
 from ..execute.executor import Executor
-from ..execute.record import RunRecord, atomic_write
+from ..execute.record import RunRecord
 from ..execute.runner import Runner
 from ..execute.trial import Trial, TrialStatus
 from .noise import NoiseProfile, profile
