@@ -225,25 +225,26 @@ def problems(run_dir: str | Path) -> list[str]:
         history.setdefault(e["path"], []).append((i, e["sha256"]))
         prev = e["mac"]
     tail = len(entries) - INTERRUPTED_TAIL
-    on_disk = sealed_on_disk(run)
-    for rel in on_disk:
+    must = set(sealed_on_disk(run))  # records that exist and must carry a seal
+    for rel in sorted(must | set(history), key=_order):
         versions = history.get(rel)
         if not versions:
             out.append(f"{rel} carries no seal: it was not written by infrarsi (forged or copied in); remove it, or "
                        f"rerun into a new --run-dir")
             continue
-        now = sha256((run / rel).read_bytes())
         last_i, last_sha = versions[-1]
+        if not (run / rel).is_file():
+            if not (len(versions) == 1 and last_i >= tail):  # not a first write cut by a crash
+                out.append(f"{rel} was sealed but is gone: a record was deleted; restore it, or rerun into a new "
+                           f"--run-dir")
+            continue
+        now = sha256((run / rel).read_bytes())
         if now == last_sha:
             continue
         interrupted = last_i >= tail and len(versions) > 1 and now == versions[-2][1]
         if not interrupted:
             out.append(f"{rel} was edited after it was sealed (sha256 {last_sha[:12]} sealed, {now[:12]} on disk); "
                        f"restore it, or rerun into a new --run-dir")
-    present = set(on_disk)
-    for rel, versions in sorted(history.items(), key=lambda kv: _order(kv[0])):
-        if rel not in present and not (len(versions) == 1 and versions[0][0] >= tail):
-            out.append(f"{rel} was sealed but is gone: a record was deleted; restore it, or rerun into a new --run-dir")
     return out
 
 
