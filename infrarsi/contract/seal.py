@@ -47,7 +47,7 @@ LOCK_FILE = "contract.lock"
 # Files of a run directory that must be sealed (relative, posix); trial records by pattern.
 SEALED_NAMES = ("noise.json", "search.json", "verification.json", "verification.progress.json")
 TRIAL_RECORD = "trial.json"
-INTERRUPTED_TAIL = 64  # entries at the end of the chain whose write may have been cut by a crash
+INTERRUPTED_TAIL = 16  # a crash cuts at most one write per writing thread (parallel trials + the stage)
 
 _lock = threading.Lock()
 
