@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from ..transformer import minigpt_ffn
 from . import verdicts as verdicts_mod
 from .loader import OPS
@@ -89,13 +91,13 @@ def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], e
             path, result = generate_kernel(op, llm=cfg, out_dir=Path(run_dir) / "kernels" / op, record_dir=run_dir,
                                            verify_settings=settings or Settings(model=dims))
         except KernelGenerationError as e:
-            err.print(f"[yellow]kernel {op}: no generated candidate ({e})[/]")
+            err.print(f"[yellow]kernel {op}: no generated candidate ({escape(str(e))})[/]")
             continue
         out[str(path)] = {"op": op, "verdict": result.verdict, "reasons": list(result.reasons),
                           "sha256": result.sha256, "origin": "generated",
                           "why": f"{op} is {share:.0%} of the step ({how})"}
-        err.print(f"kernel {op}: generated {path.name}: {result.verdict}"
-                  + ("" if result.passed else f" ({'; '.join(result.reasons)[:160]})"))
+        err.print(f"kernel {op}: generated {escape(path.name)}: {result.verdict}"
+                  + ("" if result.passed else f" ({escape('; '.join(result.reasons)[:160])})"))
     return out
 
 
@@ -108,7 +110,13 @@ def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], e
     if not knobs:
         return space, {}, adapter
     settings = settings or Settings(model=model_dims(contract))
+    guard = _guard(run_dir)
+    before = guard.snapshot()
     generated = generate_for_run(space, contract, run_dir, phases, err, llm=llm, settings=settings)
+    wrote = guard.changes(before)  # generated candidates ran inside generate_kernel's verification
+    for g in generated.values():
+        if wrote:
+            g.update(verdict="fail", reasons=[*g["reasons"], *_sandbox_reasons(wrote)])
     verdicts: dict[str, dict[str, Any]] = {}
     domains = {}
     for k in knobs:
@@ -119,18 +127,34 @@ def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], e
             if v == "reference":
                 keep.append(v)
                 continue
+            if v in generated and generated[v]["verdict"] != "pass":
+                continue
+            before = guard.snapshot()
             res = verify(v, op=op, settings=settings)
-            verdicts[v] = {**generated.get(v, {"origin": "contract"}), "op": op, "verdict": res.verdict,
-                           "reasons": list(res.reasons), "sha256": res.sha256}
-            if res.passed:
+            wrote = guard.changes(before)  # a candidate writes nothing while it is verified
+            reasons = list(res.reasons) + _sandbox_reasons(wrote)
+            verdicts[v] = {**generated.get(v, {"origin": "contract"}), "op": op,
+                           "verdict": "fail" if wrote else res.verdict, "reasons": reasons, "sha256": res.sha256}
+            if verdicts[v]["verdict"] == "pass":
                 keep.append(v)
             else:
-                err.print(f"[yellow]kernel {v} failed verification, never launched:[/] {'; '.join(res.reasons)[:200]}")
+                err.print(f"[yellow]kernel {escape(str(v))} failed verification, never launched:[/] "
+                          f"{escape('; '.join(reasons)[:200])}")
         domains[k.name] = keep
     for p, g in generated.items():  # the generated ones that failed: listed with their reasons
         verdicts.setdefault(p, g)
     f = verdicts_mod.record(run_dir, verdicts)
     return _extended_space(space, domains), verdicts, verdicts_mod.pinned(adapter, f)
+
+
+def _guard(run_dir: Path):
+    from ..contract.scope import TreeGuard, repository_root
+
+    return TreeGuard(repository_root(), allowed=[run_dir])
+
+
+def _sandbox_reasons(wrote: list) -> list[str]:
+    return [f"scope: wrote outside its sandbox while verified: {w}" for w in wrote[:5]]
 
 
 def _extended_space(space, domains: dict[str, list]):
@@ -150,5 +174,5 @@ def after_trial(run_dir: Path, trial, err, kernel_verdicts: dict | None = None) 
             if verdicts_mod.same_file(p, path):
                 v.update(verdict="disqualified", reasons=[*v.get("reasons", []),
                                                           f"numerics_drift in trial {trial.id} (in-situ spot check)"])
-        err.print(f"[yellow]kernel {path} drifted from the reference inside trial {trial.id}: disqualified for "
+        err.print(f"[yellow]kernel {escape(str(path))} drifted from the reference inside trial {trial.id}: disqualified for "
                   "this run[/]")
