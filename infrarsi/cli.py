@@ -108,18 +108,11 @@ def _register_tools() -> None:
     from .knobs.cli import knobs
 
     app.command("knobs")(knobs)
-    try:
-        from .kernels.cli import app as kernels_app
+    from .bank.cli import app as bank_app
+    from .kernels.cli import app as kernels_app
 
-        app.add_typer(kernels_app, name="kernels", help="Verify and benchmark Triton kernel candidates.")
-    except ImportError:
-        pass
-    try:
-        from .bank.cli import app as bank_app
-
-        app.add_typer(bank_app, name="bank", help="The experience bank: stats, show, export, import.")
-    except ImportError:
-        pass
+    app.add_typer(kernels_app, name="kernels", help="Verify and benchmark Triton kernel candidates.")
+    app.add_typer(bank_app, name="bank", help="The experience bank: stats, show, export, import.")
 
 
 def main() -> None:

@@ -65,10 +65,8 @@ def verified_kernel_space(space: KnobSpace, err: Console) -> tuple[KnobSpace, di
 
 
 def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list:
-    try:
-        from ..priors import priors_for
-    except ImportError:
-        return []
+    from ..priors import priors_for
+
     try:
         return priors_for(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump(),
                           record_dir=run_dir)
@@ -84,11 +82,9 @@ def run_id(contract, run_dir: Path) -> str:
 
 def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console) -> tuple[list[Setting], list, list]:
     """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors."""
-    try:
-        from ..bank import Bank
-        from ..bank.cli import bank_path
-    except ImportError:
-        return [], base_priors, []
+    from ..bank import Bank
+    from ..bank.cli import bank_path
+
     try:
         with Bank(bank_path(None)) as bank:
             seed = bank.seed(space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
@@ -104,11 +100,9 @@ def _workload_sig(contract) -> dict[str, Any]:
 
 
 def memory_estimate(space: KnobSpace, contract):
-    """The analytical peak-memory estimate the memory model refines (None when unavailable)."""
-    try:
-        from ..priors.offline import memory_estimator
-    except ImportError:
-        return None
+    """The analytical peak-memory estimate the memory model refines."""
+    from ..priors.offline import memory_estimator
+
     return memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
 
 
@@ -329,12 +323,10 @@ def _load(path: Path) -> dict[str, Any]:
 
 def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) -> None:
     """Keep the run in the experience bank: every finished trial, the time effects it learned, its LLM exchanges."""
-    try:
-        from ..bank import Bank, priors_from_effects
-        from ..bank.cli import bank_path
-        from ..priors import exchanges
-    except ImportError:
-        return
+    from ..bank import Bank, priors_from_effects
+    from ..bank.cli import bank_path
+    from ..priors import exchanges
+
     hw, wl = contract.hardware.model_dump(), _workload_sig(contract)
     rid = run_id(contract, run_dir)
     try:
