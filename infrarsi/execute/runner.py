@@ -248,7 +248,7 @@ class Runner:
             self._gate.release(procs, mem)
             with self._lock:
                 self._handles.pop(trial.id, None)
-        verdict = self._verdict(outcome, Path(handle.trial_dir), reference)
+        verdict = self._verdict(outcome, Path(handle.trial_dir), reference, trial.setting)
         if attempt and adopted is None:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
                 f"launch attempt {attempt + 1}: an earlier attempt was interrupted by a restart"]})
@@ -279,7 +279,10 @@ class Runner:
                                      env=trial_env(spec, token, d), attempt=attempt)
         return trial, handle
 
-    def _verdict(self, outcome: Outcome, trial_dir: Path, reference: Sequence[float] | None) -> Verdict:
+    def _verdict(self, outcome: Outcome, trial_dir: Path, reference: Sequence[float] | None,
+                 setting: Mapping[str, Any] | None = None) -> Verdict:
+        """``reference``: the baseline's loss trace (checked within rtol), or a calibrated loss referee
+        (infrarsi.contract.numerics.Referee: loss and grad norm against the setting's band)."""
         stdout = _read_text(trial_dir / STDOUT)
         stderr = _read_text(trial_dir / STDERR)
         parsed: ParsedRun | None = None
@@ -290,6 +293,8 @@ class Runner:
         except Exception as e:  # a parser choking on garbage output is a crash of the trial, not of the runner
             error = f"{type(e).__name__}: {e}"
         v = classify(outcome, parsed, stdout=stdout, stderr=stderr, parse_error=error)
+        if hasattr(reference, "judge"):
+            return reference.judge(v, setting or {})
         loss = self.contract.invariants.loss
         return apply_loss_check(v, reference, compare_steps=loss.compare_steps, rtol=loss.rtol)
 

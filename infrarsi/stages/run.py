@@ -10,7 +10,6 @@ are told to the tuner again, in-flight ones are re-queued (or adopted, on Slurm)
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from rich.table import Table
 from ..adapters import get_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.lock import atomic_write
+from ..contract.numerics import drift_of, reference_of
 from ..execute.trial import Trial, TrialStatus
 from ..knobs import KnobSpace, Setting
 from ..search import Outcome, Tuner, TunerConfig
@@ -134,7 +134,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     if not base_trials:
         err.print("[bold red]error:[/] the doctor's baseline trials are missing or failed; rerun `infrarsi doctor`")
         return 1
-    base_losses = noise.reference_losses  # the doctor's first baseline run
+    base_losses = reference_of(noise)  # the doctor's calibrated loss referee (loss and grad norm per step)
 
     bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err)
     budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
@@ -204,8 +204,6 @@ def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Sett
 def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Setting, base_losses, noise,
               console: Console) -> dict[str, Any]:
     """Interleaved A/B re-runs of the top candidates; promotion by the CI rule and the loss invariant."""
-    from ..contract.invariants import loss_violation
-
     repeats = max(2, min(noise.repeats_for_target, 4))
     top = [s for s in tuner.top(3) if s != baseline][:2]
     out: dict[str, Any] = {"repeats": repeats, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
@@ -244,7 +242,7 @@ def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: S
         else:
             sp = speedup_ci([a.metrics.step_time_s for a, _ in ok_pairs], [b.metrics.step_time_s for _, b in ok_pairs])
             passed, why = promote(sp, noise.mde)
-            drift = loss_violation(contract, base_losses, ok_pairs[0][1].metrics.losses)
+            drift = drift_of(base_losses, contract, cand, ok_pairs[0][1].metrics)
             if drift:
                 passed, why = False, f"loss invariant broken: {drift}"
             entry.update(sp.to_dict(), promoted=passed, reason=why,
@@ -286,9 +284,8 @@ def _median(xs: list) -> float | None:
 
 def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop_reason: str, kernel_verdicts: dict,
                  bank_sources: list) -> None:
-    from ..models import revision
+    from ..report.effects import model_summary
 
-    tuner.fit_models()
     body: dict[str, Any] = {
         "stop_reason": stop_reason,
         "proposals": proposals,
@@ -297,21 +294,8 @@ def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, sto
         "bank_sources": [str(s) for s in bank_sources],
         "priors": [p.model_dump(mode="json") for p in priors],
     }
-    for name, model in (("time", tuner.time_model), ("memory", tuner.memory_model)):
-        if model is None or model.n_obs == 0:
-            continue
-        body[f"{name}_effects"] = [_asdict(e) for e in model.effects()]
-        body[f"{name}_revisions"] = [_asdict(r) for r in revision(priors, model)] if priors else []
+    body.update(model_summary(tuner, priors))  # what the tuner fitted: effects as meant, revisions, the fit
     atomic_write(run_dir / SEARCH_JSON, json.dumps(body, indent=2, sort_keys=True, default=str))
-
-
-def _asdict(x: Any) -> dict[str, Any]:
-    d = dict(x.__dict__) if hasattr(x, "__dict__") else {}
-    if not d and hasattr(x, "__dataclass_fields__"):
-        d = {k: getattr(x, k) for k in x.__dataclass_fields__}
-    d["text"] = str(x)
-    return {k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else v) for k, v in d.items()
-            if not (isinstance(v, float) and math.isnan(v))}
 
 
 def _load(path: Path) -> dict[str, Any]:
