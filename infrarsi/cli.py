@@ -63,11 +63,14 @@ def run_(
     run_dir: Path = RunDir,
     max_trials: int = typer.Option(None, "--max-trials", help="Override the contract's budget.max_trials (lower only)."),
     parallel: int = typer.Option(None, "--parallel", help="Trials at once (default: the contract's budget.parallel_trials)."),
+    seed_from_simulated: bool = typer.Option(False, "--seed-from-simulated",
+                                             help="Let simulated (what-if) runs in the bank seed this measured run."),
 ) -> None:
     """Search launch knobs and kernel patches; re-verify the best against the baseline."""
     from .stages import run as stage
 
-    raise typer.Exit(stage.run(run_dir, max_trials=max_trials, parallel=parallel, console=console, err=err))
+    raise typer.Exit(stage.run(run_dir, max_trials=max_trials, parallel=parallel, console=console, err=err,
+                               seed_from_simulated=seed_from_simulated))
 
 
 @app.command()

@@ -80,15 +80,32 @@ def run_id(contract, run_dir: Path) -> str:
     return f"{contract.name}:{contract_hash(contract)[:12]}:{Path(run_dir).resolve()}"
 
 
-def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console) -> tuple[list[Setting], list, list]:
-    """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors."""
+def evidence_of(contract) -> str:
+    """The kind of evidence this run's trials are: "simulated" (a what-if cluster) or "measured"."""
+    return "simulated" if contract.workload.adapter == "simulated" else "measured"
+
+
+def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console,
+              from_simulated: bool = False) -> tuple[list[Setting], list, list]:
+    """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors.
+    A measured run never seeds from simulated runs unless ``from_simulated`` (and then it says so)."""
     from ..bank import Bank
     from ..bank.cli import bank_path
 
     try:
         with Bank(bank_path(None)) as bank:
+            skip = [run_id(contract, run_dir)]  # not its own past
+            sim = [r.run_id for r in bank.runs() if r.evidence == "simulated"]
+            if evidence_of(contract) == "measured" and sim:
+                if from_simulated:
+                    err.print(f"[yellow]seeding from simulated runs too, as asked ({len(sim)} in the bank): their "
+                              f"trials are what-if estimates, not measurements[/]")
+                else:
+                    skip += sim
+                    err.print(f"{len(sim)} simulated run(s) in the bank not used to seed this measured run "
+                              f"(--seed-from-simulated to use them)")
             seed = bank.seed(space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
-                             base_priors=base_priors, exclude_runs=[run_id(contract, run_dir)])  # not its own past
+                             base_priors=base_priors, exclude_runs=skip)
         return list(seed.initial), seed.merged_with(base_priors), list(seed.sources)
     except Exception as e:  # experience is advice: a broken bank never stops a run
         err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {e}); starting unseeded[/]")
@@ -106,7 +123,8 @@ def memory_estimate(space: KnobSpace, contract):
     return memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
 
 
-def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console) -> int:
+def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console,
+        seed_from_simulated: bool = False) -> int:
     run_dir = Path(run_dir)
     try:
         contract = load_locked(run_dir)
@@ -136,7 +154,8 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
         return 1
     base_losses = reference_of(noise)  # the doctor's calibrated loss referee (loss and grad norm per step)
 
-    bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err)
+    bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err,
+                                                   seed_from_simulated)
     budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
     par = parallel or contract.budget.parallel_trials
     cfg = TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3)), mde=noise.mde)
@@ -315,7 +334,7 @@ def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) ->
     rid = run_id(contract, run_dir)
     try:
         with Bank(bank_path(None)) as bank:
-            bank.add_trials(rid, record.finished(), hardware=hw, workload=wl)
+            bank.add_trials(rid, record.finished(), hardware=hw, workload=wl, evidence=evidence_of(contract))
             for ex in exchanges(run_dir):
                 bank.add_llm_exchange(rid, ex.model_dump(mode="json"))
             tuner.fit_models()
