@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from ..models import Effect, revision
+from ..priors.prior import Z90
 
 PROJECTION_SETTINGS = 400
-Z90 = 1.6448536269514722
 SCHEMA = 1
 
 

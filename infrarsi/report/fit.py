@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 
 from ..execute.trial import TrialStatus
 from ..knobs import Setting
+from ..priors.prior import Z90
 from .load import RunData
-
-Z90 = 1.6448536269514722
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from rich.table import Table
 
 from ..adapters import get_adapter
 from ..contract import ContractError, contract_hash, load_locked
-from ..contract.lock import atomic_write
 from ..contract.numerics import drift_of, reference_of
 from ..execute.trial import Trial, TrialStatus
+from ..io import atomic_write
 from ..knobs import KnobSpace, Setting
 from ..search import Outcome, Tuner, TunerConfig
 from ..search.verify import promote, speedup_ci
@@ -89,8 +89,7 @@ def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err:
               from_simulated: bool = False) -> tuple[list[Setting], list, list]:
     """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors.
     A measured run never seeds from simulated runs unless ``from_simulated`` (and then it says so)."""
-    from ..bank import Bank
-    from ..bank.cli import bank_path
+    from ..bank import Bank, bank_path, seed_from_bank
 
     try:
         with Bank(bank_path(None)) as bank:
@@ -104,8 +103,8 @@ def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err:
                     skip += sim
                     err.print(f"{len(sim)} simulated run(s) in the bank not used to seed this measured run "
                               f"(--seed-from-simulated to use them)")
-            seed = bank.seed(space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
-                             base_priors=base_priors, exclude_runs=skip)
+            seed = seed_from_bank(bank, space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
+                                  base_priors=base_priors, exclude_runs=skip)
         return list(seed.initial), seed.merged_with(base_priors), list(seed.sources)
     except Exception as e:  # experience is advice: a broken bank never stops a run
         err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {e}); starting unseeded[/]")
@@ -326,8 +325,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) -> None:
     """Keep the run in the experience bank: every finished trial, the time effects it learned, its LLM exchanges."""
-    from ..bank import Bank, priors_from_effects
-    from ..bank.cli import bank_path
+    from ..bank import Bank, bank_path, priors_from_effects
     from ..priors import exchanges
 
     hw, wl = contract.hardware.model_dump(), _workload_sig(contract)
