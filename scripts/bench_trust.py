@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 # A 4-layer minigpt small enough that one run takes seconds on a busy 2-core machine (--size tiny), or the
 # shipped contract itself (--size contract).
-TINY_ARGS = ("num_layers = 4, hidden_size = 128, num_attention_heads = 4, seq_length = 128, vocab_size = 256, "
-             "global_batch_size = 16, train_iters = 10, lr = 1e-3, seed = 1234")
+TINY_ARGS = ("num_layers = 4, hidden_size = 32, num_attention_heads = 4, seq_length = 32, vocab_size = 64, "
+             "global_batch_size = 8, train_iters = 10, lr = 1e-3, seed = 1234")
 
 
 def contract_text(size: str) -> str:
