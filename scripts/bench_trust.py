@@ -7,6 +7,11 @@ the target effect, 4))); then each repetition runs that many A/A pairs, replaces
 stage's rule (stages.run.disturbed_pairs) and applies search.verify.promote. Every promotion is false;
 target <= 5%.
 
+``reproduce``: for a finished run directory (e.g. the demo's), every promoted candidate is run again fresh
+(new processes, A then B back to back, the verification's own repeat count per reproduction), ``--reps``
+times; each reproduction's paired speedup is checked against the 95% CI verification.json reported.
+Target: inside in >= 90% of reproductions.
+
 ``calibration``: the tuner's time model on held-back trials it never saw. On each of the simulated
 clusters, the tuner (as the run stage builds it, with the analytical memory estimate) searches ``--budget``
 trials; then ``--held`` further valid settings are drawn at random, and the tuner's 90% posterior
@@ -14,6 +19,7 @@ predictive interval of each one's step time (additive model + residual GP + the 
 against a fresh noisy run of it. Target: about 90% inside.
 
     nice python scripts/bench_trust.py aa --reps 20 [--size tiny|contract] [--seed-offset 0]
+    nice python scripts/bench_trust.py reproduce --run-dir .infrarsi/demo --reps 5
     python scripts/bench_trust.py calibration --seeds 5 [--seed-offset 0] [--budget 20] [--held 10]
 """
 
@@ -99,6 +105,51 @@ def aa(args) -> int:
     return 0 if promoted / n <= 0.05 else 1
 
 
+def reproduce(args) -> int:
+    from infrarsi.adapters import get_adapter
+    from infrarsi.contract import load_locked
+    from infrarsi.execute import make_executor
+    from infrarsi.execute.record import RunRecord
+    from infrarsi.execute.runner import Runner
+    from infrarsi.execute.trial import TrialStatus
+    from infrarsi.report.load import load_run
+    from infrarsi.search.verify import speedup_ci
+
+    data = load_run(args.run_dir)
+    contract = load_locked(args.run_dir)
+    ver = data.verification or {}
+    cands = [c for c in ver.get("candidates", []) if c.get("promoted")]
+    if not cands:
+        print(f"{args.run_dir}: no promoted candidate to reproduce")
+        return 1
+    adapter = get_adapter(contract.workload.adapter)
+    space = adapter.knob_space(contract)
+    base = space.complete(ver["baseline"])
+    repeats = int(ver.get("repeats", 2))
+    record = RunRecord(Path(args.run_dir))
+    inside = total = 0
+    print(f"{'candidate':<60s} {'reported 95% CI':>18s} {'rerun':>8s}  inside")
+    with Runner(record, make_executor(), adapter, contract, config=Runner.Config(parallel=1)) as runner:
+        for c in cands:
+            cand = space.complete(c["setting"])
+            lo, hi = c["ci95"]
+            label = ", ".join(f"{k}={v}" for k, v in cand.items() if base.get(k) != v)[:60]
+            for _ in range(args.reps):
+                pairs = [(runner.submit(base, role="reproduce").result(), runner.submit(cand, role="reproduce").result())
+                         for _ in range(repeats)]
+                ok = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
+                if len(ok) < 2:
+                    print(f"{label:<60s} {'':>18s} {'failed':>8s}  -")
+                    continue
+                sp = speedup_ci([a.metrics.step_time_s for a, _ in ok], [b.metrics.step_time_s for _, b in ok])
+                hit = lo <= sp.speedup <= hi
+                inside, total = inside + hit, total + 1
+                print(f"{label:<60s} [{lo:7.3f}, {hi:7.3f}] {sp.speedup:8.3f}  {'yes' if hit else 'NO'}", flush=True)
+    print(f"\nreproductions inside the reported 95% CI: {inside} of {total} ({inside / max(total, 1):.0%}; "
+          f"target >= 90%)")
+    return 0 if total and inside / total >= 0.9 else 1
+
+
 def calibration(args) -> int:
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
@@ -150,13 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--reps", type=int, default=20)
     a.add_argument("--size", choices=("tiny", "contract"), default="tiny")
     a.add_argument("--seed-offset", type=int, default=0, help="number the repetitions from here (labels only)")
+    p = sub.add_parser("reproduce")
+    p.add_argument("--run-dir", type=Path, required=True)
+    p.add_argument("--reps", type=int, default=5)
     c = sub.add_parser("calibration")
     c.add_argument("--seeds", type=int, default=5)
     c.add_argument("--seed-offset", type=int, default=0, help="first seed: seeds seed-offset .. seed-offset + seeds - 1")
     c.add_argument("--budget", type=int, default=20)
     c.add_argument("--held", type=int, default=10)
     args = ap.parse_args(argv)
-    return aa(args) if args.check == "aa" else calibration(args)
+    return {"aa": aa, "reproduce": reproduce, "calibration": calibration}[args.check](args)
 
 
 if __name__ == "__main__":
