@@ -156,6 +156,7 @@ def test_memory_effects_are_whole_effects_that_match_the_known_law(run_dir):
 def test_models_section_reads_the_tuners_saved_fit(run_dir):
     """Predicted vs observed comes from search.json's `fitted` block (the tuner's own models), not a refit:
     changing the saved prediction changes the report."""
+    from infrarsi.contract.seal import sealed_write
     from infrarsi.knobs import Setting
     from infrarsi.report.fit import saved_fit
 
@@ -167,9 +168,9 @@ def test_models_section_reads_the_tuners_saved_fit(run_dir):
     assert first.mean_s == math.exp(m)
     body = json.loads((run_dir / "search.json").read_text())
     body["fitted"]["time"][Setting(t.setting).key()] = [m + 1.0, s]
-    (run_dir / "search.json").write_text(json.dumps(body))
+    sealed_write(run_dir, run_dir / "search.json", json.dumps(body))  # as the run stage writes it
     assert saved_fit(load_run(run_dir)).time[0].mean_s == math.exp(m + 1.0)
     del body["fitted"]
-    (run_dir / "search.json").write_text(json.dumps(body))
+    sealed_write(run_dir, run_dir / "search.json", json.dumps(body))
     assert saved_fit(load_run(run_dir)) is None
     assert "rerun `infrarsi run`" in to_markdown(build(load_run(run_dir), sections=["models"]))
