@@ -18,9 +18,10 @@ def test_equal_settings_have_equal_hashes():
 def test_space_normalizes_by_kind_so_a_seeded_setting_is_not_proposed_twice():
     space = _space()
     proposed = space.complete({"sp": True, "tp": 4})
-    seeded = space.complete({"sp": 1, "tp": 4.0})  # as a bank row or an old JSON file may carry them
+    seeded = space.complete({"sp": 1, "tp": 4})  # a bool knob's 1, as a bank row or an old JSON file may carry it
     assert seeded == proposed and hash(seeded) == hash(proposed)
-    assert seeded["sp"] is True and type(seeded["tp"]) is int
+    assert seeded["sp"] is True
+    assert space.complete({"tp": 4.0}) != space.complete({"tp": 4})  # a float is another value (init refuses it)
     assert len({proposed, seeded}) == 1
     assert seeded.key() == proposed.key()
 
