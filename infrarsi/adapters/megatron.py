@@ -38,7 +38,8 @@ from ..knobs import KnobSpace
 from ..knobs.catalog import ENV_PREFIX, check_setting, FRAMEWORK_DEFAULTS, knobs_for, space_for_fixed
 from . import megatron_log
 from .base import Adapter, ParsedRun, scoped_space
-from .launch_script import Launch, ScriptError, interpret_script, split_launcher, world_from_variables
+from .bash import ScriptError, interpret_script
+from .launch_script import Launch, split_launcher, world_from_variables
 
 FRAMEWORK = "megatron"
 
