@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import operator
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -80,6 +81,14 @@ class _Interp:
         self.exported: set[str] = set()
         self.args = list(args or [])
         self.commands: list[Command] = []
+        self.substitutions: list[str] = []  # command substitutions met, by placeholder number
+
+    def opaque(self, text: str) -> str:
+        """A placeholder for a command substitution that is never run: it has no blanks, so word splitting
+        keeps it whole wherever it travels (a variable, an array, an option value); :func:`_reveal` puts the
+        text back."""
+        self.substitutions.append(text)
+        return f"\x00{len(self.substitutions) - 1}\x00"
 
     def err(self, line: int, msg: str) -> ScriptError:
         return ScriptError(line, msg, path=self.path)
@@ -182,7 +191,7 @@ class _Interp:
                 return str(_arith(re.sub(r"\$[?#$!]", "0", text), self.get))
             except (ValueError, SyntaxError, ZeroDivisionError, TypeError) as e:
                 raise self.err(line, f"cannot evaluate $(({text})): {e}") from None
-        return text  # cmd: never executed; kept as written
+        return self.opaque(text)  # cmd: never executed; kept as written, as one word
 
     def expand(self, w: Word) -> list[str]:
         """Expand one word to the words bash would produce (unquoted expansions are split on
@@ -439,11 +448,12 @@ _UNSUPPORTED = ("for", "while", "until", "case", "select", "function", "{", "}")
 
 
 def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = None,
-                     args: list[str] | None = None) -> ScriptResult:
+                     args: list[str] | None = None, cwd: str | None = None) -> ScriptResult:
     """Evaluate a launch script's bash subset; every command it would run, expanded (not executed).
 
     ``env`` is the starting environment (default: empty, so defaults in the script apply);
-    ``args`` are the script's positional arguments ($1, $2, ...)."""
+    ``args`` are the script's positional arguments ($1, $2, ...); ``cwd`` is the directory the script
+    runs from: ``$PWD`` unless ``env`` sets it (default: this process's working directory)."""
     sbatch = []
     for ln in text.splitlines():
         m = re.match(r"\s*#SBATCH\s+(.*)", ln)
@@ -451,7 +461,9 @@ def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = 
             sbatch.extend(shlex.split(m.group(1).split(" #")[0]))
     toks = _Lexer(text, path).tokens()
     cmds = _split_commands(toks)
-    it = _Interp(path, env, args)
+    start_env = dict(env or {})
+    start_env.setdefault("PWD", str(cwd) if cwd is not None else os.getcwd())
+    it = _Interp(path, start_env, args)
     # if-stack frames: [active_now, any_branch_taken, parent_active, line of the if]
     stack: list[list] = []
     prev_sep, status = "", True
@@ -594,4 +606,24 @@ def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = 
     if stack:
         raise it.err(stack[-1][3], "if without fi; close it with fi")
     exported = {n: it.get(n) or "" for n in sorted(it.exported)}
-    return ScriptResult(commands=it.commands, variables=it.vars, exported=exported, sbatch=sbatch, exit_line=exit_line)
+
+    def reveal(v):
+        return _reveal(v, it.substitutions)
+
+    commands = [Command(argv=reveal(c.argv), env=reveal(c.env), line=c.line) for c in it.commands]
+    return ScriptResult(commands=commands, variables=reveal(it.vars), exported=reveal(exported), sbatch=sbatch,
+                        exit_line=exit_line)
+
+
+_PLACEHOLDER = re.compile("\x00(\\d+)\x00")
+
+
+def _reveal(v, subs: list[str]):
+    """``v`` (a string, list or dict of them) with command-substitution placeholders replaced by their text."""
+    if isinstance(v, str):
+        return _PLACEHOLDER.sub(lambda m: subs[int(m.group(1))], v) if "\x00" in v else v
+    if isinstance(v, list):
+        return [_reveal(x, subs) for x in v]
+    if isinstance(v, dict):
+        return {k: _reveal(x, subs) for k, x in v.items()}
+    return v

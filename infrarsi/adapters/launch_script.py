@@ -21,6 +21,10 @@ _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "
 _SRUN_FLAGS = {"-l", "--label", "-u", "--unbuffered", "--exclusive", "--overlap", "-v", "--verbose", "-Q", "--quiet",
                "-K", "--kill-on-bad-exit", "-X", "--disable-status", "-Z", "--no-allocate", "--pty", "--export-file",
                "--mpi-prefix", "--overcommit", "-O", "--whole", "--exact"}
+# sbatch options that take no value (``--exclusive=user`` still reads its value through the = form).
+_SBATCH_FLAGS = {"--exclusive", "--overcommit", "-O", "--requeue", "--no-requeue", "--contiguous", "-H", "--hold",
+                 "--parsable", "-W", "--wait", "--test-only", "--use-min-nodes", "--spread-job", "--ignore-pbs",
+                 "-k", "--no-kill", "-Q", "--quiet", "-v", "--verbose", "--reboot", "--get-user-env"}
 _LAUNCHERS = {"torchrun", "srun"}
 
 
@@ -115,7 +119,9 @@ def split_launcher(argv: list[str], *, env: dict[str, str] | None = None, sbatch
     if sbatch:
         j = 0
         while j < len(sbatch):
-            if sbatch[j].startswith("-"):
+            if sbatch[j] in _SBATCH_FLAGS:  # --exclusive, --overcommit: no value, the next word is an option
+                j += 1
+            elif sbatch[j].startswith("-"):
                 name, val, j2 = _opt(sbatch, j)
                 if name in ("-N", "--nodes"):
                     srun_nodes = _int(val)
@@ -225,3 +231,45 @@ def shell_join(argv: list[str], env: dict[str, str] | None = None) -> str:
     """A command line a shell reads back as ``argv`` (with ``env`` assignments first)."""
     pre = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()]
     return " ".join(pre + [shlex.quote(a) for a in argv])
+
+
+# `--flag $VAR`, `--flag "${VAR}"`, `--flag ${3}` (no default) in a script's text.
+_FLAG_THEN_VAR = re.compile(r'(?<![\w-])(--[A-Za-z][\w-]*)[ \t]+(?:\\\n\s*)?"?\$(?:\{([A-Za-z_]\w*|\d+)\}|([A-Za-z_]\w*|\d))')
+
+
+def unfilled_flags(text: str, argv: list[str], variables: dict[str, str | list[str]],
+                   args: list[str] | None = None) -> list[str]:
+    """One message per flag of the launch command ``argv`` that is left without a value because the
+    variable written after it in the script (``--data-path $DATA_PATH``, ``--vocab-file $3``) is empty:
+    bash drops the word and the flag takes the next flag as its value, or none. The message names the
+    flag and the contract field that fills it."""
+    args = list(args or [])
+    out: list[str] = []
+    for ln in text.splitlines():
+        code = ln.split(" #")[0] if not ln.lstrip().startswith("#") else ""
+        for m in _FLAG_THEN_VAR.finditer(code):
+            flag, var = m.group(1), m.group(2) or m.group(3)
+            if flag not in argv:
+                continue
+            k = argv.index(flag)
+            if k + 1 < len(argv) and not (argv[k + 1].startswith("--") or argv[k + 1] == ""):
+                continue  # it has a value
+            if var.isdigit():
+                if int(var) <= len(args):
+                    continue
+                msg = (f"{flag} has no value: ${var} (the script's positional argument {var}) is not given; "
+                       f"list the script's arguments in the contract's workload.script_args")
+            else:
+                val = variables.get(var)
+                if val not in (None, "", []):
+                    continue
+                src = re.search(rf"(?m)^\s*(?:export\s+)?{var}=\"?\$\{{?(\d+)\}}?", text)
+                if src and int(src.group(1)) > len(args):
+                    msg = (f"{flag} has no value: ${var} is the script's positional argument {src.group(1)}, which is "
+                           f"not given; list the script's arguments in the contract's workload.script_args")
+                else:
+                    msg = (f"{flag} has no value: ${var} is not set; set it in the contract's workload.script_env "
+                           f"(or workload.env when trials need it too)")
+            if msg not in out:
+                out.append(msg)
+    return out

@@ -248,6 +248,10 @@ class TorchtitanLaunch:
     toml_path: str | None = None
     config: str | None = None  # 0.3 --config
     notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # launch-level faults (a flag left without its value)
+    device: str | None = None  # the contract's hardware.kind: fp8 recipes follow it
+    base_dir: str | None = None  # where relative job-file paths are read from
+    read_with: dict[str, Any] = field(default_factory=dict)  # env, args, cwd the script was read with
 
     @property
     def bool_keys(self) -> set[str]:
@@ -336,6 +340,8 @@ def _read(style: str, vals: dict[str, Any], world: int | None) -> tuple[dict[str
         s["data_parallel"] = world // inner
     else:
         s["data_parallel"] = None
+    # FSDP shards optimizer state over the shard degree: Megatron calls that the distributed optimizer
+    s["distributed_optimizer"] = bool(s["data_parallel"]) and s["data_parallel"] // rep > 1
     gbs = int(vals.get("training.global_batch_size", -1))
     if gbs > 0:
         fixed["global_batch_size"] = gbs
@@ -639,9 +645,12 @@ def knob_space_for(parsed: TorchtitanLaunch, *, include_current: bool = True) ->
     defaults = {"recompute_granularity": "selective", "bf16": True}
     space = space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=FRAMEWORK,
                             include=parsed.setting if include_current else None, defaults=defaults,
-                            expert_tensor_parallel=1)
-    knobs = list(space.knobs)
+                            expert_tensor_parallel=1, device=parsed.device)
+    rep = int(parsed.values.get("parallelism.data_parallel_replicate_degree", 1))
+    knobs = [k.with_domain([d for d in k.domain if d % rep == 0] or list(k.domain)) if k.name == "data_parallel"
+             else k for k in space.knobs]
     cons = list(space.constraints)
+    cons += _torchtitan_rules(parsed, rep)
     if parsed.style == "cli":
         knobs = [k.with_domain([parsed.setting["fp8_recipe"]]) if k.name == "fp8_recipe" else k for k in knobs]
     if parsed.style == "toml":
@@ -657,10 +666,48 @@ def knob_space_for(parsed: TorchtitanLaunch, *, include_current: bool = True) ->
     return KnobSpace(knobs, cons)
 
 
+def _torchtitan_rules(parsed: TorchtitanLaunch, rep: int) -> list[Constraint]:
+    """The rules torchtitan adds to the catalog's: the replicate degree the job fixes, FSDP's optimizer
+    sharding, and async TP (which compiles the model)."""
+    components = list(parsed.values.get("compile.components") or ["model", "loss"])
+    style = parsed.style
+
+    def dp_covers_replicate(s: Mapping[str, Any]) -> str | None:
+        dp = s.get("data_parallel")
+        if dp is None or dp % rep == 0:
+            return None
+        return (f"data_parallel {dp} is not a multiple of the job's data_parallel_replicate_degree {rep}: the shard "
+                f"degree would be {dp} / {rep} (torchtitan: \"dp_shard must -1 or >=1\"); choose a multiple of {rep}")
+
+    def optimizer_sharded_by_fsdp(s: Mapping[str, Any]) -> str | None:
+        dp = s.get("data_parallel")
+        if dp is None:
+            return None
+        want = dp // rep > 1
+        if bool(s.get("distributed_optimizer", want)) != want:
+            return (f"torchtitan shards optimizer state exactly when FSDP's shard degree is above 1 (data_parallel "
+                    f"{dp} / replicate {rep} = {dp // rep}): distributed_optimizer must be {want}")
+        return None
+
+    def async_tp_needs_compiled_model(s: Mapping[str, Any]) -> str | None:
+        if not s.get("async_tp"):
+            return None
+        if style == "toml" and s.get("tensor_parallel", 1) <= 1:
+            return None  # 0.2.x: no TP mesh, async TP is inert
+        if not s.get("torch_compile") or "model" not in components:
+            return (f"async_tp needs torch_compile with 'model' in compile.components (the job compiles "
+                    f"{components}; torchtitan: \"Async TP requires 'model' in --compile.components and "
+                    f"--compile.enable\")")
+        return None
+
+    return [Constraint(fn.__name__, fn) for fn in (dp_covers_replicate, optimizer_sharded_by_fsdp,
+                                                    async_tp_needs_compiled_model)]
+
+
 def violations(parsed: TorchtitanLaunch, setting: Mapping[str, Any] | None = None) -> list[str]:
     s = dict(parsed.setting if setting is None else {**parsed.setting, **setting})
     space = knob_space_for(parsed)
-    out: list[str] = []
+    out: list[str] = list(parsed.problems)
     if parsed.world_size and s.get("data_parallel") is None:
         inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
         out.append(f"world_size({parsed.world_size}) is not divisible by tp({s['tensor_parallel']}) * "
