@@ -53,6 +53,14 @@ def available(framework: str) -> bool:
 
 
 # --------------------------------------------------------------------------- Megatron
+def _has_transformer_engine() -> bool:
+    try:
+        import transformer_engine  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def megatron_core_check(fixed: Mapping[str, Any], setting: Mapping[str, Any]) -> list[str]:
     """Build megatron-core's TransformerConfig for this model and setting; its error, if any.
 
@@ -101,6 +109,10 @@ def megatron_core_check(fixed: Mapping[str, Any], setting: Mapping[str, Any]) ->
                   moe_grouped_gemm=bool(s.get("moe_grouped_gemm")))
         if fixed.get("moe_ffn_hidden_size"):
             kw["moe_ffn_hidden_size"] = fixed["moe_ffn_hidden_size"]
+    if kw["fp8"] is not None and not _has_transformer_engine():
+        # megatron-core's fp8 checks ask Transformer Engine's version; without TE they cannot run (TypeError on
+        # None), so fp8 is left to the catalog's device rule and the rest of the config is still checked
+        kw["fp8"] = None
     kw = {k: v for k, v in kw.items() if v is not None or k in ("recompute_granularity", "recompute_method", "fp8")}
     try:
         with warnings.catch_warnings():
@@ -222,40 +234,46 @@ def torchtitan_job_checks(cfg, *, world_size: int | None) -> list[str]:
     return out
 
 
-def torchtitan_args(parsed, argv: list[str]) -> list[str] | None:
-    """The arguments torchtitan's train.py would get from this launch (the job file's path made absolute), or
-    None when the launch is a 0.3 command line (another parser) or names no job file."""
-    if parsed.style != "toml" or not parsed.toml_path:
+def torchtitan_args(parsed, argv: list[str], env: Mapping[str, str] | None = None) -> list[str] | None:
+    """The arguments torchtitan's train.py would get from this emitted launch (the job file first, its path
+    made absolute), or None when the launch is a 0.3 command line (another parser) or names no job file."""
+    if parsed.style != "toml":
         return None
     args = list(argv)
     if "torchtitan.train" in args:
         args = args[args.index("torchtitan.train") + 1:]
     elif parsed.launch is not None and parsed.launch.program:
-        n = len(parsed.launch.launcher) + len(parsed.launch.program)
-        args = args[n:]
-    job = Path(parsed.toml_path)
-    if not job.is_absolute() and parsed.base_dir:
-        job = Path(parsed.base_dir) / job
+        args = args[len(parsed.launch.launcher) + len(parsed.launch.program):]
+    job: str | None = None
     keep: list[str] = []
     k = 0
-    while k < len(args):  # the job file once, absolute, first
+    while k < len(args):  # the job file once, absolute, first (ConfigManager reads the first one)
         a = args[k]
         if a in ("--job.config_file", "--job.config-file"):
+            job = job or (args[k + 1] if k + 1 < len(args) else None)
             k += 2
             continue
         if a.startswith(("--job.config_file=", "--job.config-file=")):
+            job = job or a.split("=", 1)[1]
             k += 1
             continue
         keep.append(a)
         k += 1
-    return ["--job.config_file", str(job.resolve()), *keep]
+    job = job or (env or {}).get("CONFIG_FILE") or parsed.toml_path
+    if not job:
+        return None
+    p = Path(job)
+    if not p.is_absolute() and parsed.base_dir and (Path(parsed.base_dir) / p).is_file():
+        p = Path(parsed.base_dir) / p  # a script's relative path: from the folder it is read in
+    return ["--job.config_file", str(p.resolve()), *keep]
 
 
-def check_torchtitan(parsed, argv: list[str], *, world_size: int | None) -> list[str]:
+def check_torchtitan(parsed, argv: list[str], *, env: Mapping[str, str] | None = None,
+                     world_size: int | None) -> list[str]:
     """torchtitan's refusals of this emitted launch ([] when it accepts, is not installed, or is a 0.3 launch)."""
     if not available("torchtitan"):
         return []
-    args = torchtitan_args(parsed, argv)
+    args = torchtitan_args(parsed, argv, env)
     if args is None:
         return []
     try:

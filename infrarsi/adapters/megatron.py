@@ -37,7 +37,7 @@ from ..execute.trial import Metrics, TrialStatus
 from ..knobs import KnobSpace
 from ..knobs.catalog import ENV_PREFIX, check_setting, FRAMEWORK_DEFAULTS, knobs_for, space_for_fixed
 from . import megatron_log
-from .framework_check import megatron_core_check
+from .framework_check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
 from .base import Adapter, ParsedRun, scoped_space
 from .bash import ScriptError, interpret_script
 from .launch_script import Launch, split_launcher, unfilled_flags, world_from_variables
@@ -546,6 +546,9 @@ def violations(parsed: MegatronLaunch, setting: Mapping[str, Any] | None = None,
     out.extend(v.message for v in check_setting(space, s))
     if core:
         out.extend(megatron_core_check(parsed.fixed, s))
+        if not out:  # and the process groups megatron-core would make
+            out.extend(megatron_parallel_check(s, world_size=parsed.world_size,
+                                               expert_tensor_parallel=parsed.expert_tensor_parallel))
     return out
 
 
@@ -608,7 +611,13 @@ class MegatronAdapter(Adapter):
         if parsed.world_size and "data_parallel" not in setting:
             inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
             s["data_parallel"] = parsed.world_size // inner
-        return emit_megatron(parsed, s, time_limit_s=contract.invariants.timing.timeout_s, extra_env=extra)
+        spec = emit_megatron(parsed, s, time_limit_s=contract.invariants.timing.timeout_s, extra_env=extra)
+        if parsed.problems:
+            raise MegatronLaunchError("; ".join(parsed.problems))
+        rejected = check_megatron(parsed, s)  # megatron-core's own word, before any launch
+        if rejected:
+            raise FrameworkRejected("; ".join(rejected))
+        return spec
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         fixed = self.parsed(contract).fixed if (contract.workload.launch or contract.workload.entrypoint) else contract.fixed

@@ -451,6 +451,18 @@ def workload_constraints(
         return None
 
     @rule
+    def recompute_options_need_full(s):
+        # without full recompute Megatron ignores (or rejects) --recompute-method/--recompute-num-layers, so
+        # other values would be the same launch under another name
+        if v(s, "recompute_granularity") == "full":
+            return None
+        moved = [n for n in ("recompute_method", "recompute_num_layers") if n in s and s[n] != d[n]]
+        if moved:
+            return (f"{' and '.join(moved)} only act with recompute_granularity full (it is "
+                    f"{v(s, 'recompute_granularity')}); keep {', '.join(f'{n} = {d[n]!r}' for n in moved)}")
+        return None
+
+    @rule
     def overlap_param_gather_needs(s):
         if not v(s, "overlap_param_gather"):
             return None
