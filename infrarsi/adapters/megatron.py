@@ -514,6 +514,8 @@ def emit_megatron(parsed: MegatronLaunch, setting: Mapping[str, Any], *, launche
     prefix = list(la.launcher)
     if launcher == "torchrun":
         prefix = ["torchrun", f"--nproc-per-node={procs}", f"--nnodes={nodes}"]
+    elif launcher == "srun" and "srun" in la.kinds:
+        pass  # already an srun launch: every option the user wrote (container, mounts, output) stays
     elif launcher == "srun":
         prefix = ["srun", f"--nodes={nodes}", f"--ntasks-per-node={procs}", "python"]
     elif launcher is not None:

@@ -178,8 +178,9 @@ def split_overrides(args: list[str], bool_keys: set[str]) -> list[Override]:
         negated = False
         if "." in key:
             sec, fld = key.rsplit(".", 1)
-            if fld.startswith("no_") and f"{sec}.{fld[3:]}" in bool_keys:
-                key, negated = f"{sec}.{fld[3:]}", True
+            bare = "=" not in tok and (k + 1 >= n or not _is_value(args[k + 1]))
+            if fld.startswith("no_") and (f"{sec}.{fld[3:]}" in bool_keys or bare):
+                key, negated = f"{sec}.{fld[3:]}", True  # --section.no-field: a bool field set false
         if "=" in tok:
             out.append(Override([tok], key=key, negated=negated))
             k += 1
@@ -273,8 +274,8 @@ def _resolve(style: str, base: dict[str, Any], overrides: list[Override], defaul
         if ov.negated:
             vals[ov.key] = False
             continue
-        if isinstance(like, bool) and not ov.values:
-            vals[ov.key] = True
+        if (like is None or isinstance(like, bool)) and not ov.values and len(ov.tokens) == 1 and "=" not in ov.tokens[0]:
+            vals[ov.key] = True  # a bare --section.field is a bool flag
             continue
         raw: Any = ov.values if len(ov.values) != 1 else ov.values[0]
         if like is not None:
@@ -395,10 +396,11 @@ def _toml_notes(vals: Mapping[str, Any]) -> list[str]:
 
 
 def parse_torchtitan_argv(argv: list[str], *, env: Mapping[str, str] | None = None, base_dir: str | Path | None = None,
-                          script_vars: Mapping[str, Any] | None = None, source: str = "<command>") -> TorchtitanLaunch:
+                          script_vars: Mapping[str, Any] | None = None, source: str = "<command>",
+                          line: int | None = None) -> TorchtitanLaunch:
     """Read an expanded torchtitan command (torchrun ... -m torchtitan.train ..., or run_train.sh)."""
     env = dict(env or {})
-    launch = split_launcher(list(argv), env=env)
+    launch = split_launcher(list(argv), env=env, line=line)
     prog = launch.program
     world = launch.world_size
     if prog and os.path.basename(prog[0]) == "run_train.sh":
@@ -481,7 +483,7 @@ def parse_torchtitan(text: str, *, path: str = "<command>", env: Mapping[str, st
         if prog[:2] == ["-m", "torchtitan.train"] or (prog and os.path.basename(prog[0]) == "run_train.sh"):
             base = base_dir if base_dir is not None else (Path(path).parent if path != "<command>" else None)
             out = parse_torchtitan_argv(cmd.argv, env={**res.exported, **cmd.env}, base_dir=base,
-                                        script_vars=res.variables, source=path)
+                                        script_vars=res.variables, source=path, line=cmd.line)
             if out.world_size is None and world_size:
                 out = _with_world(out, world_size)
             out.problems = unfilled_flags(text, cmd.argv, res.variables, args)
