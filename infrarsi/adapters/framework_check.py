@@ -276,8 +276,22 @@ def check_torchtitan(parsed, argv: list[str], *, env: Mapping[str, str] | None =
     args = torchtitan_args(parsed, argv, env)
     if args is None:
         return []
+    try:  # settings that differ only in the environment (NCCL knobs) give the same command: parsed once
+        key = (tuple(args), world_size, Path(args[1]).read_bytes())
+    except OSError:
+        key = None
+    if key is not None and key in _TT_CACHE:
+        return list(_TT_CACHE[key])
     try:
         cfg = torchtitan_config(args)
+        out = torchtitan_job_checks(cfg, world_size=world_size)
     except FrameworkRejected as e:
-        return [str(e)]
-    return torchtitan_job_checks(cfg, world_size=world_size)
+        out = [str(e)]
+    if key is not None:
+        if len(_TT_CACHE) > 4096:
+            _TT_CACHE.clear()
+        _TT_CACHE[key] = tuple(out)
+    return out
+
+
+_TT_CACHE: dict[tuple, tuple[str, ...]] = {}

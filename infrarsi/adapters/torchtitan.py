@@ -75,7 +75,7 @@ DEFAULTS_03: dict[str, Any] = {
     "parallelism.fsdp_reshard_after_forward": "default", "parallelism.tensor_parallel_degree": 1,
     "parallelism.enable_sequence_parallel": True, "parallelism.pipeline_parallel_degree": 1,
     "parallelism.context_parallel_degree": 1, "parallelism.expert_parallel_degree": 1,
-    "compile.enable": False, "compile.enable_async_tensor_parallel": False,
+    "compile.enable": False, "compile.enable_async_tensor_parallel": False, "compile.components": ["model", "loss"],
     "activation_checkpoint.mode": "selective", "fp8": "none",
 }
 # 0.3.x config functions torchtitan ships: model flavor and the values they set.
@@ -103,7 +103,7 @@ DEFAULTS_02: dict[str, Any] = {
     "parallelism.fsdp_reshard_after_forward": "default", "parallelism.tensor_parallel_degree": 1,
     "parallelism.enable_async_tensor_parallel": False, "parallelism.pipeline_parallel_degree": 1,
     "parallelism.context_parallel_degree": 1, "parallelism.expert_parallel_degree": 1,
-    "compile.enable": False, "activation_checkpoint.mode": "selective",
+    "compile.enable": False, "compile.components": ["model", "loss"], "activation_checkpoint.mode": "selective",
 }
 
 _INT_FIELDS = {
@@ -732,6 +732,9 @@ def knob_space_for(parsed: TorchtitanLaunch, *, include_current: bool = True) ->
     rep = int(parsed.values.get("parallelism.data_parallel_replicate_degree", 1))
     knobs = [k.with_domain([d for d in k.domain if d % rep == 0] or list(k.domain)) if k.name == "data_parallel"
              else k for k in space.knobs]
+    dp0 = next((k.default for k in knobs if k.name == "data_parallel"), None)
+    if dp0:  # the derived knob's default follows the default degrees: FSDP over dp / rep ranks
+        knobs = [k.with_domain(k.domain, dp0 // rep > 1) if k.name == "distributed_optimizer" else k for k in knobs]
     cons = list(space.constraints)
     cons += _torchtitan_rules(parsed, rep)
     if parsed.style == "cli":
