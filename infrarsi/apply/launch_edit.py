@@ -64,6 +64,14 @@ def _quote(v: str) -> str:
     return shlex.quote(v)
 
 
+def _bare(v: str, where: str) -> str:
+    """``v`` for a spot that already sits inside the user's quoting (an assignment's value, a quoted option
+    string): only words that need no quoting go there."""
+    if shlex.quote(v) != v:
+        raise EditError(f"{where}: {v!r} would need quoting inside the user's own quotes; edit it by hand")
+    return v
+
+
 def _code_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of each line's code (a full-line comment has none; ``#SBATCH`` lines are comments)."""
     spans, pos = [], 0
@@ -202,10 +210,11 @@ def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[
             if var:
                 asg = _assignment(new, var.group(1), vals[0])
                 if asg:
-                    options.append(new[:asg[0]] + want[0] + new[asg[1]:])
+                    options.append(new[:asg[0]] + _bare(want[0], f"{path}: {var.group(1)}") + new[asg[1]:])
                 options.append(new[:a] + _quote(want[0]) + new[b:])
             else:
-                options.append(new[:a] + (_quote(want[0]) if raw[:1] not in "\"'" else raw[0] + want[0] + raw[0]) + new[b:])
+                options.append(new[:a] + (_quote(want[0]) if raw[:1] not in "\"'" else raw[0] + _bare(want[0], path) + raw[0])
+                               + new[b:])
         for cand in options:
             try:
                 got = state(cand)
@@ -245,7 +254,7 @@ def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[
             asg = _assignment(new, key, old or "")
             if asg is None:
                 raise EditError(f"{path}: cannot change {key} where it is set ({m.group(0).strip()})")
-            new = new[:asg[0]] + want + new[asg[1]:]
+            new = new[:asg[0]] + _bare(want, f"{path}: {key}") + new[asg[1]:]
         else:
             lines = new.split("\n")
             lines.insert(launch_line - 1, f"export {key}={_quote(want)}")
