@@ -13,8 +13,9 @@ any other failed trial).
   file, field names, value types), then ``ParallelDims`` (its degree checks) and the model-converter
   registry. Checks torchtitan makes only on a GPU node (float8 recipe with the fp8 all-gather, async TP
   without a compiled model) are stated here in torchtitan's words.
-- torchtitan 0.3.x command lines cannot be parsed in the same environment as 0.2.x (one package
-  name); they are checked against the knob space's 0.3 rules only.
+- torchtitan 0.3.x: the same package name as 0.2.x, so 0.3 sits in a target directory of its own
+  (``$INFRARSI_TORCHTITAN03``, default ``<venv>/torchtitan-0.3``) and its ``ConfigManager`` and
+  ``ParallelDims`` run in a subprocess (:mod:`._torchtitan03`), a batch of command lines at a time.
 
 A framework that is not installed checks nothing (``available`` says which are).
 """
@@ -23,8 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
+import os
 import re
+import subprocess
+import sys
+import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -172,7 +178,7 @@ def check_megatron(parsed, setting: Mapping[str, Any]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- torchtitan
-_BOX = re.compile(r"[\u2500-\u257f]+")
+_BOX = re.compile(r"[\u2500-\u257f]+|-{3,}")
 
 
 def _tyro_message(text: str) -> str:
@@ -268,9 +274,52 @@ def torchtitan_args(parsed, argv: list[str], env: Mapping[str, str] | None = Non
     return ["--job.config_file", str(p.resolve()), *keep]
 
 
+TORCHTITAN03_ENV = "INFRARSI_TORCHTITAN03"
+
+
+def torchtitan03_dir() -> Path | None:
+    """The target directory that holds torchtitan 0.3 (``pip install --target DIR torchtitan==0.3.0 ...``), if any."""
+    d = Path(os.environ.get(TORCHTITAN03_ENV) or Path(sys.prefix) / "torchtitan-0.3")
+    return d if (d / "torchtitan" / "config" / "manager.py").is_file() else None
+
+
+def torchtitan03_args(parsed, argv: list[str], env: Mapping[str, str] | None = None) -> list[str] | None:
+    """What 0.3's train.py would get from this emitted launch (run_train.sh's MODULE/CONFIG made flags)."""
+    if parsed.style != "cli":
+        return None
+    args = list(argv)
+    if "torchtitan.train" in args:
+        return args[args.index("torchtitan.train") + 1:]
+    if parsed.launch is not None and parsed.launch.program:
+        args = args[len(parsed.launch.launcher) + len(parsed.launch.program):]
+        e = dict(env or {})
+        if "--module" not in args and (e.get("MODULE") or e.get("CONFIG")):
+            args = ["--module", e.get("MODULE", "llama3"), "--config", e.get("CONFIG", "llama3_debugmodel"), *args]
+        return args
+    return None
+
+
+def check_torchtitan03_many(jobs: list[tuple[list[str], int | None]], *, timeout_s: float = 600) -> list[list[str]] | None:
+    """torchtitan 0.3's refusals for each (args, world size), in one subprocess; None when 0.3 is not installed."""
+    target = torchtitan03_dir()
+    if target is None:
+        return None
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run([sys.executable, "-m", "infrarsi.adapters._torchtitan03"], input=json.dumps(jobs),
+                          capture_output=True, text=True, env=env, timeout=timeout_s, cwd=tempfile.gettempdir())
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the torchtitan 0.3 check did not run ({tail}); reinstall it into {target}")
+    return json.loads(proc.stdout)
+
+
 def check_torchtitan(parsed, argv: list[str], *, env: Mapping[str, str] | None = None,
                      world_size: int | None) -> list[str]:
     """torchtitan's refusals of this emitted launch ([] when it accepts, is not installed, or is a 0.3 launch)."""
+    if parsed.style == "cli":
+        args03 = torchtitan03_args(parsed, argv, env)
+        got = check_torchtitan03_many([(args03, world_size)]) if args03 is not None else None
+        return got[0] if got else []
     if not available("torchtitan"):
         return []
     args = torchtitan_args(parsed, argv, env)

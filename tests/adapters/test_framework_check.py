@@ -3,7 +3,8 @@
 For each launch fixture: every valid one-knob neighbour of the launch's own setting and a sample of the space
 is emitted, read back by the project (the same setting, the same workload) and, where the framework's parser
 is importable, put to it (megatron-core's TransformerConfig and process-group arithmetic; torchtitan 0.2's
-ConfigManager, ParallelDims and converter registry). And a setting the framework refuses costs no launch:
+ConfigManager, ParallelDims and converter registry; torchtitan 0.3's ConfigManager and ParallelDims, from
+its own target directory in a subprocess, when it is installed there). And a setting the framework refuses costs no launch:
 the run records it as ``invalid`` with the framework's message.
 """
 
@@ -14,7 +15,8 @@ import pytest
 
 from infrarsi.adapters import megatron as mg
 from infrarsi.adapters import torchtitan as tt
-from infrarsi.adapters.framework_check import FrameworkRejected, available, check_megatron, check_torchtitan
+from infrarsi.adapters.framework_check import (FrameworkRejected, available, check_megatron, check_torchtitan,
+                                               check_torchtitan03_many, torchtitan03_args, torchtitan03_dir)
 from infrarsi.contract.model import Contract
 from infrarsi.execute import make_executor
 from infrarsi.execute.record import RunRecord
@@ -93,7 +95,7 @@ def _torchtitan_sweep(name, n):
     p.device = "H100-80GB"
     space = tt.knob_space_for(p)
     base = space.complete(p.setting)
-    refused = []
+    refused, jobs03 = [], []
     for s in _settings(space, base, n):
         spec = tt.emit_torchtitan(p, s, world_size=world)
         back = tt.parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=p.base_dir)
@@ -103,7 +105,15 @@ def _torchtitan_sweep(name, n):
         assert {k: v for k, v in back.fixed.items() if k != "global_batch_size"} == \
             {k: v for k, v in p.fixed.items() if k != "global_batch_size"}
         assert back.fixed["global_batch_size"] == p.fixed["global_batch_size"]
-        refused += [(dict(s), m) for m in check_torchtitan(p, spec.argv, env=spec.env, world_size=world)]
+        if p.style == "cli":  # 0.3: its own process, one batch of command lines
+            args03 = torchtitan03_args(p, spec.argv, spec.env)
+            if (args03, world) not in jobs03:
+                jobs03.append((args03, world))
+        else:
+            refused += [(dict(s), m) for m in check_torchtitan(p, spec.argv, env=spec.env, world_size=world)]
+    if jobs03 and torchtitan03_dir() is not None:
+        got = check_torchtitan03_many(jobs03)
+        refused += [(" ".join(a), m) for (a, _), ms in zip(jobs03, got) for m in ms]
     assert refused == []
 
 
@@ -136,3 +146,17 @@ def test_a_setting_torchtitan_refuses_is_an_invalid_trial_with_no_launch(tmp_pat
     assert trial.status is TrialStatus.INVALID
     assert "torchtitan ConfigManager" in trial.reason and "tensor_parallel_size" in " ".join(trial.evidence)
     assert record.launch_info(trial.id) is None and trial.cost.wall_s == 0  # never launched
+
+
+@pytest.mark.skipif(torchtitan03_dir() is None, reason="torchtitan 0.3 is not installed in its target directory")
+def test_torchtitan_03_refuses_in_its_own_words():
+    """What the 0.3 rules of the knob space stand for, said by 0.3's own config code."""
+    base = ["--module", "llama3", "--config", "llama3_8b"]
+    got = check_torchtitan03_many([
+        (base + ["--parallelism.tensor_parallel_degree", "2", "activation-checkpoint:full"], 8),
+        (base + ["--compile.enable", "--compile.components", "loss", "--compile.enable_async_tensor_parallel"], 8),
+        (base + ["--parallelism.tensor_parallel_degree", "8", "--parallelism.data_parallel_shard_degree", "0"], 8),
+    ])
+    assert got[0] == []
+    assert "Async TP requires 'model' in --compile.components and --compile.enable" in got[1][0]
+    assert "dp_shard must -1 or >=1" in got[2][0]
