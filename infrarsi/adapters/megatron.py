@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -85,14 +85,16 @@ CONFIGS_03: dict[str, dict[str, Any]] = {
     "llama3_8b": {"model": ("llama3", "8B"), "training.local_batch_size": 1, "training.seq_len": 8192,
                   "training.steps": 1000},
     "llama3_8b_mxfp8": {"model": ("llama3", "8B"), "training.local_batch_size": 1, "training.seq_len": 8192,
-                        "training.steps": 1000, "compile.enable": True, "fp8": "mxfp8"},
+                        "training.steps": 1000, "compile.enable": True, "compile.components": ["model"],
+                        "fp8": "mxfp8"},
     "llama3_70b": {"model": ("llama3", "70B"), "training.local_batch_size": 8, "training.seq_len": 8192,
                    "training.steps": 1000, "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full"},
     "llama3_405b": {"model": ("llama3", "405B"), "training.local_batch_size": 2, "training.seq_len": 8192,
                     "training.steps": 3000, "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full",
                     "compile.enable": True, "compile.enable_async_tensor_parallel": True, "fp8": "tensorwise"},
     "deepseek_v3_16b": {"model": ("deepseek_v3", "16B"), "training.local_batch_size": 4, "training.seq_len": 4096,
-                        "training.steps": 1000, "parallelism.expert_parallel_degree": 8, "compile.enable": True},
+                        "training.steps": 1000, "parallelism.expert_parallel_degree": 8, "compile.enable": True,
+                        "compile.components": ["loss"]},
 }
 # 0.2.x ([job] TOML) defaults for the fields the adapter reads.
 DEFAULTS_02: dict[str, Any] = {

@@ -25,6 +25,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..adapters.toml_edit import TomlEditError, set_values
@@ -293,12 +294,10 @@ def _env_keys(framework: str) -> set[str]:
     return keys | ({"CUDA_DEVICE_MAX_CONNECTIONS"} if framework == "megatron" else set())
 
 
-def edit_launch_file(adapter, contract, spec) -> tuple[Any, Edit] | None:
+def edit_launch_file(adapter, contract, spec) -> tuple[Path, Edit] | None:
     """(path, edit) of the contract's launch file (``workload.launch``) that makes it the launch ``spec`` (the
     adapter's launch for the tuned setting); None when the workload names no launch file. EditError when the
     change cannot be made as a minimal edit."""
-    from pathlib import Path
-
     w = contract.workload
     if w.adapter not in ("megatron", "torchtitan") or not w.launch:
         return None

@@ -66,7 +66,23 @@ def test_torchtitan_valid_settings_round_trip_and_torchtitan_accepts_them(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TORCHTITAN))
 def test_torchtitan_many_sampled_settings(name):
-    _torchtitan_sweep(name, 40)
+    _refused_by_03(_torchtitan_sweep(name, 40))
+
+
+@pytest.mark.skipif(torchtitan03_dir() is None, reason="torchtitan 0.3 is not installed in its target directory")
+def test_torchtitan_03_accepts_every_valid_setting_of_the_03_launches():
+    """The 0.3 command lines of every 0.3 fixture's valid neighbours and sample, in one batch (one process)."""
+    jobs = [j for name in sorted(TORCHTITAN) if not name.endswith(".toml") and name != "llama3_405b_launch.sh"
+            for j in _torchtitan_sweep(name, N_SAMPLE)]
+    assert len(jobs) > 50
+    _refused_by_03(jobs)
+
+
+def _refused_by_03(jobs):
+    if not jobs or torchtitan03_dir() is None:
+        return
+    got = check_torchtitan03_many(jobs)
+    assert [(" ".join(a), ms) for (a, _), ms in zip(jobs, got) if ms] == []
 
 
 def _megatron_sweep(name, n):
@@ -111,10 +127,8 @@ def _torchtitan_sweep(name, n):
                 jobs03.append((args03, world))
         else:
             refused += [(dict(s), m) for m in check_torchtitan(p, spec.argv, env=spec.env, world_size=world)]
-    if jobs03 and torchtitan03_dir() is not None:
-        got = check_torchtitan03_many(jobs03)
-        refused += [(" ".join(a), m) for (a, _), ms in zip(jobs03, got) for m in ms]
     assert refused == []
+    return jobs03
 
 
 @pytest.mark.skipif(not available("megatron"), reason="the optional megatron-core extra is absent")
