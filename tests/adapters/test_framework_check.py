@@ -69,13 +69,36 @@ def test_torchtitan_many_sampled_settings(name):
     _refused_by_03(_torchtitan_sweep(name, 40))
 
 
-@pytest.mark.skipif(torchtitan03_dir() is None, reason="torchtitan 0.3 is not installed in its target directory")
-def test_torchtitan_03_accepts_every_valid_setting_of_the_03_launches():
-    """The 0.3 command lines of every 0.3 fixture's valid neighbours and sample, in one batch (one process)."""
+_BASE03 = ["--module", "llama3", "--config", "llama3_8b"]
+_OWN_WORDS = [  # what the 0.3 rules of the knob space stand for
+    (_BASE03 + ["--parallelism.tensor_parallel_degree", "2", "activation-checkpoint:full"], 8),
+    (_BASE03 + ["--compile.enable", "--compile.components", "loss", "--compile.enable_async_tensor_parallel"], 8),
+    (_BASE03 + ["--parallelism.tensor_parallel_degree", "8", "--parallelism.data_parallel_shard_degree", "0"], 8),
+]
+
+
+@pytest.fixture(scope="module")
+def checked_by_03():
+    """Every 0.3 fixture's valid neighbours and sample, and the refusals above, in one batch (one process)."""
+    if torchtitan03_dir() is None:
+        pytest.skip("torchtitan 0.3 is not installed in its target directory")
     jobs = [j for name in sorted(TORCHTITAN) if not name.endswith(".toml") and name != "llama3_405b_launch.sh"
             for j in _torchtitan_sweep(name, N_SAMPLE)]
-    assert len(jobs) > 50
-    _refused_by_03(jobs)
+    got = check_torchtitan03_many(_OWN_WORDS + jobs)
+    return list(zip(_OWN_WORDS + jobs, got))
+
+
+def test_torchtitan_03_accepts_every_valid_setting_of_the_03_launches(checked_by_03):
+    sweep = checked_by_03[len(_OWN_WORDS):]
+    assert len(sweep) > 50
+    assert [(" ".join(a), ms) for (a, _), ms in sweep if ms] == []
+
+
+def test_torchtitan_03_refuses_in_its_own_words(checked_by_03):
+    got = [ms for _, ms in checked_by_03[:len(_OWN_WORDS)]]
+    assert got[0] == []
+    assert "Async TP requires 'model' in --compile.components and --compile.enable" in got[1][0]
+    assert "dp_shard must -1 or >=1" in got[2][0]
 
 
 def _refused_by_03(jobs):
@@ -161,16 +184,3 @@ def test_a_setting_torchtitan_refuses_is_an_invalid_trial_with_no_launch(tmp_pat
     assert "torchtitan ConfigManager" in trial.reason and "tensor_parallel_size" in " ".join(trial.evidence)
     assert record.launch_info(trial.id) is None and trial.cost.wall_s == 0  # never launched
 
-
-@pytest.mark.skipif(torchtitan03_dir() is None, reason="torchtitan 0.3 is not installed in its target directory")
-def test_torchtitan_03_refuses_in_its_own_words():
-    """What the 0.3 rules of the knob space stand for, said by 0.3's own config code."""
-    base = ["--module", "llama3", "--config", "llama3_8b"]
-    got = check_torchtitan03_many([
-        (base + ["--parallelism.tensor_parallel_degree", "2", "activation-checkpoint:full"], 8),
-        (base + ["--compile.enable", "--compile.components", "loss", "--compile.enable_async_tensor_parallel"], 8),
-        (base + ["--parallelism.tensor_parallel_degree", "8", "--parallelism.data_parallel_shard_degree", "0"], 8),
-    ])
-    assert got[0] == []
-    assert "Async TP requires 'model' in --compile.components and --compile.enable" in got[1][0]
-    assert "dp_shard must -1 or >=1" in got[2][0]
