@@ -4,8 +4,11 @@
   whole group: torchrun and its workers, or a shell and its children.
 - Memory cap: ``spec.memory_cap_bytes`` becomes the child's RLIMIT_DATA (per process; inherited by
   workers) and is passed as ``INFRARSI_MEMORY_CAP_BYTES`` so the workload can report it. The limit is
-  set by a tiny exec wrapper (``python -c ... ; os.execvp``) rather than ``preexec_fn``, which is not
-  safe while the runner's threads run.
+  set by a tiny exec wrapper (``trial_wrapper.py``, then ``os.execvp``) rather than ``preexec_fn``,
+  which is not safe while the runner's threads run.
+- The trial dies with the runner: the wrapper leaves a watchdog in the trial's process group that
+  SIGKILLs the group when the runner process ends (kill -9 included), so no training process is
+  left holding cores and memory (see ``trial_wrapper.py``).
 - ``python`` as argv[0] means the interpreter running infrarsi (the venv's), everywhere.
 - The process carries ``INFRARSI_TRIAL_TOKEN`` in its environment; after a restart, leftover
   processes of a trial are found by that token in /proc and ended before the trial is run again.
@@ -29,16 +32,9 @@ from .spec import LaunchSpec
 TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"
 CAP_ENV = "INFRARSI_MEMORY_CAP_BYTES"
 
-# argv: [python, -c, WRAPPER, cap_bytes_or_"none", command...]. Lowers RLIMIT_DATA, then becomes the command.
-WRAPPER = (
-    "import os, resource, sys\n"
-    "cap = sys.argv[1]\n"
-    "if cap != 'none':\n"
-    "    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)\n"
-    "    c = int(cap) if hard == resource.RLIM_INFINITY else min(int(cap), hard)\n"
-    "    resource.setrlimit(resource.RLIMIT_DATA, (c, c))\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
+# argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, command...]: lowers RLIMIT_DATA, starts the
+# watchdog that ends the group when the runner dies, then becomes the command.
+WRAPPER = str(Path(__file__).with_name("trial_wrapper.py"))
 
 
 def resolve_argv(argv: list[str]) -> list[str]:
@@ -85,7 +81,7 @@ class LocalExecutor:
     def command(self, spec: LaunchSpec) -> list[str]:
         """The exact argv started (the memory wrapper, then the spec's command)."""
         cap = "none" if spec.memory_cap_bytes is None else str(spec.memory_cap_bytes)
-        return [sys.executable, "-c", WRAPPER, cap, *resolve_argv(spec.argv)]
+        return [sys.executable, WRAPPER, cap, str(os.getpid()), *resolve_argv(spec.argv)]
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         trial_dir = Path(trial_dir)
