@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,10 +39,27 @@ WRAPPER = str(Path(__file__).with_name("trial_wrapper.py"))
 
 
 def resolve_argv(argv: list[str]) -> list[str]:
-    """``python`` / ``python3`` at the front means this interpreter (the venv's)."""
+    """``python`` / ``python3`` at the front means this interpreter (the venv's); a bare ``torchrun``
+    not on PATH means the one installed beside it (the same torch)."""
     if argv and argv[0] in ("python", "python3"):
         return [sys.executable, *argv[1:]]
+    if argv and argv[0] == "torchrun" and shutil.which("torchrun") is None:
+        beside = Path(sys.executable).with_name("torchrun")
+        if beside.is_file():
+            return [str(beside), *argv[1:]]
     return list(argv)
+
+
+def resolve_program(prog: str, base: Path | None = None) -> str | None:
+    """Where ``prog`` (argv[0]) would be found at launch: this interpreter for python, PATH, beside this
+    interpreter (torchrun), or a path (relative to ``base`` or the working directory). None: not installed."""
+    first = resolve_argv([prog])[0]
+    if "/" in first:
+        for p in (Path(first), *(() if base is None else (Path(base) / first,))):
+            if p.is_file() and os.access(p, os.X_OK):
+                return str(p)
+        return None
+    return shutil.which(first)
 
 
 def trial_env(spec: LaunchSpec, token: str, trial_dir: Path) -> dict[str, str]:

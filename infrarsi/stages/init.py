@@ -10,7 +10,11 @@ from ..contract import ContractError, write_lock
 
 
 def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int:
+    from ..contract import load_contract
+    from .init_checks import check
+
     try:
+        check(load_contract(contract), contract)  # what the contract names exists, before anything is locked
         c, lock = write_lock(contract, run_dir)
     except ContractError as e:
         err.print(f"[bold red]error:[/] {e}")
