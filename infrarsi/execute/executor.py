@@ -49,6 +49,8 @@ class Outcome(BaseModel):
     oom: bool = False  # the executor itself saw a memory kill (e.g. Slurm OUT_OF_MEMORY)
     lost: bool = False  # the executor no longer knows the job (purged, or never started)
     wall_s: float = 0.0  # time from start to end of the process (not queue time)
+    time_limit_s: float | None = None  # the limit it ran under (the contract's timeout_s or the launch's, the smaller)
+    kill_grace_s: float | None = None  # at a time-out: seconds allowed between SIGTERM and SIGKILL (wall_s includes them)
     evidence: list[str] = []  # lines that say how it ended
 
 

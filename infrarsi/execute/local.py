@@ -137,7 +137,7 @@ class LocalExecutor:
             why = self._why.pop(handle.token, None)
             self._procs.pop(handle.token, None)
             self._started.pop(handle.token, None)
-        return _outcome(rc, elapsed, why, handle.time_limit_s)
+        return _outcome(rc, elapsed, why, handle.time_limit_s, self.config.kill_grace_s)
 
     def cancel(self, handle: Handle) -> None:
         with self._lock:
@@ -172,11 +172,12 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _outcome(rc: int, wall_s: float, why: str | None, limit_s: float) -> Outcome:
+def _outcome(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s: float | None = None) -> Outcome:
     sig = -rc if rc < 0 else None
     ev: list[str] = []
     if why == "timeout":
-        ev.append(f"killed after {wall_s:.1f} s: past its time limit of {limit_s:g} s")
+        ev.append(f"killed after {wall_s:.1f} s: past its time limit of {limit_s:g} s"
+                  + (f" (then up to {grace_s:g} s between SIGTERM and SIGKILL)" if grace_s else ""))
     elif why == "cancel":
         ev.append(f"cancelled after {wall_s:.1f} s")
     if sig is not None:
@@ -184,7 +185,8 @@ def _outcome(rc: int, wall_s: float, why: str | None, limit_s: float) -> Outcome
     else:
         ev.append(f"exited with status {rc}")
     return Outcome(state="killed" if why else "exited", returncode=None if sig is not None else rc, signal=sig,
-                   timed_out=why == "timeout", cancelled=why == "cancel", wall_s=wall_s, evidence=ev)
+                   timed_out=why == "timeout", cancelled=why == "cancel", wall_s=wall_s, evidence=ev,
+                   time_limit_s=limit_s, kill_grace_s=grace_s if why == "timeout" else None)
 
 
 def _signame(sig: int) -> str:

@@ -233,7 +233,7 @@ class SlurmExecutor:
         # 125 is slurmstepd's own code for an OOM kill, not the command's exit status.
         returncode = None if signum or state == "OUT_OF_MEMORY" else rc
         return Outcome(state=state, returncode=returncode, signal=signum or None, timed_out=timed_out,
-                       cancelled=cancelled, oom=oom, wall_s=wall, evidence=ev)
+                       cancelled=cancelled, oom=oom, wall_s=wall, evidence=ev, time_limit_s=handle.time_limit_s)
 
     def queue(self) -> list[dict[str, str]]:
         """Jobs of this user in the queue: id, name, state."""
