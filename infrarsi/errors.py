@@ -86,10 +86,11 @@ def _one(e: BaseException, again: str) -> str | None:
 
     if isinstance(e, (RecordError, RunDirBusy)):
         return str(e)
-    try:
-        from .execute.slurm import SlurmError, SlurmUnreachable
-    except ImportError:  # pragma: no cover - the executor is part of the package
-        SlurmError = SlurmUnreachable = ()  # type: ignore[assignment]
+    from .execute.slurm import SlurmError, SlurmPendingTimeout, SlurmUnreachable
+
+    if isinstance(e, SlurmPendingTimeout):
+        return (f"{_oneline(str(e))}; the run stopped: free the partition (`squeue`, `sinfo`) or raise "
+                f"pending_timeout_s, then rerun `{again}`")
     if isinstance(e, SlurmUnreachable):
         return (f"{_oneline(str(e))}; trials in flight stay recorded as running: start or fix the controller "
                 f"(`scontrol ping`), then rerun `{again}` to adopt them")

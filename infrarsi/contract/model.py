@@ -63,6 +63,9 @@ class Timing(_Section):
     metric: Literal["median_step_time"] = "median_step_time"
     timeout_s: float = Field(600, gt=0)
     """A trial still running after this many seconds is killed and recorded as timeout."""
+    pending_timeout_s: float = Field(3600, gt=0)
+    """Slurm: a job still waiting in the queue after this many seconds stops the run, which says why
+    (the trial stays recorded for a resume). Held jobs are not waited for: they are launched again."""
 
 
 class Loss(_Section):

@@ -68,7 +68,8 @@ def classify(outcome: Outcome, parsed: ParsedRun | None, *, stdout: str = "", st
         return Verdict(status=TrialStatus.OOM, metrics=_partial(metrics), evidence=evidence,
                        reason="killed by the scheduler for exceeding its memory", **common)
     if outcome.lost:
-        return Verdict(status=TrialStatus.CRASH, evidence=evidence, reason="the executor lost track of the launch", **common)
+        why = "the scheduler held every launch of it" if outcome.relaunch else "the executor lost track of the launch"
+        return Verdict(status=TrialStatus.CRASH, evidence=evidence, reason=why, **common)
     if parsed is None:
         return Verdict(status=TrialStatus.CRASH, evidence=evidence + [f"parser failed: {parse_error}"]
                        + last_lines(stderr, 3) + last_lines(stdout, 3),
