@@ -30,6 +30,7 @@ def _snapshot(run_dir):
     return {p: p.read_bytes() for p in Path(run_dir).rglob("*") if p.is_file() and p.name != "runner.lock"}
 
 
+@pytest.mark.slow
 def test_a_second_run_on_the_same_directory_is_refused_and_a_dead_holders_lock_is_taken_over(sim_run):
     run_dir, env = sim_run
     first = start("run", "--run-dir", run_dir, env=env)
@@ -48,6 +49,7 @@ def test_a_second_run_on_the_same_directory_is_refused_and_a_dead_holders_lock_i
     assert not trials(run_dir, finished=False).keys() - trials(run_dir).keys()  # nothing left running
 
 
+@pytest.mark.slow
 def test_kill_during_verification_then_rerun_finishes_once_and_more_extends_on_purpose(sim_run):
     run_dir, env = sim_run
     p = start("run", "--run-dir", run_dir, env=env)
@@ -99,6 +101,28 @@ def test_unreadable_records_are_refused_by_name_and_left_untouched(sim_run):
     assert noise.read_bytes() == good[: len(good) // 2] and not trials(run_dir, "search")
     noise.write_bytes(good)
 
+    lock = run_dir / "contract.lock"
+    lock_bytes = lock.read_bytes()
+    lock.write_bytes(os.urandom(300))
+    garbage = lock.read_bytes()
+    for cmd in (["run"], ["doctor"], ["report"]):
+        line = one_line_error(cli(*cmd, "--run-dir", run_dir, env=env))
+        assert str(lock) in line and "not a readable contract lock" in line, line
+    assert lock.read_bytes() == garbage
+    lock.write_bytes(lock_bytes)
+
+    base = run_dir / "trials" / "0" / "trial.json"  # a doctor baseline run the search is measured against
+    n_dirs = len(list((run_dir / "trials").iterdir()))
+    cut = base.read_bytes()[:-40]
+    base.write_bytes(cut)
+    line = one_line_error(cli("run", "--run-dir", run_dir, env=env))
+    assert str(base) in line and "cannot be read" in line, line
+    assert base.read_bytes() == cut and len(list((run_dir / "trials").iterdir())) == n_dirs
+
+
+@pytest.mark.slow
+def test_a_truncated_trial_record_is_refused_by_name_and_left_untouched(sim_run):
+    run_dir, env = sim_run
     p = start("run", "--run-dir", run_dir, env=env)
     assert wait_for(lambda: len(trials(run_dir, "search")) >= 2, proc=p), p.communicate()
     _kill(p)
@@ -110,17 +134,8 @@ def test_unreadable_records_are_refused_by_name_and_left_untouched(sim_run):
     assert str(victim) in line and "cannot be read" in line, line
     assert _snapshot(run_dir) == snap  # nothing rewritten, nothing new
 
-    lock = run_dir / "contract.lock"
-    lock_bytes = lock.read_bytes()
-    lock.write_bytes(os.urandom(300))
-    garbage = lock.read_bytes()
-    for cmd in (["run"], ["doctor"], ["report"]):
-        line = one_line_error(cli(*cmd, "--run-dir", run_dir, env=env))
-        assert str(lock) in line and "not a readable contract lock" in line, line
-    assert lock.read_bytes() == garbage
-    lock.write_bytes(lock_bytes)
 
-
+@pytest.mark.slow
 def test_a_truncated_search_json_is_refused_not_rewritten(sim_run):
     run_dir, env = sim_run
     r = cli("run", "--run-dir", run_dir, "--max-trials", "3", env=env)
@@ -146,6 +161,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_and_loses_nothing(tmp_path, small_disk):
     from .conftest import sim_contract, sim_env
 
