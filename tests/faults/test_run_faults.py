@@ -98,6 +98,8 @@ def test_unreadable_records_are_refused_by_name_and_left_untouched(sim_run):
     noise.write_bytes(good[: len(good) // 2])
     line = one_line_error(cli("run", "--run-dir", run_dir, env=env))
     assert str(noise) in line and "left untouched" in line and "mv " in line, line
+    debug = cli("run", "--run-dir", run_dir, "--debug", env=env)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "RecordError" in debug.stderr
     assert noise.read_bytes() == good[: len(good) // 2] and not trials(run_dir, "search")
     noise.write_bytes(good)
 
