@@ -85,7 +85,10 @@ def hold(run_dir: str | Path, command: str, *, on_takeover=lambda msg: None) -> 
         previous = holder(run)
         if previous and previous.get("pid") != os.getpid() and not previous.get("released_at"):
             on_takeover(f"took over the lock of {run} left by {describe(previous)}, which ended without releasing it")
-        _write(fd, {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time(), "command": command})
+        try:
+            _write(fd, {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time(), "command": command})
+        except OSError as e:  # a full disk: name the file
+            raise OSError(e.errno, e.strerror, str(path)) from e
         with _guard:
             _held[key] = (fd, 1)
         try:
