@@ -22,7 +22,8 @@ from ..errors import unreadable
 from ..execute import make_executor
 from ..execute.classify import loss_drift
 from ..execute.executor import Executor
-from ..execute.record import RunRecord, atomic_write
+from ..execute.record import RunRecord
+from ..io import atomic_write
 from ..execute.runner import Runner
 from ..errors import unreadable
 from ..execute.trial import Trial, TrialStatus

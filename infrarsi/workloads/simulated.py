@@ -50,7 +50,7 @@ import json
 import math
 import random
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any, NamedTuple
@@ -59,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..knobs import Constraint, KnobSpace, Setting
 from ..knobs import catalog
+from ..transformer import Transformer
 
 GiB = 2**30
 MiB = 2**20
@@ -209,6 +210,8 @@ class SimWorkload(BaseModel):
     doc: str = ""
     baseline: dict[str, Any] = {}
     """A typical first launch (what an engineer writes before tuning); knobs not named take defaults."""
+    gpu_spec: GPUSpec | None = None
+    """Replaces the hardware table's spec for ``gpu`` (a what-if GPU, or a perturbed one: workloads/variants.py)."""
 
     @model_validator(mode="after")
     def _check(self) -> "SimWorkload":
@@ -217,11 +220,11 @@ class SimWorkload(BaseModel):
 
     @cached_property
     def world_size(self) -> int:
-        return self.nodes * gpu(self.gpu).gpus_per_node
+        return self.nodes * self.spec.gpus_per_node
 
     @cached_property
     def spec(self) -> GPUSpec:
-        return gpu(self.gpu)
+        return self.gpu_spec or gpu(self.gpu)
 
 
 def _llama(**kw: Any) -> ModelSpec:
@@ -519,44 +522,22 @@ def _layout(w: SimWorkload, s: Mapping[str, Any]) -> _Layout:
 
 
 def model_flops_per_iteration(model: ModelSpec) -> float:
-    """Megatron's ``num_floating_point_operations`` for one global batch (fwd + bwd, no recompute)."""
-    m = model
-    h, L, s, B = m.hidden_size, m.num_layers, m.seq_length, m.global_batch_size
-    q, kv = m.head_dim * m.num_attention_heads, m.head_dim * m.groups
-    ffe = 3 if m.swiglu else 2  # stacked GEMMs of the MLP: gate+up+down or up+down
-    attn = 6 * (h * (q + 2 * kv) + q * h)  # per token per layer, token-linear part
-    if m.moe:
-        mlp = 6 * h * ffe * (m.expert_ffn * m.moe_router_topk + m.moe_shared_expert_intermediate_size)
-    else:
-        mlp = 6 * h * ffe * m.ffn_hidden_size
-    logits = 6 * h * m.vocab_size
-    core = 6 * q * s  # per token per layer: QK^T and PV, causal half, fwd + bwd
-    return B * s * (L * (attn + mlp + core) + logits)
+    """Megatron's ``num_floating_point_operations`` for one global batch (fwd + bwd, no recompute):
+    :meth:`infrarsi.transformer.Transformer.flops_per_iteration` (causal attention counted at half)."""
+    return _transformer(model).flops_per_iteration(convention="megatron")
 
 
 @lru_cache(maxsize=256)
 def param_counts(model: ModelSpec) -> dict[str, float]:
     """Parameters by how they are sharded: ``tp`` (split over TP), ``replicated`` (norms, router),
-    ``expert`` (split over EP x expert-TP), ``embedding`` (one V x h matrix). Per layer, and totals."""
-    m = model
-    h = m.hidden_size
-    q, kv = m.head_dim * m.num_attention_heads, m.head_dim * m.groups
-    ffe = 3 if m.swiglu else 2
-    attn = h * (q + 2 * kv) + q * h
-    if m.moe:
-        tp_layer = attn + h * ffe * m.moe_shared_expert_intermediate_size
-        expert_layer = m.num_experts * h * ffe * m.expert_ffn
-        rep_layer = 2 * h + h * m.num_experts
-    else:
-        tp_layer = attn + h * ffe * m.ffn_hidden_size
-        expert_layer = 0
-        rep_layer = 2 * h
-    emb = m.vocab_size * h
-    n_emb = 2 if m.untie_embeddings_and_output_weights else 1
-    total = m.num_layers * (tp_layer + expert_layer + rep_layer) + n_emb * emb + h
-    active = total - m.num_layers * expert_layer * (1 - (m.moe_router_topk / m.num_experts if m.moe else 1))
-    return {"tp_layer": tp_layer, "expert_layer": expert_layer, "replicated_layer": rep_layer, "embedding": emb,
-            "total": total, "active": active}
+    ``expert`` (split over EP x expert-TP), ``embedding`` (one V x h matrix). Per layer, and totals
+    (:meth:`infrarsi.transformer.Transformer.param_counts`)."""
+    return _transformer(model).param_counts()
+
+
+@lru_cache(maxsize=256)
+def _transformer(model: ModelSpec) -> Transformer:
+    return Transformer.from_args(model.model_dump())
 
 
 def _gemm_eff(spec: GPUSpec, mm: float, n: float, k: float) -> float:
@@ -1018,10 +999,16 @@ def _order(space: KnobSpace) -> list[str]:
 _TIME_ONLY = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "moe_grouped_gemm")
 
 
-def exhaustive_optimum(workload: str | SimWorkload | Mapping[str, Any], space: KnobSpace | None = None) -> Optimum:
+def exhaustive_optimum(workload: str | SimWorkload | Mapping[str, Any], space: KnobSpace | None = None, *,
+                       device_used: Callable[[MemoryBreakdown], float] | None = None,
+                       time_factor: Callable[[Mapping[str, Any]], float] | None = None) -> Optimum:
     """The noise-free fastest valid setting of ``space`` (default: the workload's whole space), by bounded
     enumeration: rules prune partial settings; memory is computed once per memory-relevant prefix and
-    OOM settings skip the time model. Returns (setting, step_time_s, n_valid, n_oom)."""
+    OOM settings skip the time model. Returns (setting, step_time_s, n_valid, n_oom).
+
+    ``device_used`` (bytes from a breakdown; default its own ``device_used``) and ``time_factor`` (a
+    multiplier on the step time per setting) let a perturbed landscape (workloads/variants.py) reuse the
+    enumeration: memory must still depend only on the layout, not on the overlap knobs."""
     w = get_workload(workload)
     sp = space if space is not None else space_for(w)
     best: Setting | None = None
@@ -1049,7 +1036,8 @@ def exhaustive_optimum(workload: str | SimWorkload | Mapping[str, Any], space: K
             mkey = lay._replace(ogr=False, opg=False, gg=False)
             oom = mem_cache.get(mkey)
             if oom is None:
-                oom = mem_cache[mkey] = _memory(w, lay).oom
+                mem = _memory(w, lay)
+                oom = mem_cache[mkey] = (device_used(mem) if device_used else mem.device_used) > mem.capacity
             hit = prefix[key] = (oom, None if oom else _step_parts(w, lay._replace(ogr=False, opg=False), layer_cache))
         oom, parts = hit
         if oom:
@@ -1057,6 +1045,8 @@ def exhaustive_optimum(workload: str | SimWorkload | Mapping[str, Any], space: K
             continue
         t = _exposed(parts, base.rc, bool(s.get("overlap_grad_reduce", False)),
                      bool(s.get("overlap_param_gather", False)))[0]
+        if time_factor is not None:
+            t *= time_factor(s)
         if t < best_t:
             best, best_t = Setting(s), t
     return Optimum(best, best_t if best is not None else None, n_valid, n_oom)
