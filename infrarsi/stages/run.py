@@ -163,7 +163,9 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     for t in done:  # resume: everything already measured is data again
         tuner.tell(t.setting, outcome_of(t))
     if more is not None:
-        budget = len(done) + more  # on purpose: past the contract's budget and the tuner's stopping rule
+        budget = state.extend(run_dir, len(done) + more)  # on purpose: past the contract's budget and stopping rule
+    budget = max(budget, state.extended_budget(run_dir) or 0)  # a killed --more resumes with its budget
+    extended = budget > min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
     console.print(f"[bold]run[/] {contract.name}: budget {budget} trials ({len(done)} done), {par} at a time; "
                   f"noise CV {noise.cv:.2%}, mde {noise.mde:.2%}; {len(priors)} priors; "
                   f"{len(bank_initial)} settings seeded from the bank")
@@ -187,7 +189,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
             if used_s >= cap_s:
                 stop_reason = f"device-hour budget spent ({used_s / 3600:.2f} h)"
                 break
-            if more is None and tuner.should_stop():
+            if not extended and tuner.should_stop():
                 stop_reason = f"expected improvement {tuner.last_best_ei:.4f} below log(1 + mde {noise.mde:.3f})"
                 break
             batch = tuner.ask(min(par, budget - len(done)))

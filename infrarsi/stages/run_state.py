@@ -63,6 +63,21 @@ def reopen(run_dir: Path, *parts: str) -> dict[str, Any]:
     return before
 
 
+def extend(run_dir: Path, budget: int) -> int:
+    """Record the search budget `--more` asked for (kept until the search finishes again)."""
+    path = Path(run_dir) / STAGES_JSON
+    body = read_json_record(path) or {}
+    body["search_budget"] = budget
+    atomic_write(path, json.dumps(body, indent=2, sort_keys=True))
+    return budget
+
+
+def extended_budget(run_dir: Path) -> int | None:
+    """The budget of a `--more` whose search has not finished yet (None otherwise)."""
+    body = read_json_record(Path(run_dir) / STAGES_JSON) or {}
+    return None if body.get("search") else body.get("search_budget")
+
+
 def finished_line(run_dir: Path) -> str:
     """What `infrarsi run` says about a finished run."""
     search = done(run_dir, "search") or {}

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from infrarsi.execute.local import processes_with_token
@@ -59,19 +60,21 @@ def _gone_within(pids, seconds):
 
 
 def test_kill_9_of_the_runner_ends_the_trial_and_its_workers(tmp_path):
-    leader, worker = _start_and_kill(tmp_path, WORKER, "tok-pdeath")
+    token = f"tok-pdeath-{uuid.uuid4().hex[:8]}"
+    leader, worker = _start_and_kill(tmp_path, WORKER, token)
     assert _gone_within([leader, worker], 5), "the trial outlived its runner"
-    assert processes_with_token("tok-pdeath") == []
+    assert processes_with_token(token) == []
 
 
 def test_resume_ends_a_process_that_left_the_trial_group_before_relaunching(tmp_path):
     from infrarsi.execute.local import LocalExecutor
     from infrarsi.execute.executor import Handle
 
-    leader, escaped = _start_and_kill(tmp_path, ESCAPER, "tok-escaped")
+    token = f"tok-escaped-{uuid.uuid4().hex[:8]}"
+    leader, escaped = _start_and_kill(tmp_path, ESCAPER, token)
     assert _gone_within([leader], 5)
-    assert _alive(escaped) and processes_with_token("tok-escaped") == [escaped]  # out of reach of the group kill
-    handle = Handle(kind="local", trial_dir=str(tmp_path), token="tok-escaped", job_id=str(leader),
+    assert _alive(escaped) and processes_with_token(token) == [escaped]  # out of reach of the group kill
+    handle = Handle(kind="local", trial_dir=str(tmp_path), token=token, job_id=str(leader),
                     submitted_at=time.time(), time_limit_s=600)
     assert LocalExecutor().adopt(handle) is None  # what Runner.resume does for a local trial before relaunching it
     assert not _alive(escaped)
