@@ -62,8 +62,8 @@ def _gone_within(pids, seconds):
 def test_kill_9_of_the_runner_ends_the_trial_and_its_workers(tmp_path):
     token = f"tok-pdeath-{uuid.uuid4().hex[:8]}"
     leader, worker = _start_and_kill(tmp_path, WORKER, token)
-    assert _gone_within([leader, worker], 5), "the trial outlived its runner"
-    assert processes_with_token(token) == []
+    assert _gone_within([leader, worker], 10), "the trial outlived its runner"
+    assert _gone_within(processes_with_token(token), 5), processes_with_token(token)
 
 
 def test_resume_ends_a_process_that_left_the_trial_group_before_relaunching(tmp_path):
@@ -72,8 +72,11 @@ def test_resume_ends_a_process_that_left_the_trial_group_before_relaunching(tmp_
 
     token = f"tok-escaped-{uuid.uuid4().hex[:8]}"
     leader, escaped = _start_and_kill(tmp_path, ESCAPER, token)
-    assert _gone_within([leader], 5)
-    assert _alive(escaped) and processes_with_token(token) == [escaped]  # out of reach of the group kill
+    assert _gone_within([leader], 10)
+    deadline = time.monotonic() + 10  # the group's watchdog ends with the group
+    while processes_with_token(token) != [escaped] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _alive(escaped) and processes_with_token(token) == [escaped], processes_with_token(token)  # out of reach
     handle = Handle(kind="local", trial_dir=str(tmp_path), token=token, job_id=str(leader),
                     submitted_at=time.time(), time_limit_s=600)
     assert LocalExecutor().adopt(handle) is None  # what Runner.resume does for a local trial before relaunching it
