@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape as rich_escape
+from rich.markup import escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Make distributed LLM training faster without changing what it computes.")
 console = Console(highlight=False)
@@ -25,7 +25,7 @@ RunDir = typer.Option(DEFAULT_RUN_DIR, "--run-dir", help="The run's directory (l
 
 
 def fail(message: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         line = None if debug else explain(e, args)
         if line is None:
             raise
-        err.print(f"[bold red]error:[/] {rich_escape(line)}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(line)}", soft_wrap=True)
         raise SystemExit(1) from None
 
 
