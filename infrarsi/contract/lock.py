@@ -87,6 +87,9 @@ def workload_files(contract: Contract, base: Path) -> dict[str, Path]:
     if w.launch:
         launch = Path(w.launch).expanduser()
         launch = launch if launch.is_absolute() else base / launch
+        if launch.is_dir():
+            raise ContractError(f"workload.launch {w.launch!r} is a directory ({launch}); name the launch script or "
+                                f"job file inside it")
         if not launch.is_file():
             raise ContractError(f"workload.launch {w.launch!r} does not exist (looked at {launch}); fix the path, "
                                 f"relative to the contract's folder")

@@ -22,12 +22,24 @@ from ..execute.local import resolve_argv, resolve_program
 
 def check(contract: Contract, contract_path: Path) -> None:
     """Raise ContractError for the first thing the contract names that is not there."""
+    check_files(contract, contract_path)
+    check_launch(contract, contract_path)
+
+
+def check_files(contract: Contract, contract_path: Path) -> None:
+    """The launch file and the entrypoint exist (before anything reads them)."""
     base = Path(contract_path).resolve().parent
     w = contract.workload
     if w.launch:
         _check_launch_file(Path(contract_path), base, w.launch)
     if w.entrypoint:
         _check_entrypoint(Path(contract_path), base, w.entrypoint)
+
+
+def check_launch(contract: Contract, contract_path: Path) -> None:
+    """The baseline's launch builds, runs an installed program, and is what the entrypoint names."""
+    base = Path(contract_path).resolve().parent
+    w = contract.workload
     argv = _baseline_argv(contract, Path(contract_path))
     if argv is None:
         return

@@ -92,6 +92,8 @@ def test_a_run_directory_held_by_another_process_is_refused_naming_it(tmp_path, 
         for cmd in ("doctor", "run"):
             line = one_line_error(cli(cmd, "--run-dir", run, env=env))
             assert f"in use by pid {holder.pid} on {socket.gethostname()} since" in line and f"kill {holder.pid}" in line
+        debug = cli("run", "--run-dir", run, "--debug", env=env)  # the traceback, on request
+        assert debug.returncode == 1 and "Traceback" in debug.stderr and "RunDirBusy" in debug.stderr
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
