@@ -55,7 +55,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
 
 from infrarsi.knobs import KnobSpace, Setting  # noqa: E402
 from infrarsi.search import Outcome, Tuner, TunerConfig  # noqa: E402
