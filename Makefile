@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,megatron,bench]'
+	$(PY) -m pip install -q -e '.[dev,megatron,bench,torchtitan]'
 	touch $@
 
 demo: install
