@@ -3,11 +3,12 @@
 :func:`trial_spec` turns the launch :func:`~.torchtitan.emit_torchtitan` wrote for a setting into the
 command a trial runs:
 
-- Where torch finds no accelerator, or kernel patches are asked for, the program ``-m torchtitan.train``
-  becomes ``launchers/torchtitan_cpu.py`` (the same arguments; on the CPU it installs the four fixes
-  torchtitan 0.2.2 needs to start, and it installs kernel patches before torchtitan is imported). On a
-  machine with a GPU and no patches the launch stays exactly as emitted.
-- ``torchrun`` becomes this interpreter's ``-m torch.distributed.run`` (the ``torchrun`` on PATH may
+- For a CPU contract on a machine where torch finds no accelerator, or wherever kernel patches are asked
+  for, the program ``-m torchtitan.train`` becomes ``launchers/torchtitan_cpu.py`` (the same arguments;
+  without an accelerator it installs the four fixes torchtitan 0.2.2 needs to start, and it installs
+  kernel patches before torchtitan is imported). A GPU contract without patches keeps its launch exactly
+  as emitted (it runs where its executor puts it, e.g. a Slurm node).
+- CPU contracts only: ``torchrun`` becomes this interpreter's ``-m torch.distributed.run`` (the ``torchrun`` on PATH may
   belong to another environment), and a single-node launch that names no rendezvous gets
   ``--standalone`` (a free port per trial, so a trial left behind by a killed run cannot block the next).
 - The environment gets the memory cap (RLIMIT_DATA per process, set by the executor), ``HF_*_OFFLINE``
@@ -111,11 +112,14 @@ def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any],
     env.pop("INFRARSI_PATCHES", None)
     if ops:
         env["INFRARSI_PATCHES"] = json.dumps(ops, sort_keys=True)
+    cpu = contract.hardware.kind.lower() == "cpu"
     at = _program_at(argv)
-    if at is not None and (ops or not has_accelerator()):
+    if at is not None and (ops or (cpu and not has_accelerator())):
         if not LAUNCHER.is_file():
             raise FileNotFoundError(f"the torchtitan launcher {LAUNCHER} is missing; run from a checkout of the project")
         argv[at:at + 2] = [str(LAUNCHER)]
+    if not cpu:  # a GPU job runs where its executor puts it (a Slurm node): its launcher and environment stay
+        return spec.model_copy(update={"argv": argv, "env": env})
     if argv and os.path.basename(argv[0]) == "torchrun":
         argv[:1] = [sys.executable, "-m", "torch.distributed.run"]
     launcher_end = at if at is not None else len(argv)
@@ -128,5 +132,5 @@ def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any],
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_DATASETS_OFFLINE", "1")
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    cap = contract.hardware.memory_capacity_bytes if contract.hardware.kind.lower() == "cpu" else None
+    cap = contract.hardware.memory_capacity_bytes  # RLIMIT_DATA per process, set by the executor
     return spec.model_copy(update={"argv": argv, "env": env, "memory_cap_bytes": cap})
