@@ -689,8 +689,8 @@ class TorchtitanAdapter(Adapter):
             w = contract.workload
             if w.launch:
                 p = Path(w.launch)
-                if not p.is_absolute() and self.base_dir is not None:
-                    p = self.base_dir / p
+                if not p.is_absolute() and self.base_dir is not None and (self.base_dir / p).is_file():
+                    p = self.base_dir / p  # else relative to the working directory, where torchtitan runs
                 if not p.is_file():
                     raise TorchtitanLaunchError(f"workload.launch {w.launch!r} does not exist (looked at {p})")
                 out = parse_torchtitan_file(p, env=w.env, world_size=contract.hardware.devices)

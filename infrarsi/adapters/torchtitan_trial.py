@@ -122,9 +122,9 @@ def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any],
         return spec.model_copy(update={"argv": argv, "env": env})
     if argv and os.path.basename(argv[0]) == "torchrun":
         argv[:1] = [sys.executable, "-m", "torch.distributed.run"]
-    launcher_end = at if at is not None else len(argv)
+    launcher = spec.argv[:at] if at is not None else spec.argv  # the launcher's own options, as emitted
     if (argv[1:3] == ["-m", "torch.distributed.run"] and spec.nodes == 1
-            and not any(a.split("=", 1)[0] in _RDZV for a in argv[:launcher_end])):
+            and not any(a.split("=", 1)[0] in _RDZV for a in launcher)):
         argv.insert(3, "--standalone")
     threads = setting.get("intra_op_threads")
     if threads is not None:
