@@ -112,6 +112,9 @@ def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any],
     env.pop("INFRARSI_PATCHES", None)
     if ops:
         env["INFRARSI_PATCHES"] = json.dumps(ops, sort_keys=True)
+    threads = setting.get("intra_op_threads")
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(int(threads))
     cpu = contract.hardware.kind.lower() == "cpu"
     at = _program_at(argv)
     if at is not None and (ops or (cpu and not has_accelerator())):
@@ -126,9 +129,6 @@ def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any],
     if (argv[1:3] == ["-m", "torch.distributed.run"] and spec.nodes == 1
             and not any(a.split("=", 1)[0] in _RDZV for a in launcher)):
         argv.insert(3, "--standalone")
-    threads = setting.get("intra_op_threads")
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(int(threads))
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_DATASETS_OFFLINE", "1")
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")

@@ -59,6 +59,7 @@ def _trials(tmp: Path, c: Contract, settings: list[dict]):
         return base, [r.submit(s, reference_losses=base.metrics.losses).result() for s in settings]
 
 
+@pytest.mark.slow  # ~1.5 min on 2 idle cores: two trainings, one through Triton's CPU interpreter
 def test_a_verified_rmsnorm_candidate_runs_inside_torchtitans_forward(tmp_path):
     c = contract(tmp_path, ["reference", str(CANDIDATE)])
     base, (patched,) = _trials(tmp_path, c, [{"kernel_rmsnorm": str(CANDIDATE)}])
