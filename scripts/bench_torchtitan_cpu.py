@@ -73,6 +73,8 @@ def main() -> None:
                 baselines.append(nxt)
                 around = [b.metrics.step_time_s for b in (prev, nxt) if b.metrics.step_time_s]
                 rows.append((name, t, statistics.mean(around) if around else None))
+                print(f"  {name}: {t.status.value} {t.metrics.step_time_s or float('nan'):.3f} s/step "
+                      f"(baselines around it {', '.join(f'{a:.3f}' for a in around)})", file=sys.stderr, flush=True)
                 prev = nxt
     load1 = os.getloadavg()[0]
     cap = c.hardware.memory_capacity_gib
