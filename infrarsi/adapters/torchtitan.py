@@ -400,7 +400,8 @@ def parse_torchtitan_argv(argv: list[str], *, env: Mapping[str, str] | None = No
         elif env.get("MODULE") or env.get("CONFIG"):
             extra = ["--module", env.get("MODULE", "llama3"), "--config", env.get("CONFIG", "llama3_debugmodel")]
         args = extra + launch.args
-    elif prog[:2] == ["-m", "torchtitan.train"] or (prog and prog[-1].endswith("torchtitan/train.py")):
+    elif prog[:2] == ["-m", "torchtitan.train"] or (prog and prog[-1].endswith("torchtitan/train.py")) or \
+            (prog and os.path.basename(prog[0]) == "torchtitan_cpu.py"):  # launchers/: torchtitan.train's arguments
         args = launch.args
     else:
         raise TorchtitanLaunchError(f"{source}: expected `-m torchtitan.train` or run_train.sh after the launcher, "
@@ -683,14 +684,20 @@ class TorchtitanAdapter(Adapter):
         self.base_dir = Path(base_dir) if base_dir else None
         self._cache: dict[str, TorchtitanLaunch] = {}
 
+    def launch_path(self, contract: Contract) -> Path:
+        """``workload.launch``: relative to the contract's folder (``base_dir``) when it is there, else to the
+        working directory (where torchtitan runs; the stages build adapters without a base_dir)."""
+        p = Path(contract.workload.launch)
+        if not p.is_absolute() and self.base_dir is not None and (self.base_dir / p).is_file():
+            return self.base_dir / p
+        return p
+
     def parsed(self, contract: Contract) -> TorchtitanLaunch:
         key = contract.model_dump_json(include={"workload", "hardware"})
         if key not in self._cache:
             w = contract.workload
             if w.launch:
-                p = Path(w.launch)
-                if not p.is_absolute() and self.base_dir is not None and (self.base_dir / p).is_file():
-                    p = self.base_dir / p  # else relative to the working directory, where torchtitan runs
+                p = self.launch_path(contract)
                 if not p.is_file():
                     raise TorchtitanLaunchError(f"workload.launch {w.launch!r} does not exist (looked at {p})")
                 out = parse_torchtitan_file(p, env=w.env, world_size=contract.hardware.devices)

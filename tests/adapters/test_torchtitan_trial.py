@@ -110,3 +110,27 @@ def test_the_assets_are_built_from_project_text_and_the_tokenizer_loads(tmp_path
     assert tok.decode(ids) == "torchtitan trains on the CPU"
     lines = (ROOT / "contracts" / "torchtitan-cpu" / "assets" / "data" / "train.jsonl").read_text().splitlines()
     assert len(lines) > 50 and all("text" in json.loads(ln) for ln in lines)
+
+
+def test_a_trial_command_reads_back_as_the_same_torchtitan_setting():
+    # what apply reads from the tuned launch: the launcher takes torchtitan.train's arguments unchanged
+    from infrarsi.adapters.torchtitan import parse_torchtitan_argv
+
+    c = load_contract(CPU_CONTRACT)
+    ad = TorchtitanAdapter()
+    tuned = {**c.baseline, "recompute_granularity": "none", "micro_batch_size": 4, "data_parallel_replicate": 2}
+    spec = ad.launch(c, tuned)
+    got = parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=ROOT)
+    assert got.setting["recompute_granularity"] == "none" and got.setting["micro_batch_size"] == 4
+    assert got.values["parallelism.data_parallel_replicate_degree"] == "2" or \
+        int(got.values["parallelism.data_parallel_replicate_degree"]) == 2
+    assert got.fixed["global_batch_size"] == 16 and got.world_size == 2
+
+
+def test_the_launch_file_is_found_from_the_contracts_folder_or_the_working_directory(monkeypatch):
+    c = load_contract(CPU_CONTRACT)
+    monkeypatch.chdir(ROOT)
+    assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).launch_path(c) == Path(c.workload.launch)
+    assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).parsed(c).fixed["seq_length"] == 512
+    moved = c.model_copy(update={"workload": c.workload.model_copy(update={"launch": "torchtitan-cpu/llama3_cpu.toml"})})
+    assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).launch_path(moved) == JOB
