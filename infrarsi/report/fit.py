@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..adapters import get_adapter
+from ..adapters import run_adapter
 from ..execute.trial import Trial, TrialStatus
 from ..models import MemoryModel, TimeModel
 from ..priors.prior import Z90, Prior
@@ -60,7 +60,7 @@ def priors_of(data: RunData) -> list[Prior]:
 def refit(data: RunData) -> Fit | None:
     """None when there is nothing to fit (no ok trial) or the adapter cannot build the space."""
     try:
-        space = get_adapter(data.contract.workload.adapter).knob_space(data.contract)
+        space = run_adapter(data.contract.workload.adapter, data.run_dir).knob_space(data.contract)
     except Exception:  # e.g. a Megatron launch script that is not on this machine
         return None
     cap = float(data.contract.hardware.memory_capacity_bytes)

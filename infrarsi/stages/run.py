@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..adapters import get_adapter
+from ..adapters import run_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.scope import TreeGuard, repository_root
 from ..contract.seal import sealed_write
@@ -138,7 +138,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     if max_trials is not None and max_trials < 1:
         err.print("[bold red]error:[/] --max-trials must be >= 1")
         return 2
-    adapter = get_adapter(contract.workload.adapter)
+    adapter = run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
     record = RunRecord(run_dir)
     full_space = adapter.knob_space(contract)
     space, kernel_verdicts = verified_kernel_space(full_space, err, run_dir)

@@ -134,3 +134,13 @@ def test_the_launch_file_is_found_from_the_contracts_folder_or_the_working_direc
     assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).parsed(c).fixed["seq_length"] == 512
     moved = c.model_copy(update={"workload": c.workload.model_copy(update={"launch": "torchtitan-cpu/llama3_cpu.toml"})})
     assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).launch_path(moved) == JOB
+
+
+def test_a_locked_runs_adapter_reads_launch_files_from_the_contracts_folder(tmp_path):
+    from infrarsi.adapters import run_adapter
+
+    (tmp_path / "contract.lock").write_text(json.dumps({"contract_path": str(CPU_CONTRACT)}))
+    ad = run_adapter("torchtitan", tmp_path)
+    assert ad.base_dir == CPU_CONTRACT.parent
+    assert run_adapter("torchtitan", tmp_path / "no-such-run").base_dir is None
+    assert type(run_adapter("minigpt", tmp_path)).__name__ == "MiniGPTAdapter"
