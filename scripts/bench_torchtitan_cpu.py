@@ -63,7 +63,8 @@ def main() -> None:
     t0 = time.monotonic()
     rows = []
     with tempfile.TemporaryDirectory() as tmp, \
-            Runner(RunRecord(Path(tmp) / "run"), make_executor(), TorchtitanAdapter(), c) as r:
+            Runner(RunRecord(Path(tmp) / "run"), make_executor(),
+                   TorchtitanAdapter(base_dir=Path(args.contract).resolve().parent), c) as r:
         prev = r.submit(base).result()
         baselines = [prev]
         for name in names:

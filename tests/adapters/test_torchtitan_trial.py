@@ -78,7 +78,7 @@ def test_replicate_must_divide_data_parallel():
 
 def test_the_shipped_cpu_contract_reads_the_real_job_and_its_baseline_is_the_job():
     c = load_contract(CPU_CONTRACT)
-    ad = TorchtitanAdapter()
+    ad = TorchtitanAdapter(base_dir=CPU_CONTRACT.parent)  # as a locked run builds it (run_adapter)
     parsed = ad.parsed(c)
     assert parsed.fixed["global_batch_size"] == 16 and parsed.fixed["seq_length"] == 512
     assert parsed.fixed["model_flavor"] == "debugmodel" and parsed.fixed["vocab_size"] == 2048
@@ -89,7 +89,7 @@ def test_the_shipped_cpu_contract_reads_the_real_job_and_its_baseline_is_the_job
     assert {k: v for k, v in base.to_dict().items() if parsed.setting.get(k, v) != v} == {}
     # the baseline launch states nothing beyond the job file: torchtitan's own defaults run
     argv = ad.launch(c, base.to_dict()).argv
-    assert argv[-2:] == ["--job.config_file", "contracts/torchtitan-cpu/llama3_cpu.toml"]
+    assert argv[-2:] == ["--job.config_file", str(JOB)]
 
 
 def test_the_assets_are_built_from_project_text_and_the_tokenizer_loads(tmp_path):
@@ -117,7 +117,7 @@ def test_a_trial_command_reads_back_as_the_same_torchtitan_setting():
     from infrarsi.adapters.torchtitan import parse_torchtitan_argv
 
     c = load_contract(CPU_CONTRACT)
-    ad = TorchtitanAdapter()
+    ad = TorchtitanAdapter(base_dir=CPU_CONTRACT.parent)
     tuned = {**c.baseline, "recompute_granularity": "none", "micro_batch_size": 4, "data_parallel_replicate": 2}
     spec = ad.launch(c, tuned)
     got = parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=ROOT)
@@ -129,11 +129,12 @@ def test_a_trial_command_reads_back_as_the_same_torchtitan_setting():
 
 def test_the_launch_file_is_found_from_the_contracts_folder_or_the_working_directory(monkeypatch):
     c = load_contract(CPU_CONTRACT)
-    monkeypatch.chdir(ROOT)
-    assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).launch_path(c) == Path(c.workload.launch)
+    assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).launch_path(c) == JOB
     assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).parsed(c).fixed["seq_length"] == 512
-    moved = c.model_copy(update={"workload": c.workload.model_copy(update={"launch": "torchtitan-cpu/llama3_cpu.toml"})})
-    assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).launch_path(moved) == JOB
+    monkeypatch.chdir(ROOT)
+    from_root = c.model_copy(update={"workload": c.workload.model_copy(
+        update={"launch": "contracts/torchtitan-cpu/llama3_cpu.toml"})})
+    assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).launch_path(from_root) == Path(from_root.workload.launch)
 
 
 def test_a_locked_runs_adapter_reads_launch_files_from_the_contracts_folder(tmp_path):
