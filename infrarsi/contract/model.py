@@ -43,6 +43,12 @@ class Workload(_Section):
     """Fixed workload arguments (Megatron names with underscores): never changed by a setting."""
     env: dict[str, str] = {}
     """Environment every trial gets."""
+    script_args: list[str] = []
+    """The launch script's positional arguments ($1, $2, ...), as the job passes them (Megatron's examples
+    take the checkpoint, vocab and data paths this way)."""
+    script_env: dict[str, str] = {}
+    """Variables the launch script reads from the job's environment (PWD, SLURM_NNODES, SLURM_JOB_ID, ...):
+    used to read the script, never set for trials. PWD defaults to the contract's folder."""
 
 
 class Hardware(_Section):
