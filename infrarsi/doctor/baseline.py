@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from ..adapters import get_adapter
+from ..adapters import run_adapter
 from ..adapters.base import Adapter
 from ..contract.model import Contract
 from ..contract.seal import sealed_write
@@ -61,7 +61,7 @@ WARMUP_ROLE = "warmup"
 def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | None = None,
                executor: Executor | None = None, repeats: int | None = None,
                progress: Callable[[str], None] = lambda s: None) -> DoctorResult:
-    adapter = adapter or get_adapter(contract.workload.adapter)
+    adapter = adapter or run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
     n = repeats or contract.budget.doctor_repeats
     record = RunRecord(run_dir)
     runner = Runner(record, executor or make_executor(), adapter, contract, config=Runner.Config(parallel=1))

@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ..adapters import get_adapter
+from ..adapters import run_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.numerics import drift_of, reference_of
 from ..contract.scope import TreeGuard, repository_root
@@ -156,7 +156,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
         return 0
     if more is not None:
         state.reopen(run_dir, "search", "verify")
-    adapter = get_adapter(contract.workload.adapter)
+    adapter = run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
     record = RunRecord(run_dir)
     full_space = adapter.knob_space(contract)
     space, kernel_verdicts = verified_kernel_space(full_space, err, run_dir)
