@@ -10,7 +10,6 @@ are told to the tuner again, in-flight ones are re-queued (or adopted, on Slurm)
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from pathlib import Path
@@ -18,16 +17,18 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from ..adapters import get_adapter
+from ..adapters import run_adapter
 from ..contract import ContractError, contract_hash, load_locked
+from ..contract.numerics import drift_of, reference_of
 from ..contract.scope import TreeGuard, repository_root
 from ..contract.seal import sealed_write
+from ..errors import read_json_record
 from ..execute.trial import Trial, TrialStatus
 from ..knobs import KnobSpace, Setting
 from ..search import Outcome, Tuner, TunerConfig
 from ..search.verify import promote, speedup_ci
+from . import run_state as state
 
 SEARCH_JSON = "search.json"
 VERIFICATION_JSON = "verification.json"
@@ -73,10 +74,8 @@ def verified_kernel_space(space: KnobSpace, err: Console, run_dir: Path | None =
 
 
 def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list:
-    try:
-        from ..priors import priors_for
-    except ImportError:
-        return []
+    from ..priors import priors_for
+
     try:
         return priors_for(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump(),
                           record_dir=run_dir)
@@ -90,16 +89,31 @@ def run_id(contract, run_dir: Path) -> str:
     return f"{contract.name}:{contract_hash(contract)[:12]}:{Path(run_dir).resolve()}"
 
 
-def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console) -> tuple[list[Setting], list, list]:
-    """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors."""
-    try:
-        from ..bank import Bank, bank_path, seed_from_bank
-    except ImportError:
-        return [], base_priors, []
+def evidence_of(contract) -> str:
+    """The kind of evidence this run's trials are: "simulated" (a what-if cluster) or "measured"."""
+    return "simulated" if contract.workload.adapter == "simulated" else "measured"
+
+
+def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console,
+              from_simulated: bool = False) -> tuple[list[Setting], list, list]:
+    """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors.
+    A measured run never seeds from simulated runs unless ``from_simulated`` (and then it says so)."""
+    from ..bank import Bank, bank_path, seed_from_bank
+
     try:
         with Bank(bank_path(None)) as bank:
+            skip = [run_id(contract, run_dir)]  # not its own past
+            sim = [r.run_id for r in bank.runs() if r.evidence == "simulated"]
+            if evidence_of(contract) == "measured" and sim:
+                if from_simulated:
+                    err.print(f"[yellow]seeding from simulated runs too, as asked ({len(sim)} in the bank): their "
+                              f"trials are what-if estimates, not measurements[/]")
+                else:
+                    skip += sim
+                    err.print(f"{len(sim)} simulated run(s) in the bank not used to seed this measured run "
+                              f"(--seed-from-simulated to use them)")
             seed = seed_from_bank(bank, space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
-                                  base_priors=base_priors, exclude_runs=[run_id(contract, run_dir)])  # not its own past
+                                  base_priors=base_priors, exclude_runs=skip)
         return list(seed.initial), seed.merged_with(base_priors), list(seed.sources)
     except Exception as e:  # experience is advice: a broken bank never stops a run
         err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {escape(str(e))}); starting unseeded[/]")
@@ -111,15 +125,14 @@ def _workload_sig(contract) -> dict[str, Any]:
 
 
 def memory_estimate(space: KnobSpace, contract):
-    """The analytical peak-memory estimate the memory model refines (None when unavailable)."""
-    try:
-        from ..priors.offline import memory_estimator
-    except ImportError:
-        return None
+    """The analytical peak-memory estimate the memory model refines."""
+    from ..priors.offline import memory_estimator
+
     return memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
 
 
-def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console) -> int:
+def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console,
+        more: int | None = None, seed_from_simulated: bool = False) -> int:
     run_dir = Path(run_dir)
     try:
         contract = load_locked(run_dir)
@@ -138,7 +151,12 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     if max_trials is not None and max_trials < 1:
         err.print("[bold red]error:[/] --max-trials must be >= 1")
         return 2
-    adapter = get_adapter(contract.workload.adapter)
+    if more is None and state.done(run_dir, "verify"):  # a finished stage is finished
+        console.print(state.finished_line(run_dir))
+        return 0
+    if more is not None:
+        state.reopen(run_dir, "search", "verify")
+    adapter = run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
     record = RunRecord(run_dir)
     full_space = adapter.knob_space(contract)
     from ..kernels.space import after_trial as kernel_after_trial
@@ -151,10 +169,12 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     if not base_trials:
         err.print("[bold red]error:[/] the doctor's baseline trials are missing or failed; rerun `infrarsi doctor`")
         return 1
-    base_losses = noise.reference_losses  # the doctor's first baseline run
+    base_losses = reference_of(noise)  # the doctor's calibrated loss referee (loss and grad norm per step)
 
-    bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err)
+    bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err,
+                                                   seed_from_simulated)
     budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
+    search_done = state.done(run_dir, "search")
     par = parallel or contract.budget.parallel_trials
     cfg = TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3)), mde=noise.mde)
     tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=priors, seed=0,
@@ -165,6 +185,10 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     done = [t for t in record.finished() if t.role == "search"]
     for t in done:  # resume: everything already measured is data again
         tuner.tell(t.setting, outcome_of(t))
+    if more is not None:
+        budget = state.extend(run_dir, len(done) + more)  # on purpose: past the contract's budget and stopping rule
+    budget = max(budget, state.extended_budget(run_dir) or 0)  # a killed --more resumes with its budget
+    extended = budget > min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
     console.print(f"[bold]run[/] {contract.name}: budget {budget} trials ({len(done)} done), {par} at a time; "
                   f"noise CV {noise.cv:.2%}, mde {noise.mde:.2%}; {len(priors)} priors; "
                   f"{len(bank_initial)} settings seeded from the bank")
@@ -172,24 +196,30 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     executor = make_executor()
     cap_s = contract.budget.max_device_hours * 3600.0
     used_s = sum(t.cost.device_s for t in record.finished())
-    proposals: dict[str, Any] = _load(run_dir / SEARCH_JSON).get("proposals", {})
-    stop_reason = "budget spent"
+    read_json_record(run_dir / SEARCH_JSON)  # refuses a search.json it could not read: never rewritten over
+    proposals = state.proposals(record, done)
+    in_flight = state.pending(run_dir)
+    stop_reason = search_done["stop_reason"] if search_done else "budget spent"
+    state.settle_interrupted(record, executor, roles={"verify"})  # before anything new starts
     with Runner(record, executor, adapter, contract, config=Runner.Config(parallel=par)) as runner:
         for fut in runner.resume(roles={"search"}, reference_losses=base_losses):
             t = fut.result()
             tuner.tell(t.setting, outcome_of(t))
             done.append(t)
-        while len(done) < budget:
+            proposals[str(t.id)] = why = in_flight.get(space.complete(t.setting).key(), {"kind": "resumed"})
+            state.write_proposal(record, t.id, why)
+        while not search_done and len(done) < budget:
             if used_s >= cap_s:
                 stop_reason = f"device-hour budget spent ({used_s / 3600:.2f} h)"
                 break
-            if tuner.should_stop():
+            if not extended and tuner.should_stop():
                 stop_reason = f"expected improvement {tuner.last_best_ei:.4f} below log(1 + mde {noise.mde:.3f})"
                 break
             batch = tuner.ask(min(par, budget - len(done)))
             if not batch:
                 stop_reason = "search space exhausted"
                 break
+            state.write_pending(run_dir, {s.key(): tuner.why(s) for s in batch})
             futs = [(s, runner.submit(s, role="search", reference_losses=base_losses)) for s in batch]
             for s, fut in futs:
                 t = fut.result()
@@ -198,10 +228,14 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
                 done.append(t)
                 used_s += t.cost.device_s
                 proposals[str(t.id)] = why = tuner.why(s)
+                state.write_proposal(record, t.id, why)  # provenance survives a kill
                 _print_trial(console, t, why, baseline)
-        _save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
-        console.print(f"search stopped: {stop_reason}")
+        if not search_done:
+            _save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
+            state.mark_done(run_dir, "search", stop_reason=stop_reason, trials=len(done), budget=budget)
+        console.print(f"search stopped: {stop_reason}" + (" (earlier)" if search_done else ""))
         verification = _reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console)
+        state.mark_done(run_dir, "verify", promoted=sum(1 for c in verification["candidates"] if c["promoted"]))
     _bank_record(run_dir, contract, record, tuner, err)
     n_prom = sum(1 for c in verification["candidates"] if c["promoted"])
     console.print(f"[bold]{n_prom} candidate(s) promoted[/]; see {run_dir / VERIFICATION_JSON}")
@@ -222,15 +256,13 @@ def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Sett
 def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Setting, base_losses, noise,
               console: Console) -> dict[str, Any]:
     """Interleaved A/B re-runs of the top candidates; promotion by the CI rule and the loss invariant."""
-    from ..contract.invariants import loss_violation
-
     repeats = max(2, min(noise.repeats_for_target, 4))
     top = [s for s in tuner.top(3) if s != baseline][:2]
     out: dict[str, Any] = {"repeats": repeats, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
                            "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the loss "
                                    "trace matches the baseline within the contract"}
     progress_path = run_dir / "verification.progress.json"
-    progress: dict[str, list[list[int]]] = _load(progress_path)  # candidate key -> [[baseline id, candidate id], ...]
+    progress: dict[str, list[list[int]]] = read_json_record(progress_path) or {}  # key -> [[baseline id, candidate id], ...]
     for cand in top:
         ids = progress.setdefault(cand.key(), [])
         pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
@@ -262,7 +294,7 @@ def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: S
         else:
             sp = speedup_ci([a.metrics.step_time_s for a, _ in ok_pairs], [b.metrics.step_time_s for _, b in ok_pairs])
             passed, why = promote(sp, noise.mde)
-            drift = loss_violation(contract, base_losses, ok_pairs[0][1].metrics.losses)
+            drift = drift_of(base_losses, contract, cand, ok_pairs[0][1].metrics)
             if drift:
                 passed, why = False, f"loss invariant broken: {drift}"
             entry.update(sp.to_dict(), promoted=passed, reason=why,
@@ -304,9 +336,8 @@ def _median(xs: list) -> float | None:
 
 def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop_reason: str, kernel_verdicts: dict,
                  bank_sources: list) -> None:
-    from ..models import revision
+    from ..report.effects import model_summary
 
-    tuner.fit_models()
     body: dict[str, Any] = {
         "stop_reason": stop_reason,
         "proposals": proposals,
@@ -315,42 +346,20 @@ def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, sto
         "bank_sources": [str(s) for s in bank_sources],
         "priors": [p.model_dump(mode="json") for p in priors],
     }
-    for name, model in (("time", tuner.time_model), ("memory", tuner.memory_model)):
-        if model is None or model.n_obs == 0:
-            continue
-        body[f"{name}_effects"] = [_asdict(e) for e in model.effects()]
-        body[f"{name}_revisions"] = [_asdict(r) for r in revision(priors, model)] if priors else []
+    body.update(model_summary(tuner, priors))  # what the tuner fitted: effects as meant, revisions, the fit
     sealed_write(run_dir, run_dir / SEARCH_JSON, json.dumps(body, indent=2, sort_keys=True, default=str))
-
-
-def _asdict(x: Any) -> dict[str, Any]:
-    d = dict(x.__dict__) if hasattr(x, "__dict__") else {}
-    if not d and hasattr(x, "__dataclass_fields__"):
-        d = {k: getattr(x, k) for k in x.__dataclass_fields__}
-    d["text"] = str(x)
-    return {k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else v) for k, v in d.items()
-            if not (isinstance(v, float) and math.isnan(v))}
-
-
-def _load(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) -> None:
     """Keep the run in the experience bank: every finished trial, the time effects it learned, its LLM exchanges."""
-    try:
-        from ..bank import Bank, bank_path, priors_from_effects
-        from ..priors import exchanges
-    except ImportError:
-        return
+    from ..bank import Bank, bank_path, priors_from_effects
+    from ..priors import exchanges
+
     hw, wl = contract.hardware.model_dump(), _workload_sig(contract)
     rid = run_id(contract, run_dir)
     try:
         with Bank(bank_path(None)) as bank:
-            bank.add_trials(rid, record.finished(), hardware=hw, workload=wl)
+            bank.add_trials(rid, record.finished(), hardware=hw, workload=wl, evidence=evidence_of(contract))
             for ex in exchanges(run_dir):
                 bank.add_llm_exchange(rid, ex.model_dump(mode="json"))
             tuner.fit_models()
