@@ -105,9 +105,11 @@ def tune(
 
 def _register_tools() -> None:
     """Tool sub-commands live beside the code they drive."""
+    from .estimate.cli import estimate
     from .knobs.cli import knobs
 
     app.command("knobs")(knobs)
+    app.command("estimate")(estimate)
     try:
         from .kernels.cli import app as kernels_app
 
