@@ -7,6 +7,7 @@ The step mirrors ``minigpt.main``: zero grads, gradient accumulation over micro-
 all-reduce (or DDP's), grad-norm clipping, AdamW. Two iterations: the first creates the optimizer state, the
 second is the one at which a real run peaks (state + accumulated grads + one micro-batch's activations); two
 micro-batches of it stand for all of them, since the accumulated gradients are the same buffers from the second on.
+The first iteration's forward is skipped: zero gradients and one optimizer step create the same state.
 
 What it does not model: torch.compile (estimated eager) and kernel candidates (the reference ops run instead;
 they compute the same tensors).
@@ -83,31 +84,35 @@ def estimate(contract: Contract, setting: Mapping[str, Any], *, device: Device |
 
             fwd = DDP(model, init_sync=False)
         amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16 else nullcontext
-        for it, micro in ((1, 1), (2, min(n_micro, 2))):
-            with hooks.priced() if it == 2 else nullcontext():
-                opt.zero_grad(set_to_none=True)
-                loss_sum = torch.zeros(())
-                for m in range(micro):
-                    hooks.reset()
-                    data = torch.empty((args.micro_batch_size, args.seq_length + 1), dtype=torch.long)
-                    sync = nullcontext() if (m == micro - 1 or not hasattr(fwd, "no_sync")) else fwd.no_sync()
-                    with sync:
-                        with amp():
-                            loss = fwd(data[:, :-1], data[:, 1:]) / n_micro
-                        loss.backward()
-                    loss_sum += loss.detach()
-                if world > 1 and not overlap:  # the blocking path: one flat all-reduce of every gradient
-                    grads = [p.grad for p in model.parameters() if p.grad is not None]
-                    flat = torch.cat([g.reshape(-1) for g in grads])
-                    dist.all_reduce(flat)
-                    flat /= world
-                    off = 0
-                    for g in grads:
-                        g.copy_(flat[off:off + g.numel()].view_as(g))
-                        off += g.numel()
-                    del flat
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
-                opt.step()
+        # warm-up: AdamW creates its state at the first step; zero gradients get it there without a forward
+        for p_ in model.parameters():
+            p_.grad = torch.zeros_like(p_)
+        opt.step()
+        micro = min(n_micro, 2)
+        with hooks.priced():
+            opt.zero_grad(set_to_none=True)
+            loss_sum = torch.zeros(())
+            for m in range(micro):
+                hooks.reset()
+                data = torch.empty((args.micro_batch_size, args.seq_length + 1), dtype=torch.long)
+                sync = nullcontext() if (m == micro - 1 or not hasattr(fwd, "no_sync")) else fwd.no_sync()
+                with sync:
+                    with amp():
+                        loss = fwd(data[:, :-1], data[:, 1:]) / n_micro
+                    loss.backward()
+                loss_sum += loss.detach()
+            if world > 1 and not overlap:  # the blocking path: one flat all-reduce of every gradient
+                grads = [p.grad for p in model.parameters() if p.grad is not None]
+                flat = torch.cat([g.reshape(-1) for g in grads])
+                dist.all_reduce(flat)
+                flat /= world
+                off = 0
+                for g in grads:
+                    g.copy_(flat[off:off + g.numel()].view_as(g))
+                    off += g.numel()
+                del flat
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
+            opt.step()
 
     with fake_world(world):
         tr = tracked_step(meta, build, step, device=device)
