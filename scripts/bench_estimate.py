@@ -105,6 +105,121 @@ def run_minigpt(args) -> int:
     return 0
 
 
+# (contract, ranks, setting over its baseline, published GiB or None, where it is published)
+SCALE = (
+    ("llama3-8b-h100x64.toml", 8, {}, 82.4, "torchtitan docs/performance.md Table 1: FSDP, eager"),
+    ("llama3-8b-h100x64.toml", 64, {}, None, ""),
+    ("llama3-8b-h100x64.toml", 128, {}, 67.0, "torchtitan docs/performance.md Table 3: FSDP, eager"),
+    ("llama3-70b-h100x256.toml", 256, {}, 71.9, "torchtitan docs/performance.md Table 4: 2D, with torch.compile "
+                                               "+ Float8 (the estimate is eager bf16)"),
+)
+
+
+def run_scale(args) -> int:
+    from infrarsi.estimate import estimate
+    from infrarsi.estimate.cli import _anchored
+    from infrarsi.estimate.devices import device_for
+
+    GiB = 2**30
+    print(f"{'model':>12} {'ranks':>5} {'layout':>38} | {'params':>6} {'grads':>6} {'opt':>6} {'act':>6} {'temp':>6} "
+          f"{'comm':>6} {'+unseen':>7} | {'estimate':>8} {'published':>9} | {'roofline':>8} {'wall':>6}")
+    for name, ranks, setting, published, source in SCALE:
+        if args.only and args.only not in f"{name}:{ranks}":
+            continue
+        path = ROOT / "contracts" / name
+        c = _anchored(load_contract(path), path)
+        c = c.model_copy(update={"hardware": c.hardware.model_copy(update={"devices": ranks})})
+        e = estimate(c, setting, device=device_for(c.hardware))
+        cat = e.by_category()
+        lay = e.layout
+        layout = f"fsdp {lay['dp_shard']} tp {lay['tp']} lb {lay['local_batch']} ac {lay['ac'].split()[0]}"
+        pub = f"{published:9.1f}" if published else f"{'-':>9}"
+        print(f"{lay['model']:>12} {ranks:5d} {layout:>38} | " + " ".join(f"{cat[k] / GiB:6.2f}" for k in (
+            "parameters", "gradients", "optimizer", "activations", "temporaries", "communication"))
+              + f" {e.unseen_bytes / GiB:7.2f} | {e.peak_bytes / GiB:8.2f} {pub} | {e.step_time_s or 0:7.2f}s "
+              f"{e.wall_s:5.0f}s" + (f"   [{source}]" if source else ""), flush=True)
+    return 0
+
+
+def run_replay(args) -> int:
+    """The tuner with and without the estimate as its memory offset, replayed on real minigpt measurements.
+
+    Every memory layout of the shipped contract (threads 1, adam foreach: 60 settings) is run for real once,
+    uncapped, 4 iterations: its peak and step time are the oracle. A trial whose real peak exceeds the contract's
+    capacity is an OOM (what the cap would make of it). The run stage's tuner (offline priors, its config) then
+    spends the contract's budget per seed, with the analytical offset and with the estimate."""
+    import math
+
+    from infrarsi.adapters.minigpt import MiniGPTAdapter
+    from infrarsi.estimate import memory_estimator as estimate_offset
+    from infrarsi.estimate.measure import measured_minigpt
+    from infrarsi.priors.offline import memory_estimator, offline_priors
+    from infrarsi.search import Outcome, Tuner, TunerConfig
+
+    contract = load_contract(ROOT / "contracts/minigpt-cpu.toml")
+    full = MiniGPTAdapter().knob_space(contract)
+    space = full.restrict({"intra_op_threads": [1], "adam_impl": ["foreach"]}, keep=full.names)
+    settings = list(space.enumerate())  # valid settings only (constraints applied)
+    cache_path = Path(args.cache).with_name("replay.json")
+    cache = {} if args.fresh else _cache(cache_path)
+    for s in settings:
+        key = json.dumps(s.to_dict(), sort_keys=True)
+        if key not in cache:
+            peak, step = measured_minigpt(contract, s, iters=4)
+            cache[key] = {"peak": peak, "step_s": step}
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.write_text(json.dumps(cache, indent=1))
+    cap = contract.hardware.memory_capacity_bytes
+    truth = {json.dumps(s.to_dict(), sort_keys=True): cache[json.dumps(s.to_dict(), sort_keys=True)] for s in settings}
+    feasible = {k: v for k, v in truth.items() if v["peak"] <= cap}
+    best = min(v["step_s"] for v in feasible.values())
+    print(f"{len(truth)} settings measured; {len(truth) - len(feasible)} exceed the {cap / MiB:.0f} MiB cap; "
+          f"best feasible step {best * 1000:.0f} ms")
+    wl, hw = dict(contract.workload.args), contract.hardware.model_dump()
+    priors = offline_priors(space, workload=wl, hardware=hw)
+    import os
+
+    os.environ["INFRARSI_MEMORY_OFFSET"] = "estimate"
+    offsets = {"analytical": memory_estimator(space, workload=wl, hardware=hw),
+               "estimate": estimate_offset(space, contract)}
+    budget = contract.budget.max_trials
+    baseline = space.complete(contract.baseline)
+    rows: dict[str, list[tuple[int, float, int]]] = {k: [] for k in offsets}
+    for seed in range(args.seeds):
+        for name, off in offsets.items():
+            tuner = Tuner(space, memory_capacity_bytes=cap, priors=priors, seed=seed, noise_cv=0.02,
+                          config=TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3))),
+                          memory_estimate=off)
+
+            def outcome(s):
+                v = truth[json.dumps(s.to_dict(), sort_keys=True)]
+                return Outcome("oom") if v["peak"] > cap else Outcome("ok", step_time_s=v["step_s"],
+                                                                          peak_memory_bytes=v["peak"])
+
+            tuner.tell(baseline, outcome(baseline))
+            ooms, first_best, best_seen = 0, math.inf, math.inf
+            for i in range(1, budget + 1):
+                batch = tuner.ask(1)
+                if not batch:
+                    break
+                o = outcome(batch[0])
+                tuner.tell(batch[0], o)
+                ooms += o.status == "oom"
+                if o.status == "ok":
+                    best_seen = min(best_seen, o.step_time_s)
+                    if o.step_time_s <= best * 1.02 and first_best == math.inf:
+                        first_best = i
+            rows[name].append((ooms, first_best, best_seen / best))
+            print(f"seed {seed} {name:>10}: {ooms:2d} OOM trials of {budget}; best within 2% at trial "
+                  f"{first_best if first_best < math.inf else '-'}; best found {best_seen / best:.3f}x optimum", flush=True)
+    for name, r in rows.items():
+        hit = [f for _, f, _ in r if f < math.inf]
+        print(f"{name:>10}: OOM trials mean {statistics.mean(o for o, _, _ in r):.1f} (total {sum(o for o, _, _ in r)}); "
+              f"reached the best (2%) in {len(hit)}/{len(r)} seeds, median trial "
+              f"{statistics.median(hit) if hit else '-'}; best found mean {statistics.mean(b for *_, b in r):.3f}x")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minigpt", action="store_true")
@@ -113,6 +228,9 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=0, help="measure only about this many settings of the grid")
     p.add_argument("--cache", default=str(ROOT / ".infrarsi/bench_estimate/minigpt.json"))
     p.add_argument("--fresh", action="store_true")
+    p.add_argument("--only", default="", help="--scale: only rows whose 'contract:ranks' contains this")
+    p.add_argument("--replay", action="store_true", help="the tuner with/without the estimate on real measurements")
+    p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--full", action="store_true", help="the whole grid (bf16 at every micro-batch)")
     args = p.parse_args(argv)
     if args.calibrate:
@@ -123,9 +241,9 @@ def main(argv=None) -> int:
     if args.minigpt:
         run_minigpt(args)
     if args.scale:
-        from infrarsi.estimate.torchtitan import scale_table
-
-        scale_table()
+        run_scale(args)
+    if args.replay:
+        run_replay(args)
     return 0
 
 

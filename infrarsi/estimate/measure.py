@@ -31,6 +31,14 @@ def minigpt_argv(contract: Any, setting: Mapping[str, Any], *, iters: int = 2) -
 
 def measured_peak_minigpt(contract: Any, setting: Mapping[str, Any], *, iters: int = 2, timeout_s: float = 600) -> float:
     """Peak bytes (the busiest rank's) of a real, uncapped minigpt run of ``setting``."""
+    return measured_minigpt(contract, setting, iters=iters, timeout_s=timeout_s)[0]
+
+
+def measured_minigpt(contract: Any, setting: Mapping[str, Any], *, iters: int = 2,
+                     timeout_s: float = 600) -> tuple[float, float]:
+    """(peak bytes, median step seconds after the first two iterations, or of all when fewer) of a real run."""
+    import statistics
+
     from ..adapters.megatron_log import parse_log
 
     argv, env = minigpt_argv(contract, setting, iters=iters)
@@ -39,4 +47,6 @@ def measured_peak_minigpt(contract: Any, setting: Mapping[str, Any], *, iters: i
     if p.returncode != 0 or not log.max_reserved_mb:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
         raise EstimateError(f"the real run of {dict(setting)} failed (exit {p.returncode}): {' | '.join(tail)}")
-    return max(log.max_reserved_mb.values()) * 2**20
+    steps = [it.step_ms / 1000.0 for it in log.iterations if it.step_ms is not None]
+    steps = steps[2:] or steps
+    return max(log.max_reserved_mb.values()) * 2**20, statistics.median(steps) if steps else float("nan")
