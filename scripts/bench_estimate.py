@@ -144,8 +144,8 @@ def run_scale(args) -> int:
 def run_replay(args) -> int:
     """The tuner with and without the estimate as its memory offset, replayed on real minigpt measurements.
 
-    Every memory layout of the shipped contract (threads 1, adam foreach: 60 settings) is run for real once,
-    uncapped, 4 iterations: its peak and step time are the oracle. A trial whose real peak exceeds the contract's
+    Every memory layout of the shipped contract in fp32 (threads 1, adam foreach: 30 settings) is run for real once,
+    uncapped, 3 iterations: its peak and the third step time are the oracle. A trial whose real peak exceeds the contract's
     capacity is an OOM (what the cap would make of it). The run stage's tuner (offline priors, its config) then
     spends the contract's budget per seed, with the analytical offset and with the estimate."""
     import math
@@ -158,14 +158,14 @@ def run_replay(args) -> int:
 
     contract = load_contract(ROOT / "contracts/minigpt-cpu.toml")
     full = MiniGPTAdapter().knob_space(contract)
-    space = full.restrict({"intra_op_threads": [1], "adam_impl": ["foreach"]}, keep=full.names)
+    space = full.restrict({"intra_op_threads": [1], "adam_impl": ["foreach"], "bf16": [False]}, keep=full.names)
     settings = list(space.enumerate())  # valid settings only (constraints applied)
     cache_path = Path(args.cache).with_name("replay.json")
     cache = {} if args.fresh else _cache(cache_path)
     for s in settings:
         key = json.dumps(s.to_dict(), sort_keys=True)
         if key not in cache:
-            peak, step = measured_minigpt(contract, s, iters=4)
+            peak, step = measured_minigpt(contract, s, iters=3)
             cache[key] = {"peak": peak, "step_s": step}
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             cache_path.write_text(json.dumps(cache, indent=1))
