@@ -1,4 +1,5 @@
-"""Crash-safe file writes shared by every stage's records."""
+"""The one crash-safe file write (temp file, fsync, rename, fsync of the directory) that records, locks,
+reports and caches use."""
 
 from __future__ import annotations
 

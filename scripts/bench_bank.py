@@ -6,7 +6,7 @@ effects). Then, over several seeds, two runs on the H100 target are compared:
 
 - unseeded: ``Tuner(space, initial=[baseline], priors=offline)``
 - seeded:   ``Tuner(space, initial=[baseline, *seed.initial], priors=seed.merged_with(offline))`` with
-            ``seed = Bank.seed(space, hardware=H100, workload=target)``
+            ``seed = seed_from_bank(bank, space, hardware=H100, workload=target)``
 
 ``offline`` is the offline knowledge base's priors for that workload and GPU (``offline_priors``);
 every run, the A100 source runs included, starts from them, as ``infrarsi run`` does.
@@ -17,9 +17,6 @@ over seeds; a run that never reaches it within the budget counts as budget + 1 (
 
     .venv/bin/python scripts/bench_bank.py                      # dense8b on H100, 7 seeds, 40 trials
     .venv/bin/python scripts/bench_bank.py --targets dense8b-h100x8 dense70b-h100x64 --seeds 5 --budget 40
-
-When ``infrarsi.search`` is missing the "tuner" is random search that tries the initial settings first
-(it says so in its first line).
 """
 
 from __future__ import annotations
@@ -36,66 +33,29 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infrarsi.bank import Bank, priors_from_effects, signature_from  # noqa: E402
+from infrarsi.bank import Bank, priors_from_effects, seed_from_bank, signature_from  # noqa: E402
 from infrarsi.execute.trial import Cost, Metrics, Trial  # noqa: E402
 from infrarsi.priors import offline_priors  # noqa: E402
 from infrarsi.priors.offline import memory_estimator  # noqa: E402
 from infrarsi.workloads import simulated as sim  # noqa: E402
 
-try:
-    from infrarsi.search.outcome import Outcome
-    from infrarsi.search.tuner import Tuner
-
-    TUNER = "infrarsi.search.Tuner"
-except ImportError:  # the search package is not there: random search stands in
-    Tuner = None  # type: ignore[assignment,misc]
-    TUNER = "random search (initial settings first): infrarsi.search is not importable"
+from infrarsi.search.outcome import Outcome  # noqa: E402
+from infrarsi.search.tuner import Tuner  # noqa: E402
 
 TARGETS = (0.90, 0.95, 0.97)
 ERRORS: list[str] = []  # tuner failures met during the benchmark (printed after each table)
 
 
-# ------------------------------------------------------------------ the "tuner"
-class _RandomSearch:
-    """Stand-in with the Tuner's ask/tell surface: the initial settings, then uniform valid samples."""
-
-    def __init__(self, space: Any, *, seed: int, initial: list[Any], **_: Any) -> None:
-        self.space, self.rng = space, random.Random(seed)
-        self.queue = [space.complete(s) for s in initial if space.is_valid(space.complete(s))]
-        self.seen: set[Any] = set()
-
-    def ask(self) -> Any:
-        while self.queue:
-            s = self.queue.pop(0)
-            if s not in self.seen:
-                return s
-        for _ in range(10_000):
-            s = self.space.sample(self.rng)[0]
-            if s not in self.seen:
-                return s
-        raise RuntimeError("space exhausted")
-
-    def tell(self, s: Any, outcome: Any) -> None:
-        self.seen.add(s)
-
-
-class _Outcome:
-    def __init__(self, status: str, step_time_s: float | None = None, peak_memory_bytes: float | None = None) -> None:
-        self.status, self.step_time_s, self.peak_memory_bytes = status, step_time_s, peak_memory_bytes
-
-
 def _make_tuner(space: Any, w: Any, *, seed: int, initial: list[Any], priors: list[Any] | None = None) -> Any:
     """As ``infrarsi run`` builds it: the analytical memory estimate as the memory model's offset and the
     run-to-run noise known (the simulator's)."""
-    if Tuner is None:
-        return _RandomSearch(space, seed=seed, initial=initial)
     return Tuner(space, memory_capacity_bytes=w.spec.memory_bytes, priors=priors, seed=seed, initial=initial,
                  noise_cv=sim.DEFAULT_NOISE_CV,
                  memory_estimate=memory_estimator(space, workload=w.model.model_dump(), hardware=hardware_of(w)))
 
 
-def _outcome(status: str, t: float | None = None, peak: float | None = None) -> Any:
-    return (Outcome if Tuner is not None else _Outcome)(status, t, peak)
+def _outcome(status: str, t: float | None = None, peak: float | None = None) -> Outcome:
+    return Outcome(status, t, peak)
 
 
 # ------------------------------------------------------------------ one run
@@ -183,11 +143,10 @@ def fill_bank(bank: Bank, target: str, *, trials: int) -> list[str]:
             continue
         tr, _, tuner = run(w, seed=100 + j, budget=trials, initial=[w.baseline], priors=offline_for(w))
         bank.add_trials(rid, tr, hardware=hardware_of(w), workload=workload_of(w))
-        if Tuner is not None:
-            tuner.top(1)  # refits the models on every trial (public API), so the effects are final
-            mem = tuner.memory_model.effects() if tuner.memory_model is not None else []
-            post = priors_from_effects(tuner.time_model.effects(), mem, space=sim.space_for(w))
-            bank.add_posteriors(rid, post, hardware=hardware_of(w), workload=workload_of(w))
+        tuner.top(1)  # refits the models on every trial (public API), so the effects are final
+        mem = tuner.memory_model.effects() if tuner.memory_model is not None else []
+        post = priors_from_effects(tuner.time_model.effects(), mem, space=sim.space_for(w))
+        bank.add_posteriors(rid, post, hardware=hardware_of(w), workload=workload_of(w))
     return names
 
 
@@ -200,7 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=5, help="initial settings taken from the bank")
     ap.add_argument("--bank", type=Path, default=None, help="keep the filled bank here (default: a temp file)")
     ns = ap.parse_args(argv)
-    print(f"tuner: {TUNER}")
     rows = []
     for target in ns.targets:
         w = sim.get_workload(target)
@@ -211,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         srcs = fill_bank(bank, target, trials=ns.source_trials)
         space = sim.space_for(w)
         base = offline_for(w)
-        seed = bank.seed(space, hardware=hardware_of(w), workload=workload_of(w), k=ns.k, base_priors=base)
+        seed = seed_from_bank(bank, space, hardware=hardware_of(w), workload=workload_of(w), k=ns.k, base_priors=base)
         print(f"\n{target}: optimum {opt.step_time_s:.3f} s/step; bank from {len(srcs)} A100 runs; {seed.describe()}")
         for s in seed.sources:
             print(f"  source {s.run_id}: d_hw {s.hw_distance:.2f} d_wl {s.wl_distance:.2f} best {s.best_step_time_s:.3f} s "

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from infrarsi.models import MemoryModel, TimeModel
-from infrarsi.models.synthetic import GIB, SyntheticTruth, megatron_like_space
+from infrarsi.testing.synthetic import GIB, SyntheticTruth, megatron_like_space
 
 MEM_COEF = {
     "micro_batch_size=2": 0.4, "micro_batch_size=4": 0.8, "micro_batch_size=8": 1.2,

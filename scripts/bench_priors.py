@@ -17,9 +17,8 @@ import time
 
 from infrarsi.knobs import KnobSpace
 from infrarsi.priors.offline import offline_priors
+from infrarsi.priors.prior import Z90
 from infrarsi.workloads import simulated as sim
-
-Z90 = 1.6448536269514722
 
 
 def rebased(space: KnobSpace, ref) -> KnobSpace:

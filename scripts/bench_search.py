@@ -1,165 +1,341 @@
-"""Benchmark: this search vs the tuners users reach for today, on the four simulated reference workloads.
+"""Benchmark: this search vs the tuners users have, on landscapes its priors were not built with.
 
-Peers: random search (uniform over valid settings); Optuna TPE with an OOM reported as a failed trial,
-and with an OOM scored as zero throughput; greedy coordinate descent from the workload's typical
-Megatron config (one knob at a time, keep what is faster). Every tuner gets the same budget of
-trials, counts every launch it makes (an OOM costs a trial), and is scored by the noise-free step
-time of the setting it would pick (its best observed) as a fraction of the exhaustive optimum.
+Two suites (``--suite``):
 
-    python scripts/bench_search.py                  # 4 workloads x 10 seeds, budgets 20/30/50
-    python scripts/bench_search.py --seeds 3 --workloads dense8b-h100x8 --json
+- ``family`` (default): ``--variants`` perturbed simulated clusters (``infrarsi/workloads/variants.py``:
+  hardware efficiencies and bandwidths, memory constants x 0.6-1.6, per-layout compute efficiency, two
+  hidden knob interactions), drawn in turn from the four reference workloads, one tuner seed per variant.
+  The priors and the analytical estimate share formulas with the unperturbed simulator only, so here they
+  are approximately right at best.
+- ``named``: the four reference workloads themselves, ``--seeds`` seeds each (``--first-seed`` for held-out
+  seeds). Priors and estimate share the simulator's formulas here: a circular, optimistic setting.
+
+Tuners (``--tuners``), each given the same space, validity rule and repair moves:
+
+- ``cold``: the ask/tell Tuner as a library user builds it (README): no priors, no memory estimate, no
+  typical config;
+- ``priors``: the run stage's tuner (offline priors, the analytical memory estimate as the memory model's
+  offset, the typical config first); ``priors-noest``: priors without the estimate;
+- ``wrong``: priors whose time effects on the three most important knobs are reversed and made confident
+  (sd 0.1), with no estimate: the priors must be revised by the trials;
+- ``random``: uniform over valid settings;
+- ``tpe``: Optuna TPE, multivariate and grouped, with ``constraints_func`` (an invalid or OOM setting is
+  infeasible); ``gp``: Optuna GPSampler with the same constraints; ``smac``: SMAC3 random-forest BO
+  (HyperparameterOptimizationFacade), an OOM or invalid setting costs the worst time seen x 2;
+  an invalid proposal of these three is told as infeasible at no budget and replaced by the nearest valid
+  untried setting of a shared pool (the same projection for all);
+- ``greedy``: coordinate descent from the typical config, one knob at a time with the repair moves that a
+  one-knob change needs (so it can change layout), keeping what is faster.
+
+``--report peaks`` (default): an ok trial reports its step time and peak memory; ``--report time``: step
+time only (the memory model learns only from "it fit" and "it did not").
+Score: the noise-free step time of the setting the tuner would pick (its best measured) as a fraction of
+the exhaustive optimum; OOM trials counted over the budget; overhead = seconds per ask.
+
+    python scripts/bench_search.py                                   # family of 20, all tuners, 20/30/50
+    python scripts/bench_search.py --report time --tuners cold random
+    python scripts/bench_search.py --suite named --seeds 10 --tuners cold priors greedy
+    python scripts/bench_search.py --jobs 2 --json > family.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import multiprocessing as mp
+import os
 import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
+
 from infrarsi.knobs import KnobSpace, Setting  # noqa: E402
-from infrarsi.search import Outcome, Tuner, TunerConfig  # noqa: E402
+from infrarsi.search import Outcome, Tuner  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS, exhaustive_optimum, get_workload, simulate, space_for  # noqa: E402
+from infrarsi.workloads.variants import Variant  # noqa: E402
 
 NOISE_CV = 0.02
-
-
-class Bench:
-    """One workload: its space, the objective with noise, the true (noise-free) time of any setting."""
-
-    def __init__(self, name: str, seed: int) -> None:
-        self.name, self.seed = name, seed
-        self.w = get_workload(name)
-        self.space: KnobSpace = space_for(name)
-        self.capacity = self.w.spec.memory_bytes
-        self.baseline = self.space.complete(self.w.baseline)
-        self._true: dict[Setting, float | None] = {}
-
-    def __call__(self, s: Setting) -> Outcome:
-        r = simulate(self.name, s, seed=self.seed, noise_cv=NOISE_CV)
-        self._true[s] = r.noise_free_step_time_s
-        if r.oom:
-            return Outcome("oom")
-        return Outcome("ok", step_time_s=r.step_time_s, peak_memory_bytes=r.peak_memory_bytes)
-
-    def true_time(self, s: Setting) -> float:
-        if s not in self._true:
-            self._true[s] = simulate(self.name, s, noise_cv=0.0).noise_free_step_time_s
-        return self._true[s]
-
-
 History = list[tuple[Setting, Outcome]]
 
 
-def run_ours(b: Bench, budget: int) -> tuple[History, float]:
+class Landscape:
+    """One objective: a reference workload or a perturbed variant, with its exhaustive optimum."""
+
+    def __init__(self, base: str, variant: int | None) -> None:
+        self.base, self.variant = base, variant
+        self.v = Variant(base, variant) if variant is not None else None
+        self.name = self.v.name if self.v else base
+        self.w = get_workload(base)
+        self.space: KnobSpace = space_for(base)
+        self.capacity = float(self.w.spec.memory_bytes)
+        self.baseline = self.space.complete(self.w.baseline)
+        self._opt: float | None = None
+
+    def simulate(self, s: Setting, seed: int | None, noise_cv: float):
+        if self.v:
+            return self.v.simulate(s, seed=seed, noise_cv=noise_cv)
+        return simulate(self.base, s, seed=seed, noise_cv=noise_cv)
+
+    def optimum(self) -> float:
+        """Exhaustive optimum step time, cached in ``.infrarsi/bench/optima.json`` (keyed by landscape)."""
+        if self._opt is None:
+            cache = Path(__file__).resolve().parents[1] / ".infrarsi" / "bench" / "optima.json"
+            known = json.loads(cache.read_text()) if cache.exists() else {}
+            if self.name not in known:
+                o = self.v.optimum() if self.v else exhaustive_optimum(self.base)
+                known = json.loads(cache.read_text()) if cache.exists() else {}
+                known[self.name] = o.step_time_s
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+                tmp.replace(cache)
+            self._opt = float(known[self.name])
+        return self._opt
+
+
+class Bench:
+    """A landscape, a noise seed and a reporting mode: the objective every tuner calls."""
+
+    def __init__(self, land: Landscape, seed: int, report: str) -> None:
+        self.land, self.seed, self.report = land, seed, report
+        self.space, self.capacity, self.baseline = land.space, land.capacity, land.baseline
+        self._true: dict[Setting, float | None] = {}
+        self._pool: list[Setting] | None = None
+        self.notes: dict[str, Any] = {}  # tuner-specific figures for the JSON (e.g. wrong priors flagged)
+
+    def __call__(self, s: Setting) -> Outcome:
+        r = self.land.simulate(s, self.seed, NOISE_CV)
+        self._true[s] = r.noise_free_step_time_s
+        if r.oom:
+            return Outcome("oom")
+        peak = r.peak_memory_bytes if self.report == "peaks" else None
+        return Outcome("ok", step_time_s=r.step_time_s, peak_memory_bytes=peak)
+
+    def true_time(self, s: Setting) -> float | None:
+        if s not in self._true:
+            self._true[s] = self.land.simulate(s, None, 0.0).noise_free_step_time_s
+        return self._true[s]
+
+    def project(self, s: dict[str, Any], taken: set[Setting], rng: random.Random) -> Setting | None:
+        """The nearest valid untried setting (fewest knobs changed) of a shared pool; ties at random."""
+        if self._pool is None:
+            self._pool = self.space.candidates(4000, random.Random(self.seed))
+        best_d, best = math.inf, []
+        for c in self._pool:
+            if c in taken:
+                continue
+            d = sum(c[k] != v for k, v in s.items())
+            if d < best_d:
+                best_d, best = d, [c]
+            elif d == best_d:
+                best.append(c)
+        return rng.choice(best) if best else None
+
+
+# ------------------------------------------------------------------------------------------ ours
+def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool) -> tuple[History, float]:
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
 
-    hw = {"kind": b.w.gpu, "devices": b.w.world_size}
-    wl = b.w.model.model_dump()
-    priors = priors_for(b.space, workload=wl, hardware=hw)
-    t = Tuner(b.space, memory_capacity_bytes=b.capacity, priors=priors, seed=b.seed, initial=[b.baseline],
-              noise_cv=NOISE_CV, config=TunerConfig(),
-              memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw))
-    t0 = time.perf_counter()
+    w = b.land.w
+    hw = {"kind": w.gpu, "devices": w.world_size}
+    wl = w.model.model_dump()
+    pri = priors_for(b.space, workload=wl, hardware=hw) if priors != "none" else []
+    if priors == "wrong":
+        pri = wrong_priors(pri)
+    t = Tuner(b.space, memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed,
+              initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
+              memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
     for _ in range(budget):
         s = t.ask()
         t.tell(s, b(s))
-    return t.history, (time.perf_counter() - t0) / budget
+    if priors == "wrong":  # which of the reversed priors the run flags as miscalibrated (what the report shows)
+        from infrarsi.models import revision
+
+        t.fit_models()
+        wrong = [p for p in pri if p.source == "wrong"]
+        flagged = {r.feature.split("=")[0] for r in revision(wrong, t.time_model) if r.miscalibrated}
+        b.notes["wrong_flagged"] = f"{len(flagged)}/{len({p.knob for p in wrong})}"
+    b.notes["overhead_last10_s"] = statistics.fmean(t.overhead_s[-10:])
+    return t.history, statistics.fmean(t.overhead_s)
 
 
+def wrong_priors(priors: list) -> list:
+    """Reverse the time effects of the three knobs whose priors say the most (largest spread of time_mean)
+    and make them confident (sd 0.1): deliberately wrong beliefs the trials must overturn."""
+    by_knob: dict[str, list] = {}
+    for p in priors:
+        by_knob.setdefault(p.knob, []).append(p)
+    spread = {k: max(abs(p.time_mean) for p in ps) for k, ps in by_knob.items()}
+    top = sorted(spread, key=spread.get, reverse=True)[:3]
+    return [p.model_copy(update={"time_mean": -p.time_mean, "time_sd": 0.1, "source": "wrong"})
+            if p.knob in top else p for p in priors]
+
+
+def wrong_knobs(priors: list) -> list[str]:
+    return sorted({p.knob for p in wrong_priors(priors) if p.source == "wrong"})
+
+
+# ---------------------------------------------------------------------------------------- peers
 def run_random(b: Bench, budget: int) -> tuple[History, float]:
     t0 = time.perf_counter()
-    settings = b.space.sample(random.Random(b.seed), budget, max_tries=200_000)
-    hist = [(s, b(s)) for s in settings]
+    settings = b.space.candidates(4000, random.Random(b.seed))
+    random.Random(b.seed + 1).shuffle(settings)
+    hist = [(s, b(s)) for s in settings[:budget]]
     return hist, (time.perf_counter() - t0) / budget
 
 
 def run_greedy(b: Bench, budget: int) -> tuple[History, float]:
-    """Coordinate descent from the typical config: try each other value of each knob in turn, keep the faster."""
+    """Coordinate descent from the typical config: every one-knob move (with the repairs it needs, as the
+    tuner's own moves) in knob order; take the first faster one and start over from it."""
     t0 = time.perf_counter()
     hist: History = []
     seen: set[Setting] = set()
-
-    def trial(s: Setting) -> Outcome | None:
-        if len(hist) >= budget or s in seen:
-            return None
-        seen.add(s)
-        o = b(s)
-        hist.append((s, o))
-        return o
-
     cur = b.baseline
-    o = trial(cur)
-    best = o.step_time_s if o and o.status == "ok" else float("inf")
+    o = b(cur)
+    hist.append((cur, o))
+    seen.add(cur)
+    best = o.step_time_s if o.status == "ok" else math.inf
+    order = {k.name: i for i, k in enumerate(b.space.knobs)}
     improved = True
     while len(hist) < budget and improved:
         improved = False
-        for k in b.space.knobs:
-            for v in k.domain:
-                cand = cur.replace(**{k.name: v})
-                if v == cur[k.name] or not b.space.is_valid(cand):
-                    continue
-                o = trial(cand)
-                if o is not None and o.status == "ok" and o.step_time_s < best:
-                    cur, best, improved = cand, o.step_time_s, True
-                    break  # move on from the improved point
+        moves = b.space.neighbors(cur, repair=True)
+        # group by the first knob that differs, in knob order (the one-knob change, then its repairs)
+        moves.sort(key=lambda s: min(order[k] for k in order if s[k] != cur[k]))
+        for cand in moves:
+            if cand in seen:
+                continue
+            seen.add(cand)
+            o = b(cand)
+            hist.append((cand, o))
+            if o.status == "ok" and o.step_time_s < best:
+                cur, best, improved = cand, o.step_time_s, True
+                break
             if len(hist) >= budget:
                 break
     return hist, (time.perf_counter() - t0) / max(1, len(hist))
 
 
-def run_optuna(b: Bench, budget: int, *, oom_as: str) -> tuple[History, float]:
+def _optuna(b: Bench, budget: int, kind: str) -> tuple[History, float]:
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=b.seed, n_startup_trials=min(10, budget // 3))
-    study = optuna.create_study(direction="maximize", sampler=sampler)  # throughput = 1 / step time
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # constraints_func: still the documented way in 5.0
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    cons = lambda t: t.user_attrs.get("c", (0.0,))  # noqa: E731  (> 0: infeasible)
+    if kind == "tpe":
+        sampler = optuna.samplers.TPESampler(seed=b.seed, multivariate=True, group=True, constraints_func=cons,
+                                             n_startup_trials=min(10, budget // 3))
+    else:
+        sampler = optuna.samplers.GPSampler(seed=b.seed, constraints_func=cons, n_startup_trials=min(10, budget // 3))
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    dists = {k.name: optuna.distributions.CategoricalDistribution(list(k.domain)) for k in b.space.knobs}
+    rng = random.Random(b.seed)
     hist: History = []
+    taken: set[Setting] = set()
+    worst = 1.0
     t0 = time.perf_counter()
-    tries = 0
-    while len(hist) < budget and tries < budget * 200:
-        tries += 1
-        trial = study.ask()
-        s = Setting({k.name: trial.suggest_categorical(k.name, list(k.domain)) for k in b.space.knobs})
-        if not b.space.is_valid(s) or s in {h for h, _ in hist}:
-            # Invalid or repeated: Megatron would refuse it at start-up; costs TPE a failed trial, not budget.
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            continue
-        o = b(s)
-        hist.append((s, o))
+    while len(hist) < budget:
+        trial = study.ask(dists)
+        s = dict(trial.params)
+        st = Setting(s)
+        if not b.space.is_valid(st) or st in taken:
+            # Infeasible at no budget (the framework would refuse it at start-up); then the nearest valid one.
+            trial.set_user_attr("c", (float(len(b.space.validate(st)) or 1),))
+            study.tell(trial, math.log(worst) + 1.0)
+            st = b.project(s, taken, rng)
+            if st is None:
+                break
+            study.enqueue_trial(dict(st))
+            trial = study.ask(dists)
+        o = b(st)
+        hist.append((st, o))
+        taken.add(st)
         if o.status == "ok":
-            study.tell(trial, 1.0 / o.step_time_s)
-        elif oom_as == "zero":
-            study.tell(trial, 0.0)
+            worst = max(worst, o.step_time_s)
+            trial.set_user_attr("c", (0.0,))
+            study.tell(trial, math.log(o.step_time_s))
         else:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            trial.set_user_attr("c", (1.0,))
+            study.tell(trial, math.log(worst) + 1.0)
+    return hist, (time.perf_counter() - t0) / max(1, len(hist))
+
+
+def run_smac(b: Bench, budget: int) -> tuple[History, float]:
+    import logging
+
+    from ConfigSpace import CategoricalHyperparameter, Configuration, ConfigurationSpace
+    from smac import HyperparameterOptimizationFacade, Scenario
+    from smac.runhistory.dataclasses import TrialInfo, TrialValue
+
+    logging.getLogger("smac").setLevel(logging.ERROR)
+    names = {k.name: [str(v) for v in k.domain] for k in b.space.knobs}
+    back = {k.name: {str(v): v for v in k.domain} for k in b.space.knobs}
+    cs = ConfigurationSpace(seed=b.seed)
+    cs.add([CategoricalHyperparameter(n, vals) for n, vals in names.items()])
+    import tempfile
+
+    out = tempfile.mkdtemp(prefix="smac-")
+    scen = Scenario(cs, deterministic=True, n_trials=budget * 4, seed=b.seed, output_directory=Path(out))
+    smac = HyperparameterOptimizationFacade(scen, lambda config, seed=0: 0.0, overwrite=True, logging_level=40,
+                                            initial_design=HyperparameterOptimizationFacade.get_initial_design(
+                                                scen, n_configs=min(10, budget // 3)))
+    rng = random.Random(b.seed)
+    hist: History = []
+    taken: set[Setting] = set()
+    worst = 1.0
+    t0 = time.perf_counter()
+    while len(hist) < budget:
+        info = smac.ask()
+        s = {n: back[n][info.config[n]] for n in names}
+        st = Setting(s)
+        if not b.space.is_valid(st) or st in taken:
+            smac.tell(info, TrialValue(cost=math.log(worst) + 1.0))
+            st = b.project(s, taken, rng)
+            if st is None:
+                break
+            info = TrialInfo(config=Configuration(cs, values={n: str(st[n]) for n in names}), seed=info.seed)
+        o = b(st)
+        hist.append((st, o))
+        taken.add(st)
+        if o.status == "ok":
+            worst = max(worst, o.step_time_s)
+        cost = math.log(o.step_time_s) if o.status == "ok" else math.log(worst) + math.log(2.0)
+        smac.tell(info, TrialValue(cost=cost))
     return hist, (time.perf_counter() - t0) / max(1, len(hist))
 
 
 TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
-    "infrarsi": run_ours,
+    "cold": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False),
+    "priors": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True),
+    "priors-noest": lambda b, n: _ours(b, n, priors="offline", estimate=False, typical=True),
+    "wrong": lambda b, n: _ours(b, n, priors="wrong", estimate=False, typical=True),
     "random": run_random,
-    "optuna-tpe (oom=fail)": lambda b, n: run_optuna(b, n, oom_as="fail"),
-    "optuna-tpe (oom=zero)": lambda b, n: run_optuna(b, n, oom_as="zero"),
-    "greedy (typical start)": run_greedy,
+    "tpe": lambda b, n: _optuna(b, n, "tpe"),
+    "gp": lambda b, n: _optuna(b, n, "gp"),
+    "smac": run_smac,
+    "greedy": run_greedy,
 }
 
 
 def score(b: Bench, hist: History, budget: int, opt: float) -> dict[str, float]:
     h = hist[:budget]
-    ok = [(s, o) for s, o in h if o.status == "ok"]
+    ooms = sum(o.status == "oom" for _, o in h)
+    ok = [i for i, (_, o) in enumerate(h) if o.status == "ok"]
     if not ok:
-        return {"frac": 0.0, "ooms": sum(o.status == "oom" for _, o in h), "found_at": budget}
-    i_best = min(range(len(h)), key=lambda i: h[i][1].step_time_s if h[i][1].status == "ok" else float("inf"))
-    pick = h[i_best][0]
-    return {"frac": opt / b.true_time(pick), "ooms": sum(o.status == "oom" for _, o in h), "found_at": i_best + 1}
+        return {"frac": 0.0, "ooms": ooms, "found_at": budget}
+    i_best = min(ok, key=lambda i: h[i][1].step_time_s)
+    return {"frac": opt / b.true_time(h[i_best][0]), "ooms": ooms, "found_at": i_best + 1}
 
 
 def q(xs: list[float]) -> tuple[float, float, float]:
@@ -170,47 +346,94 @@ def q(xs: list[float]) -> tuple[float, float, float]:
     return qs[1], qs[0], qs[2]
 
 
+def _job(args: tuple[str, int | None, int, str, str, list[int]]) -> dict[str, Any]:
+    base, variant, seed, report, tuner, budgets = args
+    land = Landscape(base, variant)
+    b = Bench(land, seed, report)
+    hist, overhead = TUNERS[tuner](b, max(budgets))
+    opt = land.optimum()
+    return {"landscape": land.name, "base": base, "tuner": tuner, "seed": seed, "overhead_s": overhead,
+            "scores": {n: score(b, hist, n, opt) for n in budgets}, **b.notes}
+
+
+def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int], groups: list[str], title: str) -> None:
+    print(title)
+    print(f"{'group':18s} {'tuner':14s} {'budget':>6s} {'frac of optimum: median [IQR]':>30s} "
+          f"{'OOM trials':>10s} {'best at':>8s} {'overhead/ask':>12s}")
+    for g in groups:
+        for tuner in tuners:
+            rs = [r for r in runs if r["tuner"] == tuner and (g == "all" or r["base"] == g)]
+            if not rs:
+                continue
+            for n in budgets:
+                sc = [r["scores"][str(n)] if str(n) in r["scores"] else r["scores"][n] for r in rs]
+                med, lo, hi = q([x["frac"] for x in sc])
+                print(f"{g:18s} {tuner:14s} {n:6d} {med:>12.3f} [{lo:.3f}, {hi:.3f}] "
+                      f"{statistics.fmean(x['ooms'] for x in sc):10.1f} "
+                      f"{statistics.median(x['found_at'] for x in sc):8.0f} "
+                      f"{statistics.fmean(r['overhead_s'] for r in rs) * 1000:9.1f} ms  (n={len(rs)})")
+    for tuner in tuners:
+        rs = [r for r in runs if r["tuner"] == tuner]
+        end = [r["overhead_last10_s"] for r in rs if "overhead_last10_s" in r]
+        if end:
+            print(f"# {tuner}: overhead per ask over the last 10 asks: mean {statistics.fmean(end) * 1000:.0f} ms, "
+                  f"max {max(end) * 1000:.0f} ms")
+        fl = [r["wrong_flagged"] for r in rs if "wrong_flagged" in r]
+        if fl:
+            print(f"# {tuner}: reversed priors the run flags as miscalibrated: "
+                  f"{', '.join(f'{x} x{fl.count(x)}' for x in sorted(set(fl)))} (runs)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", choices=("family", "named"), default="family")
+    ap.add_argument("--variants", type=int, default=20, help="family: how many perturbed clusters")
+    ap.add_argument("--first-variant", type=int, default=0, help="family: seed of the first variant")
     ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
-    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seeds", type=int, default=10, help="named: seeds per workload")
+    ap.add_argument("--first-seed", type=int, default=0, help="named: first seed (10 for held-out seeds 10-19)")
     ap.add_argument("--budgets", type=int, nargs="*", default=[20, 30, 50])
-    ap.add_argument("--tuners", nargs="*", default=list(TUNERS))
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--tuners", nargs="*", default=["cold", "priors", "wrong", "random", "tpe", "gp", "smac", "greedy"])
+    ap.add_argument("--report", choices=("peaks", "time"), default="peaks")
+    ap.add_argument("--jobs", type=int, default=1, help="processes")
+    ap.add_argument("--json", action="store_true", help="print every run as JSON instead of the table")
+    ap.add_argument("--table", nargs="+", type=Path, metavar="JSON",
+                    help="print the table of runs saved with --json (several files: one table) and exit")
     args = ap.parse_args(argv)
-    top = max(args.budgets)
-    rows = []
-    for name in args.workloads:
-        t0 = time.perf_counter()
-        opt = exhaustive_optimum(name)
-        print(f"# {name}: optimum {opt.step_time_s:.3f} s/step over {opt.n_valid} valid settings "
-              f"({opt.n_oom} OOM), found in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-        for tuner in args.tuners:
-            per_budget: dict[int, list[dict[str, float]]] = {n: [] for n in args.budgets}
-            overheads = []
-            for seed in range(args.seeds):
-                b = Bench(name, seed)
-                hist, overhead = TUNERS[tuner](b, top)
-                overheads.append(overhead)
-                for n in args.budgets:
-                    per_budget[n].append(score(b, hist, n, opt.step_time_s))
-            for n in args.budgets:
-                sc = per_budget[n]
-                med, lo, hi = q([x["frac"] for x in sc])
-                rows.append({"workload": name, "tuner": tuner, "budget": n, "frac_median": med, "frac_q1": lo,
-                             "frac_q3": hi, "ooms_mean": statistics.fmean(x["ooms"] for x in sc),
-                             "found_at_median": statistics.median(x["found_at"] for x in sc),
-                             "overhead_s": statistics.fmean(overheads)})
-            print(f"#   {tuner}: done", file=sys.stderr, flush=True)
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    if args.table:
+        runs = [r for f in args.table for r in json.loads(f.read_text())]
+        budgets = sorted({int(n) for r in runs for n in r["scores"]})
+        tuners = list(dict.fromkeys(r["tuner"] for r in runs))
+        bases = list(dict.fromkeys(r["base"] for r in runs))
+        print_table(runs, tuners, budgets, ["all"] + (bases if args.suite == "named" else []),
+                    f"suite {args.suite} (from {len(args.table)} file(s))")
         return 0
-    print(f"{'workload':18s} {'tuner':24s} {'budget':>6s} {'frac of optimum: median [IQR]':>30s} "
-          f"{'OOM trials':>10s} {'best at':>8s} {'overhead/trial':>14s}")
-    for r in rows:
-        print(f"{r['workload']:18s} {r['tuner']:24s} {r['budget']:6d} "
-              f"{r['frac_median']:>12.3f} [{r['frac_q1']:.3f}, {r['frac_q3']:.3f}] "
-              f"{r['ooms_mean']:10.1f} {r['found_at_median']:8.0f} {r['overhead_s'] * 1000:11.1f} ms")
+    bad = [t for t in args.tuners if t not in TUNERS]
+    if bad:
+        ap.error(f"--tuners: unknown {bad}; choose from {', '.join(TUNERS)}")
+    if args.suite == "family":
+        cells = [(args.workloads[i % len(args.workloads)], args.first_variant + i, args.first_variant + i)
+                 for i in range(args.variants)]
+    else:
+        cells = [(w, None, args.first_seed + k) for w in args.workloads for k in range(args.seeds)]
+    jobs = [(base, var, seed, args.report, t, args.budgets) for t in args.tuners for base, var, seed in cells]
+    t0 = time.perf_counter()
+    if args.jobs > 1:
+        with mp.get_context("fork").Pool(args.jobs) as pool:
+            runs = list(pool.imap_unordered(_job, jobs))
+    else:
+        runs = []
+        for j in jobs:
+            runs.append(_job(j))
+            print(f"# {j[4]} {runs[-1]['landscape']}: {runs[-1]['scores'][max(args.budgets)]['frac']:.3f}",
+                  file=sys.stderr, flush=True)
+    print(f"# {len(runs)} runs in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if args.json:
+        print(json.dumps(runs, indent=1))
+        return 0
+    groups = ["all"] + (list(args.workloads) if args.suite == "named" else [])
+    print_table(runs, args.tuners, args.budgets, groups,
+                f"suite {args.suite}, report {args.report}; {len(cells)} runs per tuner")
     return 0
 
 

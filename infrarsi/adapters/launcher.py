@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..execute.spec import LaunchSpec
+from ..transformer import data_parallel
 from .launch_script import shell_join, split_launcher
 
 FRAMEWORKS = ("megatron", "torchtitan")
@@ -75,8 +76,8 @@ def apply_profile(argv: list[str], framework: str | None, setting: Mapping[str, 
             raise ProfileError(f"profile names knob(s) {unknown} that Megatron cannot set; known: {', '.join(parsed.setting)}")
         new = {**parsed.setting, **dict(setting)}
         if parsed.world_size and "data_parallel" not in setting:
-            inner = new["tensor_parallel"] * new["pipeline_parallel"] * new["context_parallel"]
-            new["data_parallel"] = parsed.world_size // inner if parsed.world_size % inner == 0 else None
+            new["data_parallel"] = data_parallel(parsed.world_size, new["tensor_parallel"], new["pipeline_parallel"],
+                                                 new["context_parallel"])
         return mg.emit_megatron(parsed, new), mg.violations(parsed, new, core=False)
     from . import torchtitan as tt
 
@@ -86,8 +87,8 @@ def apply_profile(argv: list[str], framework: str | None, setting: Mapping[str, 
         raise ProfileError(f"profile names knob(s) {unknown} that torchtitan cannot set; known: {', '.join(parsed_t.setting)}")
     new = {**parsed_t.setting, **dict(setting)}
     if parsed_t.world_size and "data_parallel" not in setting:
-        inner = new["tensor_parallel"] * new["pipeline_parallel"] * new["context_parallel"]
-        new["data_parallel"] = parsed_t.world_size // inner if parsed_t.world_size % inner == 0 else None
+        new["data_parallel"] = data_parallel(parsed_t.world_size, new["tensor_parallel"], new["pipeline_parallel"],
+                                             new["context_parallel"])
     return tt.emit_torchtitan(parsed_t, new), tt.violations(parsed_t, new)
 
 

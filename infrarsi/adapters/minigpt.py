@@ -1,8 +1,9 @@
 """Adapter for the embedded ``minigpt`` workload (infrarsi/workloads/minigpt.py).
 
 It speaks Megatron-LM's dialect: the same flag names for shared knobs and the same log lines, parsed by
-``megatron_log``. Knob names are the catalog's (micro_batch_size, recompute_granularity, ...); the ones
-only this workload has are intra_op_threads, torch_compile, adam_impl and kernel_<op>.
+``megatron_log``. Shared knobs are the catalog's (micro_batch_size, recompute_granularity, ...), with their
+kinds, defaults and Megatron flags read from ``knobs.catalog`` and domains narrowed to what this workload
+supports; the ones only this workload has are intra_op_threads, adam_impl and kernel_<op>.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from ..contract.model import Contract, ContractError
 from ..execute.spec import LaunchSpec
 from ..execute.trial import TrialStatus
-from ..knobs import Constraint, Knob, KnobSpace
+from ..knobs import Constraint, Knob, KnobSpace, catalog
 from .base import Adapter, ParsedRun
 from .megatron_log import classify_failure, parse_log, to_metrics
 
@@ -25,33 +26,54 @@ FIXED_FLAGS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_s
                "global_batch_size", "train_iters", "lr", "weight_decay", "clip_grad", "seed")
 
 
+# The catalog knobs this workload has: the domain it supports here (None = the catalog's) and what the knob
+# really does in minigpt (None = the catalog's doc). Kind, group, default and the flag come from the catalog:
+# minigpt's flag for a knob Megatron has is Megatron's flag.
+_SHARED: dict[str, tuple[tuple[Any, ...] | None, str | None]] = {
+    "micro_batch_size": ((1, 2, 4, 8, 16), "samples per forward/backward; the rest of the global batch is gradient "
+                         "accumulation"),
+    "data_parallel": ((1, 2), "processes (gloo DDP on the CPU)"),
+    "recompute_granularity": (None, "selective: recompute the attention core; full: recompute whole layers"),
+    "recompute_method": (None, None),
+    "recompute_num_layers": ((1, 2, 4), None),
+    "bf16": (None, None),
+    "attention_backend": (("auto", "unfused"), "auto: SDPA; unfused: explicit softmax(QK^T)V, storing S x S "
+                          "probabilities"),
+    "overlap_grad_reduce": (None, None),
+    "torch_compile": (None, None),
+}
+_TORCHRUN = "torchrun --nproc-per-node"  # data parallel = processes, not a flag of the workload
+
+
+def _from_catalog(name: str, domain: tuple[Any, ...] | None, doc: str | None) -> Knob:
+    k = catalog.knob(name)
+    megatron = k.spelling.get("megatron")
+    flag = _TORCHRUN if name == "data_parallel" else (megatron or f"--{name.replace('_', '-')}")
+    return Knob(**{**k.model_dump(), "domain": domain or k.domain, "doc": doc or k.doc,
+                   "spelling": {"minigpt": flag, **({"megatron": megatron} if megatron else {})}})
+
+
 def knobs() -> list[Knob]:
-    """The workload's knobs, with Megatron spellings where Megatron has the knob."""
+    """The workload's knobs: catalog knobs with minigpt's domains, and the three only this workload has."""
     return [
-        Knob(name="micro_batch_size", kind="int", domain=(1, 2, 4, 8, 16), default=1, group="memory",
-             spelling={"minigpt": "--micro-batch-size", "megatron": "--micro-batch-size"},
-             doc="samples per forward/backward; the rest of the global batch is gradient accumulation"),
-        Knob(name="data_parallel", kind="int", domain=(1, 2), default=1, group="parallelism",
-             spelling={"minigpt": "torchrun --nproc-per-node"}, doc="processes (gloo DDP on the CPU)"),
-        Knob(name="recompute_granularity", kind="categorical", domain=("none", "selective", "full"), default="none",
-             group="memory", spelling={"minigpt": "--recompute-granularity", "megatron": "--recompute-granularity"},
-             doc="selective: recompute the attention core; full: recompute whole layers"),
-        Knob(name="recompute_method", kind="categorical", domain=("uniform", "block"), default="uniform", group="memory",
-             spelling={"minigpt": "--recompute-method", "megatron": "--recompute-method"}),
-        Knob(name="recompute_num_layers", kind="int", domain=(1, 2, 4), default=1, group="memory",
-             spelling={"minigpt": "--recompute-num-layers", "megatron": "--recompute-num-layers"}),
-        Knob(name="bf16", kind="bool", group="precision", spelling={"minigpt": "--bf16", "megatron": "--bf16"}),
-        Knob(name="attention_backend", kind="categorical", domain=("auto", "unfused"), default="auto", group="kernel",
-             spelling={"minigpt": "--attention-backend", "megatron": "--attention-backend"},
-             doc="auto: SDPA; unfused: explicit softmax(QK^T)V, storing S x S probabilities"),
-        Knob(name="overlap_grad_reduce", kind="bool", group="communication",
-             spelling={"minigpt": "--overlap-grad-reduce", "megatron": "--overlap-grad-reduce"}),
+        *(_from_catalog(name, dom, doc) for name, (dom, doc) in _SHARED.items()),
         Knob(name="intra_op_threads", kind="int", domain=(1, 2), default=2, group="runtime",
              spelling={"minigpt": "--intra-op-threads"}),
-        Knob(name="torch_compile", kind="bool", group="compile", spelling={"minigpt": "--torch-compile"}),
         Knob(name="adam_impl", kind="categorical", domain=("foreach", "fused"), default="foreach", group="kernel",
              spelling={"minigpt": "--adam-impl"}),
     ]
+
+
+_KNOBS = {k.name: k for k in knobs()}
+
+
+def _flag(name: str, value: Any) -> list[str]:
+    """argv for one knob value: a bool flag when true, else ``--flag value``."""
+    k = _KNOBS[name]
+    flag = k.spelling["minigpt"]
+    if k.kind == "bool":
+        return [flag] if value else []
+    return [flag, str(value)]
 
 
 def constraints(contract: Contract) -> list[Constraint]:
@@ -127,25 +149,18 @@ class MiniGPTAdapter(Adapter):
         for k in FIXED_FLAGS:
             if k in args:
                 argv += [f"--{k.replace('_', '-')}", str(args[k])]
-        s = dict(setting)
-        argv += ["--micro-batch-size", str(s.get("micro_batch_size", 1))]
-        if s.get("recompute_granularity", "none") != "none":
-            argv += ["--recompute-granularity", s["recompute_granularity"]]
+        s = {name: setting.get(name, k.default) for name, k in _KNOBS.items()}  # unset: the knob's default
+        argv += _flag("micro_batch_size", s["micro_batch_size"])
+        if s["recompute_granularity"] != "none":
+            argv += _flag("recompute_granularity", s["recompute_granularity"])
             if s["recompute_granularity"] == "full":
-                argv += ["--recompute-method", s.get("recompute_method", "uniform"),
-                         "--recompute-num-layers", str(s.get("recompute_num_layers", 1))]
-        if s.get("bf16"):
-            argv.append("--bf16")
-        argv += ["--attention-backend", s.get("attention_backend", "auto")]
-        if s.get("overlap_grad_reduce"):
-            argv.append("--overlap-grad-reduce")
-        argv += ["--intra-op-threads", str(s.get("intra_op_threads", 2))]
-        if s.get("torch_compile"):
-            argv.append("--torch-compile")
-        argv += ["--adam-impl", s.get("adam_impl", "foreach")]
+                argv += _flag("recompute_method", s["recompute_method"])
+                argv += _flag("recompute_num_layers", s["recompute_num_layers"])
+        for name in ("bf16", "attention_backend", "overlap_grad_reduce", "intra_op_threads", "torch_compile", "adam_impl"):
+            argv += _flag(name, s[name])
         kern = dict(patches or {})
         for op in KERNEL_OPS:
-            v = s.get(f"kernel_{op}", "reference")
+            v = setting.get(f"kernel_{op}", "reference")
             if v != "reference":
                 kern[op] = v
         for op, path in sorted(kern.items()):
@@ -153,14 +168,14 @@ class MiniGPTAdapter(Adapter):
         argv += ["--log-interval", "1", "--timing-log-level", "1"]
         if contract.hardware.peak_flops:
             argv.append("--log-throughput")
-        dp = int(s.get("data_parallel", 1))
+        dp = int(s["data_parallel"])
         module = ["-m", "infrarsi.workloads.minigpt"]
         if dp > 1:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(dp), *module]
         else:
             cmd = [sys.executable, *module]
         cap = contract.hardware.memory_capacity_bytes
-        env = {**contract.workload.env, "INFRARSI_MEMORY_CAP_BYTES": str(cap), "OMP_NUM_THREADS": str(s.get("intra_op_threads", 2)),
+        env = {**contract.workload.env, "INFRARSI_MEMORY_CAP_BYTES": str(cap), "OMP_NUM_THREADS": str(s["intra_op_threads"]),
                "TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         return LaunchSpec(argv=cmd + argv, env=env, processes=dp, devices=dp, time_limit_s=t.timeout_s, memory_cap_bytes=cap)
 

@@ -8,7 +8,6 @@ Exit codes: 0 success, 1 an error explained in one line.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .path import bank_path
 from .store import Bank, BankError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -23,16 +23,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
-DEFAULT_BANK = Path("~/.infrarsi/bank.sqlite")
 BankOpt = typer.Option(None, "--bank", help="Bank file (default: $INFRARSI_BANK, else ~/.infrarsi/bank.sqlite).")
-
-
-def bank_path(opt: Path | None) -> Path:
-    """--bank, else INFRARSI_BANK, else ~/.infrarsi/bank.sqlite."""
-    if opt is not None:
-        return opt.expanduser()
-    env = os.environ.get("INFRARSI_BANK")
-    return Path(env).expanduser() if env else DEFAULT_BANK.expanduser()
 
 
 def _open(opt: Path | None, *, create: bool) -> Bank:

@@ -29,7 +29,7 @@ joins them with the run's other priors (Gaussian product by default).
 
 Usage::
 
-    seed = bank.seed(space, hardware=contract.hardware, workload=contract, k=5, base_priors=offline)
+    seed = seed_from_bank(bank, space, hardware=contract.hardware, workload=contract, k=5, base_priors=offline)
     tuner = Tuner(space, memory_capacity_bytes=cap, initial=[baseline, *seed.initial],
                   priors=seed.merged_with(offline))
 """

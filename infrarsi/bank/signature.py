@@ -1,8 +1,9 @@
 """Workload signature: what a trial trained, reduced to the numbers that decide which launch is fast.
 
 Built from a contract's fixed workload arguments (Megatron names, e.g. ``hidden_size``), from a
-simulated workload's description, or from any mapping; short aliases (``hidden``, ``layers``,
-``seq``, ``gbs``, ``experts``, ``topk``) are accepted. ``workload_distance`` is the documented
+simulated workload's description, or from any mapping; every spelling in ``infrarsi.transformer.ALIASES``
+is accepted (short ones such as ``hidden``, ``layers``, ``seq``, ``gbs``, ``experts``, ``topk``, and the
+frameworks' ``n_kv_heads``, ``num_key_value_heads``, ``intermediate_size``, ...). ``workload_distance`` is the documented
 similarity the seeding uses.
 """
 
@@ -15,6 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..transformer import Transformer, resolve
 
 
 class WorkloadSignature(BaseModel):
@@ -53,32 +56,25 @@ class WorkloadSignature(BaseModel):
         skip = {"name", "framework_version"}
         return self.model_dump(exclude=skip) == other.model_dump(exclude=skip)
 
+    def transformer(self) -> Transformer:
+        """The model this signature describes; a signature does not record the MLP kind, so it is
+        taken gated (SwiGLU, as every current LLM family), with one embedding."""
+        return Transformer(layers=self.num_layers, hidden=self.hidden_size, heads=self.num_attention_heads or 1,
+                           vocab=self.vocab_size, seq=self.seq_length, groups=self.num_query_groups,
+                           ffn=self.ffn_hidden_size, swiglu=True, experts=self.num_experts if self.is_moe else 0,
+                           topk=self.moe_router_topk or 1, gbs=self.global_batch_size)
+
     def params(self) -> float:
-        """Approximate parameter count (0 when the dims are unknown): embeddings + per layer
-        attention (4 h^2, fewer with grouped queries) + MLP (3 h f for a gated MLP, times experts)."""
-        h, L = self.hidden_size, self.num_layers
-        if not h or not L:
+        """Approximate parameter count (0 when the dims are unknown): one embedding + per layer attention
+        and MLP (all experts of a MoE), norms aside (``Transformer.param_counts`` has them)."""
+        if not self.hidden_size or not self.num_layers:
             return 0.0
-        heads = self.num_attention_heads or 1
-        kv = (self.num_query_groups or heads) / heads
-        f = self.ffn_hidden_size or 4 * h
-        attn = h * h * (2 + 2 * kv)
-        mlp = 3 * h * f * max(self.num_experts, 1)
-        return float(L * (attn + mlp) + self.vocab_size * h)
+        t = self.transformer()
+        return float(t.layers * (t.attention_params + t.mlp_params + t.expert_params) + t.embedding_params)
 
 
-_ALIASES: dict[str, tuple[str, ...]] = {
-    "num_layers": ("num_layers", "layers", "n_layer", "n_layers"),
-    "hidden_size": ("hidden_size", "hidden", "d_model", "n_embd", "dim"),
-    "num_attention_heads": ("num_attention_heads", "heads", "n_head", "n_heads"),
-    "num_query_groups": ("num_query_groups", "kv_heads", "n_kv_heads", "num_key_value_heads"),
-    "ffn_hidden_size": ("ffn_hidden_size", "ffn", "ffn_hidden", "intermediate_size"),
-    "vocab_size": ("vocab_size", "vocab", "padded_vocab_size"),
-    "num_experts": ("num_experts", "experts", "n_experts", "num_moe_experts"),
-    "moe_router_topk": ("moe_router_topk", "topk", "top_k", "experts_per_token"),
-    "seq_length": ("seq_length", "seq", "seq_len", "sequence_length", "max_seq_len"),
-    "global_batch_size": ("global_batch_size", "gbs", "global_batch", "batch_size"),
-}
+_DIMS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size", "vocab_size",
+         "num_experts", "moe_router_topk", "seq_length", "global_batch_size")
 
 
 def signature_from(workload: Any, *, framework: str | None = None, framework_version: str | None = None,
@@ -90,21 +86,19 @@ def signature_from(workload: Any, *, framework: str | None = None, framework_ver
     data paths, learning rate). A non-integer dimension is an error naming the field."""
     if isinstance(workload, WorkloadSignature):
         return workload
-    d = _as_dict(workload)
+    d = workload.megatron_args() if isinstance(workload, Transformer) else _as_dict(workload)
     if "workload" in d and isinstance(d["workload"], Mapping):  # a Contract dumped to a dict
         c = d
         d = {**dict(c["workload"].get("args", {})), "framework": c["workload"].get("adapter"), "name": c.get("name", "")}
     elif "args" in d and isinstance(d["args"], Mapping):  # a contract's [workload] table
         d = {**dict(d["args"]), "framework": d.get("adapter"), **{k: d[k] for k in ("name",) if k in d}}
     fields: dict[str, Any] = {}
-    for field, names in _ALIASES.items():
-        for n in names:
-            if d.get(n) is not None:
-                try:
-                    fields[field] = int(d[n])
-                except (TypeError, ValueError):
-                    raise ValueError(f"workload {field} ({n}={d[n]!r}): expected an integer") from None
-                break
+    for field, (spelling, v) in resolve(d).items():
+        if field in _DIMS:
+            try:
+                fields[field] = int(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"workload {field} ({spelling}={v!r}): expected an integer") from None
     fw = framework or d.get("framework") or d.get("adapter") or "unknown"
     ver = framework_version or d.get("framework_version")
     return WorkloadSignature(name=str(name if name is not None else d.get("name", "") or ""), framework=str(fw),

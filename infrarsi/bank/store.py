@@ -722,14 +722,6 @@ class Bank:
         if c.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
             raise BankError(f"record for run {run_id!r} comes before (or without) its run record")
 
-    # ---------------------------------------------------------------- seeding
-    def seed(self, space: Any, *, hardware: Any, workload: Any, k: int = 5, **kw: Any) -> Any:
-        """Initial settings and priors for a new run from the most similar past runs; see
-        :func:`infrarsi.bank.seed.seed_from_bank` for the keyword arguments and the similarity."""
-        from .seed import seed_from_bank
-
-        return seed_from_bank(self, space, hardware=hardware, workload=workload, k=k, **kw)
-
 
 def _device_s(rec: dict[str, Any]) -> float:
     cost = rec.get("cost") or {}

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..knobs.setting import Setting
 from ..knobs.space import KnobSpace
-from ..priors.prior import Prior
+from ..priors.prior import Z90, Prior
 
 # Widening per unit of distance (log-scale sd added in quadrature); see the module docstring.
 TIME_SD_PER_HW = 0.15
@@ -118,9 +118,6 @@ def combine(priors: Sequence[Prior], weights: Sequence[float], *, rationale: str
     p0 = priors[0]
     return Prior(knob=p0.knob, value=p0.value, time_mean=tm, time_sd=ts, mem_mean=mm, mem_sd=ms, source="bank",
                  rationale=rationale or "; ".join(p.rationale for p in priors if p.rationale)[:500])
-
-
-Z90 = 1.6448536269514722  # the 95th percentile of N(0, 1): a 90% interval is mean +- Z90 sd
 
 
 def priors_from_effects(time_effects: Sequence[Any], memory_effects: Sequence[Any] = (), *,

@@ -21,7 +21,8 @@ from ..contract.model import Contract
 from ..execute import make_executor
 from ..execute.classify import loss_drift
 from ..execute.executor import Executor
-from ..execute.record import RunRecord, atomic_write
+from ..execute.record import RunRecord
+from ..io import atomic_write
 from ..execute.runner import Runner
 from ..execute.trial import Trial, TrialStatus
 from .noise import NoiseProfile, profile

@@ -48,6 +48,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..io import atomic_write
 from .loader import ensure_interpreter, interpreter_ready, load_candidate, load_reference, op_of, reference_path
 from .static import static_check
 
@@ -174,9 +175,7 @@ def verify(path: str | Path, op: str | None = None, *, use_cache: bool = True,
                           path=str(path), seconds=round(time.perf_counter() - t0, 3), device=_device())
     if use_cache and default_settings:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(result.to_dict(), indent=1))
-        tmp.replace(cached)  # atomic: a reader never sees half a file
+        atomic_write(cached, json.dumps(result.to_dict(), indent=1))  # a reader never sees half a file
     return result
 
 

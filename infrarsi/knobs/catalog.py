@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..transformer import canonical
 from .knob import Knob
 from .space import Constraint, KnobSpace, Violation
 
@@ -273,7 +274,8 @@ def space_for_fixed(fixed: Mapping[str, Any], *, world_size: int | None = None, 
                     include: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None,
                     expert_tensor_parallel: int | None = None) -> KnobSpace:
     """:func:`build_knob_space` from a dict of fixed workload arguments (Megatron names, as an
-    adapter's parse returns them)."""
+    adapter's parse returns them, or any spelling ``infrarsi.transformer.ALIASES`` knows)."""
+    fixed = canonical(fixed)
 
     def i(key: str) -> int | None:
         v = fixed.get(key)

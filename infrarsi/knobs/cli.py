@@ -18,6 +18,8 @@ from typing import Any
 
 import typer
 
+from ..transformer import data_parallel
+
 
 class DetectError(ValueError):
     pass
@@ -81,8 +83,8 @@ def describe(path: Path, *, world_size: int | None = None) -> dict[str, Any]:
         if world_size and not parsed.world_size:
             parsed.world_size = world_size
             s = parsed.setting
-            inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
-            s["data_parallel"] = world_size // inner if world_size % inner == 0 else None
+            s["data_parallel"] = data_parallel(world_size, s["tensor_parallel"], s["pipeline_parallel"],
+                                               s["context_parallel"])
         space = mg.knob_space_for(parsed)
         viol = mg.violations(parsed)
         notes = list(parsed.notes)

@@ -5,6 +5,7 @@ Every failed trial is data: an OOM is a censored memory observation (peak > capa
 """
 
 from ._design import DEFAULT_INTERACTIONS, Design
+from ._fit import jittered_cholesky, ndtr
 from .memory import MemoryModel, memory_model
 from .revision import Effect, PriorRevision, revision
 from .time import TimeModel, time_model
@@ -16,7 +17,9 @@ __all__ = [
     "MemoryModel",
     "PriorRevision",
     "TimeModel",
+    "jittered_cholesky",
     "memory_model",
+    "ndtr",
     "revision",
     "time_model",
 ]

@@ -56,6 +56,9 @@ DEFAULT_INTERACTIONS: tuple[tuple[str, ...], ...] = (
 )
 
 
+ROW_CACHE_MAX = 200_000  # design rows kept per Design (x p floats each)
+
+
 class Design:
     """Encodes settings into the model's columns and holds the per-column Normal priors.
 
@@ -181,8 +184,21 @@ class Design:
 
     def matrix(self, settings: Sequence[Mapping[str, Any]] | Mapping[str, Any], *, what: str = "settings") -> np.ndarray:
         """Shape (n, p) float64. Missing knobs take their default; a value outside a knob's domain is
-        an error naming the row, the knob and its domain."""
+        an error naming the row, the knob and its domain. Rows of :class:`Setting` are cached (the search
+        scores the same pool on every ask)."""
         rows = [settings] if isinstance(settings, Mapping) else list(settings)
+        if rows and all(isinstance(r, Setting) for r in rows):
+            cache = self.__dict__.setdefault("_rows", {})
+            todo = list(dict.fromkeys(r for r in rows if r not in cache))
+            if todo:
+                if len(cache) + len(todo) > ROW_CACHE_MAX:
+                    cache.clear()
+                for r, row in zip(todo, self._matrix(todo, what=what)):
+                    cache[r] = row
+            return np.array([cache[r] for r in rows]).reshape(len(rows), self.p)
+        return self._matrix(rows, what=what)
+
+    def _matrix(self, rows: list[Mapping[str, Any]], *, what: str) -> np.ndarray:
         # plain dicts: dict.get is C-level, Setting.get goes through Python (10,000 rows x 10 knobs)
         rows = [r.to_dict() if isinstance(r, Setting) else r for r in rows]
         n = len(rows)

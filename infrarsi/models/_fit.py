@@ -26,6 +26,30 @@ _GH_Z, _GH_W = np.polynomial.hermite_e.hermegauss(7)
 _GH_W = _GH_W / _GH_W.sum()
 
 
+def jittered_cholesky(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower Cholesky factors of a stack of symmetric (k, k) matrices, (..., k, k), and the matrices
+    actually factored. A matrix that is not numerically positive definite (a far-tail curvature, a
+    near-duplicate row) gets a diagonal jitter of 1e-10, 1e-8, ... 1e-2 times its mean diagonal until
+    it factors; the search must keep proposing, never stop on its own numerics. Raises LinAlgError
+    only when even the largest jitter fails (the matrix is not finite)."""
+    a = np.asarray(a, dtype=float)
+    try:
+        return np.linalg.cholesky(a), a
+    except np.linalg.LinAlgError:
+        pass
+    if not np.isfinite(a).all():
+        raise np.linalg.LinAlgError("matrix has non-finite entries: cannot factor it")
+    k = a.shape[-1]
+    scale = np.maximum(np.abs(np.einsum("...ii->...i", a)).mean(axis=-1), 1e-12)[..., None, None]
+    for e in (1e-10, 1e-8, 1e-6, 1e-4, 1e-2):
+        aj = a + e * scale * np.eye(k)
+        try:
+            return np.linalg.cholesky(aj), aj
+        except np.linalg.LinAlgError:
+            continue
+    raise np.linalg.LinAlgError("matrix is not positive definite even with a jitter of 1e-2 x its diagonal")
+
+
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """Run torch on one thread: SVI/NUTS steps are tiny ops, and on a shared 2-core machine a
@@ -155,7 +179,7 @@ def _grid_pass(x, y, m0, s0, loc, scale, log_sigma) -> GridPosterior:
     xty = x.T @ y
     a = np.diag(prec0)[None] + xtx[None] / s2[:, None, None]  # (G, q, q) posterior precision
     b = (prec0 * m0)[None] + xty[None] / s2[:, None]  # (G, q)
-    chol = np.linalg.cholesky(a)
+    chol, a = jittered_cholesky(a)
     means = np.linalg.solve(a, b[..., None])[..., 0]  # (G, q)
     eye = np.broadcast_to(np.eye(q), a.shape)
     covs = np.linalg.solve(a, eye)
@@ -270,7 +294,7 @@ def _tobit_pass(x_ok, y_ok, x_c, c_c, m0, s0, loc, scale, log_sigma, eta0, ep=Tr
         if float(np.abs(t[:, None] * step).max()) < 1e-12:
             break
     _, h = grad_hess(eta)
-    chol = np.linalg.cholesky(h)
+    chol, h = jittered_cholesky(h)
     logdet = 2 * np.log(np.einsum("gii->gi", chol)).sum(axis=1)
     covs = np.linalg.solve(h, np.broadcast_to(np.eye(k), h.shape))
     covs = 0.5 * (covs + np.swapaxes(covs, 1, 2))

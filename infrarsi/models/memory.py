@@ -9,8 +9,13 @@ peak > capacity. Model (Pyro, :func:`memory_model`)::
     sigma     ~ LogNormal(log 0.1, 1)            # scatter of log peak around the linear model
     mu[i] = intercept + x[i] @ beta + offset[i]
     ok trial:     log_peak[i] ~ Normal(mu[i], sigma)                 # observed
-    oom trial:    factor log P(peak > C) = log_ndtr((mu[i] - log C) / sigma)   # censored
+    oom trial:    factor log P(peak > C) = log_ndtr((mu[i] - log C) / sigma)   # censored from below
+    ok trial that reported no peak ("it fit"):
+                  factor log P(peak <= C) = log_ndtr((log C - mu[i]) / sigma)  # censored from above
     other failure (crash, timeout with no peak): contributes nothing
+
+Both censored kinds are the same factor with the row's sign flipped (x -> -x, C -> -C), so the grid/EP
+fit treats them as one set of censored rows.
 
 ``oom_handling`` also offers the two naive treatments, for comparison only: ``"drop"`` (ignore OOM
 trials, as Optuna/HEBO do) and ``"capacity"`` (score an OOM as peak = capacity). Both are biased.
@@ -34,13 +39,15 @@ Public API (what the search stage calls)::
     m = MemoryModel(space, capacity_bytes, priors=None, seed=0, *, interactions=None,
                     oom_handling="censor", inference="grid", main_sd=1.0, interaction_sd=0.1,
                     svi_steps=(300, 100))
-    m.fit(settings, peaks_bytes, ooms, offsets=None) -> m
+    m.fit(settings, peaks_bytes, ooms, offsets=None, fits=None) -> m
         # row i: ooms[i] True -> censored at capacity (peak ignored; None/NaN is fine);
-        # False with a peak -> observed; False with None/NaN -> no memory information (crash)
+        # False with a peak -> observed; fits[i] True with None/NaN -> it ran, so peak <= capacity;
+        # otherwise None/NaN -> no memory information (crash)
     mean_log, sd_log = m.predict(settings, offsets=None, noise=True)   # log peak bytes, shape (n,) each
     m.p_oom(settings, margin=0.0, offsets=None)   # P(peak > capacity * (1 - margin)), shape (n,)
     m.effects(nuts=False) -> list[Effect]; m.run_nuts(num_samples=300, warmup_steps=300)
-    m.last_fit_s, m.n_obs, m.n_censored, m.sigma, m.posterior (GridPosterior over [intercept, beta])
+    m.last_fit_s, m.n_obs, m.n_censored (OOMs), m.n_fit (ran, no peak), m.sigma,
+    m.posterior (GridPosterior over [intercept, beta])
 """
 
 from __future__ import annotations
@@ -80,9 +87,12 @@ def memory_model(
     prior_mean: torch.Tensor,
     prior_sd: torch.Tensor,
     y_ok: torch.Tensor | None = None,
+    x_fit: torch.Tensor | None = None,
+    off_fit: torch.Tensor | None = None,
 ) -> None:
     """x_ok: (n_ok, p) designs of trials that measured a peak, y_ok: (n_ok,) their log peak bytes;
-    x_oom: (n_oom, p) designs of OOM trials (censored at log_capacity)."""
+    x_oom: (n_oom, p) designs of OOM trials (censored at log_capacity, from below);
+    x_fit: (n_fit, p) designs of trials that ran without reporting a peak (censored from above)."""
     dt = prior_mean.dtype
     intercept = pyro.sample("intercept", dist.Normal(torch.tensor(intercept_loc, dtype=dt), INTERCEPT_SD))
     beta = pyro.sample("beta", dist.Normal(prior_mean, prior_sd).to_event(1))
@@ -95,6 +105,10 @@ def memory_model(
         with pyro.plate("oom_trials", x_oom.shape[0]):
             z = (intercept + (x_oom * beta).sum(-1) + off_oom - log_capacity) / sigma
             pyro.factor("peak_above_capacity", torch.special.log_ndtr(z))
+    if x_fit is not None and x_fit.shape[0]:
+        with pyro.plate("fit_trials", x_fit.shape[0]):
+            z = (log_capacity - intercept - (x_fit * beta).sum(-1) - off_fit) / sigma
+            pyro.factor("peak_within_capacity", torch.special.log_ndtr(z))
 
 
 class MemoryModel:
@@ -134,6 +148,7 @@ class MemoryModel:
         self._uses_offsets = False
         self.n_obs = 0
         self.n_censored = 0
+        self.n_fit = 0
         self.last_fit_s = 0.0
         self.nuts_draws: dict[str, np.ndarray] | None = None
         self._data: dict[str, Any] | None = None
@@ -161,20 +176,27 @@ class MemoryModel:
         peaks_bytes: Sequence[float | None] | np.ndarray,
         ooms: Sequence[bool] | np.ndarray,
         offsets: Sequence[float] | np.ndarray | None = None,
+        fits: Sequence[bool] | np.ndarray | None = None,
     ) -> "MemoryModel":
         """Condition on all trials so far, starting from the previous fit.
 
         Row i: ``ooms[i]`` True -> censored (peak > capacity; ``peaks_bytes[i]`` is ignored);
-        False with a positive peak -> observed; False with None/NaN -> no memory information (a
-        crash unrelated to memory), skipped. ``offsets[i]``: analytical log-bytes term.
+        False with a positive peak -> observed; ``fits[i]`` True with None/NaN -> the setting ran,
+        so its peak was at most the capacity (censored from above); otherwise None/NaN -> no memory
+        information (a crash unrelated to memory), skipped. ``offsets[i]``: analytical log-bytes term.
         """
         t0 = time.perf_counter()
         settings = list(settings)
         n = len(settings)
         peaks = np.array([np.nan if v is None else float(v) for v in peaks_bytes], dtype=float)
         oom = np.array([bool(v) for v in ooms], dtype=bool)
-        if peaks.shape != (n,) or oom.shape != (n,):
-            raise ValueError(f"peaks_bytes ({peaks.size}) and ooms ({oom.size}) need one value per setting ({n})")
+        ran = np.zeros(n, dtype=bool) if fits is None else np.array([bool(v) for v in fits], dtype=bool)
+        if peaks.shape != (n,) or oom.shape != (n,) or ran.shape != (n,):
+            raise ValueError(f"peaks_bytes ({peaks.size}), ooms ({oom.size}) and fits ({ran.size}) need one value "
+                             f"per setting ({n})")
+        if (ran & oom).any():
+            i = int(np.flatnonzero(ran & oom)[0])
+            raise ValueError(f"row {i} is both an OOM and a setting that fit: set fits[{i}] = False for an OOM")
         bad = np.flatnonzero(~oom & ~np.isnan(peaks) & ~(np.isfinite(peaks) & (peaks > 0)))
         if bad.size:
             i = int(bad[0])
@@ -182,9 +204,11 @@ class MemoryModel:
         off = self._check_offsets(offsets, n, fitting=True)
         x = self.design.matrix(settings)
         ok = ~oom & ~np.isnan(peaks)
+        below = ran & ~oom & np.isnan(peaks)
         y_ok = np.log(peaks[ok])
         x_ok, off_ok = x[ok], off[ok]
         x_c, off_c = x[oom], off[oom]
+        x_f, off_f = x[below], off[below]
         if self.oom_handling == "drop":
             x_c, off_c = x_c[:0], off_c[:0]
         elif self.oom_handling == "capacity":
@@ -192,14 +216,18 @@ class MemoryModel:
             off_ok = np.concatenate([off_ok, off_c])
             y_ok = np.concatenate([y_ok, np.full(len(x_c), self.log_capacity)])
             x_c, off_c = x_c[:0], off_c[:0]
-        self._data = dict(x_ok=x_ok, off_ok=off_ok, y_ok=y_ok, x_oom=x_c, off_oom=off_c)
+        self._data = dict(x_ok=x_ok, off_ok=off_ok, y_ok=y_ok, x_oom=x_c, off_oom=off_c, x_fit=x_f, off_fit=off_f)
         self._data["x1_ok"] = np.hstack([np.ones((len(x_ok), 1)), x_ok])  # intercept column first
         self._data["x1_oom"] = np.hstack([np.ones((len(x_c), 1)), x_c])
-        self.n_obs, self.n_censored = len(y_ok), len(x_c)
+        x1_f = np.hstack([np.ones((len(x_f), 1)), x_f])
+        self.n_obs, self.n_censored, self.n_fit = len(y_ok), len(x_c), len(x_f)
         self.nuts_draws = None
 
+        # One set of censored rows: OOMs (x eta > C - off) and fits (x eta <= C - off, i.e. -x eta >= -(C - off)).
+        x_cens = np.vstack([self._data["x1_oom"], -x1_f])
+        c_cens = np.concatenate([self.log_capacity - off_c, -(self.log_capacity - off_f)])
         self.posterior = tobit_grid(
-            self._data["x1_ok"], y_ok - off_ok, self._data["x1_oom"], self.log_capacity - off_c,
+            self._data["x1_ok"], y_ok - off_ok, x_cens, c_cens,
             *self._eta_prior(), SIGMA_LOC, SIGMA_SCALE, self._start(),
         )
         if self.inference == "svi":
@@ -232,6 +260,7 @@ class MemoryModel:
             x_ok=t(d["x_ok"]), off_ok=t(d["off_ok"]), x_oom=t(d["x_oom"]), off_oom=t(d["off_oom"]),
             log_capacity=self.log_capacity, intercept_loc=self.intercept_loc,
             prior_mean=t(self.design.prior_mean), prior_sd=t(self.design.prior_sd), y_ok=t(d["y_ok"]),
+            x_fit=t(d["x_fit"]), off_fit=t(d["off_fit"]),
         )
 
     def _fit_svi(self) -> None:

@@ -24,13 +24,11 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from ..priors.prior import Prior
+from ..priors.prior import Z90, Prior
 
 if TYPE_CHECKING:
     from .memory import MemoryModel
     from .time import TimeModel
-
-Z90 = 1.6448536269514722  # Phi^-1(0.95): a central 90% interval is mean +- Z90 * sd
 
 
 def pct(x: float) -> float:

@@ -40,6 +40,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..io import atomic_write
+
 log = logging.getLogger("infrarsi.llm")
 
 StructuredMode = Literal["auto", "parse", "json_object", "content"]
@@ -218,9 +220,7 @@ def _cache_put(llm: LLMConfig, h: str, response: str) -> None:
     d = llm.resolved_cache_dir()
     try:
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{h}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"model": llm.model, "response": response}))
-        os.replace(tmp, d / f"{h}.json")
+        atomic_write(d / f"{h}.json", json.dumps({"model": llm.model, "response": response}))
     except OSError as e:  # a read-only home must not stop a run
         _say_once("cache", f"LLM: cannot write the response cache in {d} ({e}); set INFRARSI_CACHE to a writable dir")
 

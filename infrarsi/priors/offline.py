@@ -4,25 +4,19 @@ Each knob has a *level* function: value -> (log time, log memory) relative to an
 The prior of a non-default value is ``level(value) - level(default)``, so a knob whose default is
 "on" (or a TP default of 2) still gets the right sign. Int knobs follow ``log2(value / default)``.
 
-Memory comes from one analytical model of per-device peak bytes (below), so every parallelism,
-recompute and optimizer knob is judged by the same arithmetic on the workload's own shape:
+Memory comes from one analytical model of per-device peak bytes, ``infrarsi.transformer.memory_terms``
+(weights + grads + optimizer at 18 bytes/param in bf16, sharded by the distributed optimizer; activations
+per layer after Korthikanti et al. 2022 by TP, SP, CP and recompute mode; the 1F1B first stage's
+micro-batches in flight; logits), plus a fixed runtime share: ~1.25 GiB on a GPU (CUDA context, cuBLAS
+workspaces, NCCL buffers), ~0.2 GiB for torch's CPU runtime. So every parallelism, recompute and optimizer
+knob is judged by the same arithmetic on the workload's own shape (``transformer.Transformer``, read from
+the workload arguments in any spelling ``transformer.ALIASES`` knows).
 
-* parameters ~ 12 L h^2 (attention 4h^2 + MLP 2 h ffn, ffn = 4h) + V h; MoE MLPs x num_experts / ep
-* bytes/param (mixed precision, Megatron): 2 bf16 weight + 4 fp32 grad + 12 Adam (fp32 master, m, v)
-  = 18; the distributed optimizer shards the 12 over DP: 6 + 12/dp (ZeRO-1, Rajbhandari et al. 2020)
-* activations per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation Recomputation
-  in Large Transformer Models", Eq. 1-6), bytes: s b h (34 + 5 a s / h) without parallelism;
-  tensor parallel t: s b h (10 + 24/t + 5 a s/(h t)); + sequence parallel: s b h (34 + 5 a s / h) / t;
-  selective recompute drops the 5 a s / h attention term; full recompute keeps only the layer input
-  (2 s b h / t per layer) plus one layer's working set. Flash/fused attention never stores the
-  s x s scores, so there the 5 a s / h term is already gone.
-* plus a fixed runtime share: ~1.25 GiB on a GPU (CUDA context, cuBLAS workspaces, NCCL buffers),
-  ~0.2 GiB for torch's CPU runtime.
-* the first pipeline stage of 1F1B holds min(pp, m) micro-batches of L/pp layers; interleaving (v
-  virtual stages) multiplies that by 1 + (pp - 1)/(pp v) (Narayanan et al. 2021).
-* pipeline bubble (fraction of step time idle) = (pp - 1) / (v m), m = micro-batches per step.
+The pipeline bubble (fraction of step time idle) is (pp - 1) / (v m), m = micro-batches per step
+(Narayanan et al. 2021).
 
-Time effects are per-knob published rules of thumb, each rationale names the fact it rests on.
+Time effects are this module's own coefficients, one rule per knob; each rationale names the published
+fact or measurement its sign and size rest on (they are estimates, not quoted numbers).
 With no workload shape the model uses a 7B-class shape (s=4096, h=4096, a=32, L=32, V=32000) and
 doubles the memory sd.
 """
@@ -37,52 +31,35 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..knobs import Knob, KnobSpace
+from ..transformer import Layout, Training, Transformer, data_parallel, memory_terms, resolve
 from .prior import Prior
 
 _FLASH_BACKENDS = ("auto", "flash", "fused")
-_WORKLOAD_ALIASES = {  # minigpt/nanoGPT and torchtitan spellings -> Megatron names
-    "n_layer": "num_layers", "n_layers": "num_layers", "n_embd": "hidden_size", "dim": "hidden_size",
-    "n_head": "num_attention_heads", "n_heads": "num_attention_heads", "block_size": "seq_length",
-    "seq_len": "seq_length", "batch_size": "global_batch_size", "global_batch": "global_batch_size",
-}
+# With no workload shape the model uses a 7B-class shape (and doubles the memory sd).
+_SEVEN_B = {"seq_length": 4096, "hidden_size": 4096, "num_attention_heads": 32, "num_layers": 32, "vocab_size": 32000}
 
 
-@dataclass(frozen=True, kw_only=True)
-class Shape:
-    seq: int = 4096
-    hidden: int = 4096
-    heads: int = 32
-    groups: int = 0  # query groups (GQA); 0 = heads
-    layers: int = 32
-    vocab: int = 32000
-    ffn: int = 0  # 0 = 4 * hidden
-    swiglu: bool = False  # gated MLP: 3 weight matrices, 6 bytes/ffn-element of activations instead of 4
-    experts: int = 0
-    topk: int = 1
-    expert_ffn: int = 0  # 0 = ffn
-    shared_ffn: int = 0  # shared-expert intermediate size
-    gbs: int = 0  # 0 = unknown
-    known: bool = False
+def shape_of(workload: Mapping[str, Any] | None) -> Transformer:
+    """The transformer shape from fixed workload args in any spelling ``transformer.ALIASES`` knows;
+    a 7B-class shape fills what they leave out. A value that is not an integer falls back too."""
+    w = dict(workload or {})
+    try:
+        return Transformer.from_args(w, fallback=_SEVEN_B)
+    except ValueError:  # an odd value: keep what parses, the 7B-class default for the rest
+        ok = {}
+        for k, v in w.items():
+            try:
+                Transformer.from_args({k: v})
+                ok[k] = v
+            except ValueError:
+                pass
+        return Transformer.from_args(ok, fallback=_SEVEN_B)
 
 
-def shape_of(workload: dict[str, Any] | None) -> Shape:
-    """The transformer shape from fixed workload args (Megatron names, or nanoGPT/torchtitan ones)."""
-    w = {_WORKLOAD_ALIASES.get(k, k): v for k, v in (workload or {}).items()}
-
-    def i(key: str, default: int) -> int:
-        try:
-            return int(w[key] or default)
-        except (KeyError, TypeError, ValueError):
-            return default
-
-    known = all(k in w for k in ("seq_length", "hidden_size", "num_layers"))
-    return Shape(
-        seq=i("seq_length", 4096), hidden=i("hidden_size", 4096), heads=i("num_attention_heads", 32),
-        groups=i("num_query_groups", 0), layers=i("num_layers", 32), vocab=i("vocab_size", 32000),
-        ffn=i("ffn_hidden_size", 0), swiglu=bool(w.get("swiglu", False)), experts=i("num_experts", 0),
-        topk=i("moe_router_topk", 2) if i("num_experts", 0) else 1, expert_ffn=i("moe_ffn_hidden_size", 0),
-        shared_ffn=i("moe_shared_expert_intermediate_size", 0), gbs=i("global_batch_size", 0), known=known,
-    )
+def shape_known(workload: Mapping[str, Any] | None) -> bool:
+    """Whether the workload names its sequence length, hidden size and depth (else the 7B-class default)."""
+    found = resolve(dict(workload or {}))
+    return all(k in found for k in ("seq_length", "hidden_size", "num_layers"))
 
 
 def sm_of(hardware: dict[str, Any] | None) -> float | None:
@@ -107,7 +84,8 @@ def sm_of(hardware: dict[str, Any] | None) -> float | None:
 class Context:
     """What the knowledge base knows about the run: shape, hardware and the default setting."""
 
-    shape: Shape
+    shape: Transformer
+    known: bool  # the workload gave its shape (else the 7B-class default)
     sm: float | None
     devices: int
     cpu: bool
@@ -123,79 +101,43 @@ def context(space: KnobSpace, workload: dict[str, Any] | None, hardware: dict[st
     hw = hardware or {}
     kind = str(hw.get("kind", "")).lower()
     return Context(
-        shape=shape_of(workload), sm=sm_of(hw), devices=int(hw.get("devices", 1) or 1),
+        shape=shape_of(workload), known=shape_known(workload), sm=sm_of(hw), devices=int(hw.get("devices", 1) or 1),
         cpu=kind in ("", "cpu") and sm_of(hw) is None, cores=int(hw.get("cores") or os.cpu_count() or 1),
         defaults={k.name: k.default for k in space.knobs},
     )
 
 
 # ------------------------------------------------------------------------------ the memory model
-def _dp(ctx: Context, change: dict[str, Any], model_parallel: int) -> int:
+def _dp(ctx: Context, change: dict[str, Any], tp: int, pp: int, cp: int) -> int:
     """Data-parallel size: as set by ``change``, else world / (tp * pp * cp) on a known world size
     (the catalog derives DP that way), else the default."""
     if change.get("data_parallel"):
         return max(1, int(change["data_parallel"]))
     if ctx.devices > 1:
-        return max(1, ctx.devices // model_parallel)
+        return max(1, data_parallel(ctx.devices, tp, pp, cp) or ctx.devices // (tp * pp * cp))
     return max(1, int(ctx.defaults.get("data_parallel") or 1))
 
 
 def peak_bytes(ctx: Context, change: dict[str, Any]) -> float:
-    """Per-device peak bytes at the default setting with ``change`` applied (see the module doc)."""
+    """Per-device peak bytes at the default setting with ``change`` applied: ``transformer.memory_terms``
+    plus the runtime's fixed share (see the module doc)."""
     g = {**ctx.defaults, **change}.get
     sh = ctx.shape
-    s, h, a, L, V = sh.seq, sh.hidden, sh.heads, sh.layers, sh.vocab
-    ffn = sh.ffn or 4 * h
-    eff = sh.expert_ffn or ffn
-    mats = 3 if sh.swiglu else 2  # MLP weight matrices of h x ffn
     tp, pp, cp, ep = (max(1, int(g(k) or 1)) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel"))
-    vpp = max(1, int(g("virtual_pipeline") or 1))
     b = max(1, int(g("micro_batch_size") or 1))
-    dp = _dp(ctx, change, tp * pp * cp)
-    # parameters held by this device: attention 2h^2 (Q, O) + 2h^2 g/a (K, V), MLP mats*h*ffn, embeddings V*h
-    attn_p = h * h * (2 + 2 * (sh.groups or a) / a)
-    dense = L * attn_p + V * h
-    if sh.experts:
-        dense += L * mats * h * sh.shared_ffn
-        experts = L * mats * h * eff * sh.experts / ep  # each EP rank holds experts/ep of them
-        edp = max(1, dp * cp // ep)  # expert data-parallel size (Megatron: world / (pp * ep * etp), etp = tp)
-    else:
-        dense += L * mats * h * ffn
-        experts, edp = 0.0, 1
+    dp = _dp(ctx, change, tp, pp, cp)
+    lay = Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, vpp=max(1, int(g("virtual_pipeline") or 1)), micro_batch=b,
+                 microbatches=max(1, sh.gbs // (b * dp)) if sh.gbs else pp,
+                 sequence_parallel=g("sequence_parallel") is True)
     bf16 = g("bf16") is not False or ctx.defaults.get("bf16") is None
-    opt = 12.0 if bf16 else 8.0  # fp32 master + m + v, or m + v when weights are already fp32
-    weights = (2 + 4 if bf16 else 4 + 4) + (1 if str(g("fp8_recipe") or "none") != "none" else 0)
-
-    def per_param(shards: int) -> float:
-        if g("cpu_offload") is True:
-            return weights
-        return weights + (opt / shards if g("distributed_optimizer") is True else opt)
-
-    static = (dense * per_param(dp) + experts * per_param(edp)) / (tp * pp)
-    # activations of one layer, one micro-batch, bytes per token (Korthikanti et al. 2022, generalized):
-    # attention 11h (+5as unfused), 2 layernorms 4h, MLP input + mask 3h, MLP body k * (4 or 6) * ffn
-    # (GELU: 2 ffn-wide bf16 tensors; SwiGLU: 3); ffn = 4h, k = 1 gives Korthikanti's 34h.
-    # 10h of it (LN inputs, attention/MLP inputs, dropout masks) is replicated over TP unless sequence parallel.
-    sl = s / cp
-    attn = 5 * a * sl if str(g("attention_backend") or "auto") not in _FLASH_BACKENDS else 0.0
-    body = (6 if sh.swiglu else 4) * (sh.topk * eff + sh.shared_ffn if sh.experts else ffn)
-    total = 18 * h + body
-    sp = g("sequence_parallel") is True and tp > 1
-    dtype = 1.0 if bf16 else 2.0  # fp32 activations take twice the bytes
-    rg = str(g("recompute_granularity") or "none")
-    if rg == "full":
-        per_layer = 2 * sl * b * h / (tp if sp else 1)  # only each layer's input is kept
-        working = sl * b * (total + attn) / tp + (0 if sp else sl * b * 10 * h * (1 - 1 / tp))  # one layer re-run
-    else:
-        keep = 0.0 if rg == "selective" else attn
-        per_layer = sl * b * ((total + keep) / tp if sp else 10 * h + (total - 10 * h + keep) / tp)
-        working = 0.0
-    m = max(1, sh.gbs // (b * dp)) if sh.gbs else pp
-    layers_held = L / pp * min(pp, m) * (1 + (pp - 1) / (pp * vpp) if vpp > 1 else 1)
-    logits = sl * b * V / tp * (2 if g("cross_entropy_fusion") is True else 6)  # bf16 logits + an fp32 copy unless fused
+    tr = Training(bf16=bf16, fp8=str(g("fp8_recipe") or "none") != "none",
+                  distributed_optimizer=g("distributed_optimizer") is True, cpu_offload=g("cpu_offload") is True,
+                  recompute=str(g("recompute_granularity") or "none"),
+                  flash_attention=str(g("attention_backend") or "auto") in _FLASH_BACKENDS,
+                  fused_cross_entropy=g("cross_entropy_fusion") is True)
     # outside the model: CUDA context, cuBLAS workspaces, NCCL buffers (~1.25 GiB); torch's own CPU runtime (~0.2 GiB)
     runtime = 0.2 * 2**30 if ctx.cpu else 1.25 * 2**30
-    return runtime + static + dtype * (per_layer * layers_held + working + logits)
+    return runtime + memory_terms(sh, lay, tr).total
 
 
 def _log_mem_ratio(ctx: Context, knob: str, value: Any) -> float:
@@ -204,7 +146,7 @@ def _log_mem_ratio(ctx: Context, knob: str, value: Any) -> float:
 
 # --------------------------------------------------------------------------------- the knowledge
 @dataclass(frozen=True)
-class Effect:
+class Belief:
     """A prior's content before it is tied to a knob value: log-scale means and sds, and why."""
 
     time: float = 0.0
@@ -214,12 +156,12 @@ class Effect:
     why: str = ""
 
 
-Rule = Callable[[Knob, Any, Context], Effect]
+Rule = Callable[[Knob, Any, Context], Belief]
 
 
 def _mem_sd(ctx: Context) -> float:
     """Shape known: the arithmetic is close (0.08); MoE adds routing imbalance and dispatch buffers (0.12)."""
-    if not ctx.shape.known:
+    if not ctx.known:
         return 0.2
     return 0.12 if ctx.shape.experts else 0.08
 
@@ -239,7 +181,7 @@ def _bubble(ctx: Context, change: dict[str, Any]) -> float:
     g = {**ctx.defaults, **change}.get
     pp, vpp, b = (max(1, int(g(k) or 1)) for k in ("pipeline_parallel", "virtual_pipeline", "micro_batch_size"))
     tp, cp = max(1, int(g("tensor_parallel") or 1)), max(1, int(g("context_parallel") or 1))
-    dp = _dp(ctx, change, tp * pp * cp)
+    dp = _dp(ctx, change, tp, pp, cp)
     m = max(1, ctx.shape.gbs // (b * dp)) if ctx.shape.gbs else 8
     return math.log(1 + (pp - 1) / (vpp * m))
 
@@ -251,80 +193,80 @@ def _delta_bubble(ctx: Context, knob: str, value: Any) -> float:
 KORTHIKANTI = "Korthikanti et al. 2022 activation formula s*b*h*(34+5as/h) per layer"
 
 
-def _tensor_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _tensor_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
     cross_node = v > 8 and not ctx.cpu
     t = 0.07 * n + (0.35 if cross_node else 0.0)
-    return Effect(t, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(t, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"TP {k.default}->{v}: weights/grads/optimizer and most activations split {v}/{k.default}x ({KORTHIKANTI}: "
                   f"10+24/t without SP); each doubling adds 4 all-reduces of s*b*h per layer and shrinks GEMMs"
                   + ("; beyond one 8-GPU node TP all-reduces cross the network (Narayanan et al. 2021)" if cross_node else ""))
 
 
-def _pipeline_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _pipeline_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
-    return Effect(_delta_bubble(ctx, k.name, v) + 0.02 * n, 0.06 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(_delta_bubble(ctx, k.name, v) + 0.02 * n, 0.06 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"PP {k.default}->{v}: parameters and optimizer split over stages, the first 1F1B stage still holds pp "
                   f"micro-batches of L/pp layers (Korthikanti et al. 2022); bubble (pp-1)/(v*m) idle time (Narayanan et al. 2021)")
 
 
-def _virtual_pipeline(k: Knob, v: Any, ctx: Context) -> Effect:
+def _virtual_pipeline(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
-    return Effect(_delta_bubble(ctx, k.name, v) + 0.01 * n, 0.04 * abs(n) + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(_delta_bubble(ctx, k.name, v) + 0.01 * n, 0.04 * abs(n) + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"interleaved 1F1B with {v} virtual stages: bubble (pp-1)/(v*m) shrinks {v}x at the cost of v times more "
                   f"p2p sends; activations x(1+(pp-1)/(pp*v)) (Narayanan et al. 2021); no effect when pp=1")
 
 
-def _context_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _context_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
-    return Effect(0.05 * n, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(0.05 * n, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"CP {k.default}->{v}: the sequence is split, so every activation term shrinks ~{v}/{k.default}x; ring "
                   f"attention exchanges K/V between ranks, mostly overlapped with attention compute (pays off for long sequences)")
 
 
-def _expert_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _expert_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
     if not ctx.shape.experts:
-        return Effect(0.0, 0.03, 0.0, 0.03, "expert parallelism only matters for MoE models (num_experts unset)")
-    return Effect(0.04 * n, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+        return Belief(0.0, 0.03, 0.0, 0.03, "expert parallelism only matters for MoE models (num_experts unset)")
+    return Belief(0.04 * n, 0.08 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"EP {k.default}->{v}: expert weights and their optimizer states split over {v} ranks; each MoE layer "
                   f"pays two all-to-all token exchanges (dispatch, combine)")
 
 
-def _data_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _data_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
     if ctx.devices > 1 and k.default == ctx.devices:  # fixed world: DP is derived from the other degrees
-        return Effect(0.0, 0.1 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+        return Belief(0.0, 0.1 * abs(n) + 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                       f"on a fixed world of {ctx.devices} devices DP = world/(tp*pp*cp): DP {v} means more model "
                       f"parallelism, whose cost the tp/pp/cp priors carry; memory changes only through the distributed "
                       f"optimizer's 12 bytes/param / dp")
-    return Effect(-0.6 * n, 0.2 * abs(n) + 0.05, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(-0.6 * n, 0.2 * abs(n) + 0.05, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"DP {k.default}->{v}: each replica runs {k.default}/{v} of the micro-batches of a fixed global batch, "
                   f"minus the gradient all-reduce (ring: 2(dp-1)/dp x gradient bytes); memory changes only through the "
                   f"distributed optimizer's 12 bytes/param / dp")
 
 
-def _micro_batch_size(k: Knob, v: Any, ctx: Context) -> Effect:
+def _micro_batch_size(k: Knob, v: Any, ctx: Context) -> Belief:
     n = _steps(k, v)
     gemm = -0.06 * n / (1 + math.log2(max(1, k.default)))  # diminishing: larger b fills the GEMMs less each time
-    return Effect(gemm + _delta_bubble(ctx, k.name, v), 0.05 * abs(n) + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(gemm + _delta_bubble(ctx, k.name, v), 0.05 * abs(n) + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"micro-batch {k.default}->{v}: larger GEMMs run closer to peak, activations grow ~{v}/{k.default}x "
                   f"({KORTHIKANTI}, linear in b), and fewer micro-batches per step widen the pipeline bubble when pp>1")
 
 
-def _sequence_parallel(k: Knob, v: Any, ctx: Context) -> Effect:
+def _sequence_parallel(k: Knob, v: Any, ctx: Context) -> Belief:
     on = 1 if v is True else -1
     tp = int(ctx.d("tensor_parallel", 1))
     why = ("sequence parallel splits the 10 s*b*h bytes of layernorm/dropout activations over TP "
            "(10+24/t -> 34/t, Korthikanti et al. 2022) and the layernorm/dropout/residual work that TP otherwise "
            "replicates on every rank; reduce-scatter + all-gather move the same bytes as the all-reduce")
     if tp <= 1:
-        return Effect(0.0, 0.02, 0.0, 0.02, why + "; no effect at TP=1")
+        return Belief(0.0, 0.02, 0.0, 0.02, why + "; no effect at TP=1")
     n = math.log2(tp)  # the replicated element-wise share grows with TP
-    return Effect(-0.03 * n * on, 0.03 * n + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx), why)
+    return Belief(-0.03 * n * on, 0.03 * n + 0.02, _model_mem(k, v, ctx), _mem_sd(ctx), why)
 
 
-def _recompute_granularity(k: Knob, v: Any, ctx: Context) -> Effect:
+def _recompute_granularity(k: Knob, v: Any, ctx: Context) -> Belief:
     flash = str(ctx.d("attention_backend", "auto")) in _FLASH_BACKENDS
     levels = {
         "none": (0.0, 0.01, "no recomputation"),
@@ -336,121 +278,121 @@ def _recompute_granularity(k: Knob, v: Any, ctx: Context) -> Effect:
     }
     t, tsd, why = levels.get(str(v), (0.0, 0.3, f"unknown recompute granularity {v!r}"))
     t0, tsd0, _ = levels.get(str(k.default), (0.0, 0.3, ""))
-    return Effect(t - t0, math.hypot(tsd, tsd0), _model_mem(k, v, ctx), _mem_sd(ctx), why)
+    return Belief(t - t0, math.hypot(tsd, tsd0), _model_mem(k, v, ctx), _mem_sd(ctx), why)
 
 
-def _recompute_detail(k: Knob, v: Any, ctx: Context) -> Effect:
+def _recompute_detail(k: Knob, v: Any, ctx: Context) -> Belief:
     if str(ctx.d("recompute_granularity", "none")) != "full":
-        return Effect(0.0, 0.02, 0.0, 0.02, f"{k.name} only acts with recompute_granularity=full (the default is not full)")
+        return Belief(0.0, 0.02, 0.0, 0.02, f"{k.name} only acts with recompute_granularity=full (the default is not full)")
     if k.kind == "int":
         n = _steps(k, v)  # under method=block: more layers recomputed = more time, less memory
-        return Effect(0.06 * n, 0.05 * abs(n) + 0.02, -0.08 * n, 0.08 * abs(n) + 0.03,
+        return Belief(0.06 * n, 0.05 * abs(n) + 0.02, -0.08 * n, 0.08 * abs(n) + 0.03,
                       f"recompute_num_layers {k.default}->{v}: the block method recomputes that many layers per stage "
                       f"(each ~1/3 of its forward+backward time) and keeps the rest's activations")
-    return Effect(0.0, 0.05, 0.0, 0.08, f"recompute_method={v}: uniform spreads checkpoints over layer groups, block "
+    return Belief(0.0, 0.05, 0.0, 0.08, f"recompute_method={v}: uniform spreads checkpoints over layer groups, block "
                   f"recomputes the first N layers per stage; effect depends on recompute_num_layers")
 
 
-def _distributed_optimizer(k: Knob, v: Any, ctx: Context) -> Effect:
+def _distributed_optimizer(k: Knob, v: Any, ctx: Context) -> Belief:
     on = 1 if v is True else -1
-    return Effect(0.01 * on, 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(0.01 * on, 0.03, _model_mem(k, v, ctx), _mem_sd(ctx),
                   "distributed optimizer (ZeRO-1, Rajbhandari et al. 2020) shards the 12 bytes/param of fp32 master "
                   "weights and Adam moments over DP (18 -> 6 + 12/dp bytes/param); reduce-scatter + all-gather move the "
                   "same bytes as the all-reduce it replaces")
 
 
 def _overlap(scale: float, mem: float, needs: str, fact: str) -> Rule:
-    def rule(k: Knob, v: Any, ctx: Context) -> Effect:
+    def rule(k: Knob, v: Any, ctx: Context) -> Belief:
         on = 1 if v is True else -1
         tp = int(ctx.d("tensor_parallel", 1))
-        dp = _dp(ctx, {}, tp * int(ctx.d("pipeline_parallel", 1)) * int(ctx.d("context_parallel", 1)))
+        dp = _dp(ctx, {}, tp, int(ctx.d("pipeline_parallel", 1)), int(ctx.d("context_parallel", 1)))
         active = (dp > 1) if needs == "dp" else (tp > 1)
         if not active:
-            return Effect(0.0, 0.02, 0.0, 0.02, f"{fact}; no effect when {needs}=1")
+            return Belief(0.0, 0.02, 0.0, 0.02, f"{fact}; no effect when {needs}=1")
         # TP traffic per layer is fixed but compute per rank shrinks 1/tp: the hidden share grows with log2(tp)
         n = math.log2(tp) / 2 if needs == "tp" else 1.0
-        return Effect(scale * n * on, abs(scale) * n + 0.02, mem * on, 0.02, fact)
+        return Belief(scale * n * on, abs(scale) * n + 0.02, mem * on, 0.02, fact)
 
     return rule
 
 
-def _bf16(k: Knob, v: Any, ctx: Context) -> Effect:
+def _bf16(k: Knob, v: Any, ctx: Context) -> Belief:
     on = 1 if v is True else -1
     mem = _model_mem(k, v, ctx)  # activations halve; weights 2 (bf16) + 4 (fp32 grad) + 12 vs fp32's 4 + 4 + 8
     if ctx.cpu:
-        return Effect(0.0, 0.3, mem, 0.15, "bf16 on a CPU: fast only with AMX/AVX512-BF16; activations halve, "
+        return Belief(0.0, 0.3, mem, 0.15, "bf16 on a CPU: fast only with AMX/AVX512-BF16; activations halve, "
                       "autocast keeps fp32 weights")
-    return Effect(-0.5 * on, 0.2, mem, 0.1, "bf16 runs GEMMs on tensor cores (2x+ TF32, ~16x FP32 peak) and "
+    return Belief(-0.5 * on, 0.2, mem, 0.1, "bf16 runs GEMMs on tensor cores (2x+ TF32, ~16x FP32 peak) and "
                   "halves activation bytes, but keeps fp32 master weights and grads: 18 bytes/param vs fp32's 16")
 
 
-def _fp8(k: Knob, v: Any, ctx: Context) -> Effect:
-    def level(val: str) -> Effect:
+def _fp8(k: Knob, v: Any, ctx: Context) -> Belief:
+    def level(val: str) -> Belief:
         if val == "none":
-            return Effect(0.0, 0.01, 0.0, 0.01, "")
+            return Belief(0.0, 0.01, 0.0, 0.01, "")
         need = 10.0 if val == "mxfp8" else (9.0 if val in ("blockwise", "rowwise") else 8.9)
         if ctx.sm is None or ctx.sm < need:
             where = "a CPU" if ctx.cpu else f"sm{ctx.sm}" if ctx.sm else "unknown hardware"
-            return Effect(0.0, 0.5, 0.0, 0.1, f"fp8 recipe {val!r} needs sm{need:g}+ ({where} here): expect the launch to "
+            return Belief(0.0, 0.5, 0.0, 0.1, f"fp8 recipe {val!r} needs sm{need:g}+ ({where} here): expect the launch to "
                           f"fail or fall back; memory is unchanged")
         gain = {"delayed": -0.2, "tensorwise": -0.18, "blockwise": -0.15, "rowwise": -0.15, "mxfp8": -0.22}.get(val, -0.15)
         # quantize/cast kernels are memory-bound: they eat the GEMM gain on small hidden sizes
         scale = min(1.0, max(0.0, (math.log2(ctx.shape.hidden) - 11) / 2))  # h=2048: 0, 4096: 0.5, 8192+: 1
-        return Effect(gain * scale, 0.06 + 0.1 * (1 - scale), 0.03, 0.03,
+        return Belief(gain * scale, 0.06 + 0.1 * (1 - scale), 0.03, 0.03,
                       f"fp8 GEMMs ({val} scaling) run ~2x bf16 peak on sm{ctx.sm:g} (sm89+); end-to-end ~15-25% at "
                       f"hidden >= 8192 since attention/norms stay bf16, less at hidden {ctx.shape.hidden} where the "
                       f"memory-bound quantize/cast kernels take a larger share; fp8 weight copies and scale/amax "
                       f"history add ~1 byte/param")
 
     e, d = level(str(v)), level(str(k.default))
-    return Effect(e.time - d.time, math.hypot(e.time_sd, d.time_sd), e.mem - d.mem, math.hypot(e.mem_sd, d.mem_sd), e.why or d.why)
+    return Belief(e.time - d.time, math.hypot(e.time_sd, d.time_sd), e.mem - d.mem, math.hypot(e.mem_sd, d.mem_sd), e.why or d.why)
 
 
-def _attention_backend(k: Knob, v: Any, ctx: Context) -> Effect:
+def _attention_backend(k: Knob, v: Any, ctx: Context) -> Belief:
     times = {"auto": (0.0, 0.02), "flash": (0.0, 0.03), "fused": (-0.02, 0.05), "unfused": (0.25, 0.15), "local": (0.25, 0.15)}
     (t, tsd), (t0, tsd0) = times.get(str(v), (0.0, 0.3)), times.get(str(k.default), (0.0, 0.3))
-    return Effect(t - t0, math.hypot(tsd, tsd0), _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(t - t0, math.hypot(tsd, tsd0), _model_mem(k, v, ctx), _mem_sd(ctx),
                   f"attention {k.default}->{v}: flash/cuDNN-fused kernels (auto picks one) never store the s x s scores; "
                   f"unfused/local store them (the 5as/h term of {KORTHIKANTI}) and run several memory-bound kernels")
 
 
-def _moe_dispatcher(k: Knob, v: Any, ctx: Context) -> Effect:
+def _moe_dispatcher(k: Knob, v: Any, ctx: Context) -> Belief:
     if not ctx.shape.experts:
-        return Effect(0.0, 0.02, 0.0, 0.02, "token dispatcher only matters for MoE models (num_experts unset)")
+        return Belief(0.0, 0.02, 0.0, 0.02, "token dispatcher only matters for MoE models (num_experts unset)")
     if ctx.shape.topk >= 4:  # fine-grained MoE: all-to-all ships k copies of every token
-        return Effect(0.0, 0.2, 0.0, 0.05, f"with top-{ctx.shape.topk} routing all-to-all sends {ctx.shape.topk} "
+        return Belief(0.0, 0.2, 0.0, 0.05, f"with top-{ctx.shape.topk} routing all-to-all sends {ctx.shape.topk} "
                       "copies of each token across EP ranks while all-gather sends each token once: either can win")
     times = {"allgather": 0.0, "alltoall": -0.05, "flex": -0.08}
     t = times.get(str(v), 0.0) - times.get(str(k.default), 0.0)
-    return Effect(t, 0.06, 0.0, 0.05, "alltoall sends each token only to its top-k experts' ranks instead of gathering "
+    return Belief(t, 0.06, 0.0, 0.05, "alltoall sends each token only to its top-k experts' ranks instead of gathering "
                   "all tokens everywhere; flex (DeepEP) fuses and overlaps the exchange; gains grow with expert parallelism")
 
 
 def _bool_rule(t: float, tsd: float, m: float, msd: float, why: str, moe_only: bool = False) -> Rule:
-    def rule(k: Knob, v: Any, ctx: Context) -> Effect:
+    def rule(k: Knob, v: Any, ctx: Context) -> Belief:
         if moe_only and not ctx.shape.experts:
-            return Effect(0.0, 0.02, 0.0, 0.02, f"{k.name} only matters for MoE models (num_experts unset)")
+            return Belief(0.0, 0.02, 0.0, 0.02, f"{k.name} only matters for MoE models (num_experts unset)")
         on = 1 if v is True else -1
-        return Effect(t * on, tsd, m * on, msd, why)
+        return Belief(t * on, tsd, m * on, msd, why)
 
     return rule
 
 
-def _cross_entropy_fusion(k: Knob, v: Any, ctx: Context) -> Effect:
+def _cross_entropy_fusion(k: Knob, v: Any, ctx: Context) -> Belief:
     on = 1 if v is True else -1
-    return Effect(-0.02 * on, 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(-0.02 * on, 0.02, _model_mem(k, v, ctx), _mem_sd(ctx),
                   "fused cross-entropy avoids materializing an fp32 copy of the s*b*V/t logits (4 bytes x vocab per "
                   "token) and a few memory-bound kernels")
 
 
-def _cpu_offload(k: Knob, v: Any, ctx: Context) -> Effect:
+def _cpu_offload(k: Knob, v: Any, ctx: Context) -> Belief:
     on = 1 if v is True else -1
-    return Effect(0.3 * on, 0.2, _model_mem(k, v, ctx), _mem_sd(ctx),
+    return Belief(0.3 * on, 0.2, _model_mem(k, v, ctx), _mem_sd(ctx),
                   "CPU offload keeps the 12 bytes/param of optimizer state in host memory and steps there "
                   "(ZeRO-Offload, Ren et al. 2021): device memory drops, the step pays PCIe transfers and a CPU Adam")
 
 
-def _fsdp_reshard(k: Knob, v: Any, ctx: Context) -> Effect:
+def _fsdp_reshard(k: Knob, v: Any, ctx: Context) -> Belief:
     # level of "keep gathered parameters" (never reshard): one all-gather less per layer, full layer params resident
     def level(x: Any) -> tuple[float, float]:
         never = str(x) in ("never", "False", "false")
@@ -458,48 +400,48 @@ def _fsdp_reshard(k: Knob, v: Any, ctx: Context) -> Effect:
         return (-0.03, 0.15) if never or default_pp else (0.0, 0.0)
 
     (t, m), (t0, m0) = level(v), level(k.default)
-    return Effect(t - t0, 0.03, m - m0, 0.1, "FSDP resharding after forward frees each layer's gathered parameters "
+    return Belief(t - t0, 0.03, m - m0, 0.1, "FSDP resharding after forward frees each layer's gathered parameters "
                   "until the backward, which all-gathers them again; never resharding skips that all-gather and keeps "
                   "the unsharded parameters resident (torchtitan: default = reshard unless pipeline parallel)")
 
 
-def _num_workers(k: Knob, v: Any, ctx: Context) -> Effect:
+def _num_workers(k: Knob, v: Any, ctx: Context) -> Belief:
     if v == 0:
-        return Effect(0.02, 0.05, 0.0, 0.01, "num_workers=0 loads batches in the training process itself, on the "
+        return Belief(0.02, 0.05, 0.0, 0.01, "num_workers=0 loads batches in the training process itself, on the "
                       "critical path; it matters only when loading is slow compared with a step")
     n = _steps(k, v)
-    return Effect(-0.01 * n, 0.03 * abs(n) + 0.01, 0.0, 0.01, "data-loader workers prefetch batches in separate "
+    return Belief(-0.01 * n, 0.03 * abs(n) + 0.01, 0.0, 0.01, "data-loader workers prefetch batches in separate "
                   "processes; they only help when the input pipeline is on the critical path, and cost host memory, "
                   "not device memory")
 
 
-def _intra_op_threads(k: Knob, v: Any, ctx: Context) -> Effect:
+def _intra_op_threads(k: Knob, v: Any, ctx: Context) -> Belief:
     def level(x: int) -> float:  # ideal speed-up up to the core count, oversubscription beyond it
         x = max(1, int(x))
         return -0.6 * math.log2(min(x, ctx.cores)) + 0.3 * max(0.0, math.log2(x / ctx.cores))
 
     n = _steps(k, v)
-    return Effect(level(v) - level(k.default), 0.15 * abs(n) + 0.05, 0.0, 0.03,
+    return Belief(level(v) - level(k.default), 0.15 * abs(n) + 0.05, 0.0, 0.03,
                   f"torch intra-op threads {k.default}->{v} on {ctx.cores} cores: GEMMs parallelize sub-linearly up to the "
                   f"core count; more threads than cores oversubscribe and slow down")
 
 
-def _adam_impl(k: Knob, v: Any, ctx: Context) -> Effect:
+def _adam_impl(k: Knob, v: Any, ctx: Context) -> Belief:
     times = {"foreach": 0.0, "fused": -0.03, "for_loop": 0.05}
     t = times.get(str(v), 0.0) - times.get(str(k.default), 0.0)
-    return Effect(t, 0.03, 0.0, 0.01, "fused Adam updates all parameters in one kernel per dtype/device group "
+    return Belief(t, 0.03, 0.0, 0.01, "fused Adam updates all parameters in one kernel per dtype/device group "
                   "instead of a foreach loop of kernels; same math, same state memory")
 
 
-def _kernel(k: Knob, v: Any, ctx: Context) -> Effect:
-    return Effect(0.0, 0.15, 0.0, 0.05, f"kernel candidate {v} for this op: verified equal to the reference; "
+def _kernel(k: Knob, v: Any, ctx: Context) -> Belief:
+    return Belief(0.0, 0.15, 0.0, 0.05, f"kernel candidate {v} for this op: verified equal to the reference; "
                   "nothing is known of its speed until it is benchmarked")
 
 
-def _nccl(k: Knob, v: Any, ctx: Context) -> Effect:
+def _nccl(k: Knob, v: Any, ctx: Context) -> Belief:
     if str(v) == "NVLS" and (ctx.sm is None or ctx.sm < 9.0):
-        return Effect(0.0, 0.3, 0.0, 0.02, "NCCL_ALGO=NVLS needs NVLink SHARP (NVSwitch, sm90+): expect NCCL to refuse it here")
-    return Effect(0.0, 0.05, 0.0, 0.01, f"NCCL setting {k.name}={v}: changes collective algorithms/buffers; effects are "
+        return Belief(0.0, 0.3, 0.0, 0.02, "NCCL_ALGO=NVLS needs NVLink SHARP (NVSwitch, sm90+): expect NCCL to refuse it here")
+    return Belief(0.0, 0.05, 0.0, 0.01, f"NCCL setting {k.name}={v}: changes collective algorithms/buffers; effects are "
                   "small and topology-specific, device memory changes only by buffer sizes")
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+Z90 = 1.6448536269514722  # Phi^-1(0.95): a central 90% interval of a normal belief is mean +- Z90 * sd
+
 
 class Prior(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

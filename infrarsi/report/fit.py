@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from ..adapters import get_adapter
 from ..execute.trial import Trial, TrialStatus
 from ..models import MemoryModel, TimeModel
-from ..priors.prior import Prior
+from ..priors.prior import Z90, Prior
 from .load import RunData
-
-Z90 = 1.6448536269514722
 
 
 @dataclass(frozen=True)

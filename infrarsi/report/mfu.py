@@ -1,4 +1,5 @@
-"""One FLOP formula for every MFU the report prints (the embedded workload logs the same one).
+"""One FLOP formula for every MFU the report prints (the embedded workload logs the same one): Megatron's
+convention of ``infrarsi.transformer`` (``training_flops``; the shape from ``Transformer.from_args``).
 
     FLOPs/step = 6 * N * T  +  6 * L * S^2 * h * B
 
@@ -16,9 +17,11 @@ hardware.peak_flops unset.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
+
+from ..transformer import Transformer, training_flops
 
 FORMULA = ("FLOPs/step = 6·N·T + 6·L·S²·h·B (Megatron-style: 6 FLOPs per matmul parameter per token, forward "
            "and backward; causal attention 12·L·S²·h·B halved); N = matmul parameters without the embedding, "
@@ -26,24 +29,18 @@ FORMULA = ("FLOPs/step = 6·N·T + 6·L·S²·h·B (Megatron-style: 6 FLOPs per 
 
 
 def flops_per_step(args: Mapping[str, Any], adapter: str) -> tuple[float, int, int] | None:
-    """(FLOPs per step, N, T) from the fixed workload arguments (Megatron names), or None when they
-    do not say enough (e.g. a simulated cluster)."""
+    """(FLOPs per step, N, T) from the fixed workload arguments (any spelling ``transformer.ALIASES``
+    knows), or None when they do not say enough (e.g. a simulated cluster named by reference only)."""
     try:
-        L, h, S, B = (int(args[k]) for k in ("num_layers", "hidden_size", "seq_length", "global_batch_size"))
-        V = int(args.get("vocab_size") or args.get("padded_vocab_size"))
-    except (KeyError, TypeError, ValueError):
+        t = Transformer.from_args(args, framework=adapter)
+    except ValueError:
         return None
-    heads = int(args.get("num_attention_heads") or 1)
-    groups = int(args.get("num_query_groups") or heads)
-    swiglu = adapter == "minigpt" or bool(args.get("swiglu"))
-    ffn = args.get("ffn_hidden_size")
-    if not ffn:  # the workload's own defaults: SwiGLU 8h/3 rounded up to 64 (minigpt), else 4h
-        ffn = int(math.ceil(8 * h / 3 / 64) * 64) if adapter == "minigpt" else 4 * h
-    kv = h * groups // heads
-    per_layer = h * (h + 2 * kv) + h * h + (3 if swiglu else 2) * h * int(ffn)
-    n = L * per_layer + h * V
-    t = B * S
-    return 6.0 * n * t + 6.0 * L * S**2 * h * B, n, t
+    if not (t.layers and t.hidden and t.seq and t.gbs and t.vocab):
+        return None
+    if not t.heads:  # the formula needs only the K/V share: no heads given = multi-head
+        t = replace(t, heads=1)
+    n, tokens = int(t.matmul_params()), t.gbs * t.seq
+    return training_flops(matmul_params=n, tokens=tokens, layers=t.layers, seq=t.seq, attn_width=t.q_width), n, tokens
 
 
 def mfu(flops: float, step_time_s: float, devices: int, peak_flops: float | None) -> float | None:

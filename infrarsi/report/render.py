@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..contract.lock import atomic_write
+from ..io import atomic_write
 from ..execute.record import cost_by_status
 from ..execute.trial import TrialStatus
 from . import plots

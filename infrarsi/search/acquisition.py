@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from ..models._fit import ndtr
+from ..models import ndtr
 
 
 def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:

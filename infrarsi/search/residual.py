@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..models import jittered_cholesky
+
 SCALES = (0.01, 0.03, 0.06, 0.12)  # s: log-time misfit, 1% .. 12%
 LENGTHS = (0.5, 1.0, 2.0, 4.0)  # l: knobs
 
@@ -53,7 +55,7 @@ class Residual:
         for s, length in itertools.product(SCALES, LENGTHS):
             k = s * s * np.exp(-d / length) + noise * np.eye(n)
             try:
-                chol = np.linalg.cholesky(k)
+                chol, k = jittered_cholesky(k)
             except np.linalg.LinAlgError:
                 continue
             alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))

@@ -42,6 +42,7 @@ Knobs outside the catalog, or without a prior, get uninformative priors (mean 0,
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import random
 import time
@@ -59,6 +60,7 @@ from .design import maximin
 from .outcome import Outcome
 from .residual import Residual
 
+_log = logging.getLogger(__name__)
 RESIDUAL_MEM_SD = 0.1  # log scale: how far a knob value may move the peak beyond what the arithmetic says
 # (the analytical estimate is within ~10% on every simulated layout; 0.3 priced most near-capacity settings
 # of the MoE workload at P(OOM) ~ 0.4 and the search never tried them)
@@ -85,6 +87,13 @@ class TunerConfig:
     the global model ranks regions well but the last few percent sit in the incumbent's neighbourhood."""
     residual: bool = True
     """Correct the additive time model near the tried settings with a GP on its residuals (search/residual.py)."""
+    time_sd: float = 1.0
+    """Prior sd (log scale) of the time effect of a knob value no prior speaks about (1.0: "up to ~2.7x either way")."""
+    memory_sd: float = 1.0
+    """The same for memory effects (without an analytical estimate)."""
+    memory_from_ok: bool = True
+    """A trial that ran without reporting its peak tells the memory model "peak <= capacity" (False: such
+    trials say nothing about memory, an ablation)."""
 
 
 @dataclass
@@ -127,7 +136,8 @@ class Tuner:
         # world / (tp * pp * cp)) would be collinear with them and smear their effects.
         self.derived = derived_knobs(space, self._pool)
         model_space = KnobSpace([k for k in space.knobs if k.name not in self.derived])
-        self.time_model = TimeModel(model_space, priors=self.priors, noise_cv=noise_cv, seed=seed)
+        self.time_model = TimeModel(model_space, priors=self.priors, noise_cv=noise_cv, seed=seed,
+                                    main_sd=self.config.time_sd)
         self.noise_cv = noise_cv
         # the residual GP's coordinates: each model knob's value index
         self._code_index = [(k.name, {v: i for i, v in enumerate(k.domain)}) for k in model_space.knobs]
@@ -137,7 +147,8 @@ class Tuner:
         self.memory_estimate = memory_estimate
         mem_priors = ([p.model_copy(update={"mem_mean": 0.0, "mem_sd": RESIDUAL_MEM_SD}) for p in self.priors]
                       if memory_estimate else self.priors)
-        self.memory_model = (MemoryModel(model_space, memory_capacity_bytes, priors=mem_priors, seed=seed)
+        self.memory_model = (MemoryModel(model_space, memory_capacity_bytes, priors=mem_priors, seed=seed,
+                                         main_sd=self.config.memory_sd)
                              if memory_capacity_bytes else None)
         self._log_est: dict[Setting, float] = {}
         self.history: list[tuple[Setting, Outcome]] = []
@@ -150,6 +161,8 @@ class Tuner:
         self.last_best_ei: float | None = None
         self._asks = 0
         self.overhead_s: list[float] = []  # seconds per ask (fits + scoring): part of every trial's cost
+        self._valid: dict[Setting, bool] = {}  # validity of settings met while pairing (the rules never change)
+        self.numerics_log: list[str] = []  # fits that failed on their numerics (the previous fit was kept)
 
     # ----------------------------------------------------------------- tell
     def tell(self, setting: Mapping[str, Any], outcome: Outcome) -> None:
@@ -212,21 +225,42 @@ class Tuner:
         return self._told | self.pending
 
     def fit_models(self) -> None:
-        """Condition the time and memory models on everything told so far (no-op when nothing changed)."""
+        """Condition the time and memory models on everything told so far (no-op when nothing changed).
+
+        Memory is learned from both sides: an OOM says peak > capacity, a trial that ran says peak <=
+        capacity (its peak, when reported, says exactly where). A fit that fails on its own numerics keeps
+        the previous posterior, is logged in ``numerics_log`` and the search goes on."""
         if not self._dirty:
             return
         settings = [s for s, _ in self.history]
         times = [o.step_time_s if o.status == "ok" else math.nan for _, o in self.history]
         if any(o.status == "ok" for _, o in self.history):
-            self.time_model.fit(settings, times)
-            self._fit_residual()
+            self._guarded("time model", lambda: self.time_model.fit(settings, times))
+            self._guarded("residual GP", self._fit_residual)
         if self.memory_model is not None:
-            rows = [(s, o) for s, o in self.history if o.status == "oom" or (o.status == "ok" and o.peak_memory_bytes)]
+            rows = self._memory_rows()
             if rows:
                 ss = [s for s, _ in rows]
-                self.memory_model.fit(ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
-                                      offsets=self._mem_offsets(ss))
+                self._guarded("memory model", lambda: self.memory_model.fit(
+                    ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
+                    offsets=self._mem_offsets(ss), fits=[o.status == "ok" for _, o in rows]))
         self._dirty = False
+
+    def _memory_rows(self) -> list[tuple[Setting, Outcome]]:
+        """Trials that say something about memory: OOMs and every trial that ran."""
+        if self.config.memory_from_ok:
+            return [(s, o) for s, o in self.history if o.status in ("oom", "ok")]
+        return [(s, o) for s, o in self.history if o.status == "oom" or (o.status == "ok" and o.peak_memory_bytes)]
+
+    def _guarded(self, what: str, fit: Callable[[], Any]) -> None:
+        try:
+            fit()
+        except (np.linalg.LinAlgError, FloatingPointError, ValueError) as e:
+            if isinstance(e, ValueError) and "offsets" in str(e):
+                raise  # a caller error, not numerics
+            msg = f"trial {len(self.history)}: {what} fit failed ({type(e).__name__}: {e}); kept the previous fit"
+            self.numerics_log.append(msg)
+            _log.warning(msg)
 
     def _fit_residual(self) -> None:
         self.residual = None
@@ -251,8 +285,8 @@ class Tuner:
         return mean, sd
 
     def _has_memory_data(self) -> bool:
-        return self.memory_model is not None and any(
-            o.status == "oom" or (o.status == "ok" and o.peak_memory_bytes) for _, o in self.history)
+        return self.memory_model is not None and self.memory_model.n_obs + self.memory_model.n_censored \
+            + self.memory_model.n_fit > 0
 
     def _p_oom(self, cands: Sequence[Setting]) -> np.ndarray:
         if not self._has_memory_data():
@@ -392,7 +426,7 @@ class Tuner:
             for (s1, (k1, v1)), (_, (k2, v2)) in itertools.combinations(savers, 2):
                 if k1 != k2:
                     variants.append((s1.replace(**{k2: v2}), [f"{k1}={v1}", f"{k2}={v2}"]))
-            variants = [(s, sv) for s, sv in variants if s not in exclude and s not in seen and self.space.is_valid(s)]
+            variants = [(s, sv) for s, sv in variants if s not in exclude and s not in seen and self._is_valid(s)]
             if not variants:
                 continue
             vs = [s for s, _ in variants]
@@ -404,6 +438,12 @@ class Tuner:
             seen.add(vs[j])
             out.append((vs[j], (c, variants[j][1])))
         return out
+
+    def _is_valid(self, s: Setting) -> bool:
+        v = self._valid.get(s)
+        if v is None:
+            v = self._valid[s] = self.space.is_valid(s)
+        return v
 
     def _one_knob_changes(self, s: Setting) -> list[tuple[Setting, tuple[str, Any]]]:
         out = []

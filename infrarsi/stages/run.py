@@ -21,8 +21,8 @@ from rich.table import Table
 
 from ..adapters import get_adapter
 from ..contract import ContractError, contract_hash, load_locked
-from ..contract.lock import atomic_write
 from ..execute.trial import Trial, TrialStatus
+from ..io import atomic_write
 from ..knobs import KnobSpace, Setting
 from ..search import Outcome, Tuner, TunerConfig
 from ..search.verify import promote, speedup_ci
@@ -85,14 +85,13 @@ def run_id(contract, run_dir: Path) -> str:
 def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console) -> tuple[list[Setting], list, list]:
     """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors."""
     try:
-        from ..bank import Bank
-        from ..bank.cli import bank_path
+        from ..bank import Bank, bank_path, seed_from_bank
     except ImportError:
         return [], base_priors, []
     try:
         with Bank(bank_path(None)) as bank:
-            seed = bank.seed(space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
-                             base_priors=base_priors, exclude_runs=[run_id(contract, run_dir)])  # not its own past
+            seed = seed_from_bank(bank, space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
+                                  base_priors=base_priors, exclude_runs=[run_id(contract, run_dir)])  # not its own past
         return list(seed.initial), seed.merged_with(base_priors), list(seed.sources)
     except Exception as e:  # experience is advice: a broken bank never stops a run
         err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {e}); starting unseeded[/]")
@@ -333,8 +332,7 @@ def _load(path: Path) -> dict[str, Any]:
 def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) -> None:
     """Keep the run in the experience bank: every finished trial, the time effects it learned, its LLM exchanges."""
     try:
-        from ..bank import Bank, priors_from_effects
-        from ..bank.cli import bank_path
+        from ..bank import Bank, bank_path, priors_from_effects
         from ..priors import exchanges
     except ImportError:
         return

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..adapters import get_adapter
 from ..contract import contract_hash, write_lock
-from ..contract.lock import atomic_write
+from ..io import atomic_write
 from ..doctor.noise import profile
 from ..execute.record import RunRecord
 from ..execute.trial import Cost, Metrics, Trial, TrialStatus

@@ -42,6 +42,8 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from ..transformer import minigpt_ffn, training_flops
+
 MB = 2**20
 
 
@@ -203,7 +205,7 @@ def build_model(args, kernels: dict):
 
     h, nh, L = args.hidden_size, args.num_attention_heads, args.num_layers
     hd = h // nh
-    ffn = args.ffn_hidden_size or int(math.ceil(8 * h / 3 / 64) * 64)
+    ffn = args.ffn_hidden_size or minigpt_ffn(h)
     unfused = args.attention_backend == "unfused"
 
     class Block(nn.Module):
@@ -288,9 +290,10 @@ def build_model(args, kernels: dict):
 # --------------------------------------------------------------------------- training
 def model_flops_per_step(args, n_params_matmul: int) -> float:
     """Training FLOPs per iteration: 6 N T for the matmuls plus causal attention 6 L S^2 h (half of 12,
-    the causal discount), T = tokens per iteration. The same formula the report states."""
-    tokens = args.global_batch_size * args.seq_length
-    return 6.0 * n_params_matmul * tokens + 6.0 * args.num_layers * args.seq_length**2 * args.hidden_size * args.global_batch_size
+    the causal discount), T = tokens per iteration: ``infrarsi.transformer.training_flops``, the formula
+    the report states, on the parameters this process really built."""
+    return training_flops(matmul_params=n_params_matmul, tokens=args.global_batch_size * args.seq_length,
+                          layers=args.num_layers, seq=args.seq_length, attn_width=args.hidden_size)
 
 
 def main(argv: list[str] | None = None) -> int:

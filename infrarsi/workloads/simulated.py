@@ -50,7 +50,7 @@ import json
 import math
 import random
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any, NamedTuple
@@ -209,6 +209,8 @@ class SimWorkload(BaseModel):
     doc: str = ""
     baseline: dict[str, Any] = {}
     """A typical first launch (what an engineer writes before tuning); knobs not named take defaults."""
+    gpu_spec: GPUSpec | None = None
+    """Replaces the hardware table's spec for ``gpu`` (a what-if GPU, or a perturbed one: workloads/variants.py)."""
 
     @model_validator(mode="after")
     def _check(self) -> "SimWorkload":
@@ -217,11 +219,11 @@ class SimWorkload(BaseModel):
 
     @cached_property
     def world_size(self) -> int:
-        return self.nodes * gpu(self.gpu).gpus_per_node
+        return self.nodes * self.spec.gpus_per_node
 
     @cached_property
     def spec(self) -> GPUSpec:
-        return gpu(self.gpu)
+        return self.gpu_spec or gpu(self.gpu)
 
 
 def _llama(**kw: Any) -> ModelSpec:
@@ -1018,10 +1020,16 @@ def _order(space: KnobSpace) -> list[str]:
 _TIME_ONLY = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "moe_grouped_gemm")
 
 
-def exhaustive_optimum(workload: str | SimWorkload | Mapping[str, Any], space: KnobSpace | None = None) -> Optimum:
+def exhaustive_optimum(workload: str | SimWorkload | Mapping[str, Any], space: KnobSpace | None = None, *,
+                       device_used: Callable[[MemoryBreakdown], float] | None = None,
+                       time_factor: Callable[[Mapping[str, Any]], float] | None = None) -> Optimum:
     """The noise-free fastest valid setting of ``space`` (default: the workload's whole space), by bounded
     enumeration: rules prune partial settings; memory is computed once per memory-relevant prefix and
-    OOM settings skip the time model. Returns (setting, step_time_s, n_valid, n_oom)."""
+    OOM settings skip the time model. Returns (setting, step_time_s, n_valid, n_oom).
+
+    ``device_used`` (bytes from a breakdown; default its own ``device_used``) and ``time_factor`` (a
+    multiplier on the step time per setting) let a perturbed landscape (workloads/variants.py) reuse the
+    enumeration: memory must still depend only on the layout, not on the overlap knobs."""
     w = get_workload(workload)
     sp = space if space is not None else space_for(w)
     best: Setting | None = None
@@ -1049,7 +1057,8 @@ def exhaustive_optimum(workload: str | SimWorkload | Mapping[str, Any], space: K
             mkey = lay._replace(ogr=False, opg=False, gg=False)
             oom = mem_cache.get(mkey)
             if oom is None:
-                oom = mem_cache[mkey] = _memory(w, lay).oom
+                mem = _memory(w, lay)
+                oom = mem_cache[mkey] = (device_used(mem) if device_used else mem.device_used) > mem.capacity
             hit = prefix[key] = (oom, None if oom else _step_parts(w, lay._replace(ogr=False, opg=False), layer_cache))
         oom, parts = hit
         if oom:
@@ -1057,6 +1066,8 @@ def exhaustive_optimum(workload: str | SimWorkload | Mapping[str, Any], space: K
             continue
         t = _exposed(parts, base.rc, bool(s.get("overlap_grad_reduce", False)),
                      bool(s.get("overlap_param_gather", False)))[0]
+        if time_factor is not None:
+            t *= time_factor(s)
         if t < best_t:
             best, best_t = Setting(s), t
     return Optimum(best, best_t if best is not None else None, n_valid, n_oom)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from infrarsi.bank import Bank, Seed
+from infrarsi.bank import Bank, Seed, seed_from_bank
 from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.priors.prior import Prior
 
@@ -46,7 +46,7 @@ def _fill(b: Bank) -> None:
 
 def test_seed_picks_the_most_similar_workload_across_hardware(bank):
     _fill(bank)
-    seed = bank.seed(_space(), hardware=H100, workload=LLAMA8B, k=3)
+    seed = seed_from_bank(bank, _space(), hardware=H100, workload=LLAMA8B, k=3)
     assert [s.run_id for s in seed.sources] == ["a100-8b", "a100-70b", "a100-moe"]  # no ok trial: skipped
     assert seed.sources[0].hw_distance == pytest.approx(1.0) and seed.sources[0].wl_distance == 0
     # the 8B's fastest expressible settings first; 'selective' could not be mapped and was dropped
@@ -54,15 +54,15 @@ def test_seed_picks_the_most_similar_workload_across_hardware(bank):
     assert {"tp": 2, "mbs": 2, "recompute": "selective"} not in [dict(s) for s in seed.initial]
     assert len(seed.initial) == 3 and all(_space().is_valid(s) for s in seed.initial)
 
-    big = bank.seed(_space(), hardware=H100, workload=LLAMA70B, k=1)
+    big = seed_from_bank(bank, _space(), hardware=H100, workload=LLAMA70B, k=1)
     assert big.sources[0].run_id == "a100-70b" and big.initial == [{"tp": 8, "mbs": 1, "recompute": "none"}]
-    moe = bank.seed(_space(), hardware=H100, workload=MIXTRAL, k=1)
+    moe = seed_from_bank(bank, _space(), hardware=H100, workload=MIXTRAL, k=1)
     assert moe.sources[0].run_id == "a100-moe" and moe.initial == [{"tp": 1, "mbs": 4, "recompute": "none"}]
 
 
 def test_seed_priors_are_similarity_weighted_and_widened(bank):
     _fill(bank)
-    seed = bank.seed(_space(), hardware=H100, workload=LLAMA8B, k=3)
+    seed = seed_from_bank(bank, _space(), hardware=H100, workload=LLAMA8B, k=3)
     pri = {p.feature: p for p in seed.priors}
     assert set(pri) == {"tp=2", "tp=4"}  # cp is not in the new space
     # tp=2: the 8B (-0.3, sim e^-1) outweighs the 70B (+0.1, sim e^-(1+d)) but the disagreement widens it
@@ -74,7 +74,7 @@ def test_seed_priors_are_similarity_weighted_and_widened(bank):
 
 def test_seed_rebases_memory_in_bytes_with_a_target_baseline(bank):
     _fill(bank)
-    seed = bank.seed(_space(), hardware=H100, workload=LLAMA8B, k=1, max_sources=1, reference_peak_bytes=80 * GiB)
+    seed = seed_from_bank(bank, _space(), hardware=H100, workload=LLAMA8B, k=1, max_sources=1, reference_peak_bytes=80 * GiB)
     pri = {p.feature: p for p in seed.priors}
     saved = 40 * GiB * (1 - math.exp(-0.5))  # what tp=2 saved on the A100 run (reference peak 40 GiB)
     assert pri["tp=2"].mem_mean == pytest.approx(math.log((80 * GiB - saved) / (80 * GiB)))
@@ -83,7 +83,7 @@ def test_seed_rebases_memory_in_bytes_with_a_target_baseline(bank):
 
 def test_seed_rereferences_effects_to_the_new_default(bank):
     _fill(bank)
-    seed = bank.seed(_space(tp_default=2), hardware=H100, workload=LLAMA8B, max_sources=1)
+    seed = seed_from_bank(bank, _space(tp_default=2), hardware=H100, workload=LLAMA8B, max_sources=1)
     pri = {p.feature: p for p in seed.priors}
     assert "tp=2" not in pri  # the reference now
     assert pri["tp=4"].time_mean == pytest.approx(-0.4 - -0.3)
@@ -91,14 +91,14 @@ def test_seed_rereferences_effects_to_the_new_default(bank):
 
 
 def test_seed_from_nothing_similar_is_empty(bank, tmp_path):
-    assert bank.seed(_space(), hardware=H100, workload=LLAMA8B) == Seed([], [], [])
+    assert seed_from_bank(bank, _space(), hardware=H100, workload=LLAMA8B) == Seed([], [], [])
     _fill(bank)
-    far = bank.seed(_space(), hardware=H100, workload=LLAMA8B, max_distance=0.5)
+    far = seed_from_bank(bank, _space(), hardware=H100, workload=LLAMA8B, max_distance=0.5)
     assert far.sources == [] and "unseeded" in far.describe()
-    only = bank.seed(_space(), hardware=H100, workload=LLAMA8B, exclude_runs=["a100-8b"])
+    only = seed_from_bank(bank, _space(), hardware=H100, workload=LLAMA8B, exclude_runs=["a100-8b"])
     assert "a100-8b" not in [s.run_id for s in only.sources]
     with pytest.raises(ValueError, match="k >= 0"):
-        bank.seed(_space(), hardware=H100, workload=LLAMA8B, k=-1)
+        seed_from_bank(bank, _space(), hardware=H100, workload=LLAMA8B, k=-1)
 
 
 def test_seed_upgrades_the_best_with_values_its_source_could_not_run(bank):
@@ -108,15 +108,15 @@ def test_seed_upgrades_the_best_with_values_its_source_could_not_run(bank):
     base = [Prior(knob="fp8", value="delayed", time_mean=-0.2, time_sd=0.1, source="offline"),
             Prior(knob="tp", value=4, time_mean=-0.5, time_sd=0.1, source="offline"),  # the source measured tp=4
             Prior(knob="recompute", value="full", time_mean=0.3, time_sd=0.1, source="offline")]  # predicted slower
-    seed = bank.seed(sp, hardware=H100, workload=LLAMA8B, k=3, max_sources=1, base_priors=base)
+    seed = seed_from_bank(bank, sp, hardware=H100, workload=LLAMA8B, k=3, max_sources=1, base_priors=base)
     best = {"tp": 2, "mbs": 2, "recompute": "none", "fp8": "none"}
     assert seed.initial == [best, {**best, "fp8": "delayed"}, {"tp": 4, "mbs": 1, "recompute": "none", "fp8": "none"}]
-    assert bank.seed(sp, hardware=H100, workload=LLAMA8B, k=3, max_sources=1).initial[1] != {**best, "fp8": "delayed"}
+    assert seed_from_bank(bank, sp, hardware=H100, workload=LLAMA8B, k=3, max_sources=1).initial[1] != {**best, "fp8": "delayed"}
 
 
 def test_merged_with_multiplies_or_replaces_and_keeps_one_sided_priors(bank):
     _fill(bank)
-    seed = bank.seed(_space(), hardware=H100, workload=LLAMA8B, max_sources=1)
+    seed = seed_from_bank(bank, _space(), hardware=H100, workload=LLAMA8B, max_sources=1)
     b = {p.feature: p for p in seed.priors}["tp=2"]
     offline = [Prior(knob="tp", value=2, time_mean=-0.1, time_sd=0.1, mem_mean=-0.6, mem_sd=0.2, source="offline"),
                Prior(knob="recompute", value="full", time_mean=0.3, time_sd=0.1, source="offline")]

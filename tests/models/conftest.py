@@ -7,7 +7,7 @@ import math
 import pytest
 
 from infrarsi.knobs import Knob, KnobSpace
-from infrarsi.models.synthetic import GIB, SyntheticTruth
+from infrarsi.testing.synthetic import GIB, SyntheticTruth
 
 # Log-scale effects relative to each knob's default. Memory: micro-batch grows activations,
 # recompute and TP shrink them, the distributed optimizer shards optimizer state.

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from infrarsi.models import Design
-from infrarsi.models.synthetic import megatron_like_space
+from infrarsi.testing.synthetic import megatron_like_space
 from infrarsi.priors.prior import Prior
 
 

@@ -12,7 +12,7 @@ import torch
 
 from infrarsi.models import MemoryModel, memory_model
 from infrarsi.models._fit import tobit_neg_log_joint
-from infrarsi.models.synthetic import GIB, SyntheticTruth, megatron_like_space
+from infrarsi.testing.synthetic import GIB, SyntheticTruth, megatron_like_space
 
 
 def _trials(space, truth, n, seed):

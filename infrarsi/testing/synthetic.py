@@ -14,7 +14,7 @@ import numpy as np
 
 from ..knobs.knob import Knob
 from ..knobs.space import KnobSpace
-from ._design import Design
+from ..models import Design
 
 GIB = 2**30
 
