@@ -3,6 +3,8 @@
     python scripts/bench_estimate.py --calibrate          # the measured constant for what trackers cannot see
     python scripts/bench_estimate.py --minigpt            # every minigpt layout that runs here: error table
     python scripts/bench_estimate.py --scale              # torchtitan llama3 8B on 64 ranks, 70B on 256
+    python scripts/bench_estimate.py --torchtitan         # torchtitan's llama3 trained for real on one process
+    python scripts/bench_estimate.py --replay --seeds 5   # the tuner with and without the estimate
 
 Errors are (estimate - measured) / measured of the per-process peak; rank order is the share of setting pairs
 whose order by memory the estimate gets right (pairs whose measured peaks differ by under 2% are ties, skipped).
@@ -220,6 +222,78 @@ def run_replay(args) -> int:
     return 0
 
 
+TT_JOB = """
+[model]
+name = "llama3"
+flavor = "debugmodel"
+[optimizer]
+name = "AdamW"
+lr = 8e-4
+[training]
+local_batch_size = 4
+seq_len = 512
+steps = 10
+dataset = "c4_test"
+[parallelism]
+data_parallel_shard_degree = -1
+[activation_checkpoint]
+mode = "selective"
+"""
+
+
+def run_torchtitan(args) -> int:
+    """torchtitan's llama3 debugmodel trained for real in one process (tests/estimate/torchtitan_step.py: torchtitan's
+    model, parallelize_llama, build_optimizers, loss) vs the estimate; the process base is measured at a tiny size
+    (local batch 1, seq 32) and the rest of the grid is held out."""
+    import os
+    import subprocess
+    import tempfile
+
+    from infrarsi.estimate.torchtitan import estimate_job, job_config
+
+    job = Path(tempfile.mkdtemp()) / "debug.toml"
+    job.write_text(TT_JOB)
+    cache_path = Path(args.cache).with_name("torchtitan.json")
+    cache = {} if args.fresh else _cache(cache_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def measured(over: list[str]) -> float:
+        key = " ".join(over)
+        if key not in cache:
+            p = subprocess.run([sys.executable, str(ROOT / "tests/estimate/torchtitan_step.py"), str(job), *over],
+                               capture_output=True, text=True, env=env, timeout=1800)
+            line = [x for x in p.stdout.splitlines() if x.startswith("peak_data_bytes=")]
+            if not line:
+                raise SystemExit(f"torchtitan step failed: {p.stderr.strip().splitlines()[-3:]}")
+            cache[key] = int(line[0].split("=")[1])
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.write_text(json.dumps(cache, indent=1))
+        return cache[key]
+
+    def tracked(over: list[str]):
+        return estimate_job(job_config(["--job.config_file", str(job), *over]), world_size=1)
+
+    tiny = ["--training.local_batch_size", "1", "--training.seq_len", "32"]
+    base = measured(tiny) - tracked(tiny).tracked_bytes
+    print(f"process base (measured at local batch 1, seq 32): {base / MiB:.1f} MiB")
+    rows = []
+    for ac, lb in itertools.product(("none", "selective", "full"), (2, 8)):
+        over = ["--activation_checkpoint.mode", ac, "--training.local_batch_size", str(lb)]
+        e = tracked(over)
+        m = measured(over)
+        rows.append((ac, lb, m, e.tracked_bytes + base, e))
+    print(f"{'ac':>9} {'lb':>3} | {'measured':>8} {'estimate':>8} {'err':>6} | tracked: params grads opt act temp (MiB)")
+    for ac, lb, m, est, e in rows:
+        c = e.by_category()
+        print(f"{ac:>9} {lb:3d} | {m / MiB:8.0f} {est / MiB:8.0f} {est / m - 1:+6.1%} | {c['parameters'] / MiB:.0f} "
+              f"{c['gradients'] / MiB:.0f} {c['optimizer'] / MiB:.0f} {c['activations'] / MiB:.0f} {c['temporaries'] / MiB:.0f}")
+    errs = [est / m - 1 for *_, m, est, _ in rows]
+    r, t = pairs_right([est for *_, est, _ in rows], [m for *_, m, _, _ in rows])
+    print(f"median |error| {statistics.median(map(abs, errs)):.1%}, max {max(map(abs, errs)):.1%}; rank order right in "
+          f"{r}/{t} pairs")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minigpt", action="store_true")
@@ -231,6 +305,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="", help="--scale: only rows whose 'contract:ranks' contains this")
     p.add_argument("--replay", action="store_true", help="the tuner with/without the estimate on real measurements")
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--torchtitan", action="store_true", help="torchtitan's model trained for real vs the estimate")
     p.add_argument("--full", action="store_true", help="the whole grid (bf16 at every micro-batch)")
     args = p.parse_args(argv)
     if args.calibrate:
@@ -244,6 +319,8 @@ def main(argv=None) -> int:
         run_scale(args)
     if args.replay:
         run_replay(args)
+    if args.torchtitan:
+        run_torchtitan(args)
     return 0
 
 

@@ -1,8 +1,6 @@
 """The pre-flight estimate of minigpt against real runs of minigpt on this CPU, and its library contract."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -70,17 +68,21 @@ def test_bad_setting_is_one_line_naming_the_fix(contract):
 
 
 def test_cli_prints_one_json_object_and_the_verdict():
-    r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "estimate", "contracts/minigpt-cpu.toml", "--set",
-                        "micro_batch_size=16", "--set", "recompute_granularity=full", "--json"],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
+    from typer.testing import CliRunner
+
+    from infrarsi.cli import _register_tools, app
+
+    _register_tools()
+    runner = CliRunner()
+    r = runner.invoke(app, ["estimate", str(ROOT / "contracts/minigpt-cpu.toml"), "--set", "micro_batch_size=16",
+                            "--set", "recompute_granularity=full", "--json"])
+    assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["setting"]["micro_batch_size"] == 16 and d["layout"]["recompute"] == "full"
     assert d["fits"] == (d["peak_bytes"] <= d["capacity_bytes"])
     assert set(d["by_category"]) >= {"parameters", "gradients", "optimizer", "activations", "temporaries"}
-    r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "estimate", "contracts/minigpt-cpu.toml", "--set",
-                        "micro_batch_size=3"], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 1 and "micro_batch_size" in r.stderr and len(r.stderr.strip().splitlines()) <= 2
+    r = runner.invoke(app, ["estimate", str(ROOT / "contracts/minigpt-cpu.toml"), "--set", "micro_batch_size=3"])
+    assert r.exit_code == 1 and "micro_batch_size" in r.output and len(r.output.strip().splitlines()) <= 3
 
 
 def test_run_stage_offset_is_cached_per_memory_layout_and_falls_back(contract, monkeypatch):

@@ -18,8 +18,8 @@ flavor = "debugmodel"
 name = "AdamW"
 lr = 8e-4
 [training]
-local_batch_size = 4
-seq_len = 256
+local_batch_size = 2
+seq_len = 128
 steps = 10
 dataset = "c4_test"
 [parallelism]
