@@ -273,15 +273,22 @@ def run_torchtitan(args) -> int:
     def tracked(over: list[str]):
         return estimate_job(job_config(["--job.config_file", str(job), *over]), world_size=1)
 
+    from types import SimpleNamespace
+
+    from infrarsi.estimate.overhead import unseen_bytes
+
     tiny = ["--training.local_batch_size", "1", "--training.seq_len", "32"]
     base = measured(tiny) - tracked(tiny).tracked_bytes
-    print(f"process base (measured at local batch 1, seq 32): {base / MiB:.1f} MiB")
+    print(f"process base (measured now at local batch 1, seq 32; overhead.BASE carries it): {base / MiB:.1f} MiB")
+    cpu = SimpleNamespace(hardware=SimpleNamespace(kind="cpu"))
     rows = []
     for ac, lb in itertools.product(("none", "selective", "full"), (2, 8)):
         over = ["--activation_checkpoint.mode", ac, "--training.local_batch_size", str(lb)]
         e = tracked(over)
         m = measured(over)
-        rows.append((ac, lb, m, e.tracked_bytes + base, e))
+        unseen, _ = unseen_bytes(cpu, bf16=True, framework="torchtitan",
+                                 transient_bytes=e.tracked.get("Activation", 0) + e.tracked.get("Temp", 0))
+        rows.append((ac, lb, m, e.tracked_bytes + unseen, e))
     print(f"{'ac':>9} {'lb':>3} | {'measured':>8} {'estimate':>8} {'err':>6} | tracked: params grads opt act temp (MiB)")
     for ac, lb, m, est, e in rows:
         c = e.by_category()

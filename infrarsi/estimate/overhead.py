@@ -31,6 +31,9 @@ BASE: dict[tuple[str, int, str], float] = {
     ("cpu", 2, "fp32"): 309.4 * MiB,
     ("cpu", 1, "bf16"): 268.4 * MiB,
     ("cpu", 2, "bf16"): 327.1 * MiB,
+    # a process that imports torchtitan (datasets, tokenizers, tensorboard ...): its one-process step
+    # (tests/estimate/torchtitan_step.py) at local batch 1, seq 32, by scripts/bench_estimate.py --torchtitan
+    ("cpu-torchtitan", 1, "bf16"): 1466.0 * MiB,
 }
 FRAGMENTATION: dict[str, float] = {"cpu": 0.674}
 MEASURED_BY = "scripts/bench_estimate.py --calibrate (torch 2.13.0 CPU, 2 cores)"
@@ -42,7 +45,7 @@ GPU_UNMEASURED = 1.25 * 2**30
 
 
 def unseen_bytes(contract: Any, *, threads: int | None = None, bf16: bool = False, transient_bytes: float = 0.0,
-                 override_gib: float | None = None) -> tuple[float, str]:
+                 override_gib: float | None = None, framework: str = "minigpt") -> tuple[float, str]:
     """(bytes, where they come from) to add to the tracked peak of one rank of ``contract``'s hardware;
     ``transient_bytes`` are the tracked activations + temporaries at the peak."""
     if override_gib is not None:
@@ -50,11 +53,16 @@ def unseen_bytes(contract: Any, *, threads: int | None = None, bf16: bool = Fals
     kind = str(contract.hardware.kind or "cpu").lower()
     if kind == "cpu":
         t = max(1, int(threads or 1))
-        t = t if ("cpu", t, "fp32") in BASE else max(k[1] for k in BASE)
-        base = BASE[("cpu", t, "bf16" if bf16 else "fp32")]
         frag = FRAGMENTATION["cpu"] * transient_bytes
-        return base + frag, (f"measured: CPU process at {t} thread(s) {base / MiB:.0f} MiB + allocator "
-                             f"{FRAGMENTATION['cpu']:.2f} x {transient_bytes / MiB:.0f} MiB transient ({MEASURED_BY})")
+        if framework == "torchtitan":
+            base = BASE[("cpu-torchtitan", 1, "bf16")]
+            what = "torchtitan process (1 thread, bf16; other thread counts and fp32 not measured)"
+        else:
+            t = t if ("cpu", t, "fp32") in BASE else max(k[1] for k in BASE if k[0] == "cpu")
+            base = BASE[("cpu", t, "bf16" if bf16 else "fp32")]
+            what = f"CPU process at {t} thread(s)"
+        return base + frag, (f"measured: {what} {base / MiB:.0f} MiB + allocator {FRAGMENTATION['cpu']:.2f} x "
+                             f"{transient_bytes / MiB:.0f} MiB transient ({MEASURED_BY})")
     return GPU_UNMEASURED, ("not measured (no GPU here): the analytical 1.25 GiB for CUDA context, cuBLAS workspaces "
                             "and NCCL buffers, no fragmentation; set --unseen-gib from a measured empty job on your GPU")
 

@@ -20,6 +20,7 @@ runs stages on other ranks; say so rather than guess), torch.compile (estimated 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Mapping
@@ -71,9 +72,7 @@ def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None
     e = estimate_job(cfg, world_size=int(contract.hardware.devices), device=device)
     transient = e.tracked.get("Activation", 0) + e.tracked.get("Temp", 0)
     unseen, source = unseen_bytes(contract, threads=None, bf16=cfg.training.mixed_precision_param == "bfloat16",
-                                  transient_bytes=transient, override_gib=unseen_gib)
-    if str(contract.hardware.kind).lower() == "cpu" and unseen_gib is None:
-        source += "; measured with minigpt's process, torchtitan's imports more (datasets, tokenizers)"
+                                  transient_bytes=transient, override_gib=unseen_gib, framework="torchtitan")
     return dataclasses.replace(e, unseen_bytes=unseen, unseen_source=source)
 
 
@@ -107,7 +106,7 @@ def estimate_job(cfg: Any, *, world_size: int, device: Device | None = None,
     if cfg.model.flavor not in spec.model_args:
         raise EstimateError(f"model.flavor = {cfg.model.flavor!r} is not a {cfg.model.name} flavour; "
                             f"known: {sorted(spec.model_args)}")
-    margs = spec.model_args[cfg.model.flavor]
+    margs = copy.deepcopy(spec.model_args[cfg.model.flavor])  # update_from_config mutates torchtitan's table
     margs.update_from_config(cfg)
     batch = (dims.dp_replicate * dims.dp_shard) if dims.dp_enabled else 1
     gbs = t.global_batch_size if t.global_batch_size > 0 else t.local_batch_size * batch

@@ -100,3 +100,12 @@ def test_run_stage_offset_is_cached_per_memory_layout_and_falls_back(contract, m
     monkeypatch.setenv("INFRARSI_MEMORY_OFFSET", "guess")
     with pytest.raises(EstimateError, match="INFRARSI_MEMORY_OFFSET"):
         memory_estimator(space, contract)
+
+
+def test_past_its_budget_the_offset_calibrates_the_analytical_figure(contract, monkeypatch):
+    monkeypatch.setenv("INFRARSI_MEMORY_OFFSET", "estimate")
+    space = MiniGPTAdapter().knob_space(contract)
+    est = memory_estimator(space, contract, fallback=lambda s: 100.0 * s["micro_batch_size"], budget_s=0.0)
+    first = est(space.complete({"micro_batch_size": 1}))  # the first layout always runs the fake step
+    assert first == estimate(contract, space.complete({"micro_batch_size": 1})).peak_bytes
+    assert est(space.complete({"micro_batch_size": 4})) == pytest.approx(4 * first)  # analytical x median ratio
