@@ -214,6 +214,13 @@ def run_replay(args) -> int:
             rows[name].append((ooms, first_best, best_seen / best))
             print(f"seed {seed} {name:>10}: {ooms:2d} OOM trials of {budget}; best within 2% at trial "
                   f"{first_best if first_best < math.inf else '-'}; best found {best_seen / best:.3f}x optimum", flush=True)
+    meas = [truth[json.dumps(x.to_dict(), sort_keys=True)]["peak"] for x in settings]
+    for name, off in offsets.items():
+        est = [off(x) for x in settings]
+        errs = [e / m - 1 for e, m in zip(est, meas)]
+        r, t = pairs_right(est, meas)
+        print(f"{name:>10} offset vs the {len(settings)} measured peaks: median |error| "
+              f"{statistics.median(map(abs, errs)):.1%}, max {max(map(abs, errs)):.1%}, rank order {r}/{t} ({r / max(t, 1):.1%})")
     for name, r in rows.items():
         hit = [f for _, f, _ in r if f < math.inf]
         print(f"{name:>10}: OOM trials mean {statistics.mean(o for o, _, _ in r):.1f} (total {sum(o for o, _, _ in r)}); "

@@ -88,7 +88,7 @@ def roofline_mode(device: Device):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             packet = func._overloadpacket
-            if not self.on or packet in skip or "c10d" in str(packet):  # collectives: not priced (see below)
+            if not self.on or packet in skip or "c10d" in str(packet):  # collectives are not priced: a lower bound
                 return out
             flat_in, _ = tree_flatten((args, kwargs))
             flat_out, _ = tree_flatten(out)
