@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Make distributed LLM training faster without changing what it computes.")
 console = Console(highlight=False)
@@ -21,7 +22,7 @@ RunDir = typer.Option(DEFAULT_RUN_DIR, "--run-dir", help="The run's directory (l
 
 
 def fail(message: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -41,6 +41,9 @@ def scoped_space(space: KnobSpace, contract: Contract, framework: str) -> KnobSp
 
 class Adapter(abc.ABC):
     name: str = ""
+    measured_time: bool = True
+    """False when the step times a trial prints are modelled, not measured (the simulated clusters): the
+    harness then does not hold them against its own clock (execute/clock.py)."""
 
     @abc.abstractmethod
     def knob_space(self, contract: Contract) -> KnobSpace:

@@ -106,6 +106,13 @@ def constraints(contract: Contract) -> list[Constraint]:
             Constraint("overlap_needs_dp", overlap_needs_dp), Constraint("threads_fit", threads_fit)]
 
 
+def _workload_default(flag: str) -> Any:
+    """The workload's own default for a fixed argument (what a contract that does not set it gets)."""
+    from ..workloads.minigpt import build_parser
+
+    return build_parser().get_default(flag)
+
+
 class MiniGPTAdapter(Adapter):
     name = "minigpt"
 
@@ -118,6 +125,12 @@ class MiniGPTAdapter(Adapter):
                 all_knobs[name] = Knob(name=name, kind="categorical", domain=dom, default="reference", group="kernel",
                                        spelling={"minigpt": f"--kernel {op}=PATH"})
         unknown = sorted(set(contract.scope.knobs) - set(all_knobs))
+        fixed = [k for k in unknown if k in FIXED_FLAGS]
+        if fixed:
+            k = fixed[0]
+            value = contract.workload.args.get(k, _workload_default(k))
+            raise ContractError(f"scope.knobs names {k}, a fixed workload argument of minigpt locked to {value!r} "
+                                f"(set it under [workload.args]); it defines the task and cannot be a knob")
         if unknown:
             raise ContractError(f"scope.knobs names {unknown}, which minigpt does not have; known: {sorted(all_knobs)}")
         chosen = []

@@ -10,10 +10,21 @@ from typing import Any
 from .model import FIXED_WORKLOAD_KEYS, Contract
 
 
-def setting_violations(contract: Contract, setting: Mapping[str, Any]) -> list[str]:
-    """Why a setting would change the task or leave the locked scope (empty = allowed)."""
+def free_knobs(contract: Contract, space: Any) -> set[str]:
+    """Knobs that ``scope.knobs`` does not name but the adapter's space leaves free: derived ones, such as
+    data_parallel = world / (tp x pp x cp), which follow the knobs they are derived from."""
+    if not contract.scope.knobs:
+        return set()
+    return {k.name for k in space.knobs if k.name not in contract.scope.knobs and len(k.domain) > 1}
+
+
+def setting_violations(contract: Contract, setting: Mapping[str, Any], *, derived: set[str] = frozenset()) -> list[str]:
+    """Why a setting would change the task or leave the locked scope (empty = allowed). ``derived`` knobs
+    (:func:`free_knobs`) follow their parents and are checked by the knob space, not here."""
     out = []
     for k, v in setting.items():
+        if k in derived:
+            continue
         if k in FIXED_WORKLOAD_KEYS or k in contract.workload.args:
             out.append(f"{k}={v!r} would change the fixed workload argument {k} "
                        f"(locked to {contract.workload.args.get(k, '<framework default>')!r})")

@@ -1,20 +1,27 @@
 """contract.lock: the normalized contract and its sha256, written by `infrarsi init`.
 
-Every later stage calls :func:`load_locked`, which re-reads the contract file, normalizes it again and
-refuses to go on when the hash differs, naming what changed.
+The lock also holds the sha256 of every file that defines the workload besides the contract (see
+:func:`workload_files`: the launch script or config, the configs it names, files named in
+``[workload.args]``/``[workload.env]``), their combined ``workload_sha256`` (what each sealed record is
+made under), and a seal (an HMAC with the key outside the run, :mod:`.seal`).
+
+Every later stage calls :func:`load_locked`, which checks, in this order and naming the culprit: the lock's
+own seal (an edited lock is blamed on the lock), the contract file (normalized again, hash compared), every
+locked workload file, and the chain of sealed records.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..io import atomic_write
+from . import seal
 from .model import Contract, ContractError, load_contract
 
 LOCK_NAME = "contract.lock"
@@ -45,15 +52,64 @@ def write_lock(contract_path: str | Path, run_dir: str | Path) -> tuple[Contract
                 f"use a new --run-dir for a new contract"
             )
         return contract, lock
+    files = {rel: _sha_file(p) for rel, p in workload_files(contract, Path(contract_path).resolve().parent).items()}
     body = {
         "contract_path": str(Path(contract_path).resolve()),
         "sha256": digest,
         "contract": normalized(contract),
+        "files": files,
+        "workload_sha256": workload_sha256(digest, files),
         "locked_at": time.time(),
         "infrarsi_version": __version__,
     }
-    atomic_write(lock, json.dumps(body, indent=2, sort_keys=True))
+    atomic_write(lock, json.dumps(seal.seal_lock(body), indent=2, sort_keys=True))
     return contract, lock
+
+
+# Config files a launch script names (torchtitan's --job.config_file, a YAML, a JSON of settings).
+_CONFIG_TOKEN = re.compile(r"[\w./~-]+\.(?:toml|ya?ml|json|sh)\b")
+
+
+def workload_files(contract: Contract, base: Path) -> dict[str, Path]:
+    """Every file besides the contract that defines the workload, as named (relative to the contract's folder)
+    -> where it is: ``workload.launch``, the config files the launch names, and the values of
+    ``[workload.args]`` and ``[workload.env]`` that are existing files. Kernel candidates are not here:
+    they are proposals, checked by the kernel verifier's hash."""
+    out: dict[str, Path] = {}
+
+    def add(name: str, root: Path) -> None:
+        p = Path(name).expanduser()
+        p = p if p.is_absolute() else root / p
+        if p.is_file() and name not in out:
+            out[name] = p
+
+    w = contract.workload
+    if w.launch:
+        launch = Path(w.launch).expanduser()
+        launch = launch if launch.is_absolute() else base / launch
+        if not launch.is_file():
+            raise ContractError(f"workload.launch {w.launch!r} does not exist (looked at {launch}); fix the path, "
+                                f"relative to the contract's folder")
+        out[w.launch] = launch
+        try:
+            text = launch.read_text(errors="replace")
+        except OSError:
+            text = ""
+        for tok in _CONFIG_TOKEN.findall(text):
+            add(tok, launch.parent)
+            add(tok, base)
+    for v in [*w.args.values(), *w.env.values()]:
+        if isinstance(v, str) and 0 < len(v) < 4096 and "\n" not in v and ("/" in v or "." in v):
+            add(v, base)
+    return out
+
+
+def workload_sha256(contract_sha256: str, files: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps({"contract": contract_sha256, "files": files}, sort_keys=True).encode()).hexdigest()
+
+
+def _sha_file(p: Path) -> str:
+    return hashlib.sha256(Path(p).read_bytes()).hexdigest()
 
 
 def load_locked(run_dir: str | Path) -> Contract:
@@ -62,21 +118,40 @@ def load_locked(run_dir: str | Path) -> Contract:
     lock = run / LOCK_NAME
     if not lock.exists():
         raise ContractError(f"{run} has no {LOCK_NAME}; run `infrarsi init CONTRACT --run-dir {run}` first")
-    body = json.loads(lock.read_text())
-    locked = Contract.model_validate(body["contract"])
+    try:
+        body = json.loads(lock.read_text())
+        locked = Contract.model_validate(body["contract"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ContractError(f"{lock} was edited by hand (it no longer reads as a lock: {str(e).splitlines()[0]}); "
+                            f"re-create the run with `infrarsi init CONTRACT --run-dir NEW_DIR`") from None
     if contract_hash(locked) != body["sha256"]:
         raise ContractError(f"{lock} was edited by hand (its contract no longer hashes to {body['sha256'][:12]}); "
                             f"re-create the run with `infrarsi init`")
+    if not seal.lock_seal_ok(body):
+        raise ContractError(f"{lock} was edited by hand (its seal does not match: the lock, not the contract, changed "
+                            f"since `infrarsi init`); restore it, or start a new run with `infrarsi init CONTRACT "
+                            f"--run-dir NEW_DIR`")
     path = Path(body["contract_path"])
-    if path.exists():
-        current = load_contract(path)
-        digest = contract_hash(current)
-        if digest != body["sha256"]:
-            raise ContractError(
-                f"contract {path} changed since it was locked (sha256 {body['sha256'][:12]} -> {digest[:12]}): "
-                f"{_diff(body['contract'], normalized(current))}; restore the file, or start a new run with "
-                f"`infrarsi init {path} --run-dir NEW_DIR`"
-            )
+    if not path.exists():
+        raise ContractError(f"contract {path}, locked into {lock}, is gone; restore it (the lock alone is not a "
+                            f"contract), or start a new run with `infrarsi init CONTRACT --run-dir NEW_DIR`")
+    current = load_contract(path)
+    digest = contract_hash(current)
+    if digest != body["sha256"]:
+        raise ContractError(
+            f"contract {path} changed since it was locked (sha256 {body['sha256'][:12]} -> {digest[:12]}): "
+            f"{_diff(body['contract'], normalized(current))}; restore the file, or start a new run with "
+            f"`infrarsi init {path} --run-dir NEW_DIR`"
+        )
+    for rel, sha in sorted(body.get("files", {}).items()):
+        p = Path(rel).expanduser()
+        p = p if p.is_absolute() else path.parent / p
+        now = _sha_file(p) if p.is_file() else None
+        if now != sha:
+            what = "is gone" if now is None else f"changed since it was locked (sha256 {sha[:12]} -> {now[:12]})"
+            raise ContractError(f"workload file {p} {what}: it defines the workload the run was locked to; restore it, "
+                                f"or start a new run with `infrarsi init {path} --run-dir NEW_DIR`")
+    seal.verify_run(run)
     return locked
 
 

@@ -7,6 +7,7 @@ workload (model, global batch, sequence length, data) or the measurement (warm-u
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,10 @@ FIXED_WORKLOAD_KEYS = (
     "num_query_groups", "ffn_hidden_size", "vocab_size", "num_experts", "moe_router_topk",
     "train_iters", "seed", "data_path", "lr", "tokenizer",
 )
+
+
+# A contract's name becomes a folder (infrarsi-tuned/<name>/, the bank's run id): one plain path component.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class _Section(BaseModel):
@@ -104,6 +109,15 @@ class Contract(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> "Contract":
+        if not NAME_PATTERN.fullmatch(self.name) or ".." in self.name:
+            raise ValueError(f"name {self.name!r} becomes a folder name (infrarsi-tuned/<name>/): use letters, digits, "
+                             f"'.', '_' and '-' only (no '/', no '..', at most 128 characters)")
+        for where, table in (("scope.knobs", self.scope.knobs), ("baseline", self.baseline)):
+            locked = sorted(set(table) & set(self.workload.args) - set(FIXED_WORKLOAD_KEYS))
+            if locked:
+                k = locked[0]
+                raise ValueError(f"{where} names {k}, which [workload.args] locks to {self.workload.args[k]!r}: a locked "
+                                 f"argument cannot be tuned; remove {k} from {where}, or from [workload.args] to tune it")
         for where, table in (("scope.knobs", self.scope.knobs), ("baseline", self.baseline)):
             bad = sorted(set(table) & set(FIXED_WORKLOAD_KEYS))
             if bad:

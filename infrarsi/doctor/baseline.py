@@ -18,11 +18,11 @@ from pydantic import BaseModel, ConfigDict
 from ..adapters import get_adapter
 from ..adapters.base import Adapter
 from ..contract.model import Contract
+from ..contract.seal import sealed_write
 from ..execute import make_executor
 from ..execute.classify import loss_drift
 from ..execute.executor import Executor
 from ..execute.record import RunRecord
-from ..io import atomic_write
 from ..execute.runner import Runner
 from ..execute.trial import Trial, TrialStatus
 from .noise import NoiseProfile, profile
@@ -91,7 +91,7 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
     noise = profile([t.metrics.step_time_s for t in ok], trial_ids=[t.id for t in ok],
                     phases=[t.metrics.phases_s for t in ok if t.metrics.phases_s],
                     loss_max_rel_diff=worst, loss_reproduces=not bad, reference_losses=ref, baseline=baseline)
-    atomic_write(Path(run_dir) / NOISE_JSON, json.dumps(noise.model_dump(mode="json"), indent=2))
+    sealed_write(run_dir, Path(run_dir) / NOISE_JSON, json.dumps(noise.model_dump(mode="json"), indent=2))
     if bad:
         raise DoctorError(f"the baseline does not reproduce its own loss trace within rtol {loss.rtol} over "
                           f"{loss.compare_steps} steps ({bad[0]}); the workload is not deterministic enough for "

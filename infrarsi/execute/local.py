@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .clock import LineClock
 from .executor import STDERR, STDOUT, Handle, Outcome
 from .spec import LaunchSpec
 
@@ -75,6 +76,7 @@ class LocalExecutor:
         self._procs: dict[str, subprocess.Popen] = {}  # token -> process
         self._started: dict[str, float] = {}  # token -> monotonic start
         self._why: dict[str, str] = {}  # token -> "timeout" | "cancel"
+        self._clocks: dict[str, LineClock] = {}  # token -> the stdout pipe's line clock
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ submit
@@ -91,12 +93,15 @@ class LocalExecutor:
         trial_dir = Path(trial_dir)
         trial_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **trial_env(spec, token, trial_dir)}
-        with open(trial_dir / STDOUT, "wb") as out, open(trial_dir / STDERR, "wb") as err:
+        with open(trial_dir / STDERR, "wb") as err:
+            # stdout through a pipe: the harness stamps each line's arrival (clock.py), outside the trial's reach
             proc = subprocess.Popen(self.command(spec), cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, start_new_session=True)
+                                    stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        clock = LineClock(proc.stdout, trial_dir / STDOUT)
         with self._lock:
             self._procs[token] = proc
             self._started[token] = time.monotonic()
+            self._clocks[token] = clock
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=str(proc.pid),
                       submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices)
 
@@ -123,6 +128,9 @@ class LocalExecutor:
             why = self._why.pop(handle.token, None)
             self._procs.pop(handle.token, None)
             self._started.pop(handle.token, None)
+            clock = self._clocks.pop(handle.token, None)
+        if clock is not None:
+            clock.finish(elapsed)
         return _outcome(rc, elapsed, why, handle.time_limit_s)
 
     def cancel(self, handle: Handle) -> None:

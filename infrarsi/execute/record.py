@@ -147,7 +147,9 @@ class RunRecord:
         return t
 
     def _write_trial(self, trial: Trial) -> None:
-        atomic_write(self.trial_dir(trial.id) / TRIAL_JSON, trial.model_dump_json(indent=2))
+        from ..contract.seal import sealed_write  # chained to the run's lock (a bare record is written unsealed)
+
+        sealed_write(self.run_dir, self.trial_dir(trial.id) / TRIAL_JSON, trial.model_dump_json(indent=2))
 
     # -------------------------------------------------------------------- cost
     def cost_by_status(self) -> dict[str, float]:

@@ -32,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..adapters.base import Adapter, ParsedRun
 from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
+from ..contract.scope import TreeGuard, repository_root
 from .classify import Verdict, apply_loss_check, classify
+from .clock import referee
 from .executor import STDERR, STDOUT, Executor, Handle, Outcome, tail
 from .local import kill_token, resolve_argv, trial_env
 from .record import RunRecord
@@ -134,6 +136,7 @@ class Runner:
         self._space = adapter.knob_space(contract)
         self._handles: dict[int, Handle] = {}  # trial id -> handle, while running
         self._cancelled: set[int] = set()
+        self._repos: dict[Path, Path] = {}  # working directory -> repository root
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- public
@@ -232,6 +235,8 @@ class Runner:
         procs = spec.processes * spec.nodes
         mem = (spec.memory_cap_bytes or 0) * procs
         self._gate.acquire(procs, mem)
+        guard = TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
+        before = guard.snapshot()
         try:
             if adopted is not None:
                 handle = adopted
@@ -249,6 +254,12 @@ class Runner:
             with self._lock:
                 self._handles.pop(trial.id, None)
         verdict = self._verdict(outcome, Path(handle.trial_dir), reference)
+        wrote = guard.changes(before)
+        if wrote and not outcome.cancelled:  # a trial writes only its own directory (contract/scope.py)
+            why = f"wrote outside its trial directory: {wrote[0]}" + (f" (and {len(wrote) - 1} more)" if len(wrote) > 1 else "")
+            verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why,
+                                                 "evidence": verdict.evidence + wrote[:10],
+                                                 "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
         if attempt and adopted is None:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
                 f"launch attempt {attempt + 1}: an earlier attempt was interrupted by a restart"]})
@@ -256,6 +267,14 @@ class Runner:
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
             "cost": Cost(wall_s=outcome.wall_s, devices=spec.devices), "finished_at": time.time()}))
+
+    def _repo(self, spec: LaunchSpec) -> Path:
+        """The repository a trial must leave alone: the git work tree of its working directory (cached)."""
+        cwd = Path(spec.cwd or Path.cwd()).resolve()
+        with self._lock:
+            if cwd not in self._repos:
+                self._repos[cwd] = repository_root(cwd)
+            return self._repos[cwd]
 
     def _precheck(self, setting: Mapping[str, Any]) -> Verdict | None:
         fixed = sorted(set(setting) & set(FIXED_WORKLOAD_KEYS))
@@ -290,8 +309,24 @@ class Runner:
         except Exception as e:  # a parser choking on garbage output is a crash of the trial, not of the runner
             error = f"{type(e).__name__}: {e}"
         v = classify(outcome, parsed, stdout=stdout, stderr=stderr, parse_error=error)
+        v = _harness_time(v, self.adapter, self.contract, trial_dir, outcome)
         loss = self.contract.invariants.loss
         return apply_loss_check(v, reference, compare_steps=loss.compare_steps, rtol=loss.rtol)
+
+
+def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: Path, outcome: Outcome) -> Verdict:
+    """An ok verdict whose reported step times the harness's own clock contradicts becomes invalid (clock.py)."""
+    if v.status is not TrialStatus.OK:
+        return v
+    t = contract.invariants.timing
+    why = referee(trial_dir / STDOUT, step_time_s=v.metrics.step_time_s, step_times_s=v.metrics.step_times_s,
+                  warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, wall_s=outcome.wall_s,
+                  measured_time=getattr(adapter, "measured_time", True))
+    if why is None:
+        return v
+    return v.model_copy(update={"status": TrialStatus.INVALID, "reason": why, "evidence": v.evidence + [why],
+                                "metrics": v.metrics.model_copy(update={"step_time_s": None, "tokens_per_s": None,
+                                                                        "mfu": None, "tflops_per_device": None})})
 
 
 def _wait(executor: Executor, handle: Handle) -> Outcome:

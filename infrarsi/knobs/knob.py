@@ -11,6 +11,30 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 KnobKind = Literal["int", "categorical", "bool"]
+
+# Characters a knob value may never hold: they end a shell line or a C string, whatever the quoting.
+UNSAFE_CHARS = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL byte"}
+
+
+def value_problem(name: str, kind: str, value: Any) -> str | None:
+    """Why ``value`` cannot be a value of an ``kind`` knob (wrong type, or text with a newline/NUL), else None.
+
+    Types are strict: ``4.0 == 4`` in Python, but ``--micro-batch-size 4.0`` is an argument error in the
+    framework, so a float is never an int knob's value; True is never an int or a category."""
+    if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+        hint = f"; write {int(value)}" if isinstance(value, float) and value.is_integer() else ""
+        return f"{name}={value!r} is a {type(value).__name__}, but {name} is an int knob{hint}"
+    if kind == "bool" and not isinstance(value, bool):
+        return f"{name}={value!r} is a {type(value).__name__}, but {name} is a bool knob (true or false)"
+    if kind == "categorical":
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            return f"{name}={value!r} is a {type(value).__name__}; a categorical knob takes text or numbers"
+        if isinstance(value, str):
+            for ch, what in UNSAFE_CHARS.items():
+                if ch in value:
+                    return (f"{name}={value!r} contains {what}; a knob value is one word of a command line "
+                            f"(remove it from the contract or the setting)")
+    return None
 KnobGroup = Literal[
     "parallelism", "memory", "communication", "precision", "compile", "kernel", "runtime", "data"
 ]
@@ -58,6 +82,10 @@ class Knob(BaseModel):
             raise ValueError(f"knob {self.name!r}: a bool knob's domain is (False, True), got {list(self.domain)}")
         if self.kind == "int" and not all(isinstance(v, int) and not isinstance(v, bool) for v in self.domain):
             raise ValueError(f"knob {self.name!r}: an int knob needs int values, got {list(self.domain)}")
+        for v in self.domain:
+            bad = value_problem(self.name, self.kind, v)
+            if bad:
+                raise ValueError(f"knob {self.name!r}: {bad}")
         if self.default not in self.domain:
             raise ValueError(
                 f"knob {self.name!r}: default {self.default!r} is not in its domain {list(self.domain)}"
@@ -79,7 +107,10 @@ class Knob(BaseModel):
                 v = int(value)
             except ValueError:
                 raise ValueError(f"{self.name}: {value!r} is not an integer; expected one of {list(self.domain)}") from None
-        if v not in self.domain or (self.kind != "bool" and isinstance(v, bool)):
+        bad = value_problem(self.name, self.kind, v)
+        if bad:
+            raise ValueError(bad)
+        if v not in self.domain:
             raise ValueError(f"{self.name}: {value!r} is not in its domain {list(self.domain)}")
         return v
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .knob import Knob
+from .knob import Knob, value_problem
 from .setting import Setting
 
 REPAIR_DEPTH = 3  # most changes that mend a one-knob move (each fixes a rule, so the search stays small)
@@ -126,7 +126,9 @@ class KnobSpace:
         for k in self.knobs:
             if k.name not in setting:
                 out.append(Violation("missing_knob", f"knob {k.name!r} has no value; its default is {k.default!r}"))
-            elif setting[k.name] not in k.domain or (k.kind != "bool" and isinstance(setting[k.name], bool)):
+            elif (bad := value_problem(k.name, k.kind, setting[k.name])) is not None:
+                out.append(Violation("type", bad))
+            elif setting[k.name] not in k.domain:
                 out.append(Violation("domain", f"{k.name}={setting[k.name]!r} is not in its domain {list(k.domain)}"))
         if out:
             return out

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..execute.trial import TrialStatus
 from ..search.verify import speedup_ci
+from ..contract.invariants import free_knobs
 from .load import RunData
 
 KERNEL_PREFIX = "kernel_"
@@ -98,8 +99,13 @@ def knob_problems(data: RunData, setting: Mapping[str, Any]) -> list[str]:
     scope = data.contract.scope.knobs
     base = (data.verification or {}).get("baseline") or data.contract.baseline
     out = []
+    space = _space(data)
+    derived = free_knobs(data.contract, space) if space is not None else set()
+    if derived:  # a derived knob follows its parents: the space's own rules decide, not scope.knobs
+        out += [f"knob setting breaks {v.constraint}: {v}" for v in space.validate(
+            {k: setting.get(k, kn.default) for k, kn in ((kn.name, kn) for kn in space.knobs)})]
     for k, v in sorted(setting.items()):
-        if scope and k not in scope:
+        if scope and k not in scope and k not in derived:
             if k in base and base[k] != v:
                 out.append(f"knob {k}={v!r} is outside the locked scope (scope.knobs); the baseline has {base[k]!r}")
             continue
@@ -108,6 +114,21 @@ def knob_problems(data: RunData, setting: Mapping[str, Any]) -> list[str]:
             if v not in allowed:
                 out.append(f"knob {k}={v!r} is not among the locked values {allowed} (scope.knobs.{k})")
     return out
+
+
+def _space(data: RunData):
+    """The run's knob space as its adapter builds it (None when the adapter cannot: the audit then goes by
+    scope.knobs alone)."""
+    import inspect
+
+    from ..adapters import get_adapter
+
+    try:
+        cls = type(get_adapter(data.contract.workload.adapter))
+        kw = {"base_dir": data.contract_path.parent} if "base_dir" in inspect.signature(cls.__init__).parameters else {}
+        return cls(**kw).knob_space(data.contract)
+    except Exception:  # noqa: BLE001 - the audit must still report a run whose adapter cannot load here
+        return None
 
 
 def run_problems(data: RunData) -> list[str]:

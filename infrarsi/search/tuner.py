@@ -74,8 +74,10 @@ class TunerConfig:
     """Size of the sampled candidate pool (the whole valid space when it is smaller)."""
     oom_margin: float = 0.05
     """Safety margin: a setting 'fits' when its peak is predicted below capacity x (1 - margin)."""
-    max_p_oom: float = 0.5
-    """Pairing kicks in for promising candidates above this P(OOM); proposals above it are a last resort."""
+    max_p_oom: float = 0.3
+    """Pairing kicks in for promising candidates above this P(OOM); proposals above it are a last resort.
+    (0.5 let the search propose far-away settings priced at P(OOM) 0.4-0.5 that mostly did not fit: the
+    setting that maximises EI x P(fit) is where the memory model is most likely too optimistic.)"""
     pair_top: int = 12
     """How many of the fastest-predicted non-fitting candidates get paired with memory savers per ask."""
     mde: float = 0.0

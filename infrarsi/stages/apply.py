@@ -27,8 +27,12 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         err.print(f"[bold red]apply refused:[/] {escape(msg)}", highlight=False, soft_wrap=True)
         return 1
 
+    from ..contract.seal import SealError
+
     try:
         data = load_run(run_dir)
+    except SealError as e:
+        return refuse(str(e))
     except ContractError as e:
         return refuse(f"contract mismatch: {e}")
     except RunDataError as e:
@@ -50,6 +54,13 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         plan = make_plan(data)
     except ApplyRefused as e:
         return refuse(str(e))
+    from ..contract.scope import destination_problem
+
+    kernel_paths = {f.path for f in plan.files if "kernel patch" in f.why}
+    for f in plan.files:  # every destination, symlinks resolved, before anything is written
+        bad = destination_problem(root, f.path, data.contract.scope.files if f.path in kernel_paths else None)
+        if bad:
+            return refuse(f"unsafe destination: {bad}; nothing was written")
     cand = plan.candidate
     lo, hi = cand["ci95"]
     which = (f"best of {plan.n_promoted} promoted candidate(s): {', '.join(f'{k}={v}' for k, v in plan.changes.items())} "

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..contract import ContractError, load_locked
@@ -23,7 +24,7 @@ def run(run_dir: Path, *, json_out: bool, console: Console, err: Console) -> int
     try:
         contract = load_locked(run_dir)
     except ContractError as e:
-        err.print(f"[bold red]error:[/] {e}")
+        err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 1
     say = err if json_out else console  # with --json, stdout carries the JSON only
     say.print(f"[bold]doctor[/] {contract.name}: baseline x {contract.budget.doctor_repeats} "
@@ -31,7 +32,7 @@ def run(run_dir: Path, *, json_out: bool, console: Console, err: Console) -> int
     try:
         result = run_doctor(run_dir, contract, progress=lambda s: say.print(f"  {s}"))
     except (DoctorError, ContractError, SlurmUnreachable, SlurmError) as e:
-        err.print(f"[bold red]error:[/] {e}")
+        err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 1
     n = result.noise
     if json_out:
@@ -49,5 +50,5 @@ def run(run_dir: Path, *, json_out: bool, console: Console, err: Console) -> int
         console.print(f"  wrote {Path(run_dir) / 'noise.json'}")
     warning = noise_warning(n)
     if warning:
-        err.print(f"[yellow]warning:[/] {warning}")
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
     return 0

@@ -1,28 +1,61 @@
-"""init: validate the contract, lock it, and show what was locked."""
+"""init: validate the contract, lock it, and show what was locked.
+
+Validated here, at the edge, before anything is locked or launched: the contract's fields (pydantic), the
+knob space the adapter builds from it (every scope and baseline value typed against its knob), the
+baseline against that space, and the kernel candidates it names against ``scope.files`` (contract/scope.py).
+"""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..contract import ContractError, write_lock
 
 
+def edge_problems(contract_path: Path) -> list[str]:
+    """Everything that makes a contract unusable before the first launch, one line each ([] when none)."""
+    from ..adapters import get_adapter
+    from ..contract import load_contract
+    from ..contract.scope import repository_root, scope_problems
+
+    c = load_contract(contract_path)
+    base = Path(contract_path).resolve().parent
+    out = scope_problems(c, [repository_root(), base, base.parent])
+    cls = type(get_adapter(c.workload.adapter))
+    adapter = cls(base_dir=base) if "base_dir" in inspect.signature(cls.__init__).parameters else cls()
+    try:
+        space = adapter.knob_space(c)
+    except (ValueError, OSError) as e:  # ContractError included; a knob that refused a value is a pydantic error
+        errors = getattr(e, "errors", None)
+        msg = errors()[0]["msg"].removeprefix("Value error, ") if callable(errors) else str(e).splitlines()[0]
+        return out + [msg]
+    # Baseline knobs outside the (scoped) space describe the launch as it is; the adapter reads them itself.
+    known = {k: v for k, v in c.baseline.items() if k in space}
+    out += [f"baseline: {v}" for v in space.validate(space.complete(known)) if v.constraint != "missing_knob"]
+    return out
+
+
 def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int:
     try:
+        problems = edge_problems(contract)
+        if problems:
+            raise ContractError(f"{contract}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         c, lock = write_lock(contract, run_dir)
     except ContractError as e:
-        err.print(f"[bold red]error:[/] {e}")
+        err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 1
     from ..contract import contract_hash
 
-    console.print(f"[bold]init[/] locked [cyan]{c.name}[/] ({c.workload.adapter}) -> {lock}  sha256 {contract_hash(c)[:12]}")
+    console.print(f"[bold]init[/] locked [cyan]{escape(c.name)}[/] ({c.workload.adapter}) -> {lock}  sha256 {contract_hash(c)[:12]}")
     fixed = ", ".join(f"{k}={v}" for k, v in c.fixed.items())
-    console.print(f"  workload (fixed): {fixed}")
+    console.print(f"  workload (fixed): {escape(fixed)}")
     console.print(f"  timing: warm-up {c.invariants.timing.warmup_steps} steps, measure {c.invariants.timing.measured_steps}, "
                   f"{c.invariants.timing.metric}; loss: first {c.invariants.loss.compare_steps} steps within rtol {c.invariants.loss.rtol}")
     scope = ", ".join(f"{k}{v}" for k, v in c.scope.knobs.items()) or "(the adapter's whole space)"
-    console.print(f"  scope: knobs {scope}; files {c.scope.files or '(none)'}")
+    console.print(escape(f"  scope: knobs {scope}; files {c.scope.files or '(none)'}"))
     console.print(f"  capacity {c.hardware.memory_capacity_gib} GiB per device x {c.hardware.devices}; budget {c.budget.max_trials} trials")
     return 0

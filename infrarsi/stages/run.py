@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..adapters import get_adapter
 from ..contract import ContractError, contract_hash, load_locked
+from ..contract.scope import TreeGuard, repository_root
+from ..contract.seal import sealed_write
 from ..execute.trial import Trial, TrialStatus
-from ..io import atomic_write
 from ..knobs import KnobSpace, Setting
 from ..search import Outcome, Tuner, TunerConfig
 from ..search.verify import promote, speedup_ci
@@ -38,7 +40,7 @@ def outcome_of(t: Trial) -> Outcome:
     return Outcome(t.status.value)
 
 
-def verified_kernel_space(space: KnobSpace, err: Console) -> tuple[KnobSpace, dict[str, Any]]:
+def verified_kernel_space(space: KnobSpace, err: Console, run_dir: Path | None = None) -> tuple[KnobSpace, dict[str, Any]]:
     """Drop kernel candidates that fail verification from every kernel_<op> domain: an unverified kernel
     is never launched. Returns the restricted space and the verdicts by path."""
     verdicts: dict[str, Any] = {}
@@ -54,12 +56,18 @@ def verified_kernel_space(space: KnobSpace, err: Console) -> tuple[KnobSpace, di
             if v == "reference":
                 keep.append(v)
                 continue
+            guard = TreeGuard(repository_root(), allowed=[run_dir] if run_dir else [])
+            before = guard.snapshot()
             res = verify(v, op=k.name.removeprefix("kernel_"))
-            verdicts[v] = {"verdict": res.verdict, "reasons": list(res.reasons), "sha256": res.sha256}
-            if res.verdict == "pass":
+            wrote = guard.changes(before)  # a candidate writes nothing while it is verified
+            verdicts[v] = {"verdict": "fail" if wrote else res.verdict, "sha256": res.sha256,
+                           "reasons": list(res.reasons) + [f"scope: wrote outside its sandbox while verified: {w}"
+                                                           for w in wrote[:5]]}
+            if verdicts[v]["verdict"] == "pass":
                 keep.append(v)
             else:
-                err.print(f"[yellow]kernel {v} failed verification, never launched:[/] {'; '.join(res.reasons)[:200]}")
+                err.print(f"[yellow]kernel {v} failed verification, never launched:[/] "
+                          f"{escape('; '.join(verdicts[v]['reasons'])[:200])}")
         domains[k.name] = keep
     return space.restrict(domains, keep=space.names), verdicts
 
@@ -73,7 +81,7 @@ def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list
         return priors_for(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump(),
                           record_dir=run_dir)
     except Exception as e:  # priors are advice: a broken source never stops a run
-        err.print(f"[yellow]priors unavailable ({type(e).__name__}: {e}); using uninformative priors[/]")
+        err.print(f"[yellow]priors unavailable ({type(e).__name__}: {escape(str(e))}); using uninformative priors[/]")
         return []
 
 
@@ -94,7 +102,7 @@ def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err:
                                   base_priors=base_priors, exclude_runs=[run_id(contract, run_dir)])  # not its own past
         return list(seed.initial), seed.merged_with(base_priors), list(seed.sources)
     except Exception as e:  # experience is advice: a broken bank never stops a run
-        err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {e}); starting unseeded[/]")
+        err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {escape(str(e))}); starting unseeded[/]")
         return [], base_priors, []
 
 
@@ -119,7 +127,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     try:
         contract = load_locked(run_dir)
     except ContractError as e:
-        err.print(f"[bold red]error:[/] {e}")
+        err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 1
     from ..doctor.baseline import load_noise
     from ..execute import make_executor
@@ -136,7 +144,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     adapter = get_adapter(contract.workload.adapter)
     record = RunRecord(run_dir)
     full_space = adapter.knob_space(contract)
-    space, kernel_verdicts = verified_kernel_space(full_space, err)
+    space, kernel_verdicts = verified_kernel_space(full_space, err, run_dir)
     baseline = full_space.complete(contract.baseline)
     base_trials = [t for t in (record.get(i) for i in noise.trial_ids) if t is not None and t.status is TrialStatus.OK]
     if not base_trials:
@@ -234,7 +242,7 @@ def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: S
                 pairs.append((a, b))
                 used.append((a, b))
                 ids.append([a.id, b.id])
-                atomic_write(progress_path, json.dumps(progress))
+                sealed_write(run_dir, progress_path, json.dumps(progress))
             bad = disturbed_pairs(used)
             if not bad or len(disturbed) >= MAX_DISTURBED:
                 break
@@ -266,7 +274,7 @@ def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: S
         console.print(f"  verify {json.dumps(cand.to_dict())}: {entry['reason']}")
     out["contract_sha256"] = contract_hash(contract)
     out["finished_at"] = time.time()
-    atomic_write(run_dir / VERIFICATION_JSON, json.dumps(out, indent=2, sort_keys=True))
+    sealed_write(run_dir, run_dir / VERIFICATION_JSON, json.dumps(out, indent=2, sort_keys=True))
     return out
 
 
@@ -310,7 +318,7 @@ def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, sto
             continue
         body[f"{name}_effects"] = [_asdict(e) for e in model.effects()]
         body[f"{name}_revisions"] = [_asdict(r) for r in revision(priors, model)] if priors else []
-    atomic_write(run_dir / SEARCH_JSON, json.dumps(body, indent=2, sort_keys=True, default=str))
+    sealed_write(run_dir, run_dir / SEARCH_JSON, json.dumps(body, indent=2, sort_keys=True, default=str))
 
 
 def _asdict(x: Any) -> dict[str, Any]:
@@ -354,4 +362,4 @@ def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) ->
                 bank.add_posteriors(rid, posts, hardware=hw, workload=wl,
                                     reference_peak_bytes=peaks[len(peaks) // 2] if peaks else None)
     except Exception as e:  # the run is recorded on disk whatever happens to the bank
-        err.print(f"[yellow]could not write the experience bank ({type(e).__name__}: {e}); the run itself is recorded[/]")
+        err.print(f"[yellow]could not write the experience bank ({type(e).__name__}: {escape(str(e))}); the run itself is recorded[/]")

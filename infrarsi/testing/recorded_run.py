@@ -29,6 +29,7 @@ from typing import Any
 
 from ..adapters import get_adapter
 from ..contract import contract_hash, write_lock
+from ..contract.seal import sealed_write
 from ..io import atomic_write
 from ..doctor.noise import profile
 from ..execute.record import RunRecord
@@ -136,7 +137,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
     noise = profile([t.metrics.step_time_s for t in doctor], trial_ids=[t.id for t in doctor],
                     phases=[t.metrics.phases_s for t in doctor], reference_losses=doctor[0].metrics.losses,
                     baseline=baseline)
-    atomic_write(run_dir / "noise.json", json.dumps(noise.model_dump(mode="json"), indent=2))
+    sealed_write(run_dir, run_dir / "noise.json", json.dumps(noise.model_dump(mode="json"), indent=2))
 
     proposals: dict[str, Any] = {}
     seen = list(doctor)
@@ -164,7 +165,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
         "time_effects": [_d(e) for e in tm.effects()], "memory_effects": [_d(e) for e in mm.effects()],
         "time_revisions": [_d(r) for r in revision(PRIORS, tm)], "memory_revisions": [_d(r) for r in revision(PRIORS, mm)],
     }
-    atomic_write(run_dir / "search.json", json.dumps(search, indent=2, sort_keys=True))
+    sealed_write(run_dir, run_dir / "search.json", json.dumps(search, indent=2, sort_keys=True))
 
     verification: dict[str, Any] = {"repeats": 3, "mde": noise.mde, "baseline": baseline, "candidates": [],
                                     "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the "
@@ -184,7 +185,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
             "baseline_mfu": sorted(a.metrics.mfu or 0 for a, _ in pairs)[1] or None})
     verification["contract_sha256"] = contract_hash(contract)
     verification["finished_at"] = time.time()
-    atomic_write(run_dir / "verification.json", json.dumps(verification, indent=2, sort_keys=True))
+    sealed_write(run_dir, run_dir / "verification.json", json.dumps(verification, indent=2, sort_keys=True))
     return run_dir
 
 
@@ -256,6 +257,6 @@ def write_verified_run(root: str | Path, contract_text: str, candidate: dict[str
                             "promoted": passed, "reason": why, "baseline_s": [a.metrics.step_time_s for a, _ in pairs],
                             "candidate_s": [b.metrics.step_time_s for _, b in pairs]}],
             "contract_sha256": contract_hash(contract), "finished_at": time.time()}
-    atomic_write(run_dir / "verification.json", json.dumps(body, indent=2, sort_keys=True))
-    atomic_write(run_dir / "search.json", json.dumps({"stop_reason": "budget spent", "kernel_verdicts": {}}))
+    sealed_write(run_dir, run_dir / "verification.json", json.dumps(body, indent=2, sort_keys=True))
+    sealed_write(run_dir, run_dir / "search.json", json.dumps({"stop_reason": "budget spent", "kernel_verdicts": {}}))
     return run_dir

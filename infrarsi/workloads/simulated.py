@@ -59,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..knobs import Constraint, KnobSpace, Setting
 from ..knobs import catalog
+from ..transformer import Transformer
 
 GiB = 2**30
 MiB = 2**20
@@ -521,44 +522,22 @@ def _layout(w: SimWorkload, s: Mapping[str, Any]) -> _Layout:
 
 
 def model_flops_per_iteration(model: ModelSpec) -> float:
-    """Megatron's ``num_floating_point_operations`` for one global batch (fwd + bwd, no recompute)."""
-    m = model
-    h, L, s, B = m.hidden_size, m.num_layers, m.seq_length, m.global_batch_size
-    q, kv = m.head_dim * m.num_attention_heads, m.head_dim * m.groups
-    ffe = 3 if m.swiglu else 2  # stacked GEMMs of the MLP: gate+up+down or up+down
-    attn = 6 * (h * (q + 2 * kv) + q * h)  # per token per layer, token-linear part
-    if m.moe:
-        mlp = 6 * h * ffe * (m.expert_ffn * m.moe_router_topk + m.moe_shared_expert_intermediate_size)
-    else:
-        mlp = 6 * h * ffe * m.ffn_hidden_size
-    logits = 6 * h * m.vocab_size
-    core = 6 * q * s  # per token per layer: QK^T and PV, causal half, fwd + bwd
-    return B * s * (L * (attn + mlp + core) + logits)
+    """Megatron's ``num_floating_point_operations`` for one global batch (fwd + bwd, no recompute):
+    :meth:`infrarsi.transformer.Transformer.flops_per_iteration` (causal attention counted at half)."""
+    return _transformer(model).flops_per_iteration(convention="megatron")
 
 
 @lru_cache(maxsize=256)
 def param_counts(model: ModelSpec) -> dict[str, float]:
     """Parameters by how they are sharded: ``tp`` (split over TP), ``replicated`` (norms, router),
-    ``expert`` (split over EP x expert-TP), ``embedding`` (one V x h matrix). Per layer, and totals."""
-    m = model
-    h = m.hidden_size
-    q, kv = m.head_dim * m.num_attention_heads, m.head_dim * m.groups
-    ffe = 3 if m.swiglu else 2
-    attn = h * (q + 2 * kv) + q * h
-    if m.moe:
-        tp_layer = attn + h * ffe * m.moe_shared_expert_intermediate_size
-        expert_layer = m.num_experts * h * ffe * m.expert_ffn
-        rep_layer = 2 * h + h * m.num_experts
-    else:
-        tp_layer = attn + h * ffe * m.ffn_hidden_size
-        expert_layer = 0
-        rep_layer = 2 * h
-    emb = m.vocab_size * h
-    n_emb = 2 if m.untie_embeddings_and_output_weights else 1
-    total = m.num_layers * (tp_layer + expert_layer + rep_layer) + n_emb * emb + h
-    active = total - m.num_layers * expert_layer * (1 - (m.moe_router_topk / m.num_experts if m.moe else 1))
-    return {"tp_layer": tp_layer, "expert_layer": expert_layer, "replicated_layer": rep_layer, "embedding": emb,
-            "total": total, "active": active}
+    ``expert`` (split over EP x expert-TP), ``embedding`` (one V x h matrix). Per layer, and totals
+    (:meth:`infrarsi.transformer.Transformer.param_counts`)."""
+    return _transformer(model).param_counts()
+
+
+@lru_cache(maxsize=256)
+def _transformer(model: ModelSpec) -> Transformer:
+    return Transformer.from_args(model.model_dump())
 
 
 def _gemm_eff(spec: GPUSpec, mm: float, n: float, k: float) -> float:

@@ -13,6 +13,7 @@ import pytest
 from infrarsi.adapters.launcher import load_profile
 from infrarsi.stages import apply as stage
 from infrarsi.testing.recorded_run import KERNEL, copy_run
+from infrarsi.testing.sealed import reseal_lock, rewrite_sealed
 from infrarsi.workloads.minigpt import build_parser
 
 OUT = "infrarsi-tuned/minigpt-cpu"
@@ -120,7 +121,7 @@ def test_refuses_a_kernel_that_failed_verification(run_dir, repo, consoles):
     p = run_dir / "search.json"
     s = json.loads(p.read_text())
     s["kernel_verdicts"][KERNEL]["verdict"] = "fail"
-    p.write_text(json.dumps(s))
+    rewrite_sealed(run_dir, p.name, json.dumps(s))  # a key holder's edit: the audit is the check under test
     _refused(run_dir, repo, consoles, "failed kernel verification")
 
 
@@ -129,7 +130,7 @@ def test_refuses_when_nothing_was_promoted(run_dir, repo, consoles):
     v = json.loads(p.read_text())
     for c in v["candidates"]:
         c["promoted"] = False
-    p.write_text(json.dumps(v))
+    rewrite_sealed(run_dir, p.name, json.dumps(v))  # a key holder's edit: the audit is the check under test
     _refused(run_dir, repo, consoles, "unverified", "no promoted candidate")
 
 
@@ -137,7 +138,7 @@ def test_refuses_numbers_the_trials_do_not_give(run_dir, repo, consoles):
     p = run_dir / "verification.json"
     v = json.loads(p.read_text())
     v["candidates"][0]["speedup"] = 3.5
-    p.write_text(json.dumps(v))
+    rewrite_sealed(run_dir, p.name, json.dumps(v))  # a key holder's edit: the audit is the check under test
     _refused(run_dir, repo, consoles, "unverified candidate: its trials give speedup")
 
 
@@ -145,7 +146,7 @@ def test_refuses_verification_older_than_the_lock(run_dir, repo, consoles):
     p = run_dir / "contract.lock"
     lock = json.loads(p.read_text())
     lock["locked_at"] = time.time() + 3600  # re-locked after the verification finished
-    p.write_text(json.dumps(lock))
+    reseal_lock(run_dir, lock)  # re-locked by a key holder: the audit is the check under test
     _refused(run_dir, repo, consoles, "stale verification")
 
 
@@ -159,7 +160,7 @@ def test_refuses_verification_under_another_contract(run_dir, repo, consoles):
     p = run_dir / "verification.json"
     v = json.loads(p.read_text())
     v["contract_sha256"] = "0" * 64
-    p.write_text(json.dumps(v))
+    rewrite_sealed(run_dir, p.name, json.dumps(v))  # a key holder's edit: the audit is the check under test
     _refused(run_dir, repo, consoles, "contract mismatch", "000000000000")
 
 

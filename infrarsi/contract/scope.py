@@ -1,0 +1,166 @@
+"""The editable scope, enforced from ``init`` on: which files a patch may name, where apply may write,
+and what a trial may touch.
+
+- :func:`scope_problems` (``init``): every kernel candidate the contract names (``scope.knobs.kernel_<op>``
+  and ``baseline.kernel_<op>``) is a relative path without ``..`` that a ``scope.files`` glob takes, exists,
+  and still lies inside the repository and the scope once every symlink is resolved.
+- :func:`destination_problem` (``apply``): a path apply writes resolves (symlinks included) inside the
+  repository; a kernel file also resolves to a path the scope takes.
+- :class:`TreeGuard` (trials, kernel verification): a snapshot of the repository (path, size, mtime) before
+  and after; anything created, changed or deleted outside the allowed folders fails the trial. Caches
+  Python writes by itself (``__pycache__``) and the tool's folders (``.git``, ``.infrarsi``, virtualenvs) are
+  not watched. This sees writes into the repository; writes elsewhere (``/tmp``, ``$HOME``) need a sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable, Sequence
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..knobs.knob import value_problem
+from .model import Contract
+
+KERNEL_PREFIX = "kernel_"
+REFERENCE = "reference"
+# Folders never watched: version control, run directories, environments, bytecode caches.
+UNWATCHED = frozenset({".git", ".hg", ".infrarsi", ".venv", "venv", "__pycache__", "node_modules", ".pytest_cache",
+                       ".mypy_cache", ".ruff_cache"})
+
+
+def repository_root(start: Path | None = None) -> Path:
+    """The git work tree that holds ``start`` (default: the working directory), else ``start`` itself."""
+    start = Path(start or Path.cwd()).resolve()
+    try:
+        out = subprocess.run(["git", "-C", str(start), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            return Path(out.stdout.strip()).resolve()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return start
+
+
+def glob_of(rel: str, globs: Sequence[str]) -> str | None:
+    """The first glob that takes a normalized relative path (None for absolute or ``..`` paths)."""
+    p = PurePosixPath(rel.replace("\\", "/"))
+    if p.is_absolute() or ".." in p.parts or not p.parts:
+        return None
+    return next((g for g in globs if fnmatchcase(p.as_posix(), g)), None)
+
+
+def named_kernels(contract: Contract) -> list[tuple[str, str]]:
+    """(where, path) for every kernel candidate file the contract names."""
+    out = []
+    for k, dom in contract.scope.knobs.items():
+        if k.startswith(KERNEL_PREFIX):
+            out += [(f"scope.knobs.{k}", v) for v in dom if v != REFERENCE]
+    for k, v in contract.baseline.items():
+        if k.startswith(KERNEL_PREFIX) and v != REFERENCE:
+            out.append((f"baseline.{k}", v))
+    return out
+
+
+def scope_problems(contract: Contract, roots: Iterable[Path]) -> list[str]:
+    """Why the kernel files a contract names leave its scope ([] when none does). ``roots``: where relative
+    paths are looked up (the repository first); the root a file is found in is the one it must stay in."""
+    roots = [Path(r).resolve() for r in roots]
+    globs = contract.scope.files
+    out = []
+    for where, rel in named_kernels(contract):
+        if not isinstance(rel, str):
+            out.append(f"{where} names {rel!r}; a kernel candidate is a path (text) relative to the repository")
+            continue
+        unsafe = value_problem(where, "categorical", rel)
+        if unsafe:
+            out.append(unsafe)
+            continue
+        if glob_of(rel, globs) is None:
+            out.append(f"{where} names {rel!r}, which scope.files {globs} does not take (or it is absolute or has "
+                       f"'..'); add a glob for it to [scope] files, or move the file inside the scope")
+            continue
+        root = next((r for r in roots if (r / rel).is_file()), None)
+        if root is None:
+            out.append(f"{where} names {rel!r}, which does not exist under {roots[0]}; fix the path (relative to the "
+                       f"repository root)")
+            continue
+        real = (root / rel).resolve()
+        try:
+            real_rel = real.relative_to(root).as_posix()
+        except ValueError:
+            out.append(f"{where} names {rel!r}, a symlink that leaves the repository ({real}); name the real file")
+            continue
+        if glob_of(real_rel, globs) is None:
+            out.append(f"{where} names {rel!r}, which resolves to {real_rel!r} outside scope.files {globs}; "
+                       f"name the real file, inside the scope")
+    return out
+
+
+def destination_problem(repo: Path, rel: str, globs: Sequence[str] | None = None) -> str | None:
+    """Why ``apply`` may not write ``rel`` into ``repo`` (symlinks resolved), or None. With ``globs`` the
+    resolved path must also be inside the scope."""
+    root = Path(repo).resolve()
+    p = PurePosixPath(rel)
+    if p.is_absolute() or ".." in p.parts:
+        return f"{rel} is not a path inside the repository"
+    real = (root / rel).resolve()
+    try:
+        real_rel = real.relative_to(root).as_posix()
+    except ValueError:
+        return f"{rel} resolves to {real}, outside the repository {root} (a symlink on its way); remove the symlink"
+    if globs is not None and glob_of(real_rel, globs) is None:
+        return f"{rel} resolves to {real_rel}, outside the locked scope {list(globs)} (a symlink); remove the symlink"
+    return None
+
+
+class TreeGuard:
+    """Snapshots of a folder tree (path -> (size, mtime_ns, inode)); ``changes`` lists what differs outside
+    the ``allowed`` folders."""
+
+    def __init__(self, root: Path, *, allowed: Iterable[Path] = ()) -> None:
+        self.root = Path(root).resolve()
+        self.allowed = [Path(a).resolve() for a in allowed]
+
+    MAX_FILES = 50_000  # a tree bigger than this (a home folder, not a repository) is not watched
+
+    def snapshot(self) -> dict[str, tuple[int, int, int]]:
+        out: dict[str, tuple[int, int, int]] = {}
+        allowed = {str(a) for a in self.allowed}
+        stack = [self.root]
+        while stack:
+            d = stack.pop()
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            for e in entries:
+                if e.name in UNWATCHED or e.path in allowed:
+                    continue
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(Path(e.path))
+                        continue
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if e.name.endswith((".pyc", ".pyo")):
+                    continue
+                out[os.path.relpath(e.path, self.root)] = (st.st_size, st.st_mtime_ns, st.st_ino)
+                if len(out) > self.MAX_FILES:
+                    return {}
+        return out
+
+    def changes(self, before: dict[str, tuple[int, int, int]], after: dict[str, Any] | None = None) -> list[str]:
+        """Lines naming what was created, changed or deleted between two snapshots (sorted)."""
+        after = self.snapshot() if after is None else after
+        out = []
+        for rel in sorted(set(before) | set(after)):
+            a, b = before.get(rel), after.get(rel)
+            if a == b:
+                continue
+            what = "created" if a is None else "deleted" if b is None else "changed"
+            out.append(f"{what} {rel}")
+        return out

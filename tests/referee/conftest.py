@@ -1,0 +1,102 @@
+"""The referee's attack corpus: each test drives the CLI as a cheating tuner, LLM or kernel candidate would.
+
+Every test runs `python -m infrarsi.cli` in a fresh project folder with its own bank and caches. The seal
+key is the one this test process seals with (so a run recorded in-process verifies in the CLI's).
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infrarsi.contract import seal
+from infrarsi.testing.recorded_run import cached_recorded_run, copy_run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A minigpt small enough that one trial is a few seconds of torch start-up and well under a second of steps.
+TINY = """name = "tiny"
+[workload]
+adapter = "minigpt"
+args = {{ num_layers = 1, hidden_size = 64, num_attention_heads = 4, seq_length = 32, vocab_size = 128, global_batch_size = 4, train_iters = 6, lr = 1e-3, seed = 1 }}
+[hardware]
+devices = 1
+memory_capacity_gib = 2.0
+[invariants.timing]
+warmup_steps = 2
+measured_steps = 4
+timeout_s = 180
+[invariants.loss]
+compare_steps = 6
+[scope]
+files = ["kernels/**/*.py"]
+[scope.knobs]
+micro_batch_size = [1, 2, 4]
+{knobs}
+[baseline]
+{baseline}
+[budget]
+max_trials = 3
+doctor_repeats = 2
+"""
+
+
+def tiny(knobs: str = "", baseline: str = "") -> str:
+    return TINY.format(knobs=knobs, baseline=baseline)
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {**os.environ, "INFRARSI_SEAL_KEY": str(seal.key_path()), "INFRARSI_LLM": "off",
+            "INFRARSI_BANK": str(tmp_path / "bank.sqlite"), "INFRARSI_CACHE": str(tmp_path / "cache"),
+            "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture
+def project(tmp_path):
+    p = tmp_path / "project"
+    p.mkdir()
+    return p
+
+
+class Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+        self.err = " ".join(stderr.split())  # rich wraps long lines: compare on one line
+
+
+@pytest.fixture
+def cli(env, project, monkeypatch):
+    """``infrarsi ARGS`` run by the real typer app, in this process (an interpreter start per call would cost
+    seconds on a loaded 2-core machine); ``cli(..., fresh=True)`` runs it as its own process."""
+    from typer.testing import CliRunner
+
+    from infrarsi.cli import app
+
+    def run(*args, cwd=None, fresh=False):
+        if fresh:
+            r = subprocess.run([sys.executable, "-m", "infrarsi.cli", *map(str, args)], capture_output=True,
+                               text=True, env=env, cwd=cwd or project)
+            return Result(r.returncode, r.stdout, r.stderr)
+        monkeypatch.chdir(cwd or project)
+        for k, v in env.items():
+            if k.startswith("INFRARSI_"):
+                monkeypatch.setenv(k, v)
+        res = CliRunner().invoke(app, [str(a) for a in args])
+        if res.exception is not None and not isinstance(res.exception, SystemExit):
+            raise res.exception
+        return Result(res.exit_code, res.stdout, res.stderr)
+    return run
+
+
+@pytest.fixture(scope="session")
+def recorded_root(tmp_path_factory):
+    return cached_recorded_run(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture
+def recorded(recorded_root, tmp_path):
+    """A copy of a realistic recorded run (doctor, search, verification); returns its run directory."""
+    return copy_run(recorded_root, tmp_path / "recorded")

@@ -1,0 +1,148 @@
+"""Holes 2 and 6: records edited (consistently or not) after they were made, and a contract re-sealed with
+its lock. Every one is refused by report, apply and run, naming the first record that does not match."""
+
+import json
+import shutil
+
+import pytest
+
+from infrarsi.contract import seal
+
+
+def _edit_json(path, fn):
+    body = json.loads(path.read_text())
+    fn(body)
+    path.write_text(json.dumps(body, indent=2, sort_keys=True))
+
+
+def _forge_verification(run):
+    """A consistent edit: every step time of the candidate's verify trials divided by 2, and the headline to match."""
+    ver = json.loads((run / "verification.json").read_text())
+    cand = next(c for c in ver["candidates"] if c["promoted"])
+    for _, b in cand["trials"]:
+        _edit_json(run / "trials" / str(b) / "trial.json",
+                   lambda t: t["metrics"].update(step_time_s=t["metrics"]["step_time_s"] / 2))
+    cand["speedup"] *= 2
+    cand["ci95"] = [x * 2 for x in cand["ci95"]]
+    cand["candidate_s"] = [x / 2 for x in cand["candidate_s"]]
+    (run / "verification.json").write_text(json.dumps(ver, indent=2, sort_keys=True))
+    return cand["trials"][0][1]
+
+
+def test_consistently_edited_records_are_refused_by_report_and_apply(recorded, cli):
+    _forge_verification(recorded)
+    r = cli("report", "--run-dir", recorded)
+    assert r.returncode == 1 and "verification.json was edited after it was sealed" in r.err, r.stderr
+    assert "(and 3 more)" in r.err  # the three candidate trials
+    assert not (recorded / "report.md").exists()
+    r = cli("apply", "--run-dir", recorded, "--dry-run")
+    assert r.returncode == 1 and "apply refused: tampered records" in r.err and "verification.json" in r.err
+
+
+def test_one_edited_trial_record_is_named(recorded, cli):
+    _edit_json(recorded / "trials" / "7" / "trial.json", lambda t: t.update(status="ok"))
+    r = cli("apply", "--run-dir", recorded, "--dry-run")
+    assert r.returncode == 1 and "trials/7/trial.json was edited after it was sealed" in r.err, r.stderr
+
+
+def test_a_forged_noise_profile_is_refused_by_run(recorded, cli):
+    _edit_json(recorded / "noise.json", lambda n: n.update(mde=0.001, repeats_for_target=2))
+    r = cli("run", "--run-dir", recorded)
+    assert r.returncode == 1 and "noise.json was edited after it was sealed" in r.err, r.stderr
+
+
+def test_a_forged_in_flight_record_is_refused_not_resumed(recorded, cli):
+    src = recorded / "trials" / "5" / "trial.json"
+    forged = recorded / "trials" / "999"
+    forged.mkdir()
+    body = json.loads(src.read_text())
+    body.update(id=999, status="running", metrics={}, path=str(forged))
+    (forged / "trial.json").write_text(json.dumps(body))
+    r = cli("run", "--run-dir", recorded)
+    assert r.returncode == 1 and "carries no seal" in r.err and "trials/999/trial.json" in r.err, r.stderr
+    assert not (forged / "stdout").exists()  # never launched
+
+
+def test_a_deleted_record_is_refused(recorded, cli):
+    shutil.rmtree(recorded / "trials" / "3")
+    r = cli("report", "--run-dir", recorded)
+    assert r.returncode == 1 and "trials/3/trial.json was sealed but is gone" in r.err, r.stderr
+
+
+def test_contract_and_lock_edited_together_are_refused(recorded, cli):
+    """Edit the contract, then rewrite the lock to match it (its hash recomputed): the lock's seal gives it away."""
+    from infrarsi.contract.lock import contract_hash, normalized
+    from infrarsi.contract.model import load_contract
+
+    lock_path = recorded / "contract.lock"
+    lock = json.loads(lock_path.read_text())
+    contract = recorded.parent / "minigpt-cpu.toml"
+    contract.write_text(contract.read_text().replace("max_trials = 14", "max_trials = 400"))
+    c = load_contract(contract)
+    lock.update(sha256=contract_hash(c), contract=normalized(c))
+    lock_path.write_text(json.dumps(lock))
+    for verb in (("run",), ("apply", "--dry-run")):
+        r = cli(*verb, "--run-dir", recorded)
+        assert r.returncode == 1 and "contract.lock was edited by hand" in r.err and "the lock, not the contract" in r.err
+
+
+def test_a_rehashed_lock_whose_contract_was_deleted_is_refused(recorded, cli):
+    (recorded.parent / "minigpt-cpu.toml").unlink()
+    r = cli("report", "--run-dir", recorded)
+    assert r.returncode == 1 and "minigpt-cpu.toml, locked into" in r.err and "is gone" in r.err, r.stderr
+
+
+def test_records_remember_the_lock_they_were_made_under(recorded, cli):
+    """Even a key holder who re-locks the run to another contract cannot carry the old records over."""
+    from infrarsi.contract.lock import contract_hash, normalized, workload_sha256
+    from infrarsi.contract.model import load_contract
+    from infrarsi.testing.sealed import reseal_lock
+
+    contract = recorded.parent / "minigpt-cpu.toml"
+    contract.write_text(contract.read_text().replace("max_trials = 14", "max_trials = 400"))
+    c = load_contract(contract)
+    lock = json.loads((recorded / "contract.lock").read_text())
+    lock.update(sha256=contract_hash(c), contract=normalized(c), workload_sha256=workload_sha256(contract_hash(c), {}))
+    reseal_lock(recorded, lock)
+    r = cli("apply", "--run-dir", recorded, "--dry-run")
+    assert r.returncode == 1 and "trials/0/trial.json was sealed under lock" in r.err and "re-sealed" in r.err, r.stderr
+
+
+def test_an_edited_chain_is_refused(recorded, cli):
+    log = recorded / seal.SEAL_LOG
+    lines = log.read_text().splitlines()
+    e = json.loads(lines[4])
+    e["sha256"] = "0" * 64
+    lines[4] = json.dumps(e)
+    log.write_text("\n".join(lines) + "\n")
+    r = cli("report", "--run-dir", recorded)
+    assert r.returncode == 1 and "seals.jsonl entry 4" in r.err and "does not match its seal" in r.err, r.stderr
+
+
+def test_the_honest_run_still_reports_and_applies(recorded, cli):
+    assert cli("report", "--run-dir", recorded).returncode == 0
+    r = cli("apply", "--run-dir", recorded, "--dry-run")
+    assert r.returncode == 0, r.stderr
+
+
+def test_the_key_lives_outside_the_run(recorded):
+    assert not seal.key_path().resolve().is_relative_to(recorded.resolve())
+    assert seal.key_path().stat().st_mode & 0o077 == 0
+
+
+def test_a_write_cut_by_a_crash_still_resumes(recorded):
+    """kill -9 between the chain entry and the file: the file is at its previous sealed version, the chain's
+    last line may be half written. Neither is tampering: the run still loads, and the next write mends it."""
+    from infrarsi.contract.lock import load_locked
+
+    t = recorded / "trials" / "2" / "trial.json"
+    before = t.read_text()
+    body = json.loads(before)
+    body["reason"] = "rewritten"
+    seal.sealed_write(recorded, t, json.dumps(body))
+    t.write_text(before)  # as if the process died before os.replace
+    with open(recorded / seal.SEAL_LOG, "a") as f:
+        f.write('{"n": 99, "path": "trials/2/tr')  # and a later entry cut mid-line
+    load_locked(recorded)
+    seal.sealed_write(recorded, t, before)
+    load_locked(recorded)

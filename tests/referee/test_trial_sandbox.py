@@ -1,0 +1,53 @@
+"""Hole 3, at run time: a kernel candidate that writes into the repository while it is verified or while its
+trial runs. Any write outside the trial's own directory fails it (the repository is snapshotted around it)."""
+
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from .conftest import ROOT, tiny
+
+KERNEL = "kernels/rmsnorm/triton_rows4.py"
+# Written when the module is imported: the workload and the verifier both import it.
+WRITE = 'from pathlib import Path as _P\n_P("PWNED").write_text("the candidate was here\\n")\n'
+
+
+def test_a_trial_that_writes_outside_its_directory_is_invalid(cli, project):
+    (project / "kernels/rmsnorm").mkdir(parents=True)
+    (project / "kernels/rmsnorm/writer.py").write_text(
+        WRITE + "import torch\n\ndef forward(x, w, eps):\n    xf = x.float()\n"
+                "    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w\n")
+    (project / "c.toml").write_text(tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/writer.py"]',
+                                         baseline='kernel_rmsnorm = "kernels/rmsnorm/writer.py"'))
+    assert cli("init", "c.toml", "--run-dir", "run").returncode == 0
+    r = cli("doctor", "--run-dir", "run")
+    assert r.returncode == 1 and "ended invalid: wrote outside its trial directory: created PWNED" in r.err, r.stderr
+
+
+@pytest.mark.slow  # the real verifier, twice (about 20 s on two cores)
+def test_a_candidate_that_writes_while_verified_fails_verification(project, monkeypatch, tmp_path):
+    from infrarsi.adapters import get_adapter
+    from infrarsi.contract import load_contract
+    from infrarsi.stages.run import verified_kernel_space
+
+    monkeypatch.setenv("INFRARSI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(project)
+    (project / "kernels/rmsnorm").mkdir(parents=True)
+    honest = project / KERNEL
+    shutil.copy(ROOT / KERNEL, honest)
+    writer = project / "kernels/rmsnorm/writer.py"
+    fut = "from __future__ import annotations\n"
+    writer.write_text((ROOT / KERNEL).read_text().replace(fut, fut + WRITE, 1))
+    (project / "c.toml").write_text(tiny(knobs=f'kernel_rmsnorm = ["{KERNEL}", "kernels/rmsnorm/writer.py"]'))
+    contract = load_contract(project / "c.toml")
+    space = get_adapter("minigpt").knob_space(contract)
+    err = io.StringIO()
+    kept, verdicts = verified_kernel_space(space, Console(file=err, width=300), project / "run")
+    assert list(kept["kernel_rmsnorm"].domain) == ["reference", KERNEL]  # the honest candidate in the scope passes
+    assert verdicts["kernels/rmsnorm/writer.py"]["verdict"] == "fail"
+    assert any("wrote outside its sandbox while verified: created PWNED" in r
+               for r in verdicts["kernels/rmsnorm/writer.py"]["reasons"]), verdicts
+    assert "never launched" in err.getvalue()
