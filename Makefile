@@ -15,7 +15,11 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,megatron,bench]'
+	$(PY) -m pip install -q -e '.[dev,megatron,bench,torchtitan]'
+	# torchtitan 0.3 has 0.2's package name: its config code sits in a target directory of its own (the
+	# framework check runs it in a subprocess)
+	$(PY) -m pip install -q --no-deps --target $(VENV)/torchtitan-0.3 torchtitan==0.3.0 spmd_types==0.2.3 \
+		torch_checkpointing==0.1.1
 	touch $@
 
 demo: install

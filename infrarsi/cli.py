@@ -64,11 +64,14 @@ def run_(
     run_dir: Path = RunDir,
     max_trials: int = typer.Option(None, "--max-trials", help="Override the contract's budget.max_trials (lower only)."),
     parallel: int = typer.Option(None, "--parallel", help="Trials at once (default: the contract's budget.parallel_trials)."),
+    seed_from_simulated: bool = typer.Option(False, "--seed-from-simulated",
+                                             help="Let simulated (what-if) runs in the bank seed this measured run."),
 ) -> None:
     """Search launch knobs and kernel patches; re-verify the best against the baseline."""
     from .stages import run as stage
 
-    raise typer.Exit(stage.run(run_dir, max_trials=max_trials, parallel=parallel, console=console, err=err))
+    raise typer.Exit(stage.run(run_dir, max_trials=max_trials, parallel=parallel, console=console, err=err,
+                               seed_from_simulated=seed_from_simulated))
 
 
 @app.command()
@@ -106,23 +109,16 @@ def tune(
 
 def _register_tools() -> None:
     """Tool sub-commands live beside the code they drive."""
+    from .bank.cli import app as bank_app
     from .estimate.cli import estimate
+    from .kernels.cli import app as kernels_app
     from .knobs.cli import knobs
 
     app.command("knobs")(knobs)
     app.command("estimate")(estimate)
-    try:
-        from .kernels.cli import app as kernels_app
 
-        app.add_typer(kernels_app, name="kernels", help="Verify and benchmark Triton kernel candidates.")
-    except ImportError:
-        pass
-    try:
-        from .bank.cli import app as bank_app
-
-        app.add_typer(bank_app, name="bank", help="The experience bank: stats, show, export, import.")
-    except ImportError:
-        pass
+    app.add_typer(kernels_app, name="kernels", help="Verify and benchmark Triton kernel candidates.")
+    app.add_typer(bank_app, name="bank", help="The experience bank: stats, show, export, import.")
 
 
 def main() -> None:

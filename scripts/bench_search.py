@@ -58,11 +58,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from infrarsi.knobs import KnobSpace, Setting  # noqa: E402
-from infrarsi.search import Outcome, Tuner  # noqa: E402
+from infrarsi.search import Outcome, Tuner, TunerConfig  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS, exhaustive_optimum, get_workload, simulate, space_for  # noqa: E402
 from infrarsi.workloads.variants import Variant  # noqa: E402
 
 NOISE_CV = 0.02
+CONFIG: dict[str, Any] = {}  # TunerConfig overrides for this search's tuners (--set)
 History = list[tuple[Setting, Outcome]]
 
 
@@ -151,7 +152,7 @@ def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool) 
     pri = priors_for(b.space, workload=wl, hardware=hw) if priors != "none" else []
     if priors == "wrong":
         pri = wrong_priors(pri)
-    t = Tuner(b.space, memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed,
+    t = Tuner(b.space, memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**CONFIG),
               initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
               memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
     for _ in range(budget):
@@ -315,6 +316,7 @@ def run_smac(b: Bench, budget: int) -> tuple[History, float]:
     return hist, (time.perf_counter() - t0) / max(1, len(hist))
 
 
+OURS = ("cold", "priors", "priors-noest", "wrong")
 TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
     "cold": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False),
     "priors": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True),
@@ -346,19 +348,22 @@ def q(xs: list[float]) -> tuple[float, float, float]:
     return qs[1], qs[0], qs[2]
 
 
-def _job(args: tuple[str, int | None, int, str, str, list[int]]) -> dict[str, Any]:
-    base, variant, seed, report, tuner, budgets = args
+def _job(args: tuple[str, int | None, int, str, str, list[int], dict[str, Any]]) -> dict[str, Any]:
+    base, variant, seed, report, tuner, budgets, config = args
+    CONFIG.clear()
+    CONFIG.update(config)
     land = Landscape(base, variant)
     b = Bench(land, seed, report)
     hist, overhead = TUNERS[tuner](b, max(budgets))
     opt = land.optimum()
-    return {"landscape": land.name, "base": base, "tuner": tuner, "seed": seed, "overhead_s": overhead,
+    name = tuner + "".join(f" {k}={v}" for k, v in config.items()) if tuner in OURS and config else tuner
+    return {"landscape": land.name, "base": base, "tuner": name, "seed": seed, "overhead_s": overhead,
             "scores": {n: score(b, hist, n, opt) for n in budgets}, **b.notes}
 
 
 def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int], groups: list[str], title: str) -> None:
     print(title)
-    print(f"{'group':18s} {'tuner':14s} {'budget':>6s} {'frac of optimum: median [IQR]':>30s} "
+    print(f"{'group':18s} {'tuner':24s} {'budget':>6s} {'frac of optimum: median [IQR]':>30s} "
           f"{'OOM trials':>10s} {'best at':>8s} {'overhead/ask':>12s}")
     for g in groups:
         for tuner in tuners:
@@ -368,7 +373,7 @@ def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int
             for n in budgets:
                 sc = [r["scores"][str(n)] if str(n) in r["scores"] else r["scores"][n] for r in rs]
                 med, lo, hi = q([x["frac"] for x in sc])
-                print(f"{g:18s} {tuner:14s} {n:6d} {med:>12.3f} [{lo:.3f}, {hi:.3f}] "
+                print(f"{g:18s} {tuner:24s} {n:6d} {med:>12.3f} [{lo:.3f}, {hi:.3f}] "
                       f"{statistics.fmean(x['ooms'] for x in sc):10.1f} "
                       f"{statistics.median(x['found_at'] for x in sc):8.0f} "
                       f"{statistics.fmean(r['overhead_s'] for r in rs) * 1000:9.1f} ms  (n={len(rs)})")
@@ -396,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tuners", nargs="*", default=["cold", "priors", "wrong", "random", "tpe", "gp", "smac", "greedy"])
     ap.add_argument("--report", choices=("peaks", "time"), default="peaks")
     ap.add_argument("--jobs", type=int, default=1, help="processes")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="TunerConfig overrides for this search's tuners, e.g. max_p_oom=0.5 local_every=2")
     ap.add_argument("--json", action="store_true", help="print every run as JSON instead of the table")
     ap.add_argument("--table", nargs="+", type=Path, metavar="JSON",
                     help="print the table of runs saved with --json (several files: one table) and exit")
@@ -416,7 +423,14 @@ def main(argv: list[str] | None = None) -> int:
                  for i in range(args.variants)]
     else:
         cells = [(w, None, args.first_seed + k) for w in args.workloads for k in range(args.seeds)]
-    jobs = [(base, var, seed, args.report, t, args.budgets) for t in args.tuners for base, var, seed in cells]
+    config: dict[str, Any] = {}
+    fields = TunerConfig.__dataclass_fields__
+    for kv in args.set:
+        k, _, v = kv.partition("=")
+        if k not in fields:
+            ap.error(f"--set {kv}: {k!r} is not a TunerConfig field; fields: {', '.join(fields)}")
+        config[k] = type(fields[k].default)(json.loads(v.lower()) if v.lower() in ("true", "false") else v)
+    jobs = [(base, var, seed, args.report, t, args.budgets, config) for t in args.tuners for base, var, seed in cells]
     t0 = time.perf_counter()
     if args.jobs > 1:
         with mp.get_context("fork").Pool(args.jobs) as pool:
@@ -432,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(runs, indent=1))
         return 0
     groups = ["all"] + (list(args.workloads) if args.suite == "named" else [])
-    print_table(runs, args.tuners, args.budgets, groups,
+    names = list(dict.fromkeys(r["tuner"] for r in runs))
+    print_table(runs, names, args.budgets, groups,
                 f"suite {args.suite}, report {args.report}; {len(cells)} runs per tuner")
     return 0
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +36,10 @@ from ..execute.trial import Metrics, TrialStatus
 from ..knobs import KnobSpace
 from ..knobs.catalog import ENV_PREFIX, check_setting, FRAMEWORK_DEFAULTS, knobs_for, space_for_fixed
 from . import megatron_log
+from .framework_check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
 from .base import Adapter, ParsedRun, scoped_space
-from .launch_script import Launch, ScriptError, interpret_script, split_launcher, world_from_variables
+from .bash import ScriptError, interpret_script
+from .launch_script import Launch, split_launcher, unfilled_flags, world_from_variables
 
 FRAMEWORK = "megatron"
 
@@ -75,7 +76,23 @@ _BOOL_KNOBS = {
 _VP_LAYERS = "--num-layers-per-virtual-pipeline-stage"
 _RECOMPUTE_ACT = "--recompute-activations"
 _FP8_FORMAT = "--fp8-format"
-_FP8_ONLY = ("--fp8-param-gather",)  # meaningless without fp8: removed when fp8 is switched off
+# Flags that are no knob's spelling but that Megatron accepts only together with some knob values: the emitted
+# launch keeps such a flag exactly when its condition holds for the new setting (``args`` are the launch's own).
+# The messages are Megatron's validate_args asserts.
+_FSDP_FLAGS = ("--use-torch-fsdp2", "--use-megatron-fsdp")
+COUPLED_FLAGS: dict[str, tuple[Any, str]] = {
+    "--fp8-param-gather": (
+        lambda s, args: s["fp8_recipe"] != "none" and (s["distributed_optimizer"] or any(f in args for f in _FSDP_FLAGS)),
+        "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp, or inference mode"),
+    "--overlap-param-gather-with-optimizer-step": (
+        lambda s, args: s["overlap_param_gather"] and s["distributed_optimizer"],
+        "--overlap-param-gather-with-optimizer-step only with --overlap-param-gather and the distributed optimizer"),
+    "--tp-comm-overlap-cfg": (lambda s, args: s["tp_comm_overlap"], "--tp-comm-overlap-cfg only with --tp-comm-overlap"),
+    "--fp8-amax-history-len": (lambda s, args: s["fp8_recipe"] != "none", "fp8 scaling options only with fp8"),
+    "--fp8-amax-compute-algo": (lambda s, args: s["fp8_recipe"] != "none", "fp8 scaling options only with fp8"),
+    "--fp8-margin": (lambda s, args: s["fp8_recipe"] != "none", "fp8 scaling options only with fp8"),
+}
+_FP8_ONLY = ("--fp8-param-gather",)  # a switch (takes no value)
 # Value knobs whose flag is removed (not set to the default) when the setting does not need them.
 _ONLY_WHEN_WANTED = ("recompute_granularity", "recompute_method", "recompute_num_layers", "fp8_recipe",
                      "virtual_pipeline")
@@ -115,6 +132,7 @@ _FIXED = {
     "--multi-latent-attention": ("multi_latent_attention", bool),
     "--disable-bias-linear": ("disable_bias_linear", bool),
     "--mock-data": ("mock_data", bool),
+    "--spec": ("spec", "list"),
 }
 _ENTRY = re.compile(r"(^|/)(pretrain_\w+|train)\.py$")
 
@@ -200,6 +218,9 @@ class MegatronLaunch:
     source: str = "<command>"
     expert_tensor_parallel: int | None = None
     notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # launch-level faults (a flag left without its value)
+    device: str | None = None  # the contract's hardware.kind: fp8 recipes follow it
+    read_with: dict[str, Any] = field(default_factory=dict)  # env, args, cwd the script was read with
 
     @property
     def args(self) -> list[str]:
@@ -338,11 +359,12 @@ def _pick_launch(commands, source: str):
 
 
 def parse_megatron(text: str, *, path: str = "<command>", env: Mapping[str, str] | None = None,
-                   args: list[str] | None = None) -> MegatronLaunch:
+                   args: list[str] | None = None, cwd: str | Path | None = None) -> MegatronLaunch:
     """Read a Megatron-LM launch script or command line (text). ``env`` seeds the script's
-    environment (default empty); ``args`` are the script's $1, $2, ..."""
+    environment (default empty); ``args`` are the script's $1, $2, ...; ``cwd`` is its $PWD."""
     try:
-        res = interpret_script(text, path=path, env=dict(env or {}), args=args)
+        res = interpret_script(text, path=path, env=dict(env or {}), args=args,
+                               cwd=None if cwd is None else str(cwd))
     except ScriptError as e:
         raise MegatronLaunchError(str(e)) from None
     try:
@@ -353,14 +375,17 @@ def parse_megatron(text: str, *, path: str = "<command>", env: Mapping[str, str]
                                       "set the variables it checks there, e.g. with env=)") from None
         raise
     launch_env = {**res.exported, **cmd.env}
-    return parse_megatron_argv(cmd.argv, env=launch_env, source=path, script_vars=res.variables,
-                               sbatch=res.sbatch, line=cmd.line)
+    out = parse_megatron_argv(cmd.argv, env=launch_env, source=path, script_vars=res.variables,
+                              sbatch=res.sbatch, line=cmd.line)
+    out.problems = unfilled_flags(text, cmd.argv, res.variables, args)
+    out.read_with = {"env": dict(env or {}), "args": list(args or []), "cwd": None if cwd is None else str(cwd)}
+    return out
 
 
 def parse_megatron_file(path: str | Path, *, env: Mapping[str, str] | None = None,
-                        args: list[str] | None = None) -> MegatronLaunch:
+                        args: list[str] | None = None, cwd: str | Path | None = None) -> MegatronLaunch:
     p = Path(path)
-    return parse_megatron(p.read_text(), path=str(p), env=env, args=args)
+    return parse_megatron(p.read_text(), path=str(p), env=env, args=args, cwd=cwd)
 
 
 # --------------------------------------------------------------------------- emit
@@ -422,9 +447,9 @@ def emit_megatron_args(args: list[str], setting: Mapping[str, Any], *, num_layer
             if fp8 and "fp8_format" not in emitted:
                 out.extend(it.tokens)
                 emitted.add("fp8_format")
-        elif f in _FP8_ONLY:
-            if fp8:
-                out.extend(it.tokens)
+        elif f in COUPLED_FLAGS:
+            if COUPLED_FLAGS[f][0](s, args):
+                out.extend(it.tokens)  # its condition holds: kept as written
         elif f in _BOOL_KNOBS:
             name = _BOOL_KNOBS[f]
             if s[name] and name not in emitted:
@@ -488,6 +513,8 @@ def emit_megatron(parsed: MegatronLaunch, setting: Mapping[str, Any], *, launche
     prefix = list(la.launcher)
     if launcher == "torchrun":
         prefix = ["torchrun", f"--nproc-per-node={procs}", f"--nnodes={nodes}"]
+    elif launcher == "srun" and "srun" in la.kinds:
+        pass  # already an srun launch: every option the user wrote (container, mounts, output) stays
     elif launcher == "srun":
         prefix = ["srun", f"--nodes={nodes}", f"--ntasks-per-node={procs}", "python"]
     elif launcher is not None:
@@ -499,68 +526,10 @@ def emit_megatron(parsed: MegatronLaunch, setting: Mapping[str, Any], *, launche
 
 # --------------------------------------------------------------------------- validation
 def knob_space_for(parsed: MegatronLaunch, *, include_current: bool = True) -> KnobSpace:
-    """The catalog space for this launch's workload and world size."""
+    """The catalog space for this launch's workload, world size and device."""
     return space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=FRAMEWORK,
                            include=parsed.setting if include_current else None,
-                           expert_tensor_parallel=parsed.expert_tensor_parallel)
-
-
-def megatron_core_check(fixed: Mapping[str, Any], setting: Mapping[str, Any]) -> list[str]:
-    """Build megatron-core's TransformerConfig for this model and setting; its error, if any.
-
-    Returns [] when megatron-core accepts it, one message otherwise, or a note when megatron-core
-    is not installed (pip install 'infrarsi[megatron]')."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from megatron.core.transformer.enums import AttnBackend
-            from megatron.core.transformer.transformer_config import TransformerConfig
-    except ImportError:
-        return ["megatron-core is not installed, so its checks were skipped; pip install 'infrarsi[megatron]'"]
-    need = ("num_layers", "hidden_size", "num_attention_heads")
-    if not all(fixed.get(k) for k in need):
-        return []
-    import torch
-
-    s = setting
-    gran = s.get("recompute_granularity", "none")
-    # Megatron's arguments set params_dtype (and the pipeline's p2p dtype) from --bf16/--fp16
-    dtype = torch.bfloat16 if s.get("bf16") else (torch.float16 if fixed.get("fp16") else torch.float32)
-    kw: dict[str, Any] = dict(
-        num_layers=fixed["num_layers"], hidden_size=fixed["hidden_size"],
-        num_attention_heads=fixed["num_attention_heads"],
-        num_query_groups=fixed.get("num_query_groups"),
-        ffn_hidden_size=fixed.get("ffn_hidden_size"), kv_channels=fixed.get("kv_channels"),
-        tensor_model_parallel_size=s.get("tensor_parallel", 1),
-        pipeline_model_parallel_size=s.get("pipeline_parallel", 1),
-        virtual_pipeline_model_parallel_size=(s.get("virtual_pipeline", 1) if s.get("virtual_pipeline", 1) > 1 else None),
-        context_parallel_size=s.get("context_parallel", 1),
-        expert_model_parallel_size=s.get("expert_parallel", 1),
-        sequence_parallel=bool(s.get("sequence_parallel")),
-        recompute_granularity=None if gran == "none" else gran,
-        recompute_method=s.get("recompute_method") if gran == "full" else None,
-        recompute_num_layers=s.get("recompute_num_layers") if gran == "full" else None,
-        bf16=bool(s.get("bf16")), fp16=bool(fixed.get("fp16")), params_dtype=dtype, pipeline_dtype=dtype,
-        fp8="hybrid" if s.get("fp8_recipe", "none") != "none" else None,
-        fp8_recipe=s.get("fp8_recipe") if s.get("fp8_recipe", "none") != "none" else "delayed",
-        tp_comm_overlap=bool(s.get("tp_comm_overlap")),
-        add_bias_linear=not fixed.get("disable_bias_linear"), gated_linear_unit=bool(fixed.get("swiglu")),
-        attention_backend=AttnBackend[s.get("attention_backend", "auto")],
-    )
-    if fixed.get("num_experts"):
-        kw.update(num_moe_experts=fixed["num_experts"], moe_router_topk=fixed.get("moe_router_topk", 2),
-                  moe_token_dispatcher_type=s.get("moe_token_dispatcher", "allgather"),
-                  moe_grouped_gemm=bool(s.get("moe_grouped_gemm")))
-        if fixed.get("moe_ffn_hidden_size"):
-            kw["moe_ffn_hidden_size"] = fixed["moe_ffn_hidden_size"]
-    kw = {k: v for k, v in kw.items() if v is not None or k in ("recompute_granularity", "recompute_method", "fp8")}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            TransformerConfig(**kw)
-    except (ValueError, AssertionError, TypeError) as e:
-        return [f"megatron-core TransformerConfig: {e}"]
-    return []
+                           expert_tensor_parallel=parsed.expert_tensor_parallel, device=parsed.device)
 
 
 def violations(parsed: MegatronLaunch, setting: Mapping[str, Any] | None = None, *, core: bool = True) -> list[str]:
@@ -573,10 +542,14 @@ def violations(parsed: MegatronLaunch, setting: Mapping[str, Any] | None = None,
         out.append(f"world_size({parsed.world_size}) is not divisible by tp({s['tensor_parallel']}) * "
                    f"pp({s['pipeline_parallel']}) * cp({s['context_parallel']}) = {inner}")
     space = space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=FRAMEWORK, include=s,
-                            expert_tensor_parallel=parsed.expert_tensor_parallel)
+                            expert_tensor_parallel=parsed.expert_tensor_parallel, device=parsed.device)
+    out.extend(parsed.problems)
     out.extend(v.message for v in check_setting(space, s))
     if core:
         out.extend(megatron_core_check(parsed.fixed, s))
+        if not out:  # and the process groups megatron-core would make
+            out.extend(megatron_parallel_check(s, world_size=parsed.world_size,
+                                               expert_tensor_parallel=parsed.expert_tensor_parallel))
     return out
 
 
@@ -590,7 +563,8 @@ def _launch_from_contract(contract: Contract, base_dir: Path | None) -> Megatron
         if not p.is_file():
             raise MegatronLaunchError(f"workload.launch {w.launch!r} does not exist (looked at {p}); give the "
                                       "launch script's path relative to where infrarsi runs")
-        return parse_megatron_file(p, env=w.env)
+        return parse_megatron_file(p, env={**w.script_env, **w.env}, args=w.script_args,
+                                   cwd=base_dir if base_dir is not None else Path.cwd())
     if not w.entrypoint:
         raise MegatronLaunchError("workload: set launch (a Megatron launch script) or entrypoint "
                                   "(e.g. \"torchrun --nproc-per-node 8 pretrain_gpt.py\") with [workload.args]")
@@ -619,6 +593,7 @@ class MegatronAdapter(Adapter):
         key = contract.model_dump_json(include={"workload", "hardware"})
         if key not in self._cache:
             parsed = _launch_from_contract(contract, self.base_dir)
+            parsed.device = contract.hardware.kind
             if parsed.world_size is None:  # the launch does not say: the contract's devices do
                 parsed.world_size = contract.hardware.devices
                 st = parsed.setting
@@ -637,7 +612,13 @@ class MegatronAdapter(Adapter):
         if parsed.world_size and "data_parallel" not in setting:
             inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
             s["data_parallel"] = parsed.world_size // inner
-        return emit_megatron(parsed, s, time_limit_s=contract.invariants.timing.timeout_s, extra_env=extra)
+        spec = emit_megatron(parsed, s, time_limit_s=contract.invariants.timing.timeout_s, extra_env=extra)
+        if parsed.problems:
+            raise MegatronLaunchError("; ".join(parsed.problems))
+        rejected = check_megatron(parsed, s)  # megatron-core's own word, before any launch
+        if rejected:
+            raise FrameworkRejected("; ".join(rejected))
+        return spec
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         fixed = self.parsed(contract).fixed if (contract.workload.launch or contract.workload.entrypoint) else contract.fixed

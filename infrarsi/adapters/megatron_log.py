@@ -40,6 +40,7 @@ class IterationLog:
     total: int
     step_ms: float | None = None
     loss: float | None = None
+    grad_norm: float | None = None  # global norm before clipping
     tflops_per_gpu: float | None = None
     global_batch: int | None = None
     skipped: int = 0
@@ -74,6 +75,8 @@ def parse_log(text: str) -> MegatronLog:
                     it.step_ms = _num(val)
                 elif key == "lm loss":
                     it.loss = _num(val)
+                elif key == "grad norm":
+                    it.grad_norm = _num(val)
                 elif key.startswith("throughput per gpu"):
                     it.tflops_per_gpu = _num(val)
                 elif key == "global batch size":
@@ -112,6 +115,7 @@ def to_metrics(log: MegatronLog, *, warmup_steps: int, measured_steps: int, toke
     step = steady_step_time_s(log, warmup_steps=warmup_steps, measured_steps=measured_steps)
     steps_s = [it.step_ms / 1000.0 for it in log.iterations if it.step_ms is not None]
     losses = [it.loss for it in log.iterations if it.loss is not None]
+    grad_norms = [it.grad_norm for it in log.iterations if it.grad_norm is not None]
     reserved = {r: v * MB for r, v in log.max_reserved_mb.items()}
     window = [it for it in log.iterations if warmup_steps < it.iteration <= warmup_steps + measured_steps]
     tflops = [it.tflops_per_gpu for it in window if it.tflops_per_gpu is not None]
@@ -126,6 +130,7 @@ def to_metrics(log: MegatronLog, *, warmup_steps: int, measured_steps: int, toke
         peak_memory_bytes=max(reserved.values()) if reserved else None,
         peak_memory_by_rank=reserved,
         losses=losses,
+        grad_norms=grad_norms if len(grad_norms) == len(losses) else [],
         phases_s=phases,
     )
 

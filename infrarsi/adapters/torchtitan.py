@@ -24,6 +24,7 @@ written explicitly, so the workload does not change.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -41,8 +42,10 @@ from ..execute.trial import Metrics, TrialStatus
 from ..knobs import Constraint, KnobSpace
 from ..knobs.catalog import ENV_PREFIX, check_setting, knobs_for, space_for_fixed
 from . import megatron_log
+from .framework_check import FrameworkRejected, check_torchtitan
 from .base import Adapter, ParsedRun, scoped_space
-from .launch_script import Launch, ScriptError, interpret_script, split_launcher, world_from_variables
+from .bash import ScriptError, interpret_script
+from .launch_script import Launch, split_launcher, unfilled_flags, world_from_variables
 
 FRAMEWORK = "torchtitan"
 GiB = 2**30
@@ -72,7 +75,7 @@ DEFAULTS_03: dict[str, Any] = {
     "parallelism.fsdp_reshard_after_forward": "default", "parallelism.tensor_parallel_degree": 1,
     "parallelism.enable_sequence_parallel": True, "parallelism.pipeline_parallel_degree": 1,
     "parallelism.context_parallel_degree": 1, "parallelism.expert_parallel_degree": 1,
-    "compile.enable": False, "compile.enable_async_tensor_parallel": False,
+    "compile.enable": False, "compile.enable_async_tensor_parallel": False, "compile.components": ["model", "loss"],
     "activation_checkpoint.mode": "selective", "fp8": "none",
 }
 # 0.3.x config functions torchtitan ships: model flavor and the values they set.
@@ -82,14 +85,16 @@ CONFIGS_03: dict[str, dict[str, Any]] = {
     "llama3_8b": {"model": ("llama3", "8B"), "training.local_batch_size": 1, "training.seq_len": 8192,
                   "training.steps": 1000},
     "llama3_8b_mxfp8": {"model": ("llama3", "8B"), "training.local_batch_size": 1, "training.seq_len": 8192,
-                        "training.steps": 1000, "compile.enable": True, "fp8": "mxfp8"},
+                        "training.steps": 1000, "compile.enable": True, "compile.components": ["model"],
+                        "fp8": "mxfp8"},
     "llama3_70b": {"model": ("llama3", "70B"), "training.local_batch_size": 8, "training.seq_len": 8192,
                    "training.steps": 1000, "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full"},
     "llama3_405b": {"model": ("llama3", "405B"), "training.local_batch_size": 2, "training.seq_len": 8192,
                     "training.steps": 3000, "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full",
                     "compile.enable": True, "compile.enable_async_tensor_parallel": True, "fp8": "tensorwise"},
     "deepseek_v3_16b": {"model": ("deepseek_v3", "16B"), "training.local_batch_size": 4, "training.seq_len": 4096,
-                        "training.steps": 1000, "parallelism.expert_parallel_degree": 8, "compile.enable": True},
+                        "training.steps": 1000, "parallelism.expert_parallel_degree": 8, "compile.enable": True,
+                        "compile.components": ["loss"]},
 }
 # 0.2.x ([job] TOML) defaults for the fields the adapter reads.
 DEFAULTS_02: dict[str, Any] = {
@@ -100,7 +105,7 @@ DEFAULTS_02: dict[str, Any] = {
     "parallelism.fsdp_reshard_after_forward": "default", "parallelism.tensor_parallel_degree": 1,
     "parallelism.enable_async_tensor_parallel": False, "parallelism.pipeline_parallel_degree": 1,
     "parallelism.context_parallel_degree": 1, "parallelism.expert_parallel_degree": 1,
-    "compile.enable": False, "activation_checkpoint.mode": "selective",
+    "compile.enable": False, "compile.components": ["model", "loss"], "activation_checkpoint.mode": "selective",
 }
 
 _INT_FIELDS = {
@@ -175,8 +180,9 @@ def split_overrides(args: list[str], bool_keys: set[str]) -> list[Override]:
         negated = False
         if "." in key:
             sec, fld = key.rsplit(".", 1)
-            if fld.startswith("no_") and f"{sec}.{fld[3:]}" in bool_keys:
-                key, negated = f"{sec}.{fld[3:]}", True
+            bare = "=" not in tok and (k + 1 >= n or not _is_value(args[k + 1]))
+            if fld.startswith("no_") and (f"{sec}.{fld[3:]}" in bool_keys or bare):
+                key, negated = f"{sec}.{fld[3:]}", True  # --section.no-field: a bool field set false
         if "=" in tok:
             out.append(Override([tok], key=key, negated=negated))
             k += 1
@@ -247,6 +253,10 @@ class TorchtitanLaunch:
     toml_path: str | None = None
     config: str | None = None  # 0.3 --config
     notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # launch-level faults (a flag left without its value)
+    device: str | None = None  # the contract's hardware.kind: fp8 recipes follow it
+    base_dir: str | None = None  # where relative job-file paths are read from
+    read_with: dict[str, Any] = field(default_factory=dict)  # env, args, cwd the script was read with
 
     @property
     def bool_keys(self) -> set[str]:
@@ -266,8 +276,8 @@ def _resolve(style: str, base: dict[str, Any], overrides: list[Override], defaul
         if ov.negated:
             vals[ov.key] = False
             continue
-        if isinstance(like, bool) and not ov.values:
-            vals[ov.key] = True
+        if (like is None or isinstance(like, bool)) and not ov.values and len(ov.tokens) == 1 and "=" not in ov.tokens[0]:
+            vals[ov.key] = True  # a bare --section.field is a bool flag
             continue
         raw: Any = ov.values if len(ov.values) != 1 else ov.values[0]
         if like is not None:
@@ -335,6 +345,8 @@ def _read(style: str, vals: dict[str, Any], world: int | None) -> tuple[dict[str
         s["data_parallel"] = world // inner
     else:
         s["data_parallel"] = None
+    # FSDP shards optimizer state over the shard degree: Megatron calls that the distributed optimizer
+    s["distributed_optimizer"] = bool(s["data_parallel"]) and s["data_parallel"] // rep > 1
     gbs = int(vals.get("training.global_batch_size", -1))
     if gbs > 0:
         fixed["global_batch_size"] = gbs
@@ -386,10 +398,11 @@ def _toml_notes(vals: Mapping[str, Any]) -> list[str]:
 
 
 def parse_torchtitan_argv(argv: list[str], *, env: Mapping[str, str] | None = None, base_dir: str | Path | None = None,
-                          script_vars: Mapping[str, Any] | None = None, source: str = "<command>") -> TorchtitanLaunch:
+                          script_vars: Mapping[str, Any] | None = None, source: str = "<command>",
+                          line: int | None = None) -> TorchtitanLaunch:
     """Read an expanded torchtitan command (torchrun ... -m torchtitan.train ..., or run_train.sh)."""
     env = dict(env or {})
-    launch = split_launcher(list(argv), env=env)
+    launch = split_launcher(list(argv), env=env, line=line)
     prog = launch.program
     world = launch.world_size
     if prog and os.path.basename(prog[0]) == "run_train.sh":
@@ -444,21 +457,26 @@ def parse_torchtitan_argv(argv: list[str], *, env: Mapping[str, str] | None = No
     own = split_overrides(launch.args, set(_BOOL_FIELDS_02 if style == "toml" else _BOOL_FIELDS_03))
     return TorchtitanLaunch(style=style, launch=launch, overrides=own,
                             values=vals, fixed=fixed, setting=setting, world_size=world, env=env,
-                            toml_path=toml_path, config=config, notes=notes + more)
+                            toml_path=toml_path, config=config, notes=notes + more,
+                            base_dir=None if base_dir is None else str(base_dir))
 
 
 def parse_torchtitan(text: str, *, path: str = "<command>", env: Mapping[str, str] | None = None,
-                     base_dir: str | Path | None = None, world_size: int | None = None) -> TorchtitanLaunch:
-    """Read a torchtitan launch from text: a TOML job file (0.2.x) or a script/command line."""
+                     base_dir: str | Path | None = None, world_size: int | None = None,
+                     args: list[str] | None = None, cwd: str | Path | None = None) -> TorchtitanLaunch:
+    """Read a torchtitan launch from text: a TOML job file (0.2.x) or a script/command line. ``args``
+    are a script's $1, $2, ...; ``cwd`` its $PWD (default: this process's working directory)."""
     if path.endswith(".toml") or re.match(r"^\s*(#.*\n\s*)*\[", text):
         vals = parse_toml_job(text, path=path)
         fixed, setting, notes = _read("toml", vals, world_size)
         _env_knobs(setting, dict(env or {}))
         return TorchtitanLaunch(style="toml", launch=None, overrides=[], values=vals, fixed=fixed, setting=setting,
                                 world_size=world_size, env=dict(env or {}), toml_path=path,
-                                notes=_toml_notes(vals) + notes)
+                                notes=_toml_notes(vals) + notes,
+                                base_dir=None if base_dir is None else str(base_dir))
     try:
-        res = interpret_script(text, path=path, env=dict(env or {}))
+        res = interpret_script(text, path=path, env=dict(env or {}), args=args,
+                               cwd=None if cwd is None else str(cwd))
     except ScriptError as e:
         raise TorchtitanLaunchError(str(e)) from None
     for cmd in reversed(res.commands):
@@ -467,9 +485,11 @@ def parse_torchtitan(text: str, *, path: str = "<command>", env: Mapping[str, st
         if prog[:2] == ["-m", "torchtitan.train"] or (prog and os.path.basename(prog[0]) == "run_train.sh"):
             base = base_dir if base_dir is not None else (Path(path).parent if path != "<command>" else None)
             out = parse_torchtitan_argv(cmd.argv, env={**res.exported, **cmd.env}, base_dir=base,
-                                        script_vars=res.variables, source=path)
+                                        script_vars=res.variables, source=path, line=cmd.line)
             if out.world_size is None and world_size:
                 out = _with_world(out, world_size)
+            out.problems = unfilled_flags(text, cmd.argv, res.variables, args)
+            out.read_with = {"env": dict(env or {}), "args": list(args or []), "cwd": None if cwd is None else str(cwd)}
             return out
     raise TorchtitanLaunchError(f"{path}: no `torchrun ... -m torchtitan.train` or run_train.sh command found")
 
@@ -482,9 +502,13 @@ def _with_world(p: TorchtitanLaunch, world: int) -> TorchtitanLaunch:
 
 
 def parse_torchtitan_file(path: str | Path, *, env: Mapping[str, str] | None = None,
-                          world_size: int | None = None) -> TorchtitanLaunch:
+                          world_size: int | None = None, args: list[str] | None = None,
+                          cwd: str | Path | None = None) -> TorchtitanLaunch:
     p = Path(path)
-    return parse_torchtitan(p.read_text(), path=str(p), env=env, base_dir=p.parent, world_size=world_size)
+    if p.suffix == ".toml":
+        p = p.resolve()  # a bare job file is launched by its absolute path, from wherever the trial runs
+    return parse_torchtitan(p.read_text(), path=str(p), env=env, base_dir=p.parent, world_size=world_size,
+                            args=args, cwd=cwd)
 
 
 # --------------------------------------------------------------------------- emit
@@ -498,6 +522,12 @@ def _field_for(style: str, knob_name: str) -> str | None:
 
 
 def _render(key: str, value: Any, like: Override | None, bool_field: bool) -> list[str]:
+    """``--section.field VALUE`` in the spelling ``like`` uses (``-`` or ``_``, ``=`` or a space); a bool is a
+    flag (``--section.no-field`` for false), a list one comma-separated word, None ``None``."""
+    if isinstance(value, (list, tuple)):
+        value = ",".join(value)
+    elif value is None:
+        value = "None"
     sec, fld = key.rsplit(".", 1)
     hyphen = like is not None and "-" in like.tokens[0].split(".", 1)[-1].split("=")[0]
     name = fld.replace("_", "-") if hyphen else fld
@@ -506,6 +536,31 @@ def _render(key: str, value: Any, like: Override | None, bool_field: bool) -> li
     if like is not None and "=" in like.tokens[0]:
         return [f"--{sec}.{name}={value}"]
     return [f"--{sec}.{name}", str(value)]
+
+
+_F8 = "quantize.linear.float8"
+
+
+def _fp8_fields(parsed: TorchtitanLaunch, recipe: str) -> dict[str, Any]:
+    """0.2.x fields that give ``recipe``: the converter list, float8's recipe_name (None is tensorwise) and,
+    for rowwise, the fp8 all-gather off (torchtitan: "using `float8_config.enable_fsdp_float8_all_gather`
+    together with `float8_config.recipe_name` is not supported")."""
+    v = parsed.values
+    out: dict[str, Any] = {}
+    if recipe != parsed.setting["fp8_recipe"]:
+        convs = [c for c in (v.get("model.converters") or []) if c not in _FP8_CONVERTERS]
+        if recipe == "mxfp8":
+            convs.append("quantize.linear.mx")
+        elif recipe != "none":
+            convs.append(_F8)
+        out["model.converters"] = convs
+    if recipe in ("tensorwise", "rowwise"):
+        name = None if recipe == "tensorwise" else recipe
+        if name != v.get(f"{_F8}.recipe_name"):
+            out[f"{_F8}.recipe_name"] = name
+        if name is not None and v.get(f"{_F8}.enable_fsdp_float8_all_gather"):
+            out[f"{_F8}.enable_fsdp_float8_all_gather"] = False
+    return out
 
 
 def emit_torchtitan_args(parsed: TorchtitanLaunch, setting: Mapping[str, Any]) -> list[str]:
@@ -535,20 +590,19 @@ def emit_torchtitan_args(parsed: TorchtitanLaunch, setting: Mapping[str, Any]) -
     if shard <= 0 and parsed.world_size and parsed.world_size % inner == 0:
         dp = parsed.world_size // inner  # the degree torchtitan will resolve -1 to
     if dp and shard > 0 and dp // rep != shard:
+        if dp % rep or dp < rep:
+            raise TorchtitanLaunchError(
+                f"data_parallel {dp} is not a multiple of data_parallel_replicate_degree {rep}: no shard degree "
+                f"gives it (torchtitan: \"dp_shard must -1 or >=1\")")
         want["parallelism.data_parallel_shard_degree"] = dp // rep
     # keep the global batch fixed when the job derives it from local batch x DP
     gbs = parsed.fixed.get("global_batch_size")
     if gbs and int(parsed.values.get("training.global_batch_size", -1)) <= 0 and dp and s["micro_batch_size"] * dp != gbs:
         want["training.global_batch_size"] = gbs
     # fp8 (0.2.x: through model.converters)
-    if style == "toml" and s["fp8_recipe"] != parsed.setting["fp8_recipe"]:
-        convs = [c for c in (parsed.values.get("model.converters") or []) if c not in _FP8_CONVERTERS]
-        if s["fp8_recipe"] == "mxfp8":
-            convs.append("quantize.linear.mx")
-        elif s["fp8_recipe"] != "none":
-            convs.append("quantize.linear.float8")
-            want["quantize.linear.float8.recipe_name"] = s["fp8_recipe"]
-        want["model.converters"] = ",".join(convs)
+    if style == "toml":
+        want.update(_fp8_fields(parsed, s["fp8_recipe"]))
+    job = _derived_job_file(parsed, want)  # what the command line cannot say goes into a copy of the job file
     mode = s["recompute_granularity"]
     ac_changed = mode != parsed.setting["recompute_granularity"]
 
@@ -559,20 +613,25 @@ def emit_torchtitan_args(parsed: TorchtitanLaunch, setting: Mapping[str, Any]) -
         if ov.subcommand is not None:
             sub = ov
             continue
+        if job is not None and ov.key == "job.config_file":
+            out.extend(_render(ov.key, job, ov, False))
+            continue
         if ov.key == "activation_checkpoint.mode" and style == "toml" and ac_changed:
             out.extend(_render(ov.key, mode, ov, False))
             done.add(ov.key)
             continue
         if ov.key in want and ov.key not in done:
-            out.extend(_render(ov.key, want[ov.key], ov, ov.key in bool_keys))
+            out.extend(_render(ov.key, want[ov.key], ov, ov.key in bool_keys or isinstance(want[ov.key], bool)))
             done.add(ov.key)
             continue
         if ov.key in want and ov.key in done:
             continue  # a repeated flag: the last one would win; state it once
         out.extend(ov.tokens)
+    if job is not None and not any(ov.key == "job.config_file" for ov in parsed.overrides):
+        out[:0] = ["--job.config_file", job]  # run_train.sh names the job file in CONFIG_FILE: emit_torchtitan moves it
     for key, value in want.items():
         if key not in done:
-            out.extend(_render(key, value, None, key in bool_keys))
+            out.extend(_render(key, value, None, key in bool_keys or isinstance(value, bool)))
     if style == "toml":
         if ac_changed and "activation_checkpoint.mode" not in done:
             out.extend(["--activation_checkpoint.mode", mode])
@@ -590,6 +649,37 @@ def emit_torchtitan_args(parsed: TorchtitanLaunch, setting: Mapping[str, Any]) -
             idx = next((i for i, t in enumerate(out) if _SUBCOMMAND.match(t)), len(out))
             out.insert(idx, "--training.disable_cuda_graphs")
     return out
+
+
+JOBS_DIR = ".infrarsi/jobs"  # beside the job file: derived copies, named by their content
+
+
+def _derived_job_file(parsed: TorchtitanLaunch, want: dict[str, Any]) -> str | None:
+    """A copy of the job file with the values the command line cannot state (an empty list: tyro reads a list
+    as one comma-separated word, and ``--model.converters ''`` is ``['']``, a KeyError in torchtitan), taken
+    out of ``want``. Written once beside the job file under :data:`JOBS_DIR`, named by its sha256; None
+    when nothing needs it."""
+    edits = {k: v for k, v in want.items() if isinstance(v, list) and not v}
+    if not edits:
+        return None
+    if parsed.style != "toml" or not parsed.toml_path:
+        raise TorchtitanLaunchError(f"{', '.join(edits)}: an empty list cannot be given on the command line")
+    for k in edits:
+        del want[k]
+    src = Path(parsed.toml_path)
+    if not src.is_absolute() and parsed.base_dir:
+        src = Path(parsed.base_dir) / src
+    from .toml_edit import set_values
+
+    text = set_values(src.read_text(), edits, path=str(src))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    dest = src.resolve().parent / JOBS_DIR / f"{src.stem}.{digest}.toml"
+    if not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(text)
+        tmp.replace(dest)
+    return str(dest)
 
 
 def emit_torchtitan(parsed: TorchtitanLaunch, setting: Mapping[str, Any], *, world_size: int | None = None,
@@ -624,6 +714,8 @@ def emit_torchtitan(parsed: TorchtitanLaunch, setting: Mapping[str, Any], *, wor
     nodes = la.nnodes or 1
     procs = la.nproc_per_node or (world // nodes if world else 1)
     if la.program and os.path.basename(la.program[0]) == "run_train.sh":
+        if args[:1] == ["--job.config_file"] and "CONFIG_FILE" in env:
+            env["CONFIG_FILE"], args = args[1], args[2:]
         argv = [*la.launcher, *la.program, *args]
     else:
         argv = la.argv(args)
@@ -638,9 +730,15 @@ def knob_space_for(parsed: TorchtitanLaunch, *, include_current: bool = True) ->
     defaults = {"recompute_granularity": "selective", "bf16": True}
     space = space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=FRAMEWORK,
                             include=parsed.setting if include_current else None, defaults=defaults,
-                            expert_tensor_parallel=1)
-    knobs = list(space.knobs)
+                            expert_tensor_parallel=1, device=parsed.device)
+    rep = int(parsed.values.get("parallelism.data_parallel_replicate_degree", 1))
+    knobs = [k.with_domain([d for d in k.domain if d % rep == 0] or list(k.domain)) if k.name == "data_parallel"
+             else k for k in space.knobs]
+    dp0 = next((k.default for k in knobs if k.name == "data_parallel"), None)
+    if dp0:  # the derived knob's default follows the default degrees: FSDP over dp / rep ranks
+        knobs = [k.with_domain(k.domain, dp0 // rep > 1) if k.name == "distributed_optimizer" else k for k in knobs]
     cons = list(space.constraints)
+    cons += _torchtitan_rules(parsed, rep)
     if parsed.style == "cli":
         knobs = [k.with_domain([parsed.setting["fp8_recipe"]]) if k.name == "fp8_recipe" else k for k in knobs]
     if parsed.style == "toml":
@@ -656,10 +754,48 @@ def knob_space_for(parsed: TorchtitanLaunch, *, include_current: bool = True) ->
     return KnobSpace(knobs, cons)
 
 
+def _torchtitan_rules(parsed: TorchtitanLaunch, rep: int) -> list[Constraint]:
+    """The rules torchtitan adds to the catalog's: the replicate degree the job fixes, FSDP's optimizer
+    sharding, and async TP (which compiles the model)."""
+    components = list(parsed.values.get("compile.components") or ["model", "loss"])
+    style = parsed.style
+
+    def dp_covers_replicate(s: Mapping[str, Any]) -> str | None:
+        dp = s.get("data_parallel")
+        if dp is None or dp % rep == 0:
+            return None
+        return (f"data_parallel {dp} is not a multiple of the job's data_parallel_replicate_degree {rep}: the shard "
+                f"degree would be {dp} / {rep} (torchtitan: \"dp_shard must -1 or >=1\"); choose a multiple of {rep}")
+
+    def optimizer_sharded_by_fsdp(s: Mapping[str, Any]) -> str | None:
+        dp = s.get("data_parallel")
+        if dp is None:
+            return None
+        want = dp // rep > 1
+        if bool(s.get("distributed_optimizer", want)) != want:
+            return (f"torchtitan shards optimizer state exactly when FSDP's shard degree is above 1 (data_parallel "
+                    f"{dp} / replicate {rep} = {dp // rep}): distributed_optimizer must be {want}")
+        return None
+
+    def async_tp_needs_compiled_model(s: Mapping[str, Any]) -> str | None:
+        if not s.get("async_tp"):
+            return None
+        if style == "toml" and s.get("tensor_parallel", 1) <= 1:
+            return None  # 0.2.x: no TP mesh, async TP is inert
+        if not s.get("torch_compile") or "model" not in components:
+            return (f"async_tp needs torch_compile with 'model' in compile.components (the job compiles "
+                    f"{components}; torchtitan: \"Async TP requires 'model' in --compile.components and "
+                    f"--compile.enable\")")
+        return None
+
+    return [Constraint(fn.__name__, fn) for fn in (dp_covers_replicate, optimizer_sharded_by_fsdp,
+                                                    async_tp_needs_compiled_model)]
+
+
 def violations(parsed: TorchtitanLaunch, setting: Mapping[str, Any] | None = None) -> list[str]:
     s = dict(parsed.setting if setting is None else {**parsed.setting, **setting})
     space = knob_space_for(parsed)
-    out: list[str] = []
+    out: list[str] = list(parsed.problems)
     if parsed.world_size and s.get("data_parallel") is None:
         inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
         out.append(f"world_size({parsed.world_size}) is not divisible by tp({s['tensor_parallel']}) * "
@@ -794,7 +930,8 @@ class TorchtitanAdapter(Adapter):
                     p = self.base_dir / p
                 if not p.is_file():
                     raise TorchtitanLaunchError(f"workload.launch {w.launch!r} does not exist (looked at {p})")
-                out = parse_torchtitan_file(p, env=w.env, world_size=contract.hardware.devices)
+                out = parse_torchtitan_file(p, env={**w.script_env, **w.env}, world_size=contract.hardware.devices,
+                                            args=w.script_args, cwd=self.base_dir or Path.cwd())
             elif w.entrypoint:
                 out = parse_torchtitan(w.entrypoint, env=w.env, base_dir=self.base_dir,
                                        world_size=contract.hardware.devices)
@@ -802,6 +939,7 @@ class TorchtitanAdapter(Adapter):
                 raise TorchtitanLaunchError("workload: set launch (a TOML job file or launch script) or entrypoint")
             if out.world_size is None:
                 out = _with_world(out, contract.hardware.devices)
+            out.device = contract.hardware.kind
             self._cache[key] = out
         return self._cache[key]
 
@@ -811,8 +949,14 @@ class TorchtitanAdapter(Adapter):
     def launch(self, contract: Contract, setting: Mapping[str, Any], *, patches: Mapping[str, str] | None = None) -> LaunchSpec:
         parsed = self.parsed(contract)
         extra = {"INFRARSI_PATCHES": json.dumps(dict(patches), sort_keys=True)} if patches else {}
-        return emit_torchtitan(parsed, {**contract.baseline, **dict(setting)}, world_size=contract.hardware.devices,
+        spec = emit_torchtitan(parsed, {**contract.baseline, **dict(setting)}, world_size=contract.hardware.devices,
                                time_limit_s=contract.invariants.timing.timeout_s, extra_env=extra)
+        if parsed.problems:
+            raise TorchtitanLaunchError("; ".join(parsed.problems))
+        rejected = check_torchtitan(parsed, spec.argv, env=spec.env, world_size=parsed.world_size or contract.hardware.devices)
+        if rejected:  # torchtitan's own word, before any launch
+            raise FrameworkRejected("; ".join(rejected))
+        return spec
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         parsed = self.parsed(contract)

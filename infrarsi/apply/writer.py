@@ -3,8 +3,10 @@
 For the best promoted candidate (highest verified speedup) of a run whose verification still belongs to
 its lock, the plan holds, under ``infrarsi-tuned/<contract name>/`` in the user's tree:
 
-    launch.sh     the tuned launch (the adapter's own launch() for the setting), run from the repo root
-    sbatch.sh     the same launch as a Slurm batch job (submit from the repo root)
+    (Megatron / torchtitan with a launch file) the user's own launch file, edited in place: a minimal diff
+                  (:mod:`.launch_edit`); a file outside the repository is written here as an edited copy
+    launch.sh     otherwise: the tuned launch (the adapter's own launch() for the setting), run from the repo root
+    sbatch.sh     and the same launch as a Slurm batch job (submit from the repo root)
     profile.json  {"framework", "setting", ...} for ``infrarsi-launch --profile`` (Megatron / torchtitan)
     audit.json    contract hash, the candidate, its trials, speedup and CI, every file with its sha256
 
@@ -20,6 +22,7 @@ import hashlib
 import inspect
 import json
 import math
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -89,10 +92,13 @@ def _header(data: RunData, cand: dict[str, Any], changes: dict[str, Any]) -> lis
 
 def launch_script(data: RunData, spec: LaunchSpec, cand: dict[str, Any], changes: dict[str, Any], depth: int) -> str:
     up = "/".join([".."] * depth)
+    # "$@" passes more arguments to a program given by its command; a launch read from a script has taken the
+    # script's own arguments ($1, $2, ...) already (workload.script_args), so nothing may follow its last flag
+    more = ' "$@"' if not data.contract.workload.launch else ""
     lines = ["#!/usr/bin/env bash", *_header(data, cand, changes),
              "# Kernel paths are relative to the repository root, so it runs from there.",
              "set -euo pipefail", f'cd "$(dirname "${{BASH_SOURCE[0]}}")/{up}"', *_exports(spec.env),
-             "exec " + shlex.join(_portable(spec.argv)) + ' "$@"']
+             "exec " + shlex.join(_portable(spec.argv)) + more]
     return "\n".join(lines) + "\n"
 
 
@@ -104,7 +110,8 @@ def sbatch_script(data: RunData, spec: LaunchSpec, cand: dict[str, Any], changes
     tasks = 1 if torchrun else spec.processes  # torchrun starts its own workers: one task per node
     minutes = max(1, math.ceil(spec.time_limit_s / 60))
     threads = int(spec.env.get("OMP_NUM_THREADS", "1") or 1)  # per process
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=infrarsi-{data.contract.name}", f"#SBATCH --nodes={spec.nodes}",
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={shlex.quote('infrarsi-' + data.contract.name)}",
+             f"#SBATCH --nodes={spec.nodes}",
              f"#SBATCH --ntasks-per-node={tasks}", f"#SBATCH --cpus-per-task={threads * (spec.processes if torchrun else 1)}",
              f"#SBATCH --time={minutes}", "#SBATCH --output=infrarsi-tuned-%j.out",
              *([f"#SBATCH --gpus-per-node={spec.processes}"] if data.contract.hardware.kind.lower() != "cpu" else []),
@@ -136,8 +143,35 @@ def _knobs(d: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items()) or "(none)"
 
 
-def make_plan(data: RunData) -> ApplyPlan:
-    """The plan for the best promoted candidate, or ApplyRefused naming the first problem."""
+def _in_place(data: RunData, adapter, spec: LaunchSpec, repo: Path | None) -> tuple[FileChange | None, str]:
+    """The user's own launch file (``workload.launch``) edited to the tuned setting, as a change inside
+    ``repo`` (a file outside it is written as an edited copy under infrarsi-tuned/); (None, why) when the
+    workload names no launch file or the edit cannot be made minimally (then launch.sh is written)."""
+    from .launch_edit import EditError, edit_launch_file
+
+    try:
+        got = edit_launch_file(adapter, data.contract, spec)
+    except (EditError, OSError) as e:
+        return None, f"the launch file could not be edited in place ({e})"
+    if got is None:
+        return None, ""
+    src, edit = got
+    src = Path(src).resolve()
+    mode_x = os.access(src, os.X_OK)
+    try:
+        rel = src.relative_to(Path(repo).resolve()).as_posix() if repo is not None else None
+    except ValueError:
+        rel = None
+    why = f"the tuned setting as a {edit.changed_lines}-line edit of the launch the contract names"
+    if rel is None:
+        rel = f"{OUT_ROOT}/{data.contract.name}/{src.name}"
+        why += f" ({src} is outside the repository: the edited copy)"
+    return FileChange(rel, edit.text.encode(), why, executable=mode_x), ""
+
+
+def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
+    """The plan for the best promoted candidate, or ApplyRefused naming the first problem. ``repo`` is the
+    tree the plan is for: a launch file inside it is edited in place."""
     probs = run_problems(data)
     if probs:
         raise ApplyRefused(probs[0])
@@ -174,12 +208,17 @@ def make_plan(data: RunData) -> ApplyPlan:
                "trial": cand["trials"], "run": str(data.run_dir.resolve()),
                "notes": ("infrarsi-launch --profile rewrites Megatron and torchtitan commands" if fw in PROFILE_FRAMEWORKS
                          else f"{fw}: run launch.sh (infrarsi-launch rewrites Megatron and torchtitan commands only)")}
-    launch = launch_script(data, spec, cand, changes, depth)
-    sbatch = sbatch_script(data, sb_spec, cand, changes)
-    files += [FileChange(f"{out}/launch.sh", launch.encode(), "tuned launch (knobs within scope.knobs)", True),
-              FileChange(f"{out}/sbatch.sh", sbatch.encode(), "tuned launch as a Slurm batch job", True),
-              FileChange(f"{out}/profile.json", (json.dumps(profile, indent=2, sort_keys=True) + "\n").encode(),
-                         "profile for infrarsi-launch --profile")]
+    own, fallback = _in_place(data, adapter, spec, repo)
+    if own is not None:  # the user's launch, edited where each knob is written: a diff a person reviews
+        files.append(own)
+    else:
+        launch = launch_script(data, spec, cand, changes, depth)
+        sbatch = sbatch_script(data, sb_spec, cand, changes)
+        note = f"; {fallback}" if fallback else ""
+        files += [FileChange(f"{out}/launch.sh", launch.encode(), f"tuned launch (knobs within scope.knobs){note}", True),
+                  FileChange(f"{out}/sbatch.sh", sbatch.encode(), "tuned launch as a Slurm batch job", True)]
+    files.append(FileChange(f"{out}/profile.json", (json.dumps(profile, indent=2, sort_keys=True) + "\n").encode(),
+                            "profile for infrarsi-launch --profile"))
     audit = {"contract": data.contract.name, "contract_sha256": data.contract_sha256, "setting": setting,
              "changes": changes, "speedup": cand["speedup"], "ci95": cand["ci95"], "pairs": cand["pairs"],
              "trials": cand["trials"], "rule": data.verification.get("rule"), "mde": data.verification.get("mde"),

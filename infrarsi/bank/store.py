@@ -45,7 +45,7 @@ from .signature import WorkloadSignature, signature_from
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 EXPORT_FORMAT = "infrarsi-bank"
 EXPORT_VERSION = 1
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -93,7 +93,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX trials_status ON trials(status);
         CREATE INDEX llm_run ON llm_exchanges(run_id);
     """),
+    (3, "the kind of evidence of a run: measured (real trials) or simulated (what-if runs)", """
+        ALTER TABLE runs ADD COLUMN evidence TEXT NOT NULL DEFAULT 'measured' CHECK (evidence IN ('measured', 'simulated'));
+        UPDATE runs SET evidence = 'simulated' WHERE workload_key IN
+            (SELECT key FROM workloads WHERE json_extract(record, '$.framework') = 'simulated');
+    """),
 ]
+EVIDENCE = ("measured", "simulated")
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION
 
 
@@ -137,6 +143,7 @@ class RunSummary:
     baseline_peak_bytes: float | None
     reference_peak_bytes: float | None  # peak at the knob defaults (the effects' reference), when stored
     by_status: dict[str, int] = field(default_factory=dict)
+    evidence: str = "measured"  # measured: real trials; simulated: a what-if run (never seeds a real one unasked)
 
 
 @dataclass(frozen=True)
@@ -335,9 +342,13 @@ class Bank:
 
     # ------------------------------------------------------------------ runs
     def _put_run(self, c: sqlite3.Connection, run_id: str, hw: HardwareFingerprint, wl: WorkloadSignature,
-                 created_at: float | None = None, reference_peak_bytes: float | None = None) -> bool:
+                 created_at: float | None = None, reference_peak_bytes: float | None = None,
+                 evidence: str | None = None) -> bool:
         if not run_id:
             raise BankError("run_id is empty; give each run a unique id (e.g. contract name + start time)")
+        evidence = evidence or ("simulated" if wl.framework == "simulated" else "measured")
+        if evidence not in EVIDENCE:
+            raise BankError(f"run {run_id!r}: evidence={evidence!r}; use 'measured' (real trials) or 'simulated'")
         hk, wk = hw.key(), wl.key()
         c.execute("INSERT OR IGNORE INTO hardware (key, kind, family, record) VALUES (?, ?, ?, ?)",
                   (hk, hw.kind, hw.family, _dumps(hw.model_dump(mode="json"))))
@@ -348,9 +359,10 @@ class Bank:
         row = c.execute("SELECT hardware_key, workload_key, reference_peak_bytes FROM runs WHERE run_id = ?",
                         (run_id,)).fetchone()
         if row is None:
-            c.execute("INSERT INTO runs (run_id, hardware_key, workload_key, created_at, reference_peak_bytes)"
-                      " VALUES (?, ?, ?, ?, ?)",
-                      (run_id, hk, wk, time.time() if created_at is None else created_at, reference_peak_bytes))
+            c.execute("INSERT INTO runs (run_id, hardware_key, workload_key, created_at, reference_peak_bytes, evidence)"
+                      " VALUES (?, ?, ?, ?, ?, ?)",
+                      (run_id, hk, wk, time.time() if created_at is None else created_at, reference_peak_bytes,
+                       evidence))
             return True
         if reference_peak_bytes is not None and row[2] != reference_peak_bytes:
             c.execute("UPDATE runs SET reference_peak_bytes = ? WHERE run_id = ?", (reference_peak_bytes, run_id))
@@ -365,8 +377,11 @@ class Bank:
 
     # ---------------------------------------------------------------- trials
     def add_trials(self, run_id: str, trials: Iterable[Trial | Mapping[str, Any]], *, hardware: Any,
-                   workload: Any) -> int:
+                   workload: Any, evidence: str | None = None) -> int:
         """Store trials of a run (failed ones too). Returns how many rows were added or completed.
+
+        ``evidence``: "measured" (real trials) or "simulated" (a what-if run); None = "simulated" for the
+        simulated framework, else "measured". It is the run's, set when the run is first stored.
 
         A trial already stored identically adds nothing; an in-flight (``running``) record is replaced by
         its finished one; a finished trial never changes: a different finished record for the same
@@ -375,7 +390,7 @@ class Bank:
         recs = [_as_trial(t) for t in trials]
 
         def tx(c: sqlite3.Connection) -> int:
-            self._put_run(c, run_id, hw, wl)
+            self._put_run(c, run_id, hw, wl, evidence=evidence)
             return sum(self._put_trial(c, run_id, t) for t in recs)
 
         return self._write(tx)
@@ -425,7 +440,7 @@ class Bank:
     def runs(self) -> list[RunSummary]:
         """Every run, oldest first, with its trial counts, best ok trial and baseline figures."""
         rows = self._read(
-            "SELECT r.run_id, r.created_at, h.record, w.record, r.reference_peak_bytes FROM runs r"
+            "SELECT r.run_id, r.created_at, h.record, w.record, r.reference_peak_bytes, r.evidence FROM runs r"
             " JOIN hardware h ON h.key = r.hardware_key JOIN workloads w ON w.key = r.workload_key"
             " ORDER BY r.created_at, r.run_id")
         counts: dict[str, dict[str, int]] = {}
@@ -443,7 +458,7 @@ class Bank:
             if peak is not None:
                 peaks.append(peak)
         out = []
-        for rid, created, hrec, wrec, ref_peak in rows:
+        for rid, created, hrec, wrec, ref_peak, evidence in rows:
             c = counts.get(rid, {})
             b = best.get(rid)
             steps, peaks = base.get(rid, ([], []))
@@ -454,7 +469,7 @@ class Bank:
                 best_step_time_s=b[0] if b else None, best_setting=json.loads(b[1]) if b else None,
                 baseline_step_time_s=statistics.median(steps) if steps else None,
                 baseline_peak_bytes=statistics.median(peaks) if peaks else None, reference_peak_bytes=ref_peak,
-                by_status=dict(c),
+                by_status=dict(c), evidence=evidence,
             ))
         return out
 
@@ -599,10 +614,11 @@ class Bank:
                     out.append({"type": "hardware", "key": k, "record": json.loads(rec)})
                 for k, rec in c.execute("SELECT key, record FROM workloads ORDER BY key"):
                     out.append({"type": "workload", "key": k, "record": json.loads(rec)})
-                for rid, hk, wk, at, ref in c.execute("SELECT run_id, hardware_key, workload_key, created_at,"
-                                                      " reference_peak_bytes FROM runs ORDER BY created_at, run_id"):
+                for rid, hk, wk, at, ref, ev in c.execute(
+                        "SELECT run_id, hardware_key, workload_key, created_at, reference_peak_bytes, evidence FROM runs"
+                        " ORDER BY created_at, run_id"):
                     out.append({"type": "run", "run_id": rid, "hardware": hk, "workload": wk, "created_at": at,
-                                "reference_peak_bytes": ref})
+                                "reference_peak_bytes": ref, "evidence": ev})
                 for rid, rec, at in c.execute("SELECT run_id, record, added_at FROM trials ORDER BY run_id, trial_id"):
                     out.append({"type": "trial", "run_id": rid, "record": json.loads(rec), "added_at": at})
                 for row in c.execute("SELECT run_id, kind, knob, value, time_mean, time_sd, mem_mean, mem_sd, source,"
@@ -693,7 +709,8 @@ class Bank:
             if hw is None or wl is None:
                 raise BankError(f"run {obj['run_id']!r} names hardware/workload keys not defined above it")
             return {"runs": int(self._put_run(c, obj["run_id"], hw, wl, created_at=float(obj["created_at"]),
-                                              reference_peak_bytes=obj.get("reference_peak_bytes")))}
+                                              reference_peak_bytes=obj.get("reference_peak_bytes"),
+                                              evidence=obj.get("evidence")))}
         if kind == "trial":
             self._need_run(c, obj["run_id"])
             return {"trials": self._put_trial(c, obj["run_id"], Trial.model_validate(obj["record"]),

@@ -43,6 +43,12 @@ class Workload(_Section):
     """Fixed workload arguments (Megatron names with underscores): never changed by a setting."""
     env: dict[str, str] = {}
     """Environment every trial gets."""
+    script_args: list[str] = []
+    """The launch script's positional arguments ($1, $2, ...), as the job passes them (Megatron's examples
+    take the checkpoint, vocab and data paths this way)."""
+    script_env: dict[str, str] = {}
+    """Variables the launch script reads from the job's environment (PWD, SLURM_NNODES, SLURM_JOB_ID, ...):
+    used to read the script, never set for trials. PWD defaults to the contract's folder."""
 
 
 class Hardware(_Section):
@@ -71,10 +77,24 @@ class Timing(_Section):
 
 
 class Loss(_Section):
+    """The loss referee (infrarsi.contract.numerics): loss and gradient norm, step for step, on the fixed
+    data order, against bands the doctor calibrates from the baseline's own spread."""
+
     compare_steps: int = Field(4, ge=1)
-    """How many leading iterations of the loss trace are compared with the baseline's."""
+    """The window: how many leading iterations of the loss and grad-norm traces are compared."""
     rtol: float = Field(0.02, gt=0)
-    """Allowed relative difference per compared step (bf16 and kernel patches stay within it)."""
+    """The precision knobs' band when the doctor could not run the baseline with another seed; also the
+    doctor's check that the baseline reproduces its own loss trace."""
+    exact_rtol: float = Field(1e-4, gt=0)
+    """Floor of the exact knobs' tolerance (fp32 reassociation: a different micro-batch split, kernel)."""
+    spread_factor: float = Field(10.0, ge=1)
+    """Exact tolerance = max(exact_rtol, spread_factor x the same-seed repeat spread)."""
+    precision_fraction: float = Field(0.1, gt=0, le=1)
+    """Precision band = max(exact, precision_fraction x the spread between seeds): well inside what a new
+    seed does to the training."""
+    seed_runs: int = Field(1, ge=0)
+    """Baseline runs the doctor makes with seed + 1, + 2, ... to measure the seed spread (needs a `seed`
+    workload argument; 0 = none)."""
 
 
 class Invariants(_Section):

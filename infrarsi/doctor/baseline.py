@@ -82,6 +82,7 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
             _check_ok(t)
             ok.append(t)
     ok = sorted(ok, key=lambda t: t.id)[:n]
+    seeds = seed_runs(run_dir, contract, adapter, executor, record, baseline, progress)
     loss = contract.invariants.loss
     ref = ok[0].metrics.losses
     worst, bad = 0.0, []
@@ -90,13 +91,55 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
         worst, bad = max(worst, w), bad + [f"trial {t.id}: {x}" for x in b]
     noise = profile([t.metrics.step_time_s for t in ok], trial_ids=[t.id for t in ok],
                     phases=[t.metrics.phases_s for t in ok if t.metrics.phases_s],
-                    loss_max_rel_diff=worst, loss_reproduces=not bad, reference_losses=ref, baseline=baseline)
+                    loss_max_rel_diff=worst, loss_reproduces=not bad, reference_losses=ref, baseline=baseline,
+                    numerics=referee(contract, adapter, ok, seeds, baseline).to_dict())
     sealed_write(run_dir, Path(run_dir) / NOISE_JSON, json.dumps(noise.model_dump(mode="json"), indent=2))
     if bad:
         raise DoctorError(f"the baseline does not reproduce its own loss trace within rtol {loss.rtol} over "
                           f"{loss.compare_steps} steps ({bad[0]}); the workload is not deterministic enough for "
                           f"[invariants.loss] -- fix its seeding or raise rtol in the contract")
     return DoctorResult(noise=noise, trials=ok, reused=reused)
+
+
+SEED_ROLE = "doctor-seed"
+
+
+def seed_runs(run_dir, contract: Contract, adapter: Adapter, executor, record: RunRecord, baseline,
+              progress: Callable[[str], None]) -> list[Trial]:
+    """``[invariants.loss] seed_runs`` runs of the baseline with the workload's seed + 1, + 2, ...: the spread
+    a new seed gives the loss and gradient norm, which sizes the precision knobs' band. None without a
+    ``seed`` workload argument. Resumes like the repeats (finished ones are reused)."""
+    k = contract.invariants.loss.seed_runs
+    seed = contract.workload.args.get("seed")
+    if not k or not isinstance(seed, int) or isinstance(seed, bool):
+        return []
+    out = []
+    for i in range(1, k + 1):
+        role = f"{SEED_ROLE}-{i}"
+        done = [t for t in record.matching(baseline, role=role) if t.status is TrialStatus.OK]
+        if done:
+            out.append(done[0])
+            continue
+        other = contract.model_copy(update={"workload": contract.workload.model_copy(
+            update={"args": {**contract.workload.args, "seed": seed + i}})})
+        with Runner(record, executor or make_executor(), adapter, other, config=Runner.Config(parallel=1)) as r:
+            t = r.submit(baseline, role=role).result()
+        progress(f"baseline with seed {seed + i} (sizes the precision band): {_line(t)}")
+        _check_ok(t)
+        out.append(t)
+    return out
+
+
+def referee(contract: Contract, adapter: Adapter, repeats: list[Trial], seeds: list[Trial], baseline):
+    """The calibrated loss referee (see infrarsi.contract.numerics)."""
+    from ..contract.numerics import Calibration, calibrate
+
+    loss = contract.invariants.loss
+    space = adapter.knob_space(contract)
+    cal = Calibration(exact_rtol=loss.exact_rtol, spread_factor=loss.spread_factor,
+                      precision_fraction=loss.precision_fraction, rtol=loss.rtol)
+    return calibrate([t.metrics for t in repeats], [t.metrics for t in seeds], window=loss.compare_steps, cal=cal,
+                     precision_knobs=[k.name for k in space.knobs if k.group == "precision"], baseline=dict(baseline))
 
 
 def _check_ok(t: Trial) -> None:

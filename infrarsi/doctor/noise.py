@@ -94,6 +94,7 @@ class NoiseProfile(BaseModel):
     loss_reproduces: bool = True
     reference_losses: list[float] = []  # the first run's loss trace: the baseline other trials are checked against
     baseline: dict = {}
+    numerics: dict = {}  # the calibrated loss referee (infrarsi.contract.numerics.Referee.to_dict()); {} before
     formula: str = "mde = (z_0.975 + z_0.80) * cv * sqrt(2 / repeats); repeats_for(d) = ceil(2 * (2.80 * cv / d)^2)"
 
     def summary_json(self) -> dict:
@@ -113,7 +114,8 @@ def noise_warning(n: NoiseProfile) -> str | None:
 
 def profile(step_times_s: Sequence[float], *, trial_ids: Sequence[int], phases: Sequence[Mapping[str, float]] = (),
             loss_max_rel_diff: float = 0.0, loss_reproduces: bool = True, reference_losses: Sequence[float] = (),
-            baseline: Mapping | None = None, target_effect: float = TARGET_EFFECT) -> NoiseProfile:
+            baseline: Mapping | None = None, target_effect: float = TARGET_EFFECT,
+            numerics: Mapping | None = None) -> NoiseProfile:
     n = len(step_times_s)
     c = cv(step_times_s)
     return NoiseProfile(
@@ -122,5 +124,5 @@ def profile(step_times_s: Sequence[float], *, trial_ids: Sequence[int], phases: 
         mde=mde(c, n), mde_by_repeats={k: mde(c, k) for k in (2, 3, 5, 10, 20)},
         target_effect=target_effect, repeats_for_target=repeats_for(target_effect, c),
         phases=median_phases(phases), loss_max_rel_diff=loss_max_rel_diff, loss_reproduces=loss_reproduces,
-        reference_losses=list(reference_losses), baseline=dict(baseline or {}),
+        reference_losses=list(reference_losses), baseline=dict(baseline or {}), numerics=dict(numerics or {}),
     )

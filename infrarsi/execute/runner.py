@@ -253,7 +253,7 @@ class Runner:
             self._gate.release(procs, mem)
             with self._lock:
                 self._handles.pop(trial.id, None)
-        verdict = self._verdict(outcome, Path(handle.trial_dir), reference)
+        verdict = self._verdict(outcome, Path(handle.trial_dir), reference, trial.setting)
         wrote = guard.changes(before)
         if wrote and not outcome.cancelled:  # a trial writes only its own directory (contract/scope.py)
             why = f"wrote outside its trial directory: {wrote[0]}" + (f" (and {len(wrote) - 1} more)" if len(wrote) > 1 else "")
@@ -298,7 +298,10 @@ class Runner:
                                      env=trial_env(spec, token, d), attempt=attempt)
         return trial, handle
 
-    def _verdict(self, outcome: Outcome, trial_dir: Path, reference: Sequence[float] | None) -> Verdict:
+    def _verdict(self, outcome: Outcome, trial_dir: Path, reference: Sequence[float] | None,
+                 setting: Mapping[str, Any] | None = None) -> Verdict:
+        """``reference``: the baseline's loss trace (checked within rtol), or a calibrated loss referee
+        (infrarsi.contract.numerics.Referee: loss and grad norm against the setting's band)."""
         stdout = _read_text(trial_dir / STDOUT)
         stderr = _read_text(trial_dir / STDERR)
         parsed: ParsedRun | None = None
@@ -310,6 +313,8 @@ class Runner:
             error = f"{type(e).__name__}: {e}"
         v = classify(outcome, parsed, stdout=stdout, stderr=stderr, parse_error=error)
         v = _harness_time(v, self.adapter, self.contract, trial_dir, outcome)
+        if hasattr(reference, "judge"):  # the calibrated loss referee (contract/numerics.py)
+            return reference.judge(v, setting or {})
         loss = self.contract.invariants.loss
         return apply_loss_check(v, reference, compare_steps=loss.compare_steps, rtol=loss.rtol)
 

@@ -45,6 +45,7 @@ class Metrics(BaseModel):
     peak_memory_bytes: float | None = None  # max over ranks of the capacity-governed peak
     peak_memory_by_rank: dict[int, float] = {}
     losses: list[float] = []  # loss per iteration, in order
+    grad_norms: list[float] = []  # global gradient norm (before clipping) per iteration, in order; [] if not logged
     phases_s: dict[str, float] = {}  # phase -> seconds per step
 
 

@@ -61,13 +61,10 @@ def _reference_facts(ref_source: str) -> dict[str, str]:
 
 
 def _rules() -> str:
-    try:
-        from . import verify as verify_mod
+    from . import verify as verify_mod
 
-        doc = verify_mod.__doc__ or ""
-        return doc[doc.find("What a candidate must survive"):].strip() or doc
-    except ImportError:
-        return ""
+    doc = verify_mod.__doc__ or ""
+    return doc[doc.find("What a candidate must survive"):].strip() or doc
 
 
 def _prompt(op: str, ref_source: str, facts: dict[str, str], example: str | None) -> list[dict[str, Any]]:
@@ -113,11 +110,9 @@ def _checker(facts: dict[str, str]):
             got = ",".join(a.arg for a in fwd[0].args.args + fwd[0].args.kwonlyargs)
             if want and got != want:
                 problems.append(f"forward({got}) differs from the reference's forward({want}); keep the signature")
-        try:
-            from .static import static_check
-        except ImportError:  # integration point: the verifier's static checks, when installed
-            static_check = None
-        if static_check is not None and not problems:
+        from .static import static_check
+
+        if not problems:
             problems += static_check(ans.source)
         return problems
 

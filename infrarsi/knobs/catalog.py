@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..transformer import canonical
+from .hardware import fp8_unsupported
 from .knob import Knob
 from .space import Constraint, KnobSpace, Violation
 
@@ -163,6 +164,12 @@ FRAMEWORK_DOMAINS: dict[str, dict[str, tuple[Any, ...]]] = {
 }
 
 
+# Knobs a framework sets through others, kept in its space so a setting says the same thing in every framework:
+# torchtitan's FSDP shards optimizer state exactly when the shard degree is above 1 (what Megatron's
+# --use-distributed-optimizer does), so a torchtitan setting carries distributed_optimizer, tied by a rule.
+DERIVED: dict[str, tuple[str, ...]] = {"torchtitan": ("distributed_optimizer",)}
+
+
 def knob(name: str) -> Knob:
     """The catalog knob called ``name``, or a KeyError listing the names."""
     try:
@@ -185,7 +192,7 @@ def knobs_for(framework: str | None) -> list[Knob]:
     out = []
     for k in KNOBS:
         # data_parallel is derived (world / (tp*pp*cp)) where a framework has no flag for it
-        if framework not in k.spelling and k.name != "data_parallel":
+        if framework not in k.spelling and k.name != "data_parallel" and k.name not in DERIVED.get(framework, ()):
             continue
         if k.name in over or k.name in doms:
             k = k.with_domain(doms.get(k.name, k.domain), over.get(k.name))
@@ -216,6 +223,8 @@ def build_knob_space(
     expert_tensor_parallel: int | None = None,
     stage_layers_given: bool = False,
     fp16: bool = False,
+    device: str | None = None,
+    local_spec: bool = False,
     include: Mapping[str, Any] | None = None,
     defaults: Mapping[str, Any] | None = None,
 ) -> KnobSpace:
@@ -228,6 +237,10 @@ def build_knob_space(
     - ``expert_tensor_parallel``: the expert TP size (Megatron default: equal to TP; torchtitan: 1).
     - ``stage_layers_given``: uneven first/last pipeline stages are set, so PP need not divide layers.
     - ``fp16``: the workload trains in fp16 (then bf16 must stay off).
+    - ``device``: the contract's ``hardware.kind``; fp8 recipes it cannot run leave the domain
+      (:mod:`.hardware`; an unknown device or ``cpu`` narrows nothing).
+    - ``local_spec``: Megatron runs the local layer spec (``--spec local``), the only one that takes
+      ``--attention-backend local``; without it ``local`` leaves the domain.
     - ``include``: a setting whose int values are added to the domains, so that a launch outside the
       usual values is reported by the constraint that explains it, not as "not in its domain".
     - ``defaults``: per-knob default overrides (e.g. a framework version's own defaults).
@@ -252,6 +265,13 @@ def build_knob_space(
             dom = [v for v in k.domain if num_layers % v == 0]
         elif k.name in ("moe_token_dispatcher", "moe_grouped_gemm") and not moe:
             dom = [k.default]
+        elif k.name == "fp8_recipe":
+            dom = [r for r in dom if fp8_unsupported(r, device) is None]
+        elif k.name == "attention_backend" and not local_spec:
+            dom = [b for b in dom if b != "local"]
+        if k.name in ("fp8_recipe", "attention_backend") and include and include.get(k.name) in k.domain \
+                and include[k.name] not in dom:
+            dom.append(include[k.name])  # the launch's own value stays, so the rule that forbids it can say why
         if include and k.kind == "int" and include.get(k.name) is not None and include[k.name] not in dom:
             dom = sorted(set(dom) | {int(include[k.name])})
         default = fw_def.get(k.name, k.default)
@@ -265,14 +285,14 @@ def build_knob_space(
         num_layers=num_layers, num_attention_heads=num_attention_heads, num_query_groups=num_query_groups,
         num_experts=num_experts, seq_length=seq_length, global_batch_size=global_batch_size,
         world_size=world_size, expert_tensor_parallel=expert_tensor_parallel,
-        stage_layers_given=stage_layers_given, fp16=fp16, defaults=dflt,
+        stage_layers_given=stage_layers_given, fp16=fp16, device=device, local_spec=local_spec, defaults=dflt,
     )
     return KnobSpace(knobs, cons)
 
 
 def space_for_fixed(fixed: Mapping[str, Any], *, world_size: int | None = None, framework: str | None = None,
                     include: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None,
-                    expert_tensor_parallel: int | None = None) -> KnobSpace:
+                    expert_tensor_parallel: int | None = None, device: str | None = None) -> KnobSpace:
     """:func:`build_knob_space` from a dict of fixed workload arguments (Megatron names, as an
     adapter's parse returns them, or any spelling ``infrarsi.transformer.ALIASES`` knows)."""
     fixed = canonical(fixed)
@@ -288,7 +308,8 @@ def space_for_fixed(fixed: Mapping[str, Any], *, world_size: int | None = None, 
         expert_tensor_parallel=expert_tensor_parallel,
         stage_layers_given=bool(fixed.get("decoder_first_pipeline_num_layers") or fixed.get("decoder_last_pipeline_num_layers")
                                 or fixed.get("pipeline_model_parallel_layout")),
-        fp16=bool(fixed.get("fp16")), include=include, defaults=defaults,
+        fp16=bool(fixed.get("fp16")), device=device, local_spec=str(fixed.get("spec", "")).split()[:1] == ["local"],
+        include=include, defaults=defaults,
     )
 
 
@@ -304,6 +325,8 @@ def workload_constraints(
     expert_tensor_parallel: int | None = None,
     stage_layers_given: bool = False,
     fp16: bool = False,
+    device: str | None = None,
+    local_spec: bool = False,
     defaults: Mapping[str, Any] | None = None,
 ) -> list[Constraint]:
     """The cross-knob rules for one workload, each a named :class:`Constraint` whose message shows
@@ -430,6 +453,18 @@ def workload_constraints(
         return None
 
     @rule
+    def recompute_options_need_full(s):
+        # without full recompute Megatron ignores (or rejects) --recompute-method/--recompute-num-layers, so
+        # other values would be the same launch under another name
+        if v(s, "recompute_granularity") == "full":
+            return None
+        moved = [n for n in ("recompute_method", "recompute_num_layers") if n in s and s[n] != d[n]]
+        if moved:
+            return (f"{' and '.join(moved)} only act with recompute_granularity full (it is "
+                    f"{v(s, 'recompute_granularity')}); keep {', '.join(f'{n} = {d[n]!r}' for n in moved)}")
+        return None
+
+    @rule
     def overlap_param_gather_needs(s):
         if not v(s, "overlap_param_gather"):
             return None
@@ -446,10 +481,17 @@ def workload_constraints(
                     f"(tp = {v(s, 'tensor_parallel')}, sequence_parallel = {v(s, 'sequence_parallel')})")
         return None
 
+    # fp8 does not need bf16: Megatron and torchtitan both accept fp8 GEMMs with --fp16 or fp32 params.
+
     @rule
-    def fp8_needs_bf16(s):
-        if v(s, "fp8_recipe") != "none" and not v(s, "bf16"):
-            return f"fp8_recipe {v(s, 'fp8_recipe')!r} needs bf16 = true"
+    def fp8_supported_by_device(s):
+        return fp8_unsupported(v(s, "fp8_recipe"), device)
+
+    @rule
+    def attention_backend_local_needs_local_spec(s):
+        if v(s, "attention_backend") == "local" and not local_spec:
+            return ("attention_backend 'local' needs the local layer spec (Megatron: \"--attention-backend local "
+                    "requires --spec local\"); keep attention_backend auto, flash, fused or unfused")
         return None
 
     @rule
@@ -458,12 +500,7 @@ def workload_constraints(
             return "bf16 cannot be combined with the workload's fp16 (--fp16); keep bf16 = false"
         return None
 
-    @rule
-    def async_tp_needs(s):
-        if v(s, "async_tp") and (v(s, "tensor_parallel") <= 1 or not v(s, "torch_compile")):
-            return (f"async_tp needs tensor_parallel > 1 and torch_compile = true "
-                    f"(tp = {v(s, 'tensor_parallel')}, torch_compile = {v(s, 'torch_compile')})")
-        return None
+    # async_tp's rules depend on torchtitan's version and compile components: torchtitan.knob_space_for holds them.
 
     return out
 

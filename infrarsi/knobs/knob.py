@@ -92,6 +92,15 @@ class Knob(BaseModel):
             )
         return self
 
+    def normalize(self, value: Any) -> Any:
+        """The canonical form of a value of this knob's kind, without a domain check: a bool knob's 0/1
+        become False/True. Values of another form pass unchanged (the domain check is :meth:`coerce`'s
+        job; a float for an int knob is refused at the edge, by init). Settings are built from normalized
+        values, so equal settings have equal hashes (``True == 1`` in Python, but their JSON keys differ)."""
+        if self.kind == "bool" and not isinstance(value, bool) and isinstance(value, (int, float)) and value in (0, 1):
+            return bool(value)
+        return value
+
     def coerce(self, value: Any) -> Any:
         """Convert a value written as text (a flag, a TOML string) to this knob's type, or raise
         ValueError naming the knob and its domain."""

@@ -10,15 +10,21 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Setting(Mapping[str, Any]):
-    """An immutable, hashable mapping knob -> value. Two settings with the same items are equal."""
+    """An immutable, hashable mapping knob -> value.
 
-    __slots__ = ("_items", "_hash")
+    Equality is equality of :meth:`key` (the JSON text), the same thing the hash is made of: ``{"sp": True}``
+    and ``{"sp": 1}`` are different settings here (Python's ``True == 1`` would make them equal with
+    different hashes, and a set would hold both). :meth:`KnobSpace.complete` normalizes values by the
+    knob's kind, so settings built through the space compare as their knobs mean."""
+
+    __slots__ = ("_items", "_key", "_hash")
 
     def __init__(self, values: Mapping[str, Any] | None = None, /, **kw: Any) -> None:
         d = dict(values or {})
         d.update(kw)
         self._items: dict[str, Any] = dict(sorted(d.items()))
-        self._hash = hash(json.dumps(self._items, sort_keys=True, default=str))
+        self._key = json.dumps(self._items, sort_keys=True, default=str)
+        self._hash = hash(self._key)
 
     def __getitem__(self, key: str) -> Any:
         return self._items[key]
@@ -33,8 +39,10 @@ class Setting(Mapping[str, Any]):
         return self._hash
 
     def __eq__(self, other: object) -> bool:
+        if isinstance(other, Setting):
+            return self._key == other._key
         if isinstance(other, Mapping):
-            return self._items == dict(other)
+            return self._key == Setting(other)._key
         return NotImplemented
 
     def __repr__(self) -> str:
@@ -49,7 +57,7 @@ class Setting(Mapping[str, Any]):
 
     def key(self) -> str:
         """A stable text key (JSON, sorted keys): the identity of a setting on disk and in the bank."""
-        return json.dumps(self._items, sort_keys=True, default=str)
+        return self._key
 
 
 class Patch(BaseModel):

@@ -100,8 +100,10 @@ class KnobSpace:
         return Setting({k.name: k.default for k in self.knobs})
 
     def complete(self, partial: Mapping[str, Any]) -> Setting:
-        """Fill knobs the mapping does not mention with their defaults."""
-        return Setting({k.name: partial.get(k.name, k.default) for k in self.knobs})
+        """Fill knobs the mapping does not mention with their defaults; values are normalized by the knob's
+        kind (``sp=1`` of a bool knob is ``sp=True``), so a resumed or bank-seeded setting is the same
+        setting, with the same hash, as the one the tuner proposes."""
+        return Setting({k.name: k.normalize(partial.get(k.name, k.default)) for k in self.knobs})
 
     def restrict(self, domains: Mapping[str, Sequence[Any]], *, keep: Iterable[str] | None = None) -> "KnobSpace":
         """A sub-space: only knobs named in ``keep`` (default: those in ``domains``), each restricted to

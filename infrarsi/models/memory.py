@@ -28,7 +28,8 @@ NUTS for effects seen mostly through OOMs, where the Gaussian at the mode is far
 See :func:`._fit.tobit_grid`.
 ``"svi"`` fits an AutoMultivariateNormal guide with Pyro SVI, started at the grid posterior on the
 first fit and continued from the previous guide on every refit (fewer steps).
-:meth:`MemoryModel.run_nuts` samples the exact posterior for the report.
+:meth:`MemoryModel.run_nuts` samples the exact posterior (a check of the grid posterior in tests and
+benchmarks; neither the search nor the report runs it).
 
 The joint-mode Laplace approximation was tried first and rejected: with ~20 coefficients and ~40
 trials it put sigma at 0.021 where NUTS gives 0.036 (true 0.05), and its 90% intervals missed the

@@ -15,7 +15,8 @@ Model (Pyro, :func:`time_model`)::
 Inference is exact and fast: given sigma the model is a conjugate Gaussian linear model, so the
 posterior is a mixture of Gaussians over a grid of sigma values weighted by the marginal likelihood
 (:func:`._fit.conjugate_grid`). There is nothing to warm-start; a refit on 50 trials takes
-milliseconds. :meth:`TimeModel.run_nuts` samples the same Pyro model with NUTS for the report.
+milliseconds. :meth:`TimeModel.run_nuts` samples the same Pyro model with NUTS (a check of the grid posterior in tests
+and benchmarks; neither the search nor the report runs it).
 
 Public API (what the search stage calls)::
 

@@ -140,8 +140,6 @@ def parse_launch(path: Path) -> ParsedLaunch:
         return ParsedLaunch(adapter=generic.adapter, program=generic.program, fixed=dict(mp.fixed), flags=generic.flags,
                             world_size=mp.world_size, notes=list(mp.notes), setting=dict(mp.setting),
                             knobs=list(knob_space_for(mp).knobs))
-    except ImportError:
-        return generic
     except (ValueError, OSError) as e:  # the adapter's parser refused the script: say why, keep the generic read
         generic.notes.append(f"the {generic.adapter} adapter could not read the launch ({e}); args read literally")
         return generic
@@ -153,7 +151,8 @@ def parse_command(path: Path) -> ParsedLaunch:
     argv: list[str] = []
     program, args, world = "", [], None
     try:
-        from ..adapters.launch_script import interpret_script, is_python, split_launcher
+        from ..adapters.bash import interpret_script
+        from ..adapters.launch_script import is_python, split_launcher
 
         res = interpret_script(text, path=str(path))
         for cmd in reversed(res.commands):  # the last command that runs a program is the training launch
@@ -187,12 +186,9 @@ def parse_command(path: Path) -> ParsedLaunch:
         adapter = "megatron"
     fixed_keys = set(FIXED_WORKLOAD_KEYS)
     if adapter == "minigpt":
-        try:
-            from ..adapters.minigpt import FIXED_FLAGS
+        from ..adapters.minigpt import FIXED_FLAGS
 
-            fixed_keys |= set(FIXED_FLAGS)
-        except ImportError:
-            pass
+        fixed_keys |= set(FIXED_FLAGS)
     fixed = {k: v for k, v in flags.items() if k in fixed_keys}
     notes = [] if program else [f"no training command found in {path}; fill [workload] by hand"]
     return ParsedLaunch(adapter=adapter, program=program, fixed=fixed,
@@ -205,16 +201,13 @@ def adapter_knobs(parsed: ParsedLaunch) -> list[Knob]:
     (``infrarsi.knobs.catalog.space_for_fixed``) or ``infrarsi.adapters.minigpt.knobs``."""
     if parsed.knobs is not None:
         return list(parsed.knobs)
-    try:
-        if parsed.adapter == "minigpt":
-            from ..adapters.minigpt import knobs
+    if parsed.adapter == "minigpt":
+        from ..adapters.minigpt import knobs
 
-            return list(knobs())
-        from ..knobs.catalog import space_for_fixed
+        return list(knobs())
+    from ..knobs.catalog import space_for_fixed
 
-        return list(space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=parsed.adapter).knobs)
-    except ImportError:
-        return []
+    return list(space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=parsed.adapter).knobs)
 
 
 def off_limits(request: str) -> set[str]:

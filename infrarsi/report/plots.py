@@ -83,7 +83,7 @@ def predicted_vs_observed(fit: Fit) -> bytes:
         obs = [r.observed_s for r in fit.time]
         ax.errorbar(obs, [r.mean_s for r in fit.time],
                     yerr=[[r.mean_s - r.lo_s for r in fit.time], [r.hi_s - r.mean_s for r in fit.time]],
-                    fmt="o", ms=4, color="tab:blue", alpha=0.7, label="refit, 90% predictive")
+                    fmt="o", ms=4, color="tab:blue", alpha=0.7, label="tuner's fit, 90% predictive")
         prop = [(r.observed_s, r.proposed_s) for r in fit.time if r.proposed_s]
         if prop:
             ax.scatter(*zip(*prop), marker="^", color="tab:orange", s=30, label="predicted before the trial")

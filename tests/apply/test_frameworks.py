@@ -1,55 +1,124 @@
-"""`infrarsi apply` for Megatron and torchtitan: the tuned launch comes from the adapters' emit
-functions, and the profile it writes gives infrarsi-launch the same command."""
+"""`infrarsi apply` for Megatron and torchtitan: the tuned setting is written as a minimal edit of the user's
+own launch file (the .sh with its variables and arrays, the TOML job file, the 0.3 command line), which the
+project's reader then reads back as exactly the tuned launch; the profile gives infrarsi-launch the same
+command."""
 
 import json
-import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from infrarsi.adapters.launcher import apply_profile, load_profile
+from infrarsi.adapters.megatron import parse_megatron_file
+from infrarsi.adapters.torchtitan import parse_torchtitan_file
 from infrarsi.stages import apply as stage
 from infrarsi.testing.recorded_run import write_verified_run
 
 FIX = Path(__file__).parents[1] / "fixtures"
 
+# fixture, devices, scope, candidate, lines the diff must hold (+ added, - removed)
 CASES = {
-    "megatron": ("megatron/mixtral_8x7b.sh", 32, {"expert_parallel": [2, 4, 8], "moe_token_dispatcher": ["alltoall", "flex"]},
-                 {"expert_parallel": 4, "moe_token_dispatcher": "flex"},
-                 ["--expert-model-parallel-size", "4", "--moe-token-dispatcher-type", "flex"]),
-    "torchtitan": ("torchtitan/llama3_8b.toml", 8, {"tensor_parallel": [1, 2], "recompute_granularity": ["selective", "full"]},
-                   {"tensor_parallel": 2, "recompute_granularity": "full"},
-                   ["--parallelism.tensor_parallel_degree", "2"]),
+    "megatron-arrays": ("megatron/mixtral_8x7b.sh", 32,
+                        {"expert_parallel": [2, 4, 8], "moe_token_dispatcher": ["alltoall", "flex"]},
+                        {"expert_parallel": 4, "moe_token_dispatcher": "flex"},
+                        ["-    --expert-model-parallel-size 8", "+    --expert-model-parallel-size 4",
+                         "-    --moe-token-dispatcher-type alltoall", "+    --moe-token-dispatcher-type flex"]),
+    "megatron-variables": ("megatron/llama2_70b_slurm.sh", 64,
+                           {"tensor_parallel": [4, 8], "pipeline_parallel": [4, 8], "virtual_pipeline": [1, 2]},
+                           {"tensor_parallel": 4, "pipeline_parallel": 8, "virtual_pipeline": 2},
+                           ["-TP=8", "+TP=4", "-PP=4", "+PP=8", "-VP_LAYERS=10", "+VP_LAYERS=5"]),
+    "torchtitan-toml": ("torchtitan/llama3_8b.toml", 8,
+                        {"tensor_parallel": [1, 2], "recompute_granularity": ["selective", "full"]},
+                        {"tensor_parallel": 2, "recompute_granularity": "full"},
+                        ["-tensor_parallel_degree = 1", "+tensor_parallel_degree = 2",
+                         '-mode = "selective"  # ["none", "selective", "full"]',
+                         '+mode = "full"  # ["none", "selective", "full"]']),
+    "torchtitan-0.3": ("torchtitan/llama3_8b_v03.sh", 8,
+                       {"recompute_granularity": ["selective", "full"]}, {"recompute_granularity": "selective"},
+                       ["-    activation-checkpoint:full", "+    activation-checkpoint:selective"]),
 }
 
 
-@pytest.mark.parametrize("framework", sorted(CASES))
-def test_apply_emits_the_framework_launch(framework, repo, consoles, tmp_path):
-    fixture, devices, scope, cand, flags = CASES[framework]
-    launch = Path(fixture).name
-    toml = (f'name = "{framework}-tuned"\n[workload]\nadapter = "{framework}"\nlaunch = "{launch}"\n'
+def _contract(name: str, fixture: str, devices: int, scope: dict) -> str:
+    fw = fixture.split("/")[0]
+    return (f'name = "{name}"\n[workload]\nadapter = "{fw}"\nlaunch = "{Path(fixture).name}"\n'
             f'[hardware]\nkind = "H100-80GB"\ndevices = {devices}\nmemory_capacity_gib = 80\n'
-            f"[scope.knobs]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in scope.items()))
-    run_dir = write_verified_run(tmp_path / "project", toml, cand, files={launch: (FIX / fixture).read_text()})
+            "[scope.knobs]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in scope.items()))
+
+
+def _git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_apply_edits_the_users_launch_in_place(case, repo, consoles):
+    fixture, devices, scope, cand, lines = CASES[case]
+    name = Path(fixture).name
+    project = repo / "train"
+    run_dir = write_verified_run(project, _contract(case, fixture, devices, scope), cand,
+                                 files={name: (FIX / fixture).read_text()})
+    (project / ".gitignore").write_text("run/\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "the team's launch")
+    con, err, out, errbuf = consoles
+    assert stage.run(run_dir, repo=repo, dry_run=True, console=con, err=err) == 0, errbuf.getvalue()
+    shown = out.getvalue()
+    assert f"--- a/train/{name}" in shown and f"+++ b/train/{name}" in shown
+    section = shown.split(f"--- a/train/{name}", 1)[1].split("\n--- ", 1)[0]  # this file's part of the diff
+    body = [ln for ln in section.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    for ln in lines:
+        assert ln in body, (ln, shown)
+    assert len(body) <= 2 * len(lines)  # nothing but the tuned values moved
+    assert not (repo / "infrarsi-tuned" / case / "launch.sh").exists()
+    assert stage.run(run_dir, repo=repo, dry_run=False, console=con, err=err) == 0, errbuf.getvalue()
+    edited = project / name
+    if fixture.startswith("megatron"):
+        got = parse_megatron_file(edited).setting
+    else:
+        got = parse_torchtitan_file(edited, world_size=devices).setting
+    assert all(got[k] == v for k, v in cand.items()), got
+    assert (repo / "infrarsi-tuned" / case / "audit.json").is_file()
+    fw, setting = load_profile(repo / "infrarsi-tuned" / case / "profile.json")
+    assert fw == fixture.split("/")[0] and all(setting[k] == v for k, v in cand.items())
+    log = _git(repo, "log", "-1", "--format=%B")
+    assert case in log and "95% CI" in log and f"train/{name}" in log
+
+
+def test_profile_gives_infrarsi_launch_the_same_command(repo, consoles, tmp_path):
+    """A launch outside the repository is written as an edited copy; infrarsi-launch --profile on the user's
+    original command gives the same program arguments."""
+    fixture, devices, scope, cand, _ = CASES["megatron-arrays"]
+    name = Path(fixture).name
+    run_dir = write_verified_run(tmp_path / "elsewhere", _contract("outside", fixture, devices, scope), cand,
+                                 files={name: (FIX / fixture).read_text()})
     con, err, out, errbuf = consoles
     assert stage.run(run_dir, repo=repo, dry_run=False, console=con, err=err) == 0, errbuf.getvalue()
-    d = repo / "infrarsi-tuned" / f"{framework}-tuned"
-    line = next(ln for ln in (d / "launch.sh").read_text().splitlines() if ln.startswith("exec "))
-    argv = shlex.split(line)[1:-1]
-    text = " ".join(argv)
-    for a, b in zip(flags[::2], flags[1::2]):
-        assert f"{a} {b}" in text or f"{a}={b}" in text, (a, b, text)
-    sbatch = (d / "sbatch.sh").read_text()
-    assert "#SBATCH --gpus-per-node=" in sbatch
-    fw, setting = load_profile(d / "profile.json")
-    assert fw == framework and all(setting[k] == v for k, v in cand.items())
-    if framework == "megatron":  # infrarsi-launch --profile on the user's original command: the same launch
-        from infrarsi.adapters.megatron import parse_megatron_file
+    copy = repo / "infrarsi-tuned" / "outside" / name
+    edited = parse_megatron_file(copy)
+    fw, setting = load_profile(repo / "infrarsi-tuned" / "outside" / "profile.json")
+    orig = parse_megatron_file(tmp_path / "elsewhere" / name)
+    spec, problems = apply_profile(orig.argv(), fw, setting)
+    assert problems == [] and spec.argv == edited.argv()
 
-        orig = parse_megatron_file(tmp_path / "project" / launch)
-        spec, problems = apply_profile(orig.argv(), fw, setting)
-        assert problems == [] and spec.argv == argv
-        assert "srun" in sbatch
-    log = subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%B"], capture_output=True, text=True).stdout
-    assert f"{framework}-tuned" in log and "95% CI" in log
+
+def test_an_entrypoint_workload_still_gets_launch_and_sbatch(repo, consoles, tmp_path):
+    """No launch file to edit (a command in the contract): the tuned launch.sh and sbatch.sh are written."""
+    toml = ('name = "entry"\n[workload]\nadapter = "megatron"\n'
+            'entrypoint = "srun --container-image=nvcr.io/nvidia/pytorch:24.05-py3 --container-mounts=/data:/data '
+            '--output=logs/train.log python pretrain_gpt.py"\n'
+            '[workload.args]\nnum_layers = 32\nhidden_size = 4096\nnum_attention_heads = 32\nseq_length = 4096\n'
+            'global_batch_size = 64\nmicro_batch_size = 1\n'
+            '[hardware]\nkind = "H100-80GB"\ndevices = 8\nmemory_capacity_gib = 80\n'
+            '[scope.knobs]\ntensor_parallel = [1, 2]\n')
+    run_dir = write_verified_run(tmp_path / "p", toml, {"tensor_parallel": 2})
+    con, err, out, errbuf = consoles
+    assert stage.run(run_dir, repo=repo, dry_run=False, console=con, err=err) == 0, errbuf.getvalue()
+    d = repo / "infrarsi-tuned" / "entry"
+    sbatch = (d / "sbatch.sh").read_text()
+    # the user's srun options survive into the batch job: it runs inside its container (class 8)
+    for opt in ("--container-image=nvcr.io/nvidia/pytorch:24.05-py3", "--container-mounts=/data:/data",
+                "--output=logs/train.log"):
+        assert opt in sbatch, sbatch
+    assert "#SBATCH --gpus-per-node=" in sbatch
+    assert (d / "launch.sh").read_text().rstrip().endswith('"$@"')  # a command takes more arguments

@@ -128,10 +128,7 @@ def test_priors_from_effects_reads_the_models_effects():
 
 
 def test_priors_from_a_fitted_time_model():
-    try:
-        from infrarsi.models import TimeModel
-    except ImportError as e:  # the models package is optional for the bank
-        pytest.skip(f"infrarsi.models not importable: {e}")
+    from infrarsi.models import TimeModel
     from infrarsi.bank import priors_from_effects
 
     sp = _space()

@@ -9,9 +9,9 @@ from infrarsi.priors import llm as llm_mod
 from infrarsi.priors.llm import LLMConfig, exchanges
 from infrarsi.testing.openai_server import OpenAIServer, Reply
 
-verify_mod = pytest.importorskip("infrarsi.kernels.verify", reason="the kernel verifier is not importable")
-from infrarsi.kernels.generate import KernelGenerationError, generate_kernel  # noqa: E402
-from infrarsi.kernels.loader import reference_path  # noqa: E402
+from infrarsi.kernels import verify as verify_mod
+from infrarsi.kernels.generate import KernelGenerationError, generate_kernel
+from infrarsi.kernels.loader import reference_path
 
 GOOD = reference_path("rmsnorm").parent / "triton_rows4.py"
 

@@ -76,7 +76,7 @@ def test_domains_follow_the_workload():
     (dict(context_parallel=8, data_parallel=1), "global_batch_divisible", None),
     (dict(sequence_parallel=True), "sequence_parallel_needs_tp", "sequence_parallel needs tensor_parallel > 1 (tp = 1)"),
     (dict(overlap_param_gather=True, overlap_grad_reduce=True), "overlap_param_gather_needs", "needs distributed_optimizer"),
-    (dict(fp8_recipe="mxfp8"), "fp8_needs_bf16", "fp8_recipe 'mxfp8' needs bf16 = true"),
+    (dict(fp8_recipe="delayed", bf16=False), "fp8_needs_bf16", None),  # fp8 with fp32 params: both frameworks accept it
     (dict(micro_batch_size=16, data_parallel=8, recompute_granularity="full", recompute_num_layers=64),
      "recompute_layers_fit", "recompute_num_layers 64 is more than the 32 layers per (virtual) pipeline stage"),
 ])
@@ -123,3 +123,29 @@ def test_sampled_settings_are_valid_and_default_is_valid():
     assert len(got) == 20 and all(space.is_valid(s) for s in got)
     prod = {s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"] * s["data_parallel"] for s in got}
     assert prod == {8}
+
+
+def test_fp8_recipes_follow_the_contracts_device():
+    """mxfp8 needs SM100: an H100 contract never offers it; B200 does; an unknown device narrows nothing."""
+    h100 = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, framework="megatron",
+                           device="H100-80GB")
+    assert "mxfp8" not in h100["fp8_recipe"].domain and "delayed" in h100["fp8_recipe"].domain
+    b200 = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, framework="megatron",
+                           device="B200")
+    assert "mxfp8" in b200["fp8_recipe"].domain
+    a100 = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, framework="megatron",
+                           device="A100", include={"fp8_recipe": "delayed"})
+    assert a100["fp8_recipe"].domain == ("none", "delayed")  # the launch's own value stays, and the rule says why
+    msgs = [v.message for v in a100.validate(a100.default().replace(fp8_recipe="delayed"))]
+    assert any("needs a GPU of compute capability SM89 or later; the contract's A100 is SM80" in m for m in msgs)
+    unknown = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, framework="megatron")
+    assert "mxfp8" in unknown["fp8_recipe"].domain
+
+
+def test_attention_backend_local_only_with_the_local_spec():
+    te = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, framework="megatron")
+    assert "local" not in te["attention_backend"].domain
+    local = space_for_fixed({"num_layers": 32, "num_attention_heads": 32, "spec": "local"}, world_size=8,
+                            framework="megatron")
+    assert "local" in local["attention_backend"].domain
+    assert local.is_valid(local.default().replace(attention_backend="local"))

@@ -12,8 +12,8 @@ import pytest
 from infrarsi.priors import priors_for
 from infrarsi.testing.openai_server import Reply
 
-simulated = pytest.importorskip("infrarsi.workloads.simulated", reason="infrarsi.workloads.simulated is not importable")
-models = pytest.importorskip("infrarsi.models", reason="infrarsi.models (MemoryModel, revision) is not importable")
+from infrarsi import models
+from infrarsi.workloads import simulated
 
 WORKLOAD = "dense8b-h100x8"  # Llama-3-8B-like, seq 8192, flash attention: selective recompute saves ~no memory
 

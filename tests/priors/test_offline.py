@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from infrarsi.knobs import Knob, KnobSpace
+from infrarsi.knobs import Knob, KnobSpace, catalog
+from infrarsi.workloads import simulated
 from infrarsi.priors.offline import knows, offline_priors, peak_bytes, context, sm_of
 
 WORKLOAD = dict(seq_length=8192, hidden_size=4096, num_layers=32, num_attention_heads=32, global_batch_size=128)
@@ -18,13 +19,11 @@ def by_feature(priors):
 
 
 def megatron_space():
-    catalog = pytest.importorskip("infrarsi.knobs.catalog", reason="the knob catalog is not importable")
     return catalog.build_knob_space(num_layers=32, num_attention_heads=32, num_query_groups=8, seq_length=8192,
                                     global_batch_size=128, world_size=8, framework="megatron")
 
 
 def test_every_catalog_knob_value_has_an_informed_prior():
-    catalog = pytest.importorskip("infrarsi.knobs.catalog", reason="the knob catalog is not importable")
     space = KnobSpace(list(catalog.KNOBS))  # every knob, every value, no framework filter
     priors = offline_priors(space, workload=WORKLOAD, hardware=H100x8)
     assert [p.feature for p in priors] == space.feature_names
@@ -122,19 +121,18 @@ def test_unknown_knob_is_uninformative():
 def test_knowledge_base_covers_the_simulated_clusters_one_knob_effects():
     """90% prior intervals vs the noise-free simulator, one knob changed from each workload's baseline
     (scripts/bench_priors.py prints the full table)."""
-    sim = pytest.importorskip("infrarsi.workloads.simulated", reason="the simulated clusters are not importable")
     hits = total = 0
-    for name in sim.WORKLOADS:
-        space, w = sim.space_for(name), sim.get_workload(name)
+    for name in simulated.WORKLOADS:
+        space, w = simulated.space_for(name), simulated.get_workload(name)
         ref = space.complete(w.baseline)
         local = KnobSpace([k.with_domain(k.domain, ref[k.name]) for k in space.knobs], space.constraints)
-        base = sim.simulate(name, ref, noise_cv=0.0)
+        base = simulated.simulate(name, ref, noise_cv=0.0)
         hw = {"kind": w.spec.name, "devices": w.world_size}
         for p in offline_priors(local, workload=w.model.model_dump(), hardware=hw):
             s = ref.replace(**{p.knob: p.value})
             if not space.is_valid(s):
                 continue
-            r = sim.simulate(name, s, noise_cv=0.0)
+            r = simulated.simulate(name, s, noise_cv=0.0)
             pairs = [(math.log(r.peak_memory_bytes / base.peak_memory_bytes), p.mem_mean, p.mem_sd)]
             if not r.oom and not base.oom:
                 pairs.append((math.log(r.step_time_s / base.step_time_s), p.time_mean, p.time_sd))

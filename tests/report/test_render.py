@@ -3,6 +3,7 @@
 import dataclasses
 import hashlib
 import json
+import math
 import re
 import statistics
 
@@ -122,3 +123,54 @@ def test_report_of_a_run_not_yet_verified(run_dir):
     (run_dir / "verification.json").unlink()
     md = to_markdown(build(load_run(run_dir), sections=["summary", "verification", "audit"]))
     assert "No verification yet" in md and "Not verified yet" in md and "No promoted candidate" in md
+
+
+def test_memory_effects_are_whole_effects_that_match_the_known_law(run_dir):
+    """The recorded run's trials follow MEM_EFFECT; search.json (written by the run stage's own writer, with
+    the analytical estimate on) must report each measured memory effect as itself, not as the model's
+    correction on top of the estimate."""
+    from infrarsi.report.render import pct
+    from infrarsi.testing.recorded_run import MEM_EFFECT
+
+    data = load_run(run_dir)
+    assert data.search["memory_estimate"] is True
+    eff = {e["feature"]: e for e in data.search["memory_effects"]}
+    corr = {e["feature"]: e for e in data.search["memory_corrections"]}
+    for feature in ("micro_batch_size=4", "micro_batch_size=8", "attention_backend=auto", "bf16=True"):
+        truth = MEM_EFFECT[tuple(feature.split("=")[:1]) + ({"True": True, "auto": "auto"}.get(
+            feature.split("=")[1], None) or int(feature.split("=")[1]),)]
+        e = eff[feature]
+        assert e["lo"] <= truth <= e["hi"], (feature, truth, e)
+        assert abs(e["mean"] - truth) < 0.15 and (e["mean"] > 0) == (truth > 0), (feature, truth, e["mean"])
+    # micro_batch_size=8 doubles the peak (+112%); the correction alone is far from it
+    assert abs(corr["micro_batch_size=8"]["mean"] - MEM_EFFECT[("micro_batch_size", 8)]) > 0.2
+    md = to_markdown(build(data, sections=["effects"]))
+    e8 = eff["micro_batch_size=8"]
+    assert f"| micro_batch_size=8 | {pct(e8['mean']):+.1f} | [{pct(e8['lo']):+.1f}, {pct(e8['hi']):+.1f}]" in md
+    assert 90 < pct(e8["mean"]) < 135
+    # priors are revised against whole effects: the offline micro-batch prior was right
+    rev = {r["feature"]: r for r in data.search["memory_revisions"]}
+    assert not rev["micro_batch_size=16"]["miscalibrated"]
+
+
+def test_models_section_reads_the_tuners_saved_fit(run_dir):
+    """Predicted vs observed comes from search.json's `fitted` block (the tuner's own models), not a refit:
+    changing the saved prediction changes the report."""
+    from infrarsi.contract.seal import sealed_write
+    from infrarsi.knobs import Setting
+    from infrarsi.report.fit import saved_fit
+
+    data = load_run(run_dir)
+    fit = saved_fit(data)
+    first = fit.time[0]
+    t = data.by_id[first.trial]
+    m, s = data.search["fitted"]["time"][Setting(t.setting).key()]
+    assert first.mean_s == math.exp(m)
+    body = json.loads((run_dir / "search.json").read_text())
+    body["fitted"]["time"][Setting(t.setting).key()] = [m + 1.0, s]
+    sealed_write(run_dir, run_dir / "search.json", json.dumps(body))  # as the run stage writes it
+    assert saved_fit(load_run(run_dir)).time[0].mean_s == math.exp(m + 1.0)
+    del body["fitted"]
+    sealed_write(run_dir, run_dir / "search.json", json.dumps(body))
+    assert saved_fit(load_run(run_dir)) is None
+    assert "rerun `infrarsi run`" in to_markdown(build(load_run(run_dir), sections=["models"]))

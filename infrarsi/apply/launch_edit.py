@@ -1,0 +1,339 @@
+"""The tuned setting as a minimal edit of the user's own launch file: the .sh, the TOML job file, the 0.3 command line.
+
+A training team reviews a five-line diff of the script they already run; nobody reviews a regenerated
+one. So ``apply`` changes the file the contract names where the user wrote each thing:
+
+- a knob flag's value where it stands: ``--tensor-model-parallel-size 8`` -> ``4`` on its line, or, when
+  the flag takes a variable (``--tensor-model-parallel-size ${TP}``), the variable's assignment
+  (``TP=8`` -> ``TP=4``, ``TP=${TP:-8}`` -> ``TP=${TP:-4}``), inside arrays and option strings alike;
+- a flag the new setting drops (``--overlap-param-gather``) is deleted, with its line when it stood alone;
+- a flag the setting adds is written at the end of the launch command (before ``"$@"``, a redirection or
+  torchtitan 0.3's ``activation-checkpoint:`` choice, which must stay last);
+- an environment knob (``NCCL_ALGO``) is changed in its ``export`` line, or a new ``export`` line is added
+  before the launch;
+- a TOML job file gets the changed fields (:mod:`infrarsi.adapters.toml_edit`).
+
+Comments, layout, variables and every other byte stay. Each edit is read back with the project's own
+script reader: the edited file must give exactly the tuned launch (the same one the trials ran) and the
+same workload, else the edit is refused with the reason (:class:`EditError`) and nothing is written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..adapters.toml_edit import TomlEditError, set_values
+
+# A script "reading": program arguments and environment of its launch command, and the setting and workload.
+Reading = tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]
+
+
+class EditError(ValueError):
+    """The change cannot be written as a minimal edit of the user's file (the reason, one line)."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    text: str  # the edited file
+    changed_lines: int
+
+
+def _items(args: list[str]) -> list[tuple[str, list[str]]]:
+    """Group program arguments into (flag, values); ``--flag=v`` is (flag, [v]); the 0.3 subcommand is an item."""
+    out: list[tuple[str, list[str]]] = []
+    for a in args:
+        if a.startswith("--") or re.match(r"^activation[-_]checkpoint:", a):
+            if "=" in a and a.startswith("--"):
+                name, v = a.split("=", 1)
+                out.append((name, [v]))
+            else:
+                out.append((a, []))
+        elif out and not re.fullmatch(r"-[A-Za-z].*", a):
+            out[-1][1].append(a)
+        else:
+            out.append(("", [a]))
+    return out
+
+
+def _quote(v: str) -> str:
+    return shlex.quote(v)
+
+
+def _bare(v: str, where: str) -> str:
+    """``v`` for a spot that already sits inside the user's quoting (an assignment's value, a quoted option
+    string): only words that need no quoting go there."""
+    if shlex.quote(v) != v:
+        raise EditError(f"{where}: {v!r} would need quoting inside the user's own quotes; edit it by hand")
+    return v
+
+
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each line's code (a full-line comment has none; ``#SBATCH`` lines are comments)."""
+    spans, pos = [], 0
+    for ln in text.split("\n"):
+        if not ln.lstrip().startswith("#"):
+            spans.append((pos, pos + len(ln)))
+        pos += len(ln) + 1
+    return spans
+
+
+def _occurrences(text: str, flag: str) -> list[int]:
+    """Offsets where ``flag`` stands as a whole word in code (also ``flag=...``)."""
+    out = []
+    pat = re.compile(r"(?<![\w\-.])" + re.escape(flag) + r"(?=[\s=\"')\\]|$)")
+    for a, b in _code_spans(text):
+        out += [m.start() for m in pat.finditer(text, a, b)]
+    return out
+
+
+_WORD = re.compile(r"""[ \t]*(?:\\\n[ \t]*)*("[^"\n]*"|'[^'\n]*'|[^\s"'\\)]+)""")
+
+
+def _value_span(text: str, pos: int, flag: str) -> tuple[int, int, str] | None:
+    """(start, end, raw) of the value word after the flag at ``pos`` (``flag=v``: the v part)."""
+    end = pos + len(flag)
+    if text.startswith("=", end):
+        m = re.compile(r"[^\s\"')]*").match(text, end + 1)
+        return end + 1, m.end(), m.group(0)
+    if end < len(text) and text[end] in "\"'":
+        # the flag and its value inside one quoted word ("--fp8-format hybrid")
+        m = re.compile(r"[ \t]+([^\s\"']+)").match(text, end)
+        return (m.start(1), m.end(1), m.group(1)) if m else None
+    m = _WORD.match(text, end)
+    if not m or m.group(1).startswith("-") and not re.fullmatch(r"-\.?\d.*", m.group(1).strip("\"'")):
+        return None
+    return m.start(1), m.end(1), m.group(1)
+
+
+_SUB = re.compile(r"^activation[-_]checkpoint:")
+_VAR = re.compile(r"""^"?\$\{?([A-Za-z_]\w*)\}?"?$""")
+
+
+def _assignment(text: str, var: str, old: str) -> tuple[int, int] | None:
+    """The span of the literal that gives ``var`` the value ``old``: ``VAR=old``, ``VAR="old"`` or
+    ``VAR=${VAR:-old}`` (the last such assignment)."""
+    found = None
+    pat = re.compile(rf"(?m)^[ \t]*(?:export[ \t]+)?{re.escape(var)}=(.*)$")
+    for m in pat.finditer(text):
+        rhs, start = m.group(1).split(" #")[0].rstrip(), m.start(1)
+        d = re.fullmatch(rf"""\$\{{{re.escape(var)}:?-("?)([^}}"]*)\1\}}""", rhs)
+        if d and d.group(2) == old:
+            found = (start + d.start(2), start + d.end(2))
+        elif rhs.strip("\"'") == old:
+            q = 1 if rhs[:1] in "\"'" else 0
+            found = (start + q, start + len(rhs) - q)
+    return found
+
+
+def _line_bounds(text: str, pos: int) -> tuple[int, int]:
+    a = text.rfind("\n", 0, pos) + 1
+    b = text.find("\n", pos)
+    return a, (len(text) if b < 0 else b)
+
+
+def _remove(text: str, pos: int, flag: str, nvals: int) -> str:
+    """``text`` without the flag at ``pos`` and its ``nvals`` value words; a quoted word that held only them
+    goes whole, and so does the line when nothing else is left on it."""
+    start, end = pos, pos + len(flag)
+    if text.startswith("=", end):
+        end = re.compile(r"[^\s\"')]*").match(text, end + 1).end()
+    else:
+        for _ in range(nvals):
+            m = _WORD.match(text, end)
+            if not m or "\n" in text[end:m.start(1)]:
+                break
+            end = m.end(1)
+    if start > 0 and text[start - 1] in "\"'" and text[end:end + 1] == text[start - 1]:
+        if text[start - 2:start - 1] == "=":  # OPTS="--recompute-activations" -> OPTS=""
+            return text[:start] + text[end:]
+        start, end = start - 1, end + 1  # "--fp8-format hybrid": the whole quoted element
+    a, b = _line_bounds(text, pos)
+    if (text[a:start] + text[end:b]).strip(" \t\\") == "":
+        return text[:a] + text[b + 1:]  # it was the line's only content
+    while start > 0 and text[start - 1] in " \t":
+        start -= 1
+    return text[:start] + text[end:]
+
+
+def _insert_point(text: str, line: int, first: str | None) -> int:
+    """Where new flags go in the launch command that starts at ``line`` (1-based): before the 0.3 subcommand,
+    ``"$@"``, a redirection or pipe, or a comment, else at the end of its last continued line."""
+    lines = text.split("\n")
+    k = line - 1
+    while k < len(lines) - 1 and lines[k].rstrip().endswith("\\"):
+        k += 1
+    cmd_start = sum(len(x) + 1 for x in lines[:line - 1])
+    cmd_end = sum(len(x) + 1 for x in lines[:k]) + len(lines[k])
+    seg = text[cmd_start:cmd_end]
+    cands = [m.start() for m in re.finditer(r"""[ \t]("\$@"|\$@|\d?>|&>|\||#|activation[-_]checkpoint:)""", seg)]
+    if first is not None:
+        cands = [c for c in cands if seg[c + 1:].startswith(first)] or cands
+    return cmd_start + (min(cands) if cands else len(seg.rstrip(" \t\\")))
+
+
+def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[str], target_env: Mapping[str, str],
+                launch_line: int, env_keys: set[str], path: str = "launch") -> Edit:
+    """``text`` edited so that ``read`` gives ``target_args`` and ``target_env`` (for ``env_keys``). Raises
+    EditError when no minimal edit reads back as the target."""
+    args0, env0, _, fixed0 = read(text)
+    new = text
+    before = dict(_items(args0))
+    after = dict(_items(target_args))
+
+    def state(t: str) -> dict[str, list[str]]:
+        return dict(_items(read(t)[0]))
+
+    # 1. values that change and flags that go, where the user wrote them
+    for flag, vals in _items(args0):
+        if not flag.startswith("--"):
+            continue  # positional words stay; the 0.3 subcommand is step 2's
+        want = after.get(flag)
+        if want == vals:
+            continue
+        options = []
+        for pos in reversed(_occurrences(new, flag)):
+            if want is None:
+                options.append(_remove(new, pos, flag, len(vals)))
+                continue
+            if len(vals) != 1 or len(want) != 1:
+                continue
+            span = _value_span(new, pos, flag)
+            if span is None:
+                continue
+            a, b, raw = span
+            var = _VAR.match(raw)
+            if var:
+                asg = _assignment(new, var.group(1), vals[0])
+                if asg:
+                    options.append(new[:asg[0]] + _bare(want[0], f"{path}: {var.group(1)}") + new[asg[1]:])
+                options.append(new[:a] + _quote(want[0]) + new[b:])
+            else:
+                options.append(new[:a] + (_quote(want[0]) if raw[:1] not in "\"'" else raw[0] + _bare(want[0], path) + raw[0])
+                               + new[b:])
+        for cand in options:
+            try:
+                got = state(cand)
+            except ValueError:
+                continue
+            if got.get(flag) == want and all(got.get(f) == v for f, v in state(new).items() if f != flag):
+                new = cand
+                break
+        else:
+            raise EditError(f"{path}: cannot change {flag} {' '.join(vals)} -> "
+                            f"{' '.join(want) if want is not None else '(removed)'} where it is written")
+    # 2. flags the setting adds: at the end of the launch command (torchtitan 0.3's AC choice stays last)
+    added = [(f, v) for f, v in _items(target_args) if f.startswith("--") and f not in before]
+    old_sub = next((f for f, _ in _items(args0) if _SUB.match(f)), None)
+    new_sub = next((f for f, _ in _items(target_args) if _SUB.match(f)), None)
+    if old_sub != new_sub and old_sub is not None:
+        at = [m.start() for a, b in _code_spans(new) for m in re.finditer(re.escape(old_sub), new[:b]) if m.start() >= a]
+        if len(at) != 1:
+            raise EditError(f"{path}: cannot find {old_sub} once in the script")
+        new = new[:at[0]] + (new_sub or "") + new[at[0] + len(old_sub):]
+    words = [w for f, v in added for w in (f, *v)] + ([new_sub] if new_sub is not None and old_sub is None else [])
+    if words:
+        at = _insert_point(new, launch_line, new_sub if old_sub is not None else None)
+        new = new[:at] + " " + " ".join(_quote(w) for w in words) + new[at:]
+    # 3. the environment knobs
+    for key in sorted(env_keys):
+        old, want = env0.get(key), target_env.get(key)
+        if old == want:
+            continue
+        m = None
+        for m in re.finditer(rf"(?m)^[ \t]*(?:export[ \t]+)?{re.escape(key)}=.*$", new):
+            pass
+        if m is not None and want is None:
+            a, b = m.span()
+            new = new[:a] + new[b + 1:]
+        elif m is not None:
+            asg = _assignment(new, key, old or "")
+            if asg is None:
+                raise EditError(f"{path}: cannot change {key} where it is set ({m.group(0).strip()})")
+            new = new[:asg[0]] + _bare(want, f"{path}: {key}") + new[asg[1]:]
+        else:
+            lines = new.split("\n")
+            lines.insert(launch_line - 1, f"export {key}={_quote(want)}")
+            new = "\n".join(lines)
+            launch_line += 1
+    args1, env1, _, fixed1 = read(new)
+    if args1 != target_args and sorted(args1) != sorted(target_args):
+        raise EditError(f"{path}: the edited script reads back as `{shlex.join(args1)}`, not the tuned launch")
+    if any(env1.get(k) != target_env.get(k) for k in env_keys):
+        raise EditError(f"{path}: the edited script's environment does not read back as the tuned one")
+    if fixed1 != fixed0:
+        raise EditError(f"{path}: the edit would change the workload ({sorted(k for k in fixed0 if fixed0[k] != fixed1.get(k))})")
+    return Edit(text=new, changed_lines=changed_lines(text, new))
+
+
+def edit_toml(text: str, values: Mapping[str, Any], *, path: str = "job.toml") -> Edit:
+    """The job file with ``values`` ("section.field" -> value) set in place."""
+    try:
+        new = set_values(text, values, path=path)
+    except TomlEditError as e:
+        raise EditError(str(e)) from None
+    return Edit(text=new, changed_lines=changed_lines(text, new))
+
+
+def changed_lines(a: str, b: str) -> int:
+    return sum(1 for ln in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0)
+               if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
+
+
+# --------------------------------------------------------------------------- the contract's launch file
+def _env_keys(framework: str) -> set[str]:
+    from ..knobs.catalog import ENV_PREFIX, knobs_for
+
+    keys = {k.spelling[framework][len(ENV_PREFIX):] for k in knobs_for(framework)
+            if k.spelling.get(framework, "").startswith(ENV_PREFIX)}
+    return keys | ({"CUDA_DEVICE_MAX_CONNECTIONS"} if framework == "megatron" else set())
+
+
+def edit_launch_file(adapter, contract, spec) -> tuple[Path, Edit] | None:
+    """(path, edit) of the contract's launch file (``workload.launch``) that makes it the launch ``spec`` (the
+    adapter's launch for the tuned setting); None when the workload names no launch file. EditError when the
+    change cannot be made as a minimal edit."""
+    w = contract.workload
+    if w.adapter not in ("megatron", "torchtitan") or not w.launch:
+        return None
+    p = Path(w.launch)
+    if not p.is_absolute() and adapter.base_dir is not None:
+        p = Path(adapter.base_dir) / p
+    text = p.read_text()
+    parsed = adapter.parsed(contract)
+    rw = parsed.read_with
+    if w.adapter == "megatron":
+        from ..adapters.megatron import parse_megatron
+
+        def read(t: str) -> Reading:
+            q = parse_megatron(t, path=str(p), env=rw.get("env"), args=rw.get("args"), cwd=rw.get("cwd"))
+            return q.args, q.env, q.setting, q.fixed
+    else:
+        from ..adapters import torchtitan as tt
+
+        if parsed.launch is None:  # a bare job file: the changed fields go into it
+            got = tt.parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=p.parent)
+            values = {k: v for k, v in got.values.items() if parsed.values.get(k) != v and k != "job.config_file"}
+            return p, edit_toml(text, values, path=str(p))
+
+        def read(t: str) -> Reading:
+            q = tt.parse_torchtitan(t, path=str(p), env=rw.get("env"), base_dir=p.parent, args=rw.get("args"),
+                                    cwd=rw.get("cwd"), world_size=contract.hardware.devices)
+            return q.launch.args if q.launch else [], q.env, q.setting, q.fixed
+    la = parsed.launch
+    n = len(la.launcher) + len(la.program)
+    if spec.argv[:n] != la.launcher + la.program:
+        raise EditError(f"{p}: the tuned launch changes the launcher itself; nothing to edit in place")
+    target = spec.argv[n:]
+    if any(a.endswith(".toml") and "/.infrarsi/jobs/" in a for a in target) or \
+            "/.infrarsi/jobs/" in spec.env.get("CONFIG_FILE", ""):
+        raise EditError(f"{p}: the tuned setting changes the job file itself (an empty model.converters); edit it "
+                        "by hand: set converters = [] in its [model] table")
+    line = la.line or 1
+    return p, edit_script(text, read, target_args=target, target_env=spec.env, launch_line=line,
+                          env_keys=_env_keys(w.adapter), path=str(p))

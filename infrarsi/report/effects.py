@@ -1,0 +1,126 @@
+"""What the tuner's fitted models say, as the report prints it: effects a user means, and the fit itself.
+
+The run stage writes this (``search.json``'s ``models`` block) with the tuner's own fitted models, and the
+report reads it; nothing is refit.
+
+Memory effects. With the analytical estimate on (always, in the run stage), the memory model is::
+
+    log peak(s) = intercept + x(s) @ beta + log estimate(s)
+
+so ``beta`` is a *correction*: how far this machine and framework move the peak beyond the arithmetic. The
+effect a user means, "what does micro_batch_size=8 do to my peak", is the estimate's effect plus the
+correction. The estimate is not additive in the knobs, so its effects are its least-squares projection on
+the model's own design (the same columns as ``beta``) over valid settings of the space::
+
+    b_est = argmin_b sum_s (log estimate(s) - c - x(s) @ b)^2,   s: up to PROJECTION_SETTINGS valid settings
+    rms   = RMS of that fit's residuals (log scale; recorded as ``estimate_projection_rms``)
+    effect[j] = (to_levels @ b_est)[j] + correction[j]            # log scale, relative to the knob's default
+    90% interval = (to_levels @ b_est)[j] + correction's 90% interval, widened by 1.645 rms either side
+
+The widening is the price of an additive summary of a non-additive estimate: an effect is an average over
+the space, and at one setting it may differ by about rms. Without an estimate the memory coefficients are
+the effects.
+
+Prior revision compares each prior (what the user or the LLM believed about the whole effect) with the
+whole effect, never with the correction.
+
+The fit (``fitted``): for every setting the tuner was told, keyed by :meth:`Setting.key`, the tuner's
+posterior predictive of log step time (additive model + residual GP + noise, log seconds: mean, sd) and of
+log peak bytes (offsets included: mean, sd) and P(OOM).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..models import Effect, revision
+from ..priors.prior import Z90
+
+PROJECTION_SETTINGS = 400
+SCHEMA = 1
+
+
+class _Effects:
+    """What :func:`infrarsi.models.revision` reads from a model: its target and its effects."""
+
+    def __init__(self, target: str, effects: list[Effect]) -> None:
+        self.target, self._effects = target, effects
+
+    def effects(self) -> list[Effect]:
+        return self._effects
+
+
+def estimate_levels(tuner) -> tuple[np.ndarray, float]:
+    """The analytical estimate's part of each memory-model column (log scale, see the module doc) and the RMS
+    misfit of its additive projection over up to PROJECTION_SETTINGS valid settings of the tuner's space."""
+    design = tuner.memory_model.design
+    log_est = lambda s: math.log(max(tuner.memory_estimate(s), 1.0))  # noqa: E731
+    settings = tuner.space.candidates(PROJECTION_SETTINGS, random.Random(0))
+    y = np.array([log_est(s) for s in settings])
+    x1 = np.hstack([np.ones((len(settings), 1)), design.matrix(settings)])
+    coef, *_ = np.linalg.lstsq(x1, y, rcond=None)  # minimum-norm solution: columns a sample never varies get 0
+    rms = float(np.sqrt(np.mean((y - x1 @ coef) ** 2)))
+    return design.to_levels @ coef[1:], rms
+
+
+def memory_effects(tuner) -> tuple[list[Effect], list[Effect], float | None]:
+    """(effects a user means, the model's raw coefficients, the projection's RMS misfit or None)."""
+    raw = tuner.memory_model.effects()
+    if tuner.memory_estimate is None:
+        return raw, raw, None
+    est, rms = estimate_levels(tuner)
+    w = Z90 * rms  # the additive summary of the estimate is off by its misfit: the interval says so
+    total = [replace(e, mean=e.mean + float(b), lo=e.lo + float(b) - w, hi=e.hi + float(b) + w) for e, b in zip(raw, est)]
+    return total, raw, rms
+
+
+def fitted(tuner) -> dict[str, Any]:
+    """Setting key -> the tuner's posterior predictive for every setting it was told (see the module doc)."""
+    settings = list(dict.fromkeys(s for s, _ in tuner.history))
+    out: dict[str, Any] = {"time": {}, "memory": {}}
+    if not settings:
+        return out
+    if tuner.time_model.n_obs:
+        mean, sd = tuner.predict_time(settings)
+        noise2 = tuner.time_model.sigma ** 2  # run-to-run scatter around the mean
+        out["time"] = {s.key(): [float(m), float(math.sqrt(v * v + noise2))] for s, m, v in zip(settings, mean, sd)}
+    mm = tuner.memory_model
+    if mm is not None and mm.n_obs + mm.n_censored:
+        mean, sd = tuner.predict_memory(settings)
+        offsets = (np.array([math.log(max(tuner.memory_estimate(s), 1.0)) for s in settings])
+                   if tuner.memory_estimate is not None else None)
+        p = mm.p_oom(settings, offsets=offsets)
+        out["memory"] = {s.key(): [float(m), float(v), float(q)] for s, m, v, q in zip(settings, mean, sd, p)}
+    return out
+
+
+def model_summary(tuner, priors: list) -> dict[str, Any]:
+    """The ``models`` block of ``search.json``: what the tuner fitted, in the units the report prints."""
+    tuner.fit_models()
+    body: dict[str, Any] = {"schema": SCHEMA, "fitted": fitted(tuner),
+                            "memory_estimate": tuner.memory_estimate is not None}
+    if tuner.time_model.n_obs:
+        te = tuner.time_model.effects()
+        body["time_effects"] = [_asdict(e) for e in te]
+        body["time_revisions"] = [_asdict(r) for r in revision(priors, _Effects("time", te))] if priors else []
+        body["time_sigma"] = tuner.time_model.sigma
+    mm = tuner.memory_model
+    if mm is not None and mm.n_obs + mm.n_censored:
+        total, raw, rms = memory_effects(tuner)
+        body["memory_effects"] = [_asdict(e) for e in total]
+        body["memory_corrections"] = [_asdict(e) for e in raw] if tuner.memory_estimate is not None else []
+        body["estimate_projection_rms"] = rms
+        body["memory_revisions"] = [_asdict(r) for r in revision(priors, _Effects("memory", total))] if priors else []
+        body["capacity_bytes"] = mm.capacity_bytes
+    return body
+
+
+def _asdict(x: Any) -> dict[str, Any]:
+    d = {k: getattr(x, k) for k in x.__dataclass_fields__}
+    d["text"] = str(x)
+    return {k: v for k, v in d.items() if not (isinstance(v, float) and math.isnan(v))}

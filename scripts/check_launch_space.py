@@ -1,0 +1,81 @@
+"""For every launch fixture: how many settings the knob space calls valid (every one-knob neighbour of the
+launch's own setting plus a sample), how many of them do not read back as themselves, and how many the
+framework's own config code refuses (megatron-core; torchtitan 0.2 in-process; torchtitan 0.3 from its target
+directory). Prints one table.
+
+    python scripts/check_launch_space.py [--sample 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from pathlib import Path
+
+from infrarsi.adapters import megatron as mg
+from infrarsi.adapters import torchtitan as tt
+from infrarsi.adapters.framework_check import (available, check_megatron, check_torchtitan, check_torchtitan03_many,
+                                               torchtitan03_args, torchtitan03_dir)
+
+FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+POSITIONAL = {"gpt3_175b.sh": ["/ckpt", "/tb", "/d/vocab.json", "/d/merges.txt", "/d/pile_text_document"]}
+WORLD = {"llama3_8b.toml": 8, "llama3_70b.toml": 64, "llama3_405b.toml": 128, "deepseek_v3_16b.toml": 8,
+         "llama3_8b_hsdp.toml": 8, "llama3_405b_launch.sh": 128, "llama3_8b_v03.sh": 8, "llama3_70b_v03.cmd": 32,
+         "deepseek_v3_16b_v03.cmd": 16, "llama3_8b_v03_loss_compile.cmd": 8}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sample", type=int, default=30)
+    n = ap.parse_args().sample
+    rows = []
+    for path in sorted((FIX / "megatron").glob("*.sh")):
+        p = mg.parse_megatron_file(path, args=POSITIONAL.get(path.name))
+        p.device = "H100-80GB"
+        space = mg.knob_space_for(p)
+        sets = space.neighbors(space.complete(p.setting)) + space.sample(random.Random(0), n=n)
+        bad_rt = refused = 0
+        for s in sets:
+            spec = mg.emit_megatron(p, s)
+            back = mg.parse_megatron_argv(spec.argv, env=spec.env)
+            bad_rt += any(back.setting[k] != s[k] for k in s if k != "data_parallel") or back.fixed != p.fixed
+            refused += bool(check_megatron(p, s))
+        rows.append((f"megatron/{path.name}", len(sets), bad_rt, refused,
+                     "megatron-core" if available("megatron") else "(not installed)"))
+    for name, world in WORLD.items():
+        p = tt.parse_torchtitan_file(FIX / "torchtitan" / name, world_size=world)
+        p.device = "H100-80GB"
+        space = tt.knob_space_for(p)
+        sets = space.neighbors(space.complete(p.setting)) + space.sample(random.Random(0), n=n)
+        bad_rt = refused = 0
+        jobs = []
+        for s in sets:
+            spec = tt.emit_torchtitan(p, s, world_size=world)
+            back = tt.parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=p.base_dir)
+            back = back if back.world_size else tt._with_world(back, world)
+            bad_rt += any(back.setting[k] != s[k] for k in s)
+            if p.style == "cli":
+                jobs.append((torchtitan03_args(p, spec.argv, spec.env), world))
+            else:
+                refused += bool(check_torchtitan(p, spec.argv, env=spec.env, world_size=world))
+        if jobs:
+            got = check_torchtitan03_many(jobs)
+            refused += sum(bool(r) for r in got) if got is not None else 0
+            by = "torchtitan 0.3.0" if got is not None else "(0.3 not installed)"
+        else:
+            by = "torchtitan 0.2.2" if available("torchtitan") else "(not installed)"
+        rows.append((f"torchtitan/{name}", len(sets), bad_rt, refused, by))
+    w = max(len(r[0]) for r in rows)
+    print(f"{'launch':<{w}}  valid settings  not read back  refused  checked by")
+    for r in rows:
+        print(f"{r[0]:<{w}}  {r[1]:>14}  {r[2]:>13}  {r[3]:>7}  {r[4]}")
+    print(f"{'total':<{w}}  {sum(r[1] for r in rows):>14}  {sum(r[2] for r in rows):>13}  {sum(r[3] for r in rows):>7}")
+    return 0
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    rc = main()
+    print(f"({time.time() - t0:.0f} s)")
+    raise SystemExit(rc)
