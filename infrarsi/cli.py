@@ -2,11 +2,14 @@
 
 Stages: init -> doctor -> run -> report -> apply (`tune` runs all five). Tools: knobs, kernels, bank.
 Every command returns 0 on success, 1 on a failure it explains in one line, 2 on bad usage or a
-stage that is not built yet.
+stage that is not built yet. Known failures (a full disk, an unreadable record, Slurm down, a run
+directory in use: ``infrarsi.errors``) end in one line naming the file or service and the next
+command; ``--debug`` (anywhere on the line) shows the traceback instead.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -24,6 +27,13 @@ RunDir = typer.Option(DEFAULT_RUN_DIR, "--run-dir", help="The run's directory (l
 def fail(message: str, code: int = 1) -> None:
     err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
+
+
+def locked(run_dir: Path, command: str):
+    """Hold the run directory for a command that writes trials (one such process per directory)."""
+    from .runlock import hold
+
+    return hold(run_dir, command, on_takeover=lambda line: err.print(f"[yellow]{line}[/]"))
 
 
 def not_implemented(stage: str) -> None:
@@ -56,7 +66,9 @@ def doctor(run_dir: Path = RunDir, json_out: bool = typer.Option(False, "--json"
     """Run the baseline, profile its phases and measure run-to-run noise."""
     from .stages import doctor as stage
 
-    raise typer.Exit(stage.run(run_dir, json_out=json_out, console=console, err=err))
+    with locked(run_dir, "doctor"):
+        code = stage.run(run_dir, json_out=json_out, console=console, err=err)
+    raise typer.Exit(code)
 
 
 @app.command("run")
@@ -66,12 +78,15 @@ def run_(
     parallel: int = typer.Option(None, "--parallel", help="Trials at once (default: the contract's budget.parallel_trials)."),
     seed_from_simulated: bool = typer.Option(False, "--seed-from-simulated",
                                              help="Let simulated (what-if) runs in the bank seed this measured run."),
+    more: int = typer.Option(None, "--more", help="Extend a finished search by N more trials, then re-verify.", min=1),
 ) -> None:
     """Search launch knobs and kernel patches; re-verify the best against the baseline."""
     from .stages import run as stage
 
-    raise typer.Exit(stage.run(run_dir, max_trials=max_trials, parallel=parallel, console=console, err=err,
-                               seed_from_simulated=seed_from_simulated))
+    with locked(run_dir, "run"):
+        code = stage.run(run_dir, max_trials=max_trials, parallel=parallel, more=more, console=console, err=err,
+                         seed_from_simulated=seed_from_simulated)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -104,7 +119,10 @@ def tune(
     """Run all five stages in order: init, doctor, run, report, apply."""
     from .stages import tune as stage
 
-    raise typer.Exit(stage.run(contract, run_dir, max_trials=max_trials, apply_to=apply_to, console=console, err=err))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with locked(run_dir, "tune"):
+        code = stage.run(contract, run_dir, max_trials=max_trials, apply_to=apply_to, console=console, err=err)
+    raise typer.Exit(code)
 
 
 def _register_tools() -> None:
@@ -121,9 +139,26 @@ def _register_tools() -> None:
     app.add_typer(bank_app, name="bank", help="The experience bank: stats, show, export, import.")
 
 
-def main() -> None:
+@app.callback()
+def _options(debug: bool = typer.Option(False, "--debug", help="Show the traceback of a failure instead of one line.")) -> None:
+    """Make distributed LLM training faster without changing what it computes."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The entry point: every known failure becomes one line (``infrarsi.errors.explain``); exit 1."""
+    from .errors import explain
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
     _register_tools()
-    app()
+    try:
+        app(args=[a for a in args if a != "--debug"], prog_name="infrarsi")  # usage errors and Exit end here
+    except Exception as e:  # noqa: BLE001 - known failures become one line; anything else keeps its traceback
+        line = None if debug else explain(e, args)
+        if line is None:
+            raise
+        err.print(f"[bold red]error:[/] {escape(line)}", soft_wrap=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

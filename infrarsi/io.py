@@ -20,9 +20,11 @@ def atomic_write(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(e, OSError) and e.filename is None:  # f.write/fsync name no file: name the record
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     with contextlib.suppress(OSError):
         fd = os.open(path.parent, os.O_RDONLY)

@@ -55,7 +55,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
 
 from infrarsi.knobs import KnobSpace, Setting  # noqa: E402
 from infrarsi.search import Outcome, Tuner, TunerConfig  # noqa: E402
@@ -371,7 +370,10 @@ def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int
             if not rs:
                 continue
             for n in budgets:
-                sc = [r["scores"][str(n)] if str(n) in r["scores"] else r["scores"][n] for r in rs]
+                sc = [r["scores"].get(str(n), r["scores"].get(n)) for r in rs]
+                sc = [x for x in sc if x is not None]
+                if not sc:
+                    continue
                 med, lo, hi = q([x["frac"] for x in sc])
                 print(f"{g:18s} {tuner:24s} {n:6d} {med:>12.3f} [{lo:.3f}, {hi:.3f}] "
                       f"{statistics.fmean(x['ooms'] for x in sc):10.1f} "

@@ -24,4 +24,21 @@ def get_adapter(name: str) -> Adapter:
     raise ValueError(f"unknown adapter {name!r}; use one of minigpt, megatron, torchtitan, simulated")
 
 
-__all__ = ["Adapter", "ParsedRun", "get_adapter"]
+def run_adapter(name: str, run_dir) -> Adapter:
+    """:func:`get_adapter` for a locked run: adapters that read launch files (Megatron, torchtitan) resolve
+    ``workload.launch`` relative to the locked contract's folder, as ``infrarsi init`` checked it."""
+    import inspect
+    import json
+    from pathlib import Path
+
+    adapter = get_adapter(name)
+    if "base_dir" not in inspect.signature(type(adapter).__init__).parameters:
+        return adapter
+    try:
+        path = json.loads((Path(run_dir) / "contract.lock").read_text())["contract_path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return adapter
+    return type(adapter)(base_dir=Path(path).parent)
+
+
+__all__ = ["Adapter", "ParsedRun", "get_adapter", "run_adapter"]

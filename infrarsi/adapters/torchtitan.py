@@ -25,11 +25,8 @@ written explicitly, so the workload does not change.
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
 import re
-import statistics
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,7 +38,7 @@ from ..execute.spec import LaunchSpec
 from ..execute.trial import Metrics, TrialStatus
 from ..knobs import Constraint, KnobSpace
 from ..knobs.catalog import ENV_PREFIX, check_setting, knobs_for, space_for_fixed
-from . import megatron_log
+from . import torchtitan_trial
 from .framework_check import FrameworkRejected, check_torchtitan
 from .base import Adapter, ParsedRun, scoped_space
 from .bash import ScriptError, interpret_script
@@ -415,7 +412,8 @@ def parse_torchtitan_argv(argv: list[str], *, env: Mapping[str, str] | None = No
         elif env.get("MODULE") or env.get("CONFIG"):
             extra = ["--module", env.get("MODULE", "llama3"), "--config", env.get("CONFIG", "llama3_debugmodel")]
         args = extra + launch.args
-    elif prog[:2] == ["-m", "torchtitan.train"] or (prog and prog[-1].endswith("torchtitan/train.py")):
+    elif prog[:2] == ["-m", "torchtitan.train"] or (prog and prog[-1].endswith("torchtitan/train.py")) or \
+            (prog and os.path.basename(prog[0]) == "torchtitan_cpu.py"):  # launchers/: torchtitan.train's arguments
         args = launch.args
     else:
         raise TorchtitanLaunchError(f"{source}: expected `-m torchtitan.train` or run_train.sh after the launcher, "
@@ -518,7 +516,8 @@ def _field_for(style: str, knob_name: str) -> str | None:
             if name == knob_name:
                 return key
     return {"fsdp_reshard_after_forward": "parallelism.fsdp_reshard_after_forward",
-            "bf16": "training.mixed_precision_param"}.get(knob_name)
+            "bf16": "training.mixed_precision_param",
+            "data_parallel_replicate": "parallelism.data_parallel_replicate_degree"}.get(knob_name)
 
 
 def _render(key: str, value: Any, like: Override | None, bool_field: bool) -> list[str]:
@@ -583,7 +582,7 @@ def emit_torchtitan_args(parsed: TorchtitanLaunch, setting: Mapping[str, Any]) -
         if value != cur:
             want[key] = value
     # data parallel: state the shard degree only when the job states it
-    rep = int(parsed.values.get("parallelism.data_parallel_replicate_degree", 1))
+    rep = int(s.get("data_parallel_replicate", parsed.values.get("parallelism.data_parallel_replicate_degree", 1)))
     shard = int(parsed.values.get("parallelism.data_parallel_shard_degree", -1))
     dp = s.get("data_parallel")
     inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
@@ -805,109 +804,9 @@ def violations(parsed: TorchtitanLaunch, setting: Mapping[str, Any] | None = Non
 
 
 # --------------------------------------------------------------------------- logs
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_STEP = re.compile(
-    r"(?<!validate )step:\s*(\d+)\s+loss:\s*(\S+)\s+(?:grad_norm:\s*(\S+)\s+)?memory:\s*([\d.]+)GiB\(([\d.]+)%\)\s+"
-    r"tps:\s*([\d,]+)\s+tflops:\s*([\d,.]+)\s+mfu:\s*([\d.]+%|N/A)")
-
-
-@dataclass
-class StepLog:
-    step: int
-    loss: float
-    memory_gib: float
-    memory_pct: float
-    tps: float  # tokens per second per device
-    tflops: float
-    mfu_pct: float | None
-    grad_norm: float | None = None
-
-
-def parse_torchtitan_log(text: str) -> list[StepLog]:
-    """Every training-step line (``step: N loss: ... memory: ...GiB(...%) tps: ... tflops: ... mfu: ...%``),
-    one per step (the first rank's line wins when ranks repeat it)."""
-    seen: dict[int, StepLog] = {}
-    for line in _ANSI.sub("", text).splitlines():
-        m = _STEP.search(line)
-        if not m:
-            continue
-        step = int(m.group(1))
-        if step in seen:
-            continue
-        mfu = m.group(8)
-        seen[step] = StepLog(step=step, loss=float(m.group(2)), grad_norm=float(m.group(3)) if m.group(3) else None,
-                             memory_gib=float(m.group(4)), memory_pct=float(m.group(5)),
-                             tps=float(m.group(6).replace(",", "")), tflops=float(m.group(7).replace(",", "")),
-                             mfu_pct=None if mfu == "N/A" else float(mfu.rstrip("%")))
-    return [seen[k] for k in sorted(seen)]
-
-
-def to_metrics(steps: list[StepLog], *, warmup_steps: int, measured_steps: int, world_size: int | None,
-               tokens_per_step: int | None) -> Metrics:
-    """Metrics from step lines. torchtitan prints tokens/s per device, not step time:
-    step time = tokens per step / (tps x world). torchtitan's MFU counts 6N + attention without a
-    causal discount (and none under fp8)."""
-    window = [st for st in steps if warmup_steps < st.step <= warmup_steps + measured_steps] or \
-             [st for st in steps if st.step > warmup_steps]
-    total_tps = [st.tps * world_size for st in window if world_size] if world_size else []
-    step_time = None
-    if total_tps and tokens_per_step:
-        step_time = statistics.median(tokens_per_step / t for t in total_tps if t > 0) if any(t > 0 for t in total_tps) else None
-    mfus = [st.mfu_pct for st in window if st.mfu_pct is not None]
-    return Metrics(
-        step_time_s=step_time,
-        step_times_s=[tokens_per_step / (st.tps * world_size) for st in steps
-                      if tokens_per_step and world_size and st.tps > 0],
-        tokens_per_s=statistics.median(total_tps) if total_tps else None,
-        mfu=statistics.median(mfus) / 100 if mfus else None,
-        tflops_per_device=statistics.median([st.tflops for st in window]) if window else None,
-        peak_memory_bytes=max(st.memory_gib for st in steps) * GiB if steps else None,
-        losses=[st.loss for st in steps],
-    )
-
-
-# torchtitan's own failure texts, checked before the generic ones.
-_TT_FAILURES: list[tuple[TrialStatus, str, re.Pattern[str]]] = [
-    (TrialStatus.INVALID, "config error", re.compile(
-        r"Invalid field names|Unrecognized (?:options|arguments)|ValueError: .*(?:must be|is not supported|requires|"
-        r"should be|do not support)|tyro\._?\w*|Set --training\.disable_cuda_graphs")),
-    (TrialStatus.NUMERICS_DRIFT, "NaN or inf loss", re.compile(r"step:\s*\d+\s+loss:\s*(?:nan|inf|-inf)\b", re.I)),
-]
-
-
-def classify_torchtitan_failure(text: str) -> tuple[TrialStatus, str, list[str]] | None:
-    """(status, reason, evidence) for a failed torchtitan run, or None. Out-of-memory and NCCL
-    errors are read by the shared classifier in :mod:`.megatron_log` (same CUDA/NCCL texts)."""
-    generic = megatron_log.classify_failure(text)
-    if generic is not None and generic[0] is TrialStatus.OOM:
-        return generic
-    lines = _ANSI.sub("", text).splitlines()
-    for status, reason, pat in _TT_FAILURES:
-        hits = [ln.strip() for ln in lines if pat.search(ln)]
-        if hits:
-            return status, reason, hits[:5]
-    return generic
-
-
-def parse_torchtitan_output(stdout: str, stderr: str, returncode: int | None, *, warmup_steps: int,
-                            measured_steps: int, world_size: int | None, tokens_per_step: int | None) -> ParsedRun:
-    text = stdout + "\n" + stderr
-    steps = parse_torchtitan_log(text)
-    metrics = to_metrics(steps, warmup_steps=warmup_steps, measured_steps=measured_steps, world_size=world_size,
-                         tokens_per_step=tokens_per_step)
-    failure = classify_torchtitan_failure(text)
-    if failure is not None:
-        status, reason, evidence = failure
-        return ParsedRun(status=status, metrics=metrics.model_copy(update={"step_time_s": None}), evidence=evidence,
-                         reason=reason)
-    if returncode not in (0, None):
-        tail = [ln for ln in text.strip().splitlines() if ln.strip()][-3:]
-        return ParsedRun(status=TrialStatus.CRASH, metrics=metrics.model_copy(update={"step_time_s": None}),
-                         evidence=tail, reason=f"exit code {returncode}")
-    if metrics.step_time_s is None or not math.isfinite(metrics.step_time_s):
-        return ParsedRun(status=TrialStatus.CRASH, metrics=metrics,
-                         reason=f"no step line after warm-up step {warmup_steps} (found {len(steps)} step lines)")
-    return ParsedRun(status=TrialStatus.OK, metrics=metrics)
+# The log parser and failure classifier live in .torchtitan_log (re-exported here).
+from .torchtitan_log import (StepLog, classify_torchtitan_failure, parse_torchtitan_log,  # noqa: E402,F401
+                             parse_torchtitan_output, to_metrics)
 
 
 # --------------------------------------------------------------------------- adapter
@@ -920,14 +819,20 @@ class TorchtitanAdapter(Adapter):
         self.base_dir = Path(base_dir) if base_dir else None
         self._cache: dict[str, TorchtitanLaunch] = {}
 
+    def launch_path(self, contract: Contract) -> Path:
+        """``workload.launch``: relative to the contract's folder (``base_dir``) when it is there, else to the
+        working directory (where torchtitan runs; the stages build adapters without a base_dir)."""
+        p = Path(contract.workload.launch)
+        if not p.is_absolute() and self.base_dir is not None and (self.base_dir / p).is_file():
+            return self.base_dir / p
+        return p
+
     def parsed(self, contract: Contract) -> TorchtitanLaunch:
         key = contract.model_dump_json(include={"workload", "hardware"})
         if key not in self._cache:
             w = contract.workload
             if w.launch:
-                p = Path(w.launch)
-                if not p.is_absolute() and self.base_dir is not None:
-                    p = self.base_dir / p
+                p = self.launch_path(contract)
                 if not p.is_file():
                     raise TorchtitanLaunchError(f"workload.launch {w.launch!r} does not exist (looked at {p})")
                 out = parse_torchtitan_file(p, env={**w.script_env, **w.env}, world_size=contract.hardware.devices,
@@ -944,19 +849,20 @@ class TorchtitanAdapter(Adapter):
         return self._cache[key]
 
     def knob_space(self, contract: Contract) -> KnobSpace:
-        return scoped_space(knob_space_for(self.parsed(contract)), contract, "torchtitan")
+        space = torchtitan_trial.with_runtime_knobs(knob_space_for(self.parsed(contract)), contract)
+        return scoped_space(space, contract, "torchtitan")
 
     def launch(self, contract: Contract, setting: Mapping[str, Any], *, patches: Mapping[str, str] | None = None) -> LaunchSpec:
         parsed = self.parsed(contract)
-        extra = {"INFRARSI_PATCHES": json.dumps(dict(patches), sort_keys=True)} if patches else {}
-        spec = emit_torchtitan(parsed, {**contract.baseline, **dict(setting)}, world_size=contract.hardware.devices,
-                               time_limit_s=contract.invariants.timing.timeout_s, extra_env=extra)
+        full = {**contract.baseline, **dict(setting)}
+        spec = emit_torchtitan(parsed, full, world_size=contract.hardware.devices,
+                               time_limit_s=contract.invariants.timing.timeout_s)
         if parsed.problems:
             raise TorchtitanLaunchError("; ".join(parsed.problems))
         rejected = check_torchtitan(parsed, spec.argv, env=spec.env, world_size=parsed.world_size or contract.hardware.devices)
         if rejected:  # torchtitan's own word, before any launch
             raise FrameworkRejected("; ".join(rejected))
-        return spec
+        return torchtitan_trial.trial_spec(spec, contract, full, patches)  # the launcher, the cap, the threads
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         parsed = self.parsed(contract)
@@ -964,4 +870,6 @@ class TorchtitanAdapter(Adapter):
         return parse_torchtitan_output(stdout, stderr, returncode, warmup_steps=contract.invariants.timing.warmup_steps,
                                        measured_steps=contract.invariants.timing.measured_steps,
                                        world_size=parsed.world_size or contract.hardware.devices,
-                                       tokens_per_step=(gbs * seq) if gbs and seq else None)
+                                       tokens_per_step=(gbs * seq) if gbs and seq else None,
+                                       cpu=contract.hardware.kind.lower() == "cpu",
+                                       final_step=parsed.fixed.get("train_iters"))

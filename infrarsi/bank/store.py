@@ -182,6 +182,9 @@ class Bank:
         if not create and not self.path.exists():
             raise BankError(f"no bank at {self.path}; run a tune first, `infrarsi bank import FILE`, "
                             f"or pass --bank / set INFRARSI_BANK to an existing bank")
+        if not create and self.path.is_file() and self.path.stat().st_size == 0:  # reading never writes a schema
+            raise BankError(f"bank {self.path} is an empty file (0 bytes), not a bank; it was left untouched: remove "
+                            f"it, or pass --bank / set INFRARSI_BANK to an existing bank")
         self._connection()  # open, check and migrate now: a bad file fails at construction
 
     # ------------------------------------------------------------ connection

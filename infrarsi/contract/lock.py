@@ -44,7 +44,7 @@ def write_lock(contract_path: str | Path, run_dir: str | Path) -> tuple[Contract
     lock = run / LOCK_NAME
     digest = contract_hash(contract)
     if lock.exists():
-        old = json.loads(lock.read_text())
+        old = _read_lock(lock)
         if old["sha256"] != digest:
             raise ContractError(
                 f"{run} is already locked to a different contract (sha256 {old['sha256'][:12]}, "
@@ -87,6 +87,9 @@ def workload_files(contract: Contract, base: Path) -> dict[str, Path]:
     if w.launch:
         launch = Path(w.launch).expanduser()
         launch = launch if launch.is_absolute() else base / launch
+        if launch.is_dir():
+            raise ContractError(f"workload.launch {w.launch!r} is a directory ({launch}); name the launch script or "
+                                f"job file inside it")
         if not launch.is_file():
             raise ContractError(f"workload.launch {w.launch!r} does not exist (looked at {launch}); fix the path, "
                                 f"relative to the contract's folder")
@@ -118,12 +121,12 @@ def load_locked(run_dir: str | Path) -> Contract:
     lock = run / LOCK_NAME
     if not lock.exists():
         raise ContractError(f"{run} has no {LOCK_NAME}; run `infrarsi init CONTRACT --run-dir {run}` first")
+    body = _read_lock(lock)
     try:
-        body = json.loads(lock.read_text())
         locked = Contract.model_validate(body["contract"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise ContractError(f"{lock} was edited by hand (it no longer reads as a lock: {str(e).splitlines()[0]}); "
-                            f"re-create the run with `infrarsi init CONTRACT --run-dir NEW_DIR`") from None
+    except ValueError as e:
+        raise ContractError(f"{lock}: its contract does not validate ({' '.join(str(e).split())[:200]}); it was left "
+                            f"untouched: re-create the run with `infrarsi init CONTRACT --run-dir NEW_DIR`") from None
     if contract_hash(locked) != body["sha256"]:
         raise ContractError(f"{lock} was edited by hand (its contract no longer hashes to {body['sha256'][:12]}); "
                             f"re-create the run with `infrarsi init`")
@@ -153,6 +156,20 @@ def load_locked(run_dir: str | Path) -> Contract:
                                 f"or start a new run with `infrarsi init {path} --run-dir NEW_DIR`")
     seal.verify_run(run)
     return locked
+
+
+def _read_lock(lock: Path) -> dict[str, Any]:
+    """The lock's JSON body; a lock that is not one (truncated, random bytes) is refused, never rewritten."""
+    try:
+        body = json.loads(lock.read_bytes())
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ContractError(f"{lock} is not a readable contract lock ({type(e).__name__}: {' '.join(str(e).split())[:120]}); "
+                            f"it was left untouched: restore it, or start a new run with "
+                            f"`infrarsi init CONTRACT --run-dir NEW_DIR`") from None
+    if not isinstance(body, dict) or not {"sha256", "contract", "contract_path"} <= set(body):
+        raise ContractError(f"{lock} is not a contract lock (it lacks sha256/contract/contract_path); it was left "
+                            f"untouched: restore it, or start a new run with `infrarsi init CONTRACT --run-dir NEW_DIR`")
+    return body
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> str:

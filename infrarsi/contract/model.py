@@ -74,6 +74,9 @@ class Timing(_Section):
     metric: Literal["median_step_time"] = "median_step_time"
     timeout_s: float = Field(600, gt=0)
     """A trial still running after this many seconds is killed and recorded as timeout."""
+    pending_timeout_s: float = Field(3600, gt=0)
+    """Slurm: a job still waiting in the queue after this many seconds stops the run, which says why
+    (the trial stays recorded for a resume). Held jobs are not waited for: they are launched again."""
 
 
 class Loss(_Section):
@@ -163,10 +166,15 @@ class ContractError(ValueError):
 def load_contract(path: str | Path) -> Contract:
     """Read and validate a contract TOML file. Errors are one line per problem, naming the field."""
     p = Path(path)
+    if p.is_dir():
+        raise ContractError(f"contract {p} is a directory; pass the .toml contract file itself (see contracts/)")
     if not p.is_file():
         raise ContractError(f"contract file {p} does not exist; pass the path to a .toml contract (see contracts/)")
     try:
         data = tomllib.loads(p.read_text())
+    except UnicodeDecodeError as e:
+        raise ContractError(f"{p}: not a text file (byte 0x{e.object[e.start]:02x} at offset {e.start} is not UTF-8); "
+                            f"pass the .toml contract (see contracts/)") from None
     except tomllib.TOMLDecodeError as e:
         raise ContractError(f"{p}: not valid TOML: {e}") from None
     try:

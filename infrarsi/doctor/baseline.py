@@ -15,10 +15,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from ..adapters import get_adapter
+from ..adapters import run_adapter
 from ..adapters.base import Adapter
 from ..contract.model import Contract
 from ..contract.seal import sealed_write
+from ..errors import unreadable
 from ..execute import make_executor
 from ..execute.classify import loss_drift
 from ..execute.executor import Executor
@@ -46,9 +47,12 @@ class DoctorResult(BaseModel):
 def load_noise(run_dir: str | Path) -> NoiseProfile | None:
     """The run's noise profile (``noise.json``), or None before doctor has run."""
     p = Path(run_dir) / NOISE_JSON
-    if not p.exists():
+    try:
+        return NoiseProfile.model_validate_json(p.read_bytes())
+    except FileNotFoundError:
         return None
-    return NoiseProfile.model_validate_json(p.read_text())
+    except ValueError as e:  # truncated or edited: refuse, never measure over it
+        raise unreadable(p, e) from None
 
 
 WARMUP_ROLE = "warmup"
@@ -57,7 +61,7 @@ WARMUP_ROLE = "warmup"
 def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | None = None,
                executor: Executor | None = None, repeats: int | None = None,
                progress: Callable[[str], None] = lambda s: None) -> DoctorResult:
-    adapter = adapter or get_adapter(contract.workload.adapter)
+    adapter = adapter or run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
     n = repeats or contract.budget.doctor_repeats
     record = RunRecord(run_dir)
     runner = Runner(record, executor or make_executor(), adapter, contract, config=Runner.Config(parallel=1))

@@ -63,12 +63,13 @@ def classify(outcome: Outcome, parsed: ParsedRun | None, *, stdout: str = "", st
                        reason="cancelled before it finished", **common)
     if outcome.timed_out:
         return Verdict(status=TrialStatus.TIMEOUT, metrics=_partial(metrics), evidence=evidence + last_lines(stdout, 2),
-                       reason=f"still running after its time limit ({outcome.wall_s:.0f} s)", **common)
+                       reason=timeout_reason(outcome), **common)
     if outcome.oom:
         return Verdict(status=TrialStatus.OOM, metrics=_partial(metrics), evidence=evidence,
                        reason="killed by the scheduler for exceeding its memory", **common)
     if outcome.lost:
-        return Verdict(status=TrialStatus.CRASH, evidence=evidence, reason="the executor lost track of the launch", **common)
+        why = "the scheduler held every launch of it" if outcome.relaunch else "the executor lost track of the launch"
+        return Verdict(status=TrialStatus.CRASH, evidence=evidence, reason=why, **common)
     if parsed is None:
         return Verdict(status=TrialStatus.CRASH, evidence=evidence + [f"parser failed: {parse_error}"]
                        + last_lines(stderr, 3) + last_lines(stdout, 3),
@@ -89,6 +90,16 @@ def classify(outcome: Outcome, parsed: ParsedRun | None, *, stdout: str = "", st
     if status.is_failure() and not parsed.evidence:
         evidence += last_lines(stderr, 3) or last_lines(stdout, 3)
     return Verdict(status=status, metrics=metrics, evidence=evidence, reason=reason, **common)
+
+
+def timeout_reason(outcome: Outcome) -> str:
+    """Both numbers: the limit it ran under, and when it was killed (the limit plus the kill grace)."""
+    if outcome.time_limit_s is None:
+        return f"still running after its time limit (killed after {outcome.wall_s:.0f} s)"
+    over = max(0.0, outcome.wall_s - outcome.time_limit_s)
+    grace = (f", {over:.0f} s of it the grace between SIGTERM and SIGKILL (up to {outcome.kill_grace_s:g} s)"
+             if outcome.kill_grace_s else "")
+    return f"past its time limit of {outcome.time_limit_s:g} s: killed after {outcome.wall_s:.0f} s{grace}"
 
 
 def _partial(m: Metrics) -> Metrics:

@@ -34,6 +34,7 @@ class Handle(BaseModel):
     submitted_at: float  # unix seconds
     time_limit_s: float
     devices: int = 1
+    pending_timeout_s: float | None = None  # Slurm: how long the job may wait in the queue
 
 
 class Outcome(BaseModel):
@@ -48,7 +49,10 @@ class Outcome(BaseModel):
     cancelled: bool = False  # someone cancelled it (not the time limit)
     oom: bool = False  # the executor itself saw a memory kill (e.g. Slurm OUT_OF_MEMORY)
     lost: bool = False  # the executor no longer knows the job (purged, or never started)
+    relaunch: bool = False  # it never ran to an end through no fault of the setting (a held job): launch it again
     wall_s: float = 0.0  # time from start to end of the process (not queue time)
+    time_limit_s: float | None = None  # the limit it ran under (the contract's timeout_s or the launch's, the smaller)
+    kill_grace_s: float | None = None  # at a time-out: seconds allowed between SIGTERM and SIGKILL (wall_s includes them)
     evidence: list[str] = []  # lines that say how it ended
 
 

@@ -4,8 +4,11 @@
   whole group: torchrun and its workers, or a shell and its children.
 - Memory cap: ``spec.memory_cap_bytes`` becomes the child's RLIMIT_DATA (per process; inherited by
   workers) and is passed as ``INFRARSI_MEMORY_CAP_BYTES`` so the workload can report it. The limit is
-  set by a tiny exec wrapper (``python -c ... ; os.execvp``) rather than ``preexec_fn``, which is not
-  safe while the runner's threads run.
+  set by a tiny exec wrapper (``trial_wrapper.py``, then ``os.execvp``) rather than ``preexec_fn``,
+  which is not safe while the runner's threads run.
+- The trial dies with the runner: the wrapper leaves a watchdog in the trial's process group that
+  SIGKILLs the group when the runner process ends (kill -9 included), so no training process is
+  left holding cores and memory (see ``trial_wrapper.py``).
 - ``python`` as argv[0] means the interpreter running infrarsi (the venv's), everywhere.
 - The process carries ``INFRARSI_TRIAL_TOKEN`` in its environment; after a restart, leftover
   processes of a trial are found by that token in /proc and ended before the trial is run again.
@@ -14,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,23 +34,33 @@ from .spec import LaunchSpec
 TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"
 CAP_ENV = "INFRARSI_MEMORY_CAP_BYTES"
 
-# argv: [python, -c, WRAPPER, cap_bytes_or_"none", command...]. Lowers RLIMIT_DATA, then becomes the command.
-WRAPPER = (
-    "import os, resource, sys\n"
-    "cap = sys.argv[1]\n"
-    "if cap != 'none':\n"
-    "    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)\n"
-    "    c = int(cap) if hard == resource.RLIM_INFINITY else min(int(cap), hard)\n"
-    "    resource.setrlimit(resource.RLIMIT_DATA, (c, c))\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
+# argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, command...]: lowers RLIMIT_DATA, starts the
+# watchdog that ends the group when the runner dies, then becomes the command.
+WRAPPER = str(Path(__file__).with_name("trial_wrapper.py"))
 
 
 def resolve_argv(argv: list[str]) -> list[str]:
-    """``python`` / ``python3`` at the front means this interpreter (the venv's)."""
+    """``python`` / ``python3`` at the front means this interpreter (the venv's); a bare ``torchrun``
+    not on PATH means the one installed beside it (the same torch)."""
     if argv and argv[0] in ("python", "python3"):
         return [sys.executable, *argv[1:]]
+    if argv and argv[0] == "torchrun" and shutil.which("torchrun") is None:
+        beside = Path(sys.executable).with_name("torchrun")
+        if beside.is_file():
+            return [str(beside), *argv[1:]]
     return list(argv)
+
+
+def resolve_program(prog: str, base: Path | None = None) -> str | None:
+    """Where ``prog`` (argv[0]) would be found at launch: this interpreter for python, PATH, beside this
+    interpreter (torchrun), or a path (relative to ``base`` or the working directory). None: not installed."""
+    first = resolve_argv([prog])[0]
+    if "/" in first:
+        for p in (Path(first), *(() if base is None else (Path(base) / first,))):
+            if p.is_file() and os.access(p, os.X_OK):
+                return str(p)
+        return None
+    return shutil.which(first)
 
 
 def trial_env(spec: LaunchSpec, token: str, trial_dir: Path) -> dict[str, str]:
@@ -87,7 +101,7 @@ class LocalExecutor:
     def command(self, spec: LaunchSpec) -> list[str]:
         """The exact argv started (the memory wrapper, then the spec's command)."""
         cap = "none" if spec.memory_cap_bytes is None else str(spec.memory_cap_bytes)
-        return [sys.executable, "-c", WRAPPER, cap, *resolve_argv(spec.argv)]
+        return [sys.executable, WRAPPER, cap, str(os.getpid()), *resolve_argv(spec.argv)]
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         trial_dir = Path(trial_dir)
@@ -131,7 +145,7 @@ class LocalExecutor:
             clock = self._clocks.pop(handle.token, None)
         if clock is not None:
             clock.finish(elapsed)
-        return _outcome(rc, elapsed, why, handle.time_limit_s)
+        return _outcome(rc, elapsed, why, handle.time_limit_s, self.config.kill_grace_s)
 
     def cancel(self, handle: Handle) -> None:
         with self._lock:
@@ -166,11 +180,12 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _outcome(rc: int, wall_s: float, why: str | None, limit_s: float) -> Outcome:
+def _outcome(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s: float | None = None) -> Outcome:
     sig = -rc if rc < 0 else None
     ev: list[str] = []
     if why == "timeout":
-        ev.append(f"killed after {wall_s:.1f} s: past its time limit of {limit_s:g} s")
+        ev.append(f"killed after {wall_s:.1f} s: past its time limit of {limit_s:g} s"
+                  + (f" (then up to {grace_s:g} s between SIGTERM and SIGKILL)" if grace_s else ""))
     elif why == "cancel":
         ev.append(f"cancelled after {wall_s:.1f} s")
     if sig is not None:
@@ -178,7 +193,8 @@ def _outcome(rc: int, wall_s: float, why: str | None, limit_s: float) -> Outcome
     else:
         ev.append(f"exited with status {rc}")
     return Outcome(state="killed" if why else "exited", returncode=None if sig is not None else rc, signal=sig,
-                   timed_out=why == "timeout", cancelled=why == "cancel", wall_s=wall_s, evidence=ev)
+                   timed_out=why == "timeout", cancelled=why == "cancel", wall_s=wall_s, evidence=ev,
+                   time_limit_s=limit_s, kill_grace_s=grace_s if why == "timeout" else None)
 
 
 def _signame(sig: int) -> str:

@@ -26,8 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .executor import Handle
+from ..errors import read_json_record, unreadable
 from ..io import atomic_write
+from .executor import Handle
 from .spec import LaunchSpec
 from .trial import Trial, TrialStatus
 
@@ -48,11 +49,15 @@ class RunRecord:
         return self.trials_dir / str(trial_id)
 
     def get(self, trial_id: int) -> Trial | None:
-        """The trial's latest record, or None when it has none (yet)."""
+        """The trial's latest record, or None when it has none (yet). A trial.json that exists but cannot
+        be read raises RecordError naming it (it is never replaced by a guess)."""
+        path = self.trial_dir(trial_id) / TRIAL_JSON
         try:
-            return Trial.model_validate_json((self.trial_dir(trial_id) / TRIAL_JSON).read_text())
+            return Trial.model_validate_json(path.read_bytes())
         except FileNotFoundError:
             return None
+        except ValueError as e:  # pydantic ValidationError, bad UTF-8
+            raise unreadable(path, e) from None
 
     def trials(self) -> list[Trial]:
         """Every recorded trial (finished and running), sorted by id."""
@@ -78,10 +83,7 @@ class RunRecord:
         return [t for t in pool if t.setting == s and t.patches == p and (role is None or t.role == role)]
 
     def launch_info(self, trial_id: int) -> dict[str, Any] | None:
-        try:
-            return json.loads((self.trial_dir(trial_id) / LAUNCH_JSON).read_text())
-        except FileNotFoundError:
-            return None
+        return read_json_record(self.trial_dir(trial_id) / LAUNCH_JSON)
 
     def handle(self, trial_id: int) -> Handle | None:
         """The executor handle of the trial's last launch (None before it was launched)."""

@@ -202,7 +202,10 @@ class Runner:
     def close(self, *, cancel: bool = False) -> None:
         if cancel:
             for tid in self.running_ids():
-                self.cancel(tid)
+                try:
+                    self.cancel(tid)
+                except Exception:  # noqa: BLE001 - e.g. Slurm down: the trial stays recorded running for a resume
+                    pass
         self._pool.shutdown(wait=True, cancel_futures=cancel)
 
     def __enter__(self) -> "Runner":
@@ -231,29 +234,38 @@ class Runner:
                 "status": TrialStatus.INVALID, "evidence": [f"launch needs {spec.nodes} nodes; the local executor has one"],
                 "reason": f"needs {spec.nodes} nodes: run it with INFRARSI_EXECUTOR=slurm", "finished_at": time.time()}))
         limit = min(spec.time_limit_s, self.contract.invariants.timing.timeout_s)
-        spec = spec.model_copy(update={"time_limit_s": limit})
+        spec = spec.model_copy(update={"time_limit_s": limit,
+                                       "pending_timeout_s": self.contract.invariants.timing.pending_timeout_s})
         procs = spec.processes * spec.nodes
         mem = (spec.memory_cap_bytes or 0) * procs
         self._gate.acquire(procs, mem)
+        relaunched: list[str] = []  # evidence of launches the scheduler held (each cancelled and launched again)
         guard = TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
         before = guard.snapshot()
         try:
-            if adopted is not None:
-                handle = adopted
-                trial = trial.model_copy(update={"job_id": adopted.job_id})
-            else:
-                trial, handle = self._launch(trial, spec, attempt)
-            with self._lock:
-                self._handles[trial.id] = handle
-                cancelled_early = trial.id in self._cancelled
-            if cancelled_early:
-                self.executor.cancel(handle)
-            outcome = _wait(self.executor, handle)
+            while True:
+                if adopted is not None:
+                    handle = adopted
+                    trial = trial.model_copy(update={"job_id": adopted.job_id})
+                else:
+                    trial, handle = self._launch(trial, spec, attempt)
+                with self._lock:
+                    self._handles[trial.id] = handle
+                    cancelled_early = trial.id in self._cancelled
+                if cancelled_early:
+                    self.executor.cancel(handle)
+                outcome = _wait(self.executor, handle)
+                if not outcome.relaunch or len(relaunched) >= MAX_RELAUNCHES:
+                    break
+                relaunched += [*outcome.evidence, f"launched again (attempt {attempt + 2})"]
+                adopted, attempt = None, attempt + 1
         finally:
             self._gate.release(procs, mem)
             with self._lock:
                 self._handles.pop(trial.id, None)
         verdict = self._verdict(outcome, Path(handle.trial_dir), reference, trial.setting)
+        if relaunched:
+            verdict = verdict.model_copy(update={"evidence": relaunched + verdict.evidence})
         wrote = guard.changes(before)
         if wrote and not outcome.cancelled:  # a trial writes only its own directory (contract/scope.py)
             why = f"wrote outside its trial directory: {wrote[0]}" + (f" (and {len(wrote) - 1} more)" if len(wrote) > 1 else "")
@@ -317,6 +329,9 @@ class Runner:
             return reference.judge(v, setting or {})
         loss = self.contract.invariants.loss
         return apply_loss_check(v, reference, compare_steps=loss.compare_steps, rtol=loss.rtol)
+
+
+MAX_RELAUNCHES = 2  # launches of one trial the scheduler may hold before it counts as a failed trial
 
 
 def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: Path, outcome: Outcome) -> Verdict:

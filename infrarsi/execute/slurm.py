@@ -51,6 +51,22 @@ class SlurmError(RuntimeError):
     """Slurm answered but refused (e.g. sbatch rejected the job); the message quotes it."""
 
 
+class SlurmPendingTimeout(SlurmError):
+    """A job waited in the queue past the contract's pending timeout; the message says why it waits."""
+
+
+# A pending job with one of these reasons (or priority 0) will not start by itself: after a controller restart
+# Slurm requeues jobs it could not launch as "launch failed requeued held".
+_HELD = re.compile(r"held|JobHeld", re.I)
+
+
+def is_held(info: dict[str, str]) -> bool:
+    """True for a job Slurm keeps in the queue until someone releases it."""
+    if info.get("JobState") in ("REQUEUE_HOLD", "SUSPENDED"):
+        return info.get("JobState") == "REQUEUE_HOLD"
+    return info.get("JobState") == "PENDING" and (bool(_HELD.search(info.get("Reason", ""))) or info.get("Priority") == "0")
+
+
 class SlurmExecutor:
     kind = "slurm"
 
@@ -76,6 +92,7 @@ class SlurmExecutor:
         self.config = config or SlurmExecutor.Config()
         self.env = {**os.environ, **(env or {})}  # env: e.g. {"SLURM_CONF": ...} for every client call
         self._why: dict[str, str] = {}  # job id -> "timeout" | "cancel" (what infrarsi did to it)
+        self._pending_since: dict[str, float] = {}  # job id -> monotonic time this process first saw it pending
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------- the client
@@ -83,7 +100,8 @@ class SlurmExecutor:
         conf = self.env.get("SLURM_CONF", "(unset: /etc/slurm/slurm.conf)")
         line = " ".join(shlex.quote(a) for a in args)
         try:
-            r = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=self.config.client_timeout_s)
+            r = subprocess.run(list(args), env=self.env, capture_output=True, text=True, errors="replace",
+                               timeout=self.config.client_timeout_s)  # a garbage slurm.conf is echoed back as bytes
         except subprocess.TimeoutExpired:
             raise SlurmUnreachable(f"Slurm unreachable (SLURM_CONF={conf}): `{line}` did not answer in "
                                    f"{self.config.client_timeout_s:g} s") from None
@@ -93,7 +111,7 @@ class SlurmExecutor:
             msg = " ".join(r.stderr.split()) or f"exit {r.returncode}"
             if re.search(r"contact|connect|Connection refused|Unable to establish|timed out|Socket", msg, re.I):
                 raise SlurmUnreachable(f"Slurm unreachable (SLURM_CONF={conf}): `{line}` failed: {msg}")
-            raise SlurmError(f"`{line}` failed: {msg}")
+            raise SlurmError(f"`{line}` failed (SLURM_CONF={conf}): {msg[:300]}")
         return r
 
     # ----------------------------------------------------------------- submit
@@ -150,7 +168,8 @@ class SlurmExecutor:
         if not job_id.isdigit():
             raise SlurmError(f"sbatch printed no job id: {r.stdout.strip()!r}")
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=job_id,
-                      submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices)
+                      submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
+                      pending_timeout_s=spec.pending_timeout_s)
 
     # ------------------------------------------------------------------- state
     def job_info(self, job_id: str) -> dict[str, str] | None:
@@ -188,6 +207,12 @@ class SlurmExecutor:
             return Outcome(state="lost", lost=True,
                            evidence=[f"Slurm knows no job {handle.job_id} named infrarsi-{handle.token}"])
         state = info.get("JobState", "")
+        if state not in FINISHED_STATES and is_held(info):
+            return self._give_up_held(handle, info)
+        if state == "PENDING":
+            self._check_pending(handle, info)
+        else:
+            self._pending_since.pop(handle.job_id, None)
         if state not in FINISHED_STATES:
             run_s = _duration_s(info.get("RunTime", "0"))
             if state == "RUNNING" and run_s > handle.time_limit_s + self.config.time_slack_s:
@@ -198,6 +223,28 @@ class SlurmExecutor:
         with self._lock:
             why = self._why.pop(handle.job_id, None)
         return self._outcome(handle, info, why)
+
+    def _give_up_held(self, handle: Handle, info: dict[str, str]) -> Outcome:
+        """A held job never starts by itself: cancel it and ask for a new launch (the Runner relaunches)."""
+        try:
+            self._call("scancel", handle.job_id)
+        except SlurmError:
+            pass  # it ended meanwhile
+        self._pending_since.pop(handle.job_id, None)
+        line = (f"slurm job {handle.job_id} was held (JobState={info.get('JobState')} Reason={info.get('Reason', '')} "
+                f"Restarts={info.get('Restarts', '0')}): cancelled it")
+        return Outcome(state="HELD", lost=True, relaunch=True, evidence=[line], time_limit_s=handle.time_limit_s)
+
+    def _check_pending(self, handle: Handle, info: dict[str, str]) -> None:
+        """Raise SlurmPendingTimeout once the job has waited past its pending timeout (seen from this process)."""
+        limit = handle.pending_timeout_s
+        first = self._pending_since.setdefault(handle.job_id, time.monotonic())
+        waited = time.monotonic() - first
+        if limit is None or waited <= limit:
+            return
+        raise SlurmPendingTimeout(
+            f"slurm job {handle.job_id} (trial {Path(handle.trial_dir).name}) waited {waited:.0f} s in the queue "
+            f"(Reason={info.get('Reason', '?')}), past the contract's invariants.timing.pending_timeout_s = {limit:g} s")
 
     def cancel(self, handle: Handle) -> None:
         with self._lock:
@@ -233,7 +280,7 @@ class SlurmExecutor:
         # 125 is slurmstepd's own code for an OOM kill, not the command's exit status.
         returncode = None if signum or state == "OUT_OF_MEMORY" else rc
         return Outcome(state=state, returncode=returncode, signal=signum or None, timed_out=timed_out,
-                       cancelled=cancelled, oom=oom, wall_s=wall, evidence=ev)
+                       cancelled=cancelled, oom=oom, wall_s=wall, evidence=ev, time_limit_s=handle.time_limit_s)
 
     def queue(self) -> list[dict[str, str]]:
         """Jobs of this user in the queue: id, name, state."""
@@ -281,4 +328,5 @@ def _read(path: Path, max_bytes: int = 256_000) -> str:
         return ""
 
 
-__all__ = ["CAP_ENV", "SlurmError", "SlurmExecutor", "SlurmUnreachable", "parse_scontrol"]
+__all__ = ["CAP_ENV", "SlurmError", "SlurmExecutor", "SlurmPendingTimeout", "SlurmUnreachable", "is_held",
+           "parse_scontrol"]

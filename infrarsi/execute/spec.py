@@ -19,5 +19,7 @@ class LaunchSpec(BaseModel):
     devices: int = Field(1, ge=1)
     """Devices the trial occupies in all (for cost: wall seconds x devices)."""
     time_limit_s: float = Field(600, gt=0)
+    pending_timeout_s: float | None = Field(None, gt=0)
+    """Slurm: seconds the job may wait in the queue (the contract's invariants.timing.pending_timeout_s)."""
     memory_cap_bytes: int | None = None
     """Per-process memory cap; None = no cap."""

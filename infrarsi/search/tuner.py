@@ -93,6 +93,10 @@ class TunerConfig:
     """Prior sd (log scale) of the time effect of a knob value no prior speaks about (1.0: "up to ~2.7x either way")."""
     memory_sd: float = 1.0
     """The same for memory effects (without an analytical estimate)."""
+    prior_conflict_z: float = 3.0
+    """A time prior whose 90% interval the trials alone put this many combined sds away (the trials' estimate
+    from a model with no priors vs the prior) is set aside: its sd widens to ``time_sd``, so a confident,
+    wrong prior cannot pin the search (0: never). The set-aside priors are in ``Tuner.conflicted``."""
     memory_from_ok: bool = True
     """A trial that ran without reporting its peak tells the memory model "peak <= capacity" (False: such
     trials say nothing about memory, an ablation)."""
@@ -138,8 +142,13 @@ class Tuner:
         # world / (tp * pp * cp)) would be collinear with them and smear their effects.
         self.derived = derived_knobs(space, self._pool)
         model_space = KnobSpace([k for k in space.knobs if k.name not in self.derived])
+        self._model_space = model_space
         self.time_model = TimeModel(model_space, priors=self.priors, noise_cv=noise_cv, seed=seed,
                                     main_sd=self.config.time_sd)
+        # The same model with no priors: what the trials alone say, to catch priors they contradict.
+        self._free_time = (TimeModel(model_space, noise_cv=noise_cv, seed=seed, main_sd=self.config.time_sd)
+                           if self.priors and self.config.prior_conflict_z > 0 else None)
+        self.conflicted: dict[str, str] = {}  # feature -> why its time prior was set aside
         self.noise_cv = noise_cv
         # the residual GP's coordinates: each model knob's value index
         self._code_index = [(k.name, {v: i for i, v in enumerate(k.domain)}) for k in model_space.knobs]
@@ -238,6 +247,8 @@ class Tuner:
         times = [o.step_time_s if o.status == "ok" else math.nan for _, o in self.history]
         if any(o.status == "ok" for _, o in self.history):
             self._guarded("time model", lambda: self.time_model.fit(settings, times))
+            if self._free_time is not None:
+                self._guarded("prior check", lambda: self._set_aside_conflicts(settings, times))
             self._guarded("residual GP", self._fit_residual)
         if self.memory_model is not None:
             rows = self._memory_rows()
@@ -247,6 +258,33 @@ class Tuner:
                     ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
                     offsets=self._mem_offsets(ss), fits=[o.status == "ok" for _, o in rows]))
         self._dirty = False
+
+    def _set_aside_conflicts(self, settings: list[Setting], times: list[float]) -> None:
+        """Compare each time prior with what the trials alone say (a prior-free fit); a prior more than
+        ``prior_conflict_z`` combined sds away is widened to ``time_sd`` and the time model refit."""
+        self._free_time.fit(settings, times)
+        z90 = 1.6448536269514722
+        new = {}
+        for e in self._free_time.effects():
+            p = next((q for q in self.priors if q.feature == e.feature and e.feature not in self.conflicted), None)
+            if p is None:
+                continue
+            sd_data = max((e.hi - e.lo) / (2 * z90), 1e-9)
+            z = abs(e.mean - p.time_mean) / math.hypot(sd_data, p.time_sd)
+            if z > self.config.prior_conflict_z and p.time_sd < self.config.time_sd:
+                new[e.feature] = (f"prior {math.expm1(p.time_mean):+.0%} (sd {p.time_sd:.2f}), trials alone "
+                                  f"{math.expm1(e.mean):+.0%} [{math.expm1(e.lo):+.0%}, {math.expm1(e.hi):+.0%}]: "
+                                  f"{z:.1f} sd apart after {len(settings)} trials")
+        if not new:
+            return
+        self.conflicted.update(new)
+        for f, why in new.items():
+            _log.info("time prior for %s set aside: %s", f, why)
+        kept = [q.model_copy(update={"time_sd": self.config.time_sd}) if q.feature in self.conflicted else q
+                for q in self.priors]
+        self.time_model = TimeModel(self._model_space, priors=kept, noise_cv=self.noise_cv, seed=self.time_model.seed,
+                                    main_sd=self.config.time_sd)
+        self.time_model.fit(settings, times)
 
     def _memory_rows(self) -> list[tuple[Setting, Outcome]]:
         """Trials that say something about memory: OOMs and every trial that ran."""

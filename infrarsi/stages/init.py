@@ -40,10 +40,15 @@ def edge_problems(contract_path: Path) -> list[str]:
 
 
 def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int:
+    from ..contract import load_contract
+    from .init_checks import check_files, check_launch
+
     try:
+        check_files(load_contract(contract), contract)  # what the contract names exists, before anything reads it
         problems = edge_problems(contract)
         if problems:
             raise ContractError(f"{contract}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        check_launch(load_contract(contract), contract)  # the baseline launches an installed program
         c, lock = write_lock(contract, run_dir)
     except ContractError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)

@@ -17,17 +17,18 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from ..adapters import get_adapter
+from ..adapters import run_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.numerics import drift_of, reference_of
 from ..contract.scope import TreeGuard, repository_root
 from ..contract.seal import sealed_write
+from ..errors import read_json_record
 from ..execute.trial import Trial, TrialStatus
 from ..knobs import KnobSpace, Setting
 from ..search import Outcome, Tuner, TunerConfig
 from ..search.verify import promote, speedup_ci
+from . import run_state as state
 
 SEARCH_JSON = "search.json"
 VERIFICATION_JSON = "verification.json"
@@ -134,7 +135,7 @@ def memory_estimate(space: KnobSpace, contract):
 
 
 def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console,
-        seed_from_simulated: bool = False) -> int:
+        more: int | None = None, seed_from_simulated: bool = False) -> int:
     run_dir = Path(run_dir)
     try:
         contract = load_locked(run_dir)
@@ -153,7 +154,12 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     if max_trials is not None and max_trials < 1:
         err.print("[bold red]error:[/] --max-trials must be >= 1")
         return 2
-    adapter = get_adapter(contract.workload.adapter)
+    if more is None and state.done(run_dir, "verify"):  # a finished stage is finished
+        console.print(state.finished_line(run_dir))
+        return 0
+    if more is not None:
+        state.reopen(run_dir, "search", "verify")
+    adapter = run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
     record = RunRecord(run_dir)
     full_space = adapter.knob_space(contract)
     space, kernel_verdicts = verified_kernel_space(full_space, err, run_dir)
@@ -167,6 +173,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err,
                                                    seed_from_simulated)
     budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
+    search_done = state.done(run_dir, "search")
     par = parallel or contract.budget.parallel_trials
     cfg = TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3)), mde=noise.mde)
     tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=priors, seed=0,
@@ -177,6 +184,10 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     done = [t for t in record.finished() if t.role == "search"]
     for t in done:  # resume: everything already measured is data again
         tuner.tell(t.setting, outcome_of(t))
+    if more is not None:
+        budget = state.extend(run_dir, len(done) + more)  # on purpose: past the contract's budget and stopping rule
+    budget = max(budget, state.extended_budget(run_dir) or 0)  # a killed --more resumes with its budget
+    extended = budget > min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
     console.print(f"[bold]run[/] {contract.name}: budget {budget} trials ({len(done)} done), {par} at a time; "
                   f"noise CV {noise.cv:.2%}, mde {noise.mde:.2%}; {len(priors)} priors; "
                   f"{len(bank_initial)} settings seeded from the bank")
@@ -184,24 +195,30 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     executor = make_executor()
     cap_s = contract.budget.max_device_hours * 3600.0
     used_s = sum(t.cost.device_s for t in record.finished())
-    proposals: dict[str, Any] = _load(run_dir / SEARCH_JSON).get("proposals", {})
-    stop_reason = "budget spent"
+    read_json_record(run_dir / SEARCH_JSON)  # refuses a search.json it could not read: never rewritten over
+    proposals = state.proposals(record, done)
+    in_flight = state.pending(run_dir)
+    stop_reason = search_done["stop_reason"] if search_done else "budget spent"
+    state.settle_interrupted(record, executor, roles={"verify"})  # before anything new starts
     with Runner(record, executor, adapter, contract, config=Runner.Config(parallel=par)) as runner:
         for fut in runner.resume(roles={"search"}, reference_losses=base_losses):
             t = fut.result()
             tuner.tell(t.setting, outcome_of(t))
             done.append(t)
-        while len(done) < budget:
+            proposals[str(t.id)] = why = in_flight.get(space.complete(t.setting).key(), {"kind": "resumed"})
+            state.write_proposal(record, t.id, why)
+        while not search_done and len(done) < budget:
             if used_s >= cap_s:
                 stop_reason = f"device-hour budget spent ({used_s / 3600:.2f} h)"
                 break
-            if tuner.should_stop():
+            if not extended and tuner.should_stop():
                 stop_reason = f"expected improvement {tuner.last_best_ei:.4f} below log(1 + mde {noise.mde:.3f})"
                 break
             batch = tuner.ask(min(par, budget - len(done)))
             if not batch:
                 stop_reason = "search space exhausted"
                 break
+            state.write_pending(run_dir, {s.key(): tuner.why(s) for s in batch})
             futs = [(s, runner.submit(s, role="search", reference_losses=base_losses)) for s in batch]
             for s, fut in futs:
                 t = fut.result()
@@ -209,10 +226,14 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
                 done.append(t)
                 used_s += t.cost.device_s
                 proposals[str(t.id)] = why = tuner.why(s)
+                state.write_proposal(record, t.id, why)  # provenance survives a kill
                 _print_trial(console, t, why, baseline)
-        _save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
-        console.print(f"search stopped: {stop_reason}")
+        if not search_done:
+            _save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
+            state.mark_done(run_dir, "search", stop_reason=stop_reason, trials=len(done), budget=budget)
+        console.print(f"search stopped: {stop_reason}" + (" (earlier)" if search_done else ""))
         verification = _reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console)
+        state.mark_done(run_dir, "verify", promoted=sum(1 for c in verification["candidates"] if c["promoted"]))
     _bank_record(run_dir, contract, record, tuner, err)
     n_prom = sum(1 for c in verification["candidates"] if c["promoted"])
     console.print(f"[bold]{n_prom} candidate(s) promoted[/]; see {run_dir / VERIFICATION_JSON}")
@@ -239,7 +260,7 @@ def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: S
                            "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the loss "
                                    "trace matches the baseline within the contract"}
     progress_path = run_dir / "verification.progress.json"
-    progress: dict[str, list[list[int]]] = _load(progress_path)  # candidate key -> [[baseline id, candidate id], ...]
+    progress: dict[str, list[list[int]]] = read_json_record(progress_path) or {}  # key -> [[baseline id, candidate id], ...]
     for cand in top:
         ids = progress.setdefault(cand.key(), [])
         pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
@@ -325,13 +346,6 @@ def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, sto
     }
     body.update(model_summary(tuner, priors))  # what the tuner fitted: effects as meant, revisions, the fit
     sealed_write(run_dir, run_dir / SEARCH_JSON, json.dumps(body, indent=2, sort_keys=True, default=str))
-
-
-def _load(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) -> None:

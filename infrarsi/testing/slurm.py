@@ -231,6 +231,31 @@ class SlurmCluster:
         self.stop()
         raise SlurmSetupError(f"the node did not become idle in {self.start_timeout_s:.0f} s (last state {state_now!r}); logs in {self.dir}")
 
+    def kill_controller(self) -> None:
+        """SIGKILL slurmctld (a controller crash); slurmd and running jobs stay up."""
+        ctld = self._procs[0]
+        if ctld.poll() is None:
+            os.killpg(ctld.pid, signal.SIGKILL)
+            ctld.wait()
+
+    def restart_controller(self) -> None:
+        """Start slurmctld again from its saved state (jobs recovered, not ``-i``) and wait until it answers."""
+        out = open(self.dir / "slurmctld.out", "ab")
+        self._procs[0] = subprocess.Popen(["slurmctld", "-D", "-f", str(self.conf)], env={**os.environ, **self.env},
+                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._procs[0].poll() is not None:
+                raise SlurmSetupError(f"slurmctld exited on restart; see {self.dir}/slurmctld.out")
+            try:
+                if self.client("scontrol", "ping", timeout_s=10).stdout.count("UP"):
+                    return
+            except subprocess.TimeoutExpired:
+                pass
+            time.sleep(0.2)
+        raise SlurmSetupError(f"slurmctld did not answer within {self.start_timeout_s:.0f} s of its restart")
+
     def cancel_all(self) -> None:
         try:
             r = self.client("squeue", "-h", "-o", "%i", timeout_s=10)

@@ -174,7 +174,7 @@ def test_step_lines_and_metrics():
     # tps is per device: step time = 65536 tokens / (tps x 8); median tps over steps 3..6 = 8045
     assert run.metrics.step_time_s == pytest.approx(8 * 8192 / (8045 * 8))
     assert run.metrics.mfu == pytest.approx(0.1399)
-    assert run.metrics.peak_memory_bytes == pytest.approx(66.91 * 2**30)
+    assert run.metrics.peak_memory_bytes == pytest.approx(70.00 * 2**30)  # the highest any rank printed (rank 1)
     assert run.metrics.tokens_per_s == pytest.approx(8045 * 8)
 
 

@@ -1,0 +1,136 @@
+"""How a torchtitan trial is started on this machine, and the knobs only a trial adds.
+
+:func:`trial_spec` turns the launch :func:`~.torchtitan.emit_torchtitan` wrote for a setting into the
+command a trial runs:
+
+- For a CPU contract on a machine where torch finds no accelerator, or wherever kernel patches are asked
+  for, the program ``-m torchtitan.train`` becomes ``launchers/torchtitan_cpu.py`` (the same arguments;
+  without an accelerator it installs the four fixes torchtitan 0.2.2 needs to start, and it installs
+  kernel patches before torchtitan is imported). A GPU contract without patches keeps its launch exactly
+  as emitted (it runs where its executor puts it, e.g. a Slurm node).
+- CPU contracts only: ``torchrun`` becomes this interpreter's ``-m torch.distributed.run`` (the ``torchrun`` on PATH may
+  belong to another environment), and a single-node launch that names no rendezvous gets
+  ``--standalone`` (a free port per trial, so a trial left behind by a killed run cannot block the next).
+- The environment gets the memory cap (RLIMIT_DATA per process, set by the executor), ``HF_*_OFFLINE``
+  (the tokenizer and dataset are local; nothing may come from a hub) and the thread count.
+
+Knobs a torchtitan trial adds to the catalog's (:func:`runtime_knobs`):
+
+- ``data_parallel_replicate``: ``parallelism.data_parallel_replicate_degree``. The shard degree is
+  then ``data_parallel / replicate`` (torchtitan resolves ``-1`` to it); replicate = data parallel is DDP.
+- ``intra_op_threads``: ``OMP_NUM_THREADS`` per process (torchrun sets 1 when it is unset). More threads
+  than cores is allowed: it is slow, not wrong, and the tuner measures it.
+- ``kernel_<op>``: a verified kernel candidate for an op the patch hook can replace
+  (``launchers/torchtitan_patches.py``), present when the contract's scope lists candidates for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..contract.model import Contract
+from ..execute.spec import LaunchSpec
+from ..knobs import Constraint, Knob, KnobSpace
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = ROOT / "launchers" / "torchtitan_cpu.py"
+PATCHABLE_OPS = ("rmsnorm",)  # ops launchers/torchtitan_patches.py can replace inside torchtitan's llama3
+TT_PROGRAM = ["-m", "torchtitan.train"]
+_RDZV = ("--standalone", "--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr", "--master-port",
+         "--master_port", "--rdzv-backend", "--rdzv_backend")
+
+
+def has_accelerator() -> bool:
+    """True where torch finds CUDA, ROCm, XPU or another accelerator (torchtitan then runs unchanged)."""
+    import torch._utils
+
+    return torch._utils._get_available_device_type() is not None
+
+
+def runtime_knobs(contract: Contract) -> list[Knob]:
+    """The knobs above; kernel knobs only for ops the contract's scope lists candidates for."""
+    out = [
+        Knob(name="data_parallel_replicate", kind="int", domain=(1, 2, 4, 8, 16, 32, 64), default=1,
+             group="parallelism", spelling={"torchtitan": "parallelism.data_parallel_replicate_degree"},
+             doc="DP replicas; shard degree = data_parallel / replicate (replicate = data_parallel is DDP)"),
+        Knob(name="intra_op_threads", kind="int", domain=(1, 2, 4, 8, 16), default=1, group="runtime",
+             spelling={"torchtitan": "env:OMP_NUM_THREADS"},
+             doc="intra-op threads per process (torchrun's default is 1)"),
+    ]
+    for op in PATCHABLE_OPS:
+        name = f"kernel_{op}"
+        if name in contract.scope.knobs:
+            dom = tuple(dict.fromkeys(["reference", *contract.scope.knobs[name]]))
+            out.append(Knob(name=name, kind="categorical", domain=dom, default="reference", group="kernel",
+                            spelling={"torchtitan": "INFRARSI_PATCHES"},
+                            doc=f"a verified kernel candidate replacing torchtitan's {op}"))
+    return out
+
+
+def with_runtime_knobs(space: KnobSpace, contract: Contract) -> KnobSpace:
+    """``space`` plus :func:`runtime_knobs` and their rules."""
+    have = set(space.names)
+    knobs = [*space.knobs, *[k for k in runtime_knobs(contract) if k.name not in have]]
+
+    def replicate_divides(s: Mapping[str, Any]) -> str | None:
+        rep, dp = int(s.get("data_parallel_replicate", 1)), s.get("data_parallel") or 1
+        if int(dp) % rep:
+            return f"data parallel {dp} is not divisible by the replicate degree {rep} (shard = {dp} / {rep})"
+        return None
+
+    return KnobSpace(knobs, [*space.constraints, Constraint("replicate_divides_dp", replicate_divides)])
+
+
+def patches_of(setting: Mapping[str, Any], patches: Mapping[str, str] | None) -> dict[str, str]:
+    """op -> candidate file: the ``kernel_<op>`` knobs of the setting over the patches passed in."""
+    out = dict(patches or {})
+    for op in PATCHABLE_OPS:
+        v = setting.get(f"kernel_{op}", "reference")
+        if v and v != "reference":
+            out[op] = str(v)
+    return out
+
+
+def _program_at(argv: list[str]) -> int | None:
+    for i in range(len(argv) - 1):
+        if argv[i:i + 2] == TT_PROGRAM:
+            return i
+    return None
+
+
+def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any],
+               patches: Mapping[str, str] | None = None) -> LaunchSpec:
+    """The emitted launch, as a trial on this machine runs it (see the module docstring)."""
+    argv = list(spec.argv)
+    env = dict(spec.env)
+    ops = patches_of(setting, patches)
+    env.pop("INFRARSI_PATCHES", None)
+    if ops:
+        env["INFRARSI_PATCHES"] = json.dumps(ops, sort_keys=True)
+    threads = setting.get("intra_op_threads")
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(int(threads))
+    cpu = contract.hardware.kind.lower() == "cpu"
+    at = _program_at(argv)
+    if at is not None and (ops or (cpu and not has_accelerator())):
+        if not LAUNCHER.is_file():
+            raise FileNotFoundError(f"the torchtitan launcher {LAUNCHER} is missing; run from a checkout of the project")
+        argv[at:at + 2] = [str(LAUNCHER)]
+    if not cpu:  # a GPU job runs where its executor puts it (a Slurm node): its launcher and environment stay
+        return spec.model_copy(update={"argv": argv, "env": env})
+    if argv and os.path.basename(argv[0]) == "torchrun":
+        argv[:1] = [sys.executable, "-m", "torch.distributed.run"]
+    launcher = spec.argv[:at] if at is not None else spec.argv  # the launcher's own options, as emitted
+    if (argv[1:3] == ["-m", "torch.distributed.run"] and spec.nodes == 1
+            and not any(a.split("=", 1)[0] in _RDZV for a in launcher)):
+        argv.insert(3, "--standalone")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("HF_DATASETS_OFFLINE", "1")
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    cap = contract.hardware.memory_capacity_bytes  # RLIMIT_DATA per process, set by the executor
+    return spec.model_copy(update={"argv": argv, "env": env, "memory_cap_bytes": cap})

@@ -1,0 +1,92 @@
+"""The exec wrapper of a local trial: ``python trial_wrapper.py CAP RUNNER_PID COMMAND...``.
+
+Runs as the leader of the trial's own process group (the executor starts it in a new session), then:
+
+1. lowers RLIMIT_DATA to CAP bytes ("none": no cap); inherited by every process of the trial;
+2. starts a watchdog in the same process group: it waits (pidfd, no polling) for the runner or the
+   trial's leader to end. When the runner ends first (kill -9 included) it SIGKILLs the whole group,
+   so no training process outlives the runner; when the leader ends first it just exits;
+3. ``execvp`` s the command: the command itself keeps the leader's pid, its exit status and signals.
+
+The watchdog is double-forked, so the command never has a child it did not start (no zombie, no
+stray SIGCHLD it must reap). Standalone on purpose: it imports nothing from infrarsi, so a trial
+starts in the time of one interpreter start-up. Linux only (pidfd_open: kernel 5.3; older kernels
+fall back to checking the runner twice a second).
+"""
+
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+
+def _cap(cap: str) -> None:
+    if cap == "none":
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    c = int(cap) if hard == resource.RLIM_INFINITY else min(int(cap), hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (c, c))
+
+
+def _pidfd(pid: int):
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _watch(runner: int, leader: int) -> None:
+    """In the watchdog (same group as the trial): kill the group when the runner dies first."""
+    group = os.getpgid(0)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    fr, fl = _pidfd(runner), _pidfd(leader)
+    if fr is None and _alive(runner) or fl is None and _alive(leader):  # no pidfd: poll
+        while _alive(runner) and _alive(leader):
+            time.sleep(0.5)
+        runner_gone = not _alive(runner)
+    elif fr is None:  # the runner was gone before we looked
+        runner_gone = True
+    elif fl is None:
+        runner_gone = False
+    else:
+        ready, _, _ = select.select([fr, fl], [], [])
+        runner_gone = fr in ready
+    if runner_gone:
+        try:
+            os.killpg(group, signal.SIGKILL)  # the trial and this watchdog with it
+        except OSError:
+            pass
+    os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list) -> None:
+    cap, runner, command = argv[1], int(argv[2]), argv[3:]
+    _cap(cap)
+    leader = os.getpid()
+    if os.getppid() != runner:  # the runner died before we started: nothing to run for
+        os._exit(128 + signal.SIGKILL)
+    mid = os.fork()
+    if mid == 0:
+        if os.fork() == 0:
+            os.closerange(3, 1 << 16)
+            _watch(runner, leader)
+        os._exit(0)
+    os.waitpid(mid, 0)
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
