@@ -127,11 +127,13 @@ def tune(
 
 def _register_tools() -> None:
     """Tool sub-commands live beside the code they drive."""
+    from .bank.cli import app as bank_app
+    from .estimate.cli import estimate
+    from .kernels.cli import app as kernels_app
     from .knobs.cli import knobs
 
     app.command("knobs")(knobs)
-    from .bank.cli import app as bank_app
-    from .kernels.cli import app as kernels_app
+    app.command("estimate")(estimate)
 
     app.add_typer(kernels_app, name="kernels", help="Verify and benchmark Triton kernel candidates.")
     app.add_typer(bank_app, name="bank", help="The experience bank: stats, show, export, import.")

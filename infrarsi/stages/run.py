@@ -125,10 +125,13 @@ def _workload_sig(contract) -> dict[str, Any]:
 
 
 def memory_estimate(space: KnobSpace, contract):
-    """The analytical peak-memory estimate the memory model refines."""
+    """The peak-memory estimate the memory model refines: the real model's fake step where it runs (estimate/),
+    else the analytical one."""
+    from ..estimate import memory_estimator as real_model_estimator
     from ..priors.offline import memory_estimator
 
-    return memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
+    analytical = memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
+    return real_model_estimator(space, contract, fallback=analytical) or analytical
 
 
 def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console,

@@ -1,0 +1,99 @@
+"""`infrarsi estimate CONTRACT`: will this setting fit? One fake training step of the real model, on one CPU.
+
+    infrarsi estimate contracts/minigpt-cpu.toml --set micro_batch_size=16 --set recompute_granularity=full
+    infrarsi estimate contracts/llama3-8b-h100x64.toml --json
+
+The setting is the contract's baseline with ``--set`` applied. Prints the per-rank peak by category, what is
+added for what trackers cannot see (and where that figure comes from), the contract's capacity and the verdict,
+and a roofline step time where the device's peaks are known. ``--json`` prints one object.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+GiB = 2**30
+
+
+def _setting(contract, space, sets: list[str]) -> dict:
+    out = dict(contract.baseline)
+    by_name = {k.name: k for k in space.knobs}
+    for item in sets:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--set {item!r}: expected KNOB=VALUE, e.g. --set micro_batch_size=4")
+        if name not in by_name:
+            raise ValueError(f"--set {name}: not a knob of this contract; known: {sorted(by_name)}")
+        out[name] = by_name[name].coerce(raw)
+    return out
+
+
+def estimate(
+    contract_path: Path = typer.Argument(..., metavar="CONTRACT", help="The contract TOML file."),
+    sets: list[str] = typer.Option([], "--set", help="KNOB=VALUE over the contract's baseline (repeatable)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the estimate as one JSON object."),
+    unseen_gib: float = typer.Option(None, "--unseen-gib", help="Bytes outside tensors per rank (GiB), measured on "
+                                                                "your device; default: the measured constant."),
+) -> None:
+    """Pre-flight estimate: per-rank peak memory by category and a roofline step time, before launching."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..adapters import get_adapter
+    from ..contract.model import ContractError, load_contract
+    from . import EstimateError
+    from . import estimate as run_estimate
+    from .devices import device_for
+
+    console, err = Console(highlight=False), Console(stderr=True, highlight=False)
+    try:
+        contract = load_contract(contract_path)
+        contract = _anchored(contract, contract_path)
+        space = get_adapter(contract.workload.adapter).knob_space(contract)
+        setting = space.complete(_setting(contract, space, sets))
+        kw = {"device": device_for(contract.hardware)}
+        if unseen_gib is not None:
+            kw["unseen_gib"] = unseen_gib
+        e = run_estimate(contract, setting, **kw)
+    except (ContractError, EstimateError, ValueError, OSError) as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(1)
+    cap = contract.hardware.memory_capacity_bytes
+    fits = e.peak_bytes <= cap
+    if json_out:
+        print(json.dumps({**e.to_dict(), "setting": setting.to_dict(), "capacity_bytes": cap, "fits": fits}, default=str))
+        return
+    t = Table(title=f"{contract.name}: rank 0 of {e.world_size}, peak by category")
+    t.add_column("category")
+    t.add_column("GiB", justify="right")
+    for k, v in e.by_category().items():
+        t.add_row(k, f"{v / GiB:.3f}")
+    t.add_row("tensors (tracked)", f"{e.tracked_bytes / GiB:.3f}")
+    t.add_row("outside tensors", f"{e.unseen_bytes / GiB:.3f}")
+    t.add_row("[bold]peak[/]", f"[bold]{e.peak_bytes / GiB:.3f}[/]")
+    console.print(t)
+    console.print(f"layout: {', '.join(f'{k}={v}' for k, v in e.layout.items())}")
+    console.print(f"outside tensors: {e.unseen_source}")
+    verdict = "[green]fits[/]" if fits else "[red]does not fit[/]"
+    console.print(f"capacity {cap / GiB:.2f} GiB per rank: {verdict} ({(cap - e.peak_bytes) / GiB:+.2f} GiB headroom)")
+    if e.step_time_s is not None:
+        console.print(f"roofline step time: {e.step_time_s:.3f} s (compute and memory traffic at datasheet peaks; "
+                      f"communication not counted: a lower bound)")
+    else:
+        console.print(f"step time: {e.step_time_note}")
+    for n in e.notes:
+        console.print(f"note: {n}")
+    console.print(f"estimated in {e.wall_s:.1f} s; not seen by any tracker: allocator fragmentation, NCCL/gloo "
+                  f"buffers, CUDA context / the CPU runtime (the 'outside tensors' line)")
+
+
+def _anchored(contract, path: Path):
+    """workload.launch is relative to the contract file (else to the working directory, as trials run)."""
+    launch = contract.workload.launch
+    if launch and not Path(launch).is_absolute() and (Path(path).parent / launch).is_file():
+        wl = contract.workload.model_copy(update={"launch": str((Path(path).parent / launch).resolve())})
+        return contract.model_copy(update={"workload": wl})
+    return contract

@@ -1,0 +1,101 @@
+"""What no tensor tracker can see, as measured constants.
+
+A tracker counts tensor storages. A process's peak also holds what is not a tensor: on the CPU, the Python
+interpreter and torch's libraries, the OpenMP pool's thread stacks, oneDNN's scratchpads and primitive caches, and
+glibc's heap, which keeps freed activation-sized chunks (a medium allocation comes from the heap once glibc's
+dynamic mmap threshold has risen past it); on a GPU, the CUDA context, cuBLAS workspaces, NCCL buffers and the
+caching allocator's fragmentation. Two measured constants cover it:
+
+    unseen = base[kind, threads, dtype] + fragmentation x (tracked activations + temporaries)
+
+``base`` is what a process of the job's kind holds with (almost) no tensors; ``fragmentation`` is what the
+allocator adds per byte of short-lived tensors. Both are measured, never guessed, by
+
+    .venv/bin/python scripts/bench_estimate.py --calibrate
+
+which runs minigpt for real at a tiny size (1 layer, hidden 64, seq 16: tensors of a few hundred KiB) for
+``base``, and at a medium size that is not the shipped contract's shape (2 layers, hidden 192, seq 512, micro-batch
+8) for ``fragmentation``: measured peak data segment (the figure RLIMIT_DATA governs and a trial reports) minus the
+estimate's tracked bytes. The shipped contract's settings are then a held-out test of both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MiB = 2**20
+
+# Measured on the 2-core CPU machine with torch 2.13.0 by the command above (its output, rounded to 0.1 MiB).
+BASE: dict[tuple[str, int, str], float] = {
+    ("cpu", 1, "fp32"): 252.0 * MiB,
+    ("cpu", 2, "fp32"): 309.4 * MiB,
+    ("cpu", 1, "bf16"): 268.4 * MiB,
+    ("cpu", 2, "bf16"): 327.1 * MiB,
+    # a process that imports torchtitan (datasets, tokenizers, tensorboard ...): its one-process step
+    # (tests/estimate/torchtitan_step.py) at local batch 1, seq 32, by scripts/bench_estimate.py --torchtitan
+    ("cpu-torchtitan", 1, "bf16"): 1466.0 * MiB,
+}
+FRAGMENTATION: dict[str, float] = {"cpu": 0.674}
+MEASURED_BY = "scripts/bench_estimate.py --calibrate (torch 2.13.0 CPU, 2 cores)"
+
+# No GPU was available to measure on: a GPU's base is the analytical model's (priors/offline.py, 1.25 GiB:
+# CUDA context + cuBLAS workspaces + NCCL buffers) and its fragmentation is not counted; both labelled as such.
+# Override with --unseen-gib from an empty job measured on your GPU.
+GPU_UNMEASURED = 1.25 * 2**30
+
+
+def unseen_bytes(contract: Any, *, threads: int | None = None, bf16: bool = False, transient_bytes: float = 0.0,
+                 override_gib: float | None = None, framework: str = "minigpt") -> tuple[float, str]:
+    """(bytes, where they come from) to add to the tracked peak of one rank of ``contract``'s hardware;
+    ``transient_bytes`` are the tracked activations + temporaries at the peak."""
+    if override_gib is not None:
+        return override_gib * 2**30, f"given: {override_gib:g} GiB"
+    kind = str(contract.hardware.kind or "cpu").lower()
+    if kind == "cpu":
+        t = max(1, int(threads or 1))
+        frag = FRAGMENTATION["cpu"] * transient_bytes
+        if framework == "torchtitan":
+            base = BASE[("cpu-torchtitan", 1, "bf16")]
+            what = "torchtitan process (1 thread, bf16; other thread counts and fp32 not measured)"
+        else:
+            t = t if ("cpu", t, "fp32") in BASE else max(k[1] for k in BASE if k[0] == "cpu")
+            base = BASE[("cpu", t, "bf16" if bf16 else "fp32")]
+            what = f"CPU process at {t} thread(s)"
+        return base + frag, (f"measured: {what} {base / MiB:.0f} MiB + allocator {FRAGMENTATION['cpu']:.2f} x "
+                             f"{transient_bytes / MiB:.0f} MiB transient ({MEASURED_BY})")
+    return GPU_UNMEASURED, ("not measured (no GPU here): the analytical 1.25 GiB for CUDA context, cuBLAS workspaces "
+                            "and NCCL buffers, no fragmentation; set --unseen-gib from a measured empty job on your GPU")
+
+
+TINY = {"num_layers": 1, "hidden_size": 64, "num_attention_heads": 2, "seq_length": 16, "vocab_size": 64,
+        "global_batch_size": 1}
+MEDIUM = {"num_layers": 2, "hidden_size": 192, "num_attention_heads": 6, "seq_length": 512, "vocab_size": 512,
+          "global_batch_size": 8}
+
+
+def _resized(contract: Any, args: dict[str, Any]) -> Any:
+    wl = contract.workload.model_copy(update={"args": {**contract.workload.args, **args}})
+    return contract.model_copy(update={"workload": wl})
+
+
+def calibrate(contract: Any = None, threads: tuple[int, ...] = (1, 2)) -> dict[str, float]:
+    """Measure ``BASE`` (per threads and dtype) and ``FRAGMENTATION`` on this machine; returns them by name."""
+    from pathlib import Path
+
+    from ..contract.model import load_contract
+    from .measure import measured_peak_minigpt
+    from .minigpt import estimate
+
+    if contract is None:
+        contract = load_contract(Path(__file__).resolve().parents[2] / "contracts/minigpt-cpu.toml")
+    tiny, medium = _resized(contract, TINY), _resized(contract, MEDIUM)
+    out: dict[str, float] = {}
+    for t in threads:
+        for bf16 in (False, True):
+            s = {"micro_batch_size": 1, "intra_op_threads": t, "attention_backend": "auto", "bf16": bf16}
+            out[f"base cpu {t} {'bf16' if bf16 else 'fp32'}"] = measured_peak_minigpt(tiny, s) - estimate(tiny, s).tracked_bytes
+    s = {"micro_batch_size": 8, "intra_op_threads": 1, "attention_backend": "auto"}
+    e = estimate(medium, s)
+    transient = e.tracked.get("Activation", 0) + e.tracked.get("Temp", 0)
+    out["fragmentation cpu"] = (measured_peak_minigpt(medium, s) - e.tracked_bytes - out["base cpu 1 fp32"]) / transient
+    return out

@@ -1,0 +1,98 @@
+"""The library call: the estimate for a contract's framework, and the run stage's memory offset."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .result import Estimate, EstimateError
+
+FRAMEWORKS = ("minigpt", "torchtitan")
+
+
+def estimate(contract: Any, setting: Mapping[str, Any], **kw: Any) -> Estimate:
+    """One rank's peak for ``setting`` of ``contract``'s job (minigpt or torchtitan)."""
+    name = contract.workload.adapter
+    if name == "minigpt":
+        from . import minigpt
+
+        return minigpt.estimate(contract, setting, **kw)
+    if name == "torchtitan":
+        from . import torchtitan
+
+        return torchtitan.estimate(contract, setting, **kw)
+    raise EstimateError(f"workload.adapter = {name!r}: the estimate runs the real model of {list(FRAMEWORKS)} only")
+
+
+# Which offset the run stage's memory model refines: "estimate" (this package) or "analytical" (priors/offline.py).
+# Default: the estimate for torchtitan, whose trials cost minutes, and the analytical model for minigpt, whose
+# trials (seconds) cost about what its estimates do (~3 s per distinct memory layout on 2 cores).
+OFFSET_ENV = "INFRARSI_MEMORY_OFFSET"
+DEFAULT_OFFSET = {"torchtitan": "estimate", "minigpt": "analytical"}
+
+# Knobs that change no tensor of the step (the estimate runs eager reference ops): left out of the cache key.
+_NOT_MEMORY = ("torch_compile", "nccl_", "kernel_", "num_workers", "manual_gc")
+
+
+def offset_kind(contract: Any) -> str:
+    raw = os.environ.get(OFFSET_ENV, "").strip().lower()
+    if raw and raw not in ("estimate", "analytical"):
+        raise EstimateError(f"{OFFSET_ENV}={raw!r}: expected 'estimate' or 'analytical'")
+    return raw or DEFAULT_OFFSET.get(contract.workload.adapter, "analytical")
+
+
+BUDGET_ENV = "INFRARSI_ESTIMATE_BUDGET_S"
+DEFAULT_BUDGET_S = 300.0
+
+
+def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[str, Any]], float] | None = None,
+                     on_error: Callable[[str], None] | None = None,
+                     budget_s: float | None = None) -> Callable[[Mapping[str, Any]], float] | None:
+    """setting -> per-rank peak bytes from the real model's fake step, for the run stage's memory model (the
+    same contract as ``priors.offline.memory_estimator``: the model learns the residual). None when the offset is
+    "analytical" for this contract or the framework cannot be estimated. Cached per memory layout; a setting the
+    estimate cannot build gets ``fallback`` (the analytical figure), reported once through ``on_error``.
+
+    The tuner prices P(OOM) over its whole candidate pool, and one fake step of a large model takes minutes on
+    2 cores. Fake steps therefore run until ``budget_s`` (default 300 s, ``INFRARSI_ESTIMATE_BUDGET_S``) is
+    spent; past it, a new layout gets the analytical figure times the median ratio estimate / analytical over
+    the layouts already estimated (the estimate calibrates the arithmetic where it cannot afford to run)."""
+    budget = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S)) if budget_s is None else budget_s
+    if contract.workload.adapter not in FRAMEWORKS or offset_kind(contract) != "estimate":
+        return None
+    if contract.workload.adapter == "torchtitan" and importlib.util.find_spec("torchtitan") is None:
+        return None
+    cache: dict[tuple, float] = {}
+    ratios: list[float] = []
+    spent = [0.0]
+    warned: set[str] = set()
+
+    def key(setting: Mapping[str, Any]) -> tuple:
+        return tuple(sorted((k, v) for k, v in setting.items() if not k.startswith(_NOT_MEMORY)))
+
+    def peak(setting: Mapping[str, Any]) -> float:
+        k = key(setting)
+        if k not in cache and spent[0] >= budget and fallback is not None and ratios:
+            cache[k] = fallback(setting) * statistics.median(ratios)
+        if k not in cache:
+            t0 = time.perf_counter()
+            try:
+                cache[k] = estimate(contract, setting).peak_bytes
+                if fallback is not None:
+                    ratios.append(cache[k] / max(fallback(setting), 1.0))
+            except EstimateError as e:
+                if fallback is None:
+                    raise
+                if on_error is not None and str(e) not in warned:
+                    warned.add(str(e))
+                    on_error(f"estimate unavailable for {dict(setting)}: {e}; using the analytical figure")
+                cache[k] = fallback(setting)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        return cache[k]
+
+    return peak

@@ -1,0 +1,342 @@
+"""Benchmark: the pre-flight estimate vs real measured peaks, and vs the analytical estimate.
+
+    python scripts/bench_estimate.py --calibrate          # the measured constant for what trackers cannot see
+    python scripts/bench_estimate.py --minigpt            # every minigpt layout that runs here: error table
+    python scripts/bench_estimate.py --scale              # torchtitan llama3 8B on 64 ranks, 70B on 256
+    python scripts/bench_estimate.py --torchtitan         # torchtitan's llama3 trained for real on one process
+    python scripts/bench_estimate.py --replay --seeds 5   # the tuner with and without the estimate
+
+Errors are (estimate - measured) / measured of the per-process peak; rank order is the share of setting pairs
+whose order by memory the estimate gets right (pairs whose measured peaks differ by under 2% are ties, skipped).
+Measurements are cached in --cache (a killed benchmark resumes); --fresh ignores the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infrarsi.contract.model import load_contract  # noqa: E402
+
+MiB = 2**20
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cache(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def minigpt_grid(full: bool = False) -> list[dict]:
+    """The shipped minigpt contract's memory knobs: micro-batch x recompute x attention in fp32, and bf16 at
+    micro-batch 4 and 16 (threads 1; adam foreach). --full adds bf16 everywhere."""
+    out = []
+    for mbs, rc, attn, bf16 in itertools.product((1, 2, 4, 8, 16), ("none", "selective", "full"), ("auto", "unfused"),
+                                                  (False, True)):
+        if bf16 and not full and mbs not in (4, 16):
+            continue
+        out.append({"micro_batch_size": mbs, "recompute_granularity": rc, "attention_backend": attn, "bf16": bf16,
+                    "intra_op_threads": 1})
+    return out
+
+
+def pairs_right(est: list[float], meas: list[float], tie: float = 0.02) -> tuple[int, int]:
+    right = total = 0
+    for i, j in itertools.combinations(range(len(est)), 2):
+        if abs(meas[i] - meas[j]) <= tie * max(meas[i], meas[j]):
+            continue
+        total += 1
+        right += (est[i] - est[j]) * (meas[i] - meas[j]) > 0
+    return right, total
+
+
+def run_minigpt(args) -> int:
+    from infrarsi.adapters.minigpt import MiniGPTAdapter
+    from infrarsi.estimate import estimate
+    from infrarsi.estimate.measure import measured_peak_minigpt
+    from infrarsi.priors.offline import memory_estimator
+
+    contract = load_contract(ROOT / "contracts/minigpt-cpu.toml")
+    space = MiniGPTAdapter().knob_space(contract)
+    analytical = memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
+    cache_path = Path(args.cache)
+    cache = {} if args.fresh else _cache(cache_path)
+    grid = minigpt_grid(args.full)
+    if args.limit:
+        grid = grid[:: max(1, round(len(grid) / args.limit))]
+    rows = []
+    for s in grid:
+        key = json.dumps(s, sort_keys=True)
+        if key not in cache:
+            cache[key] = {"measured": measured_peak_minigpt(contract, s)}
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.write_text(json.dumps(cache, indent=1))
+        e = estimate(contract, s)
+        full = space.complete(s)
+        rows.append((s, cache[key]["measured"], e, analytical(full)))
+    print(f"{'mbs':>3} {'recompute':>9} {'attn':>7} {'bf16':>5} | {'measured':>8} {'estimate':>8} {'err':>6} | "
+          f"{'analytic':>8} {'err':>6} | tracked: params grads opt act temp  (MiB)")
+    errs, aerrs = [], []
+    for s, m, e, a in rows:
+        err, aerr = e.peak_bytes / m - 1, a / m - 1
+        errs.append(err)
+        aerrs.append(aerr)
+        c = e.by_category()
+        print(f"{s['micro_batch_size']:>3} {s['recompute_granularity']:>9} {s['attention_backend']:>7} {str(s['bf16']):>5} | "
+              f"{m / MiB:8.0f} {e.peak_bytes / MiB:8.0f} {err:+6.1%} | {a / MiB:8.0f} {aerr:+6.1%} | "
+              f"{c['parameters'] / MiB:.0f} {c['gradients'] / MiB:.0f} {c['optimizer'] / MiB:.0f} "
+              f"{c['activations'] / MiB:.0f} {c['temporaries'] / MiB:.0f}")
+    meas = [m for _, m, _, _ in rows]
+    r, t = pairs_right([e.peak_bytes for _, _, e, _ in rows], meas)
+    ar, at = pairs_right([a for *_, a in rows], meas)
+    print(f"\n{len(rows)} settings; unseen constant {rows[0][2].unseen_bytes / MiB:.0f} MiB ({rows[0][2].unseen_source})")
+    print(f"estimate:   median |error| {statistics.median(map(abs, errs)):.1%}, max {max(map(abs, errs)):.1%}, "
+          f"rank order right in {r}/{t} pairs ({r / max(t, 1):.1%})")
+    print(f"analytical: median |error| {statistics.median(map(abs, aerrs)):.1%}, max {max(map(abs, aerrs)):.1%}, "
+          f"rank order right in {ar}/{at} pairs ({ar / max(at, 1):.1%})")
+    print(f"estimate wall time: median {statistics.median(e.wall_s for _, _, e, _ in rows):.2f} s per setting")
+    return 0
+
+
+# (contract, ranks, setting over its baseline, published GiB or None, where it is published)
+SCALE = (
+    ("llama3-8b-h100x64.toml", 8, {}, 82.4, "torchtitan docs/performance.md Table 1: FSDP, eager"),
+    ("llama3-8b-h100x64.toml", 64, {}, None, ""),
+    ("llama3-8b-h100x64.toml", 128, {}, 67.0, "torchtitan docs/performance.md Table 3: FSDP, eager"),
+    ("llama3-70b-h100x256.toml", 256, {}, 71.9, "torchtitan docs/performance.md Table 4: 2D, with torch.compile "
+                                               "+ Float8 (the estimate is eager bf16)"),
+)
+
+
+def run_scale(args) -> int:
+    from infrarsi.estimate import estimate
+    from infrarsi.estimate.cli import _anchored
+    from infrarsi.estimate.devices import device_for
+
+    GiB = 2**30
+    print(f"{'model':>12} {'ranks':>5} {'layout':>38} | {'params':>6} {'grads':>6} {'opt':>6} {'act':>6} {'temp':>6} "
+          f"{'comm':>6} {'+unseen':>7} | {'estimate':>8} {'published':>9} | {'roofline':>8} {'wall':>6}")
+    for name, ranks, setting, published, source in SCALE:
+        if args.only and args.only not in f"{name}:{ranks}":
+            continue
+        path = ROOT / "contracts" / name
+        c = _anchored(load_contract(path), path)
+        c = c.model_copy(update={"hardware": c.hardware.model_copy(update={"devices": ranks})})
+        e = estimate(c, setting, device=device_for(c.hardware))
+        cat = e.by_category()
+        lay = e.layout
+        layout = f"fsdp {lay['dp_shard']} tp {lay['tp']} lb {lay['local_batch']} ac {lay['ac'].split()[0]}"
+        pub = f"{published:9.1f}" if published else f"{'-':>9}"
+        print(f"{lay['model']:>12} {ranks:5d} {layout:>38} | " + " ".join(f"{cat[k] / GiB:6.2f}" for k in (
+            "parameters", "gradients", "optimizer", "activations", "temporaries", "communication"))
+              + f" {e.unseen_bytes / GiB:7.2f} | {e.peak_bytes / GiB:8.2f} {pub} | {e.step_time_s or 0:7.2f}s "
+              f"{e.wall_s:5.0f}s" + (f"   [{source}]" if source else ""), flush=True)
+    return 0
+
+
+def run_replay(args) -> int:
+    """The tuner with and without the estimate as its memory offset, replayed on real minigpt measurements.
+
+    Every memory layout of the shipped contract in fp32 (threads 1, adam foreach: 30 settings) is run for real once,
+    uncapped, 3 iterations: its peak and the third step time are the oracle. A trial whose real peak exceeds the contract's
+    capacity is an OOM (what the cap would make of it). The run stage's tuner (offline priors, its config) then
+    spends the contract's budget per seed, with the analytical offset and with the estimate."""
+    import math
+
+    from infrarsi.adapters.minigpt import MiniGPTAdapter
+    from infrarsi.estimate import memory_estimator as estimate_offset
+    from infrarsi.estimate.measure import measured_minigpt
+    from infrarsi.priors.offline import memory_estimator, offline_priors
+    from infrarsi.search import Outcome, Tuner, TunerConfig
+
+    contract = load_contract(ROOT / "contracts/minigpt-cpu.toml")
+    full = MiniGPTAdapter().knob_space(contract)
+    space = full.restrict({"intra_op_threads": [1], "adam_impl": ["foreach"], "bf16": [False]}, keep=full.names)
+    settings = list(space.enumerate())  # valid settings only (constraints applied)
+    cache_path = Path(args.cache).with_name("replay.json")
+    cache = {} if args.fresh else _cache(cache_path)
+    for s in settings:
+        key = json.dumps(s.to_dict(), sort_keys=True)
+        if key not in cache:
+            peak, step = measured_minigpt(contract, s, iters=3)
+            cache[key] = {"peak": peak, "step_s": step}
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.write_text(json.dumps(cache, indent=1))
+    cap = contract.hardware.memory_capacity_bytes
+    truth = {json.dumps(s.to_dict(), sort_keys=True): cache[json.dumps(s.to_dict(), sort_keys=True)] for s in settings}
+    feasible = {k: v for k, v in truth.items() if v["peak"] <= cap}
+    best = min(v["step_s"] for v in feasible.values())
+    print(f"{len(truth)} settings measured; {len(truth) - len(feasible)} exceed the {cap / MiB:.0f} MiB cap; "
+          f"best feasible step {best * 1000:.0f} ms")
+    wl, hw = dict(contract.workload.args), contract.hardware.model_dump()
+    priors = offline_priors(space, workload=wl, hardware=hw)
+    import os
+
+    os.environ["INFRARSI_MEMORY_OFFSET"] = "estimate"
+    offsets = {"analytical": memory_estimator(space, workload=wl, hardware=hw),
+               "estimate": estimate_offset(space, contract)}
+    budget = contract.budget.max_trials
+    baseline = space.complete(contract.baseline)
+    rows: dict[str, list[tuple[int, float, int]]] = {k: [] for k in offsets}
+    for seed in range(args.seeds):
+        for name, off in offsets.items():
+            tuner = Tuner(space, memory_capacity_bytes=cap, priors=priors, seed=seed, noise_cv=0.02,
+                          config=TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3))),
+                          memory_estimate=off)
+
+            def outcome(s):
+                v = truth[json.dumps(s.to_dict(), sort_keys=True)]
+                return Outcome("oom") if v["peak"] > cap else Outcome("ok", step_time_s=v["step_s"],
+                                                                          peak_memory_bytes=v["peak"])
+
+            tuner.tell(baseline, outcome(baseline))
+            ooms, first_best, best_seen = 0, math.inf, math.inf
+            for i in range(1, budget + 1):
+                batch = tuner.ask(1)
+                if not batch:
+                    break
+                o = outcome(batch[0])
+                tuner.tell(batch[0], o)
+                ooms += o.status == "oom"
+                if o.status == "ok":
+                    best_seen = min(best_seen, o.step_time_s)
+                    if o.step_time_s <= best * 1.02 and first_best == math.inf:
+                        first_best = i
+            rows[name].append((ooms, first_best, best_seen / best))
+            print(f"seed {seed} {name:>10}: {ooms:2d} OOM trials of {budget}; best within 2% at trial "
+                  f"{first_best if first_best < math.inf else '-'}; best found {best_seen / best:.3f}x optimum", flush=True)
+    meas = [truth[json.dumps(x.to_dict(), sort_keys=True)]["peak"] for x in settings]
+    for name, off in offsets.items():
+        est = [off(x) for x in settings]
+        errs = [e / m - 1 for e, m in zip(est, meas)]
+        r, t = pairs_right(est, meas)
+        print(f"{name:>10} offset vs the {len(settings)} measured peaks: median |error| "
+              f"{statistics.median(map(abs, errs)):.1%}, max {max(map(abs, errs)):.1%}, rank order {r}/{t} ({r / max(t, 1):.1%})")
+    for name, r in rows.items():
+        hit = [f for _, f, _ in r if f < math.inf]
+        print(f"{name:>10}: OOM trials mean {statistics.mean(o for o, _, _ in r):.1f} (total {sum(o for o, _, _ in r)}); "
+              f"reached the best (2%) in {len(hit)}/{len(r)} seeds, median trial "
+              f"{statistics.median(hit) if hit else '-'}; best found mean {statistics.mean(b for *_, b in r):.3f}x")
+    return 0
+
+
+TT_JOB = """
+[model]
+name = "llama3"
+flavor = "debugmodel"
+[optimizer]
+name = "AdamW"
+lr = 8e-4
+[training]
+local_batch_size = 4
+seq_len = 512
+steps = 10
+dataset = "c4_test"
+[parallelism]
+data_parallel_shard_degree = -1
+[activation_checkpoint]
+mode = "selective"
+"""
+
+
+def run_torchtitan(args) -> int:
+    """torchtitan's llama3 debugmodel trained for real in one process (tests/estimate/torchtitan_step.py: torchtitan's
+    model, parallelize_llama, build_optimizers, loss) vs the estimate; the process base is measured at a tiny size
+    (local batch 1, seq 32) and the rest of the grid is held out."""
+    import os
+    import subprocess
+    import tempfile
+
+    from infrarsi.estimate.torchtitan import estimate_job, job_config
+
+    job = Path(tempfile.mkdtemp()) / "debug.toml"
+    job.write_text(TT_JOB)
+    cache_path = Path(args.cache).with_name("torchtitan.json")
+    cache = {} if args.fresh else _cache(cache_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def measured(over: list[str]) -> float:
+        key = " ".join(over)
+        if key not in cache:
+            p = subprocess.run([sys.executable, str(ROOT / "tests/estimate/torchtitan_step.py"), str(job), *over],
+                               capture_output=True, text=True, env=env, timeout=1800)
+            line = [x for x in p.stdout.splitlines() if x.startswith("peak_data_bytes=")]
+            if not line:
+                raise SystemExit(f"torchtitan step failed: {p.stderr.strip().splitlines()[-3:]}")
+            cache[key] = int(line[0].split("=")[1])
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.write_text(json.dumps(cache, indent=1))
+        return cache[key]
+
+    def tracked(over: list[str]):
+        return estimate_job(job_config(["--job.config_file", str(job), *over]), world_size=1)
+
+    from types import SimpleNamespace
+
+    from infrarsi.estimate.overhead import unseen_bytes
+
+    tiny = ["--training.local_batch_size", "1", "--training.seq_len", "32"]
+    base = measured(tiny) - tracked(tiny).tracked_bytes
+    print(f"process base (measured now at local batch 1, seq 32; overhead.BASE carries it): {base / MiB:.1f} MiB")
+    cpu = SimpleNamespace(hardware=SimpleNamespace(kind="cpu"))
+    rows = []
+    for ac, lb in itertools.product(("none", "selective", "full"), (2, 8)):
+        over = ["--activation_checkpoint.mode", ac, "--training.local_batch_size", str(lb)]
+        e = tracked(over)
+        m = measured(over)
+        unseen, _ = unseen_bytes(cpu, bf16=True, framework="torchtitan",
+                                 transient_bytes=e.tracked.get("Activation", 0) + e.tracked.get("Temp", 0))
+        rows.append((ac, lb, m, e.tracked_bytes + unseen, e))
+    print(f"{'ac':>9} {'lb':>3} | {'measured':>8} {'estimate':>8} {'err':>6} | tracked: params grads opt act temp (MiB)")
+    for ac, lb, m, est, e in rows:
+        c = e.by_category()
+        print(f"{ac:>9} {lb:3d} | {m / MiB:8.0f} {est / MiB:8.0f} {est / m - 1:+6.1%} | {c['parameters'] / MiB:.0f} "
+              f"{c['gradients'] / MiB:.0f} {c['optimizer'] / MiB:.0f} {c['activations'] / MiB:.0f} {c['temporaries'] / MiB:.0f}")
+    errs = [est / m - 1 for *_, m, est, _ in rows]
+    r, t = pairs_right([est for *_, est, _ in rows], [m for *_, m, _, _ in rows])
+    print(f"median |error| {statistics.median(map(abs, errs)):.1%}, max {max(map(abs, errs)):.1%}; rank order right in "
+          f"{r}/{t} pairs")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--minigpt", action="store_true")
+    p.add_argument("--calibrate", action="store_true")
+    p.add_argument("--scale", action="store_true")
+    p.add_argument("--limit", type=int, default=0, help="measure only about this many settings of the grid")
+    p.add_argument("--cache", default=str(ROOT / ".infrarsi/bench_estimate/minigpt.json"))
+    p.add_argument("--fresh", action="store_true")
+    p.add_argument("--only", default="", help="--scale: only rows whose 'contract:ranks' contains this")
+    p.add_argument("--replay", action="store_true", help="the tuner with/without the estimate on real measurements")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--torchtitan", action="store_true", help="torchtitan's model trained for real vs the estimate")
+    p.add_argument("--full", action="store_true", help="the whole grid (bf16 at every micro-batch)")
+    args = p.parse_args(argv)
+    if args.calibrate:
+        from infrarsi.estimate.overhead import calibrate
+
+        for name, v in calibrate().items():
+            print(f"{name}: {v / MiB:.1f} MiB" if name.startswith("base") else f"{name}: {v:.3f} per byte")
+    if args.minigpt:
+        run_minigpt(args)
+    if args.scale:
+        run_scale(args)
+    if args.replay:
+        run_replay(args)
+    if args.torchtitan:
+        run_torchtitan(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
