@@ -65,12 +65,15 @@ def test_doctor_on_minigpt_resumes_after_kill_9_and_prints_json(tmp_path):
     contract.write_text(TINY)
     run = tmp_path / "run"
     write_lock(contract, run)
-    cli = subprocess.Popen([sys.executable, "-m", "infrarsi.cli", "doctor", "--run-dir", str(run), "--json"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "doctor.stderr"
+    with log.open("w") as f:
+        cli = subprocess.Popen([sys.executable, "-m", "infrarsi.cli", "doctor", "--run-dir", str(run), "--json",
+                                "--debug"], stdout=subprocess.DEVNULL, stderr=f)
     rec = RunRecord(run)
     deadline = time.monotonic() + 120
     while not ((t := rec.get(2)) and t.job_id):  # 0: the unmeasured warm-up run; 1, 2: the measured ones
-        assert time.monotonic() < deadline and cli.poll() is None, "doctor never started its second baseline run"
+        assert time.monotonic() < deadline and cli.poll() is None, \
+            f"doctor never started its second baseline run (exit {cli.poll()}):\n{log.read_text()[-3000:]}"
         time.sleep(0.05)
     os.kill(cli.pid, signal.SIGKILL)
     cli.wait()

@@ -108,7 +108,9 @@ def test_an_injected_value_cannot_reach_a_script_through_apply(recorded, repo_fa
 # --------------------------------------------------------------------------- the whole workload (5)
 def _megatron(project):
     shutil.copy(FIX / "megatron/gpt3_175b.sh", project / "launch.sh")
+    # the script takes its paths as positional arguments ($1..$5): the contract passes them
     (project / "c.toml").write_text('name = "mt"\n[workload]\nadapter = "megatron"\nlaunch = "launch.sh"\n'
+                                    'script_args = ["ckpt", "tb", "vocab.json", "merges.txt", "data_text_document"]\n'
                                     '[hardware]\nkind = "H100-80GB"\ndevices = 8\nmemory_capacity_gib = 80\n')
 
 
