@@ -130,6 +130,7 @@ class Design:
         self.prior_sd = np.concatenate([np.full(p_main, main_sd), np.full(len(inter_names), interaction_sd)])
         self.prior_source = ["uninformative"] * len(self.names)
         self.unused_priors: list[Prior] = []
+        self._rows: dict[Setting, np.ndarray] = {}  # design rows of Settings already encoded (see matrix)
         seen: dict[str, Prior] = {}
         for pr in priors or ():
             if not isinstance(pr, Prior):
@@ -188,7 +189,7 @@ class Design:
         scores the same pool on every ask)."""
         rows = [settings] if isinstance(settings, Mapping) else list(settings)
         if rows and all(isinstance(r, Setting) for r in rows):
-            cache = self.__dict__.setdefault("_rows", {})
+            cache = self._rows
             todo = list(dict.fromkeys(r for r in rows if r not in cache))
             if todo:
                 if len(cache) + len(todo) > ROW_CACHE_MAX:

@@ -54,7 +54,7 @@ import numpy as np
 
 from ..knobs import KnobSpace, Setting
 from ..models import MemoryModel, TimeModel
-from ..priors.prior import Prior
+from ..priors.prior import Z90, Prior
 from .acquisition import expected_improvement, hamming
 from .design import maximin
 from .outcome import Outcome
@@ -263,13 +263,13 @@ class Tuner:
         """Compare each time prior with what the trials alone say (a prior-free fit); a prior more than
         ``prior_conflict_z`` combined sds away is widened to ``time_sd`` and the time model refit."""
         self._free_time.fit(settings, times)
-        z90 = 1.6448536269514722
+        by_feature = {q.feature: q for q in self.priors if q.feature not in self.conflicted}
         new = {}
         for e in self._free_time.effects():
-            p = next((q for q in self.priors if q.feature == e.feature and e.feature not in self.conflicted), None)
+            p = by_feature.get(e.feature)
             if p is None:
                 continue
-            sd_data = max((e.hi - e.lo) / (2 * z90), 1e-9)
+            sd_data = max((e.hi - e.lo) / (2 * Z90), 1e-9)
             z = abs(e.mean - p.time_mean) / math.hypot(sd_data, p.time_sd)
             if z > self.config.prior_conflict_z and p.time_sd < self.config.time_sd:
                 new[e.feature] = (f"prior {math.expm1(p.time_mean):+.0%} (sd {p.time_sd:.2f}), trials alone "
