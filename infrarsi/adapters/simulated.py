@@ -1,4 +1,4 @@
-"""Adapter for simulated GPU clusters (infrarsi/workloads/simulated.py).
+"""Adapter for simulated GPU clusters (infrarsi/workloads/simulated/).
 
 A trial is a real process, ``python -m infrarsi.workloads.simulated``, that prints Megatron-LM's log
 lines (or a CUDA out-of-memory traceback and exit 1), parsed by ``megatron_log`` like any Megatron run.

@@ -1,0 +1,246 @@
+"""Step time per iteration: GEMMs, flash attention and element-wise work per layer, TP/CP/EP communication,
+recompute, the pipeline (bubble and p2p), data-parallel gradient sync and parameter gather with their
+overlap, and the optimizer step. All seconds."""
+
+from __future__ import annotations
+
+from .hardware import GPUSpec
+from .layout import _imbalance, _Layout
+from .memory import _stage_params
+from .workload import SimWorkload
+
+# Constants of the model that are not hardware facts (fitted once against Megatron-LM's published
+# H100 table, see tests/workloads/test_simulated.py::test_calibration_megatron_readme).
+GEMM_M0 = 64.0  # rows at which a GEMM reaches half its row efficiency: eff ~ M / (M + M0)
+GEMM_N0 = 128.0  # same for the N and K dims (thin TP slices)
+GEMM_F0 = 4e9  # FLOPs at which a GEMM reaches half its size efficiency (wave quantisation, tails)
+ELEM_EFF = 0.45  # element-wise kernels (norms, residuals, activations, casts) reach this fraction of HBM bandwidth
+TP_OVERLAP_EXPOSED = 0.15  # share of TP communication left exposed by tp_comm_overlap
+TP_OVERLAP_GEMM_SLOWDOWN = 0.04  # GEMMs share SMs with the overlapped collectives
+COLL_LATENCY_S = 12e-6  # per collective launch inside a node
+IB_LATENCY_S = 25e-6
+OPT_BYTES_PER_PARAM = 36  # Adam step: read p, g, m, v (fp32), write p, m, v, bf16 copy
+FIXED_ITER_S = 4e-3  # data loader, loss all-reduce, logging, Python per iteration
+FP8_GEMM_EFF = {"delayed": 0.80, "tensorwise": 0.78, "blockwise": 0.66, "mxfp8": 0.80}  # x bf16 eff at 2x peak
+FP8_CAST_PASSES = {"delayed": 1.0, "tensorwise": 1.6, "blockwise": 1.8, "mxfp8": 1.3}
+
+
+def _gemm_eff(spec: GPUSpec, mm: float, n: float, k: float) -> float:
+    """Achieved / peak for an (mm x k) @ (k x n) GEMM: each thin dimension loses efficiency, and a small
+    GEMM (few waves of tiles over the SMs) loses more."""
+    size = 2 * mm * n * k
+    return (spec.gemm_eff * (mm / (mm + GEMM_M0)) * (n / (n + GEMM_N0)) * (k / (k + GEMM_N0))
+            * (size / (size + GEMM_F0)))
+
+
+def _coll_bw(spec: GPUSpec, n: int, stride: int) -> tuple[float, float]:
+    """(bus bandwidth, latency) of a collective over ``n`` ranks spaced ``stride`` apart in rank order.
+    Inside one node: NVLink. Across nodes: each node's share of the group drives that many NICs."""
+    per_node = spec.gpus_per_node
+    if n * stride <= per_node:
+        return spec.nvlink_bytes_per_s, COLL_LATENCY_S
+    in_node = max(1, min(n, per_node // stride)) if stride < per_node else 1
+    return min(spec.nvlink_bytes_per_s, in_node * spec.ib_bytes_per_s), IB_LATENCY_S
+
+
+def _layer_time(w: SimWorkload, lay: _Layout) -> tuple[float, dict[str, float]]:
+    """Forward + backward seconds of one layer for one micro-batch on one GPU, and its parts."""
+    m, spec = w.model, w.spec
+    h, a, tp = m.hidden_size, lay.a, lay.tp
+    q, kv = m.head_dim * m.num_attention_heads, m.head_dim * m.groups
+    T = lay.mbs * m.seq_length / lay.cp
+    spd = tp if lay.sp else 1
+    fp8 = lay.fp8 != "none"
+    peak = spec.peak_bf16_flops if a == 2 else spec.peak_bf16_flops / 2  # fp32 runs as TF32
+    gemm_peak = spec.peak_fp8_flops if fp8 else peak
+    fp8_scale = FP8_GEMM_EFF[lay.fp8] if fp8 else 1.0
+    hbm = spec.hbm_bytes_per_s * ELEM_EFF
+    g = 2 if m.swiglu else 1
+
+    def gemm(mm: float, n: float, k: float) -> tuple[float, float]:
+        """(forward seconds, fp8 cast seconds) of an (mm x k) @ (k x n) GEMM; backward is 2x forward."""
+        t = 2 * mm * n * k / (gemm_peak * _gemm_eff(spec, mm, n, k) * fp8_scale)
+        cast = (mm * k * (a + 1) * FP8_CAST_PASSES[lay.fp8] / hbm) if fp8 else 0.0
+        return t, cast
+
+    gemms = [gemm(T, (q + 2 * kv) / tp, h), gemm(T, h, q / tp)]
+    exp_fwd = 0.0
+    n_tp_coll = 2  # collectives per layer per direction: after attention and after the MLP
+    elem = T * h * 10 * a / spd + T * (q + kv) * 2 * a / tp  # norms, residuals / RoPE on q, k
+    launch = spec.launch_bound_s
+    a2a = 0.0
+    if m.moe:
+        n_tp_coll = 1
+        f, E, k_top = m.expert_ffn, m.num_experts, m.moe_router_topk
+        imb = _imbalance(m, lay.ep)
+        n_local = E // lay.ep
+        rows_e = T * k_top * lay.ep / E  # tokens per local expert (expert TP = TP gathers over TP)
+        m_eff = rows_e * (2.0 if lay.gg else 1.0)  # grouped GEMM tiles across experts
+        one = (2 * rows_e * g * f * h / tp + 2 * rows_e * f * h / tp) / (
+            gemm_peak * _gemm_eff(spec, m_eff, g * f / tp, h) * fp8_scale)
+        exp_fwd = n_local * one * imb
+        if fp8:
+            exp_fwd += n_local * rows_e * h * (a + 1) * FP8_CAST_PASSES[lay.fp8] * 2 / hbm
+        fs = m.moe_shared_expert_intermediate_size
+        if fs:
+            gemms += [gemm(T, g * fs / tp, h), gemm(T, h, fs / tp)]
+        gemms.append((2 * T / spd * h * E / (peak * 0.3), 0.0))  # router (tiny, inefficient)
+        rows_gpu = T * k_top * imb
+        elem += rows_gpu * f * 3 * a / tp + T / spd * E * 4 * 3 + T * fs * 3 * a / tp
+        launch += 150e-6 + (0.0 if lay.gg else n_local * 6 * 6e-6)
+        # token dispatch: per direction, dispatch + combine
+        if lay.disp == "alltoall":
+            vol = T / spd * k_top * h * a * (lay.ep - 1) / lay.ep * imb
+            elem += 4 * T / spd * k_top * h * a  # permute / unpermute copies
+            if lay.ep > 1:
+                per_node = max(1, spec.gpus_per_node // tp)
+                off = max(0.0, (lay.ep - per_node) / (lay.ep - 1)) if lay.ep > per_node else 0.0
+                bw_t = off / (spec.ib_bytes_per_s * 0.7) + (1 - off) / (spec.nvlink_bytes_per_s * 0.8)
+                a2a += 2 * (vol * bw_t + lay.ep * 5e-6 + (IB_LATENCY_S if off else COLL_LATENCY_S))
+            if tp > 1:  # gather the received tokens over expert TP
+                bw, lat = _coll_bw(spec, tp, 1)
+                a2a += 2 * (T * k_top * h * a * (tp - 1) / tp * imb / bw + lat)
+        else:  # allgather tokens of the EP x TP group, reduce-scatter the outputs
+            n = lay.ep * tp
+            if n > 1:
+                bw, lat = _coll_bw(spec, n, 1)
+                a2a += 2 * (T / spd * h * a * (n - 1) / bw + lat)
+            elem += 2 * rows_gpu * h * a
+    else:
+        f = m.ffn_hidden_size
+        gemms += [gemm(T, g * f / tp, h), gemm(T, h, f / tp)]
+        elem += T * f * (g + 1) * a / tp
+
+    gemm_fwd = sum(t for t, _ in gemms) + exp_fwd
+    cast_fwd = sum(c for _, c in gemms)
+    attn_flops = 2 * T * m.seq_length * q / tp  # causal: half of 4 * T * s * q
+    if not m.flash_attention:
+        attn_fwd = attn_flops / (peak * 0.35) + T * m.seq_length * m.num_attention_heads * a * 4 / tp / hbm
+    else:
+        attn_fwd = attn_flops / (peak * spec.attn_eff_fwd)
+    attn_bwd = 2 * attn_flops / (peak * spec.attn_eff_bwd) * (1.0 if m.flash_attention else 2.2)
+    elem_fwd = elem / hbm
+
+    # tensor-parallel collectives: bytes = T * h * a per collective (AR = RS + AG, same volume with SP)
+    tp_comm = 0.0
+    if tp > 1:
+        bw, lat = _coll_bw(spec, tp, 1)
+        vol = T * h * a
+        per = 2 * (tp - 1) / tp * vol / bw + (2 * lat if lay.sp else lat)
+        tp_comm = n_tp_coll * per  # one direction
+    cp_comm = 0.0
+    if lay.cp > 1:
+        # point-to-point KV ring between CP neighbours (tp ranks apart): NVLink inside a node, else one NIC
+        inside = tp * lay.cp <= spec.gpus_per_node
+        bw = spec.nvlink_bytes_per_s if inside else spec.ib_bytes_per_s
+        lat = COLL_LATENCY_S if inside else IB_LATENCY_S
+        kv_bytes = T * 2 * kv * a / tp * (lay.cp - 1)
+        cp_comm = max(0.0, kv_bytes / bw - 0.8 * attn_fwd) + (lay.cp - 1) * lat  # forward; backward 2x
+
+    gemm_total = 3 * gemm_fwd + 3 * cast_fwd
+    fwd_compute = gemm_fwd + cast_fwd + attn_fwd + elem_fwd
+    # recompute: selective redoes the attention core, full the whole forward (with its collectives)
+    re_compute = attn_fwd if lay.rc == "selective" else (fwd_compute if lay.rc == "full" else 0.0)
+    n_tp_passes = 2 + (1 if lay.rc == "full" else 0)
+    n_a2a = 1.0 + (0.5 if lay.rc == "full" else 0.0)
+    if lay.tco and tp > 1:
+        tp_exposed = n_tp_passes * tp_comm * TP_OVERLAP_EXPOSED + TP_OVERLAP_GEMM_SLOWDOWN * gemm_total
+    else:
+        tp_exposed = n_tp_passes * tp_comm
+    cp_exposed = cp_comm * (3 + (1 if lay.rc == "full" else 0))
+    compute = gemm_total + attn_fwd + attn_bwd + 3 * elem_fwd + re_compute
+    gpu_time = compute + tp_exposed + cp_exposed + a2a * n_a2a
+    cpu_time = launch * (1.33 if lay.rc == "full" else 1.0)
+    total = max(gpu_time, cpu_time)
+    return total, {"gemm": gemm_total, "attention": attn_fwd + attn_bwd, "elementwise": 3 * elem_fwd,
+                   "recompute": re_compute, "tp_comm": tp_exposed, "cp_comm": cp_exposed, "moe_dispatch": a2a * n_a2a,
+                   "launch_bound": max(0.0, cpu_time - gpu_time)}
+
+
+def _step_time(w: SimWorkload, lay: _Layout, cache: dict | None = None) -> tuple[float, dict[str, float]]:
+    """Noise-free iteration seconds and a phase breakdown (seconds per iteration). ``cache`` keeps partial
+    results across calls (layer times do not depend on pp, vp, dp; nothing but the exposure depends on the
+    overlap knobs)."""
+    if cache is None:
+        parts = _step_parts(w, lay, None)
+    else:
+        pkey = ("step", lay._replace(ogr=False, opg=False))
+        parts = cache.get(pkey)
+        if parts is None:
+            parts = cache[pkey] = _step_parts(w, lay, cache)
+    total, grad_exp, ag_exp = _exposed(parts, lay.rc, lay.ogr, lay.opg)
+    return total, {**parts[5], "dp_grad_sync": grad_exp, "dp_param_gather": ag_exp}
+
+
+def _exposed(parts: tuple, rc: str, ogr: bool, opg: bool) -> tuple[float, float, float]:
+    """(iteration seconds, exposed grad sync, exposed param gather): overlap_grad_reduce hides the grad sync
+    behind the last micro-batch's backward, overlap_param_gather the all-gather behind the first forward
+    (90% of the window is usable; the last bucket, 5%, is always exposed)."""
+    t_pipe, t_max, t_grad, t_ag, t_opt, _ = parts
+    frac_bwd = 0.75 if rc == "full" else 2.0 / 3.0
+    win_bwd, win_fwd = frac_bwd * t_max, (1 - frac_bwd) * t_max
+    grad_exp = (max(0.0, t_grad - 0.9 * win_bwd) + 0.05 * t_grad) if ogr else t_grad
+    ag_exp = (max(0.0, t_ag - 0.9 * win_fwd) + 0.05 * t_ag) if opg else t_ag
+    return t_pipe + grad_exp + ag_exp + t_opt + FIXED_ITER_S, grad_exp, ag_exp
+
+
+def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float, float, float, float, float, dict]:
+    """(pipeline seconds, slowest stage per micro-batch, DP grad sync, DP param gather, optimizer, phases)."""
+    m, spec = w.model, w.spec
+    h, a, tp, V = m.hidden_size, lay.a, lay.tp, m.vocab_size
+    T = lay.mbs * m.seq_length / lay.cp
+    spd = tp if lay.sp else 1
+    peak = spec.peak_bf16_flops if a == 2 else spec.peak_bf16_flops / 2
+    hbm = spec.hbm_bytes_per_s * ELEM_EFF
+    if cache is None:
+        t_layer, parts = _layer_time(w, lay)
+    else:
+        lkey = lay._replace(pp=1, vp=1, dp=1, nmb=1, do=False, ogr=False, opg=False)
+        hit = cache.get(lkey)
+        if hit is None:
+            hit = cache[lkey] = _layer_time(w, lay)
+        t_layer, parts = hit
+    # output layer (bf16 even under fp8) + vocab-parallel cross-entropy (fp32, memory-bound)
+    t_logits = 3 * 2 * T * h * V / tp / (peak * _gemm_eff(spec, T, V / tp, h)) + T * V / tp * 20 / hbm
+    t_embed = 3 * T * h * a / hbm
+    if tp > 1:
+        bw, lat = _coll_bw(spec, tp, 1)
+        t_embed += 2 * (2 * (tp - 1) / tp * T * h * a / bw + lat)
+    L, p, v, nmb = m.num_layers, lay.pp, lay.vp, lay.nmb
+    per_stage = L / p * t_layer
+    if p == 1:
+        t_max = t_mean = per_stage + t_logits + t_embed
+        p2p = 0.0
+    else:
+        t_first, t_last = per_stage + t_embed, per_stage + t_logits
+        t_max, t_mean = max(t_first, t_last), per_stage + (t_logits + t_embed) / p
+        stride = tp * lay.cp * lay.dp
+        bw = spec.ib_bytes_per_s if stride >= spec.gpus_per_node else spec.nvlink_bytes_per_s
+        t_p2p = T * h * a / spd / bw + IB_LATENCY_S
+        p2p = (nmb * v + p - 1) * 2 * t_p2p * (0.5 if v == 1 else 0.3)
+    bubble = (p - 1) / v * t_mean
+    t_pipe = nmb * t_max + bubble + p2p
+
+    # data-parallel gradient sync (fp32 main grads) and parameter all-gather (bf16), per GPU
+    d1, e1, _, _ = _stage_params(w, lay)
+    groups = [(d1, lay.dp * lay.cp, tp * lay.cp)]
+    if e1:
+        groups.append((e1, max(1, w.world_size // (p * lay.ep * tp)), tp * lay.ep))
+    t_grad = t_ag = opt_params = 0.0
+    for params, n, stride in groups:
+        opt_params += params / n if lay.do else params
+        if n <= 1:
+            continue
+        bw, lat = _coll_bw(spec, n, stride)
+        rs = (n - 1) / n * params * 4 / bw + 4 * lat
+        if lay.do:
+            t_grad += rs
+            t_ag += (n - 1) / n * params * a / bw + 4 * lat
+        else:
+            t_grad += 2 * rs
+    t_opt = opt_params * OPT_BYTES_PER_PARAM / hbm + 2e-3 + (d1 + e1) * 4 * 2 / hbm  # + grad norm / zeroing
+    scale = nmb * L / p
+    phases = {k: v_ * scale for k, v_ in parts.items()}
+    phases.update({"logits_loss": nmb * t_logits, "pipeline_bubble": bubble, "pipeline_p2p": p2p,
+                   "optimizer": t_opt, "other": FIXED_ITER_S, "forward_backward": t_pipe})
+    return t_pipe, t_max, t_grad, t_ag, t_opt, phases
