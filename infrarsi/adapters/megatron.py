@@ -35,6 +35,7 @@ from ..execute.spec import LaunchSpec
 from ..execute.trial import Metrics, TrialStatus
 from ..knobs import KnobSpace
 from ..knobs.catalog import ENV_PREFIX, check_setting, FRAMEWORK_DEFAULTS, knobs_for, space_for_fixed
+from ..transformer import data_parallel
 from . import megatron_log
 from .framework_check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
 from .base import Adapter, ParsedRun, scoped_space
@@ -337,8 +338,8 @@ def parse_megatron_argv(argv: list[str], *, env: Mapping[str, str] | None = None
     if world is None and script_vars is not None and ("torchrun" in launch.kinds or "srun" in launch.kinds):
         world = world_from_variables(dict(script_vars))  # e.g. --nproc_per_node $(nvidia-smi ...) but WORLD_SIZE=16
     if world:
-        inner = setting["tensor_parallel"] * setting["pipeline_parallel"] * setting["context_parallel"]
-        setting["data_parallel"] = world // inner if world % inner == 0 else None
+        setting["data_parallel"] = data_parallel(world, setting["tensor_parallel"], setting["pipeline_parallel"],
+                                                 setting["context_parallel"])
     return MegatronLaunch(launch=launch, env=full_env, fixed=fixed, setting=setting, world_size=world,
                           source=source, expert_tensor_parallel=etp)
 
@@ -597,8 +598,8 @@ class MegatronAdapter(Adapter):
             if parsed.world_size is None:  # the launch does not say: the contract's devices do
                 parsed.world_size = contract.hardware.devices
                 st = parsed.setting
-                inner = st["tensor_parallel"] * st["pipeline_parallel"] * st["context_parallel"]
-                st["data_parallel"] = parsed.world_size // inner if parsed.world_size % inner == 0 else None
+                st["data_parallel"] = data_parallel(parsed.world_size, st["tensor_parallel"], st["pipeline_parallel"],
+                                                    st["context_parallel"])
             self._cache[key] = parsed
         return self._cache[key]
 
@@ -609,9 +610,9 @@ class MegatronAdapter(Adapter):
         parsed = self.parsed(contract)
         extra = {"INFRARSI_PATCHES": json.dumps(dict(patches), sort_keys=True)} if patches else {}
         s = {**parsed.setting, **contract.baseline, **dict(setting)}
-        if parsed.world_size and "data_parallel" not in setting:
-            inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
-            s["data_parallel"] = parsed.world_size // inner
+        if parsed.world_size and "data_parallel" not in setting:  # None when it does not divide (checked below)
+            s["data_parallel"] = data_parallel(parsed.world_size, s["tensor_parallel"], s["pipeline_parallel"],
+                                               s["context_parallel"])
         spec = emit_megatron(parsed, s, time_limit_s=contract.invariants.timing.timeout_s, extra_env=extra)
         if parsed.problems:
             raise MegatronLaunchError("; ".join(parsed.problems))
