@@ -18,6 +18,9 @@ Identity and idempotency: a run is its ``run_id`` (make it unique across cluster
 name + lock hash + start time); a trial is ``(run_id, trial id)``; a prior row is ``(run_id, kind,
 knob, value)``; a kernel is ``(op, sha256)``; an LLM exchange is the hash of its run id and JSON.
 Adding or importing the same record twice adds nothing.
+
+The parts: the tables and their migrations (``_schema``), export and import (``_export``), the errors
+(``errors``); this module holds the connection, the transactions and the records.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import os
 import random
 import sqlite3
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,83 +42,20 @@ from typing import Any, TypeVar
 from ..execute.trial import Trial, TrialStatus
 from ..knobs.setting import Setting
 from ..priors.prior import Prior
+from . import _export
+from ._schema import _SQLITE_MAGIC, EVIDENCE, MIGRATIONS, SCHEMA_VERSION, _dumps, _statements
+from ._export import EXPORT_FORMAT, EXPORT_VERSION
+from .errors import BankConflictError, BankCorruptError, BankError, BankSchemaError
 from .fingerprint import HardwareFingerprint, fingerprint_from
 from .signature import WorkloadSignature, signature_from
 
+__all__ = [
+    "EVIDENCE", "EXPORT_FORMAT", "EXPORT_VERSION", "MIGRATIONS", "SCHEMA_VERSION", "Bank", "BankConflictError",
+    "BankCorruptError", "BankError", "BankSchemaError", "KernelRecord", "RunSummary", "StoredTrial", "_statements",
+]
+
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
-EXPORT_FORMAT = "infrarsi-bank"
-EXPORT_VERSION = 1
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-
-# (version, what it adds, SQL). Never edit a released step: add a new one.
-MIGRATIONS: list[tuple[int, str, str]] = [
-    (1, "hardware, workloads, runs, trials, priors", """
-        CREATE TABLE schema_version (version INTEGER NOT NULL);
-        CREATE TABLE hardware (key TEXT PRIMARY KEY, kind TEXT NOT NULL, family TEXT NOT NULL, record TEXT NOT NULL);
-        CREATE TABLE workloads (key TEXT PRIMARY KEY, name TEXT NOT NULL, record TEXT NOT NULL);
-        CREATE TABLE runs (
-            run_id TEXT PRIMARY KEY,
-            hardware_key TEXT NOT NULL REFERENCES hardware(key),
-            workload_key TEXT NOT NULL REFERENCES workloads(key),
-            created_at REAL NOT NULL);
-        CREATE TABLE trials (
-            run_id TEXT NOT NULL REFERENCES runs(run_id),
-            trial_id INTEGER NOT NULL,
-            setting_key TEXT NOT NULL,         -- Setting.key(): sorted JSON
-            status TEXT NOT NULL,
-            role TEXT NOT NULL,
-            step_time_s REAL,                  -- seconds, NULL unless ok
-            peak_memory_bytes REAL,            -- bytes, NULL when unknown
-            record TEXT NOT NULL,              -- the full Trial as canonical JSON
-            added_at REAL NOT NULL,
-            PRIMARY KEY (run_id, trial_id));
-        CREATE TABLE priors (
-            run_id TEXT NOT NULL REFERENCES runs(run_id),
-            kind TEXT NOT NULL CHECK (kind IN ('prior', 'posterior')),
-            knob TEXT NOT NULL,
-            value TEXT NOT NULL,               -- JSON of the knob value
-            time_mean REAL NOT NULL, time_sd REAL NOT NULL,
-            mem_mean REAL NOT NULL, mem_sd REAL NOT NULL,
-            source TEXT NOT NULL, rationale TEXT NOT NULL,
-            updated_at REAL NOT NULL,
-            PRIMARY KEY (run_id, kind, knob, value));
-    """),
-    (2, "verified kernels, LLM exchanges, a run's reference peak, trial status index", """
-        ALTER TABLE runs ADD COLUMN reference_peak_bytes REAL;  -- peak memory at the knob defaults, bytes
-        CREATE TABLE kernels (
-            op TEXT NOT NULL, sha256 TEXT NOT NULL, path TEXT NOT NULL, verdict TEXT NOT NULL,
-            detail TEXT NOT NULL DEFAULT '{}', updated_at REAL NOT NULL,
-            PRIMARY KEY (op, sha256));
-        CREATE TABLE llm_exchanges (uid TEXT PRIMARY KEY, run_id TEXT NOT NULL, record TEXT NOT NULL, added_at REAL NOT NULL);
-        CREATE INDEX trials_status ON trials(status);
-        CREATE INDEX llm_run ON llm_exchanges(run_id);
-    """),
-    (3, "the kind of evidence of a run: measured (real trials) or simulated (what-if runs)", """
-        ALTER TABLE runs ADD COLUMN evidence TEXT NOT NULL DEFAULT 'measured' CHECK (evidence IN ('measured', 'simulated'));
-        UPDATE runs SET evidence = 'simulated' WHERE workload_key IN
-            (SELECT key FROM workloads WHERE json_extract(record, '$.framework') = 'simulated');
-    """),
-]
-EVIDENCE = ("measured", "simulated")
-assert MIGRATIONS[-1][0] == SCHEMA_VERSION
-
-
-class BankError(RuntimeError):
-    """A bank that cannot be used or a record that cannot be stored; the message says the fix."""
-
-
-class BankCorruptError(BankError):
-    pass
-
-
-class BankSchemaError(BankError):
-    pass
-
-
-class BankConflictError(BankError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -155,10 +94,6 @@ class KernelRecord:
     detail: dict[str, Any]
     updated_at: float
 
-
-def _dumps(obj: Any) -> str:
-    """Canonical JSON: sorted keys, no spaces (the identity of a record)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _as_trial(t: Trial | Mapping[str, Any]) -> Trial:
@@ -606,141 +541,13 @@ class Bank:
     # -------------------------------------------------------- export/import
     def export_jsonl(self, path: str | os.PathLike[str]) -> int:
         """Write every record as JSON lines (a ``meta`` line first), atomically. Returns the line count."""
-        c = self._connection()
-
-        def lines() -> list[dict[str, Any]]:
-            c.execute("BEGIN")  # one read snapshot: a concurrent writer cannot tear the export
-            try:
-                out: list[dict[str, Any]] = [{"type": "meta", "format": EXPORT_FORMAT, "export_version": EXPORT_VERSION,
-                                              "schema_version": SCHEMA_VERSION, "exported_at": time.time()}]
-                for k, rec in c.execute("SELECT key, record FROM hardware ORDER BY key"):
-                    out.append({"type": "hardware", "key": k, "record": json.loads(rec)})
-                for k, rec in c.execute("SELECT key, record FROM workloads ORDER BY key"):
-                    out.append({"type": "workload", "key": k, "record": json.loads(rec)})
-                for rid, hk, wk, at, ref, ev in c.execute(
-                        "SELECT run_id, hardware_key, workload_key, created_at, reference_peak_bytes, evidence FROM runs"
-                        " ORDER BY created_at, run_id"):
-                    out.append({"type": "run", "run_id": rid, "hardware": hk, "workload": wk, "created_at": at,
-                                "reference_peak_bytes": ref, "evidence": ev})
-                for rid, rec, at in c.execute("SELECT run_id, record, added_at FROM trials ORDER BY run_id, trial_id"):
-                    out.append({"type": "trial", "run_id": rid, "record": json.loads(rec), "added_at": at})
-                for row in c.execute("SELECT run_id, kind, knob, value, time_mean, time_sd, mem_mean, mem_sd, source,"
-                                     " rationale, updated_at FROM priors ORDER BY run_id, kind, knob, value"):
-                    rid, kind, knob, value, tm, ts, mm, ms, src, why, at = row
-                    out.append({"type": "prior", "run_id": rid, "kind": kind, "updated_at": at,
-                                "prior": {"knob": knob, "value": json.loads(value), "time_mean": tm, "time_sd": ts,
-                                          "mem_mean": mm, "mem_sd": ms, "source": src, "rationale": why}})
-                for op, sha, p, v, d, at in c.execute("SELECT op, sha256, path, verdict, detail, updated_at FROM kernels ORDER BY op, sha256"):
-                    out.append({"type": "kernel", "op": op, "sha256": sha, "path": p, "verdict": v,
-                                "detail": json.loads(d), "updated_at": at})
-                for rid, rec, at in c.execute("SELECT run_id, record, added_at FROM llm_exchanges ORDER BY added_at, uid"):
-                    out.append({"type": "llm", "run_id": rid, "record": json.loads(rec), "added_at": at})
-                return out
-            finally:
-                c.execute("COMMIT")
-
-        records = self._retry(lines)
-        dest = Path(path)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                for r in records:
-                    f.write(_dumps(r) + "\n")
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return len(records)
+        return _export.export_jsonl(self, path)
 
     def import_jsonl(self, path: str | os.PathLike[str]) -> dict[str, int]:
         """Merge an export into this bank in one transaction. Returns rows added (or updated) per type;
         importing the same file twice adds nothing the second time. A malformed line, a newer export
         format or a conflicting record raises BankError naming the file and line; nothing is stored."""
-        src = Path(path)
-        try:
-            text = src.read_text()
-        except OSError as e:
-            raise BankError(f"cannot read export {src}: {e}") from None
-        parsed: list[tuple[int, dict[str, Any]]] = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise BankError(f"{src}:{n}: not JSON ({e}); the file is truncated or not a bank export") from None
-            if not isinstance(obj, dict) or "type" not in obj:
-                raise BankError(f"{src}:{n}: a record needs a 'type' field; is this a bank export?")
-            parsed.append((n, obj))
-        if not parsed or parsed[0][1].get("type") != "meta" or parsed[0][1].get("format") != EXPORT_FORMAT:
-            raise BankError(f"{src}: not an InfraRSI bank export (the first line must be the meta record); "
-                            f"make one with `infrarsi bank export FILE`")
-        ver = parsed[0][1].get("export_version", 0)
-        if not isinstance(ver, int) or ver > EXPORT_VERSION:
-            raise BankSchemaError(f"{src}: export format version {ver} is newer than this InfraRSI reads "
-                                  f"(version {EXPORT_VERSION}); upgrade InfraRSI (pip install -U infrarsi)")
-
-        def tx(c: sqlite3.Connection) -> dict[str, int]:
-            counts = {"runs": 0, "trials": 0, "priors": 0, "kernels": 0, "llm_exchanges": 0}
-            hws: dict[str, HardwareFingerprint] = {}
-            wls: dict[str, WorkloadSignature] = {}
-            for n, obj in parsed[1:]:
-                try:
-                    counts_add = self._import_one(c, obj, hws, wls)
-                except BankError as e:
-                    raise type(e)(f"{src}:{n}: {e}") from None
-                except (KeyError, TypeError, ValueError) as e:
-                    raise BankError(f"{src}:{n}: bad {obj.get('type')} record ({type(e).__name__}: {e})") from None
-                for k, v in counts_add.items():
-                    counts[k] += v
-            return counts
-
-        return self._write(tx)
-
-    def _import_one(self, c: sqlite3.Connection, obj: dict[str, Any], hws: dict[str, HardwareFingerprint],
-                    wls: dict[str, WorkloadSignature]) -> dict[str, int]:
-        kind = obj["type"]
-        if kind == "hardware":
-            hws[obj["key"]] = HardwareFingerprint.model_validate(obj["record"])
-            return {}
-        if kind == "workload":
-            wls[obj["key"]] = WorkloadSignature.model_validate(obj["record"])
-            return {}
-        if kind == "run":
-            hw, wl = hws.get(obj["hardware"]), wls.get(obj["workload"])
-            if hw is None or wl is None:
-                raise BankError(f"run {obj['run_id']!r} names hardware/workload keys not defined above it")
-            return {"runs": int(self._put_run(c, obj["run_id"], hw, wl, created_at=float(obj["created_at"]),
-                                              reference_peak_bytes=obj.get("reference_peak_bytes"),
-                                              evidence=obj.get("evidence")))}
-        if kind == "trial":
-            self._need_run(c, obj["run_id"])
-            return {"trials": self._put_trial(c, obj["run_id"], Trial.model_validate(obj["record"]),
-                                              added_at=float(obj["added_at"]))}
-        if kind == "prior":
-            self._need_run(c, obj["run_id"])
-            if obj["kind"] not in ("prior", "posterior"):
-                raise BankError(f"prior kind {obj['kind']!r}: expected 'prior' or 'posterior'")
-            return {"priors": self._put_prior(c, obj["run_id"], obj["kind"], Prior.model_validate(obj["prior"]),
-                                              float(obj["updated_at"]))}
-        if kind == "kernel":
-            return {"kernels": self._put_kernel(c, obj["op"], obj["sha256"], obj["path"], obj["verdict"],
-                                                _dumps(obj.get("detail", {})), float(obj["updated_at"]))}
-        if kind == "llm":
-            blob = _dumps(obj["record"])
-            uid = hashlib.sha256(f"{obj['run_id']}\n{blob}".encode()).hexdigest()
-            return {"llm_exchanges": c.execute(
-                "INSERT OR IGNORE INTO llm_exchanges (uid, run_id, record, added_at) VALUES (?, ?, ?, ?)",
-                (uid, obj["run_id"], blob, float(obj["added_at"]))).rowcount}
-        if kind == "meta":
-            return {}
-        raise BankError(f"unknown record type {kind!r}; expected hardware, workload, run, trial, prior, kernel or llm")
-
-    @staticmethod
-    def _need_run(c: sqlite3.Connection, run_id: str) -> None:
-        if c.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
-            raise BankError(f"record for run {run_id!r} comes before (or without) its run record")
+        return _export.import_jsonl(self, path)
 
 
 def _device_s(rec: dict[str, Any]) -> float:
@@ -751,14 +558,3 @@ def _device_s(rec: dict[str, Any]) -> float:
 def _is_busy(e: sqlite3.OperationalError) -> bool:
     msg = str(e).lower()
     return "locked" in msg or "busy" in msg
-
-
-def _statements(sql: str) -> list[str]:
-    """Split a migration script on ';' (the scripts hold no ';' inside literals)."""
-    out = []
-    for part in sql.split(";"):
-        lines = [ln.split("--", 1)[0] for ln in part.splitlines()]
-        stmt = "\n".join(lines).strip()
-        if stmt:
-            out.append(stmt)
-    return out
