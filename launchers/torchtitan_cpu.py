@@ -33,44 +33,10 @@ Kernel patches (``INFRARSI_PATCHES``, a JSON object op -> candidate file) are in
 from __future__ import annotations
 
 import os
-import resource
 import sys
 from pathlib import Path
 
-
-def _status_kib(*keys: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in keys:
-                out[k] = int(v.split()[0])
-    return out
-
-
-def peak_data_bytes() -> int:
-    """Peak data segment: VmPeak minus the mappings that are not data (VmSize - VmData), fixed after start-up."""
-    s = _status_kib("VmPeak", "VmSize", "VmData")
-    return (s["VmPeak"] - (s["VmSize"] - s["VmData"])) * 1024
-
-
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ru_maxrss is KiB on Linux
-
-
-def capacity_bytes() -> int:
-    soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
-    if soft != resource.RLIM_INFINITY:
-        return int(soft)
-    return _meminfo_total()
-
-
-def _meminfo_total() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    return 0
+from infrarsi.procmem import capacity_bytes, peak_data_bytes, peak_rss_bytes  # standard library only
 
 
 class _CPUProperties:

@@ -76,7 +76,8 @@ def estimate(contract: Contract, setting: Mapping[str, Any], *, device: Device |
 
     def step(model, opt, hooks: Hooks) -> None:
         import torch
-        import torch.distributed as dist
+
+        from ..workloads.minigpt import all_reduce_grads
 
         fwd = model
         if overlap:
@@ -102,15 +103,7 @@ def estimate(contract: Contract, setting: Mapping[str, Any], *, device: Device |
                     loss.backward()
                 loss_sum += loss.detach()
             if world > 1 and not overlap:  # the blocking path: one flat all-reduce of every gradient
-                grads = [p.grad for p in model.parameters() if p.grad is not None]
-                flat = torch.cat([g.reshape(-1) for g in grads])
-                dist.all_reduce(flat)
-                flat /= world
-                off = 0
-                for g in grads:
-                    g.copy_(flat[off:off + g.numel()].view_as(g))
-                    off += g.numel()
-                del flat
+                all_reduce_grads(model, world)
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
             opt.step()
 

@@ -35,12 +35,11 @@ import datetime
 import math
 import os
 import resource
-import statistics
 import sys
 import time
 from contextlib import nullcontext
-from pathlib import Path
 
+from ..procmem import peak_data_bytes, peak_rss_bytes, status_kib
 from ..transformer import minigpt_ffn, training_flops
 
 MB = 2**20
@@ -95,26 +94,6 @@ def apply_memory_cap() -> int | None:
     cap = int(float(raw))
     resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
     return cap
-
-
-def _status_kb(*keys: str) -> dict[str, int]:
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in keys:
-                out[k] = int(v.split()[0])
-    return out
-
-
-def peak_data_bytes() -> float:
-    """Peak data segment: VmPeak minus the non-data mappings (VmSize - VmData), which stay fixed after start-up."""
-    s = _status_kb("VmPeak", "VmSize", "VmData")
-    return (s["VmPeak"] - (s["VmSize"] - s["VmData"])) * 1024.0
-
-
-def max_rss_bytes() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # ru_maxrss is in KiB on Linux
 
 
 # --------------------------------------------------------------------------- data
@@ -281,6 +260,23 @@ def model_flops_per_step(args, n_params_matmul: int) -> float:
                           layers=args.num_layers, seq=args.seq_length, attn_width=args.hidden_size)
 
 
+def all_reduce_grads(model, world: int) -> None:
+    """The blocking data-parallel gradient sync (overlap_grad_reduce off): every gradient in one flat buffer,
+    one all-reduce, the mean copied back. The flat buffer (4 bytes x parameters in fp32) is freed on return.
+    The pre-flight estimate (``infrarsi/estimate/minigpt.py``) runs this same function."""
+    import torch
+    import torch.distributed as dist
+
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    off = 0
+    for g in grads:
+        g.copy_(flat[off:off + g.numel()].view_as(g))
+        off += g.numel()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cap = apply_memory_cap()
@@ -360,14 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         if world > 1:
             with timed("grads-all-reduce"):
                 if not args.overlap_grad_reduce:  # one blocking all-reduce after the whole backward
-                    grads = [p.grad for p in model.parameters() if p.grad is not None]
-                    flat = torch.cat([g.reshape(-1) for g in grads])
-                    dist.all_reduce(flat)
-                    flat /= world
-                    off = 0
-                    for g in grads:
-                        g.copy_(flat[off:off + g.numel()].view_as(g))
-                        off += g.numel()
+                    all_reduce_grads(model, world)
                 dist.all_reduce(loss_sum)
                 loss_sum /= world
         with timed("optimizer"):
@@ -398,9 +387,9 @@ def main(argv: list[str] | None = None) -> int:
                 alloc, max_alloc = torch.cuda.memory_allocated() / MB, torch.cuda.max_memory_allocated() / MB
                 res, max_res = torch.cuda.memory_reserved() / MB, torch.cuda.max_memory_reserved() / MB
             else:
-                alloc = _status_kb("VmRSS")["VmRSS"] / 1024.0
-                max_alloc = max_rss_bytes() / MB
-                res = _status_kb("VmData")["VmData"] / 1024.0
+                alloc = status_kib("VmRSS")["VmRSS"] / 1024.0
+                max_alloc = peak_rss_bytes() / MB
+                res = status_kib("VmData")["VmData"] / 1024.0
                 max_res = peak_data_bytes() / MB
             if it == args.train_iters or it == 1:
                 print(f"[Rank {rank}] (after {it} iterations) memory (MB) | allocated: {alloc:.1f} | "

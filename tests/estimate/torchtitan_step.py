@@ -25,7 +25,7 @@ from torchtitan.distributed import utils as dist_utils  # noqa: E402
 from torchtitan.protocols.train_spec import get_train_spec  # noqa: E402
 from torchtitan.tools import utils as tt_utils  # noqa: E402
 
-from infrarsi.workloads.minigpt import peak_data_bytes  # noqa: E402
+from infrarsi.procmem import peak_data_bytes  # noqa: E402
 
 
 def main(argv):
