@@ -104,7 +104,7 @@ def _trial(i, t):
 
 
 def test_a_pair_slowed_by_another_job_is_set_aside_by_a_rule_blind_to_the_side():
-    from infrarsi.stages.run import disturbed_pairs
+    from infrarsi.search.reverify import disturbed_pairs
 
     pairs = [(_trial(0, 1.45), _trial(1, 0.55)), (_trial(2, 1.44), _trial(3, 15.8)),  # 30x: another job ran
              (_trial(4, 1.39), _trial(5, 0.54)), (_trial(6, 1.37), _trial(7, 0.54))]

@@ -1,0 +1,109 @@
+"""The verify step: the best settings of a search rerun interleaved with the baseline (A B A B ...), pairs that
+another job disturbed rerun, and promotion by :func:`~infrarsi.search.verify.promote` (the paired speedup's
+95% CI) and the contract's loss invariant. The statistics live in ``search/verify.py``; this module runs the
+pairs and records them."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..contract import contract_hash
+from ..contract.numerics import drift_of
+from ..contract.seal import sealed_write
+from ..errors import read_json_record
+from ..execute.trial import Trial, TrialStatus
+from ..knobs import Setting
+from .tuner import Tuner
+from .verify import promote, speedup_ci
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+VERIFICATION_JSON = "verification.json"
+
+
+def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Setting, base_losses, noise,
+              console: Console) -> dict[str, Any]:
+    """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out); promotion by the CI rule
+    and the loss invariant. Resumable: the pairs run so far are kept in ``verification.progress.json``. Writes and
+    returns ``verification.json``'s body."""
+    repeats = max(2, min(noise.repeats_for_target, 4))
+    top = [s for s in tuner.top(3) if s != baseline][:2]
+    out: dict[str, Any] = {"repeats": repeats, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
+                           "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the loss "
+                                   "trace matches the baseline within the contract"}
+    progress_path = run_dir / "verification.progress.json"
+    progress: dict[str, list[list[int]]] = read_json_record(progress_path) or {}  # key -> [[baseline id, candidate id], ...]
+    for cand in top:
+        ids = progress.setdefault(cand.key(), [])
+        pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
+        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        disturbed: list[tuple[Trial, Trial]] = []
+        while True:
+            used = [p for p in pairs if p not in disturbed]
+            while len(used) < repeats:  # A then B, back to back: drifts of the machine cancel in the pair
+                a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
+                b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
+                pairs.append((a, b))
+                used.append((a, b))
+                ids.append([a.id, b.id])
+                sealed_write(run_dir, progress_path, json.dumps(progress))
+            bad = disturbed_pairs(used)
+            if not bad or len(disturbed) >= MAX_DISTURBED:
+                break
+            disturbed += bad[: MAX_DISTURBED - len(disturbed)]
+        pairs = [p for p in pairs if p not in disturbed]
+        ok_pairs = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
+        entry: dict[str, Any] = {"setting": cand.to_dict(), "why": tuner.why(cand),
+                                 "trials": [[a.id, b.id] for a, b in pairs]}
+        if disturbed:
+            entry["disturbed"] = {"trials": [[a.id, b.id] for a, b in disturbed],
+                                  "reason": f"a run took over {DISTURBED_FACTOR:g}x the median of its side: another job "
+                                            f"shared the machine; the pair was run again"}
+        if len(ok_pairs) < 2:
+            entry.update(promoted=False, reason=f"only {len(ok_pairs)} of {len(pairs)} pairs ran ok")
+        else:
+            sp = speedup_ci([a.metrics.step_time_s for a, _ in ok_pairs], [b.metrics.step_time_s for _, b in ok_pairs])
+            passed, why = promote(sp, noise.mde)
+            drift = drift_of(base_losses, contract, cand, ok_pairs[0][1].metrics)
+            if drift:
+                passed, why = False, f"loss invariant broken: {drift}"
+            entry.update(sp.to_dict(), promoted=passed, reason=why,
+                         baseline_s=[a.metrics.step_time_s for a, _ in ok_pairs],
+                         candidate_s=[b.metrics.step_time_s for _, b in ok_pairs],
+                         peak_memory_bytes=max((b.metrics.peak_memory_bytes or 0) for _, b in ok_pairs) or None,
+                         baseline_peak_memory_bytes=max((a.metrics.peak_memory_bytes or 0) for a, _ in ok_pairs) or None,
+                         mfu=_median([b.metrics.mfu for _, b in ok_pairs]),
+                         baseline_mfu=_median([a.metrics.mfu for a, _ in ok_pairs]))
+        out["candidates"].append(entry)
+        console.print(f"  verify {json.dumps(cand.to_dict())}: {entry['reason']}")
+    out["contract_sha256"] = contract_hash(contract)
+    out["finished_at"] = time.time()
+    sealed_write(run_dir, run_dir / VERIFICATION_JSON, json.dumps(out, indent=2, sort_keys=True))
+    return out
+
+
+MAX_DISTURBED = 2  # pairs per candidate that may be replaced
+DISTURBED_FACTOR = 3.0
+
+
+def disturbed_pairs(pairs: list[tuple[Trial, Trial]]) -> list[tuple[Trial, Trial]]:
+    """Pairs in which one run took more than DISTURBED_FACTOR x the median of its side (A or B): interference
+    from another job, not the setting. The rule is the same for both sides, so it cannot favour the candidate.
+    Needs 3 ok pairs to tell a median from an outlier."""
+    ok = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
+    if len(ok) < 3:
+        return []
+    med_a = statistics.median(a.metrics.step_time_s for a, _ in ok)
+    med_b = statistics.median(b.metrics.step_time_s for _, b in ok)
+    return [(a, b) for a, b in ok
+            if a.metrics.step_time_s > DISTURBED_FACTOR * med_a or b.metrics.step_time_s > DISTURBED_FACTOR * med_b]
+
+
+def _median(xs: list) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
