@@ -29,7 +29,7 @@ same-output    different inputs gave bitwise identical results (a cached answer)
 mutated-input  an input (or the hidden part of the buffer it views) changed
 nondeterministic  the same inputs gave bitwise different results (races, unordered atomics)
 shape-dtype, signature, error   wrong shapes/dtypes, a forward() signature unlike the reference's, an exception
-timeout        the checks ran past Settings.timeout_s (a hanging kernel)
+timeout        the checks ran past VerifySettings.timeout_s (a hanging kernel)
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ class Case:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Settings:
-    """How hard to look. The defaults fit a 2-core CPU running the Triton interpreter (< 10 s a candidate)."""
+class VerifySettings:
+    """How hard the verifier looks (not a knob ``Setting``). The defaults fit a 2-core CPU running the Triton
+    interpreter (< 10 s a candidate)."""
 
     seeds_per_case: int = 2  # fresh seeds per (family, dtype) for the small families...
     production_seeds: int = 1  # ...and for the production-width ones (few rows, real widths)
@@ -81,7 +82,7 @@ class Settings:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> Settings:
+    def from_json(cls, d: dict) -> VerifySettings:
         d = dict(d)
         d["determinism_families"] = tuple(d["determinism_families"])
         d["families"] = tuple(d["families"]) if d["families"] is not None else None
@@ -89,7 +90,7 @@ class Settings:
         return cls(**d)
 
 
-def expected_cases(ref: ModuleType, settings: Settings) -> set[tuple[str, str]]:
+def expected_cases(ref: ModuleType, settings: VerifySettings) -> set[tuple[str, str]]:
     """The (family, dtype) pairs a complete run of the checks reports."""
     return {(f, str(d).removeprefix("torch.")) for f in families_of(ref, settings) for d in dtypes_of(ref, f)}
 
@@ -102,7 +103,7 @@ def dtypes_of(ref: ModuleType, family: str) -> tuple:
     return tuple(ref.DTYPES)
 
 
-def families_of(ref: ModuleType, settings: Settings) -> tuple[str, ...]:
+def families_of(ref: ModuleType, settings: VerifySettings) -> tuple[str, ...]:
     fams = settings.families or tuple(f for f in ref.FAMILIES if f != "model")
     if settings.model is not None and "model" not in fams:
         fams = (*fams, "model")
@@ -112,7 +113,7 @@ def families_of(ref: ModuleType, settings: Settings) -> tuple[str, ...]:
 class _Exercise:
     """Runs the candidate on fresh inputs over the reference's families and dtypes, and judges it."""
 
-    def __init__(self, path: Path, op: str, settings: Settings, reasons: list[str], cases: list[Case]) -> None:
+    def __init__(self, path: Path, op: str, settings: VerifySettings, reasons: list[str], cases: list[Case]) -> None:
         self.path, self.op, self.settings, self.reasons, self.cases = path, op, settings, reasons, cases
         self.kept_outputs: list[tuple[str, Any, Any]] = []  # (label, tensor, snapshot): every result so far
         self.seen: set = set()
@@ -504,7 +505,7 @@ def _deadline(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
-def exercise(path: Path, op: str, settings: Settings) -> tuple[list[str], list[Case]]:
+def exercise(path: Path, op: str, settings: VerifySettings) -> tuple[list[str], list[Case]]:
     """All dynamic checks of one candidate in this process: (reasons, cases)."""
     reasons: list[str] = []
     cases: list[Case] = []
@@ -521,7 +522,7 @@ def main() -> int:
     job = json.loads(sys.stdin.read())
     sys.stdin.close()
     nonce = job.pop("nonce")
-    reasons, cases = exercise(Path(job["path"]), job["op"], Settings.from_json(job["settings"]))
+    reasons, cases = exercise(Path(job["path"]), job["op"], VerifySettings.from_json(job["settings"]))
     sys.stdout.write("\n" + nonce + " " + json.dumps({"reasons": reasons, "cases": [asdict(c) for c in cases]}) + "\n")
     sys.stdout.flush()
     return 0

@@ -137,7 +137,7 @@ def generate_kernel(op: str, *, llm: LLMConfig | None, out_dir: Path | None = No
     Returns ``(path, VerifyResult)`` of the last candidate written (check ``result.verdict``).
     ``out_dir`` defaults to ``kernels/<op>/generated`` under the verifier's root (``$INFRARSI_KERNELS``
     or the repository's ``kernels/``); ``record_dir`` is the run directory
-    (exchanges go to ``record_dir/llm/``); ``verify_settings``: a ``verify.Settings`` (default: the
+    (exchanges go to ``record_dir/llm/``); ``verify_settings``: a ``verify.VerifySettings`` (default: the
     verifier's own). Raises KernelGenerationError when no candidate can be had.
     """
     from .loader import OPS, kernels_root as default_root, list_candidates, reference_path

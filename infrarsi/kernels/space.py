@@ -76,7 +76,7 @@ def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], e
     """Ask the LLM for candidates of the hottest ops in scope; path -> record (op, verdict, reasons, ...)."""
     from ..priors.llm import LLMConfig
     from .generate import KernelGenerationError, generate_kernel
-    from .verify import Settings
+    from .verify import VerifySettings
 
     cfg = llm if llm is not None else LLMConfig.from_env()
     knobs = _kernel_knobs(space)
@@ -89,7 +89,7 @@ def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], e
     for op, share, how in ranked[:top]:
         try:
             path, result = generate_kernel(op, llm=cfg, out_dir=Path(run_dir) / "kernels" / op, record_dir=run_dir,
-                                           verify_settings=settings or Settings(model=dims))
+                                           verify_settings=settings or VerifySettings(model=dims))
         except KernelGenerationError as e:
             err.print(f"[yellow]kernel {op}: no generated candidate ({escape(str(e))})[/]")
             continue
@@ -104,12 +104,12 @@ def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], e
 def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], err, *, llm=None, settings=None):
     """(space with only passing candidates, verdicts by path, adapter pinned to them). ``settings``: the
     verifier's (default: all of it, plus the contract's model family)."""
-    from .verify import Settings, verify
+    from .verify import VerifySettings, verify
 
     knobs = _kernel_knobs(space)
     if not knobs:
         return space, {}, adapter
-    settings = settings or Settings(model=model_dims(contract))
+    settings = settings or VerifySettings(model=model_dims(contract))
     guard = _guard(run_dir)
     before = guard.snapshot()
     generated = generate_for_run(space, contract, run_dir, phases, err, llm=llm, settings=settings)

@@ -38,16 +38,16 @@ from importlib import metadata
 from pathlib import Path
 
 from ..io import atomic_write
-from .dynamic import Case, Settings, expected_cases
+from .dynamic import Case, VerifySettings, expected_cases
 from .loader import load_reference, op_of, reference_path
 from .static import static_check
 
 VERIFIER_VERSION = "2"
 # the modules whose source decides a verdict: a change to any of them invalidates every cached verdict
 VERIFIER_SOURCES = ("verify.py", "dynamic.py", "instrument.py", "static.py", "loader.py")
-STARTUP_S = 120.0  # the child's own start (importing torch and triton) on top of Settings.timeout_s
+STARTUP_S = 120.0  # the child's own start (importing torch and triton) on top of VerifySettings.timeout_s
 
-__all__ = ["Case", "Settings", "VerifyResult", "cache_dir", "cache_key", "verify"]
+__all__ = ["Case", "VerifySettings", "VerifyResult", "cache_dir", "cache_key", "verify"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +99,7 @@ def _version(dist: str) -> str:
         return "absent"
 
 
-def key_parts(path: Path, op: str, settings: Settings = Settings()) -> dict[str, str]:
+def key_parts(path: Path, op: str, settings: VerifySettings = VerifySettings()) -> dict[str, str]:
     """What a verdict depends on, each as a hash or a version string."""
     here = Path(__file__).resolve().parent
     verifier = hashlib.sha256()
@@ -112,7 +112,7 @@ def key_parts(path: Path, op: str, settings: Settings = Settings()) -> dict[str,
             "settings": hashlib.sha256(json.dumps(settings.to_json(), sort_keys=True).encode()).hexdigest()}
 
 
-def cache_key(path: Path, op: str, settings: Settings = Settings()) -> str:
+def cache_key(path: Path, op: str, settings: VerifySettings = VerifySettings()) -> str:
     return hashlib.sha256(json.dumps(key_parts(Path(path), op, settings), sort_keys=True).encode()).hexdigest()
 
 
@@ -157,7 +157,7 @@ def _write_cached(entry: Path, key: str, result: VerifyResult) -> None:
 
 
 def verify(path: str | Path, op: str | None = None, *, use_cache: bool = True,
-           settings: Settings = Settings()) -> VerifyResult:
+           settings: VerifySettings = VerifySettings()) -> VerifyResult:
     """Verify the candidate file at path; the op defaults to the name of its folder."""
     path = Path(path).resolve()
     if not path.is_file():
@@ -185,7 +185,7 @@ def verify(path: str | Path, op: str | None = None, *, use_cache: bool = True,
     return result
 
 
-def _dynamic_in_subprocess(path: Path, op: str, settings: Settings) -> tuple[list[str], list[Case]]:
+def _dynamic_in_subprocess(path: Path, op: str, settings: VerifySettings) -> tuple[list[str], list[Case]]:
     """The dynamic checks in a fresh Python (TRITON_INTERPRET=1 without a GPU); its answer must carry the
     nonce handed to it on stdin, and cover every (family, dtype) unless it names a failure."""
     nonce = secrets.token_hex(16)

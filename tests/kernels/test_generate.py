@@ -38,7 +38,7 @@ def test_failed_verification_is_fed_back_once_and_the_repair_passes(server, tmp_
     server.script(Reply(json={"name": "triton_try", "source": wrong, "notes": "4 rows per program"}),
                   Reply(json={"name": "triton_try", "source": good, "notes": "fixed the scale"}))
     llm = LLMConfig(base_url=server.base_url, model="test-model")
-    quick = verify_mod.Settings(seeds_per_case=1, families=("odd",), determinism_families=(), determinism_reruns=0)
+    quick = verify_mod.VerifySettings(seeds_per_case=1, families=("odd",), determinism_families=(), determinism_reruns=0)
     path, result = generate_kernel("rmsnorm", llm=llm, out_dir=tmp_path / "generated", record_dir=tmp_path / "run",
                                    verify_settings=quick)
     assert result.verdict == "pass" and path.read_text() == good
@@ -119,7 +119,7 @@ def test_generated_candidates_join_the_runs_search(server, tmp_path):
     space = adapter.knob_space(contract)
     run_dir = tmp_path / "run"
     err = Console(stderr=True, record=True)
-    quick = verify_mod.Settings(families=("odd",), model=dims, determinism_families=())  # + the model's family
+    quick = verify_mod.VerifySettings(families=("odd",), model=dims, determinism_families=())  # + the model's family
     new_space, found, pinned = prepare(space, contract, run_dir, adapter, {}, err, settings=quick,
                                        llm=LLMConfig(base_url=server.base_url, model="test-model"))
     gen = {p: v for p, v in found.items() if v.get("origin") == "generated"}

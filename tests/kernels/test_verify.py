@@ -13,7 +13,7 @@ import torch
 
 from infrarsi.kernels.dynamic import _Snapshot, expected_cases
 from infrarsi.kernels.loader import OPS, list_candidates, load_candidate, load_reference
-from infrarsi.kernels.verify import Settings, _dynamic_in_subprocess, verify
+from infrarsi.kernels.verify import VerifySettings, _dynamic_in_subprocess, verify
 
 from .conftest import ADVERSARIAL, HONEST
 
@@ -32,7 +32,7 @@ def test_shipped_candidate_passes(path):
     assert result.reasons == []
     ref = load_reference(path.parent.name)
     covered = {(c.family, c.dtype) for c in result.cases}
-    assert covered == expected_cases(ref, Settings())
+    assert covered == expected_cases(ref, VerifySettings())
     assert {f for f, _ in covered} == set(ref.FAMILIES)
     assert {"float16", "bfloat16", "float32"} <= {c.dtype for c in result.cases}
     assert set(ref.PRODUCTION) <= {c.family for c in result.cases}  # production widths, compared too
@@ -95,7 +95,7 @@ def _verdict(name, memo):
         op = ADVERSARIES[name][0]
         fams = FAMILIES_NEEDED.get(name)
         memo[name] = verify(ADVERSARIAL / name, op=op, use_cache=False,
-                            settings=Settings(families=fams) if fams else Settings())
+                            settings=VerifySettings(families=fams) if fams else VerifySettings())
     return memo[name]
 
 
@@ -124,20 +124,20 @@ def test_fp16_cases_catch_the_fp16_bug(adversary_results):
 def test_honest_host_bookkeeping_passes():
     """Counting valid targets and dividing the summed per-row loss on the host is O(rows): allowed."""
     result = verify(HONEST / "ce_host_count.py", op="cross_entropy", use_cache=False,
-                    settings=Settings(families=("odd", "batch", "vocab32k")))  # small, many-program, production
+                    settings=VerifySettings(families=("odd", "batch", "vocab32k")))  # small, many-program, production
     assert result.passed, result.reasons
 
 
 def test_past_the_static_check_the_stack_tells_nothing():
     """Run past the static check, the stack-peeking candidate sees no check on the stack and cheats."""
     reasons, cases = _dynamic_in_subprocess((ADVERSARIAL / "stack_peek.py").resolve(), "rmsnorm",
-                                            Settings(families=("one_row",), determinism_families=()))
+                                            VerifySettings(families=("one_row",), determinism_families=()))
     assert any(r.startswith("mismatch-forward") for r in reasons), reasons
 
 
 def test_past_the_static_check_a_forged_answer_is_refused():
     reasons, cases = _dynamic_in_subprocess((ADVERSARIAL / "forged_verdict.py").resolve(), "rmsnorm",
-                                            Settings(families=("one_row",), determinism_families=()))
+                                            VerifySettings(families=("one_row",), determinism_families=()))
     assert cases == [] and len(reasons) == 1 and "gave 0 answers" in reasons[0], reasons
 
 
@@ -211,13 +211,13 @@ def test_cache_is_keyed_by_content(tmp_path):
     first = verify(copy)  # same bytes as a shipped candidate: same key
     assert first.passed and first.sha256 == verify(src).sha256
     copy.write_text(src.read_text() + "\n# one more line\n")
-    again = verify(copy, settings=Settings(families=("one_row",)))  # new content: verified afresh
+    again = verify(copy, settings=VerifySettings(families=("one_row",)))  # new content: verified afresh
     assert not again.cached and again.passed and again.sha256 != first.sha256
     assert again.sha256 == hashlib.sha256(copy.read_bytes()).hexdigest()
     assert {c.family for c in again.cases} == {"one_row"}
 
 
-QUICK = Settings(families=("one_row",), determinism_families=())
+QUICK = VerifySettings(families=("one_row",), determinism_families=())
 
 
 def test_a_tampered_cache_entry_is_verified_afresh(tmp_path):
@@ -272,10 +272,10 @@ def test_verify_in_a_process_that_imported_triton_first(tmp_path):
     code = (
         "import os; os.environ.pop('TRITON_INTERPRET', None)\n"
         "import triton.language\n"
-        "from infrarsi.kernels.verify import verify, Settings\n"
+        "from infrarsi.kernels.verify import verify, VerifySettings\n"
         "from infrarsi.kernels.loader import interpreter_ready\n"
         "assert not interpreter_ready()\n"
-        f"r = verify({str(src)!r}, use_cache=False, settings=Settings(families=('one_row',)))\n"
+        f"r = verify({str(src)!r}, use_cache=False, settings=VerifySettings(families=('one_row',)))\n"
         "print(r.verdict, len(r.cases))\n"
     )
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
@@ -293,7 +293,7 @@ def test_hanging_candidate_times_out(tmp_path):
                                 "        while n_rows > 0:\n            n_rows = n_rows + 0\n"
                                 "        return y.view(x.shape)\n"))
     t0 = time.perf_counter()
-    r = verify(hang, use_cache=False, settings=Settings(families=("one_row",), timeout_s=3.0))
+    r = verify(hang, use_cache=False, settings=VerifySettings(families=("one_row",), timeout_s=3.0))
     assert r.verdict == "fail" and "timeout" in r.codes(), r.reasons
     assert time.perf_counter() - t0 < 60
 
@@ -328,13 +328,13 @@ def test_small_cheats_are_named(tmp_path, body, code):
     path = tmp_path / "rmsnorm" / "cand.py"
     path.parent.mkdir()
     path.write_text(KERNEL + body)
-    r = verify(path, use_cache=False, settings=Settings(families=("one_row",), determinism_families=()))
+    r = verify(path, use_cache=False, settings=VerifySettings(families=("one_row",), determinism_families=()))
     assert r.verdict == "fail" and code in r.codes(), r.reasons
 
 
 def test_the_contracts_model_is_one_more_family():
     src = next(p for p in SHIPPED if p.name == "triton_rows16.py" and p.parent.name == "rmsnorm")
     dims = (("hidden", 1536), ("ffn_hidden", 4096), ("heads", 12), ("vocab", 50304), ("seq", 1024))
-    r = verify(src, use_cache=False, settings=Settings(families=("one_row",), model=dims, determinism_families=()))
+    r = verify(src, use_cache=False, settings=VerifySettings(families=("one_row",), model=dims, determinism_families=()))
     assert r.passed, r.reasons
     assert {(c.family, c.dtype) for c in r.cases} >= {("model", "float16"), ("model", "float32")}
