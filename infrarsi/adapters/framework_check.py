@@ -36,6 +36,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..transformer import data_parallel
+
 
 class FrameworkRejected(ValueError):
     """The framework's config code refused the setting; the message is the framework's own."""
@@ -143,13 +145,12 @@ def megatron_parallel_check(setting: Mapping[str, Any], *, world_size: int | Non
     tp, pp, cp, ep = (int(s.get(k, 1)) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel",
                                                   "expert_parallel"))
     vp = int(s.get("virtual_pipeline", 1))
-    model = tp * pp * cp
-    if world_size % model:
-        return [f"megatron-core parallel_state: world_size ({world_size}) is not divisible by {model}"]
+    dp = data_parallel(world_size, tp, pp, cp)
+    if dp is None:
+        return [f"megatron-core parallel_state: world_size ({world_size}) is not divisible by {tp * pp * cp}"]
     if vp > 1 and pp <= 1:
         return ["megatron-core parallel_state: pipeline-model-parallel size should be greater than 1 with "
                 "interleaved schedule"]
-    dp = world_size // model
     etp = expert_tensor_parallel if expert_tensor_parallel is not None else tp
     etmp = etp * ep * pp
     if world_size % etmp:
