@@ -139,7 +139,7 @@ class GridPosterior:
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """n joint draws: theta (n, q) and sigma (n,)."""
         g = rng.choice(len(self.weights), size=n, p=self.weights)
-        chol = np.linalg.cholesky(self.covs)  # (G, q, q)
+        chol, _ = jittered_cholesky(self.covs)  # (G, q, q); a grid point's covariance can be a rounding off PD
         z = rng.standard_normal((n, self.means.shape[1]))
         theta = self.means[g] + np.einsum("nij,nj->ni", chol[g], z)
         return theta, np.exp(self.log_sigma[g])

@@ -429,12 +429,10 @@ class Tuner:
         if kind == "acquisition" and cfg.thompson_every and self._asks % cfg.thompson_every == 0:
             # Thompson step: the fastest fitting setting under one coherent posterior draw. It explores
             # where the (possibly misspecified) mean model is too sure of itself.
-            draw = self.time_model.sample(cands, 1)[0]
-            if self.residual is not None:
-                gm, gv = self.residual.predict(self._codes(cands))
-                draw = draw + gm + np.sqrt(gv) * self.time_model._rng.standard_normal(len(cands))
-            draw = np.where(np.isfinite(acq), draw, np.inf)
-            j, kind = int(np.argmin(draw)), "thompson"
+            draw = self._thompson_draw(cands)
+            if draw is not None:
+                draw = np.where(np.isfinite(acq), draw, np.inf)
+                j, kind = int(np.argmin(draw)), "thompson"
         s = cands[j]
         prop = Proposal(kind=kind, ei=float(ei[j]), p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])))
         for ps_, (src, savers) in paired:
@@ -442,6 +440,21 @@ class Tuner:
                 prop.kind, prop.paired_from, prop.savers = "paired", src.to_dict(), savers
         self._why[s] = prop
         return s
+
+    def _thompson_draw(self, cands: list[Setting]) -> np.ndarray | None:
+        """One coherent posterior draw of log step time over ``cands`` (additive model + residual GP), or
+        None when the draw fails on its numerics (logged; the EI maximiser is proposed instead)."""
+        try:
+            draw = self.time_model.sample(cands, 1)[0]
+            if self.residual is not None:
+                gm, gv = self.residual.predict(self._codes(cands))
+                draw = draw + gm + np.sqrt(gv) * self.time_model._rng.standard_normal(len(cands))
+            return draw
+        except (np.linalg.LinAlgError, FloatingPointError, ValueError) as e:
+            msg = f"trial {len(self.history)}: Thompson draw failed ({type(e).__name__}: {e}); proposed by EI instead"
+            self.numerics_log.append(msg)
+            _log.warning(msg)
+            return None
 
     def _pairings(self, cands: list[Setting], ei: np.ndarray, p_oom: np.ndarray,
                   exclude: set[Setting]) -> list[tuple[Setting, tuple[Setting, list[str]]]]:

@@ -4,9 +4,11 @@ import math
 import random
 
 import numpy as np
+import pytest
 
 from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.models import MemoryModel
+from infrarsi.models._fit import GridPosterior
 from infrarsi.models.revision import revision
 from infrarsi.priors.prior import Prior
 from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner
@@ -107,3 +109,29 @@ def test_ask_survives_a_fit_that_fails_on_its_numerics(monkeypatch):
     s = t.ask()  # refits: the memory fit fails, the previous posterior is kept, the search goes on
     assert sp.is_valid(s)
     assert t.numerics_log and "memory model fit failed" in t.numerics_log[-1]
+
+
+def test_a_posterior_draw_survives_a_covariance_rounded_off_positive_definite():
+    # a rank-1 covariance with a rounding-sized negative eigenvalue, as a near-duplicate design row leaves it
+    v = np.array([1.0, 1.0, 1e-9])
+    cov = np.outer(v, v) - 1e-12 * np.eye(3)
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.cholesky(cov)
+    post = GridPosterior(np.zeros(1), np.ones(1), np.zeros((1, 3)), cov[None])
+    theta, sigma = post.sample(500, np.random.default_rng(0))
+    assert np.isfinite(theta).all() and theta.shape == (500, 3) and sigma.shape == (500,)
+    assert abs(np.corrcoef(theta[:, 0], theta[:, 1])[0, 1] - 1.0) < 1e-3  # the draw keeps the covariance
+
+
+def test_ask_survives_a_thompson_draw_that_fails_on_its_numerics(monkeypatch):
+    sp = space()
+    t = Tuner(sp, memory_capacity_bytes=CAP, seed=0, config=TunerConfig(thompson_every=1, local_every=0))
+    run_tuner(t, time_only, 6)
+
+    def broken(*a, **k):
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+
+    monkeypatch.setattr(t.time_model, "sample", broken)
+    s = t.ask()  # every model-guided ask would be a Thompson step: it falls back to the EI maximiser
+    assert sp.is_valid(s) and t.why(s)["kind"] in ("acquisition", "paired")
+    assert "Thompson draw failed" in t.numerics_log[-1]
