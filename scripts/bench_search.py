@@ -391,6 +391,20 @@ def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int
                   f"{', '.join(f'{x} x{fl.count(x)}' for x in sorted(set(fl)))} (runs)")
 
 
+def describe(cells: list[tuple[str, int | None, int]], n: int = 4000) -> None:
+    """How needle-like each landscape is: what a uniform draw over its valid settings finds."""
+    print(f"{'landscape':24s} {'OOM':>5s} {'>=0.8':>7s} {'>=0.9':>7s} {'>=0.95':>7s} {'sample best':>11s}"
+          "   (fractions of a uniform sample of valid settings; speed as a fraction of the optimum's)")
+    for base, var, seed in cells:
+        land = Landscape(base, var)
+        b = Bench(land, seed, "peaks")
+        opt = land.optimum()
+        frac = [opt / t if (t := b.true_time(s)) else 0.0 for s in land.space.candidates(n, random.Random(seed))]
+        share = [sum(f >= x for f in frac) / len(frac) for x in (0.8, 0.9, 0.95)]
+        print(f"{land.name:24s} {sum(f == 0 for f in frac) / len(frac):5.2f} {share[0]:7.2%} {share[1]:7.2%} "
+              f"{share[2]:7.2%} {max(frac):11.3f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", choices=("family", "named"), default="family")
@@ -406,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="TunerConfig overrides for this search's tuners, e.g. max_p_oom=0.5 local_every=2")
     ap.add_argument("--json", action="store_true", help="print every run as JSON instead of the table")
+    ap.add_argument("--describe", action="store_true",
+                    help="print how hard each landscape is (a uniform sample of 4,000 valid settings: OOM share, "
+                         "share within 0.8/0.9/0.95 of the optimum, the sample's best) and exit")
     ap.add_argument("--table", nargs="+", type=Path, metavar="JSON",
                     help="print the table of runs saved with --json (several files: one table) and exit")
     args = ap.parse_args(argv)
@@ -425,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
                  for i in range(args.variants)]
     else:
         cells = [(w, None, args.first_seed + k) for w in args.workloads for k in range(args.seeds)]
+    if args.describe:
+        describe(cells)
+        return 0
     config: dict[str, Any] = {}
     fields = TunerConfig.__dataclass_fields__
     for kv in args.set:
