@@ -153,3 +153,19 @@ def test_the_hook_lets_an_honest_candidate_through_every_checked_call():
     out = _hook(CANDIDATE, "1")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "calls 3" in out.stdout and "spot check failed" not in out.stderr
+
+
+@pytest.mark.slow
+def test_a_wrong_candidate_inside_torchtitan_is_caught_by_the_spot_check(tmp_path):
+    """The default policy: the first call is recomputed by the reference, so the trial ends at step 1 as
+    numerics_drift, with the line the run stage disqualifies the candidate by."""
+    from infrarsi.kernels import verdicts
+
+    wrong = tmp_path / "kernels" / "rmsnorm" / "wrong_x4.py"
+    wrong.parent.mkdir(parents=True)
+    wrong.write_text(WRONG.format(ref=str(ROOT / "kernels" / "rmsnorm" / "reference.py")))
+    c = contract(tmp_path, ["reference", str(wrong)])
+    _, (bad,) = _trials(tmp_path, c, [{"kernel_rmsnorm": str(wrong)}])
+    assert bad.status is TrialStatus.NUMERICS_DRIFT and "spot check" in bad.reason, (bad.status, bad.reason)
+    assert verdicts.drifted(bad.evidence)[0][:2] == ("rmsnorm", str(wrong))
+    assert "call 1: forward" in (tmp_path / "run" / "trials" / str(bad.id) / "stderr").read_text()
