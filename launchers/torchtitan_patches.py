@@ -10,6 +10,12 @@ torchtitan's llama3 model use it, before the model is built:
   (``weight``, same init) whose forward is the candidate's ``forward(x, weight, eps)``. Everything else in
   that namespace is ``torch.nn``; no other module changes.
 
+The candidate's forward is spot-checked as minigpt's is (``infrarsi.kernels.insitu.spot_checked``): the
+first call, then 1 in ``INFRARSI_SPOT_EVERY`` (default 50), is recomputed by ``kernels/<op>/reference.py``
+in fp64 on the same tensors, output and gradients; a mismatch beyond the reference's per-dtype tolerance
+prints ``infrarsi kernel spot check failed: rmsnorm=PATH ...`` and ends the rank with status 3, which the
+log classifier turns into ``numerics_drift`` (and the run stage disqualifies the candidate).
+
 Proof that the patch ran, not just that it was installed: every patched forward counts its calls, and at
 exit each rank prints one line to stderr::
 
@@ -89,10 +95,12 @@ def install(patches: dict[str, str]) -> list[str]:
     if not torch.cuda.is_available() and "triton" not in sys.modules:
         os.environ["TRITON_INTERPRET"] = "1"  # before the candidate imports triton
     done = []
+    from infrarsi.kernels.insitu import spot_checked
+
     for op, path in sorted(patches.items()):
         mod, sha = load_candidate(op, path)
         if op == "rmsnorm":
-            _patch_rmsnorm(mod.forward)
+            _patch_rmsnorm(spot_checked(op, path, mod).forward)
         CALLS.setdefault(op, 0)
         atexit.register(_report, op, path, sha)
         done.append(op)

@@ -10,10 +10,12 @@ parameters and pass the verifier's static checks, else it is asked again once wi
 LLM layer's rule). The file is written to ``kernels/<op>/generated/<name>.py`` and handed to the
 verifier; a failed verification is fed back once (its reasons verbatim) for a second candidate.
 
-Generated files live one folder below the hand-written candidates, so a generated file is a
-candidate only once someone lists it (``scope.knobs.kernel_<op>``) -- nothing joins the search
-unreviewed. With no LLM configured this raises :class:`KernelGenerationError` (there is no offline
-kernel author).
+Generated files live one folder below the hand-written candidates (``list_candidates`` does not see
+them). The run stage writes them into the repository's ``kernels/<op>/generated/``, which its contract's
+``scope.files`` must take (kernels/space.py refuses generation otherwise), and adds those that pass to
+that op's knob domain for its run only; outside a run a generated file is a candidate once someone lists
+it (``scope.knobs.kernel_<op>``). With no LLM configured this raises :class:`KernelGenerationError`
+(there is no offline kernel author).
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def generate_kernel(op: str, *, llm: LLMConfig | None, out_dir: Path | None = No
     (exchanges go to ``record_dir/llm/``); ``verify_settings``: a ``verify.VerifySettings`` (default: the
     verifier's own). Raises KernelGenerationError when no candidate can be had.
     """
-    from .loader import OPS, kernels_root as default_root, list_candidates, reference_path
+    from .loader import GENERATED, OPS, kernels_root as default_root, list_candidates, reference_path
     from .verify import verify
 
     cfg = llm_mod.resolve(llm)
@@ -157,7 +159,7 @@ def generate_kernel(op: str, *, llm: LLMConfig | None, out_dir: Path | None = No
     facts = _reference_facts(ref_source)
     existing = list_candidates(op, root)
     example = existing[0].read_text() if existing else None
-    folder = Path(out_dir) if out_dir is not None else ref.parent / "generated"
+    folder = Path(out_dir) if out_dir is not None else ref.parent / GENERATED
     folder.mkdir(parents=True, exist_ok=True)
     messages = _prompt(op, ref_source, facts, example)
     path: Path | None = None

@@ -4,7 +4,8 @@
     y = ops["rmsnorm"].forward(x, w, eps)                       # the candidate; sometimes checked too
 
 Loading goes through the verifier's own loader (the same module name, the same entry point) after
-verdicts.refusal() has re-hashed the file against the verdict recorded at run start.
+verdicts.refusal() has re-hashed the file against the verdict recorded at run start. torchtitan's patch
+hook (launchers/torchtitan_patches.py) wraps its candidate with :func:`spot_checked` too: one policy.
 
 Spot checks: the first call of each op, and then a random 1 in ``every`` (``INFRARSI_SPOT_EVERY``, default
 50; 0 turns them off), is recomputed by the op's reference in fp64 on the same tensors and compared
@@ -29,12 +30,12 @@ from .verdicts import DRIFT, REFUSED, refusal
 
 EXIT_DRIFT = 3
 EXIT_REFUSED = 2
+SPOT_ENV = "INFRARSI_SPOT_EVERY"
 
 
 def load_for_training(specs: list[str]) -> dict[str, Any]:
     """``["op=PATH", ...]`` -> {op: SpotChecked}; exits with a clear line on a bad spec or a refused file."""
     out: dict[str, Any] = {}
-    every = int(os.environ.get("INFRARSI_SPOT_EVERY", "50"))
     for spec in specs:
         op, sep, path = spec.partition("=")
         if not sep or op not in OPS:
@@ -46,8 +47,24 @@ def load_for_training(specs: list[str]) -> dict[str, Any]:
             print(f"{REFUSED}: {why}", file=sys.stderr, flush=True)
             raise SystemExit(EXIT_REFUSED)
         ensure_interpreter()  # before triton's first import, when there is no GPU
-        out[op] = SpotChecked(op, path, load_candidate(path), load_reference(op), every=every)
+        out[op] = spot_checked(op, path, load_candidate(path))
     return out
+
+
+def spot_every() -> int:
+    """1 in how many calls is checked after the first (``INFRARSI_SPOT_EVERY``, default 50; 0: none)."""
+    raw = os.environ.get(SPOT_ENV, "50")
+    try:
+        every = int(raw)
+    except ValueError:
+        raise SystemExit(f"{SPOT_ENV}={raw!r}: expected a whole number (50: 1 call in 50; 0: no spot checks)") from None
+    return every
+
+
+def spot_checked(op: str, path: str, module) -> SpotChecked:
+    """The policy every workload hook uses (minigpt's --kernel, torchtitan's patch): the candidate module's
+    forward, checked against ``kernels/<op>/reference.py`` on the first call and then 1 in spot_every()."""
+    return SpotChecked(op, path, module, load_reference(op), every=spot_every())
 
 
 class SpotChecked:

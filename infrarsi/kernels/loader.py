@@ -17,6 +17,7 @@ from types import ModuleType
 OPS = ("rmsnorm", "swiglu", "rope", "cross_entropy", "add_rmsnorm")
 # kernels/ at the repository root, beside the infrarsi package; INFRARSI_KERNELS overrides it.
 KERNELS_ROOT = Path(__file__).resolve().parents[2] / "kernels"
+GENERATED = "generated"  # kernels/<op>/generated/<name>.py: candidates an LLM wrote (generate.py)
 
 
 def kernels_root() -> Path:
@@ -57,8 +58,10 @@ def sha256_of(path: str | Path) -> str:
 
 
 def op_of(path: str | Path) -> str:
-    """The op a candidate implements: the name of its folder (kernels/<op>/file.py)."""
-    op = Path(path).resolve().parent.name
+    """The op a candidate implements: the name of its folder (kernels/<op>/file.py, or
+    kernels/<op>/generated/file.py for a generated one)."""
+    folder = Path(path).resolve().parent
+    op = folder.parent.name if folder.name == GENERATED else folder.name
     if op not in OPS:
         raise ValueError(f"cannot tell the op of {path}: its folder {op!r} is not one of {list(OPS)}; pass --op NAME")
     return op

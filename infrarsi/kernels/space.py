@@ -4,8 +4,10 @@
 
 1. With an LLM configured, candidates are generated for the hottest ops among the kernel knobs in scope
    (hot_ops: the doctor's phase profile when it names ops, else each op's share of the memory traffic of
-   one step, from the contract's model dims). Each is written to ``<run_dir>/kernels/<op>/`` and verified;
-   those that pass join that op's knob domain for this run.
+   one step, from the contract's model dims). Each is written inside the contract's scope, to the
+   repository's ``kernels/<op>/generated/`` (named relative to the repository, like the contract's own
+   candidates), and verified; those that pass join that op's knob domain for this run. A contract whose
+   ``scope.files`` does not take that folder gets no generated candidates (one line says which glob to add).
 2. Every candidate in a kernel knob's domain is verified (all of verify.py, plus a family drawn from the
    contract's model: its hidden size, MLP width, heads and vocabulary); failures leave the domain.
 3. The verdicts are recorded in ``<run_dir>/kernels/verdicts.json`` and the adapter is wrapped so that
@@ -21,7 +23,7 @@ from rich.markup import escape
 
 from ..transformer import minigpt_ffn
 from . import verdicts as verdicts_mod
-from .loader import OPS
+from .loader import GENERATED, OPS
 
 GENERATE_TOP = 2  # ops to generate candidates for, hottest first
 
@@ -85,20 +87,57 @@ def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], e
     dims = model_dims(contract)
     layers = int(dict(contract.workload.args).get("num_layers", 1))
     ranked = hot_ops([k.name.removeprefix("kernel_") for k in knobs], phases, dims, layers=layers)
+    root = _repository()
     out: dict[str, dict[str, Any]] = {}
     for op, share, how in ranked[:top]:
+        refused = generated_scope_problem(op, contract.scope.files)
+        if refused is not None:
+            err.print(f"[yellow]{escape(refused)}[/]")
+            continue
         try:
-            path, result = generate_kernel(op, llm=cfg, out_dir=Path(run_dir) / "kernels" / op, record_dir=run_dir,
+            path, result = generate_kernel(op, llm=cfg, out_dir=root / generated_folder(op), record_dir=run_dir,
                                            verify_settings=settings or VerifySettings(model=dims))
         except KernelGenerationError as e:
             err.print(f"[yellow]kernel {op}: no generated candidate ({escape(str(e))})[/]")
             continue
-        out[str(path)] = {"op": op, "verdict": result.verdict, "reasons": list(result.reasons),
-                          "sha256": result.sha256, "origin": "generated",
-                          "why": f"{op} is {share:.0%} of the step ({how})"}
-        err.print(f"kernel {op}: generated {escape(path.name)}: {result.verdict}"
+        out[_name(path, root)] = {"op": op, "verdict": result.verdict, "reasons": list(result.reasons),
+                                  "sha256": result.sha256, "origin": "generated",
+                                  "why": f"{op} is {share:.0%} of the step ({how})"}
+        err.print(f"kernel {op}: generated {escape(_name(path, root))}: {result.verdict}"
                   + ("" if result.passed else f" ({escape('; '.join(result.reasons)[:160])})"))
     return out
+
+
+def generated_folder(op: str) -> str:
+    """Where the run writes generated candidates of op, relative to the repository (posix)."""
+    return f"kernels/{op}/{GENERATED}"
+
+
+def generated_scope_problem(op: str, globs) -> str | None:
+    """Why the run may not write generated candidates of op (its folder is outside scope.files), or None.
+    The file name comes from the LLM; a glob that takes the folder's files takes it (names: [a-z0-9_]+.py)."""
+    from ..contract.scope import glob_of
+
+    folder = generated_folder(op)
+    if glob_of(f"{folder}/{op}_candidate.py", list(globs)) is not None:
+        return None
+    return (f"kernel {op}: not generated: scope.files {list(globs)} does not take {folder}/*.py, where generated "
+            f"candidates are written; add \"kernels/**/*.py\" to [scope] files to let the run generate them")
+
+
+def _repository() -> Path:
+    from ..contract.scope import repository_root
+
+    return repository_root()
+
+
+def _name(path: Path, root: Path) -> str:
+    """A generated file as a knob value: relative to the repository when the run works from its root (as
+    the contract's own candidates are named), else absolute."""
+    path = Path(path).resolve()
+    if root == Path.cwd().resolve():
+        return path.relative_to(root).as_posix()
+    return str(path)
 
 
 def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], err, *, llm=None, settings=None):
@@ -111,9 +150,10 @@ def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], e
         return space, {}, adapter
     settings = settings or VerifySettings(model=model_dims(contract))
     guard = _guard(run_dir)
-    before = guard.snapshot()
+    gen_guard = _guard(run_dir, *(_repository() / generated_folder(k.name.removeprefix("kernel_")) for k in knobs))
+    before = gen_guard.snapshot()
     generated = generate_for_run(space, contract, run_dir, phases, err, llm=llm, settings=settings)
-    wrote = guard.changes(before)  # generated candidates ran inside generate_kernel's verification
+    wrote = gen_guard.changes(before)  # generated candidates ran inside generate_kernel's verification
     for g in generated.values():
         if wrote:
             g.update(verdict="fail", reasons=[*g["reasons"], *_sandbox_reasons(wrote)])
@@ -147,10 +187,11 @@ def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], e
     return _extended_space(space, domains), verdicts, verdicts_mod.pinned(adapter, f)
 
 
-def _guard(run_dir: Path):
-    from ..contract.scope import TreeGuard, repository_root
+def _guard(run_dir: Path, *also: Path):
+    """Watches the repository for writes outside the run directory (and ``also``: where generation writes)."""
+    from ..contract.scope import TreeGuard
 
-    return TreeGuard(repository_root(), allowed=[run_dir])
+    return TreeGuard(_repository(), allowed=[run_dir, *also])
 
 
 def _sandbox_reasons(wrote: list) -> list[str]:

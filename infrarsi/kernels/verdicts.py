@@ -8,6 +8,10 @@ The run stage verifies each candidate once, when it starts, and writes ``<run_di
 (only the run stage writes it). A trial's workload re-hashes the file it is about to import and refuses it
 when the bytes are not the ones that passed (time of check vs time of use), when it never passed, or when
 a trial of this run caught it drifting in situ (``disqualify``: it is then refused for the rest of the run).
+
+The file is one of the run's sealed records (contract/seal.py): every write goes through ``sealed_write``,
+so a verdict edited by hand (``fail`` -> ``pass``) is refused by run, report and apply, naming
+``kernels/verdicts.json``; the workload checks the seal too before it trusts the file.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write
+from ..contract import seal
 
 ENV = "INFRARSI_KERNEL_VERDICTS"
 FILE = Path("kernels") / "verdicts.json"
@@ -45,6 +49,7 @@ def record(run_dir: Path, verdicts: Mapping[str, Mapping[str, Any]]) -> Path:
     """Write the run's verdicts (candidate path -> op, verdict, sha256, reasons); keeps disqualifications
     already recorded for the same bytes (a resumed run stays as strict as it was)."""
     f = verdict_file(run_dir)
+    _check_sealed(run_dir)
     old = _read(f)
     out = {}
     for p, v in verdicts.items():
@@ -53,19 +58,20 @@ def record(run_dir: Path, verdicts: Mapping[str, Mapping[str, Any]]) -> Path:
         if prev and prev.get("verdict") == "disqualified" and prev.get("sha256") == entry.get("sha256"):
             entry = prev
         out[_key(p)] = entry
-    _write(f, out)
+    _write(run_dir, out)
     return f
 
 
 def disqualify(run_dir: Path, path: str, reason: str) -> bool:
     """Mark a candidate as caught in situ; True when it was passing until now."""
     f = verdict_file(run_dir)
+    _check_sealed(run_dir)
     d = _read(f)
     e = d.get(_key(path))
     if e is None or e.get("verdict") != "pass":
         return False
     d[_key(path)] = {**e, "verdict": "disqualified", "reasons": [*e.get("reasons", []), reason]}
-    _write(f, d)
+    _write(run_dir, d)
     return True
 
 
@@ -94,6 +100,9 @@ def refusal(op: str, path: str) -> str | None:
     f = os.environ.get(ENV)
     if not f:
         return None
+    tampered = seal_problem(Path(f))
+    if tampered is not None:
+        return f"{op}={path} cannot be checked: {tampered}"
     d = _read(Path(f))
     e = d.get(_key(path))
     if e is None:
@@ -132,6 +141,26 @@ def _read(f: Path) -> dict:
         return {}
 
 
-def _write(f: Path, d: dict) -> None:
+def seal_problem(f: Path) -> str | None:
+    """Why the verdict file ``RUN_DIR/kernels/verdicts.json`` does not match the run's seals, or None (also
+    for a run directory without a lock, whose records are unsealed)."""
+    run = Path(f).parent.parent
+    rel = FILE.as_posix()
+    try:
+        probs = seal.problems(run)
+    except seal.SealError as e:  # a chain line that is not an entry
+        return str(e)
+    return next((p for p in probs if p.startswith((rel, seal.SEAL_LOG))), None)
+
+
+def _check_sealed(run_dir: Path) -> None:
+    """Refuse to rewrite a verdict file that was edited since its last sealed write (a rewrite would seal the edit)."""
+    why = seal_problem(verdict_file(run_dir))
+    if why is not None:
+        raise seal.SealError(f"tampered records in {run_dir}: {why}")
+
+
+def _write(run_dir: Path, d: dict) -> None:
+    f = verdict_file(run_dir)
     f.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(f, json.dumps(d, indent=1, sort_keys=True))
+    seal.sealed_write(run_dir, f, json.dumps(d, indent=1, sort_keys=True))

@@ -94,7 +94,8 @@ def forward(x, weight, eps=1e-6):
 
 
 @pytest.mark.slow
-def test_a_wrong_candidate_inside_torchtitan_breaks_the_loss_invariant(tmp_path):
+def test_a_wrong_candidate_inside_torchtitan_breaks_the_loss_invariant(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFRARSI_SPOT_EVERY", "0")  # the loss referee alone (a spot check would stop it at call 1)
     wrong = tmp_path / "kernels" / "rmsnorm" / "wrong_x4.py"
     wrong.parent.mkdir(parents=True)
     wrong.write_text(WRONG.format(ref=str(ROOT / "kernels" / "rmsnorm" / "reference.py")))
@@ -102,3 +103,69 @@ def test_a_wrong_candidate_inside_torchtitan_breaks_the_loss_invariant(tmp_path)
     base, (bad,) = _trials(tmp_path, c, [{"kernel_rmsnorm": str(wrong)}])
     assert patch_report(tmp_path, bad.id)[2] == 13 * 2
     assert bad.status is TrialStatus.NUMERICS_DRIFT, (bad.status, bad.reason, bad.metrics.losses, base.metrics.losses)
+
+
+# The hook itself, in a fresh process (the candidate's triton must import in interpreter mode): install the
+# patch as the launcher does, build torchtitan's own llama3 norm and call it on a training-sized batch.
+HOOK = '''
+import sys
+sys.path.insert(0, {launchers!r})
+import torch
+import torchtitan_patches
+torchtitan_patches.install_from_env()
+import torchtitan.models.llama3.model.model as llama3_model
+norm = llama3_model.nn.RMSNorm(64, eps=1e-6)
+x = torch.randn(2 * 64, 64, requires_grad=True)  # 2 sequences x 64 tokens: more rows than any verifier family
+for _ in range(3):
+    norm(x).sum().backward()
+print("calls", torchtitan_patches.CALLS["rmsnorm"])
+'''
+
+
+def _hook(candidate: Path, every: str) -> "subprocess.CompletedProcess":
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("INFRARSI_KERNEL_VERDICTS", "TRITON_INTERPRET")}
+    env.update({"INFRARSI_PATCHES": json.dumps({"rmsnorm": str(candidate)}), "INFRARSI_SPOT_EVERY": every,
+                "PYTHONPATH": str(ROOT)})
+    return subprocess.run([sys.executable, "-c", HOOK.format(launchers=str(ROOT / "launchers"))], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_the_hook_spot_checks_a_candidate_that_cheats_on_training_sized_batches():
+    """many_rows_wrong.py passes every offline check and is 1% off at 128 rows: the first call is checked."""
+    from infrarsi.adapters.torchtitan_log import classify_torchtitan_failure
+    from infrarsi.kernels import verdicts
+
+    cheat = ROOT / "tests" / "kernels" / "insitu" / "many_rows_wrong.py"
+    out = _hook(cheat, "50")
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert f"infrarsi kernel spot check failed: rmsnorm={cheat} call 1: forward" in out.stderr
+    status, reason, evidence = classify_torchtitan_failure(out.stderr)
+    assert status is TrialStatus.NUMERICS_DRIFT and "spot check" in reason
+    assert verdicts.drifted(evidence)[0][:2] == ("rmsnorm", str(cheat))  # what the run stage disqualifies
+
+
+def test_the_hook_lets_an_honest_candidate_through_every_checked_call():
+    out = _hook(CANDIDATE, "1")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "calls 3" in out.stdout and "spot check failed" not in out.stderr
+
+
+@pytest.mark.slow
+def test_a_wrong_candidate_inside_torchtitan_is_caught_by_the_spot_check(tmp_path):
+    """The default policy: the first call is recomputed by the reference, so the trial ends at step 1 as
+    numerics_drift, with the line the run stage disqualifies the candidate by."""
+    from infrarsi.kernels import verdicts
+
+    wrong = tmp_path / "kernels" / "rmsnorm" / "wrong_x4.py"
+    wrong.parent.mkdir(parents=True)
+    wrong.write_text(WRONG.format(ref=str(ROOT / "kernels" / "rmsnorm" / "reference.py")))
+    c = contract(tmp_path, ["reference", str(wrong)])
+    _, (bad,) = _trials(tmp_path, c, [{"kernel_rmsnorm": str(wrong)}])
+    assert bad.status is TrialStatus.NUMERICS_DRIFT and "spot check" in bad.reason, (bad.status, bad.reason)
+    assert verdicts.drifted(bad.evidence)[0][:2] == ("rmsnorm", str(wrong))
+    assert "call 1: forward" in (tmp_path / "run" / "trials" / str(bad.id) / "stderr").read_text()

@@ -11,7 +11,7 @@ from infrarsi.testing.openai_server import OpenAIServer, Reply
 
 from infrarsi.kernels import verify as verify_mod
 from infrarsi.kernels.generate import KernelGenerationError, generate_kernel
-from infrarsi.kernels.loader import reference_path
+from infrarsi.kernels.loader import op_of, reference_path
 
 GOOD = reference_path("rmsnorm").parent / "triton_rows4.py"
 
@@ -89,24 +89,38 @@ def test_cli_generate_writes_and_verifies_a_candidate(server, tmp_path):
     assert off.returncode == 2 and "no LLM configured" in off.stderr
 
 
-def test_generated_candidates_join_the_runs_search(server, tmp_path):
+def _contract_with_kernel_knobs(tmp_path, files: str | None = None):
+    from infrarsi.contract.model import load_contract
+
+    contract_file = tmp_path / "c.toml"
+    src = (reference_path("rmsnorm").parents[2] / "contracts" / "minigpt-cpu.toml").read_text()
+    src = src.replace("adam_impl = [\"foreach\", \"fused\"]\n",
+                      "adam_impl = [\"foreach\", \"fused\"]\nkernel_rmsnorm = [\"reference\"]\n"
+                      "kernel_cross_entropy = [\"reference\"]\n")
+    if files is not None:
+        assert 'files = ["kernels/**/*.py"]' in src
+        src = src.replace('files = ["kernels/**/*.py"]', f"files = {files}")
+    contract_file.write_text(src)
+    return load_contract(contract_file)
+
+
+def test_generated_candidates_join_the_runs_search(server, tmp_path, monkeypatch):
     """With an LLM configured, the run stage asks for the hottest ops in scope; the passing answer joins the
-    op's knob domain, the cheating one (host-side gradient scaling) is listed with its reasons and left out."""
+    op's knob domain, the cheating one (host-side gradient scaling) is listed with its reasons and left out.
+    Both are written inside the contract's scope (scope.files takes kernels/**/*.py), in the repository."""
     from rich.console import Console
 
     from infrarsi.adapters import get_adapter
-    from infrarsi.contract.model import load_contract
+    from infrarsi.contract.scope import glob_of
     from infrarsi.kernels import verdicts
     from infrarsi.kernels.space import hot_ops, model_dims, prepare
 
     from .conftest import ADVERSARIAL
 
-    contract_file = tmp_path / "c.toml"
-    src = (reference_path("rmsnorm").parents[2] / "contracts" / "minigpt-cpu.toml").read_text()
-    contract_file.write_text(src.replace("adam_impl = [\"foreach\", \"fused\"]\n",
-                                         "adam_impl = [\"foreach\", \"fused\"]\nkernel_rmsnorm = [\"reference\"]\n"
-                                         "kernel_cross_entropy = [\"reference\"]\n"))
-    contract = load_contract(contract_file)
+    repo = tmp_path / "repo"  # the run works from its repository's root (here a bare folder; caches beside it)
+    repo.mkdir()
+    monkeypatch.chdir(repo)
+    contract = _contract_with_kernel_knobs(tmp_path)
     dims = model_dims(contract)
     assert dict(dims)["hidden"] == 256 and dict(dims)["vocab"] == 512
     ranked = hot_ops(["cross_entropy", "rmsnorm"], {}, dims, layers=4)
@@ -126,12 +140,36 @@ def test_generated_candidates_join_the_runs_search(server, tmp_path):
     assert len(gen) == 2 and len(server.requests) == 3  # rmsnorm once; cross_entropy and its repair
     good = next(p for p, v in gen.items() if v["op"] == "rmsnorm")
     bad = next(p for p, v in gen.items() if v["op"] == "cross_entropy")
-    assert gen[good]["verdict"] == "pass" and "of the step" in gen[good]["why"]
+    assert gen[good]["verdict"] == "pass" and "of the step" in gen[good]["why"], gen[good]["reasons"]
     assert gen[bad]["verdict"] == "fail" and any(r.startswith("host-op") for r in gen[bad]["reasons"])
     assert good in new_space["kernel_rmsnorm"].domain and bad not in new_space["kernel_cross_entropy"].domain
     assert new_space["kernel_cross_entropy"].domain == ("reference",)
-    assert good.startswith(str(run_dir / "kernels" / "rmsnorm"))
+    assert good == "kernels/rmsnorm/generated/triton_gen.py" and (repo / good).read_text() == GOOD.read_text()
+    assert bad == "kernels/cross_entropy/generated/triton_ce_gen.py" and (repo / bad).is_file()
+    assert glob_of(good, contract.scope.files) and glob_of(bad, contract.scope.files)  # inside the scope
+    assert op_of(repo / good) == "rmsnorm" and op_of(repo / bad) == "cross_entropy"
     f = verdicts.verdict_file(run_dir)
     assert f.is_file()
     spec = pinned.launch(contract, new_space.complete({"kernel_rmsnorm": good}))
     assert spec.env[verdicts.ENV] == str(f.resolve()) and f"rmsnorm={good}" in " ".join(spec.argv)
+
+
+def test_a_scope_without_a_kernels_folder_gets_no_generated_candidates(server, tmp_path, monkeypatch):
+    """scope.files takes no kernels/<op>/generated/: generation is refused before the LLM is asked, one line
+    per op naming scope.files and the glob to add, and nothing is written."""
+    from rich.console import Console
+
+    from infrarsi.adapters import get_adapter
+    from infrarsi.kernels.space import generate_for_run
+
+    monkeypatch.chdir(tmp_path)
+    contract = _contract_with_kernel_knobs(tmp_path, files='["src/**/*.py"]')
+    space = get_adapter("minigpt").knob_space(contract)
+    err = Console(stderr=True, record=True, width=400)
+    out = generate_for_run(space, contract, tmp_path / "run", {}, err,
+                           llm=LLMConfig(base_url=server.base_url, model="test-model"))
+    assert out == {} and server.requests == []
+    lines = err.export_text().splitlines()
+    assert len(lines) == 2 and all("scope.files ['src/**/*.py'] does not take kernels/" in ln for ln in lines)
+    assert all('add "kernels/**/*.py" to [scope] files' in ln for ln in lines)
+    assert not (tmp_path / "kernels").exists()

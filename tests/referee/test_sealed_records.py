@@ -146,3 +146,43 @@ def test_a_write_cut_by_a_crash_still_resumes(recorded):
     load_locked(recorded)
     seal.sealed_write(recorded, t, before)
     load_locked(recorded)
+
+
+def _fail_verdict(run):
+    """The run stage's record of one candidate that failed verification (its own writer, sealed)."""
+    from infrarsi.kernels import verdicts
+    from infrarsi.testing.recorded_run import KERNEL
+
+    cand = run.parent / KERNEL
+    sha = __import__("hashlib").sha256(cand.read_bytes()).hexdigest()
+    f = verdicts.record(run, {str(cand): {"op": "rmsnorm", "verdict": "fail", "sha256": sha,
+                                          "reasons": ["forward: output 0: 9 of 4096 elements off"]}})
+    assert seal.problems(run) == []  # as written, the records are whole
+    return cand, f
+
+
+def _pass_it(f):
+    _edit_json(f, lambda d: [v.update(verdict="pass", reasons=[]) for v in d.values()])
+
+
+def test_a_kernel_verdict_edited_from_fail_to_pass_is_refused_by_run_report_and_apply(recorded, cli):
+    _, f = _fail_verdict(recorded)
+    _pass_it(f)
+    for verb in (("run",), ("report",), ("apply", "--dry-run")):
+        r = cli(*verb, "--run-dir", recorded)
+        assert r.returncode == 1 and "kernels/verdicts.json was edited after it was sealed" in r.err, (verb, r.stderr)
+
+
+def test_an_edited_kernel_verdict_is_refused_inside_the_run_too(recorded, monkeypatch):
+    """The training process will not run a candidate on an edited verdict file, and the run stage will not
+    rewrite one (a rewrite would seal the edit)."""
+    from infrarsi.kernels import verdicts
+
+    cand, f = _fail_verdict(recorded)
+    monkeypatch.setenv(verdicts.ENV, str(f))
+    assert "is fail in this run" in verdicts.refusal("rmsnorm", str(cand))
+    _pass_it(f)
+    why = verdicts.refusal("rmsnorm", str(cand))
+    assert why is not None and "kernels/verdicts.json was edited after it was sealed" in why
+    with pytest.raises(seal.SealError, match="kernels/verdicts.json was edited"):
+        verdicts.disqualify(recorded, str(cand), "numerics_drift in trial 9")
