@@ -169,7 +169,9 @@ def sealed_write(run_dir: str | Path, path: str | Path, text: str) -> None:
     if lock is None:
         atomic_write(target, text)
         return
-    rel = target.resolve().relative_to(run.resolve()).as_posix()
+    # The folder resolved, not the file: a record a trial replaced with a symlink (trials/<n>/clock.json ->
+    # ../../noise.json) is sealed and replaced under its own name, never under the file it points at.
+    rel = (target.parent.resolve() / target.name).relative_to(run.resolve()).as_posix()
     with _chain_locked(run) as log:
         raw = log.read_bytes()
         if raw and not raw.endswith(b"\n"):  # a line cut by a crash: its write never happened; drop it

@@ -33,6 +33,7 @@ for rel in sys.argv[2:]:
     except OSError as e:
         out[rel] = e.strerror
 (trial / "mine.txt").write_text("a trial writes its own directory")
+(trial / "clock.json").symlink_to("../../noise.json")  # the harness's own record, pointed at a sealed one
 out["key"] = Path(sys.argv[1]).read_bytes().hex()
 print(json.dumps(out), flush=True)
 """
@@ -59,6 +60,9 @@ def test_a_sandboxed_trial_cannot_write_its_run_directory_or_read_the_seal_key(r
     assert {rel: got[rel] for rel in TARGETS} == {rel: "Read-only file system" for rel in TARGETS}
     assert got["key"] == ""  # the key reads as empty inside the sandbox
     assert (trial / "mine.txt").is_file()  # its own directory stays writable
+    assert not (trial / "clock.json").is_symlink()  # the harness wrote its record in place of the trial's symlink
+    last = json.loads((recorded / "seals.jsonl").read_text().splitlines()[-1])
+    assert last["path"] == "trials/99/clock.json"  # and sealed it under its own name, not as noise.json
     after = {rel: (recorded / rel).read_bytes() for rel in TARGETS}
     assert after["seals.jsonl"].startswith(before.pop("seals.jsonl"))  # the runner sealed the trial's clock.json
     assert {rel: after[rel] for rel in before} == before  # nothing recorded changed
