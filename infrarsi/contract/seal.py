@@ -14,9 +14,13 @@ record on disk the chain never sealed (forged), or a sealed record that is gone 
 
 The key is 32 random bytes in ``~/.infrarsi/seal.key`` (mode 0600), or the file ``$INFRARSI_SEAL_KEY``
 names; it is created on first use. Without it nobody can make an edit the chain accepts; whoever can
-read it (the same Unix user) can. Trial processes run as that user too, so this guards the records
-against edits after the fact and against a tuner that only writes files, not against code that reads
-the key: that would need another user or a sandbox.
+read it can. That is the limit of the seal: **any process of the same Unix user can read the key** (mode
+0600 keeps out other users only). Local trials run in the sandbox (``execute/sandbox.py``), where the key
+reads as empty and the run directory is read-only; a trial that runs without it (a machine without mount
+namespaces, ``INFRARSI_SANDBOX=off``, Slurm jobs) can read the key and re-seal what it edits, and only the
+post-hoc check of the chain after it stands in the way of cruder edits. ``$INFRARSI_SEAL_KEY`` may name a
+file outside the home folder (another disk, a file provisioned by an administrator); that helps only
+where the trials run as a user who cannot read it.
 
 A write interrupted by a crash (entry appended, file not yet replaced) leaves the file at its previous
 sealed version (or absent, for a new file): such a file is accepted when its entry is among the chain's
@@ -62,7 +66,10 @@ def key_path() -> Path:
 
 
 def key() -> bytes:
-    """The HMAC key (created with mode 0600 on first use, never inside a run directory)."""
+    """The HMAC key (created with mode 0600 on first use, never inside a run directory).
+
+    Mode 0600 keeps other users out, not this one: every process of the user that runs infrarsi can read
+    it, an unsandboxed trial included (see the module's docstring)."""
     p = key_path()
     try:
         data = p.read_bytes()
@@ -109,10 +116,18 @@ def lock_seal_ok(body: dict[str, Any]) -> bool:
 
 
 def _lock_body(run_dir: Path) -> dict[str, Any] | None:
+    """The run's lock, None when it has none (a bare record); a lock that is not JSON is refused, never taken
+    for no lock (that would write records unsealed and check nothing)."""
     try:
-        return json.loads((run_dir / LOCK_FILE).read_text())
-    except (FileNotFoundError, ValueError):
+        body = json.loads((run_dir / LOCK_FILE).read_text())
+    except FileNotFoundError:
         return None
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise SealError(f"{run_dir / LOCK_FILE} is not a lock (not a JSON object): it was edited; the records cannot "
+                        f"be trusted: rerun into a new --run-dir")
+    return body
 
 
 # ----------------------------------------------------------------------------------------- writing
@@ -154,7 +169,9 @@ def sealed_write(run_dir: str | Path, path: str | Path, text: str) -> None:
     if lock is None:
         atomic_write(target, text)
         return
-    rel = target.resolve().relative_to(run.resolve()).as_posix()
+    # The folder resolved, not the file: a record a trial replaced with a symlink (trials/<n>/clock.json ->
+    # ../../noise.json) is sealed and replaced under its own name, never under the file it points at.
+    rel = (target.parent.resolve() / target.name).relative_to(run.resolve()).as_posix()
     with _chain_locked(run) as log:
         raw = log.read_bytes()
         if raw and not raw.endswith(b"\n"):  # a line cut by a crash: its write never happened; drop it
@@ -199,11 +216,17 @@ def problems(run_dir: str | Path) -> list[str]:
     """Every way the run's records disagree with their seals, first problem first; [] when all match.
     A run directory without a lock has nothing to check."""
     run = Path(run_dir)
-    lock = _lock_body(run)
+    try:
+        lock = _lock_body(run)
+    except SealError as e:
+        return [str(e)]
     if lock is None:
         return []
     out: list[str] = []
-    entries = _entries(run / SEAL_LOG)
+    try:
+        entries = _entries(run / SEAL_LOG)
+    except SealError as e:
+        return [str(e)]
     current = workload_hash(lock)
     prev = current
     history: dict[str, list[tuple[int, str]]] = {}  # path -> [(entry index, sha256), ...]
@@ -246,6 +269,15 @@ def problems(run_dir: str | Path) -> list[str]:
             out.append(f"{rel} was edited after it was sealed (sha256 {last_sha[:12]} sealed, {now[:12]} on disk); "
                        f"restore it, or rerun into a new --run-dir")
     return out
+
+
+def settled_problems(run_dir: str | Path) -> list[str]:
+    """:func:`problems` read with the chain held, so no write (of this process or another) is half-seen."""
+    run = Path(run_dir)
+    if not (run / LOCK_FILE).is_file():
+        return []
+    with _chain_locked(run):
+        return problems(run)
 
 
 def verify_run(run_dir: str | Path) -> None:

@@ -28,16 +28,21 @@ _EXPORTS = {
 }
 
 EXECUTOR_ENV = "INFRARSI_EXECUTOR"
+SANDBOX_ENV = "INFRARSI_SANDBOX"  # "off": local trials run without the sandbox (each record says so)
 
 
 def make_executor(kind: str | None = None) -> Any:
     """``local`` (default; multi-process specs go through torchrun) or ``slurm`` (SLURM_CONF from the
-    environment). ``kind`` defaults to $INFRARSI_EXECUTOR."""
+    environment). ``kind`` defaults to $INFRARSI_EXECUTOR; ``INFRARSI_SANDBOX=off`` turns the local trial
+    sandbox off."""
     kind = kind or os.environ.get(EXECUTOR_ENV) or "local"
     if kind in ("local", "torchrun"):
         from .torchrun import TorchrunExecutor
 
-        return TorchrunExecutor()
+        box = os.environ.get(SANDBOX_ENV, "on").lower()
+        if box not in ("on", "off"):
+            raise ValueError(f"{SANDBOX_ENV}={box!r}; set it to on (default) or off")
+        return TorchrunExecutor(TorchrunExecutor.Config(sandbox=box == "on"))
     if kind == "slurm":
         from .slurm import SlurmExecutor
 

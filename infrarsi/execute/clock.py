@@ -17,6 +17,16 @@ So does a stdout rewritten during the trial (its sha256 is not what came through
 iteration line printed twice (a forged line after the real one), a process that left children holding
 its stdout, and a log whose step times add up to more than the process ran.
 
+A forger that paces its own lines (prints its forged iteration lines at the claimed pace, after or instead of
+the real steps) passes the gap check. The clock also samples the CPU time of the trial's process group
+right after each iteration line arrives (a sampler thread, each sample stamped with its own time;
+nanoseconds on a CPU, ``/proc/<pid>/task/<tid>/schedstat``, summed over every thread of every process in the
+group). A measured window whose processes spent less than
+``MIN_CPU_FRACTION`` of one core is a window of sleeping, not of training steps: invalid, with both numbers.
+What is left: a forger that burns CPU while it paces its lines (a busy loop between forged lines, with the
+real steps skipped or replayed) is not told apart by this clock; the loss referee still holds its losses
+against the baseline's, and its measured wall time (cost) is its real one.
+
 Slurm trials have no clock file (the job writes its own output): only the wall-time bound applies.
 Adapters whose step time is modelled, not measured (``Adapter.measured_time = False``, the simulated
 clusters), are not checked against the clock.
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import statistics
 import threading
@@ -41,17 +52,72 @@ CLOCK_JSON = "clock.json"
 # delays a line now and then (the median of the window's gaps absorbs one). The forgeries it is there
 # for are off by factors (a log that claims 8.9x), not by percent.
 TOLERANCE = 0.25
+# A training step keeps at least this fraction of one core busy in its own processes: the Python that launches
+# the kernels, the optimizer, the timers' synchronize (a CUDA wait spins by default). A process that sleeps
+# between its lines spends well under 1% (a print and a wake-up per line). Summed over all the trial's processes.
+MIN_CPU_FRACTION = 0.05
 _ITER = re.compile(rb"iteration\s+(\d+)\s*/\s*\d+\s*\|")
+_ITER_LINE = b"elapsed time per iteration"
+
+
+RESCAN_S = 1.0  # how often the CPU sampler looks for new processes of the group in /proc (a full scan costs ms)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every process in process group ``pgid`` (a scan of /proc)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            if int(stat[stat.rindex(b")") + 2:].split()[2]) == pgid:  # fields after the name: state ppid pgrp
+                out.append(int(name))
+        except (OSError, ValueError, IndexError):  # the process ended while we looked
+            continue
+    return out
+
+
+def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
+    """thread id -> nanoseconds it has run on a CPU (``/proc/<pid>/task/<tid>/schedstat``), for every thread of
+    ``pids`` ({} when /proc has no schedstat)."""
+    out: dict[int, int] = {}
+    for pid in pids:
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    out[int(tid)] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 class LineClock:
     """Copies a pipe to a file line by line, stamping each line's arrival (a daemon thread)."""
 
-    def __init__(self, pipe: IO[bytes], out_path: Path) -> None:
-        self.pipe, self.out_path = pipe, Path(out_path)
+    def __init__(self, pipe: IO[bytes], out_path: Path, *, pgid: int | None = None) -> None:
+        self.pipe, self.out_path, self.pgid = pipe, Path(out_path), pgid
         self.t0 = time.monotonic()
         self.started_unix = time.time()
         self.arrivals: list[float] = []  # seconds since the launch, one per line
+        # Per line: seconds of CPU the group had used, and when that was sampled (seconds since the launch), for
+        # iteration lines (None for other lines, and for an iteration line that came while the sampler was busy).
+        # The CPU is the sum, over samples, of each thread's increase since the previous sample (a thread that
+        # ended takes its last part with it). A sampler thread takes the samples, so the reader's stamps never
+        # wait for a /proc scan.
+        self.cpu_s: list[float | None] = []
+        self.cpu_t_s: list[float | None] = []
+        self._cpu_total_ns = 0
+        self._cpu_prev: dict[int, int] = {}
+        self._pids: list[int] = []
+        self._scanned = -RESCAN_S
+        self._want: int | None = None  # the line waiting for a sample
+        self._done = False
+        self._cv = threading.Condition()
+        self._sampler = threading.Thread(target=self._sample, daemon=True, name="cpu-sampler")
+        if pgid is not None:
+            self._sampler.start()
         self._sha = hashlib.sha256()
         self._thread = threading.Thread(target=self._copy, daemon=True, name="line-clock")
         self._thread.start()
@@ -60,16 +126,46 @@ class LineClock:
         with open(self.out_path, "wb") as out:
             for line in iter(self.pipe.readline, b""):
                 self.arrivals.append(time.monotonic() - self.t0)
+                self.cpu_s.append(None)
+                self.cpu_t_s.append(None)
+                if _ITER_LINE in line and self.pgid is not None:
+                    with self._cv:
+                        self._want = len(self.arrivals) - 1
+                        self._cv.notify()
                 self._sha.update(line)
                 out.write(line)
                 out.flush()
         self.pipe.close()
 
+    def _sample(self) -> None:
+        while True:
+            with self._cv:
+                while self._want is None and not self._done:
+                    self._cv.wait()
+                if self._want is None:
+                    return
+                i, self._want = self._want, None
+            now = time.monotonic() - self.t0
+            if now - self._scanned >= RESCAN_S:
+                self._pids, self._scanned = group_pids(self.pgid), now
+            cpu = threads_cpu_ns(self._pids)
+            if not cpu:
+                continue
+            self._cpu_total_ns += sum(max(0, ns - self._cpu_prev.get(tid, 0)) for tid, ns in cpu.items())
+            self._cpu_prev = cpu
+            self.cpu_s[i], self.cpu_t_s[i] = round(self._cpu_total_ns / 1e9, 6), round(now, 6)
+
     def finish(self, wall_s: float, *, grace_s: float = 5.0) -> dict[str, Any]:
         """Wait for the pipe to close (every writer gone), then write ``clock.json``; returns its body."""
         self._thread.join(grace_s)
+        with self._cv:
+            self._done = True
+            self._cv.notify()
+        if self.pgid is not None:
+            self._sampler.join(grace_s)
         body = {"wall_s": wall_s, "started_unix": self.started_unix, "complete": not self._thread.is_alive(),
-                "stdout_sha256": self._sha.hexdigest(), "arrivals_s": [round(t, 6) for t in self.arrivals]}
+                "stdout_sha256": self._sha.hexdigest(), "arrivals_s": [round(t, 6) for t in self.arrivals],
+                "cpu_s": self.cpu_s, "cpu_t_s": self.cpu_t_s}
         trial_dir = self.out_path.parent
         # Sealed into the run's chain when the trial lives in a locked run (RUN_DIR/trials/<n>/).
         sealed_write(trial_dir.parent.parent, trial_dir / CLOCK_JSON, json.dumps(body))
@@ -107,15 +203,18 @@ def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[
     arrivals = clock["arrivals_s"]
     if len(lines) != len(arrivals):
         return f"stdout has {len(lines)} lines but {len(arrivals)} came through the harness's pipe"
+    cpus = clock.get("cpu_s") or [None] * len(arrivals)
+    cpu_ts = clock.get("cpu_t_s") or [None] * len(arrivals)
     seen: dict[int, float] = {}  # iteration -> arrival of its line (the last one, as the parser reads it)
+    cpu_at: dict[int, tuple[float, float] | None] = {}  # iteration -> (sampled at, the group's CPU s) after its line
     twice: list[tuple[int, float, float]] = []
-    for line, t in zip(lines, arrivals):
+    for line, t, c, ct in zip(lines, arrivals, cpus, cpu_ts):
         m = _ITER.search(line)
-        if m and b"elapsed time per iteration" in line:
+        if m and _ITER_LINE in line:
             it = int(m.group(1))
             if it in seen:
                 twice.append((it, seen[it], t))
-            seen[it] = t
+            seen[it], cpu_at[it] = t, (None if c is None or ct is None else (ct, c))
     first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
     gaps = [seen[i] - seen[i - 1] for i in range(first, warmup_steps + measured_steps + 1)
             if i in seen and i - 1 in seen]
@@ -125,15 +224,28 @@ def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[
             return (f"reported step time {step_time_s * 1000:.1f} ms, measured by the harness {measured * 1000:.1f} "
                     f"ms (median gap between iteration lines {warmup_steps + 1}..{warmup_steps + measured_steps}); "
                     f"they differ by more than {TOLERANCE:.0%}: the log's times are not the process's")
+    why = _cpu_check(seen, cpu_at, warmup_steps, measured_steps)
+    if why:
+        return why
     if twice:
         it, a, b = twice[0]
         return (f"iteration {it} was reported twice (at {a:.3f} s and {b:.3f} s after the launch): a second line "
                 f"overrides the first, so the log's times are not the process's")
     return None
-    measured = statistics.median(gaps)
-    if abs(step_time_s - measured) > TOLERANCE * max(step_time_s, measured):
-        return (f"reported step time {step_time_s * 1000:.1f} ms, measured by the harness {measured * 1000:.1f} ms "
-                f"(median gap between iteration lines {warmup_steps + 1}..{warmup_steps + measured_steps}); they "
-                f"differ by more than {TOLERANCE:.0%}: the log's times are not the "
-                f"process's")
-    return None
+
+
+def _cpu_check(seen: dict[int, float], cpu_at: dict[int, tuple[float, float] | None], warmup: int,
+               measured: int) -> str | None:
+    """Why the measured window's lines were paced rather than computed (its processes barely ran), or None.
+    The window runs from the first to the last iteration line in ``warmup .. warmup + measured`` that carry a
+    CPU sample (timed by the sample itself); fewer than two: nothing to check."""
+    its = [i for i in range(max(1, warmup), warmup + measured + 1) if i in seen and cpu_at.get(i) is not None]
+    if len(its) < 2:
+        return None
+    (ta, ca), (tb, cb) = cpu_at[its[0]], cpu_at[its[-1]]
+    wall, cpu = tb - ta, cb - ca
+    if wall <= 0 or cpu >= MIN_CPU_FRACTION * wall:
+        return None
+    return (f"between iteration lines {its[0]} and {its[-1]} the trial's processes ran {cpu * 1000:.1f} ms on a CPU "
+            f"in {wall * 1000:.1f} ms ({cpu / wall:.1%} of one core, under the {MIN_CPU_FRACTION:.0%} a training "
+            f"step keeps busy): its lines were paced, not computed")

@@ -35,6 +35,8 @@ class Handle(BaseModel):
     time_limit_s: float
     devices: int = 1
     pending_timeout_s: float | None = None  # Slurm: how long the job may wait in the queue
+    sandboxed: bool = False  # the run directory was read-only to the trial (local executor, sandbox.py)
+    unsandboxed_why: str = ""  # why a trial of a run was not sandboxed ("" when it was, or had no run around it)
 
 
 class Outcome(BaseModel):

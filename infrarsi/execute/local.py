@@ -10,12 +10,21 @@
   SIGKILLs the group when the runner process ends (kill -9 included), so no training process is
   left holding cores and memory (see ``trial_wrapper.py``).
 - ``python`` as argv[0] means the interpreter running infrarsi (the venv's), everywhere.
+- The run directory is read-only to the trial (``sandbox.py``): its processes run in a private mount namespace
+  where ``RUN_DIR`` is read-only, their own ``RUN_DIR/trials/<n>`` read-write and the seal key empty, with no
+  capabilities left to undo it. Where this machine does not allow mount namespaces (or ``Config.sandbox`` is
+  off, ``INFRARSI_SANDBOX=off``), the trial runs without it: the executor logs why once, and the handle says so,
+  which the runner records as a warning on every such trial and answers with the post-hoc check of the seal
+  chain after the trial.
 - The process carries ``INFRARSI_TRIAL_TOKEN`` in its environment; after a restart, leftover
   processes of a trial are found by that token in /proc and ended before the trial is run again.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import logging
 import os
 import shutil
 import signal
@@ -27,6 +36,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..contract.seal import key_path
+from . import sandbox
 from .clock import LineClock
 from .executor import STDERR, STDOUT, Handle, Outcome
 from .spec import LaunchSpec
@@ -34,9 +45,22 @@ from .spec import LaunchSpec
 TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"
 CAP_ENV = "INFRARSI_MEMORY_CAP_BYTES"
 
-# argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, command...]: lowers RLIMIT_DATA, starts the
-# watchdog that ends the group when the runner dies, then becomes the command.
+# argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, sandbox_json_or_"none", command...]: lowers
+# RLIMIT_DATA, starts the watchdog that ends the group when the runner dies, enters the sandbox, then becomes the command.
 WRAPPER = str(Path(__file__).with_name("trial_wrapper.py"))
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def sandbox_problem() -> str | None:
+    """Why this machine cannot sandbox a trial (one line), or None; probed once per process."""
+    return sandbox.probe()
+
+
+def run_dir_of(trial_dir: Path) -> Path | None:
+    """The run directory a trial directory belongs to (``RUN_DIR/trials/<n>``), or None for a bare one."""
+    trial_dir = Path(trial_dir).resolve()
+    return trial_dir.parent.parent if trial_dir.parent.name == "trials" else None
 
 
 def resolve_argv(argv: list[str]) -> list[str]:
@@ -84,6 +108,9 @@ class LocalExecutor:
 
         kill_grace_s: float = Field(3.0, ge=0)
         """Seconds between SIGTERM and SIGKILL when a trial is cancelled or runs past its limit."""
+        sandbox: bool = True
+        """Run each trial with its run directory read-only to it (sandbox.py), where this machine allows it;
+        elsewhere, or when False, trials run without it and each one's record carries the warning."""
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or LocalExecutor.Config()
@@ -91,6 +118,7 @@ class LocalExecutor:
         self._started: dict[str, float] = {}  # token -> monotonic start
         self._why: dict[str, str] = {}  # token -> "timeout" | "cancel"
         self._clocks: dict[str, LineClock] = {}  # token -> the stdout pipe's line clock
+        self._warned: set[str] = set()  # sandbox warnings already logged
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ submit
@@ -98,26 +126,50 @@ class LocalExecutor:
         """The command as a person would run it (recorded in the trial's ``command`` file)."""
         return resolve_argv(spec.argv)
 
-    def command(self, spec: LaunchSpec) -> list[str]:
+    def sandbox_for(self, trial_dir: Path) -> tuple[dict | None, str]:
+        """(the wrapper's sandbox spec, or None; why there is none, "" when there is one) for a trial directory."""
+        run_dir = run_dir_of(trial_dir)
+        if run_dir is None:
+            return None, ""  # a bare trial directory (no run around it): nothing to protect
+        if not self.config.sandbox:
+            return None, "the trial sandbox is off (LocalExecutor.Config.sandbox = false or INFRARSI_SANDBOX=off)"
+        why = sandbox_problem()
+        if why is not None:
+            return None, f"this machine cannot sandbox trials ({why})"
+        key = key_path()
+        return {"ro": [str(run_dir)], "rw": [str(Path(trial_dir).resolve())],
+                "hide": [str(key.resolve())] if key.is_file() else []}, ""
+
+    def command(self, spec: LaunchSpec, trial_dir: Path | None = None) -> list[str]:
         """The exact argv started (the memory wrapper, then the spec's command)."""
         cap = "none" if spec.memory_cap_bytes is None else str(spec.memory_cap_bytes)
-        return [sys.executable, WRAPPER, cap, str(os.getpid()), *resolve_argv(spec.argv)]
+        box = None if trial_dir is None else self.sandbox_for(trial_dir)[0]
+        return [sys.executable, WRAPPER, cap, str(os.getpid()), "none" if box is None else json.dumps(box),
+                *resolve_argv(spec.argv)]
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         trial_dir = Path(trial_dir)
         trial_dir.mkdir(parents=True, exist_ok=True)
+        box, why = self.sandbox_for(trial_dir)
+        if why:
+            with self._lock:
+                if why not in self._warned:
+                    self._warned.add(why)
+                    log.warning("%s: trials can write their run directory; it is checked against its seals "
+                                "after each trial", why)
         env = {**os.environ, **trial_env(spec, token, trial_dir)}
         with open(trial_dir / STDERR, "wb") as err:
             # stdout through a pipe: the harness stamps each line's arrival (clock.py), outside the trial's reach
-            proc = subprocess.Popen(self.command(spec), cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(self.command(spec, trial_dir), cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=err, start_new_session=True)
-        clock = LineClock(proc.stdout, trial_dir / STDOUT)
+        clock = LineClock(proc.stdout, trial_dir / STDOUT, pgid=proc.pid)
         with self._lock:
             self._procs[token] = proc
             self._started[token] = time.monotonic()
             self._clocks[token] = clock
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=str(proc.pid),
-                      submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices)
+                      submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
+                      sandboxed=box is not None, unsandboxed_why=why)
 
     # -------------------------------------------------------------------- poll
     def poll(self, handle: Handle) -> Outcome | None:

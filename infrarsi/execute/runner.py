@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..adapters.base import Adapter, ParsedRun
 from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from ..contract.scope import TreeGuard, repository_root
+from ..contract.seal import settled_problems
 from .classify import Verdict, apply_loss_check, classify
 from .clock import referee
 from .executor import STDERR, STDOUT, Executor, Handle, Outcome, tail
@@ -272,13 +273,22 @@ class Runner:
             verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why,
                                                  "evidence": verdict.evidence + wrote[:10],
                                                  "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
+        warnings = _unsandboxed(handle)
+        if warnings:  # the run directory was writable to the trial: check every sealed record after it
+            broken = settled_problems(self.record.run_dir)
+            if broken and not outcome.cancelled:
+                why = f"the run's records changed while it ran without the sandbox: {broken[0]}"
+                verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why[:300],
+                                                     "evidence": verdict.evidence + broken[:10],
+                                                     "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
         if attempt and adopted is None:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
                 f"launch attempt {attempt + 1}: an earlier attempt was interrupted by a restart"]})
         return self.record.finish(trial.model_copy(update={
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
-            "cost": Cost(wall_s=outcome.wall_s, devices=spec.devices), "finished_at": time.time()}))
+            "cost": Cost(wall_s=outcome.wall_s, devices=spec.devices), "finished_at": time.time(),
+            "warnings": warnings}))
 
     def _repo(self, spec: LaunchSpec) -> Path:
         """The repository a trial must leave alone: the git work tree of its working directory (cached)."""
@@ -329,6 +339,19 @@ class Runner:
             return reference.judge(v, setting or {})
         loss = self.contract.invariants.loss
         return apply_loss_check(v, reference, compare_steps=loss.compare_steps, rtol=loss.rtol)
+
+
+def _unsandboxed(handle: Handle) -> list[str]:
+    """The warning a trial's record carries when its run directory was writable to it ([] when it was not)."""
+    if handle.sandboxed:
+        return []
+    if handle.kind == "local":
+        if not handle.unsandboxed_why:
+            return []  # a bare trial directory: no run around it
+        return [f"ran without the trial sandbox: {handle.unsandboxed_why}; the run directory was checked against "
+                f"its seals after the trial"]
+    return [f"{handle.kind} jobs run without the trial sandbox; the run directory was checked against its seals "
+            f"after the job"]
 
 
 MAX_RELAUNCHES = 2  # launches of one trial the scheduler may hold before it counts as a failed trial

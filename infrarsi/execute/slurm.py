@@ -12,6 +12,10 @@ Each job carries a per-trial token in its name and comment (``infrarsi-<token>``
 States come from ``scontrol show job ID -o`` (finished jobs stay visible for MinJobAge), then
 ``sacct`` (slurmdbd or the jobcomp text file). Every client call has a timeout; an unreachable
 controller raises ``SlurmUnreachable`` with one line naming SLURM_CONF and the failed command.
+
+Jobs run without the local trial sandbox (``sandbox.py``: the job starts on another node, under slurmd):
+the run directory is writable to them, so the runner records that on every Slurm trial and checks the
+run's seal chain after each job instead. Nor is there a line clock (the job writes its own output).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The exec wrapper of a local trial: ``python trial_wrapper.py CAP RUNNER_PID COMMAND...``.
+"""The exec wrapper of a local trial: ``python trial_wrapper.py CAP RUNNER_PID SANDBOX COMMAND...``.
 
 Runs as the leader of the trial's own process group (the executor starts it in a new session), then:
 
@@ -6,14 +6,18 @@ Runs as the leader of the trial's own process group (the executor starts it in a
 2. starts a watchdog in the same process group: it waits (pidfd, no polling) for the runner or the
    trial's leader to end. When the runner ends first (kill -9 included) it SIGKILLs the whole group,
    so no training process outlives the runner; when the leader ends first it just exits;
-3. ``execvp`` s the command: the command itself keeps the leader's pid, its exit status and signals.
+3. enters the sandbox SANDBOX describes (JSON, see ``sandbox.py``; "none": no sandbox). A sandbox that
+   cannot be entered ends the trial with status 126 and the reason on stderr: never run unsandboxed when
+   the executor was told the sandbox works;
+4. ``execvp`` s the command: the command itself keeps the leader's pid, its exit status and signals.
 
 The watchdog is double-forked, so the command never has a child it did not start (no zombie, no
-stray SIGCHLD it must reap). Standalone on purpose: it imports nothing from infrarsi, so a trial
+stray SIGCHLD it must reap). Standalone on purpose: it imports nothing from infrarsi (``sandbox.py`` beside it is stdlib only), so a trial
 starts in the time of one interpreter start-up. Linux only (pidfd_open: kernel 5.3; older kernels
 fall back to checking the runner twice a second).
 """
 
+import json
 import os
 import resource
 import select
@@ -73,7 +77,7 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list) -> None:
-    cap, runner, command = argv[1], int(argv[2]), argv[3:]
+    cap, runner, box, command = argv[1], int(argv[2]), argv[3], argv[4:]
     _cap(cap)
     leader = os.getpid()
     if os.getppid() != runner:  # the runner died before we started: nothing to run for
@@ -85,6 +89,14 @@ def main(argv: list) -> None:
             _watch(runner, leader)
         os._exit(0)
     os.waitpid(mid, 0)
+    if box != "none":
+        import sandbox  # the sibling file (this script's folder is sys.path[0])
+
+        try:
+            sandbox.enter(json.loads(box))
+        except OSError as e:
+            sys.stderr.write(f"infrarsi: the trial sandbox could not be entered: {e.strerror or e}\n")
+            os._exit(126)
     os.execvp(command[0], command)
 
 

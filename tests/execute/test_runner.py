@@ -48,7 +48,7 @@ def test_every_outcome_becomes_a_recorded_status(tmp_path):
     assert sig.status is TrialStatus.CRASH and sig.signal == signal.SIGSEGV
     assert exit_.status is TrialStatus.CRASH and exit_.exit_code == 1
     assert any("failed on purpose" in e for e in exit_.evidence)
-    assert drift.status is TrialStatus.NUMERICS_DRIFT and drift.metrics.step_time_s is not None
+    assert drift.status is TrialStatus.NUMERICS_DRIFT and drift.metrics.step_time_s is not None, drift.reason
     # On disk: one directory per trial with everything needed to audit it.
     assert [t.id for t in rec.trials()] == [0, 1, 2, 3, 4, 5, 6]
     assert {t.status for t in rec.finished()} == {t.status for t in trials}

@@ -194,4 +194,5 @@ def test_job_submitted_just_before_a_crash_is_found_by_its_token(slurm, tmp_path
     assert rec.get(t.id).job_id is None
     with runner:
         [done] = [f.result() for f in runner.resume()]
-    assert done.status is TrialStatus.OK and done.job_id == h.job_id and rec.launch_info(t.id)["attempt"] == 0
+    assert done.status is TrialStatus.OK, done.evidence
+    assert done.job_id == h.job_id and rec.launch_info(t.id)["attempt"] == 0

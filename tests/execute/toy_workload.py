@@ -2,7 +2,7 @@
 
 Modes: ok, drift (loss 10% off), hang (never finishes), garbage (unparseable bytes, exit 0),
 alloc (allocates --alloc-mb MiB, then trains), signal (kills itself with --signal after one step),
-exit (raises; exit status 1), gloo (two ranks under torchrun: all_reduce, then rank 1 kills itself).
+exit (raises; exit status 1), paced (sleeps its steps: lines at the claimed pace, nothing computed), gloo (two ranks under torchrun: all_reduce, then rank 1 kills itself).
 """
 
 import argparse
@@ -45,7 +45,10 @@ if a.mode == "alloc":
         block[i] = 1
 for i in range(1, a.steps + 1):
     t0 = time.perf_counter()
-    time.sleep(a.step_ms / 1000)
+    if a.mode == "paced":
+        time.sleep(a.step_ms / 1000)
+    while time.perf_counter() - t0 < a.step_ms / 1000:  # a step computes (the harness holds idle steps as paced lines)
+        pass
     ms = (time.perf_counter() - t0) * 1000
     loss = 5.0 - 0.1 * i
     if a.mode == "drift":

@@ -73,3 +73,56 @@ def test_forged_iteration_lines_fail_the_trial_with_both_numbers(cli, project):
 @pytest.mark.slow
 def test_a_burst_of_forged_lines_at_exit_fails_the_trial(cli, project):
     _forgery_caught(_doctor_with(cli, project, BURST), project)
+
+
+PACED = '''"""RMSNorm, correct; the real iteration lines are held back and replayed when the process exits, each claiming
+50 ms and printed 50 ms after the one before: the arrival gaps match the claim, the process only sleeps."""
+import atexit
+import re
+import sys
+import time
+
+import torch
+
+_held = []
+
+
+class _Hold:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def write(self, text):
+        if "elapsed time per iteration" in text:
+            _held.append(re.sub(r"per iteration \\(ms\\): [0-9.]+", "per iteration (ms): 50.0", text))
+            return len(text)
+        return self.inner.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+sys.stdout = _Hold(sys.stdout)
+
+
+def _replay():
+    for line in _held:
+        sys.stdout.inner.write(line + "\\n")
+        sys.stdout.inner.flush()
+        time.sleep(0.050)
+
+
+atexit.register(_replay)
+
+
+def forward(x, w, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+'''
+
+
+def test_a_forger_that_paces_its_lines_is_caught_by_the_cpu_it_did_not_use(cli, project):
+    r = _doctor_with(cli, project, PACED)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "its lines were paced, not computed" in r.err, r.stderr
+    stdout = (project / "run/trials/0/stdout").read_text()
+    assert stdout.count("elapsed time per iteration (ms): 50.0") == 6  # the whole log is the replay

@@ -1,0 +1,27 @@
+"""The harness's clock against a log that keeps the claimed pace: lines printed by a process that only sleeps
+between them are invalid; the same claim from steps that compute is ok."""
+
+from toy import ToyAdapter, toy_contract
+
+from infrarsi.execute.clock import MIN_CPU_FRACTION, read_clock
+from infrarsi.execute.local import LocalExecutor
+from infrarsi.execute.record import RunRecord
+from infrarsi.execute.runner import Runner
+from infrarsi.execute.trial import TrialStatus
+
+
+def test_paced_lines_are_invalid_and_computed_steps_are_ok(tmp_path):
+    rec = RunRecord(tmp_path)
+    with Runner(rec, LocalExecutor(), ToyAdapter(), toy_contract()) as runner:
+        computed, paced = runner.run([{"mode": "ok", "step_ms": 100}, {"mode": "paced", "step_ms": 100}])
+    assert computed.status is TrialStatus.OK, computed.evidence
+    assert 0.08 < computed.metrics.step_time_s < 0.15  # both claim 100 ms steps and print at that pace
+    assert paced.status is TrialStatus.INVALID
+    assert "its lines were paced, not computed" in paced.reason and "of one core" in paced.reason
+    # the clock's CPU samples: one per iteration line, none for the other lines
+    for trial, busy in ((computed, True), (paced, False)):
+        clock = read_clock(rec.trial_dir(trial.id))
+        cpus = [c for c in clock["cpu_s"] if c is not None]  # a line that came while the sampler was busy has none
+        assert 2 <= len(cpus) <= 4 and len(clock["cpu_s"]) == len(clock["cpu_t_s"]) == len(clock["arrivals_s"])
+        window_cpu = cpus[-1] - cpus[0]  # at least one step of 100 ms between the first and the last sample
+        assert (window_cpu > 0.04) is busy and (window_cpu < MIN_CPU_FRACTION * 0.1) is not busy
