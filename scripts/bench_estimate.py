@@ -204,12 +204,14 @@ def run_replay(args) -> int:
         if truth[json.dumps(baseline.to_dict(), sort_keys=True)]["peak"] > cap:
             raise SystemExit(f"--caps {cap / MiB:.0f}: the baseline itself exceeds it; give caps above its peak")
         best = min(v["step_s"] for v in feasible.values())
-        print(f"\ncap {cap / MiB:.0f} MiB: {len(truth) - len(feasible)} of {len(truth)} settings exceed it; best feasible "
-              f"step {best * 1000:.0f} ms", flush=True)
+        print(f"\ncap {cap / MiB:.0f} MiB: {len(truth) - len(feasible)} of {len(truth)} settings exceed it; "
+              f"best feasible step {best * 1000:.0f} ms", flush=True)
 
         def outcome(s):
             v = truth[json.dumps(s.to_dict(), sort_keys=True)]
-            return Outcome("oom") if v["peak"] > cap else Outcome("ok", step_time_s=v["step_s"], peak_memory_bytes=v["peak"])
+            if v["peak"] > cap:
+                return Outcome("oom")
+            return Outcome("ok", step_time_s=v["step_s"], peak_memory_bytes=v["peak"])
 
         for name, off in offsets.items():
             rows, oom_at = [], {}
@@ -240,8 +242,8 @@ def run_replay(args) -> int:
                     statistics.mean(o for o, _, _ in rows), len(hit), len(rows),
                     statistics.median(hit) if hit else None, statistics.mean(b for *_, b in rows))
             table.append(line)
-            print(f"{name:>10}: OOM trials {line[3]} in {len(rows)} seeds (mean {line[4]:.1f} of {budget}); reached the best "
-                  f"(2%) in {len(hit)}/{len(rows)} seeds, median trial {line[7] if hit else '-'}; best found mean "
+            print(f"{name:>10}: OOM trials {line[3]} in {len(rows)} seeds (mean {line[4]:.1f} of {budget}); reached the "
+                  f"best (2%) in {len(hit)}/{len(rows)} seeds, median trial {line[7] if hit else '-'}; best found mean "
                   f"{line[8]:.3f}x; per seed OOMs {[o for o, _, _ in rows]}; OOM settings {oom_at or '-'}", flush=True)
     print("\n| cap MiB | settings over it | memory offset | OOM trials (all seeds) | per seed | seeds reaching the best "
           "(2%) | median trial reaching it | best found |")
