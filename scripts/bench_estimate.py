@@ -4,7 +4,7 @@
     python scripts/bench_estimate.py --minigpt            # every minigpt layout that runs here: error table
     python scripts/bench_estimate.py --scale              # torchtitan llama3 8B on 64 ranks, 70B on 256
     python scripts/bench_estimate.py --torchtitan         # torchtitan's llama3 trained for real on one process
-    python scripts/bench_estimate.py --replay --seeds 5   # the tuner with and without the estimate
+    python scripts/bench_estimate.py --replay --seeds 10 --caps 768,600,500   # the tuner with/without the estimate
 
 Errors are (estimate - measured) / measured of the per-process peak; rank order is the share of setting pairs
 whose order by memory the estimate gets right (pairs whose measured peaks differ by under 2% are ties, skipped).
@@ -143,25 +143,10 @@ def run_scale(args) -> int:
     return 0
 
 
-def run_replay(args) -> int:
-    """The tuner with and without the estimate as its memory offset, replayed on real minigpt measurements.
-
-    Every memory layout of the shipped contract in fp32 (threads 1, adam foreach: 30 settings) is run for real once,
-    uncapped, 3 iterations: its peak and the third step time are the oracle. A trial whose real peak exceeds the contract's
-    capacity is an OOM (what the cap would make of it). The run stage's tuner (offline priors, its config) then
-    spends the contract's budget per seed, with the analytical offset and with the estimate."""
-    import math
-
-    from infrarsi.adapters.minigpt import MiniGPTAdapter
-    from infrarsi.estimate import memory_estimator as estimate_offset
+def _replay_truth(args, contract, settings) -> dict[str, dict]:
+    """Setting key -> {"peak": bytes, "step_s": s} of a real, uncapped 3-iteration minigpt run (cached)."""
     from infrarsi.estimate.measure import measured_minigpt
-    from infrarsi.priors.offline import memory_estimator, offline_priors
-    from infrarsi.search import Outcome, Tuner, TunerConfig
 
-    contract = load_contract(ROOT / "contracts/minigpt-cpu.toml")
-    full = MiniGPTAdapter().knob_space(contract)
-    space = full.restrict({"intra_op_threads": [1], "adam_impl": ["foreach"], "bf16": [False]}, keep=full.names)
-    settings = list(space.enumerate())  # valid settings only (constraints applied)
     cache_path = Path(args.cache).with_name("replay.json")
     cache = {} if args.fresh else _cache(cache_path)
     for s in settings:
@@ -171,61 +156,101 @@ def run_replay(args) -> int:
             cache[key] = {"peak": peak, "step_s": step}
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             cache_path.write_text(json.dumps(cache, indent=1))
-    cap = contract.hardware.memory_capacity_bytes
-    truth = {json.dumps(s.to_dict(), sort_keys=True): cache[json.dumps(s.to_dict(), sort_keys=True)] for s in settings}
-    feasible = {k: v for k, v in truth.items() if v["peak"] <= cap}
-    best = min(v["step_s"] for v in feasible.values())
-    print(f"{len(truth)} settings measured; {len(truth) - len(feasible)} exceed the {cap / MiB:.0f} MiB cap; "
-          f"best feasible step {best * 1000:.0f} ms")
-    wl, hw = dict(contract.workload.args), contract.hardware.model_dump()
-    priors = offline_priors(space, workload=wl, hardware=hw)
+    return {json.dumps(s.to_dict(), sort_keys=True): cache[json.dumps(s.to_dict(), sort_keys=True)] for s in settings}
+
+
+def run_replay(args) -> int:
+    """The tuner with the fake-step estimate, the analytical estimate or no offset, replayed on real minigpt
+    measurements under several memory caps.
+
+    Every memory layout of the shipped contract in fp32 (threads 1, adam foreach: 30 settings) is run for real once,
+    uncapped, 3 iterations: its peak and the third step time are the oracle. Under a cap, a trial whose real peak
+    exceeds it is an OOM (what the cap would make of it), and the best is the fastest setting that fits. The run
+    stage's tuner (offline priors, its config, the contract's budget after the baseline) then searches per seed
+    with each offset; "none" is the memory model on the offline priors alone."""
+    import math
     import os
 
+    from infrarsi.adapters.minigpt import MiniGPTAdapter
+    from infrarsi.estimate import memory_estimator as estimate_offset
+    from infrarsi.priors.offline import memory_estimator, offline_priors
+    from infrarsi.search import Outcome, Tuner, TunerConfig
+
+    contract = load_contract(ROOT / "contracts/minigpt-cpu.toml")
+    full = MiniGPTAdapter().knob_space(contract)
+    space = full.restrict({"intra_op_threads": [1], "adam_impl": ["foreach"], "bf16": [False]}, keep=full.names)
+    settings = list(space.enumerate())  # valid settings only (constraints applied)
+    truth = _replay_truth(args, contract, settings)
+    wl, hw = dict(contract.workload.args), contract.hardware.model_dump()
+    priors = offline_priors(space, workload=wl, hardware=hw)
     os.environ["INFRARSI_MEMORY_OFFSET"] = "estimate"
-    offsets = {"analytical": memory_estimator(space, workload=wl, hardware=hw),
+    offsets = {"none": None, "analytical": memory_estimator(space, workload=wl, hardware=hw),
                "estimate": estimate_offset(space, contract)}
-    budget = contract.budget.max_trials
-    baseline = space.complete(contract.baseline)
-    rows: dict[str, list[tuple[int, float, int]]] = {k: [] for k in offsets}
-    for seed in range(args.seeds):
-        for name, off in offsets.items():
-            tuner = Tuner(space, memory_capacity_bytes=cap, priors=priors, seed=seed, noise_cv=0.02,
-                          config=TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3))),
-                          memory_estimate=off)
-
-            def outcome(s):
-                v = truth[json.dumps(s.to_dict(), sort_keys=True)]
-                return Outcome("oom") if v["peak"] > cap else Outcome("ok", step_time_s=v["step_s"],
-                                                                          peak_memory_bytes=v["peak"])
-
-            tuner.tell(baseline, outcome(baseline))
-            ooms, first_best, best_seen = 0, math.inf, math.inf
-            for i in range(1, budget + 1):
-                batch = tuner.ask(1)
-                if not batch:
-                    break
-                o = outcome(batch[0])
-                tuner.tell(batch[0], o)
-                ooms += o.status == "oom"
-                if o.status == "ok":
-                    best_seen = min(best_seen, o.step_time_s)
-                    if o.step_time_s <= best * 1.02 and first_best == math.inf:
-                        first_best = i
-            rows[name].append((ooms, first_best, best_seen / best))
-            print(f"seed {seed} {name:>10}: {ooms:2d} OOM trials of {budget}; best within 2% at trial "
-                  f"{first_best if first_best < math.inf else '-'}; best found {best_seen / best:.3f}x optimum", flush=True)
     meas = [truth[json.dumps(x.to_dict(), sort_keys=True)]["peak"] for x in settings]
     for name, off in offsets.items():
+        if off is None:
+            continue
         est = [off(x) for x in settings]
         errs = [e / m - 1 for e, m in zip(est, meas)]
         r, t = pairs_right(est, meas)
         print(f"{name:>10} offset vs the {len(settings)} measured peaks: median |error| "
               f"{statistics.median(map(abs, errs)):.1%}, max {max(map(abs, errs)):.1%}, rank order {r}/{t} ({r / max(t, 1):.1%})")
-    for name, r in rows.items():
-        hit = [f for _, f, _ in r if f < math.inf]
-        print(f"{name:>10}: OOM trials mean {statistics.mean(o for o, _, _ in r):.1f} (total {sum(o for o, _, _ in r)}); "
-              f"reached the best (2%) in {len(hit)}/{len(r)} seeds, median trial "
-              f"{statistics.median(hit) if hit else '-'}; best found mean {statistics.mean(b for *_, b in r):.3f}x")
+    budget = contract.budget.max_trials
+    baseline = space.complete(contract.baseline)
+    caps = [float(c) * MiB for c in args.caps.split(",")] if args.caps else [contract.hardware.memory_capacity_bytes]
+    table = []
+    for cap in caps:
+        feasible = {k: v for k, v in truth.items() if v["peak"] <= cap}
+        if truth[json.dumps(baseline.to_dict(), sort_keys=True)]["peak"] > cap:
+            raise SystemExit(f"--caps {cap / MiB:.0f}: the baseline itself exceeds it; give caps above its peak")
+        best = min(v["step_s"] for v in feasible.values())
+        print(f"\ncap {cap / MiB:.0f} MiB: {len(truth) - len(feasible)} of {len(truth)} settings exceed it; "
+              f"best feasible step {best * 1000:.0f} ms", flush=True)
+
+        def outcome(s):
+            v = truth[json.dumps(s.to_dict(), sort_keys=True)]
+            if v["peak"] > cap:
+                return Outcome("oom")
+            return Outcome("ok", step_time_s=v["step_s"], peak_memory_bytes=v["peak"])
+
+        for name, off in offsets.items():
+            rows, oom_at = [], {}
+            for seed in range(args.seeds):
+                tuner = Tuner(space, memory_capacity_bytes=cap, priors=priors, seed=seed, noise_cv=0.02,
+                              config=TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3))),
+                              memory_estimate=off)
+                tuner.tell(baseline, outcome(baseline))
+                ooms, first_best, best_seen = 0, math.inf, math.inf
+                for i in range(1, budget + 1):
+                    batch = tuner.ask(1)
+                    if not batch:
+                        break
+                    o = outcome(batch[0])
+                    tuner.tell(batch[0], o)
+                    ooms += o.status == "oom"
+                    if o.status == "oom":
+                        x = batch[0]
+                        label = f"mbs {x['micro_batch_size']} {x['recompute_granularity']} {x['attention_backend']}"
+                        oom_at[label] = oom_at.get(label, 0) + 1
+                    if o.status == "ok":
+                        best_seen = min(best_seen, o.step_time_s)
+                        if o.step_time_s <= best * 1.02 and first_best == math.inf:
+                            first_best = i
+                rows.append((ooms, first_best, best_seen / best))
+            hit = [f for _, f, _ in rows if f < math.inf]
+            line = (cap / MiB, len(truth) - len(feasible), name, sum(o for o, _, _ in rows),
+                    statistics.mean(o for o, _, _ in rows), len(hit), len(rows),
+                    statistics.median(hit) if hit else None, statistics.mean(b for *_, b in rows))
+            table.append(line)
+            print(f"{name:>10}: OOM trials {line[3]} in {len(rows)} seeds (mean {line[4]:.1f} of {budget}); reached the "
+                  f"best (2%) in {len(hit)}/{len(rows)} seeds, median trial {line[7] if hit else '-'}; best found mean "
+                  f"{line[8]:.3f}x; per seed OOMs {[o for o, _, _ in rows]}; OOM settings {oom_at or '-'}", flush=True)
+    print("\n| cap MiB | settings over it | memory offset | OOM trials (all seeds) | per seed | seeds reaching the best "
+          "(2%) | median trial reaching it | best found |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+    for cap, over, name, tot, mean, nhit, n, med, bf in table:
+        print(f"| {cap:.0f} | {over}/{len(truth)} | {name} | {tot} | {mean:.1f} | {nhit}/{n} | "
+              f"{med if med is not None else '-'} | {bf:.3f}x |")
     return 0
 
 
@@ -319,6 +344,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="", help="--scale: only rows whose 'contract:ranks' contains this")
     p.add_argument("--replay", action="store_true", help="the tuner with/without the estimate on real measurements")
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--caps", default="", help="--replay: memory caps in MiB, comma-separated (default: the contract's)")
     p.add_argument("--torchtitan", action="store_true", help="torchtitan's model trained for real vs the estimate")
     p.add_argument("--full", action="store_true", help="the whole grid (bf16 at every micro-batch)")
     args = p.parse_args(argv)

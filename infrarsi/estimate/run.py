@@ -60,13 +60,17 @@ def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[s
     The tuner prices P(OOM) over its whole candidate pool, and one fake step of a large model takes minutes on
     2 cores. Fake steps therefore run until ``budget_s`` (default 300 s, ``INFRARSI_ESTIMATE_BUDGET_S``) is
     spent; past it, a new layout gets the analytical figure times the median ratio estimate / analytical over
-    the layouts already estimated (the estimate calibrates the arithmetic where it cannot afford to run)."""
+    the layouts already estimated (the estimate calibrates the arithmetic where it cannot afford to run).
+
+    ``peak.basis(setting)`` says which of the three a setting's figure is (the report prints it per trial):
+    "fake step", "analytical (estimate failed)" or "analytical x median ratio (budget spent)"."""
     budget = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S)) if budget_s is None else budget_s
     if contract.workload.adapter not in FRAMEWORKS or offset_kind(contract) != "estimate":
         return None
     if contract.workload.adapter == "torchtitan" and importlib.util.find_spec("torchtitan") is None:
         return None
     cache: dict[tuple, float] = {}
+    basis: dict[tuple, str] = {}  # how each cached figure was made
     ratios: list[float] = []
     spent = [0.0]
     warned: set[str] = set()
@@ -78,10 +82,12 @@ def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[s
         k = key(setting)
         if k not in cache and spent[0] >= budget and fallback is not None and ratios:
             cache[k] = fallback(setting) * statistics.median(ratios)
+            basis[k] = "analytical x median ratio (budget spent)"
         if k not in cache:
             t0 = time.perf_counter()
             try:
                 cache[k] = estimate(contract, setting).peak_bytes
+                basis[k] = "fake step"
                 if fallback is not None:
                     ratios.append(cache[k] / max(fallback(setting), 1.0))
             except EstimateError as e:
@@ -91,8 +97,14 @@ def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[s
                     warned.add(str(e))
                     on_error(f"estimate unavailable for {dict(setting)}: {e}; using the analytical figure")
                 cache[k] = fallback(setting)
+                basis[k] = "analytical (estimate failed)"
             finally:
                 spent[0] += time.perf_counter() - t0
         return cache[k]
 
+    def basis_of(setting: Mapping[str, Any]) -> str:
+        peak(setting)
+        return basis[key(setting)]
+
+    peak.basis = basis_of
     return peak

@@ -26,7 +26,9 @@ whole effect, never with the correction.
 
 The fit (``fitted``): for every setting the tuner was told, keyed by :meth:`Setting.key`, the tuner's
 posterior predictive of log step time (additive model + residual GP + noise, log seconds: mean, sd) and of
-log peak bytes (offsets included: mean, sd) and P(OOM).
+log peak bytes (offsets included: mean, sd) and P(OOM); and, when the memory model has an offset, the
+pre-flight estimate itself (``estimate``: bytes per rank, and its basis: "fake step", "analytical", ...), the
+figure the tuner priced P(OOM) with before the setting ran.
 """
 
 from __future__ import annotations
@@ -82,9 +84,13 @@ def memory_effects(tuner) -> tuple[list[Effect], list[Effect], float | None]:
 def fitted(tuner) -> dict[str, Any]:
     """Setting key -> the tuner's posterior predictive for every setting it was told (see the module doc)."""
     settings = list(dict.fromkeys(s for s, _ in tuner.history))
-    out: dict[str, Any] = {"time": {}, "memory": {}}
+    out: dict[str, Any] = {"time": {}, "memory": {}, "estimate": {}}
     if not settings:
         return out
+    est = tuner.memory_estimate
+    if est is not None:  # cached per setting by the estimator: the same figure the tuner used before the trial
+        basis = getattr(est, "basis", lambda s: "offset")
+        out["estimate"] = {s.key(): [float(est(s)), basis(s)] for s in settings}
     if tuner.time_model.n_obs:
         mean, sd = tuner.predict_time(settings)
         noise2 = tuner.time_model.sigma ** 2  # run-to-run scatter around the mean

@@ -3,8 +3,8 @@ in ``report_files/``) and a self-contained ``report.html`` (the same plots inlin
 
 Every number cites the trials it comes from (ids in the run's ``trials/`` folder) or the file it was
 read from. Sections: summary, baseline noise, trials (best so far, status), models (predicted vs
-observed, memory boundary), knob effects, priors vs posteriors, verification and MFU, failed-trial
-cost, source-path audit.
+observed, memory boundary), the pre-flight memory estimate vs the measured peak per trial, knob
+effects, priors vs posteriors, verification and MFU, failed-trial cost, source-path audit.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from ..io import atomic_write
 from ..execute.record import cost_by_status
 from ..execute.trial import TrialStatus
+from ..knobs import Setting
 from . import plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
 from .fit import saved_fit
@@ -93,8 +94,9 @@ class _Builder:
     # ------------------------------------------------------------------ sections
     def build(self, sections: Sequence[str] | None = None) -> list[Block]:
         for name, fn in (("summary", self.summary), ("noise", self.noise), ("trials", self.trials),
-                         ("models", self.models), ("effects", self.effects), ("priors", self.priors),
-                         ("verification", self.verification), ("failures", self.failures), ("audit", self.audit)):
+                         ("models", self.models), ("estimate", self.estimate), ("effects", self.effects),
+                         ("priors", self.priors), ("verification", self.verification), ("failures", self.failures),
+                         ("audit", self.audit)):
             if sections is not None and name not in sections:
                 continue
             self.step(name)
@@ -209,6 +211,55 @@ class _Builder:
                          f"{r.mean_bytes / MiB:.0f} [{r.lo_bytes / MiB:.0f}, {r.hi_bytes / MiB:.0f}]", f"{r.p_oom:.2f}")
                         for r in sorted(fit.memory, key=lambda r: r.trial)])
 
+    def estimate(self) -> None:
+        """Per trial: the pre-flight estimate the tuner priced P(OOM) with, the measured peak (or OOM) and
+        measured / estimate. An OOM's ratio is a bound: its peak was above capacity, so the ratio is above
+        capacity / estimate."""
+        self.h2("Pre-flight memory estimate vs measured")
+        est = (self.d.search.get("fitted") or {}).get("estimate") or {}
+        if not est:
+            self.p("No pre-flight estimates in `search.json` (the search has not run, it ran without a memory "
+                   "offset, or an older version wrote it: rerun `infrarsi run`).")
+            return
+        cap = float(self.d.search.get("capacity_bytes") or self.d.contract.hardware.memory_capacity_bytes)
+        rows, ratios, missing = [], [], []
+        oom_flagged = oom_missed = fit_flagged = 0
+        for t in self.d.trials:
+            got = est.get(Setting(t.setting).key())
+            if got is None:
+                missing.append(t.id)
+                continue
+            e, basis = got
+            peak = t.metrics.peak_memory_bytes
+            if t.status is TrialStatus.OK and peak:
+                ratios.append(peak / e)
+                measured, ratio = _mib(peak), f"{peak / e:.3f}"
+                fit_flagged += e > cap
+            elif t.status is TrialStatus.OOM:
+                measured, ratio = f"OOM (> {cap / MiB:.0f})", f"> {cap / e:.3f}"
+                oom_flagged, oom_missed = oom_flagged + (e > cap), oom_missed + (e <= cap)
+            else:
+                measured, ratio = f"- ({t.status.value})", "-"
+            rows.append((t.id, t.role, _knobs(changed(t.setting, self.baseline)), f"{e / MiB:.0f}", basis, measured,
+                         ratio))
+        bases = sorted({b for _, b in est.values()})
+        text = (f"The per-rank peak the tuner's memory model took as its offset ({', '.join(bases)}), fixed before "
+                f"each trial ran, against the trial's measured peak; capacity {cap / MiB:.0f} MiB.")
+        if ratios:
+            text += (f" Measured / estimate over {len(ratios)} measured trials: median {statistics.median(ratios):.3f}, "
+                     f"range {min(ratios):.3f}..{max(ratios):.3f}; median |error| of the estimate "
+                     f"{statistics.median(abs(1 / r - 1) for r in ratios):.1%}.")
+        if oom_flagged + oom_missed:
+            text += (f" Of {oom_flagged + oom_missed} OOM trials the estimate alone put {oom_flagged} over capacity"
+                     + (" (the memory model's learned residual priced the rest)." if oom_missed else "."))
+        if fit_flagged:
+            text += f" {fit_flagged} trials that fit were estimated over capacity."
+        if missing:
+            text += f" Trials whose setting the tuner was never told (no estimate saved): {_ids(missing)}."
+        self.p(text)
+        self.table(["trial", "role", "knobs vs baseline", "estimate MiB", "basis", "measured MiB",
+                    "measured / estimate"], rows)
+
     def effects(self) -> None:
         self.h2("Knob effects (posteriors)")
         s = self.d.search
@@ -221,7 +272,7 @@ class _Builder:
         self.p(f"From `search.json`: the run's time model (fit on ok doctor and search trials {_ids(fit_ids)}) and "
                f"memory model (the same plus OOM trials {_ids(oom_ids)} as censored). Effects are relative to each "
                f"knob's default, percent = 100 (exp(x) - 1), with central 90% posterior intervals."
-               + (f" Memory effects are whole effects: the analytical estimate's effect (its additive projection, "
+               + (f" Memory effects are whole effects: the pre-flight estimate's effect (its additive projection, "
                   f"RMS misfit {s.get('estimate_projection_rms') or 0:.3f} log) plus the correction the memory model "
                   f"learned on top of it, whose interval they carry." if s.get("memory_estimate") else ""))
         self.img("effects", "Per-knob effect posteriors, time and memory", plots.effects(te, me))
@@ -355,7 +406,7 @@ class _Builder:
 
 def build(data: RunData, step: Callable[[str], None] = lambda s: None, *,
           sections: Sequence[str] | None = None) -> list[Block]:
-    """The report's blocks; ``sections`` picks some (summary, noise, trials, models, effects, priors,
+    """The report's blocks; ``sections`` picks some (summary, noise, trials, models, estimate, effects, priors,
     verification, failures, audit), None = all."""
     return _Builder(data, step).build(sections)
 

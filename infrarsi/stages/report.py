@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-SECTIONS = ("loading", "summary", "noise", "trials", "models", "effects", "priors", "verification", "failures",
-            "audit", "writing")
+SECTIONS = ("loading", "summary", "noise", "trials", "models", "estimate", "effects", "priors", "verification",
+            "failures", "audit", "writing")
 
 
 def run(run_dir: Path, *, console: Console, err: Console) -> int:

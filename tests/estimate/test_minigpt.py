@@ -97,6 +97,7 @@ def test_run_stage_offset_is_cached_per_memory_layout_and_falls_back(contract, m
     assert est(space.complete({"micro_batch_size": 2, "torch_compile": True})) == first  # same tensors: cached
     wrong = dict(s, micro_batch_size=3)  # 16 % 3: the estimate refuses; the analytical fallback answers
     assert est(wrong) == 1.0 and any("not divisible" in str(c) for c in calls)
+    assert est.basis(s) == "fake step" and est.basis(wrong) == "analytical (estimate failed)"  # the report says which
     monkeypatch.setenv("INFRARSI_MEMORY_OFFSET", "guess")
     with pytest.raises(EstimateError, match="INFRARSI_MEMORY_OFFSET"):
         memory_estimator(space, contract)
@@ -109,3 +110,4 @@ def test_past_its_budget_the_offset_calibrates_the_analytical_figure(contract, m
     first = est(space.complete({"micro_batch_size": 1}))  # the first layout always runs the fake step
     assert first == estimate(contract, space.complete({"micro_batch_size": 1})).peak_bytes
     assert est(space.complete({"micro_batch_size": 4})) == pytest.approx(4 * first)  # analytical x median ratio
+    assert est.basis(space.complete({"micro_batch_size": 4})) == "analytical x median ratio (budget spent)"

@@ -7,6 +7,8 @@ import math
 import re
 import statistics
 
+import pytest
+
 from infrarsi.execute.record import RunRecord
 from infrarsi.report import load_run
 from infrarsi.report.audit import scope_glob
@@ -16,8 +18,8 @@ from infrarsi.stages import report as stage
 from infrarsi.testing.recorded_run import KERNEL
 
 SECTIONS = ["## Summary", "## Baseline and noise", "## Trials", "## Models: predicted vs observed",
-            "## Knob effects (posteriors)", "## Priors vs posteriors", "## Verification", "## MFU",
-            "## Failed trials: cost", "## Source-path audit"]
+            "## Pre-flight memory estimate vs measured", "## Knob effects (posteriors)", "## Priors vs posteriors",
+            "## Verification", "## MFU", "## Failed trials: cost", "## Source-path audit"]
 
 
 def test_report_sections_and_numbers(reported_run):
@@ -174,3 +176,60 @@ def test_models_section_reads_the_tuners_saved_fit(run_dir):
     sealed_write(run_dir, run_dir / "search.json", json.dumps(body))
     assert saved_fit(load_run(run_dir)) is None
     assert "rerun `infrarsi run`" in to_markdown(build(load_run(run_dir), sections=["models"]))
+
+
+def test_every_trial_shows_its_preflight_estimate_against_its_measured_peak(run_dir):
+    """search.json, written by the run stage's own writer from a real Tuner with the offset the run stage gives
+    minigpt (the analytical model), keeps the figure each setting was priced with before it ran; the report
+    prints it for every trial beside the measured peak (or OOM, a bound) and their ratio, recomputed here from
+    the trials on disk and the analytical model itself."""
+    from infrarsi.adapters import get_adapter
+    from infrarsi.contract.seal import sealed_write
+    from infrarsi.execute.trial import TrialStatus
+    from infrarsi.priors.offline import memory_estimator
+
+    MiB = 2**20
+    data = load_run(run_dir)
+    c = data.contract
+    space = get_adapter("minigpt").knob_space(c)
+    analytical = memory_estimator(space, workload=dict(c.workload.args), hardware=c.hardware.model_dump())
+    cap = c.hardware.memory_capacity_bytes
+    md = to_markdown(build(data, sections=["estimate"]))
+    seen = {"ok": 0, "oom": 0, "other": 0}
+    for t in data.trials:
+        e = analytical(space.complete(t.setting))
+        peak = t.metrics.peak_memory_bytes
+        if t.status is TrialStatus.OK:
+            measured, ratio, kind = f"{peak / MiB:.0f}", f"{peak / e:.3f}", "ok"
+        elif t.status is TrialStatus.OOM:
+            measured, ratio, kind = f"OOM (> {cap / MiB:.0f})", f"> {cap / e:.3f}", "oom"
+        else:
+            measured, ratio, kind = f"- ({t.status.value})", "-", "other"
+        row = (rf"^\| {t.id} \| {t.role} \| [^|]* \| {e / MiB:.0f} \| analytical \| {re.escape(measured)} \| "
+               rf"{re.escape(ratio)} \|$")
+        assert re.search(row, md, re.M), (t.id, measured, ratio)
+        seen[kind] += 1
+    assert seen["ok"] > 10 and seen["oom"] >= 2 and seen["other"] >= 2
+    # the recorded law's peaks sit above the analytical arithmetic: every OOM's bound says the estimate was short
+    assert "Of 2 OOM trials the estimate alone put 2 over capacity." in md
+    # the report reads what the run stage saved, nothing recomputed: an older search.json says so
+    body = json.loads((run_dir / "search.json").read_text())
+    del body["fitted"]["estimate"]
+    sealed_write(run_dir, run_dir / "search.json", json.dumps(body))
+    assert "No pre-flight estimates in `search.json`" in to_markdown(build(load_run(run_dir), sections=["estimate"]))
+
+
+@pytest.mark.slow
+def test_a_run_with_the_fake_step_offset_reports_the_fake_step_figure(tmp_path, monkeypatch):
+    """With INFRARSI_MEMORY_OFFSET=estimate the run stage's offset is the real model's fake step; the report
+    prints that figure, marked as such, for the trials it priced (minutes: one fake step per memory layout)."""
+    from infrarsi.estimate import estimate
+    from infrarsi.testing.recorded_run import write_recorded_run
+
+    monkeypatch.setenv("INFRARSI_MEMORY_OFFSET", "estimate")
+    data = load_run(write_recorded_run(tmp_path / "project"))
+    md = to_markdown(build(data, sections=["estimate"]))
+    base = data.trials[0]
+    e, peak = estimate(data.contract, base.setting).peak_bytes, base.metrics.peak_memory_bytes
+    assert re.search(rf"^\| {base.id} \| doctor \| \(baseline\) \| {e / 2**20:.0f} \| fake step \| "
+                     rf"{peak / 2**20:.0f} \| {peak / e:.3f} \|$", md, re.M)
