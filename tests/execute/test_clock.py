@@ -24,4 +24,5 @@ def test_paced_lines_are_invalid_and_computed_steps_are_ok(tmp_path):
         cpus = [c for c in clock["cpu_s"] if c is not None]  # a line that came while the sampler was busy has none
         assert 2 <= len(cpus) <= 4 and len(clock["cpu_s"]) == len(clock["cpu_t_s"]) == len(clock["arrivals_s"])
         window_cpu = cpus[-1] - cpus[0]  # at least one step of 100 ms between the first and the last sample
-        assert (window_cpu > 0.04) is busy and (window_cpu < MIN_CPU_FRACTION * 0.1) is not busy
+        # a sleeping process spends a print and a wake-up per line (a few ms on a loaded machine)
+        assert (window_cpu > 0.04) is busy and (window_cpu < MIN_CPU_FRACTION * 0.4) is not busy

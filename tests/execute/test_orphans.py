@@ -80,4 +80,4 @@ def test_resume_ends_a_process_that_left_the_trial_group_before_relaunching(tmp_
     handle = Handle(kind="local", trial_dir=str(tmp_path), token=token, job_id=str(leader),
                     submitted_at=time.time(), time_limit_s=600)
     assert LocalExecutor().adopt(handle) is None  # what Runner.resume does for a local trial before relaunching it
-    assert not _alive(escaped)
+    assert _gone_within([escaped], 5)  # SIGKILL sent; on a loaded machine it can take a moment to land
