@@ -280,7 +280,7 @@ def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: S
               console: Console) -> dict[str, Any]:
     """Interleaved A/B re-runs of the top candidates; promotion by the CI rule and the loss invariant."""
     repeats = max(2, min(noise.repeats_for_target, 4))
-    top = [s for s in tuner.top(3) if s != baseline][:2]
+    top = to_verify(tuner.top(3), baseline)
     out: dict[str, Any] = {"repeats": repeats, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
                            "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the loss "
                                    "trace matches the baseline within the contract"}
@@ -333,6 +333,12 @@ def _reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: S
     out["finished_at"] = time.time()
     sealed_write(run_dir, run_dir / VERIFICATION_JSON, json.dumps(out, indent=2, sort_keys=True))
     return out
+
+
+def to_verify(ranked: list[Setting], baseline: Setting, k: int = 2) -> list[Setting]:
+    """The first ``k`` settings the time model ranks (best first) above the baseline: one it ranks below the
+    baseline has no speedup to verify, and its pairs would only spend the budget."""
+    return (ranked[:ranked.index(baseline)] if baseline in ranked else ranked)[:k]
 
 
 MAX_DISTURBED = 2  # pairs per candidate that may be replaced

@@ -125,3 +125,11 @@ def test_fake_steps_may_cost_at_most_two_baseline_trials(monkeypatch):
     assert estimate_budget_s([SimpleNamespace(cost=SimpleNamespace(wall_s=900.0))]) == 300.0  # the estimate's cap
     monkeypatch.setenv("INFRARSI_ESTIMATE_BUDGET_S", "5")
     assert estimate_budget_s(runs) is None  # the environment decides
+
+
+def test_only_settings_ranked_above_the_baseline_are_verified():
+    from infrarsi.stages.run import to_verify
+
+    assert to_verify(["a", "base", "b"], "base") == ["a"]  # b is predicted slower than the baseline
+    assert to_verify(["base", "a", "b"], "base") == []
+    assert to_verify(["a", "b", "c"], "base") == ["a", "b"]  # all above it: the best two
