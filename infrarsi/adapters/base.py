@@ -26,6 +26,9 @@ class ParsedRun(BaseModel):
     metrics: Metrics = Metrics()
     evidence: list[str] = []
     reason: str = ""
+    exit_explained: str = ""
+    """With status ok: why the process's abnormal end (a signal, an exit status) came after a complete run and
+    is not a failure, in the adapter's own words; empty otherwise, and such an end makes the trial a crash."""
 
 
 def scoped_space(space: KnobSpace, contract: Contract, framework: str) -> KnobSpace:

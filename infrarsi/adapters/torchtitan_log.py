@@ -256,7 +256,7 @@ def parse_torchtitan_output(stdout: str, stderr: str, returncode: int | None, *,
     failure = classify_torchtitan_failure(text)
     late = aborted_after_training(text, steps, final_step=final_step, world_size=world_size)
     if late is not None and metrics.step_time_s is not None:
-        return ParsedRun(status=TrialStatus.OK, metrics=metrics, evidence=[late])
+        return ParsedRun(status=TrialStatus.OK, metrics=metrics, evidence=[late], exit_explained=late)
     if failure is not None:
         status, reason, evidence = failure
         return ParsedRun(status=status, metrics=metrics.model_copy(update={"step_time_s": None}), evidence=evidence,

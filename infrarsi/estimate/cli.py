@@ -92,8 +92,6 @@ def estimate(
 
 def _anchored(contract, path: Path):
     """workload.launch is relative to the contract file (else to the working directory, as trials run)."""
-    launch = contract.workload.launch
-    if launch and not Path(launch).is_absolute() and (Path(path).parent / launch).is_file():
-        wl = contract.workload.model_copy(update={"launch": str((Path(path).parent / launch).resolve())})
-        return contract.model_copy(update={"workload": wl})
-    return contract
+    from .run import anchored
+
+    return anchored(contract, Path(path).parent)

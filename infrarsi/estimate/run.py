@@ -7,6 +7,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from .result import Estimate, EstimateError
@@ -34,8 +35,19 @@ def estimate(contract: Any, setting: Mapping[str, Any], **kw: Any) -> Estimate:
 OFFSET_ENV = "INFRARSI_MEMORY_OFFSET"
 DEFAULT_OFFSET = {"torchtitan": "estimate", "minigpt": "analytical"}
 
-# Knobs that change no tensor of the step (the estimate runs eager reference ops): left out of the cache key.
-_NOT_MEMORY = ("torch_compile", "nccl_", "kernel_", "num_workers", "manual_gc")
+# Knobs that change no tensor of the step (the estimate runs eager reference ops; threads are OMP_NUM_THREADS):
+# left out of the cache key.
+_NOT_MEMORY = ("torch_compile", "nccl_", "kernel_", "num_workers", "manual_gc", "intra_op_threads")
+
+
+def anchored(contract: Any, contract_dir: str | Path | None) -> Any:
+    """``contract`` with ``workload.launch`` made absolute when it is a file relative to ``contract_dir`` (the
+    contract's folder, where init found it); otherwise unchanged (relative to the working directory, as trials run)."""
+    launch = contract.workload.launch
+    if not launch or contract_dir is None or Path(launch).is_absolute() or not (Path(contract_dir) / launch).is_file():
+        return contract
+    wl = contract.workload.model_copy(update={"launch": str((Path(contract_dir) / launch).resolve())})
+    return contract.model_copy(update={"workload": wl})
 
 
 def offset_kind(contract: Any) -> str:
@@ -55,7 +67,9 @@ def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[s
     """setting -> per-rank peak bytes from the real model's fake step, for the run stage's memory model (the
     same contract as ``priors.offline.memory_estimator``: the model learns the residual). None when the offset is
     "analytical" for this contract or the framework cannot be estimated. Cached per memory layout; a setting the
-    estimate cannot build gets ``fallback`` (the analytical figure), reported once through ``on_error``.
+    estimate cannot build (an ``EstimateError``, or a fake step that fails inside the framework, e.g. DDP's
+    parameter check on fake tensors) gets ``fallback`` (the analytical figure, times the median ratio below once
+    there is one), reported once through ``on_error``.
 
     The tuner prices P(OOM) over its whole candidate pool, and one fake step of a large model takes minutes on
     2 cores. Fake steps therefore run until ``budget_s`` (default 300 s, ``INFRARSI_ESTIMATE_BUDGET_S``) is
@@ -90,13 +104,16 @@ def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[s
                 basis[k] = "fake step"
                 if fallback is not None:
                     ratios.append(cache[k] / max(fallback(setting), 1.0))
-            except EstimateError as e:
+            except ImportError:  # a broken install is not a layout the estimate cannot build
+                raise
+            except Exception as e:  # noqa: BLE001 - a layout the fake step cannot build gets the analytical figure
                 if fallback is None:
                     raise
-                if on_error is not None and str(e) not in warned:
-                    warned.add(str(e))
-                    on_error(f"estimate unavailable for {dict(setting)}: {e}; using the analytical figure")
-                cache[k] = fallback(setting)
+                line = str(e) if isinstance(e, EstimateError) else f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+                if on_error is not None and line not in warned:
+                    warned.add(line)
+                    on_error(f"estimate unavailable for {dict(setting)}: {line}; using the analytical figure")
+                cache[k] = fallback(setting) * (statistics.median(ratios) if ratios else 1.0)
                 basis[k] = "analytical (estimate failed)"
             finally:
                 spent[0] += time.perf_counter() - t0

@@ -77,7 +77,7 @@ def classify(outcome: Outcome, parsed: ParsedRun | None, *, stdout: str = "", st
     evidence += parsed.evidence
     status, reason = parsed.status, parsed.reason
     ended_badly = sig is not None or (outcome.returncode not in (0, None))
-    if status is TrialStatus.OK and ended_badly:
+    if status is TrialStatus.OK and ended_badly and not parsed.exit_explained:
         how = f"signal {sig} ({signal_name(sig)})" if sig is not None else f"exit status {outcome.returncode}"
         return Verdict(status=TrialStatus.CRASH, metrics=_partial(metrics),
                        evidence=evidence + last_lines(stderr, 3),

@@ -32,7 +32,7 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
     and the loss invariant. Resumable: the pairs run so far are kept in ``verification.progress.json``. Writes and
     returns ``verification.json``'s body."""
     repeats = max(2, min(noise.repeats_for_target, 4))
-    top = [s for s in tuner.top(3) if s != baseline][:2]
+    top = to_verify(tuner.top(3), baseline)
     out: dict[str, Any] = {"repeats": repeats, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
                            "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the loss "
                                    "trace matches the baseline within the contract"}
@@ -107,3 +107,9 @@ def disturbed_pairs(pairs: list[tuple[Trial, Trial]]) -> list[tuple[Trial, Trial
 def _median(xs: list) -> float | None:
     xs = sorted(x for x in xs if x is not None)
     return xs[len(xs) // 2] if xs else None
+
+
+def to_verify(ranked: list[Setting], baseline: Setting, k: int = 2) -> list[Setting]:
+    """The first ``k`` settings the time model ranks (best first) above the baseline: one it ranks below the
+    baseline has no speedup to verify, and its pairs would only spend the budget."""
+    return (ranked[:ranked.index(baseline)] if baseline in ranked else ranked)[:k]

@@ -10,6 +10,7 @@ are told to the tuner again, in-flight ones are re-queued (or adopted, on Slurm)
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +122,32 @@ def _workload_sig(contract) -> dict[str, Any]:
     return {"framework": contract.workload.adapter, **contract.workload.args}
 
 
-def memory_estimate(space: KnobSpace, contract):
+def memory_estimate(space: KnobSpace, contract, *, contract_dir: Path | None = None, budget_s: float | None = None):
     """The peak-memory estimate the memory model refines: the real model's fake step where it runs (estimate/),
-    else the analytical one."""
+    else the analytical one. ``contract_dir``: the locked contract's folder, which ``workload.launch`` is
+    relative to; ``budget_s``: seconds of fake steps (None: the estimate's own default)."""
     from ..estimate import memory_estimator as real_model_estimator
+    from ..estimate.run import anchored
     from ..priors.offline import memory_estimator
 
     analytical = memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
-    return real_model_estimator(space, contract, fallback=analytical) or analytical
+    return real_model_estimator(space, anchored(contract, contract_dir), fallback=analytical, budget_s=budget_s) or analytical
+
+
+ESTIMATE_TRIALS = 2.0
+
+
+def estimate_budget_s(base_trials: list[Trial]) -> float | None:
+    """Fake steps exist to save trials, so they may cost at most ESTIMATE_TRIALS of the baseline's trials (wall
+    time, median of the doctor's runs); None (the estimate's default) when $INFRARSI_ESTIMATE_BUDGET_S is set."""
+    import os
+
+    from ..estimate.run import BUDGET_ENV, DEFAULT_BUDGET_S
+
+    walls = [t.cost.wall_s for t in base_trials if t.cost.wall_s > 0]
+    if os.environ.get(BUDGET_ENV) or not walls:
+        return None
+    return min(DEFAULT_BUDGET_S, ESTIMATE_TRIALS * statistics.median(walls))
 
 
 def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console,
@@ -157,6 +176,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     if more is not None:
         state.reopen(run_dir, "search", "verify")
     adapter = run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
+    contract_dir = getattr(adapter, "base_dir", None)
     record = RunRecord(run_dir)
     full_space = adapter.knob_space(contract)
     from ..kernels.space import after_trial as kernel_after_trial
@@ -179,7 +199,8 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     cfg = TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3)), mde=noise.mde)
     tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=priors, seed=0,
                   initial=bank_initial, noise_cv=max(noise.cv, 1e-3), config=cfg,
-                  memory_estimate=memory_estimate(space, contract))
+                  memory_estimate=memory_estimate(space, contract, contract_dir=contract_dir,
+                                                  budget_s=estimate_budget_s(base_trials)))
     for t in base_trials:
         tuner.tell(t.setting, outcome_of(t))
     done = [t for t in record.finished() if t.role == "search"]

@@ -93,6 +93,22 @@ def test_an_abort_at_exit_after_complete_training_is_ok_but_not_before():
     assert run8.status is TrialStatus.CRASH and "a rank failed" in run8.reason
 
 
+def test_the_trial_of_a_run_that_aborted_only_at_exit_is_ok_and_any_other_abnormal_end_a_crash():
+    from infrarsi.execute.classify import classify
+    from infrarsi.execute.executor import Outcome
+
+    log = text("exit_abort_6steps.log")  # torchrun exits 1 after rank 1's SIGABRT at exit
+    kw = dict(warmup_steps=2, measured_steps=4, world_size=2, tokens_per_step=TOKENS, cpu=True)
+    ended = Outcome(state="exited", returncode=1)
+    late = classify(ended, parse_torchtitan_output(log, "", 1, final_step=6, **kw), stdout=log)
+    assert late.status is TrialStatus.OK and late.metrics.step_time_s is not None
+    from infrarsi.adapters.base import ParsedRun
+
+    unexplained = ParsedRun(status=TrialStatus.OK, metrics=late.metrics)  # a complete log, no reason for the end
+    got = classify(ended, unexplained, stdout=log)
+    assert got.status is TrialStatus.CRASH and "printed a result but ended with signal 6 (SIGABRT)" in got.reason  # torchrun names the rank
+
+
 @pytest.mark.parametrize("line, status, reason", [
     ("[rank1]: torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
      "address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",

@@ -95,8 +95,9 @@ def test_run_stage_offset_is_cached_per_memory_layout_and_falls_back(contract, m
     first = est(s)
     assert first == estimate(contract, s).peak_bytes
     assert est(space.complete({"micro_batch_size": 2, "torch_compile": True})) == first  # same tensors: cached
-    wrong = dict(s, micro_batch_size=3)  # 16 % 3: the estimate refuses; the analytical fallback answers
-    assert est(wrong) == 1.0 and any("not divisible" in str(c) for c in calls)
+    wrong = dict(s, micro_batch_size=3)  # 16 % 3: the estimate refuses; the analytical fallback answers,
+    # calibrated by the median estimate / analytical ratio so far (here first / 1.0)
+    assert est(wrong) == pytest.approx(first) and any("not divisible" in str(c) for c in calls)
     assert est.basis(s) == "fake step" and est.basis(wrong) == "analytical (estimate failed)"  # the report says which
     monkeypatch.setenv("INFRARSI_MEMORY_OFFSET", "guess")
     with pytest.raises(EstimateError, match="INFRARSI_MEMORY_OFFSET"):

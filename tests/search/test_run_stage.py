@@ -112,3 +112,24 @@ def test_a_pair_slowed_by_another_job_is_set_aside_by_a_rule_blind_to_the_side()
     slow_base = [(_trial(0, 9.0), _trial(1, 0.55)), *pairs[2:], (_trial(8, 1.40), _trial(9, 0.56))]
     assert disturbed_pairs(slow_base) == [slow_base[0]]  # the same rule for the baseline side
     assert disturbed_pairs(pairs[:2]) == []  # two pairs cannot tell an outlier from a median
+
+
+def test_fake_steps_may_cost_at_most_two_baseline_trials(monkeypatch):
+    from types import SimpleNamespace
+
+    from infrarsi.stages.run import estimate_budget_s
+
+    monkeypatch.delenv("INFRARSI_ESTIMATE_BUDGET_S", raising=False)
+    runs = [SimpleNamespace(cost=SimpleNamespace(wall_s=w)) for w in (20.0, 22.0, 30.0)]
+    assert estimate_budget_s(runs) == 44.0  # 2 x the median wall time
+    assert estimate_budget_s([SimpleNamespace(cost=SimpleNamespace(wall_s=900.0))]) == 300.0  # the estimate's cap
+    monkeypatch.setenv("INFRARSI_ESTIMATE_BUDGET_S", "5")
+    assert estimate_budget_s(runs) is None  # the environment decides
+
+
+def test_only_settings_ranked_above_the_baseline_are_verified():
+    from infrarsi.search.reverify import to_verify
+
+    assert to_verify(["a", "base", "b"], "base") == ["a"]  # b is predicted slower than the baseline
+    assert to_verify(["base", "a", "b"], "base") == []
+    assert to_verify(["a", "b", "c"], "base") == ["a", "b"]  # all above it: the best two
