@@ -78,6 +78,11 @@ class TunerConfig:
     """Pairing kicks in for promising candidates above this P(OOM); proposals above it are a last resort.
     (0.5 let the search propose far-away settings priced at P(OOM) 0.4-0.5 that mostly did not fit: the
     setting that maximises EI x P(fit) is where the memory model is most likely too optimistic.)"""
+    max_p_oom_without_peaks: float = 0.15
+    """The same cap while no trial has reported its peak (step-time-only trials): the memory model is then a
+    classifier of "fit" / "did not", whose P(OOM) near the boundary is less sure than a fit to measured peaks.
+    On the perturbed clusters in step-time-only mode, 0.3 -> 0.15 took the OOM trials at 30 from 8.3 to 6.2
+    (random search: 15.5) for 0.812 -> 0.794 of the optimum (BENCHMARKS.md)."""
     pair_top: int = 12
     """How many of the fastest-predicted non-fitting candidates get paired with memory savers per ask."""
     mde: float = 0.0
@@ -408,7 +413,7 @@ class Tuner:
             mean, ei, p_oom = np.concatenate([mean, pm]), np.concatenate([ei, pei]), np.concatenate([p_oom, pp])
             acq = np.concatenate([acq, pei * (1.0 - pp)])
         # Safety: a candidate the memory model expects to OOM is a last resort, whatever its EI.
-        fits = p_oom <= self.config.max_p_oom
+        fits = p_oom <= self._cap()
         if fits.any():
             acq = np.where(fits, acq, -np.inf)
         # Batch diversity: a candidate one knob away from a pending one counts half.
@@ -463,7 +468,7 @@ class Tuner:
         if not self._has_memory_data():
             return []
         cfg = self.config
-        hungry = [i for i in np.argsort(-ei, kind="stable")[: cfg.pair_top * 4] if p_oom[i] > cfg.max_p_oom][: cfg.pair_top]
+        hungry = [i for i in np.argsort(-ei, kind="stable")[: cfg.pair_top * 4] if p_oom[i] > self._cap()][: cfg.pair_top]
         out: list[tuple[Setting, tuple[Setting, list[str]]]] = []
         seen: set[Setting] = set()
         for i in hungry:
@@ -483,7 +488,7 @@ class Tuner:
             if not variants:
                 continue
             vs = [s for s, _ in variants]
-            fit = self._p_oom(vs) <= cfg.max_p_oom
+            fit = self._p_oom(vs) <= self._cap()
             if not fit.any():
                 continue
             vm, _ = self.predict_time(vs)
@@ -491,6 +496,12 @@ class Tuner:
             seen.add(vs[j])
             out.append((vs[j], (c, variants[j][1])))
         return out
+
+    def _cap(self) -> float:
+        """The P(OOM) above which a proposal is a last resort: stricter until a trial has reported its peak."""
+        if self.memory_model is not None and self.memory_model.n_obs == 0:
+            return self.config.max_p_oom_without_peaks
+        return self.config.max_p_oom
 
     def _is_valid(self, s: Setting) -> bool:
         v = self._valid.get(s)

@@ -1,7 +1,7 @@
 """Perturbed simulated clusters: landscapes whose physics the priors and the analytical estimate do not know.
 
 The offline priors (``priors/offline.py``) and the analytical memory estimate share constants and formulas
-with the simulator (``workloads/simulated.py``), so a search scored only on the simulator measures the priors
+with the simulator (``workloads/simulated/``), so a search scored only on the simulator measures the priors
 as much as the search. A :class:`Variant` draws, from a seed, a cluster that behaves differently:
 
 - hardware: GEMM and attention efficiency x U(0.8, 1.15), HBM x U(0.8, 1.2), NVLink x U(0.6, 1.4),
