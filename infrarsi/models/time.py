@@ -188,6 +188,11 @@ class TimeModel:
             out = out + sigma[:, None] * self._rng.standard_normal(out.shape)
         return out
 
+    def standard_normal(self, n: int) -> np.ndarray:
+        """n standard normal draws from the model's own seeded stream, the one :meth:`sample` uses: a caller
+        that extends a draw (the tuner's residual GP) stays reproducible from the seed."""
+        return self._rng.standard_normal(n)
+
     @property
     def sigma(self) -> float:
         """Posterior mean of the noise sd (log scale)."""

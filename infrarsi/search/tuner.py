@@ -453,7 +453,7 @@ class Tuner:
             draw = self.time_model.sample(cands, 1)[0]
             if self.residual is not None:
                 gm, gv = self.residual.predict(self._codes(cands))
-                draw = draw + gm + np.sqrt(gv) * self.time_model._rng.standard_normal(len(cands))
+                draw = draw + gm + np.sqrt(gv) * self.time_model.standard_normal(len(cands))
             return draw
         except (np.linalg.LinAlgError, FloatingPointError, ValueError) as e:
             msg = f"trial {len(self.history)}: Thompson draw failed ({type(e).__name__}: {e}); proposed by EI instead"
