@@ -217,15 +217,14 @@ def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[
                 twice.append((it, seen[it], t))
             seen[it], cpu_at[it] = t, (None if c is None or ct is None else (ct, c))
     first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
-    gaps = [seen[i] - seen[i - 1] for i in range(first, warmup_steps + measured_steps + 1)
-            if i in seen and i - 1 in seen]
+    have = [i for i in range(first, warmup_steps + measured_steps + 1) if i in seen and i - 1 in seen]
+    gaps = [seen[i] - seen[i - 1] for i in have]
     if gaps:
         # Two harness measures of the same window: the median gap, and the window's span over its steps. A loaded
         # reader stamps lines in bursts now and then, which moves the median gap but not the span; a log that prints
         # its lines in a burst moves both. Either agreeing with the report is enough: a forger able to fake the span
         # paces its lines, which the CPU check below is for.
         measured = statistics.median(gaps)
-        have = [i for i in range(first, warmup_steps + measured_steps + 1) if i in seen and i - 1 in seen]
         span = (seen[have[-1]] - seen[have[0] - 1]) / (have[-1] - have[0] + 1)
 
         def off(m: float) -> bool:

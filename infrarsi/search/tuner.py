@@ -303,9 +303,13 @@ class Tuner:
         except (np.linalg.LinAlgError, FloatingPointError, ValueError) as e:
             if isinstance(e, ValueError) and "offsets" in str(e):
                 raise  # a caller error, not numerics
-            msg = f"trial {len(self.history)}: {what} fit failed ({type(e).__name__}: {e}); kept the previous fit"
-            self.numerics_log.append(msg)
-            _log.warning(msg)
+            self._numerics(f"{what} fit failed ({type(e).__name__}: {e}); kept the previous fit")
+
+    def _numerics(self, what: str) -> None:
+        """Record a failure of the search's own numerics (``numerics_log``, and a warning): the search goes on."""
+        msg = f"trial {len(self.history)}: {what}"
+        self.numerics_log.append(msg)
+        _log.warning(msg)
 
     def _fit_residual(self) -> None:
         self.residual = None
@@ -456,9 +460,7 @@ class Tuner:
                 draw = draw + gm + np.sqrt(gv) * self.time_model.standard_normal(len(cands))
             return draw
         except (np.linalg.LinAlgError, FloatingPointError, ValueError) as e:
-            msg = f"trial {len(self.history)}: Thompson draw failed ({type(e).__name__}: {e}); proposed by EI instead"
-            self.numerics_log.append(msg)
-            _log.warning(msg)
+            self._numerics(f"Thompson draw failed ({type(e).__name__}: {e}); proposed by EI instead")
             return None
 
     def _pairings(self, cands: list[Setting], ei: np.ndarray, p_oom: np.ndarray,
@@ -467,8 +469,8 @@ class Tuner:
         memory savers (one-knob changes the memory model prices below the candidate's peak) that does."""
         if not self._has_memory_data():
             return []
-        cfg = self.config
-        hungry = [i for i in np.argsort(-ei, kind="stable")[: cfg.pair_top * 4] if p_oom[i] > self._cap()][: cfg.pair_top]
+        cfg, cap = self.config, self._cap()
+        hungry = [i for i in np.argsort(-ei, kind="stable")[: cfg.pair_top * 4] if p_oom[i] > cap][: cfg.pair_top]
         out: list[tuple[Setting, tuple[Setting, list[str]]]] = []
         seen: set[Setting] = set()
         for i in hungry:
@@ -488,7 +490,7 @@ class Tuner:
             if not variants:
                 continue
             vs = [s for s, _ in variants]
-            fit = self._p_oom(vs) <= self._cap()
+            fit = self._p_oom(vs) <= cap
             if not fit.any():
                 continue
             vm, _ = self.predict_time(vs)
