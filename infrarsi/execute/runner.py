@@ -261,6 +261,7 @@ class Runner:
                 relaunched += [*outcome.evidence, f"launched again (attempt {attempt + 2})"]
                 adopted, attempt = None, attempt + 1
         finally:
+            ended_at = time.time()  # the trial's end: its slot is free from here; what follows is bookkeeping
             self._gate.release(procs, mem)
             with self._lock:
                 self._handles.pop(trial.id, None)
@@ -287,7 +288,7 @@ class Runner:
         return self.record.finish(trial.model_copy(update={
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
-            "cost": Cost(wall_s=outcome.wall_s, devices=spec.devices), "finished_at": time.time(),
+            "cost": Cost(wall_s=outcome.wall_s, devices=spec.devices), "finished_at": ended_at,
             "warnings": warnings}))
 
     def _repo(self, spec: LaunchSpec) -> Path:
