@@ -10,7 +10,8 @@ its lock, the plan holds, under ``infrarsi-tuned/<contract name>/`` in the user'
     profile.json  {"framework", "setting", ...} for ``infrarsi-launch --profile`` (Megatron / torchtitan)
     audit.json    contract hash, the candidate, its trials, speedup and CI, every file with its sha256
 
-plus every verified kernel file the setting names, copied to its path inside the locked scope.
+plus every verified kernel file the setting names, copied to its path inside the locked scope (a
+candidate the run generated: to ``kernels/<op>/generated/``, where the run wrote it).
 Any problem (see :mod:`infrarsi.report.audit`) refuses the whole plan with one line: nothing is
 half-applied.
 """
@@ -185,6 +186,9 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
         raise ApplyRefused(probs[0])
     setting = dict(cand["setting"])
     baseline = data.verification.get("baseline", {})
+    audits = audit_files(data, setting)
+    # each kernel as the repository names it (a generated one the run named by absolute path: its place there)
+    setting = {**setting, **{f"{KERNEL_PREFIX}{f.op}": f.path for f in audits}}
     changes = changed(setting, baseline)
     adapter = _adapter(data)
     try:
@@ -195,7 +199,6 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
     out = f"{OUT_ROOT}/{data.contract.name}"
     depth = len(Path(out).parts)
     files: list[FileChange] = []
-    audits = audit_files(data, setting)
     for f in audits:
         files.append(FileChange(path=f.path, content=f.source.read_bytes(),  # type: ignore[union-attr]
                                 why=f"kernel patch for {f.op}; inside scope ({f.scope_glob}); verifier: {f.verdict}, "

@@ -20,6 +20,11 @@ KERNELS_ROOT = Path(__file__).resolve().parents[2] / "kernels"
 GENERATED = "generated"  # kernels/<op>/generated/<name>.py: candidates an LLM wrote (generate.py)
 
 
+def generated_folder(op: str) -> str:
+    """Where the run stage writes generated candidates of op, relative to the repository (posix)."""
+    return f"kernels/{op}/{GENERATED}"
+
+
 def kernels_root() -> Path:
     return Path(os.environ.get("INFRARSI_KERNELS", KERNELS_ROOT))
 

@@ -23,7 +23,7 @@ from rich.markup import escape
 
 from ..transformer import minigpt_ffn
 from . import verdicts as verdicts_mod
-from .loader import GENERATED, OPS
+from .loader import OPS, generated_folder
 
 GENERATE_TOP = 2  # ops to generate candidates for, hottest first
 
@@ -108,11 +108,6 @@ def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], e
     return out
 
 
-def generated_folder(op: str) -> str:
-    """Where the run writes generated candidates of op, relative to the repository (posix)."""
-    return f"kernels/{op}/{GENERATED}"
-
-
 def generated_scope_problem(op: str, globs) -> str | None:
     """Why the run may not write generated candidates of op (its folder is outside scope.files), or None.
     The file name comes from the LLM; a glob that takes the folder's files takes it (names: [a-z0-9_]+.py)."""
@@ -184,7 +179,7 @@ def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], e
     for p, g in generated.items():  # the generated ones that failed: listed with their reasons
         verdicts.setdefault(p, g)
     f = verdicts_mod.record(run_dir, verdicts)
-    return _extended_space(space, domains), verdicts, verdicts_mod.pinned(adapter, f)
+    return extended_space(space, domains), verdicts, verdicts_mod.pinned(adapter, f)
 
 
 def _guard(run_dir: Path, *also: Path):
@@ -198,7 +193,7 @@ def _sandbox_reasons(wrote: list) -> list[str]:
     return [f"scope: wrote outside its sandbox while verified: {w}" for w in wrote[:5]]
 
 
-def _extended_space(space, domains: dict[str, list]):
+def extended_space(space, domains: dict[str, list]):
     """space with each kernel knob's domain replaced (grown by generated candidates, shrunk by failures)."""
     from ..knobs import KnobSpace
 

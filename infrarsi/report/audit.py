@@ -7,6 +7,13 @@ Scope: a path is inside ``scope.files`` when it is a normalized relative path (n
 that ``fnmatch`` matches against one of the globs (``*`` also crosses ``/``, so ``kernels/**/*.py``
 takes ``kernels/rmsnorm/x.py``). The ``..`` rule matters: ``kernels/../../etc/x.py`` matches the glob
 textually but leaves the scope.
+
+Generated candidates: a kernel the run stage generated and verified (``origin: "generated"`` in
+search.json's ``kernel_verdicts``, written to ``kernels/<op>/generated/``) joined its knob's domain for
+that run only, so ``scope.knobs`` does not list it. Such a value is allowed when its verdict passed and
+its file is under that op's generated folder; the file audit then holds it to the same rules as a listed
+candidate (inside ``scope.files``, still the bytes that passed). A run started outside the repository's
+root names it by absolute path; in the repository it belongs at ``kernels/<op>/generated/<file>``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..execute.trial import TrialStatus
+from ..kernels.loader import generated_folder
 from ..search.verify import speedup_ci
 from ..contract.invariants import free_knobs
 from .load import RunData
@@ -30,7 +38,7 @@ REFERENCE = "reference"
 
 @dataclass(frozen=True)
 class FileAudit:
-    path: str  # as the setting names it, relative to the repository
+    path: str  # where it belongs in the repository (relative); the setting's own value for a listed candidate
     op: str  # kernel op, e.g. "rmsnorm"
     source: Path | None  # where the file was found now (None: missing)
     sha256: str | None  # of the file now
@@ -81,12 +89,42 @@ def kernel_files(setting: Mapping[str, Any], patches: Mapping[str, str] | None =
     return dict(sorted(out.items()))
 
 
+def generated_place(path: str, op: str) -> str | None:
+    """Where a generated candidate of op belongs in the repository (``kernels/<op>/generated/<file>``), or
+    None when ``path`` is not in that folder (relative, or absolute with that folder as its last parts)."""
+    p = PurePosixPath(path.replace("\\", "/"))
+    if ".." in p.parts or len(p.parts) < 4:
+        return None
+    tail = PurePosixPath(*p.parts[-4:])
+    if tail.parent.as_posix() != generated_folder(op) or tail.suffix != ".py":
+        return None
+    if not p.is_absolute() and p != tail:
+        return None  # a relative path must be the folder itself, not one nested deeper
+    return tail.as_posix()
+
+
+def generated_passed(data: RunData) -> dict[str, dict[str, str]]:
+    """op -> {the setting's value: its place in the repository} for every generated candidate whose
+    verification passed in this run (search.json's kernel_verdicts)."""
+    out: dict[str, dict[str, str]] = {}
+    for value, v in (data.search.get("kernel_verdicts", {}) or {}).items():
+        op = str(v.get("op", ""))
+        if v.get("origin") != "generated" or v.get("verdict") != "pass":
+            continue
+        place = generated_place(str(value), op)
+        if place is not None:
+            out.setdefault(op, {})[str(value)] = place
+    return out
+
+
 def audit_files(data: RunData, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None) -> list[FileAudit]:
     verdicts = data.search.get("kernel_verdicts", {}) or {}
+    generated = generated_passed(data)
     out = []
-    for op, rel in kernel_files(setting, patches).items():
-        src = data.resolve_source(rel)
-        v = verdicts.get(rel) or {}
+    for op, value in kernel_files(setting, patches).items():
+        src = data.resolve_source(value)
+        v = verdicts.get(value) or {}
+        rel = generated.get(op, {}).get(value, value)
         out.append(FileAudit(path=rel, op=op, source=src, sha256=sha256_file(src) if src else None,
                              verified_sha256=v.get("sha256"), verdict=v.get("verdict"),
                              scope_glob=scope_glob(rel, data.contract.scope.files)))
@@ -99,7 +137,8 @@ def knob_problems(data: RunData, setting: Mapping[str, Any]) -> list[str]:
     scope = data.contract.scope.knobs
     base = (data.verification or {}).get("baseline") or data.contract.baseline
     out = []
-    space = _space(data)
+    generated = generated_passed(data)
+    space = _space(data, generated)
     derived = free_knobs(data.contract, space) if space is not None else set()
     if derived:  # a derived knob follows its parents: the space's own rules decide, not scope.knobs
         out += [f"knob setting breaks {v.constraint}: {v}" for v in space.validate(
@@ -110,14 +149,16 @@ def knob_problems(data: RunData, setting: Mapping[str, Any]) -> list[str]:
                 out.append(f"knob {k}={v!r} is outside the locked scope (scope.knobs); the baseline has {base[k]!r}")
             continue
         if k in scope:
-            allowed = list(scope[k]) + ([REFERENCE] if k.startswith(KERNEL_PREFIX) else [])
+            allowed = list(dict.fromkeys([*scope[k], *([REFERENCE] if k.startswith(KERNEL_PREFIX) else []),
+                                          *generated.get(k.removeprefix(KERNEL_PREFIX), {})]))
             if v not in allowed:
                 out.append(f"knob {k}={v!r} is not among the locked values {allowed} (scope.knobs.{k})")
     return out
 
 
-def _space(data: RunData):
-    """The run's knob space as its adapter builds it (None when the adapter cannot: the audit then goes by
+def _space(data: RunData, generated: Mapping[str, Mapping[str, str]]):
+    """The run's knob space as its adapter builds it, each kernel knob's domain grown by the run's passing
+    generated candidates as the run stage grew it (None when the adapter cannot: the audit then goes by
     scope.knobs alone)."""
     import inspect
 
@@ -126,9 +167,16 @@ def _space(data: RunData):
     try:
         cls = type(get_adapter(data.contract.workload.adapter))
         kw = {"base_dir": data.contract_path.parent} if "base_dir" in inspect.signature(cls.__init__).parameters else {}
-        return cls(**kw).knob_space(data.contract)
+        space = cls(**kw).knob_space(data.contract)
     except Exception:  # noqa: BLE001 - the audit must still report a run whose adapter cannot load here
         return None
+    grown = {k.name: [*k.domain, *generated[op]] for k in space.knobs
+             if (op := k.name.removeprefix(KERNEL_PREFIX)) in generated and k.name.startswith(KERNEL_PREFIX)}
+    if not grown:
+        return space
+    from ..kernels.space import extended_space
+
+    return extended_space(space, grown)
 
 
 def run_problems(data: RunData) -> list[str]:

@@ -3,7 +3,9 @@
 What it writes under ``root`` (a stand-in for the user's repository)::
 
     root/minigpt-cpu.toml          contracts/minigpt-cpu.toml + a kernel knob (kernel_rmsnorm) in scope
-    root/kernels/rmsnorm/<file>    the real candidate file, copied from the project's kernels/
+    root/kernels/rmsnorm/<file>    the real candidate file, copied from the project's kernels/ (with
+                                   ``generated=True``: to kernels/rmsnorm/generated/, as the run stage writes
+                                   a candidate an LLM wrote; the contract then lists only "reference")
     root/run/contract.lock         by write_lock (the real lock and hash)
     root/run/trials/<n>/trial.json by RunRecord.start/finish: doctor x3, search x12 (ok, OOM, crash,
                                    timeout), verify pairs for two candidates
@@ -33,6 +35,7 @@ from ..adapters import get_adapter
 from ..contract import contract_hash, write_lock
 from ..contract.seal import sealed_write
 from ..io import atomic_write
+from ..kernels.space import extended_space
 from ..doctor.noise import profile
 from ..execute.record import RunRecord
 from ..execute.trial import Cost, Metrics, Trial, TrialStatus
@@ -44,6 +47,7 @@ from ..stages.run import _save_search, memory_estimate, outcome_of
 
 PROJECT = Path(__file__).resolve().parents[2]
 KERNEL = "kernels/rmsnorm/triton_rows4.py"
+GENERATED_KERNEL = "kernels/rmsnorm/generated/triton_gen.py"  # the same bytes, where the run stage writes them
 MiB = 2**20
 
 # log-scale effects relative to the baseline (mbs 2, unfused attention, 1 thread)
@@ -83,18 +87,24 @@ PRIORS = [
 
 
 def _law(setting: dict[str, Any], table: dict, base: float) -> float:
+    if setting.get("kernel_rmsnorm") == GENERATED_KERNEL:  # the same bytes as KERNEL: the same effect
+        setting = {**setting, "kernel_rmsnorm": KERNEL}
     return base * math.exp(sum(v for (k, val), v in table.items() if setting.get(k) == val))
 
 
 def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, scope_files: list[str] | None = None,
-                       seed: int = 0) -> Path:
-    """Write the recorded run under ``root``; returns the run directory (``root/run``)."""
+                       seed: int = 0, generated: bool = False) -> Path:
+    """Write the recorded run under ``root``; returns the run directory (``root/run``). ``generated``: the
+    winning RMSNorm candidate is one the run stage generated (kernels/rmsnorm/generated/, origin "generated"
+    in its verdict), not one the contract lists."""
     root = Path(root)
     rng = random.Random(seed)
-    (root / "kernels/rmsnorm").mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROJECT / KERNEL, root / KERNEL)
+    kernel = GENERATED_KERNEL if generated else KERNEL
+    (root / kernel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT / KERNEL, root / kernel)
+    listed = "reference" if generated else KERNEL  # a generated candidate joins the domain for its run only
     text = (PROJECT / "contracts/minigpt-cpu.toml").read_text()
-    text = text.replace("adam_impl = [\"foreach\", \"fused\"]", f"adam_impl = [\"foreach\", \"fused\"]\nkernel_rmsnorm = [\"{KERNEL}\"]")
+    text = text.replace("adam_impl = [\"foreach\", \"fused\"]", f"adam_impl = [\"foreach\", \"fused\"]\nkernel_rmsnorm = [\"{listed}\"]")
     if scope_files is not None:
         text = text.replace('files = ["kernels/**/*.py"]', f"files = {json.dumps(scope_files)}")
     if peak_flops:
@@ -104,6 +114,8 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
     run_dir = root / "run"
     contract, _ = write_lock(contract_path, run_dir)
     space = get_adapter("minigpt").knob_space(contract)
+    if generated:  # as kernels.space.prepare extends it for the run
+        space = extended_space(space, {"kernel_rmsnorm": ["reference", GENERATED_KERNEL]})
     baseline = space.complete(contract.baseline).to_dict()
     cap = contract.hardware.memory_capacity_bytes
     record = RunRecord(run_dir)
@@ -146,7 +158,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
     proposals: dict[str, Any] = {}
     seen = list(doctor)
     for changes, forced, kind in SEARCH:
-        s = {**baseline, **changes}
+        s = {**baseline, **_named(changes, kernel)}
         ok = [t for t in seen if t.status is TrialStatus.OK]
         tm = TimeModel(space, priors=PRIORS, noise_cv=noise.cv).fit([t.setting for t in ok], [t.metrics.step_time_s for t in ok])
         mean, _ = tm.predict([s])
@@ -161,14 +173,16 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
                   config=TunerConfig(n_initial=3, mde=noise.mde), memory_estimate=memory_estimate(space, contract))
     for t in seen:
         tuner.tell(t.setting, outcome_of(t))
-    sha = __import__("hashlib").sha256((root / KERNEL).read_bytes()).hexdigest()
-    _save_search(run_dir, tuner, PRIORS, proposals, "budget spent",
-                 {KERNEL: {"verdict": "pass", "reasons": [], "sha256": sha}}, [])
+    sha = __import__("hashlib").sha256((root / kernel).read_bytes()).hexdigest()
+    verdict = {"op": "rmsnorm", "verdict": "pass", "reasons": [], "sha256": sha}
+    if generated:
+        verdict.update(origin="generated", why="rmsnorm is 61% of the step (phase profile)")
+    _save_search(run_dir, tuner, PRIORS, proposals, "budget spent", {kernel: verdict}, [])
 
     verification: dict[str, Any] = {"repeats": 3, "mde": noise.mde, "baseline": baseline, "candidates": [],
                                     "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the "
                                             "loss trace matches the baseline within the contract"}
-    for changes in (SEARCH[9][0], {"adam_impl": "fused"}):
+    for changes in (_named(SEARCH[9][0], kernel), {"adam_impl": "fused"}):
         cand = {**baseline, **changes}
         pairs = [(run_one(baseline, "verify"), run_one(cand, "verify")) for _ in range(3)]
         sp = speedup_ci([a.metrics.step_time_s for a, _ in pairs], [b.metrics.step_time_s for _, b in pairs])
@@ -185,6 +199,11 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
     verification["finished_at"] = time.time()
     sealed_write(run_dir, run_dir / "verification.json", json.dumps(verification, indent=2, sort_keys=True))
     return run_dir
+
+
+def _named(changes: dict[str, Any], kernel: str) -> dict[str, Any]:
+    """SEARCH's changes with the RMSNorm candidate named where this run keeps it."""
+    return {k: kernel if v == KERNEL else v for k, v in changes.items()}
 
 
 _CACHE: dict[tuple, Path] = {}

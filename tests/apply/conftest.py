@@ -47,3 +47,9 @@ def repo(tmp_path):
 def consoles():
     out, err = io.StringIO(), io.StringIO()
     return (Console(file=out, width=200, highlight=False), Console(file=err, width=200, highlight=False), out, err)
+
+
+@pytest.fixture(scope="session")
+def generated_root(tmp_path_factory):
+    """The same run whose winning RMSNorm candidate the run stage generated (kernels/rmsnorm/generated/)."""
+    return cached_recorded_run(tmp_path_factory.getbasetemp(), generated=True)
