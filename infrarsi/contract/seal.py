@@ -1,7 +1,7 @@
 """Sealed records: every record a run keeps is chained to its lock with an HMAC whose key lives outside it.
 
 A record that decides a number (``trials/<n>/trial.json``, ``noise.json``, ``search.json``,
-``verification.json``, ``verification.progress.json``) is written through :func:`sealed_write`, which
+``verification.json``, ``verification.progress.json``, ``kernels/verdicts.json``) is written through :func:`sealed_write`, which
 first appends one entry to the run's chain, ``RUN_DIR/seals.jsonl``, then writes the file atomically::
 
     {"n": 7, "path": "trials/3/trial.json", "sha256": <of the new bytes>, "lock": <the lock's workload hash>,
@@ -49,7 +49,7 @@ DEFAULT_KEY = Path("~/.infrarsi/seal.key")
 SEAL_LOG = "seals.jsonl"
 LOCK_FILE = "contract.lock"
 # Files of a run directory that must be sealed (relative, posix); trial records by pattern.
-SEALED_NAMES = ("noise.json", "search.json", "verification.json", "verification.progress.json")
+SEALED_NAMES = ("noise.json", "search.json", "verification.json", "verification.progress.json", "kernels/verdicts.json")
 TRIAL_RECORD = "trial.json"
 INTERRUPTED_TAIL = 16  # a crash cuts at most one write per writing thread (parallel trials + the stage)
 

@@ -173,6 +173,25 @@ def test_a_kernel_verdict_edited_from_fail_to_pass_is_refused_by_run_report_and_
         assert r.returncode == 1 and "kernels/verdicts.json was edited after it was sealed" in r.err, (verb, r.stderr)
 
 
+def test_a_kernel_verdict_file_copied_in_without_a_seal_is_refused(recorded, cli, monkeypatch):
+    """A verdicts.json the run stage never wrote (a passing verdict for a candidate nobody verified, copied
+    into the run): it carries no seal, so run, report, apply and the training process refuse it."""
+    from infrarsi.kernels import verdicts
+    from infrarsi.testing.recorded_run import KERNEL
+
+    cand = recorded.parent / KERNEL
+    f = verdicts.verdict_file(recorded)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(json.dumps({str(cand.resolve()): {"op": "rmsnorm", "verdict": "pass", "path": str(cand),
+                                                    "sha256": __import__("hashlib").sha256(cand.read_bytes()).hexdigest()}}))
+    for verb in (("run",), ("report",), ("apply", "--dry-run")):
+        r = cli(*verb, "--run-dir", recorded)
+        assert r.returncode == 1 and "kernels/verdicts.json carries no seal" in r.err, (verb, r.stderr)
+    monkeypatch.setenv(verdicts.ENV, str(f))
+    why = verdicts.refusal("rmsnorm", str(cand))
+    assert why is not None and "kernels/verdicts.json carries no seal" in why
+
+
 def test_an_edited_kernel_verdict_is_refused_inside_the_run_too(recorded, monkeypatch):
     """The training process will not run a candidate on an edited verdict file, and the run stage will not
     rewrite one (a rewrite would seal the edit)."""
