@@ -22,6 +22,16 @@ post-hoc check of the chain after it stands in the way of cruder edits. ``$INFRA
 file outside the home folder (another disk, a file provisioned by an administrator); that helps only
 where the trials run as a user who cannot read it.
 
+Where the key is needed: only in the processes of the stages (``init``, ``doctor``, ``run``, ``report``,
+``apply``), which seal and check the records. Trials need none, on this machine or on a Slurm node: the
+one check a training process makes, that a kernel candidate passed at run start, is carried by its
+launch (``INFRARSI_KERNEL_PINS``, see kernels/verdicts.py: the stage checks the verdict file's seal, the
+job script exports the pins with the rest of the environment). The key is deliberately not handed to
+jobs: a job that can read it can re-seal what it edits. To run a stage itself on a cluster node (e.g.
+``infrarsi run`` inside an allocation), that node needs the same key: a shared home folder gives it, or
+``$INFRARSI_SEAL_KEY`` naming a file on a shared disk (mode 0600). A process that finds no key creates
+a new one, under which every earlier record reads as "sealed with another key".
+
 A write interrupted by a crash (entry appended, file not yet replaced) leaves the file at its previous
 sealed version (or absent, for a new file): such a file is accepted when its entry is among the chain's
 last ``INTERRUPTED_TAIL`` entries, so a killed run resumes.

@@ -1,7 +1,7 @@
 """The kernel verdicts of one run, recorded at its start, and the workload's check against them.
 
     path = record(run_dir, {"kernels/rmsnorm/x.py": {"op": "rmsnorm", "verdict": "pass", "sha256": ...}})
-    adapter = pinned(adapter, path)       # every launch carries INFRARSI_KERNEL_VERDICTS=<path>
+    adapter = pinned(adapter, path)       # every launch carries INFRARSI_KERNEL_VERDICTS=<path> and the pins
     refusal(op, "kernels/rmsnorm/x.py")  # in the training process: None, or why it must not run
 
 The run stage verifies each candidate once, when it starts, and writes ``<run_dir>/kernels/verdicts.json``
@@ -11,7 +11,17 @@ a trial of this run caught it drifting in situ (``disqualify``: it is then refus
 
 The file is one of the run's sealed records (contract/seal.py): every write goes through ``sealed_write``,
 so a verdict edited by hand (``fail`` -> ``pass``) is refused by run, report and apply, naming
-``kernels/verdicts.json``; the workload checks the seal too before it trusts the file.
+``kernels/verdicts.json``.
+
+The training process needs no seal key. A trial cannot read the key (the local sandbox hides it) or may
+run where there is none (a Slurm node without the user's home folder), so the launch carries the
+verdicts itself: ``pinned`` checks the file's seal in the stage's process, which holds the key, and puts
+``INFRARSI_KERNEL_PINS`` (JSON, resolved candidate path -> sha256, the candidates that pass at that
+moment) into every launch's environment, which the Slurm job script exports like the rest of it. The
+workload runs a candidate only when it is pinned and its bytes have that sha256; the file is then read
+only to say why a candidate that is not pinned was refused. A candidate disqualified after a trial was
+launched is refused from the next launch on. Without the pins (``INFRARSI_KERNEL_VERDICTS`` alone, set by
+hand), the workload checks the file's seal itself, and that needs the key.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from typing import Any
 from ..contract import seal
 
 ENV = "INFRARSI_KERNEL_VERDICTS"
+PINS_ENV = "INFRARSI_KERNEL_PINS"  # {resolved candidate path: sha256} that passed when the trial was launched
 FILE = Path("kernels") / "verdicts.json"
 REFUSED = "infrarsi kernel refused"  # the workload's line when it will not run a candidate
 DRIFT = "infrarsi kernel spot check failed"  # the workload's line when a spot check mismatched (insitu.py)
@@ -95,9 +106,13 @@ def after_trial(run_dir: Path, trial) -> list[str]:
 
 
 def refusal(op: str, path: str) -> str | None:
-    """In the training process: why the candidate at path must not run, or None. Without a verdict file
-    (the workload run by hand, outside a run) there is nothing to hold it to."""
+    """In the training process: why the candidate at path must not run, or None. Held to the pins the
+    launch carries when there are any, else to the sealed verdict file; without either (the workload run
+    by hand, outside a run) there is nothing to hold it to."""
     f = os.environ.get(ENV)
+    pins = os.environ.get(PINS_ENV)
+    if pins is not None:
+        return _pin_refusal(op, path, pins, f)
     if not f:
         return None
     tampered = seal_problem(Path(f))
@@ -117,8 +132,40 @@ def refusal(op: str, path: str) -> str | None:
     return None
 
 
+def _pin_refusal(op: str, path: str, raw: str, f: str | None) -> str | None:
+    try:
+        pins = json.loads(raw)
+        if not isinstance(pins, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        return f"{op}={path} cannot be checked: {PINS_ENV} is not a JSON object of path -> sha256 ({e}); it is set by the launch"
+    pin = pins.get(_key(path))
+    if pin is None:
+        e = _read(Path(f)).get(_key(path)) if f else None  # read for the reason only: nothing here lets it run
+        if e is not None and e.get("verdict") != "pass":
+            why = "; ".join(e.get("reasons", []))[:300]
+            return f"{op}={path} is {e.get('verdict')} in this run ({why})"
+        return (f"{op}={path} was not a verified candidate of this run when this trial was launched ({PINS_ENV}); "
+                f"only candidates verified at run start may run")
+    now = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if now != pin:
+        return (f"{op}={path} changed since it was verified at run start (sha256 now {now[:12]}, verified "
+                f"{str(pin)[:12]}); verify it again with `infrarsi kernels verify {path}`")
+    return None
+
+
+def pins_of(f: Path) -> dict[str, str]:
+    """{resolved candidate path: sha256} of every candidate that passes in the verdict file, after checking
+    its seal (raises SealError naming the file when it does not match)."""
+    why = seal_problem(Path(f))
+    if why is not None:
+        raise seal.SealError(f"tampered records in {Path(f).parent.parent}: {why}")
+    return {k: str(e.get("sha256")) for k, e in sorted(_read(Path(f)).items()) if e.get("verdict") == "pass"}
+
+
 def pinned(adapter, path: Path):
-    """The adapter, with every launch carrying ``INFRARSI_KERNEL_VERDICTS=<path>``."""
+    """The adapter, with every launch carrying ``INFRARSI_KERNEL_VERDICTS=<path>`` and the pins
+    (``INFRARSI_KERNEL_PINS``) read from that file when the launch is made."""
     return _Pinned(adapter, str(Path(path).resolve()))
 
 
@@ -131,7 +178,8 @@ class _Pinned:
 
     def launch(self, contract, setting, *, patches=None):
         spec = self._inner.launch(contract, setting, patches=patches)
-        return spec.model_copy(update={"env": {**spec.env, ENV: self._path}})
+        pins = json.dumps(pins_of(Path(self._path)), sort_keys=True, separators=(",", ":"))
+        return spec.model_copy(update={"env": {**spec.env, ENV: self._path, PINS_ENV: pins}})
 
 
 def _read(f: Path) -> dict:
