@@ -160,11 +160,17 @@ class Tuner:
         self.residual: Residual | None = None
         # With an analytical memory estimate, log(estimate) is an offset and the memory coefficients are
         # residuals: the priors' memory effects are already in the estimate, so they start at 0.
+        # An estimate may say how far off it is (``residual_sd``, ``interaction_sd`` attributes, log scale: the
+        # fake-step estimate of estimate/run.py, measured on real trials); else RESIDUAL_MEM_SD and the model's
+        # own interaction prior.
         self.memory_estimate = memory_estimate
-        mem_priors = ([p.model_copy(update={"mem_mean": 0.0, "mem_sd": RESIDUAL_MEM_SD}) for p in self.priors]
+        res_sd = float(getattr(memory_estimate, "residual_sd", RESIDUAL_MEM_SD))
+        inter_sd = getattr(memory_estimate, "interaction_sd", None)
+        mem_priors = ([p.model_copy(update={"mem_mean": 0.0, "mem_sd": res_sd}) for p in self.priors]
                       if memory_estimate else self.priors)
         self.memory_model = (MemoryModel(model_space, memory_capacity_bytes, priors=mem_priors, seed=seed,
-                                         main_sd=self.config.memory_sd)
+                                         main_sd=self.config.memory_sd,
+                                         **({"interaction_sd": float(inter_sd)} if memory_estimate and inter_sd else {}))
                              if memory_capacity_bytes else None)
         self._log_est: dict[Setting, float] = {}
         self.history: list[tuple[Setting, Outcome]] = []
