@@ -309,7 +309,7 @@ def run_torchtitan(args) -> int:
 
     from types import SimpleNamespace
 
-    from infrarsi.estimate.overhead import unseen_bytes
+    from infrarsi.estimate.overhead import FRAGMENTING, unseen_bytes
 
     tiny = ["--training.local_batch_size", "1", "--training.seq_len", "32"]
     base = measured(tiny) - tracked(tiny).tracked_bytes
@@ -321,7 +321,7 @@ def run_torchtitan(args) -> int:
         e = tracked(over)
         m = measured(over)
         unseen, _ = unseen_bytes(cpu, bf16=True, framework="torchtitan",
-                                 transient_bytes=e.tracked.get("Activation", 0) + e.tracked.get("Temp", 0))
+                                 transient_bytes=sum(e.tracked.get(c, 0) for c in FRAGMENTING["cpu-torchtitan"]))
         rows.append((ac, lb, m, e.tracked_bytes + unseen, e))
     print(f"{'ac':>9} {'lb':>3} | {'measured':>8} {'estimate':>8} {'err':>6} | tracked: params grads opt act temp (MiB)")
     for ac, lb, m, est, e in rows:
@@ -337,7 +337,7 @@ def run_torchtitan(args) -> int:
 TT_CONTRACT = ROOT / "contracts/torchtitan-cpu.toml"
 # (name, setting changes from the baseline, extra torchtitan arguments). The first four fit the constants: the bare
 # process (local batch 1, seq 32: a few MiB of tensors) and the three activation-checkpointing modes at the job's
-# shape, whose transient bytes span 118-420 MiB. The rest are held out.
+# shape. The rest are held out.
 TT_FIT = [("bare (local batch 1, seq 32)", {}, ["--training.local_batch_size", "1", "--training.seq_len", "32"]),
           ("AC full", {"recompute_granularity": "full"}, []),
           ("AC selective (baseline)", {}, []),
@@ -355,12 +355,14 @@ def run_calibrate_torchtitan(args) -> int:
     2 ranks on gloo, with its tokenizer and dataloader, launched as the adapter launches a trial (no cap). The
     unseen bytes of a run are its reported peak (the highest memory line of any rank, what the tuner is told) minus
     the fake step's tracked bytes for the same job; a least-squares line over the TT_FIT runs gives
-    base + fragmentation x transient, and the TT_HELD_OUT runs test it."""
+    base + fragmentation x transient (the tracked categories overhead.FRAGMENTING names), and the TT_HELD_OUT runs
+    test it."""
     import os
     import subprocess
 
     from infrarsi.adapters.torchtitan import TorchtitanAdapter
     from infrarsi.adapters.torchtitan_log import parse_torchtitan_log
+    from infrarsi.estimate.overhead import FRAGMENTING
     from infrarsi.estimate.run import anchored
     from infrarsi.estimate.torchtitan import estimate_job, job_args, job_config
 
@@ -387,7 +389,7 @@ def run_calibrate_torchtitan(args) -> int:
     def tracked(change: dict, extra: list[str]):
         setting = {**contract.baseline, **change}
         e = estimate_job(job_config(job_args(anchored_c, setting) + extra), world_size=int(contract.hardware.devices))
-        return e.tracked_bytes, e.tracked.get("Activation", 0) + e.tracked.get("Temp", 0)
+        return e.tracked_bytes, sum(e.tracked.get(c, 0) for c in FRAGMENTING["cpu-torchtitan"])
 
     rows = []
     for name, change, extra in TT_FIT + TT_HELD_OUT:
@@ -411,7 +413,37 @@ def run_calibrate_torchtitan(args) -> int:
     held = errs[len(fit):]
     print(f"held out: median |error| {statistics.median(map(abs, held)):.1%}, max {max(map(abs, held)):.1%}; "
           f"rms over all {math.sqrt(statistics.fmean(e * e for e in errs)):.1%}")
+    tt_prices(contract, adapter, cache["AC selective (baseline)"])
     return 0
+
+
+def tt_prices(contract, adapter, baseline_peak: float, runs: int = 4) -> None:
+    """The P(OOM) the run stage's tuner gives each setting of TT_FIT and TT_HELD_OUT once the doctor's ``runs``
+    baseline runs (at ``baseline_peak`` bytes each) are told: the contract's priors, the estimate as offset, the
+    constants in overhead.py as they are now."""
+    import tempfile
+
+    from infrarsi.priors import priors_for
+    from infrarsi.search import Outcome, Tuner
+    from infrarsi.stages.run import memory_estimate
+
+    space = adapter.knob_space(contract)
+    est = memory_estimate(space, contract, contract_dir=TT_CONTRACT.parent)
+    priors = priors_for(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump(),
+                        record_dir=Path(tempfile.mkdtemp()))
+    tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=priors, seed=0,
+                  memory_estimate=est)
+    base = space.complete(contract.baseline)
+    for _ in range(runs):
+        tuner.tell(base, Outcome("ok", step_time_s=1.0, peak_memory_bytes=baseline_peak))
+    cap = contract.hardware.memory_capacity_bytes
+    print(f"P(OOM) under the {cap / 2**30:g} GiB cap after {runs} baseline runs at {baseline_peak / 2**30:.2f} GiB "
+          f"(the tuner proposes up to {tuner.config.max_p_oom:g}):")
+    for name, change, extra in TT_FIT[1:] + TT_HELD_OUT:
+        s = {**contract.baseline, **change}
+        if extra or not space.is_valid(space.complete(s)):
+            continue
+        print(f"{name:>28} | estimate {est(space.complete(s)) / 2**30:.3f} GiB | P(OOM) {tuner.p_oom([s])[0]:.2f}")
 
 
 def main(argv=None) -> int:

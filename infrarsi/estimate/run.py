@@ -60,11 +60,11 @@ def offset_kind(contract: Any) -> str:
 # How far the memory model may move a setting's peak away from this estimate (log scale), for the tuner's priors
 # on the memory coefficients (search/tuner.py; the analytical estimate's are RESIDUAL_MEM_SD = 0.1 there).
 # Main effects: the fake step's error on real 2-rank torchtitan.train trials of contracts/torchtitan-cpu.toml is
-# at most 3.9% where it models the layout (AC modes, local batch, parameter dtype) and -9.9% for TP 2 (gloo and
+# at most 3.9% where it models the layout (AC modes, local batch, parameter dtype) and -10.0% for TP 2 (gloo and
 # DTensor buffers it does not see), 3.7% rms over the nine runs of `scripts/bench_estimate.py
 # --calibrate-torchtitan` (BENCHMARKS.md): 0.05. Interactions (micro-batch x activation checkpointing, per doubling
 # of the micro-batch from the knob's first value): the fake step runs each pair itself, so only what its arithmetic
-# misses is left; AC none's error is +0.6% at local batch 4 and at 8: 0.01 per doubling. (With the analytical
+# misses is left; AC none's error is -0.4% at local batch 4 and -0.3% at 8: 0.01 per doubling. (With the analytical
 # estimate's 0.1 per doubling, AC none at local batch 8, two doublings from 2, carried sd 0.22 on the log scale.)
 FAKE_STEP_RESIDUAL_SD = 0.05
 FAKE_STEP_INTERACTION_SD = 0.01

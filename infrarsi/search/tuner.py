@@ -374,6 +374,12 @@ class Tuner:
         return self.memory_model is not None and self.memory_model.n_obs + self.memory_model.n_censored \
             + self.memory_model.n_fit > 0
 
+    def p_oom(self, settings: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """P(peak > capacity x (1 - oom_margin)) per setting, as the search prices it now (zeros before any memory
+        data)."""
+        self.fit_models()
+        return self._p_oom([self.space.complete(s) for s in settings])
+
     def _p_oom(self, cands: Sequence[Setting]) -> np.ndarray:
         if not self._has_memory_data():
             return np.zeros(len(cands))
