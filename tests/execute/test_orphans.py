@@ -5,6 +5,7 @@ it launches the trial again."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def test_resume_ends_a_process_of_the_trial_left_running_before_relaunching(tmp_
 RANK = """import os, signal, sys, time
 if sys.argv[1:] == ["ignore-term"]:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-print(f"rank {os.environ['RANK']} pid {os.getpid()}", flush=True)
+os.write(1, f"rank {os.environ['RANK']} pid {os.getpid()}\\n".encode())  # one write: the ranks share the pipe
 time.sleep(600)
 """
 TORCHRUN_RUNNER = r"""
@@ -123,7 +124,7 @@ def _rank_pids(stdout: Path, n: int = 2, timeout_s: float = 120) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         text = stdout.read_text() if stdout.exists() else ""
-        pids = [int(line.split()[-1]) for line in text.splitlines() if line.startswith("rank ")]
+        pids = [int(p) for p in re.findall(r"rank \d+ pid (\d+)", text)]
         if len(pids) == n:
             return pids
         time.sleep(0.2)
