@@ -4,6 +4,7 @@
     python scripts/bench_estimate.py --minigpt            # every minigpt layout that runs here: error table
     python scripts/bench_estimate.py --scale              # torchtitan llama3 8B on 64 ranks, 70B on 256
     python scripts/bench_estimate.py --torchtitan         # torchtitan's llama3 trained for real on one process
+    python scripts/bench_estimate.py --calibrate-torchtitan   # torchtitan's constants, from real 2-rank trials
     python scripts/bench_estimate.py --replay --seeds 10 --caps 768,600,500   # the tuner with/without the estimate
 
 Errors are (estimate - measured) / measured of the per-process peak; rank order is the share of setting pairs
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import statistics
 import sys
 import time
@@ -307,7 +309,7 @@ def run_torchtitan(args) -> int:
 
     from types import SimpleNamespace
 
-    from infrarsi.estimate.overhead import unseen_bytes
+    from infrarsi.estimate.overhead import FRAGMENTING, unseen_bytes
 
     tiny = ["--training.local_batch_size", "1", "--training.seq_len", "32"]
     base = measured(tiny) - tracked(tiny).tracked_bytes
@@ -319,7 +321,7 @@ def run_torchtitan(args) -> int:
         e = tracked(over)
         m = measured(over)
         unseen, _ = unseen_bytes(cpu, bf16=True, framework="torchtitan",
-                                 transient_bytes=e.tracked.get("Activation", 0) + e.tracked.get("Temp", 0))
+                                 transient_bytes=sum(e.tracked.get(c, 0) for c in FRAGMENTING["cpu-torchtitan"]))
         rows.append((ac, lb, m, e.tracked_bytes + unseen, e))
     print(f"{'ac':>9} {'lb':>3} | {'measured':>8} {'estimate':>8} {'err':>6} | tracked: params grads opt act temp (MiB)")
     for ac, lb, m, est, e in rows:
@@ -331,6 +333,117 @@ def run_torchtitan(args) -> int:
     print(f"median |error| {statistics.median(map(abs, errs)):.1%}, max {max(map(abs, errs)):.1%}; rank order right in "
           f"{r}/{t} pairs")
     return 0
+
+TT_CONTRACT = ROOT / "contracts/torchtitan-cpu.toml"
+# (name, setting changes from the baseline, extra torchtitan arguments). The first four fit the constants: the bare
+# process (local batch 1, seq 32: a few MiB of tensors) and the three activation-checkpointing modes at the job's
+# shape. The rest are held out.
+TT_FIT = [("bare (local batch 1, seq 32)", {}, ["--training.local_batch_size", "1", "--training.seq_len", "32"]),
+          ("AC full", {"recompute_granularity": "full"}, []),
+          ("AC selective (baseline)", {}, []),
+          ("AC none", {"recompute_granularity": "none"}, [])]
+TT_HELD_OUT = [("fp32 params", {"bf16": False}, []),
+               ("AC none, fp32 params", {"recompute_granularity": "none", "bf16": False}, []),
+               ("AC none, local batch 4", {"recompute_granularity": "none", "micro_batch_size": 4}, []),
+               ("local batch 2", {"micro_batch_size": 2}, []),
+               ("TP 2", {"tensor_parallel": 2, "data_parallel": 1, "sequence_parallel": True}, [])]
+
+
+def run_calibrate_torchtitan(args) -> int:
+    """torchtitan's constants (overhead.BASE["cpu-torchtitan"...], FRAGMENTATION["cpu-torchtitan"]) from the process
+    a trial of contracts/torchtitan-cpu.toml really is: torchtitan.train through the CPU launcher under torchrun,
+    2 ranks on gloo, with its tokenizer and dataloader, launched as the adapter launches a trial (no cap). The
+    unseen bytes of a run are its reported peak (the highest memory line of any rank, what the tuner is told) minus
+    the fake step's tracked bytes for the same job; a least-squares line over the TT_FIT runs gives
+    base + fragmentation x transient (the tracked categories overhead.FRAGMENTING names), and the TT_HELD_OUT runs
+    test it."""
+    import os
+    import subprocess
+
+    from infrarsi.adapters.torchtitan import TorchtitanAdapter
+    from infrarsi.adapters.torchtitan_log import parse_torchtitan_log
+    from infrarsi.estimate.overhead import FRAGMENTING
+    from infrarsi.estimate.run import anchored
+    from infrarsi.estimate.torchtitan import estimate_job, job_args, job_config
+
+    contract = load_contract(TT_CONTRACT)
+    adapter = TorchtitanAdapter(base_dir=TT_CONTRACT.parent)
+    anchored_c = anchored(contract, TT_CONTRACT.parent)
+    cache_path = Path(args.cache).with_name("torchtitan_trials.json")
+    cache = {} if args.fresh else _cache(cache_path)
+
+    def measured(name: str, change: dict, extra: list[str]) -> float:
+        if name not in cache:
+            spec = adapter.launch(contract, change)
+            p = subprocess.run([*spec.argv, *extra], cwd=ROOT, env={**os.environ, **spec.env}, capture_output=True,
+                               text=True, timeout=900)
+            steps = parse_torchtitan_log(p.stdout + p.stderr)
+            if p.returncode != 0 or not steps:
+                raise SystemExit(f"{name}: torchtitan trial failed (exit {p.returncode}): "
+                                 f"{(p.stderr.strip().splitlines() or [''])[-1]}")
+            cache[name] = max(st.memory_gib for st in steps) * 2**30
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.write_text(json.dumps(cache, indent=1))
+        return cache[name]
+
+    def tracked(change: dict, extra: list[str]):
+        setting = {**contract.baseline, **change}
+        e = estimate_job(job_config(job_args(anchored_c, setting) + extra), world_size=int(contract.hardware.devices))
+        return e.tracked_bytes, sum(e.tracked.get(c, 0) for c in FRAGMENTING["cpu-torchtitan"])
+
+    rows = []
+    for name, change, extra in TT_FIT + TT_HELD_OUT:
+        m = measured(name, change, extra)
+        tr, transient = tracked(change, extra)
+        rows.append((name, m, tr, transient))
+        print(f"  {name}: measured {m / MiB:.0f} MiB, tracked {tr / MiB:.1f} MiB, transient {transient / MiB:.1f} MiB",
+              flush=True)
+    fit = rows[:len(TT_FIT)]
+    xs, ys = [r[3] for r in fit], [r[1] - r[2] for r in fit]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    frag = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs))
+    base = my - frag * mx
+    print(f"base {base / MiB:.1f} MiB, fragmentation {frag:.3f} (least squares over the {len(fit)} fit runs)")
+    print(f"{'setting':>28} | {'measured':>8} {'estimate':>8} {'err':>6}  (MiB)")
+    errs = []
+    for i, (name, m, tr, transient) in enumerate(rows):
+        est = tr + base + frag * transient
+        errs.append(est / m - 1)
+        print(f"{name:>28} | {m / MiB:8.0f} {est / MiB:8.0f} {est / m - 1:+6.1%}{'  (fit)' if i < len(fit) else ''}")
+    held = errs[len(fit):]
+    print(f"held out: median |error| {statistics.median(map(abs, held)):.1%}, max {max(map(abs, held)):.1%}; "
+          f"rms over all {math.sqrt(statistics.fmean(e * e for e in errs)):.1%}")
+    tt_prices(contract, adapter, cache["AC selective (baseline)"])
+    return 0
+
+
+def tt_prices(contract, adapter, baseline_peak: float, runs: int = 4) -> None:
+    """The P(OOM) the run stage's tuner gives each setting of TT_FIT and TT_HELD_OUT once the doctor's ``runs``
+    baseline runs (at ``baseline_peak`` bytes each) are told: the contract's priors, the estimate as offset, the
+    constants in overhead.py as they are now."""
+    import tempfile
+
+    from infrarsi.priors import priors_for
+    from infrarsi.search import Outcome, Tuner
+    from infrarsi.stages.run import memory_estimate
+
+    space = adapter.knob_space(contract)
+    est = memory_estimate(space, contract, contract_dir=TT_CONTRACT.parent)
+    priors = priors_for(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump(),
+                        record_dir=Path(tempfile.mkdtemp()))
+    tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=priors, seed=0,
+                  memory_estimate=est)
+    base = space.complete(contract.baseline)
+    for _ in range(runs):
+        tuner.tell(base, Outcome("ok", step_time_s=1.0, peak_memory_bytes=baseline_peak))
+    cap = contract.hardware.memory_capacity_bytes
+    print(f"P(OOM) under the {cap / 2**30:g} GiB cap after {runs} baseline runs at {baseline_peak / 2**30:.2f} GiB "
+          f"(the tuner proposes up to {tuner.config.max_p_oom:g}):")
+    for name, change, extra in TT_FIT[1:] + TT_HELD_OUT:
+        s = {**contract.baseline, **change}
+        if extra or not space.is_valid(space.complete(s)):
+            continue
+        print(f"{name:>28} | estimate {est(space.complete(s)) / 2**30:.3f} GiB | P(OOM) {tuner.p_oom([s])[0]:.2f}")
 
 
 def main(argv=None) -> int:
@@ -346,6 +459,8 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--caps", default="", help="--replay: memory caps in MiB, comma-separated (default: the contract's)")
     p.add_argument("--torchtitan", action="store_true", help="torchtitan's model trained for real vs the estimate")
+    p.add_argument("--calibrate-torchtitan", action="store_true",
+                   help="torchtitan's measured constants from real 2-rank trials of contracts/torchtitan-cpu.toml")
     p.add_argument("--full", action="store_true", help="the whole grid (bf16 at every micro-batch)")
     args = p.parse_args(argv)
     if args.calibrate:
@@ -361,6 +476,8 @@ def main(argv=None) -> int:
         run_replay(args)
     if args.torchtitan:
         run_torchtitan(args)
+    if args.calibrate_torchtitan:
+        run_calibrate_torchtitan(args)
     return 0
 
 

@@ -57,6 +57,18 @@ def offset_kind(contract: Any) -> str:
     return raw or DEFAULT_OFFSET.get(contract.workload.adapter, "analytical")
 
 
+# How far the memory model may move a setting's peak away from this estimate (log scale), for the tuner's priors
+# on the memory coefficients (search/tuner.py; the analytical estimate's are RESIDUAL_MEM_SD = 0.1 there).
+# Main effects: the fake step's error on real 2-rank torchtitan.train trials of contracts/torchtitan-cpu.toml is
+# at most 3.9% where it models the layout (AC modes, local batch, parameter dtype) and -10.0% for TP 2 (gloo and
+# DTensor buffers it does not see), 3.7% rms over the nine runs of `scripts/bench_estimate.py
+# --calibrate-torchtitan` (BENCHMARKS.md): 0.05. Interactions (micro-batch x activation checkpointing, per doubling
+# of the micro-batch from the knob's first value): the fake step runs each pair itself, so only what its arithmetic
+# misses is left; AC none's error is -0.4% at local batch 4 and -0.3% at 8: 0.01 per doubling. (With the analytical
+# estimate's 0.1 per doubling, AC none at local batch 8, two doublings from 2, carried sd 0.22 on the log scale.)
+FAKE_STEP_RESIDUAL_SD = 0.05
+FAKE_STEP_INTERACTION_SD = 0.01
+
 BUDGET_ENV = "INFRARSI_ESTIMATE_BUDGET_S"
 DEFAULT_BUDGET_S = 300.0
 
@@ -77,7 +89,9 @@ def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[s
     the layouts already estimated (the estimate calibrates the arithmetic where it cannot afford to run).
 
     ``peak.basis(setting)`` says which of the three a setting's figure is (the report prints it per trial):
-    "fake step", "analytical (estimate failed)" or "analytical x median ratio (budget spent)"."""
+    "fake step", "analytical (estimate failed)" or "analytical x median ratio (budget spent)".
+    ``peak.residual_sd`` and ``peak.interaction_sd`` (log scale) say how far the memory model may move a peak
+    from it (FAKE_STEP_RESIDUAL_SD, FAKE_STEP_INTERACTION_SD)."""
     budget = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S)) if budget_s is None else budget_s
     if contract.workload.adapter not in FRAMEWORKS or offset_kind(contract) != "estimate":
         return None
@@ -124,4 +138,6 @@ def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[s
         return basis[key(setting)]
 
     peak.basis = basis_of
+    peak.residual_sd = FAKE_STEP_RESIDUAL_SD  # read by the Tuner (search/tuner.py)
+    peak.interaction_sd = FAKE_STEP_INTERACTION_SD
     return peak

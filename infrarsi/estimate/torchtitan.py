@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 from typing import Any
 
-from .overhead import unseen_bytes
+from .overhead import FRAGMENTING, unseen_bytes
 from .result import Estimate, EstimateError
 from .track import Device, Hooks, fake_world, tracked_step
 
@@ -70,7 +70,7 @@ def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None
              unseen_gib: float | None = None) -> Estimate:
     cfg = job_config(job_args(contract, setting))
     e = estimate_job(cfg, world_size=int(contract.hardware.devices), device=device)
-    transient = e.tracked.get("Activation", 0) + e.tracked.get("Temp", 0)
+    transient = sum(e.tracked.get(c, 0) for c in FRAGMENTING["cpu-torchtitan"])
     unseen, source = unseen_bytes(contract, threads=None, bf16=cfg.training.mixed_precision_param == "bfloat16",
                                   transient_bytes=transient, override_gib=unseen_gib, framework="torchtitan")
     return dataclasses.replace(e, unseen_bytes=unseen, unseen_source=source)

@@ -1,7 +1,9 @@
 """LocalExecutor: one trial = one process group on this machine.
 
 - The process starts in its own session (``start_new_session``), so cancel and time-out kill the
-  whole group: torchrun and its workers, or a shell and its children.
+  whole group (a shell and its children), and with it every process carrying the trial's token, which
+  reaches what left the group: torchrun starts each rank in a session of its own, so the group alone is
+  torchrun, whose SIGKILL leaves its ranks training on.
 - Memory cap: ``spec.memory_cap_bytes`` becomes the child's RLIMIT_DATA (per process; inherited by
   workers) and is passed as ``INFRARSI_MEMORY_CAP_BYTES`` so the workload can report it. The limit is
   set by a tiny exec wrapper (``trial_wrapper.py``, then ``os.execvp``) rather than ``preexec_fn``,
@@ -185,11 +187,12 @@ class LocalExecutor:
                 return None
             with self._lock:
                 self._why.setdefault(handle.token, "timeout")
-            rc = self._kill_group(proc)
+            rc = self._kill_group(proc, handle.token)
             elapsed = time.monotonic() - started
         else:
-            # The leader is gone; end whatever it left in its group (workers of a crashed launcher).
+            # The leader is gone; end whatever it left, in its group or not (workers of a crashed launcher).
             _signal_group(proc.pid, signal.SIGKILL)
+            kill_token(handle.token)
         with self._lock:
             why = self._why.pop(handle.token, None)
             self._procs.pop(handle.token, None)
@@ -205,7 +208,7 @@ class LocalExecutor:
             if proc is None:
                 return
             self._why.setdefault(handle.token, "cancel")
-        self._kill_group(proc)
+        self._kill_group(proc, handle.token)
 
     def adopt(self, handle: Handle) -> Handle | None:
         """A local process cannot be re-attached (it is not our child): end what is left of it and
@@ -213,8 +216,10 @@ class LocalExecutor:
         kill_token(handle.token)
         return None
 
-    def _kill_group(self, proc: subprocess.Popen) -> int:
-        """SIGTERM the group, SIGKILL it after the grace period; the leader's return code."""
+    def _kill_group(self, proc: subprocess.Popen, token: str) -> int:
+        """SIGTERM the group, SIGKILL it after the grace period, then every process left with the trial's token
+        (torchrun's ranks, each in its own session, if torchrun died before it ended them); the leader's
+        return code."""
         _signal_group(proc.pid, signal.SIGTERM)
         try:
             rc = proc.wait(timeout=self.config.kill_grace_s)
@@ -222,6 +227,7 @@ class LocalExecutor:
             _signal_group(proc.pid, signal.SIGKILL)
             rc = proc.wait()
         _signal_group(proc.pid, signal.SIGKILL)  # stragglers that ignored SIGTERM
+        kill_token(token)
         return rc
 
 

@@ -4,8 +4,11 @@ Runs as the leader of the trial's own process group (the executor starts it in a
 
 1. lowers RLIMIT_DATA to CAP bytes ("none": no cap); inherited by every process of the trial;
 2. starts a watchdog in the same process group: it waits (pidfd, no polling) for the runner or the
-   trial's leader to end. When the runner ends first (kill -9 included) it SIGKILLs the whole group,
-   so no training process outlives the runner; when the leader ends first it just exits;
+   trial's leader to end. When the runner ends first (SIGTERM or kill -9 included) it SIGKILLs every
+   process of the trial, so no training process outlives the runner: first those whose environment holds
+   the trial's token (``INFRARSI_TRIAL_TOKEN``), which reaches processes that left the group (torchrun
+   starts each rank in its own session, so a SIGKILL of torchrun alone would leave its ranks training
+   on), then the whole group; when the leader ends first it just exits;
 3. enters the sandbox SANDBOX describes (JSON, see ``sandbox.py``; "none": no sandbox). A sandbox that
    cannot be entered ends the trial with status 126 and the reason on stderr: never run unsandboxed when
    the executor was told the sandbox works;
@@ -59,11 +62,47 @@ def _watch(runner: int, leader: int) -> None:
         ready, _, _ = select.select([fr, fl], [], [])
         runner_gone = fr in ready
     if runner_gone:
+        _kill_token(os.environ.get(TOKEN_ENV, ""))
         try:
             os.killpg(group, signal.SIGKILL)  # the trial and this watchdog with it
         except OSError:
             pass
     os._exit(0)
+
+
+TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"  # local.TOKEN_ENV (this file imports nothing from infrarsi)
+
+
+def _with_token(token: str) -> list:
+    """Pids other than this one whose environment holds ``TOKEN_ENV=token`` (local.processes_with_token)."""
+    needle, me, out = f"{TOKEN_ENV}={token}".encode(), os.getpid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    out.append(int(name))
+        except OSError:
+            continue
+    return out
+
+
+def _kill_token(token: str, rounds: int = 5) -> None:
+    """SIGKILL the trial's processes found by its token; again until a scan finds none (a rank that torchrun
+    started while the previous scan ran), at most ``rounds`` scans."""
+    if not token:
+        return
+    for _ in range(rounds):
+        pids = _with_token(token)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:

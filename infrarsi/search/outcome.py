@@ -1,7 +1,9 @@
 """Outcome: what the caller of :class:`~infrarsi.search.Tuner` observed for one setting.
 
 Failures are data, not exceptions: ``Outcome(status="oom")`` says peak > capacity and nothing else;
-``crash``/``timeout``/``invalid`` say nothing about time or memory but the setting is not proposed again.
+``crash``/``timeout``/``invalid`` say nothing about time or memory but the setting is not proposed again;
+``numerics_drift`` (it ran, its loss trace broke the contract) may carry its peak, and its knob values make the
+tuner less keen on settings that share them.
 """
 
 from __future__ import annotations

@@ -33,7 +33,13 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``):
    incumbent (its neighbourhood only: the global model ranks regions well, the last few percent are
    next to the incumbent); every ``thompson_every``-th is the fastest fitting setting under one
    posterior draw (exploration where the mean model is too sure of itself).
-5. *Stopping*: ``should_stop()`` once the best expected improvement falls below the minimum detectable
+5. *Loss check*: a setting that ran but broke the loss referee (``numerics_drift``) is never proposed again,
+   its peak is memory data like any trial's that ran, and it puts a price on the knob values it had: a
+   candidate's P(pass) is the product over its values of 1 - d / (d + p + 1), d and p the trials with that value
+   that drifted and that passed. A value every passing run shares (the baseline's) costs almost nothing; a value
+   seen only in drifting runs halves a candidate's score per such run's worth of evidence, until a run with it
+   passes. The score is multiplied by P(pass).
+6. *Stopping*: ``should_stop()`` once the best expected improvement falls below the minimum detectable
    effect (the doctor's), after the initial design.
 
 Knobs outside the catalog, or without a prior, get uninformative priors (mean 0, sd 1 on the log scale).
@@ -61,6 +67,7 @@ from .outcome import Outcome
 from .residual import Residual
 
 _log = logging.getLogger(__name__)
+RAN = ("ok", "numerics_drift")  # statuses of a trial that ran every step (its peak and verdict are data)
 RESIDUAL_MEM_SD = 0.1  # log scale: how far a knob value may move the peak beyond what the arithmetic says
 # (the analytical estimate is within ~10% on every simulated layout; 0.3 priced most near-capacity settings
 # of the MoE workload at P(OOM) ~ 0.4 and the search never tried them)
@@ -105,6 +112,9 @@ class TunerConfig:
     memory_from_ok: bool = True
     """A trial that ran without reporting its peak tells the memory model "peak <= capacity" (False: such
     trials say nothing about memory, an ablation)."""
+    learn_drift: bool = True
+    """Price candidates by the knob values of settings that broke the loss check (module docstring, 5; False:
+    such a setting is only never proposed again, an ablation)."""
 
 
 @dataclass
@@ -114,6 +124,7 @@ class Proposal:
     kind: str  # initial | design | acquisition | local | thompson | paired
     ei: float | None = None
     p_oom: float | None = None
+    p_drift: float | None = None  # 1 - P(pass the loss check), when some trial has broken it
     predicted_s: float | None = None
     paired_from: dict[str, Any] | None = None
     savers: list[str] = field(default_factory=list)  # "knob=value" changes that made it fit
@@ -160,11 +171,17 @@ class Tuner:
         self.residual: Residual | None = None
         # With an analytical memory estimate, log(estimate) is an offset and the memory coefficients are
         # residuals: the priors' memory effects are already in the estimate, so they start at 0.
+        # An estimate may say how far off it is (``residual_sd``, ``interaction_sd`` attributes, log scale: the
+        # fake-step estimate of estimate/run.py, measured on real trials); else RESIDUAL_MEM_SD and the model's
+        # own interaction prior.
         self.memory_estimate = memory_estimate
-        mem_priors = ([p.model_copy(update={"mem_mean": 0.0, "mem_sd": RESIDUAL_MEM_SD}) for p in self.priors]
+        res_sd = float(getattr(memory_estimate, "residual_sd", RESIDUAL_MEM_SD))
+        inter_sd = getattr(memory_estimate, "interaction_sd", None)
+        mem_priors = ([p.model_copy(update={"mem_mean": 0.0, "mem_sd": res_sd}) for p in self.priors]
                       if memory_estimate else self.priors)
         self.memory_model = (MemoryModel(model_space, memory_capacity_bytes, priors=mem_priors, seed=seed,
-                                         main_sd=self.config.memory_sd)
+                                         main_sd=self.config.memory_sd,
+                                         **({"interaction_sd": float(inter_sd)} if memory_estimate and inter_sd else {}))
                              if memory_capacity_bytes else None)
         self._log_est: dict[Setting, float] = {}
         self.history: list[tuple[Setting, Outcome]] = []
@@ -261,7 +278,7 @@ class Tuner:
                 ss = [s for s, _ in rows]
                 self._guarded("memory model", lambda: self.memory_model.fit(
                     ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
-                    offsets=self._mem_offsets(ss), fits=[o.status == "ok" for _, o in rows]))
+                    offsets=self._mem_offsets(ss), fits=[o.status in RAN for _, o in rows]))
         self._dirty = False
 
     def _set_aside_conflicts(self, settings: list[Setting], times: list[float]) -> None:
@@ -292,10 +309,30 @@ class Tuner:
         self.time_model.fit(settings, times)
 
     def _memory_rows(self) -> list[tuple[Setting, Outcome]]:
-        """Trials that say something about memory: OOMs and every trial that ran."""
+        """Trials that say something about memory: OOMs and every trial that ran (one whose loss trace broke the
+        contract ran every step: its peak is a measurement like any other)."""
         if self.config.memory_from_ok:
-            return [(s, o) for s, o in self.history if o.status in ("oom", "ok")]
-        return [(s, o) for s, o in self.history if o.status == "oom" or (o.status == "ok" and o.peak_memory_bytes)]
+            return [(s, o) for s, o in self.history if o.status == "oom" or o.status in RAN]
+        return [(s, o) for s, o in self.history if o.status == "oom" or (o.status in RAN and o.peak_memory_bytes)]
+
+    def p_pass(self, cands: Sequence[Setting]) -> np.ndarray:
+        """P(each candidate passes the loss check), from the trials that ran (module docstring, 5); all ones
+        until one has broken it."""
+        ran = [(s, o.status == "numerics_drift") for s, o in self.history if o.status in RAN]
+        if not self.config.learn_drift or not any(d for _, d in ran):
+            return np.ones(len(cands))
+        counts: dict[tuple[str, Any], list[int]] = {}
+        names = [k.name for k in self._model_space.knobs]
+        for s, drifted in ran:
+            for n in names:
+                counts.setdefault((n, s[n]), [0, 0])[0 if drifted else 1] += 1
+        out = np.ones(len(cands))
+        for i, c in enumerate(cands):
+            for n in names:
+                d, p = counts.get((n, c[n]), (0, 0))
+                if d:
+                    out[i] *= 1.0 - d / (d + p + 1.0)
+        return out
 
     def _guarded(self, what: str, fit: Callable[[], Any]) -> None:
         try:
@@ -336,6 +373,12 @@ class Tuner:
     def _has_memory_data(self) -> bool:
         return self.memory_model is not None and self.memory_model.n_obs + self.memory_model.n_censored \
             + self.memory_model.n_fit > 0
+
+    def p_oom(self, settings: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """P(peak > capacity x (1 - oom_margin)) per setting, as the search prices it now (zeros before any memory
+        data)."""
+        self.fit_models()
+        return self._p_oom([self.space.complete(s) for s in settings])
 
     def _p_oom(self, cands: Sequence[Setting]) -> np.ndarray:
         if not self._has_memory_data():
@@ -392,13 +435,15 @@ class Tuner:
         p_oom = self._p_oom(cands)
         n_done = len(self.history) + len(self.pending)
         if n_done < self.config.n_initial or not has_time:
-            # Initial design: promising (prior/model mean, penalised by P(OOM)) and diverse.
-            score = mean - np.log(np.maximum(1.0 - p_oom, 1e-6))
+            # Initial design: promising (prior/model mean, penalised by P(OOM) and P(drift)) and diverse.
+            p_pass = self.p_pass(cands)
+            score = mean - np.log(np.maximum(1.0 - p_oom, 1e-6)) - np.log(np.maximum(p_pass, 1e-6))
             taken_list = list(taken)
             x_taken = self.space.encode(taken_list) if taken_list else None
             idx = maximin(x, score, 1, x_taken=x_taken)
             j = idx[0]
-            self._why[cands[j]] = Proposal(kind="design", p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])))
+            self._why[cands[j]] = Proposal(kind="design", p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])),
+                                           p_drift=float(1.0 - p_pass[j]) if p_pass[j] < 1.0 else None)
             return cands[j]
 
         best = math.log(self.best()[1].step_time_s)
@@ -416,6 +461,9 @@ class Tuner:
             x = np.vstack([x, self.space.encode(pc)])
             mean, ei, p_oom = np.concatenate([mean, pm]), np.concatenate([ei, pei]), np.concatenate([p_oom, pp])
             acq = np.concatenate([acq, pei * (1.0 - pp)])
+        # The loss check: values of settings that broke it make a candidate less likely to pass.
+        p_pass = self.p_pass(cands)
+        acq = acq * p_pass
         # Safety: a candidate the memory model expects to OOM is a last resort, whatever its EI.
         fits = p_oom <= self._cap()
         if fits.any():
@@ -426,7 +474,7 @@ class Tuner:
                 d = hamming(x, self.space.encode([s])[0])
                 acq = np.where(d <= 2, acq * 0.5, acq)
         j = int(np.argmax(acq))
-        self.last_best_ei = float(np.max(ei * (1.0 - p_oom)))
+        self.last_best_ei = float(np.max(ei * (1.0 - p_oom) * p_pass))
         self._asks += 1
         kind = "acquisition"
         cfg = self.config
@@ -440,10 +488,12 @@ class Tuner:
             # where the (possibly misspecified) mean model is too sure of itself.
             draw = self._thompson_draw(cands)
             if draw is not None:
-                draw = np.where(np.isfinite(acq), draw, np.inf)
-                j, kind = int(np.argmin(draw)), "thompson"
+                draw = np.where(np.isfinite(acq) & (p_pass >= 0.5), draw, np.inf)
+                if np.isfinite(draw).any():
+                    j, kind = int(np.argmin(draw)), "thompson"
         s = cands[j]
-        prop = Proposal(kind=kind, ei=float(ei[j]), p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])))
+        prop = Proposal(kind=kind, ei=float(ei[j]), p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])),
+                        p_drift=float(1.0 - p_pass[j]) if p_pass[j] < 1.0 else None)
         for ps_, (src, savers) in paired:
             if ps_ == s:
                 prop.kind, prop.paired_from, prop.savers = "paired", src.to_dict(), savers

@@ -33,9 +33,12 @@ SEARCH_JSON = "search.json"
 
 
 def outcome_of(t: Trial) -> Outcome:
-    """The tuner's view of a finished trial: ok with time and peak; oom censored; the rest a bare status."""
+    """The tuner's view of a finished trial: ok with time and peak; oom censored; numerics_drift (it ran every
+    step, its loss trace broke the referee) with its peak; the rest a bare status."""
     if t.status is TrialStatus.OK:
         return Outcome("ok", step_time_s=t.metrics.step_time_s, peak_memory_bytes=t.metrics.peak_memory_bytes)
+    if t.status is TrialStatus.NUMERICS_DRIFT:
+        return Outcome("numerics_drift", peak_memory_bytes=t.metrics.peak_memory_bytes or None)
     return Outcome(t.status.value)
 
 

@@ -133,3 +133,14 @@ def test_only_settings_ranked_above_the_baseline_are_verified():
     assert to_verify(["a", "base", "b"], "base") == ["a"]  # b is predicted slower than the baseline
     assert to_verify(["base", "a", "b"], "base") == []
     assert to_verify(["a", "b", "c"], "base") == ["a", "b"]  # all above it: the best two
+
+
+def test_the_tuner_is_told_a_trial_that_broke_the_loss_check_with_its_peak():
+    from infrarsi.execute.trial import Metrics, Trial
+    from infrarsi.stages.run import outcome_of
+
+    drift = Trial(id=3, setting={}, status="numerics_drift", role="search", reason="grad norm off",
+                  metrics=Metrics(step_time_s=2.5, peak_memory_bytes=1.9 * 2**30, losses=[8.0]))
+    o = outcome_of(drift)
+    assert o.status == "numerics_drift" and o.peak_memory_bytes == 1.9 * 2**30 and o.step_time_s is None
+    assert outcome_of(Trial(id=4, setting={}, status="crash", role="search", reason="x")).status == "crash"

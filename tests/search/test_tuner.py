@@ -136,3 +136,65 @@ def test_local_steps_try_the_incumbents_neighbourhood():
             assert sum(s[k] != inc[k] for k in s) <= 4  # one knob plus its repairs
         t.tell(s, truth(s))
     assert "local" in kinds
+
+
+def _drifting(s):
+    """The landscape of ``truth``, where sequence parallelism computes a different gradient: every setting with it
+    that runs breaks the loss check (its peak is still measured)."""
+    o = truth(s)
+    if s["seq_par"] and o.status == "ok":
+        return Outcome("numerics_drift", peak_memory_bytes=o.peak_memory_bytes)
+    return o
+
+
+def test_settings_that_break_the_loss_check_make_their_knob_values_less_likely_to_be_proposed():
+    from infrarsi.search import TunerConfig
+
+    for seed in range(3):
+        n = {}
+        for learn in (True, False):
+            t = Tuner(example_space(), memory_capacity_bytes=CAP, seed=seed, config=TunerConfig(learn_drift=learn))
+            n[learn] = sum(o.status == "numerics_drift" for _, o in run_tuner(t, _drifting, 16))
+        assert n[True] < n[False], (seed, n)  # without it, each drifting setting taught the search nothing
+
+
+def test_a_drifted_trial_is_memory_data_and_prices_what_shares_its_values():
+    t = Tuner(example_space(), memory_capacity_bytes=CAP, seed=0)
+    base = {"tp": 1, "mbs": 4, "recompute": "full", "seq_par": False}
+    t.tell(base, truth(base))
+    drifted = {"tp": 2, "mbs": 4, "recompute": "full", "seq_par": True}
+    t.tell(drifted, Outcome("numerics_drift", peak_memory_bytes=40e9))
+    t.fit_models()
+    assert t.memory_model.n_obs == 2  # its peak was measured like any trial's that ran
+    space = t.space
+    near = space.complete({"tp": 4, "mbs": 4, "recompute": "full", "seq_par": True})  # shares seq_par=True
+    far = space.complete({"tp": 1, "mbs": 8, "recompute": "full", "seq_par": False})  # shares what also passed
+    p_near, p_far = t.p_pass([near, far])
+    assert p_near <= 0.5 < p_far
+    ok = space.complete({"tp": 4, "mbs": 2, "recompute": "full", "seq_par": True})
+    t.tell(ok, Outcome("ok", step_time_s=1.0, peak_memory_bytes=10e9))  # seq_par passed once: less suspect
+    assert t.p_pass([near])[0] > p_near
+
+
+def test_an_estimate_that_states_its_error_sets_the_memory_models_priors():
+    from infrarsi.priors.prior import Prior
+    from infrarsi.search.tuner import RESIDUAL_MEM_SD
+
+    space = KnobSpace(knobs=[Knob(name="micro_batch_size", kind="int", domain=[2, 4, 8]),
+                             Knob(name="recompute_granularity", kind="categorical", domain=["none", "selective", "full"])])
+
+    def estimate(s):
+        return 1e9 * s["micro_batch_size"]
+
+    priors = [Prior(knob="recompute_granularity", value="full", time_mean=0.2, mem_mean=-0.5, mem_sd=0.3)]
+    plain = Tuner(space, memory_capacity_bytes=CAP, priors=priors, memory_estimate=estimate)
+    estimate.residual_sd, estimate.interaction_sd = 0.05, 0.01
+    stated = Tuner(space, memory_capacity_bytes=CAP, priors=priors, memory_estimate=estimate)
+    names = stated.memory_model.design.names
+    col = names.index("recompute_granularity=full")
+    assert plain.memory_model.design.prior_sd[col] == pytest.approx(RESIDUAL_MEM_SD)
+    assert stated.memory_model.design.prior_sd[col] == pytest.approx(0.05)
+    inter = [i for i, n in enumerate(names) if n in stated.memory_model.design.interaction_names]
+    assert inter  # micro-batch x recompute
+    assert all(stated.memory_model.design.prior_sd[i] == pytest.approx(0.01) for i in inter)
+    assert all(plain.memory_model.design.prior_sd[i] == pytest.approx(0.1) for i in inter)
