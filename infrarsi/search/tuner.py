@@ -65,6 +65,9 @@ from .acquisition import expected_improvement, hamming
 from .design import maximin
 from .outcome import Outcome
 from .residual import Residual
+from .surrogate import Surrogate
+from .censored import ABOVE, BELOW, OBS, CensoredSurrogate
+from ..models.time import INTERCEPT_SD
 
 _log = logging.getLogger(__name__)
 RAN = ("ok", "numerics_drift")  # statuses of a trial that ran every step (its peak and verdict are data)
@@ -101,6 +104,11 @@ class TunerConfig:
     the global model ranks regions well but the last few percent sit in the incumbent's neighbourhood."""
     residual: bool = True
     """Correct the additive time model near the tried settings with a GP on its residuals (search/residual.py)."""
+    joint: bool = False
+    memory_gp: bool = False
+    """Price P(OOM) with one censored GP (search/censored.py): the memory model's additive effects plus an ARD
+    kernel, fed by measured peaks, OOMs and runs that fit."""
+    """Search on one GP (search/surrogate.py): the additive effects plus an ARD kernel, fitted together."""
     time_sd: float = 1.0
     """Prior sd (log scale) of the time effect of a knob value no prior speaks about (1.0: "up to ~2.7x either way")."""
     memory_sd: float = 1.0
@@ -168,6 +176,9 @@ class Tuner:
         self.noise_cv = noise_cv
         # the residual GP's coordinates: each model knob's value index
         self._code_index = [(k.name, {v: i for i, v in enumerate(k.domain)}) for k in model_space.knobs]
+        # ordered knobs (ints with 3+ increasing values: TP 1/2/4/8): the GP counts steps between values
+        self._ordered = np.array([k.kind == "int" and len(k.domain) >= 3 and all(b > a for a, b in zip(k.domain, k.domain[1:]))
+                                  for k in model_space.knobs], dtype=bool)
         self.residual: Residual | None = None
         # With an analytical memory estimate, log(estimate) is an offset and the memory coefficients are
         # residuals: the priors' memory effects are already in the estimate, so they start at 0.
@@ -279,7 +290,21 @@ class Tuner:
                 self._guarded("memory model", lambda: self.memory_model.fit(
                     ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
                     offsets=self._mem_offsets(ss), fits=[o.status in RAN for _, o in rows]))
+                if self.config.memory_gp:
+                    self._guarded("memory GP", lambda: self._fit_memory_gp(rows))
         self._dirty = False
+
+    def _fit_memory_gp(self, rows: list[tuple[Setting, Outcome]]) -> None:
+        self.memory_gp = None
+        mm = self.memory_model
+        ss = [s for s, _ in rows]
+        x1, off = mm._rows(ss, self._mem_offsets(ss))
+        kind = np.array([ABOVE if o.status == "oom" else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
+        peak = np.array([math.log(o.peak_memory_bytes) if o.status in RAN and o.peak_memory_bytes else np.nan
+                         for _, o in rows])
+        m0, s0 = mm._eta_prior()
+        self.memory_gp = CensoredSurrogate.fit(x1, self._codes(ss), off, kind, peak, m0, s0, mm.log_capacity,
+                                               ordered=self._ordered)
 
     def _set_aside_conflicts(self, settings: list[Setting], times: list[float]) -> None:
         """Compare each time prior with what the trials alone say (a prior-free fit); a prior more than
@@ -350,9 +375,17 @@ class Tuner:
 
     def _fit_residual(self) -> None:
         self.residual = None
+        self.surrogate = None
         if not self.config.residual:
             return
         ok = [(s, o.step_time_s) for s, o in self.history if o.status == "ok"]
+        if self.config.joint:
+            d = self.time_model.design
+            self.surrogate = Surrogate.fit(
+                self._x1([s for s, _ in ok]), self._codes([s for s, _ in ok]), np.log([t for _, t in ok]),
+                np.concatenate([[0.0], d.prior_mean]), np.concatenate([[INTERCEPT_SD], d.prior_sd]),
+                noise_sd=self.noise_cv, ordered=self._ordered)
+            return
         mean, _ = self.time_model.predict([s for s, _ in ok], noise=False)
         r = np.log([t for _, t in ok]) - mean
         self.residual = Residual.fit(self._codes([s for s, _ in ok]), r, self.noise_cv or self.time_model.sigma)
@@ -362,8 +395,16 @@ class Tuner:
         return np.array([[ix[s[name]] for name, ix in self._code_index] for s in settings],
                         dtype=np.int64).reshape(len(settings), len(self._code_index))
 
+    def _x1(self, settings: Sequence[Setting]) -> np.ndarray:
+        """The time model's design with an intercept column: (n, p + 1)."""
+        x = self.time_model.design.matrix(list(settings))
+        return np.hstack([np.ones((len(x), 1)), x])
+
     def predict_time(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior of the mean log step time (log seconds): additive model plus residual GP, (mean, sd)."""
+        if getattr(self, "surrogate", None) is not None and len(settings):
+            mean, var = self.surrogate.predict(self._x1(settings), self._codes(settings))
+            return mean, np.sqrt(var)
         mean, sd = self.time_model.predict(settings, noise=False)
         if self.residual is not None and len(settings):
             gm, gv = self.residual.predict(self._codes(settings))
@@ -383,6 +424,10 @@ class Tuner:
     def _p_oom(self, cands: Sequence[Setting]) -> np.ndarray:
         if not self._has_memory_data():
             return np.zeros(len(cands))
+        if getattr(self, "memory_gp", None) is not None and len(cands):
+            mm = self.memory_model
+            x1, off = mm._rows(cands, self._mem_offsets(cands))
+            return self.memory_gp.p_above(x1, self._codes(cands), off, mm.log_capacity + math.log1p(-self.config.oom_margin))
         return self.memory_model.p_oom(cands, margin=self.config.oom_margin, offsets=self._mem_offsets(cands))
 
     def _mem_offsets(self, settings: Sequence[Setting]) -> np.ndarray | None:
@@ -504,6 +549,8 @@ class Tuner:
         """One coherent posterior draw of log step time over ``cands`` (additive model + residual GP), or
         None when the draw fails on its numerics (logged; the EI maximiser is proposed instead)."""
         try:
+            if getattr(self, "surrogate", None) is not None:
+                return self.surrogate.sample(self._x1(cands), self._codes(cands), self.time_model._rng)
             draw = self.time_model.sample(cands, 1)[0]
             if self.residual is not None:
                 gm, gv = self.residual.predict(self._codes(cands))
