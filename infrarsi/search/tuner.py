@@ -23,9 +23,11 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``):
    "peak > capacity") are refit on every trial. Score = expected improvement in log step time x
    P(peak < capacity x (1 - margin)), over a candidate pool (sampled valid settings, plus the
    neighbours of the best settings so far, with the moves that repair what a one-knob change breaks).
-   The time model is additive; a Gaussian process on its residuals (:mod:`.residual`) corrects it near
-   the settings tried, where the interactions it cannot express (pipeline bubble, EP x dispatcher...)
-   show up.
+   The models are additive (their effects are what the report shows); the search ranks with one GP per
+   target that adds a kernel on the knob values to those effects (:mod:`.surrogate` for step time,
+   :mod:`.censored` for peak memory, which takes OOMs and runs that fit as censored observations), so the
+   interactions an additive model cannot express (pipeline bubble, a peak that is a sum of weights and
+   activations) are learned near the settings tried.
 3. *Memory pricing and pairing*: a candidate that would be fast but likely does not fit is paired with
    the memory savers that make it fit: one-knob changes the memory model predicts lower the peak,
    alone or two at a time; the best paired variant joins the pool, remembering which savers it took.
@@ -104,11 +106,14 @@ class TunerConfig:
     the global model ranks regions well but the last few percent sit in the incumbent's neighbourhood."""
     residual: bool = True
     """Correct the additive time model near the tried settings with a GP on its residuals (search/residual.py)."""
-    joint: bool = False
-    memory_gp: bool = False
-    """Price P(OOM) with one censored GP (search/censored.py): the memory model's additive effects plus an ARD
-    kernel, fed by measured peaks, OOMs and runs that fit."""
-    """Search on one GP (search/surrogate.py): the additive effects plus an ARD kernel, fitted together."""
+    joint: bool = True
+    """Rank step times with one GP (search/surrogate.py): the time model's additive effects plus a kernel with a
+    rate per knob, fitted together (False: the additive model plus a GP on its residuals, which collapses once
+    the additive fit explains the trials it was fitted on). Measured with ``memory_gp`` in BENCHMARKS.md."""
+    memory_gp: bool = True
+    """Price P(OOM) with one censored GP (search/censored.py): the memory model's additive effects plus a kernel
+    with a rate per knob, fed by measured peaks, OOMs and runs that fit (False: the additive censored model alone,
+    which priced the fastest settings of the perturbed clusters +36% above their true peak)."""
     time_sd: float = 1.0
     """Prior sd (log scale) of the time effect of a knob value no prior speaks about (1.0: "up to ~2.7x either way")."""
     memory_sd: float = 1.0
@@ -180,6 +185,8 @@ class Tuner:
         self._ordered = np.array([k.kind == "int" and len(k.domain) >= 3 and all(b > a for a, b in zip(k.domain, k.domain[1:]))
                                   for k in model_space.knobs], dtype=bool)
         self.residual: Residual | None = None
+        self.surrogate: Surrogate | None = None  # the joint time GP (config.joint)
+        self.memory_gp: CensoredSurrogate | None = None  # the censored memory GP (config.memory_gp)
         # With an analytical memory estimate, log(estimate) is an offset and the memory coefficients are
         # residuals: the priors' memory effects are already in the estimate, so they start at 0.
         # An estimate may say how far off it is (``residual_sd``, ``interaction_sd`` attributes, log scale: the
@@ -402,7 +409,7 @@ class Tuner:
 
     def predict_time(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior of the mean log step time (log seconds): additive model plus residual GP, (mean, sd)."""
-        if getattr(self, "surrogate", None) is not None and len(settings):
+        if self.surrogate is not None and len(settings):
             mean, var = self.surrogate.predict(self._x1(settings), self._codes(settings))
             return mean, np.sqrt(var)
         mean, sd = self.time_model.predict(settings, noise=False)
@@ -424,7 +431,7 @@ class Tuner:
     def _p_oom(self, cands: Sequence[Setting]) -> np.ndarray:
         if not self._has_memory_data():
             return np.zeros(len(cands))
-        if getattr(self, "memory_gp", None) is not None and len(cands):
+        if self.memory_gp is not None and len(cands):
             mm = self.memory_model
             x1, off = mm._rows(cands, self._mem_offsets(cands))
             return self.memory_gp.p_above(x1, self._codes(cands), off, mm.log_capacity + math.log1p(-self.config.oom_margin))
@@ -549,7 +556,7 @@ class Tuner:
         """One coherent posterior draw of log step time over ``cands`` (additive model + residual GP), or
         None when the draw fails on its numerics (logged; the EI maximiser is proposed instead)."""
         try:
-            if getattr(self, "surrogate", None) is not None:
+            if self.surrogate is not None:
                 return self.surrogate.sample(self._x1(cands), self._codes(cands), self.time_model._rng)
             draw = self.time_model.sample(cands, 1)[0]
             if self.residual is not None:

@@ -11,6 +11,7 @@ from infrarsi.models import MemoryModel
 from infrarsi.models._fit import GridPosterior
 from infrarsi.models.revision import revision
 from infrarsi.priors.prior import Prior
+from infrarsi.search.surrogate import Surrogate
 from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner
 
 CAP = 80e9
@@ -123,15 +124,19 @@ def test_a_posterior_draw_survives_a_covariance_rounded_off_positive_definite():
     assert abs(np.corrcoef(theta[:, 0], theta[:, 1])[0, 1] - 1.0) < 1e-3  # the draw keeps the covariance
 
 
-def test_ask_survives_a_thompson_draw_that_fails_on_its_numerics(monkeypatch):
+@pytest.mark.parametrize("joint", [True, False])
+def test_ask_survives_a_thompson_draw_that_fails_on_its_numerics(monkeypatch, joint):
     sp = space()
-    t = Tuner(sp, memory_capacity_bytes=CAP, seed=0, config=TunerConfig(thompson_every=1, local_every=0))
+    t = Tuner(sp, memory_capacity_bytes=CAP, seed=0, config=TunerConfig(thompson_every=1, local_every=0, joint=joint))
     run_tuner(t, time_only, 6)
 
     def broken(*a, **k):
         raise np.linalg.LinAlgError("Matrix is not positive definite")
 
-    monkeypatch.setattr(t.time_model, "sample", broken)
+    if joint:  # the draw comes from the joint GP (refit at the next ask: patch its class)
+        monkeypatch.setattr(Surrogate, "sample", broken)
+    else:
+        monkeypatch.setattr(t.time_model, "sample", broken)
     s = t.ask()  # every model-guided ask would be a Thompson step: it falls back to the EI maximiser
     assert sp.is_valid(s) and t.why(s)["kind"] in ("acquisition", "paired")
     assert "Thompson draw failed" in t.numerics_log[-1]
