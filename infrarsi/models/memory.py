@@ -160,12 +160,13 @@ class MemoryModel:
         self.posterior: GridPosterior = self._prior_posterior()
 
     def _prior_posterior(self) -> GridPosterior:
-        m0, s0 = self._eta_prior()
+        m0, s0 = self.coefficient_prior()
         return gaussian_to_grid(
             np.concatenate([m0, [SIGMA_LOC]]), np.diag(np.concatenate([s0, [SIGMA_SCALE]]) ** 2)
         )
 
-    def _eta_prior(self) -> tuple[np.ndarray, np.ndarray]:
+    def coefficient_prior(self) -> tuple[np.ndarray, np.ndarray]:
+        """Prior (mean, sd) of [intercept, beta], each shape (p + 1,), log bytes."""
         m0 = np.concatenate([[self.intercept_loc], self.design.prior_mean])
         s0 = np.concatenate([[INTERCEPT_SD], self.design.prior_sd])
         return m0, s0
@@ -229,7 +230,7 @@ class MemoryModel:
         c_cens = np.concatenate([self.log_capacity - off_c, -(self.log_capacity - off_f)])
         self.posterior = tobit_grid(
             self._data["x1_ok"], y_ok - off_ok, x_cens, c_cens,
-            *self._eta_prior(), SIGMA_LOC, SIGMA_SCALE, self._start(),
+            *self.coefficient_prior(), SIGMA_LOC, SIGMA_SCALE, self._start(),
         )
         if self.inference == "svi":
             self._fit_svi()
@@ -246,7 +247,7 @@ class MemoryModel:
         intercept at the mean observed log peak."""
         if self._fitted_once:
             return self.posterior.mean()
-        m0, _ = self._eta_prior()
+        m0, _ = self.coefficient_prior()
         if len(self._data["y_ok"]):
             m0[0] = float(np.mean(self._data["y_ok"] - self._data["off_ok"]))
         return m0
@@ -310,7 +311,7 @@ class MemoryModel:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Posterior predictive of log peak bytes: (mean, sd), each shape (n,). ``noise=False``
         leaves out the scatter sigma (uncertainty about the mean only)."""
-        x1, off = self._rows(settings, offsets)
+        x1, off = self.design_rows(settings, offsets)
         post = self.posterior
         mu, quad = row_moments(x1, post.mean()[None], post.cov()[None])
         mean, var = mu[0] + off, quad[0]
@@ -328,7 +329,7 @@ class MemoryModel:
         probability, summed over the sigma mixture (points with weight < 1e-4 are left out)."""
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"margin must be in [0, 1) (a fraction of capacity, e.g. 0.05), got {margin!r}")
-        x1, off = self._rows(settings, offsets)
+        x1, off = self.design_rows(settings, offsets)
         thr = self.log_capacity + math.log1p(-margin)
         post = self.posterior
         keep = np.flatnonzero(post.weights >= 1e-4)
@@ -337,7 +338,9 @@ class MemoryModel:
         var = quad + np.exp(2 * post.log_sigma[keep])[:, None]
         return w @ ndtr((mu + off[None, :] - thr) / np.sqrt(var))
 
-    def _rows(self, settings, offsets) -> tuple[np.ndarray, np.ndarray]:
+    def design_rows(self, settings, offsets) -> tuple[np.ndarray, np.ndarray]:
+        """(x1, offsets): the design with an intercept column, (n, p + 1), and the log offsets, (n,) (zeros
+        without an estimate; a model fit with offsets needs them here too)."""
         settings = list(settings)
         off = self._check_offsets(offsets, len(settings), fitting=False)
         return np.hstack([np.ones((len(settings), 1)), self.design.matrix(settings)]), off

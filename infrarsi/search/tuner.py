@@ -305,11 +305,11 @@ class Tuner:
         self.memory_gp = None
         mm = self.memory_model
         ss = [s for s, _ in rows]
-        x1, off = mm._rows(ss, self._mem_offsets(ss))
+        x1, off = mm.design_rows(ss, self._mem_offsets(ss))
         kind = np.array([ABOVE if o.status == "oom" else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
         peak = np.array([math.log(o.peak_memory_bytes) if o.status in RAN and o.peak_memory_bytes else np.nan
                          for _, o in rows])
-        m0, s0 = mm._eta_prior()
+        m0, s0 = mm.coefficient_prior()
         self.memory_gp = CensoredSurrogate.fit(x1, self._codes(ss), off, kind, peak, m0, s0, mm.log_capacity,
                                                ordered=self._ordered)
 
@@ -433,7 +433,7 @@ class Tuner:
             return np.zeros(len(cands))
         if self.memory_gp is not None and len(cands):
             mm = self.memory_model
-            x1, off = mm._rows(cands, self._mem_offsets(cands))
+            x1, off = mm.design_rows(cands, self._mem_offsets(cands))
             return self.memory_gp.p_above(x1, self._codes(cands), off, mm.log_capacity + math.log1p(-self.config.oom_margin))
         return self.memory_model.p_oom(cands, margin=self.config.oom_margin, offsets=self._mem_offsets(cands))
 

@@ -136,7 +136,7 @@ def test_objective_is_the_pyro_model(space, truth):
         pyro_lp = float(tr.log_prob_sum()) + ls  # + log|d sigma / d log sigma|
         d = m._data
         f = tobit_neg_log_joint(eta[None], np.array([ls]), d["x1_ok"], d["y_ok"] - d["off_ok"], d["x1_oom"],
-                                m.log_capacity - d["off_oom"], *m._eta_prior())[0]
+                                m.log_capacity - d["off_oom"], *m.coefficient_prior())[0]
         f += 0.5 * ((ls - math.log(0.1)) / 1.0) ** 2
         diffs.append(pyro_lp + f)
     assert np.ptp(diffs) < 1e-8, diffs
