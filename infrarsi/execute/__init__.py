@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 _EXPORTS = {
-    "Executor": "executor", "Handle": "executor", "Outcome": "executor",
+    "Executor": "executor", "Handle": "executor", "LaunchEnd": "executor",
     "LocalExecutor": "local", "TorchrunExecutor": "torchrun",
     "SlurmExecutor": "slurm", "SlurmUnreachable": "slurm", "SlurmError": "slurm",
     "RunRecord": "record", "cost_by_status": "record",

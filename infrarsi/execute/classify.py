@@ -1,4 +1,4 @@
-"""From how a launch ended (Outcome) and what its log says (the adapter's ParsedRun) to a trial status.
+"""From how a launch ended (LaunchEnd) and what its log says (the adapter's ParsedRun) to a trial status.
 
 Precedence, first match wins; every branch leaves evidence lines:
 
@@ -20,7 +20,7 @@ import signal as _signal
 from collections.abc import Sequence
 
 from ..adapters.base import ParsedRun
-from .executor import Outcome
+from .executor import LaunchEnd
 from .torchrun import root_cause
 from .trial import Metrics, TrialStatus
 
@@ -44,31 +44,31 @@ def last_lines(text: str, n: int = 5) -> list[str]:
     return lines[-n:]
 
 
-def classify(outcome: Outcome, parsed: ParsedRun | None, *, stdout: str = "", stderr: str = "",
+def classify(end: LaunchEnd, parsed: ParsedRun | None, *, stdout: str = "", stderr: str = "",
              parse_error: str | None = None) -> Verdict:
     """The trial's status, metrics and evidence. ``parsed`` is None when the parser raised
     (``parse_error`` then says what it raised)."""
-    sig = outcome.signal
-    evidence = list(outcome.evidence)
+    sig = end.signal
+    evidence = list(end.evidence)
     if sig is None:
         rc = root_cause(stderr) or root_cause(stdout)
         if rc is not None and rc[1] < 0:
             sig = -rc[1]
             evidence.append(f"torchrun: rank {rc[0]} ended by signal {sig} ({signal_name(sig)})")
-    common = {"signal": sig, "exit_code": outcome.returncode}
+    common = {"signal": sig, "exit_code": end.returncode}
     metrics = parsed.metrics if parsed is not None else Metrics()
 
-    if outcome.cancelled:
+    if end.cancelled:
         return Verdict(status=TrialStatus.CANCELLED, metrics=_partial(metrics), evidence=evidence,
                        reason="cancelled before it finished", **common)
-    if outcome.timed_out:
+    if end.timed_out:
         return Verdict(status=TrialStatus.TIMEOUT, metrics=_partial(metrics), evidence=evidence + last_lines(stdout, 2),
-                       reason=timeout_reason(outcome), **common)
-    if outcome.oom:
+                       reason=timeout_reason(end), **common)
+    if end.oom:
         return Verdict(status=TrialStatus.OOM, metrics=_partial(metrics), evidence=evidence,
                        reason="killed by the scheduler for exceeding its memory", **common)
-    if outcome.lost:
-        why = "the scheduler held every launch of it" if outcome.relaunch else "the executor lost track of the launch"
+    if end.lost:
+        why = "the scheduler held every launch of it" if end.relaunch else "the executor lost track of the launch"
         return Verdict(status=TrialStatus.CRASH, evidence=evidence, reason=why, **common)
     if parsed is None:
         return Verdict(status=TrialStatus.CRASH, evidence=evidence + [f"parser failed: {parse_error}"]
@@ -76,9 +76,9 @@ def classify(outcome: Outcome, parsed: ParsedRun | None, *, stdout: str = "", st
                        reason="its output could not be parsed", **common)
     evidence += parsed.evidence
     status, reason = parsed.status, parsed.reason
-    ended_badly = sig is not None or (outcome.returncode not in (0, None))
+    ended_badly = sig is not None or (end.returncode not in (0, None))
     if status is TrialStatus.OK and ended_badly and not parsed.exit_explained:
-        how = f"signal {sig} ({signal_name(sig)})" if sig is not None else f"exit status {outcome.returncode}"
+        how = f"signal {sig} ({signal_name(sig)})" if sig is not None else f"exit status {end.returncode}"
         return Verdict(status=TrialStatus.CRASH, metrics=_partial(metrics),
                        evidence=evidence + last_lines(stderr, 3),
                        reason=f"printed a result but ended with {how}", **common)
@@ -86,20 +86,20 @@ def classify(outcome: Outcome, parsed: ParsedRun | None, *, stdout: str = "", st
         metrics = _partial(metrics)
     if status is not TrialStatus.OK and not reason:
         reason = (f"ended by signal {sig} ({signal_name(sig)})" if sig is not None
-                  else f"{status.value} (exit status {outcome.returncode})")
+                  else f"{status.value} (exit status {end.returncode})")
     if status.is_failure() and not parsed.evidence:
         evidence += last_lines(stderr, 3) or last_lines(stdout, 3)
     return Verdict(status=status, metrics=metrics, evidence=evidence, reason=reason, **common)
 
 
-def timeout_reason(outcome: Outcome) -> str:
+def timeout_reason(end: LaunchEnd) -> str:
     """Both numbers: the limit it ran under, and when it was killed (the limit plus the kill grace)."""
-    if outcome.time_limit_s is None:
-        return f"still running after its time limit (killed after {outcome.wall_s:.0f} s)"
-    over = max(0.0, outcome.wall_s - outcome.time_limit_s)
-    grace = (f", {over:.0f} s of it the grace between SIGTERM and SIGKILL (up to {outcome.kill_grace_s:g} s)"
-             if outcome.kill_grace_s else "")
-    return f"past its time limit of {outcome.time_limit_s:g} s: killed after {outcome.wall_s:.0f} s{grace}"
+    if end.time_limit_s is None:
+        return f"still running after its time limit (killed after {end.wall_s:.0f} s)"
+    over = max(0.0, end.wall_s - end.time_limit_s)
+    grace = (f", {over:.0f} s of it the grace between SIGTERM and SIGKILL (up to {end.kill_grace_s:g} s)"
+             if end.kill_grace_s else "")
+    return f"past its time limit of {end.time_limit_s:g} s: killed after {end.wall_s:.0f} s{grace}"
 
 
 def _partial(m: Metrics) -> Metrics:

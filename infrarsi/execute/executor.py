@@ -1,9 +1,9 @@
 """The Executor protocol: start one LaunchSpec somewhere, watch it, stop it.
 
 An executor knows nothing about frameworks or statuses. It starts a process (or a Slurm job) with
-its stdout/stderr in the trial directory, enforces the time limit, and reports an ``Outcome``: how
+its stdout/stderr in the trial directory, enforces the time limit, and reports a ``LaunchEnd``: how
 the process ended (exit code, signal, time-out, cancel, a memory kill it saw itself) and how long it
-ran. ``classify.py`` turns an Outcome plus the adapter's parse into a trial status.
+ran. ``classify.py`` turns a LaunchEnd plus the adapter's parse into a trial status.
 
 Files an executor writes into the trial directory: ``stdout``, ``stderr`` (and ``job.sbatch`` for Slurm).
 """
@@ -39,7 +39,7 @@ class Handle(BaseModel):
     unsandboxed_why: str = ""  # why a trial of a run was not sandboxed ("" when it was, or had no run around it)
 
 
-class Outcome(BaseModel):
+class LaunchEnd(BaseModel):
     """How a launch ended, as the executor saw it. Times in seconds."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -65,8 +65,8 @@ class Executor(Protocol):
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         """Start the launch; stdout/stderr go to ``trial_dir/stdout`` and ``trial_dir/stderr``."""
 
-    def poll(self, handle: Handle) -> Outcome | None:
-        """None while it runs; its Outcome once it has ended. Enforces the handle's time limit."""
+    def poll(self, handle: Handle) -> LaunchEnd | None:
+        """None while it runs; its LaunchEnd once it has ended. Enforces the handle's time limit."""
 
     def cancel(self, handle: Handle) -> None:
         """Stop it (the whole process group / job); its next poll reports ``cancelled``."""
@@ -80,7 +80,7 @@ class Executor(Protocol):
 
 
 def wait(executor: Executor, handle: Handle, *, timeout_s: float | None = None, interval_s: float = 0.05,
-         max_interval_s: float = 0.5) -> Outcome:
+         max_interval_s: float = 0.5) -> LaunchEnd:
     """Poll until the launch ends (backing off from ``interval_s`` to ``max_interval_s``).
     ``timeout_s`` bounds this wait only (TimeoutError); the trial's own limit is the executor's job."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..contract.seal import key_path
 from . import sandbox
 from .clock import LineClock
-from .executor import STDERR, STDOUT, Handle, Outcome
+from .executor import STDERR, STDOUT, Handle, LaunchEnd
 from .spec import LaunchSpec
 
 TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"
@@ -174,12 +174,12 @@ class LocalExecutor:
                       sandboxed=box is not None, unsandboxed_why=why)
 
     # -------------------------------------------------------------------- poll
-    def poll(self, handle: Handle) -> Outcome | None:
+    def poll(self, handle: Handle) -> LaunchEnd | None:
         with self._lock:
             proc = self._procs.get(handle.token)
             started = self._started.get(handle.token)
         if proc is None:
-            return Outcome(state="lost", lost=True, evidence=[f"no process for token {handle.token} in this executor"])
+            return LaunchEnd(state="lost", lost=True, evidence=[f"no process for token {handle.token} in this executor"])
         rc = proc.poll()
         elapsed = time.monotonic() - started
         if rc is None:
@@ -200,7 +200,7 @@ class LocalExecutor:
             clock = self._clocks.pop(handle.token, None)
         if clock is not None:
             clock.finish(elapsed)
-        return _outcome(rc, elapsed, why, handle.time_limit_s, self.config.kill_grace_s)
+        return _launch_end(rc, elapsed, why, handle.time_limit_s, self.config.kill_grace_s)
 
     def cancel(self, handle: Handle) -> None:
         with self._lock:
@@ -238,7 +238,7 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _outcome(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s: float | None = None) -> Outcome:
+def _launch_end(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s: float | None = None) -> LaunchEnd:
     sig = -rc if rc < 0 else None
     ev: list[str] = []
     if why == "timeout":
@@ -250,7 +250,7 @@ def _outcome(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s: f
         ev.append(f"ended by signal {sig} ({_signame(sig)})")
     else:
         ev.append(f"exited with status {rc}")
-    return Outcome(state="killed" if why else "exited", returncode=None if sig is not None else rc, signal=sig,
+    return LaunchEnd(state="killed" if why else "exited", returncode=None if sig is not None else rc, signal=sig,
                    timed_out=why == "timeout", cancelled=why == "cancel", wall_s=wall_s, evidence=ev,
                    time_limit_s=limit_s, kill_grace_s=grace_s if why == "timeout" else None)
 

@@ -36,7 +36,7 @@ from ..contract.scope import TreeGuard, repository_root
 from ..contract.seal import settled_problems
 from .classify import Verdict, apply_loss_check, classify
 from .clock import referee
-from .executor import STDERR, STDOUT, Executor, Handle, Outcome, tail
+from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from .local import kill_token, resolve_argv, trial_env
 from .record import RunRecord
 from .spec import LaunchSpec
@@ -255,21 +255,21 @@ class Runner:
                     cancelled_early = trial.id in self._cancelled
                 if cancelled_early:
                     self.executor.cancel(handle)
-                outcome = _wait(self.executor, handle)
-                if not outcome.relaunch or len(relaunched) >= MAX_RELAUNCHES:
+                end = _wait(self.executor, handle)
+                if not end.relaunch or len(relaunched) >= MAX_RELAUNCHES:
                     break
-                relaunched += [*outcome.evidence, f"launched again (attempt {attempt + 2})"]
+                relaunched += [*end.evidence, f"launched again (attempt {attempt + 2})"]
                 adopted, attempt = None, attempt + 1
         finally:
             ended_at = time.time()  # the trial's end: its slot is free from here; what follows is bookkeeping
             self._gate.release(procs, mem)
             with self._lock:
                 self._handles.pop(trial.id, None)
-        verdict = self._verdict(outcome, Path(handle.trial_dir), reference, trial.setting)
+        verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting)
         if relaunched:
             verdict = verdict.model_copy(update={"evidence": relaunched + verdict.evidence})
         wrote = guard.changes(before)
-        if wrote and not outcome.cancelled:  # a trial writes only its own directory (contract/scope.py)
+        if wrote and not end.cancelled:  # a trial writes only its own directory (contract/scope.py)
             why = f"wrote outside its trial directory: {wrote[0]}" + (f" (and {len(wrote) - 1} more)" if len(wrote) > 1 else "")
             verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why,
                                                  "evidence": verdict.evidence + wrote[:10],
@@ -277,7 +277,7 @@ class Runner:
         warnings = _unsandboxed(handle)
         if warnings:  # the run directory was writable to the trial: check every sealed record after it
             broken = settled_problems(self.record.run_dir)
-            if broken and not outcome.cancelled:
+            if broken and not end.cancelled:
                 why = f"the run's records changed while it ran without the sandbox: {broken[0]}"
                 verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why[:300],
                                                      "evidence": verdict.evidence + broken[:10],
@@ -288,7 +288,7 @@ class Runner:
         return self.record.finish(trial.model_copy(update={
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
-            "cost": Cost(wall_s=outcome.wall_s, devices=spec.devices), "finished_at": ended_at,
+            "cost": Cost(wall_s=end.wall_s, devices=spec.devices), "finished_at": ended_at,
             "warnings": warnings}))
 
     def _repo(self, spec: LaunchSpec) -> Path:
@@ -321,7 +321,7 @@ class Runner:
                                      env=trial_env(spec, token, d), attempt=attempt)
         return trial, handle
 
-    def _verdict(self, outcome: Outcome, trial_dir: Path, reference: Sequence[float] | None,
+    def _verdict(self, end: LaunchEnd, trial_dir: Path, reference: Sequence[float] | None,
                  setting: Mapping[str, Any] | None = None) -> Verdict:
         """``reference``: the baseline's loss trace (checked within rtol), or a calibrated loss referee
         (infrarsi.contract.numerics.Referee: loss and grad norm against the setting's band)."""
@@ -330,12 +330,12 @@ class Runner:
         parsed: ParsedRun | None = None
         error = None
         try:
-            parsed = self.adapter.parse(self.contract, stdout, stderr, outcome.returncode if outcome.signal is None
-                                        else -outcome.signal)
+            parsed = self.adapter.parse(self.contract, stdout, stderr, end.returncode if end.signal is None
+                                        else -end.signal)
         except Exception as e:  # a parser choking on garbage output is a crash of the trial, not of the runner
             error = f"{type(e).__name__}: {e}"
-        v = classify(outcome, parsed, stdout=stdout, stderr=stderr, parse_error=error)
-        v = _harness_time(v, self.adapter, self.contract, trial_dir, outcome)
+        v = classify(end, parsed, stdout=stdout, stderr=stderr, parse_error=error)
+        v = _harness_time(v, self.adapter, self.contract, trial_dir, end)
         if hasattr(reference, "judge"):  # the calibrated loss referee (contract/numerics.py)
             return reference.judge(v, setting or {})
         loss = self.contract.invariants.loss
@@ -358,13 +358,13 @@ def _unsandboxed(handle: Handle) -> list[str]:
 MAX_RELAUNCHES = 2  # launches of one trial the scheduler may hold before it counts as a failed trial
 
 
-def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: Path, outcome: Outcome) -> Verdict:
+def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: Path, end: LaunchEnd) -> Verdict:
     """An ok verdict whose reported step times the harness's own clock contradicts becomes invalid (clock.py)."""
     if v.status is not TrialStatus.OK:
         return v
     t = contract.invariants.timing
     why = referee(trial_dir / STDOUT, step_time_s=v.metrics.step_time_s, step_times_s=v.metrics.step_times_s,
-                  warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, wall_s=outcome.wall_s,
+                  warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, wall_s=end.wall_s,
                   measured_time=getattr(adapter, "measured_time", True))
     if why is None:
         return v
@@ -373,7 +373,7 @@ def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: P
                                                                         "mfu": None, "tflops_per_device": None})})
 
 
-def _wait(executor: Executor, handle: Handle) -> Outcome:
+def _wait(executor: Executor, handle: Handle) -> LaunchEnd:
     pause = 0.02
     while True:
         out = executor.poll(handle)

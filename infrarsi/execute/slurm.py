@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .executor import STDERR, STDOUT, Handle, Outcome
+from .executor import STDERR, STDOUT, Handle, LaunchEnd
 from .local import CAP_ENV, resolve_argv, trial_env
 from .spec import LaunchSpec
 from .torchrun import is_torchrun
@@ -205,10 +205,10 @@ class SlurmExecutor:
             return None
         return info
 
-    def poll(self, handle: Handle) -> Outcome | None:
+    def poll(self, handle: Handle) -> LaunchEnd | None:
         info = self._info(handle)
         if info is None:
-            return Outcome(state="lost", lost=True,
+            return LaunchEnd(state="lost", lost=True,
                            evidence=[f"Slurm knows no job {handle.job_id} named infrarsi-{handle.token}"])
         state = info.get("JobState", "")
         if state not in FINISHED_STATES and is_held(info):
@@ -226,9 +226,9 @@ class SlurmExecutor:
             return None
         with self._lock:
             why = self._why.pop(handle.job_id, None)
-        return self._outcome(handle, info, why)
+        return self._launch_end(handle, info, why)
 
-    def _give_up_held(self, handle: Handle, info: dict[str, str]) -> Outcome:
+    def _give_up_held(self, handle: Handle, info: dict[str, str]) -> LaunchEnd:
         """A held job never starts by itself: cancel it and ask for a new launch (the Runner relaunches)."""
         try:
             self._call("scancel", handle.job_id)
@@ -237,7 +237,7 @@ class SlurmExecutor:
         self._pending_since.pop(handle.job_id, None)
         line = (f"slurm job {handle.job_id} was held (JobState={info.get('JobState')} Reason={info.get('Reason', '')} "
                 f"Restarts={info.get('Restarts', '0')}): cancelled it")
-        return Outcome(state="HELD", lost=True, relaunch=True, evidence=[line], time_limit_s=handle.time_limit_s)
+        return LaunchEnd(state="HELD", lost=True, relaunch=True, evidence=[line], time_limit_s=handle.time_limit_s)
 
     def _check_pending(self, handle: Handle, info: dict[str, str]) -> None:
         """Raise SlurmPendingTimeout once the job has waited past its pending timeout (seen from this process)."""
@@ -267,7 +267,7 @@ class SlurmExecutor:
             return handle.model_copy(update={"job_id": ids[0]})
         return None
 
-    def _outcome(self, handle: Handle, info: dict[str, str], why: str | None) -> Outcome:
+    def _launch_end(self, handle: Handle, info: dict[str, str], why: str | None) -> LaunchEnd:
         state = info["JobState"]
         status, _, sig = info.get("ExitCode", "0:0").partition(":")
         rc, signum = int(status or 0), int(sig or 0)
@@ -283,7 +283,7 @@ class SlurmExecutor:
             ev.append(f"cancelled by infrarsi after {wall:.0f} s: past its time limit of {handle.time_limit_s:g} s")
         # 125 is slurmstepd's own code for an OOM kill, not the command's exit status.
         returncode = None if signum or state == "OUT_OF_MEMORY" else rc
-        return Outcome(state=state, returncode=returncode, signal=signum or None, timed_out=timed_out,
+        return LaunchEnd(state=state, returncode=returncode, signal=signum or None, timed_out=timed_out,
                        cancelled=cancelled, oom=oom, wall_s=wall, evidence=ev, time_limit_s=handle.time_limit_s)
 
     def queue(self) -> list[dict[str, str]]:

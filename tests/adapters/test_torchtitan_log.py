@@ -95,11 +95,11 @@ def test_an_abort_at_exit_after_complete_training_is_ok_but_not_before():
 
 def test_the_trial_of_a_run_that_aborted_only_at_exit_is_ok_and_any_other_abnormal_end_a_crash():
     from infrarsi.execute.classify import classify
-    from infrarsi.execute.executor import Outcome
+    from infrarsi.execute.executor import LaunchEnd
 
     log = text("exit_abort_6steps.log")  # torchrun exits 1 after rank 1's SIGABRT at exit
     kw = dict(warmup_steps=2, measured_steps=4, world_size=2, tokens_per_step=TOKENS, cpu=True)
-    ended = Outcome(state="exited", returncode=1)
+    ended = LaunchEnd(state="exited", returncode=1)
     late = classify(ended, parse_torchtitan_output(log, "", 1, final_step=6, **kw), stdout=log)
     assert late.status is TrialStatus.OK and late.metrics.step_time_s is not None
     from infrarsi.adapters.base import ParsedRun
