@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -68,9 +68,8 @@ from pyro.infer.autoguide.initialization import init_to_value
 
 from ..knobs.space import KnobSpace
 from ..priors.prior import Prior
-from ._design import Design
-from ._fit import GridPosterior, gaussian_to_grid, ndtr, one_thread, row_moments, run_nuts, tobit_grid
-from .revision import Effect, effects_of
+from ._base import LogLinearModel, f64
+from ._fit import GridPosterior, gaussian_to_grid, ndtr, one_thread, row_moments, tobit_grid
 
 OomHandling = Literal["censor", "drop", "capacity"]
 Inference = Literal["grid", "svi"]
@@ -112,10 +111,14 @@ def memory_model(
             pyro.factor("peak_within_capacity", torch.special.log_ndtr(z))
 
 
-class MemoryModel:
-    """Posterior over log peak memory; see the module docstring for the model and the API."""
+class MemoryModel(LogLinearModel):
+    """Posterior over log peak memory; see the module docstring for the model and the API. ``predict``,
+    ``effects``, ``run_nuts``, ``sigma`` (the scatter sd) and the offsets rule are
+    :class:`._base.LogLinearModel`'s."""
 
     target = "memory"
+    unit = "log-bytes"
+    offsets_fixed_at_first_fit = True  # with offsets the intercept prior moves to 0 (log of actual / analytical)
 
     def __init__(
         self,
@@ -137,25 +140,17 @@ class MemoryModel:
             raise ValueError(f"oom_handling={oom_handling!r}: use 'censor' (default), 'drop' or 'capacity'")
         if inference not in ("grid", "svi"):
             raise ValueError(f"inference={inference!r}: use 'grid' (default) or 'svi'")
-        self.design = Design(
-            space, target="memory", priors=priors, interactions=interactions, main_sd=main_sd, interaction_sd=interaction_sd
-        )
+        self._init_model(space, priors, interactions, seed, main_sd, interaction_sd)
         self.capacity_bytes = float(capacity_bytes)
         self.log_capacity = math.log(capacity_bytes)
         self.oom_handling: OomHandling = oom_handling
         self.inference: Inference = inference
         self.svi_steps = svi_steps
-        self.seed = seed
-        self._uses_offsets = False
-        self.n_obs = 0
         self.n_censored = 0
         self.n_fit = 0
-        self.last_fit_s = 0.0
-        self.nuts_draws: dict[str, np.ndarray] | None = None
         self._data: dict[str, Any] | None = None
         self._svi: tuple[AutoMultivariateNormal, Any, torch.optim.Optimizer] | None = None
         self._p = self.design.p
-        self._fitted_once = False
         # Posterior over eta = [intercept, beta (p)] as a mixture over log sigma; before any data, the prior.
         self.posterior: GridPosterior = self._prior_posterior()
 
@@ -256,13 +251,11 @@ class MemoryModel:
         """The arguments of :func:`memory_model` for the fitted data (float64 tensors)."""
         if self._data is None:
             raise RuntimeError("no data: call fit() first")
-        t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
         d = self._data
         return dict(
-            x_ok=t(d["x_ok"]), off_ok=t(d["off_ok"]), x_oom=t(d["x_oom"]), off_oom=t(d["off_oom"]),
-            log_capacity=self.log_capacity, intercept_loc=self.intercept_loc,
-            prior_mean=t(self.design.prior_mean), prior_sd=t(self.design.prior_sd), y_ok=t(d["y_ok"]),
-            x_fit=t(d["x_fit"]), off_fit=t(d["off_fit"]),
+            x_ok=f64(d["x_ok"]), off_ok=f64(d["off_ok"]), x_oom=f64(d["x_oom"]), off_oom=f64(d["off_oom"]),
+            log_capacity=self.log_capacity, intercept_loc=self.intercept_loc, **self._prior_tensors(),
+            y_ok=f64(d["y_ok"]), x_fit=f64(d["x_fit"]), off_fit=f64(d["off_fit"]),
         )
 
     def _fit_svi(self) -> None:
@@ -292,33 +285,7 @@ class MemoryModel:
         # unconstrained coordinates in site order: intercept, beta (p), log sigma
         self.posterior = gaussian_to_grid(loc, l @ l.T)
 
-    def _init_values(self) -> dict[str, torch.Tensor]:
-        """The current posterior mean as values of :func:`memory_model`'s latent sites."""
-        m = self.posterior.mean()
-        return {
-            "intercept": torch.tensor(m[0], dtype=torch.float64),
-            "beta": torch.as_tensor(m[1:]),
-            "sigma": torch.tensor(self.sigma, dtype=torch.float64),
-        }
-
-    # ------------------------------------------------------------- predict
-    def predict(
-        self,
-        settings: Sequence[Mapping[str, Any]],
-        offsets: Sequence[float] | np.ndarray | None = None,
-        *,
-        noise: bool = True,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior predictive of log peak bytes: (mean, sd), each shape (n,). ``noise=False``
-        leaves out the scatter sigma (uncertainty about the mean only)."""
-        x1, off = self.design_rows(settings, offsets)
-        post = self.posterior
-        mu, quad = row_moments(x1, post.mean()[None], post.cov()[None])
-        mean, var = mu[0] + off, quad[0]
-        if noise:
-            var = var + post.e_sigma2()
-        return mean, np.sqrt(np.maximum(var, 0.0))
-
+    # ------------------------------------------------------------- P(OOM) (predict is the base class's)
     def p_oom(
         self,
         settings: Sequence[Mapping[str, Any]],
@@ -341,46 +308,11 @@ class MemoryModel:
     def design_rows(self, settings, offsets) -> tuple[np.ndarray, np.ndarray]:
         """(x1, offsets): the design with an intercept column, (n, p + 1), and the log offsets, (n,) (zeros
         without an estimate; a model fit with offsets needs them here too)."""
-        settings = list(settings)
-        off = self._check_offsets(offsets, len(settings), fitting=False)
-        return np.hstack([np.ones((len(settings), 1)), self.design.matrix(settings)]), off
+        return self._rows(settings, offsets)
 
-    @property
-    def sigma(self) -> float:
-        """Posterior mean of the scatter sd (log scale)."""
-        return float(self.posterior.weights @ np.exp(self.posterior.log_sigma))
+    # ------------------------------------------------------------- NUTS (run_nuts is the base class's)
+    def _pyro_model(self) -> Callable[..., None]:
+        return memory_model
 
-    # ------------------------------------------------------------- effects
-    def effects(self, *, nuts: bool = False) -> list[Effect]:
-        """Posterior of every column (main effects, then interactions): mean and central 90% interval."""
-        return effects_of(self, nuts=nuts)
-
-    def run_nuts(self, num_samples: int = 300, warmup_steps: int = 300, *, jit_compile: bool = True) -> dict[str, np.ndarray]:
-        """Sample :func:`memory_model` on the fitted data with NUTS (exact; seconds to minutes),
-        starting at the current mode. Kept in ``nuts_draws``; used by ``effects(nuts=True)``."""
-        if self._data is None:
-            raise RuntimeError("run_nuts() needs data: call fit() first")
-        self.nuts_draws = run_nuts(memory_model, self.pyro_kwargs(), self._init_values(), num_samples=num_samples, warmup_steps=warmup_steps, seed=self.seed, jit_compile=jit_compile)
-        return self.nuts_draws
-
-    # -------------------------------------------------------------- helpers
-    def _check_offsets(self, offsets: Any, n: int, *, fitting: bool) -> np.ndarray:
-        if offsets is None:
-            if not fitting and self._uses_offsets:
-                raise ValueError("this MemoryModel was fit with offsets: pass offsets= for these settings too")
-            if fitting:
-                if self._uses_offsets and self._fitted_once:
-                    raise ValueError("this MemoryModel was fit with offsets before: keep passing offsets=")
-                self._uses_offsets = False
-            return np.zeros(n)
-        off = np.array([float(v) for v in offsets], dtype=float)
-        if off.shape != (n,) or not np.isfinite(off).all():
-            raise ValueError(f"offsets: give one finite log-bytes term per setting ({n}), got {off.size}")
-        if fitting:
-            if not self._uses_offsets and self._fitted_once:
-                raise ValueError("this MemoryModel was fit without offsets before: build a new model to add them")
-            if not self._fitted_once:
-                self._uses_offsets = True  # the intercept prior moves to 0 (log of actual / analytical)
-        elif not self._uses_offsets:
-            raise ValueError("this MemoryModel was fit without offsets: predict without offsets= (or refit with them)")
-        return off
+    def _has_data(self) -> bool:
+        return self._data is not None

@@ -27,8 +27,7 @@ import numpy as np
 from ..priors.prior import Z90, Prior
 
 if TYPE_CHECKING:
-    from .memory import MemoryModel
-    from .time import TimeModel
+    from ._base import LogLinearModel
 
 
 def pct(x: float) -> float:
@@ -66,7 +65,7 @@ class Effect:
         return f"{self.feature}: {self.pct_mean:+.0f}% [{self.pct_lo:+.0f}, {self.pct_hi:+.0f}] {self.target}"
 
 
-def effects_of(model: "TimeModel | MemoryModel", *, nuts: bool = False) -> list[Effect]:
+def effects_of(model: "LogLinearModel", *, nuts: bool = False) -> list[Effect]:
     """Posterior of every column of a fitted model (main effects, then interactions): mean and central 90%
     interval, from the fitted posterior or, with ``nuts=True``, from its NUTS draws."""
     d = model.design
@@ -114,7 +113,7 @@ class PriorRevision:
         )
 
 
-def revision(priors: Sequence[Prior], model: "TimeModel | MemoryModel") -> list[PriorRevision]:
+def revision(priors: Sequence[Prior], model: "LogLinearModel") -> list[PriorRevision]:
     """Prior vs posterior for every prior whose feature is a main-effect column of ``model``
     (priors about knobs outside the model's space are skipped). The model must have been fit."""
     target = model.target

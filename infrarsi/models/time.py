@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,9 +49,8 @@ import torch
 
 from ..knobs.space import KnobSpace
 from ..priors.prior import Prior
-from ._design import Design
-from ._fit import GridPosterior, conjugate_grid, one_thread, row_moments, run_nuts
-from .revision import Effect, effects_of
+from ._base import LogLinearModel, as_float_array, f64
+from ._fit import GridPosterior, conjugate_grid, one_thread
 
 INTERCEPT_SD = 10.0  # log seconds: a flat prior in practice (e^-10 s .. e^10 s within 1 sd)
 NOISE_SCALE_WITH_CV = 0.75  # sd of log sigma around log(noise_cv): the model's misfit adds to the noise
@@ -76,10 +75,12 @@ def time_model(
         pyro.sample("log_step_time", dist.Normal(mu, sigma), obs=y)
 
 
-class TimeModel:
-    """Posterior over log step time; see the module docstring for the model and the API."""
+class TimeModel(LogLinearModel):
+    """Posterior over log step time; see the module docstring for the model and the API. ``predict``,
+    ``effects``, ``run_nuts``, ``sigma`` (the noise sd) and the offsets rule are :class:`._base.LogLinearModel`'s."""
 
     target = "time"
+    unit = "log-seconds"
 
     def __init__(
         self,
@@ -92,21 +93,14 @@ class TimeModel:
         main_sd: float = 1.0,
         interaction_sd: float = 0.1,
     ) -> None:
-        self.design = Design(
-            space, target="time", priors=priors, interactions=interactions, main_sd=main_sd, interaction_sd=interaction_sd
-        )
+        self._init_model(space, priors, interactions, seed, main_sd, interaction_sd)
         if noise_cv is None:
             self.sigma_loc, self.sigma_scale = NOISE_LOC_DEFAULT, NOISE_SCALE_DEFAULT
         else:
             if not (isinstance(noise_cv, (int, float)) and math.isfinite(noise_cv) and noise_cv > 0):
                 raise ValueError(f"noise_cv must be a positive number (the doctor's CV, e.g. 0.02), got {noise_cv!r}")
             self.sigma_loc, self.sigma_scale = math.log(noise_cv), NOISE_SCALE_WITH_CV
-        self.seed = seed
         self._rng = np.random.default_rng(seed)
-        self._uses_offsets = False
-        self.n_obs = 0
-        self.last_fit_s = 0.0
-        self.nuts_draws: dict[str, np.ndarray] | None = None
         self._x: np.ndarray | None = None
         self._y: np.ndarray | None = None
         self._off: np.ndarray | None = None
@@ -126,7 +120,7 @@ class TimeModel:
         """
         t0 = time.perf_counter()
         settings = list(settings)
-        y_s = _as_float_array(step_times_s, "step_times_s", len(settings))
+        y_s = as_float_array(step_times_s, "step_times_s", len(settings))
         off = self._check_offsets(offsets, len(settings), fitting=True)
         keep = ~np.isnan(y_s)
         bad = np.flatnonzero(keep & ~(np.isfinite(y_s) & (y_s > 0)))
@@ -139,6 +133,7 @@ class TimeModel:
         self.posterior = self._solve(x, y - off[keep])
         self.n_obs = int(keep.sum())
         self.nuts_draws = None
+        self._fitted_once = True
         self.last_fit_s = time.perf_counter() - t0
         return self
 
@@ -148,26 +143,7 @@ class TimeModel:
         s0 = np.concatenate([[INTERCEPT_SD], self.design.prior_sd])
         return conjugate_grid(x1, y, m0, s0, self.sigma_loc, self.sigma_scale)
 
-    # ------------------------------------------------------------- predict
-    def predict(
-        self,
-        settings: Sequence[Mapping[str, Any]],
-        offsets: Sequence[float] | np.ndarray | None = None,
-        *,
-        noise: bool = True,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior predictive of log step time (log seconds): (mean, sd), each shape (n,).
-        ``noise=False`` leaves out the run-to-run noise (uncertainty about the mean only)."""
-        settings = list(settings)
-        off = self._check_offsets(offsets, len(settings), fitting=False)
-        x1 = np.hstack([np.ones((len(settings), 1)), self.design.matrix(settings)])
-        post = self.posterior
-        mu, quad = row_moments(x1, post.mean()[None], post.cov()[None])
-        mean, var = mu[0] + off, quad[0]
-        if noise:
-            var = var + post.e_sigma2()
-        return mean, np.sqrt(np.maximum(var, 0.0))
-
+    # ------------------------------------------------------------- draws (predict is the base class's)
     def sample(
         self,
         settings: Sequence[Mapping[str, Any]],
@@ -178,9 +154,7 @@ class TimeModel:
     ) -> np.ndarray:
         """``n`` joint posterior draws of log step time for every setting: shape (n, len(settings)).
         Each row is one coherent draw of the coefficients (for Thompson sampling)."""
-        settings = list(settings)
-        off = self._check_offsets(offsets, len(settings), fitting=False)
-        x1 = np.hstack([np.ones((len(settings), 1)), self.design.matrix(settings)])
+        x1, off = self._rows(settings, offsets)
         theta, sigma = self.posterior.sample(n, self._rng)
         with one_thread():
             out = (torch.as_tensor(theta) @ torch.as_tensor(x1).T).numpy() + off[None, :]
@@ -193,59 +167,15 @@ class TimeModel:
         that extends a draw (the tuner's residual GP) stays reproducible from the seed."""
         return self._rng.standard_normal(n)
 
-    @property
-    def sigma(self) -> float:
-        """Posterior mean of the noise sd (log scale)."""
-        return float(self.posterior.weights @ np.exp(self.posterior.log_sigma))
+    # ------------------------------------------------------------- NUTS (run_nuts is the base class's)
+    def _pyro_model(self) -> Callable[..., None]:
+        return time_model
 
-    # ------------------------------------------------------------- effects
-    def effects(self, *, nuts: bool = False) -> list[Effect]:
-        """Posterior of every column (main effects, then interactions): mean and central 90% interval."""
-        return effects_of(self, nuts=nuts)
-
-    def run_nuts(self, num_samples: int = 300, warmup_steps: int = 300, *, jit_compile: bool = True) -> dict[str, np.ndarray]:
-        """Sample :func:`time_model` on the fitted data with NUTS (exact; seconds to minutes). The draws
-        are kept in ``nuts_draws`` and used by ``effects(nuts=True)``."""
-        if self._x is None:
-            raise RuntimeError("run_nuts() needs data: call fit() first")
-        mean = self.posterior.mean()
-        init = {
-            "intercept": torch.tensor(mean[0], dtype=torch.float64),
-            "beta": torch.as_tensor(mean[1:]),
-            "sigma": torch.tensor(self.sigma, dtype=torch.float64),
-        }
-        self.nuts_draws = run_nuts(time_model, self.pyro_kwargs(), init, num_samples=num_samples, warmup_steps=warmup_steps, seed=self.seed, jit_compile=jit_compile)
-        return self.nuts_draws
+    def _has_data(self) -> bool:
+        return self._x is not None
 
     def pyro_kwargs(self) -> dict[str, Any]:
         """The arguments of :func:`time_model` for the fitted data (float64 tensors)."""
         assert self._x is not None and self._y is not None and self._off is not None
-        t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
-        return dict(
-            x=t(self._x), offsets=t(self._off), prior_mean=t(self.design.prior_mean), prior_sd=t(self.design.prior_sd),
-            sigma_loc=self.sigma_loc, sigma_scale=self.sigma_scale, y=t(self._y),
-        )
-
-    # -------------------------------------------------------------- helpers
-    def _check_offsets(self, offsets: Any, n: int, *, fitting: bool) -> np.ndarray:
-        if offsets is None:
-            if not fitting and self._uses_offsets:
-                raise ValueError("this TimeModel was fit with offsets: pass offsets= for these settings too")
-            if fitting:
-                self._uses_offsets = False
-            return np.zeros(n)
-        off = _as_float_array(offsets, "offsets", n)
-        if not np.isfinite(off).all():
-            raise ValueError(f"offsets[{int(np.flatnonzero(~np.isfinite(off))[0])}] is not finite; offsets are log-scale terms")
-        if fitting:
-            self._uses_offsets = True
-        elif not self._uses_offsets:
-            raise ValueError("this TimeModel was fit without offsets: predict without offsets= (or refit with them)")
-        return off
-
-
-def _as_float_array(values: Any, name: str, n: int) -> np.ndarray:
-    arr = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
-    if arr.shape != (n,):
-        raise ValueError(f"{name} has {arr.size} values for {n} settings; give one per setting")
-    return arr
+        return dict(x=f64(self._x), offsets=f64(self._off), **self._prior_tensors(), sigma_loc=self.sigma_loc,
+                    sigma_scale=self.sigma_scale, y=f64(self._y))
