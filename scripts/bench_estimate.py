@@ -121,7 +121,7 @@ SCALE = (
 
 def run_scale(args) -> int:
     from infrarsi.estimate import estimate
-    from infrarsi.estimate.cli import _anchored
+    from infrarsi.estimate.run import anchored
     from infrarsi.estimate.devices import device_for
 
     GiB = 2**30
@@ -131,7 +131,7 @@ def run_scale(args) -> int:
         if args.only and args.only not in f"{name}:{ranks}":
             continue
         path = ROOT / "contracts" / name
-        c = _anchored(load_contract(path), path)
+        c = anchored(load_contract(path), path.parent)
         c = c.model_copy(update={"hardware": c.hardware.model_copy(update={"devices": ranks})})
         e = estimate(c, setting, device=device_for(c.hardware))
         cat = e.by_category()

@@ -53,7 +53,7 @@ def main() -> int:
         for s in sets:
             spec = tt.emit_torchtitan(p, s, world_size=world)
             back = tt.parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=p.base_dir)
-            back = back if back.world_size else tt._with_world(back, world)
+            back = back if back.world_size else tt.with_world(back, world)
             bad_rt += any(back.setting[k] != s[k] for k in s)
             if p.style == "cli":
                 jobs.append((torchtitan03_args(p, spec.argv, spec.env), world))

@@ -42,8 +42,8 @@ from .framework_check import FrameworkRejected, check_torchtitan
 from .torchtitan_configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK
 from .torchtitan_emit import JOBS_DIR, emit_torchtitan, emit_torchtitan_args
 from .torchtitan_launch import (
-    Override, TorchtitanLaunch, TorchtitanLaunchError, _with_world, parse_toml_job, parse_torchtitan,
-    parse_torchtitan_argv, parse_torchtitan_file, split_overrides,
+    Override, TorchtitanLaunch, TorchtitanLaunchError, parse_toml_job, parse_torchtitan, parse_torchtitan_argv,
+    parse_torchtitan_file, split_overrides, with_world,
 )
 from .torchtitan_log import (StepLog, classify_torchtitan_failure, parse_torchtitan_log,
                              parse_torchtitan_output, to_metrics)
@@ -53,7 +53,7 @@ __all__ = [
     "TorchtitanAdapter", "TorchtitanLaunch", "TorchtitanLaunchError", "classify_torchtitan_failure", "emit_torchtitan",
     "emit_torchtitan_args", "knob_space_for", "parse_toml_job", "parse_torchtitan", "parse_torchtitan_argv",
     "parse_torchtitan_file", "parse_torchtitan_log", "parse_torchtitan_output", "split_overrides", "to_metrics",
-    "violations", "_with_world",
+    "violations", "with_world",
 ]
 
 
@@ -172,7 +172,7 @@ class TorchtitanAdapter(Adapter):
             else:
                 raise TorchtitanLaunchError("workload: set launch (a TOML job file or launch script) or entrypoint")
             if out.world_size is None:
-                out = _with_world(out, contract.hardware.devices)
+                out = with_world(out, contract.hardware.devices)
             out.device = contract.hardware.kind
             self._cache[key] = out
         return self._cache[key]

@@ -379,14 +379,16 @@ def parse_torchtitan(text: str, *, path: str = "<command>", env: Mapping[str, st
             out = parse_torchtitan_argv(cmd.argv, env={**res.exported, **cmd.env}, base_dir=base,
                                         script_vars=res.variables, source=path, line=cmd.line)
             if out.world_size is None and world_size:
-                out = _with_world(out, world_size)
+                out = with_world(out, world_size)
             out.problems = unfilled_flags(text, cmd.argv, res.variables, args)
             out.read_with = {"env": dict(env or {}), "args": list(args or []), "cwd": None if cwd is None else str(cwd)}
             return out
     raise TorchtitanLaunchError(f"{path}: no `torchrun ... -m torchtitan.train` or run_train.sh command found")
 
 
-def _with_world(p: TorchtitanLaunch, world: int) -> TorchtitanLaunch:
+def with_world(p: TorchtitanLaunch, world: int) -> TorchtitanLaunch:
+    """``p`` read again for ``world`` ranks (its fixed values and setting depend on the world size: the data
+    parallel degree, the global batch), for a launch that did not say its world size; changes ``p`` and returns it."""
     fixed, setting, notes = _read(p.style, p.values, world)
     _env_knobs(setting, p.env)
     p.fixed, p.setting, p.world_size = fixed, setting, world

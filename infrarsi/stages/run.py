@@ -255,7 +255,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
                 state.write_proposal(record, t.id, why)  # provenance survives a kill
                 _print_trial(console, t, why, baseline)
         if not search_done:
-            _save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
+            save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
             state.mark_done(run_dir, "search", stop_reason=stop_reason, trials=len(done), budget=budget)
         console.print(f"search stopped: {stop_reason}" + (" (earlier)" if search_done else ""))
         verification = reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console)
@@ -277,8 +277,10 @@ def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Sett
     console.print(f"  trial {t.id:3d} [{color}]{st:8s}[/] {ms:>8s} {mem:>9s}  ({why.get('kind', '?')}{extra}) {changed}")
 
 
-def _save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop_reason: str, kernel_verdicts: dict,
-                 bank_sources: list) -> None:
+def save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop_reason: str, kernel_verdicts: dict,
+                bank_sources: list) -> None:
+    """Write the run's search.json (sealed): why it stopped, each trial's proposal, the priors, the kernel verdicts,
+    the bank runs it seeded from and what the tuner's models fitted (effects, revisions, the fit the report reads)."""
     from ..report.effects import model_summary
 
     body: dict[str, Any] = {

@@ -10,7 +10,7 @@ What it writes under ``root`` (a stand-in for the user's repository)::
     root/run/trials/<n>/trial.json by RunRecord.start/finish: doctor x3, search x12 (ok, OOM, crash,
                                    timeout), verify pairs for two candidates
     root/run/noise.json            by doctor.noise.profile
-    root/run/search.json           by the run stage's own writer (stages.run._save_search) from a real Tuner
+    root/run/search.json           by the run stage's own writer (stages.run.save_search) from a real Tuner
                                    told every doctor and search trial: proposals, kernel verdicts (sha256 of
                                    the copied file), priors, effects, prior revisions and the tuner's fit
     root/run/verification.json     speedups from search.verify.speedup_ci/promote on the verify trials
@@ -43,7 +43,7 @@ from ..models import TimeModel
 from ..priors.prior import Prior
 from ..search import Tuner, TunerConfig
 from ..search.verify import promote, speedup_ci
-from ..stages.run import _save_search, memory_estimate, outcome_of
+from ..stages.run import memory_estimate, outcome_of, save_search
 
 PROJECT = Path(__file__).resolve().parents[2]
 KERNEL = "kernels/rmsnorm/triton_rows4.py"
@@ -177,7 +177,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
     verdict = {"op": "rmsnorm", "verdict": "pass", "reasons": [], "sha256": sha}
     if generated:
         verdict.update(origin="generated", why="rmsnorm is 61% of the step (phase profile)")
-    _save_search(run_dir, tuner, PRIORS, proposals, "budget spent", {kernel: verdict}, [])
+    save_search(run_dir, tuner, PRIORS, proposals, "budget spent", {kernel: verdict}, [])
 
     verification: dict[str, Any] = {"repeats": 3, "mde": noise.mde, "baseline": baseline, "candidates": [],
                                     "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the "

@@ -139,7 +139,7 @@ def _torchtitan_sweep(name, n):
         spec = tt.emit_torchtitan(p, s, world_size=world)
         back = tt.parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=p.base_dir)
         if back.world_size is None:
-            back = tt._with_world(back, world)
+            back = tt.with_world(back, world)
         assert {k: back.setting[k] for k in s} == dict(s)
         assert {k: v for k, v in back.fixed.items() if k != "global_batch_size"} == \
             {k: v for k, v in p.fixed.items() if k != "global_batch_size"}
