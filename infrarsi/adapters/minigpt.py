@@ -28,7 +28,8 @@ FIXED_FLAGS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_s
 
 # The catalog knobs this workload has: the domain it supports here (None = the catalog's) and what the knob
 # really does in minigpt (None = the catalog's doc). Kind, group, default and the flag come from the catalog:
-# minigpt's flag for a knob Megatron has is Megatron's flag.
+# minigpt's flag for a knob Megatron has is Megatron's flag; for one Megatron lacks (torch_compile), the knob's
+# name as a flag.
 _SHARED: dict[str, tuple[tuple[Any, ...] | None, str | None]] = {
     "micro_batch_size": ((1, 2, 4, 8, 16), "samples per forward/backward; the rest of the global batch is gradient "
                          "accumulation"),
@@ -76,41 +77,49 @@ def _flag(name: str, value: Any) -> list[str]:
     return [flag, str(value)]
 
 
-def constraints(contract: Contract) -> list[Constraint]:
-    gbs = int(contract.workload.args.get("global_batch_size", 16))
-
-    def batch_divides(s: Mapping[str, Any]) -> str | None:
-        mbs, dp = s.get("micro_batch_size", 1), s.get("data_parallel", 1)
-        if gbs % (mbs * dp):
-            return f"global batch {gbs} is not divisible by micro batch {mbs} x data parallel {dp} = {mbs * dp}"
-        return None
-
-    def recompute_options(s: Mapping[str, Any]) -> str | None:
-        if s.get("recompute_granularity", "none") != "full" and (
-                s.get("recompute_method", "uniform") != "uniform" or s.get("recompute_num_layers", 1) != 1):
-            return "recompute_method and recompute_num_layers apply only with recompute_granularity=full"
-        return None
-
-    def overlap_needs_dp(s: Mapping[str, Any]) -> str | None:
-        if s.get("overlap_grad_reduce") and s.get("data_parallel", 1) < 2:
-            return "overlap_grad_reduce needs data_parallel > 1 (nothing to reduce)"
-        return None
-
-    def threads_fit(s: Mapping[str, Any]) -> str | None:
-        need = s.get("data_parallel", 1) * s.get("intra_op_threads", 1)
-        if need > contract.hardware.devices * 2:
-            return f"data_parallel {s.get('data_parallel', 1)} x intra_op_threads {s.get('intra_op_threads', 1)} = {need} exceeds the cores"
-        return None
-
-    return [Constraint("batch_divides", batch_divides), Constraint("recompute_options", recompute_options),
-            Constraint("overlap_needs_dp", overlap_needs_dp), Constraint("threads_fit", threads_fit)]
-
-
 def _workload_default(flag: str) -> Any:
     """The workload's own default for a fixed argument (what a contract that does not set it gets)."""
     from ..workloads.minigpt import build_parser
 
     return build_parser().get_default(flag)
+
+
+def _fixed(contract: Contract, name: str) -> Any:
+    """A fixed workload argument: the contract's, else the workload's default."""
+    args = contract.workload.args
+    return args[name] if name in args else _workload_default(name)
+
+
+def constraints(contract: Contract) -> list[Constraint]:
+    gbs = int(_fixed(contract, "global_batch_size"))
+    d = {name: k.default for name, k in _KNOBS.items()}  # a knob a setting leaves out is at its default
+
+    def batch_divides(s: Mapping[str, Any]) -> str | None:
+        mbs, dp = s.get("micro_batch_size", d["micro_batch_size"]), s.get("data_parallel", d["data_parallel"])
+        if gbs % (mbs * dp):
+            return f"global batch {gbs} is not divisible by micro batch {mbs} x data parallel {dp} = {mbs * dp}"
+        return None
+
+    def recompute_options(s: Mapping[str, Any]) -> str | None:
+        if s.get("recompute_granularity", d["recompute_granularity"]) != "full" and (
+                s.get("recompute_method", d["recompute_method"]) != d["recompute_method"]
+                or s.get("recompute_num_layers", d["recompute_num_layers"]) != d["recompute_num_layers"]):
+            return "recompute_method and recompute_num_layers apply only with recompute_granularity=full"
+        return None
+
+    def overlap_needs_dp(s: Mapping[str, Any]) -> str | None:
+        if s.get("overlap_grad_reduce", d["overlap_grad_reduce"]) and s.get("data_parallel", d["data_parallel"]) < 2:
+            return "overlap_grad_reduce needs data_parallel > 1 (nothing to reduce)"
+        return None
+
+    def threads_fit(s: Mapping[str, Any]) -> str | None:
+        dp, threads = s.get("data_parallel", d["data_parallel"]), s.get("intra_op_threads", d["intra_op_threads"])
+        if dp * threads > contract.hardware.devices * 2:
+            return f"data_parallel {dp} x intra_op_threads {threads} = {dp * threads} exceeds the cores"
+        return None
+
+    return [Constraint("batch_divides", batch_divides), Constraint("recompute_options", recompute_options),
+            Constraint("overlap_needs_dp", overlap_needs_dp), Constraint("threads_fit", threads_fit)]
 
 
 class MiniGPTAdapter(Adapter):
@@ -128,7 +137,7 @@ class MiniGPTAdapter(Adapter):
         fixed = [k for k in unknown if k in FIXED_FLAGS]
         if fixed:
             k = fixed[0]
-            value = contract.workload.args.get(k, _workload_default(k))
+            value = _fixed(contract, k)
             raise ContractError(f"scope.knobs names {k}, a fixed workload argument of minigpt locked to {value!r} "
                                 f"(set it under [workload.args]); it defines the task and cannot be a knob")
         if unknown:
@@ -194,8 +203,7 @@ class MiniGPTAdapter(Adapter):
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         log = parse_log(stdout)
-        a = contract.workload.args
-        tokens = int(a.get("global_batch_size", 16)) * int(a.get("seq_length", 256))
+        tokens = int(_fixed(contract, "global_batch_size")) * int(_fixed(contract, "seq_length"))
         t = contract.invariants.timing
         metrics = to_metrics(log, warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, tokens_per_step=tokens,
                              peak_flops=contract.hardware.peak_flops)
