@@ -18,6 +18,7 @@ Tuners (``--tuners``), each given the same space, validity rule and repair moves
   offset, the typical config first); ``priors-noest``: priors without the estimate;
 - ``wrong``: priors whose time effects on the three most important knobs are reversed and made confident
   (sd 0.1), with no estimate: the priors must be revised by the trials;
+- ``cold-oracle-memory``: a diagnosis, not a peer: ``cold`` told the truth about "does it fit" for every candidate;
 - ``random``: uniform over valid settings;
 - ``tpe``: Optuna TPE, multivariate and grouped, with ``constraints_func`` (an invalid or OOM setting is
   infeasible); ``gp``: Optuna GPSampler with the same constraints; ``smac``: SMAC3 random-forest BO
@@ -141,7 +142,21 @@ class Bench:
 
 
 # ------------------------------------------------------------------------------------------ ours
-def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool) -> tuple[History, float]:
+class OracleMemoryTuner(Tuner):
+    """A diagnosis, not a peer: the cold tuner told the true answer to "does it fit" for every candidate (its P(OOM) is
+    0 or 1 from the landscape itself). How far the search gets when memory pricing is perfect says how much of the gap
+    to the optimum is the memory model's and how much the time model's."""
+
+    bench: "Bench"
+
+    def _p_oom(self, cands):
+        import numpy as np
+
+        return np.array([float(self.bench.land.simulate(s, None, 0.0).oom) for s in cands])
+
+
+def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
+          tuner_cls: type[Tuner] = Tuner) -> tuple[History, float]:
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
 
@@ -151,9 +166,10 @@ def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool) 
     pri = priors_for(b.space, workload=wl, hardware=hw) if priors != "none" else []
     if priors == "wrong":
         pri = wrong_priors(pri)
-    t = Tuner(b.space, memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**CONFIG),
-              initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
-              memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
+    t = tuner_cls(b.space, memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**CONFIG),
+                  initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
+                  memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
+    t.bench = b
     for _ in range(budget):
         s = t.ask()
         t.tell(s, b(s))
@@ -315,12 +331,14 @@ def run_smac(b: Bench, budget: int) -> tuple[History, float]:
     return hist, (time.perf_counter() - t0) / max(1, len(hist))
 
 
-OURS = ("cold", "priors", "priors-noest", "wrong")
+OURS = ("cold", "priors", "priors-noest", "wrong", "cold-oracle-memory")
 TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
     "cold": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False),
     "priors": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True),
     "priors-noest": lambda b, n: _ours(b, n, priors="offline", estimate=False, typical=True),
     "wrong": lambda b, n: _ours(b, n, priors="wrong", estimate=False, typical=True),
+    "cold-oracle-memory": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False,
+                                            tuner_cls=OracleMemoryTuner),
     "random": run_random,
     "tpe": lambda b, n: _optuna(b, n, "tpe"),
     "gp": lambda b, n: _optuna(b, n, "gp"),

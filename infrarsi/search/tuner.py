@@ -73,9 +73,6 @@ from ..models.time import INTERCEPT_SD
 
 _log = logging.getLogger(__name__)
 RAN = ("ok", "numerics_drift")  # statuses of a trial that ran every step (its peak and verdict are data)
-MEMORY_GP_MIN_PEAKS = 3  # measured peaks before the memory GP prices P(OOM): with none (step-time-only trials) its
-# scale and rates are guesses; on the perturbed clusters in that mode the search scored 0.734 of the optimum at 30
-# trials with the GP pricing throughout and 0.822 with this rule (BENCHMARKS.md)
 RESIDUAL_MEM_SD = 0.1  # log scale: how far a knob value may move the peak beyond what the arithmetic says
 # (the analytical estimate is within ~10% on every simulated layout; 0.3 priced most near-capacity settings
 # of the MoE workload at P(OOM) ~ 0.4 and the search never tried them)
@@ -117,6 +114,10 @@ class TunerConfig:
     """Price P(OOM) with one censored GP (search/censored.py): the memory model's additive effects plus a kernel
     with a rate per knob, fed by measured peaks, OOMs and runs that fit (False: the additive censored model alone,
     which priced the fastest settings of the perturbed clusters +36% above their true peak)."""
+    memory_gp_min_peaks: int = 3
+    """Measured peaks before the memory GP prices P(OOM) (the additive censored model does until then): without
+    peaks (step-time-only trials) its scale and rates are guesses; on the perturbed clusters in that mode the
+    search scored 0.734 of the optimum at 30 trials with the GP pricing from the first trial, 0.822 with 3."""
     time_sd: float = 1.0
     """Prior sd (log scale) of the time effect of a knob value no prior speaks about (1.0: "up to ~2.7x either way")."""
     memory_sd: float = 1.0
@@ -310,7 +311,7 @@ class Tuner:
         ss = [s for s, _ in rows]
         x1, off = mm.design_rows(ss, self._mem_offsets(ss))
         kind = np.array([ABOVE if o.status == "oom" else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
-        if (kind == OBS).sum() < MEMORY_GP_MIN_PEAKS:
+        if (kind == OBS).sum() < self.config.memory_gp_min_peaks:
             return  # the additive censored model prices P(OOM) until the kernel has peaks to fit its scale on
         peak = np.array([math.log(o.peak_memory_bytes) if o.status in RAN and o.peak_memory_bytes else np.nan
                          for _, o in rows])
