@@ -21,13 +21,15 @@ everything else, get high rates; an overlap flag a low one).
 
     sur = Surrogate.fit(x, codes, y, m0, s0, noise_sd=None, ordered=mask)   # x: (n, p+1), codes: (n, K)
     mean, var = sur.predict(x_cands, codes_cands)       # (m,), (m,) posterior of the mean log step time
-    draw = sur.sample(x_cands, codes_cands, rng)        # (m,) one draw: a coherent beta + the kernel part
+    draw = sur.sample(x_cands, codes_cands, normal)     # (m,) one draw: a coherent beta + the kernel part;
+                                                        # normal(k): k standard normal draws (a seeded stream)
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,7 +106,7 @@ class Surrogate:
         prior = (x * x) @ (self.s0 ** 2) + self.scale ** 2
         return mean, np.maximum(prior - (v * v).sum(axis=0), 1e-12)
 
-    def sample(self, x: np.ndarray, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, x: np.ndarray, codes: np.ndarray, normal: Callable[[int], np.ndarray]) -> np.ndarray:
         """One posterior draw at every candidate, (m,): a coherent draw of beta (all candidates share it), plus
         the kernel part given it (its mean coherent, its own uncertainty drawn per candidate)."""
         n = len(self.y)
@@ -115,12 +117,12 @@ class Surrogate:
         pc, _ = jittered_cholesky(prec)
         rhs = self.m0 / self.s0 ** 2 + self.x.T @ solve(self.y)
         mean_b = np.linalg.solve(pc.T, np.linalg.solve(pc, rhs))
-        beta = mean_b + np.linalg.solve(pc.T, rng.standard_normal(len(mean_b)))  # cov = prec^-1
+        beta = mean_b + np.linalg.solve(pc.T, normal(len(mean_b)))  # cov = prec^-1
         _, kg = self._cross(x, codes)
         gm = kg @ solve(self.y - self.x @ beta)
         v = np.linalg.solve(cg_chol, kg.T)
         gv = np.maximum(self.scale ** 2 - (v * v).sum(axis=0), 0.0)
-        return x @ beta + gm + np.sqrt(gv) * rng.standard_normal(len(gm))
+        return x @ beta + gm + np.sqrt(gv) * normal(len(gm))
 
 
 def _lml(lin: np.ndarray, d: np.ndarray, r: np.ndarray, s: float, w: np.ndarray, noise: float):

@@ -150,6 +150,20 @@ class Proposal:
         return {k: v for k, v in self.__dict__.items() if v not in (None, [])}
 
 
+@dataclass(frozen=True)
+class _Scored:
+    """One ask's scored pool (arrays of shape (m,), in the order of ``cands``); ``paired``: variant -> (the candidate
+    it was paired from, its savers)."""
+
+    cands: list[Setting]
+    acq: np.ndarray
+    ei: np.ndarray
+    mean: np.ndarray
+    p_oom: np.ndarray
+    p_pass: np.ndarray
+    paired: dict[Setting, tuple[Setting, list[str]]]
+
+
 class Tuner:
     """Ask/tell search; see the module docstring. The caller owns each trial's lifetime."""
 
@@ -478,6 +492,8 @@ class Tuner:
         return self._near[s]
 
     def _next(self) -> Setting | None:
+        """The next proposal: the caller's seeds, then the initial design, then a model-guided step (acquisition,
+        paired, local or Thompson; see the module docstring)."""
         taken = self._taken()
         for s in self._initial:  # the caller's seeds first (baseline, experience bank)
             if s not in taken:
@@ -489,81 +505,90 @@ class Tuner:
         if not cands:
             return None
         has_time = any(o.status == "ok" for _, o in self.history)
+        if len(self.history) + len(self.pending) < self.config.n_initial or not has_time:
+            return self._design_step(cands, x, taken)
+        sc = self._score(cands, x, taken)
+        j, kind = self._pick(sc, incumbent)
+        s = sc.cands[j]
+        prop = Proposal(kind=kind, ei=float(sc.ei[j]), p_oom=float(sc.p_oom[j]), predicted_s=float(np.exp(sc.mean[j])),
+                        p_drift=float(1.0 - sc.p_pass[j]) if sc.p_pass[j] < 1.0 else None)
+        if s in sc.paired:
+            src, savers = sc.paired[s]
+            prop.kind, prop.paired_from, prop.savers = "paired", src.to_dict(), savers
+        self._why[s] = prop
+        return s
+
+    def _design_step(self, cands: list[Setting], x: np.ndarray, taken: set[Setting]) -> Setting:
+        """Initial design: promising (prior/model mean, penalised by P(OOM) and P(drift)) and diverse (maximin)."""
+        mean, _ = self.predict_time(cands)
+        p_oom = self._p_oom(cands)
+        p_pass = self.p_pass(cands)
+        score = mean - np.log(np.maximum(1.0 - p_oom, 1e-6)) - np.log(np.maximum(p_pass, 1e-6))
+        taken_list = list(taken)
+        x_taken = self.space.encode(taken_list) if taken_list else None
+        j = maximin(x, score, 1, x_taken=x_taken)[0]
+        self._why[cands[j]] = Proposal(kind="design", p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])),
+                                       p_drift=float(1.0 - p_pass[j]) if p_pass[j] < 1.0 else None)
+        return cands[j]
+
+    def _score(self, cands: list[Setting], x: np.ndarray, taken: set[Setting]) -> "_Scored":
+        """Every candidate's acquisition: EI x P(fit) x P(pass the loss check), the pool extended with the paired
+        variants of fast candidates that probably do not fit; -inf above the P(OOM) cap (unless nothing is under
+        it); halved next to a pending trial."""
         mean, sd = self.predict_time(cands)
         p_oom = self._p_oom(cands)
-        n_done = len(self.history) + len(self.pending)
-        if n_done < self.config.n_initial or not has_time:
-            # Initial design: promising (prior/model mean, penalised by P(OOM) and P(drift)) and diverse.
-            p_pass = self.p_pass(cands)
-            score = mean - np.log(np.maximum(1.0 - p_oom, 1e-6)) - np.log(np.maximum(p_pass, 1e-6))
-            taken_list = list(taken)
-            x_taken = self.space.encode(taken_list) if taken_list else None
-            idx = maximin(x, score, 1, x_taken=x_taken)
-            j = idx[0]
-            self._why[cands[j]] = Proposal(kind="design", p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])),
-                                           p_drift=float(1.0 - p_pass[j]) if p_pass[j] < 1.0 else None)
-            return cands[j]
-
         best = math.log(self.best()[1].step_time_s)
         ei = expected_improvement(mean, sd, best)
-        acq = ei * (1.0 - p_oom)
         # Pairing: fast but unlikely to fit -> add variants with memory savers.
         paired = self._pairings(cands, ei, p_oom, taken)
         in_pool = set(cands)
         pc = [p for p, _ in paired if p not in in_pool]
         if pc:
             pm, ps = self.predict_time(pc)
-            pp = self._p_oom(pc)
-            pei = expected_improvement(pm, ps, best)
             cands = cands + pc
             x = np.vstack([x, self.space.encode(pc)])
-            mean, ei, p_oom = np.concatenate([mean, pm]), np.concatenate([ei, pei]), np.concatenate([p_oom, pp])
-            acq = np.concatenate([acq, pei * (1.0 - pp)])
+            mean, ei = np.concatenate([mean, pm]), np.concatenate([ei, expected_improvement(pm, ps, best)])
+            p_oom = np.concatenate([p_oom, self._p_oom(pc)])
         # The loss check: values of settings that broke it make a candidate less likely to pass.
         p_pass = self.p_pass(cands)
-        acq = acq * p_pass
+        acq = ei * (1.0 - p_oom) * p_pass
+        self.last_best_ei = float(np.max(acq))
         # Safety: a candidate the memory model expects to OOM is a last resort, whatever its EI.
         fits = p_oom <= self._cap()
         if fits.any():
             acq = np.where(fits, acq, -np.inf)
         # Batch diversity: a candidate one knob away from a pending one counts half.
-        if self.pending:
-            for s in self.pending:
-                d = hamming(x, self.space.encode([s])[0])
-                acq = np.where(d <= 2, acq * 0.5, acq)
-        j = int(np.argmax(acq))
-        self.last_best_ei = float(np.max(ei * (1.0 - p_oom) * p_pass))
+        for s in self.pending:
+            acq = np.where(hamming(x, self.space.encode([s])[0]) <= 2, acq * 0.5, acq)
+        return _Scored(cands, acq, ei, mean, p_oom, p_pass, {p: why for p, why in paired})
+
+    def _pick(self, sc: "_Scored", incumbent: list[Setting]) -> tuple[int, str]:
+        """Which scored candidate, and as what: every ``local_every``-th model-guided ask the best move from the
+        incumbent, every ``thompson_every``-th the fastest under one posterior draw, else the acquisition's best."""
         self._asks += 1
-        kind = "acquisition"
         cfg = self.config
+        acq = sc.acq
         if cfg.local_every and self._asks % cfg.local_every == 1 % cfg.local_every:
             near = set(self._neighbors(incumbent[0]))
-            local = np.array([c in near for c in cands]) & np.isfinite(acq)
+            local = np.array([c in near for c in sc.cands]) & np.isfinite(acq)
             if local.any():
-                j, kind = int(np.argmax(np.where(local, acq, -np.inf))), "local"
-        if kind == "acquisition" and cfg.thompson_every and self._asks % cfg.thompson_every == 0:
+                return int(np.argmax(np.where(local, acq, -np.inf))), "local"
+        if cfg.thompson_every and self._asks % cfg.thompson_every == 0:
             # Thompson step: the fastest fitting setting under one coherent posterior draw. It explores
             # where the (possibly misspecified) mean model is too sure of itself.
-            draw = self._thompson_draw(cands)
+            draw = self._thompson_draw(sc.cands)
             if draw is not None:
-                draw = np.where(np.isfinite(acq) & (p_pass >= 0.5), draw, np.inf)
+                draw = np.where(np.isfinite(acq) & (sc.p_pass >= 0.5), draw, np.inf)
                 if np.isfinite(draw).any():
-                    j, kind = int(np.argmin(draw)), "thompson"
-        s = cands[j]
-        prop = Proposal(kind=kind, ei=float(ei[j]), p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])),
-                        p_drift=float(1.0 - p_pass[j]) if p_pass[j] < 1.0 else None)
-        for ps_, (src, savers) in paired:
-            if ps_ == s:
-                prop.kind, prop.paired_from, prop.savers = "paired", src.to_dict(), savers
-        self._why[s] = prop
-        return s
+                    return int(np.argmin(draw)), "thompson"
+        return int(np.argmax(acq)), "acquisition"
 
     def _thompson_draw(self, cands: list[Setting]) -> np.ndarray | None:
-        """One coherent posterior draw of log step time over ``cands`` (additive model + residual GP), or
+        """One coherent posterior draw of log step time over ``cands`` (the joint GP, or the additive model + residual GP), or
         None when the draw fails on its numerics (logged; the EI maximiser is proposed instead)."""
         try:
             if self.surrogate is not None:
-                return self.surrogate.sample(self._x1(cands), self._codes(cands), self.time_model._rng)
+                return self.surrogate.sample(self._x1(cands), self._codes(cands), self.time_model.standard_normal)
             draw = self.time_model.sample(cands, 1)[0]
             if self.residual is not None:
                 gm, gv = self.residual.predict(self._codes(cands))
