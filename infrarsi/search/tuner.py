@@ -64,6 +64,8 @@ from ..knobs import KnobSpace, Setting
 from ..models import MemoryModel, TimeModel
 from ..priors.prior import Z90, Prior
 from .acquisition import expected_improvement, hamming
+from .config import TunerConfig
+from .derived import derived_knobs
 from .design import maximin
 from .outcome import Outcome
 from .residual import Residual
@@ -76,62 +78,6 @@ RAN = ("ok", "numerics_drift")  # statuses of a trial that ran every step (its p
 RESIDUAL_MEM_SD = 0.1  # log scale: how far a knob value may move the peak beyond what the arithmetic says
 # (the analytical estimate is within ~10% on every simulated layout; 0.3 priced most near-capacity settings
 # of the MoE workload at P(OOM) ~ 0.4 and the search never tried them)
-
-
-@dataclass(frozen=True)
-class TunerConfig:
-    n_initial: int = 4
-    """Settings in the initial design (including the caller's ``initial`` ones)."""
-    n_candidates: int = 4000
-    """Size of the sampled candidate pool (the whole valid space when it is smaller)."""
-    oom_margin: float = 0.05
-    """Safety margin: a setting 'fits' when its peak is predicted below capacity x (1 - margin)."""
-    max_p_oom: float = 0.3
-    """Pairing kicks in for promising candidates above this P(OOM); proposals above it are a last resort.
-    (0.5 let the search propose far-away settings priced at P(OOM) 0.4-0.5 that mostly did not fit: the
-    setting that maximises EI x P(fit) is where the memory model is most likely too optimistic.)"""
-    max_p_oom_without_peaks: float = 0.15
-    """The same cap while no trial has reported its peak (step-time-only trials): the memory model is then a
-    classifier of "fit" / "did not", whose P(OOM) near the boundary is less sure than a fit to measured peaks.
-    On the perturbed clusters in step-time-only mode, 0.3 -> 0.15 took the OOM trials at 30 from 8.3 to 6.2
-    (random search: 15.5) for 0.812 -> 0.794 of the optimum (BENCHMARKS.md)."""
-    pair_top: int = 12
-    """How many of the fastest-predicted non-fitting candidates get paired with memory savers per ask."""
-    mde: float = 0.0
-    """Minimum detectable effect (fraction): stop when the best EI (log scale) is below log(1 + mde)."""
-    thompson_every: int = 4
-    """Every k-th model-guided proposal is a Thompson draw instead of the EI maximiser (0: never)."""
-    local_every: int = 3
-    """Every k-th model-guided proposal is the best one-knob move (with repairs) from the incumbent (0: never):
-    the global model ranks regions well but the last few percent sit in the incumbent's neighbourhood."""
-    residual: bool = True
-    """Correct the additive time model near the tried settings with a GP on its residuals (search/residual.py)."""
-    joint: bool = True
-    """Rank step times with one GP (search/surrogate.py): the time model's additive effects plus a kernel with a
-    rate per knob, fitted together (False: the additive model plus a GP on its residuals, which collapses once
-    the additive fit explains the trials it was fitted on). Measured with ``memory_gp`` in BENCHMARKS.md."""
-    memory_gp: bool = True
-    """Price P(OOM) with one censored GP (search/censored.py): the memory model's additive effects plus a kernel
-    with a rate per knob, fed by measured peaks, OOMs and runs that fit (False: the additive censored model alone,
-    which priced the fastest settings of the perturbed clusters +36% above their true peak)."""
-    memory_gp_min_peaks: int = 3
-    """Measured peaks before the memory GP prices P(OOM) (the additive censored model does until then): without
-    peaks (step-time-only trials) its scale and rates are guesses; on the perturbed clusters in that mode the
-    search scored 0.734 of the optimum at 30 trials with the GP pricing from the first trial, 0.822 with 3."""
-    time_sd: float = 1.0
-    """Prior sd (log scale) of the time effect of a knob value no prior speaks about (1.0: "up to ~2.7x either way")."""
-    memory_sd: float = 1.0
-    """The same for memory effects (without an analytical estimate)."""
-    prior_conflict_z: float = 3.0
-    """A time prior whose 90% interval the trials alone put this many combined sds away (the trials' estimate
-    from a model with no priors vs the prior) is set aside: its sd widens to ``time_sd``, so a confident,
-    wrong prior cannot pin the search (0: never). The set-aside priors are in ``Tuner.conflicted``."""
-    memory_from_ok: bool = True
-    """A trial that ran without reporting its peak tells the memory model "peak <= capacity" (False: such
-    trials say nothing about memory, an ablation)."""
-    learn_drift: bool = True
-    """Price candidates by the knob values of settings that broke the loss check (module docstring, 5; False:
-    such a setting is only never proposed again, an ablation)."""
 
 
 @dataclass
@@ -653,31 +599,6 @@ class Tuner:
                 if v != s[k.name]:
                     out.append((s.replace(**{k.name: v}), (k.name, v)))
         return out
-
-
-def derived_knobs(space: KnobSpace, pool: Sequence[Setting], sample: int = 200) -> set[str]:
-    """Knobs the others determine (data parallel = world / (tp * pp * cp)): for every pooled setting checked,
-    no other value of the knob is valid, even letting the knobs already found derived follow. Checked from the
-    last knob back, so the one listed last of a coupled group is the derived one."""
-    derived: list[str] = []
-    probe = list(pool[:sample])
-    for k in reversed(space.knobs):
-        if len(k.domain) < 2 or not probe:
-            continue
-        follow = [space[d].domain for d in derived]
-
-        def movable(s: Setting) -> bool:
-            for v in k.domain:
-                if v == s[k.name]:
-                    continue
-                for ws in itertools.product(*follow):
-                    if space.is_valid(s.replace(**{k.name: v, **dict(zip(derived, ws))})):
-                        return True
-            return False
-
-        if not any(movable(s) for s in probe):
-            derived.append(k.name)
-    return set(derived)
 
 
 def run_tuner(tuner: Tuner, objective: Callable[[Setting], Outcome], budget: int) -> list[tuple[Setting, Outcome]]:
