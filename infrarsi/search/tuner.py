@@ -416,8 +416,13 @@ class Tuner:
         return out
 
     def predict_memory(self, settings: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior predictive of log peak bytes, (mean, sd) per setting (offsets included)."""
+        """Posterior predictive of log peak bytes, (mean, sd) per setting (offsets included): the memory GP's when it
+        prices P(OOM) (``memory_gp``, once ``memory_gp_min_peaks`` peaks are in), else the additive model's."""
         ss = [self.space.complete(s) for s in settings]
+        if self.memory_gp is not None and ss:
+            x1, off = self.memory_model.design_rows(ss, self._mem_offsets(ss))
+            mean, var = self.memory_gp.predict(x1, self._codes(ss), off)
+            return mean, np.sqrt(var + self.memory_gp.noise ** 2)
         return self.memory_model.predict(ss, offsets=self._mem_offsets(ss))
 
     def _pool_now(self, incumbent: list[Setting]) -> tuple[list[Setting], np.ndarray]:
