@@ -5,9 +5,12 @@ Why: the MemoryModel is additive in log bytes, but a peak is a *sum* (weights an
 TP/PP/EP and the distributed optimizer divide; activations, which the micro-batch multiplies and
 recompute divides; a fixed part). An additive log model multiplies effects that really add, so it
 prices the fast settings near capacity (little recompute, a larger micro-batch) far too high: on the
-perturbed clusters after 30 cold trials it put the 20 fastest settings at +36% (median) above their
-true peak with a predictive sd of 0.54, and 87% of them above the P(OOM) cap, while their true headroom
-was 25%. A kernel on the knob values lets settings like the ones that fit be believed to fit.
+perturbed clusters after 30 cold trials it put the 20 fastest settings at +32% (median, +0.28 in log bytes) above
+their true peak with a predictive sd of 0.56, and 88% of them above the P(OOM) cap, while their true headroom was
+25% (``scripts/bench_search.py --memory-check --budgets 30 --set joint=false memory_gp=false``). A kernel on the
+knob values lets settings like the ones that fit be believed to fit; it is a partial cure: with it 70% are still
+above the cap (``--memory-check --budgets 30``), because the fastest settings sit far from every trial, where the
+GP returns to the additive mean.
 
 Model, in log bytes, for the n memory-informative trials::
 

@@ -40,7 +40,8 @@ class TunerConfig:
     memory_gp: bool = True
     """Price P(OOM) with one censored GP (search/censored.py): the memory model's additive effects plus a kernel
     with a rate per knob, fed by measured peaks, OOMs and runs that fit (False: the additive censored model alone,
-    which priced the fastest settings of the perturbed clusters +36% above their true peak)."""
+    which priced the fastest settings of the perturbed clusters +32% above their true peak; with the GP the
+    search prices 70% of them above the cap instead of 88%: ``bench_search.py --memory-check``)."""
     memory_gp_min_peaks: int = 3
     """Measured peaks before the memory GP prices P(OOM) (the additive censored model does until then): without
     peaks (step-time-only trials) its scale and rates are guesses; on the perturbed clusters in that mode the
