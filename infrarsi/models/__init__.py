@@ -4,8 +4,8 @@
 Every failed trial is data: an OOM is a censored memory observation (peak > capacity).
 """
 
-from ._design import DEFAULT_INTERACTIONS, Design
-from ._fit import jittered_cholesky, ndtr
+from ._design import DEFAULT_INTERACTIONS, Design, is_ordered
+from ._fit import jittered_cholesky, log_ndtr, ndtr
 from .memory import MemoryModel, memory_model
 from .revision import Effect, PriorRevision, revision
 from .time import TimeModel, time_model
@@ -17,7 +17,9 @@ __all__ = [
     "MemoryModel",
     "PriorRevision",
     "TimeModel",
+    "is_ordered",
     "jittered_cholesky",
+    "log_ndtr",
     "memory_model",
     "ndtr",
     "revision",

@@ -30,6 +30,7 @@ class LogLinearModel:
 
     target: ClassVar[Literal["time", "memory"]]
     unit: ClassVar[str]  # what an offset is in, for messages: "log-seconds", "log-bytes"
+    intercept_sd: ClassVar[float]  # prior sd of the intercept (log scale); its mean is ``intercept_loc``
     # Whether the offsets choice (with or without) is fixed at the first fit: the memory model's
     # intercept prior and its warm start depend on it; the time model refits from the prior each time.
     offsets_fixed_at_first_fit: ClassVar[bool] = False
@@ -69,7 +70,7 @@ class LogLinearModel:
         """Posterior predictive of the log target (log seconds of step time, log bytes of peak memory):
         (mean, sd), each shape (n,). ``noise=False`` leaves out sigma, the run-to-run noise of step time or
         the scatter of peak memory around the linear model (uncertainty about the mean only)."""
-        x1, off = self._rows(settings, offsets)
+        x1, off = self.design_rows(settings, offsets)
         post = self.posterior
         mu, quad = row_moments(x1, post.mean()[None], post.cov()[None])
         mean, var = mu[0] + off, quad[0]
@@ -77,7 +78,13 @@ class LogLinearModel:
             var = var + post.e_sigma2()
         return mean, np.sqrt(np.maximum(var, 0.0))
 
-    def _rows(self, settings: Sequence[Mapping[str, Any]], offsets: Any) -> tuple[np.ndarray, np.ndarray]:
+    def coefficient_prior(self) -> tuple[np.ndarray, np.ndarray]:
+        """Prior (mean, sd) of [intercept, beta], each shape (p + 1,), on the log scale."""
+        m0 = np.concatenate([[self.intercept_loc], self.design.prior_mean])
+        s0 = np.concatenate([[self.intercept_sd], self.design.prior_sd])
+        return m0, s0
+
+    def design_rows(self, settings: Sequence[Mapping[str, Any]], offsets: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """(x1, offsets): the design with an intercept column first, (n, p + 1), and the log offsets, (n,)
         (zeros without offsets; a model fit with offsets needs them here too)."""
         settings = list(settings)

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..knobs.knob import Knob
 from ..knobs.setting import Setting
 from ..knobs.space import KnobSpace
 from ..priors.prior import Prior
@@ -157,9 +158,9 @@ class Design:
         self.to_levels = np.eye(self.p)
         self._steps: dict[str, list[tuple[int, int | None]]] = {}
         for k in self._knobs if ordinal else ():
-            dom = list(k.domain)
-            if k.kind != "int" or len(dom) < 3 or any(b <= a for a, b in zip(dom, dom[1:])):
+            if not is_ordered(k):
                 continue
+            dom = list(k.domain)
             d = dom.index(k.default)
             cols = dict(zip([i for i in range(len(dom)) if i != d], self._main_cols[k.name]))
             steps = []
@@ -238,6 +239,13 @@ class Design:
             x[:, c : c + block.shape[1]] = block
             c += block.shape[1]
         return x
+
+
+def is_ordered(knob: Knob) -> bool:
+    """An ordered knob: an int with three or more increasing values (TP 1/2/4/8, micro-batch). The design codes it by
+    steps; the search's GPs count the steps between two of its values."""
+    dom = list(knob.domain)
+    return knob.kind == "int" and len(dom) >= 3 and all(b > a for a, b in zip(dom, dom[1:]))
 
 
 def _product(parts: list[list[str]]) -> list[tuple[str, ...]]:

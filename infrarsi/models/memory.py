@@ -118,6 +118,7 @@ class MemoryModel(LogLinearModel):
 
     target = "memory"
     unit = "log-bytes"
+    intercept_sd = INTERCEPT_SD
     offsets_fixed_at_first_fit = True  # with offsets the intercept prior moves to 0 (log of actual / analytical)
 
     def __init__(
@@ -159,12 +160,6 @@ class MemoryModel(LogLinearModel):
         return gaussian_to_grid(
             np.concatenate([m0, [SIGMA_LOC]]), np.diag(np.concatenate([s0, [SIGMA_SCALE]]) ** 2)
         )
-
-    def coefficient_prior(self) -> tuple[np.ndarray, np.ndarray]:
-        """Prior (mean, sd) of [intercept, beta], each shape (p + 1,), log bytes."""
-        m0 = np.concatenate([[self.intercept_loc], self.design.prior_mean])
-        s0 = np.concatenate([[INTERCEPT_SD], self.design.prior_sd])
-        return m0, s0
 
     # ------------------------------------------------------------------ fit
     def fit(
@@ -305,10 +300,6 @@ class MemoryModel(LogLinearModel):
         var = quad + np.exp(2 * post.log_sigma[keep])[:, None]
         return w @ ndtr((mu + off[None, :] - thr) / np.sqrt(var))
 
-    def design_rows(self, settings, offsets) -> tuple[np.ndarray, np.ndarray]:
-        """(x1, offsets): the design with an intercept column, (n, p + 1), and the log offsets, (n,) (zeros
-        without an estimate; a model fit with offsets needs them here too)."""
-        return self._rows(settings, offsets)
 
     # ------------------------------------------------------------- NUTS (run_nuts is the base class's)
     def _pyro_model(self) -> Callable[..., None]:

@@ -81,6 +81,8 @@ class TimeModel(LogLinearModel):
 
     target = "time"
     unit = "log-seconds"
+    intercept_sd = INTERCEPT_SD
+    intercept_loc = 0.0  # log seconds at the default setting: the flat INTERCEPT_SD carries it
 
     def __init__(
         self,
@@ -139,9 +141,7 @@ class TimeModel(LogLinearModel):
 
     def _solve(self, x: np.ndarray, y: np.ndarray) -> GridPosterior:
         x1 = np.hstack([np.ones((x.shape[0], 1)), x])
-        m0 = np.concatenate([[0.0], self.design.prior_mean])
-        s0 = np.concatenate([[INTERCEPT_SD], self.design.prior_sd])
-        return conjugate_grid(x1, y, m0, s0, self.sigma_loc, self.sigma_scale)
+        return conjugate_grid(x1, y, *self.coefficient_prior(), self.sigma_loc, self.sigma_scale)
 
     # ------------------------------------------------------------- draws (predict is the base class's)
     def sample(
@@ -154,7 +154,7 @@ class TimeModel(LogLinearModel):
     ) -> np.ndarray:
         """``n`` joint posterior draws of log step time for every setting: shape (n, len(settings)).
         Each row is one coherent draw of the coefficients (for Thompson sampling)."""
-        x1, off = self._rows(settings, offsets)
+        x1, off = self.design_rows(settings, offsets)
         theta, sigma = self.posterior.sample(n, self._rng)
         with one_thread():
             out = (torch.as_tensor(theta) @ torch.as_tensor(x1).T).numpy() + off[None, :]

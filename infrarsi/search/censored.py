@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..models import jittered_cholesky, ndtr
-from .surrogate import Surrogate, deltas
+from ..models import jittered_cholesky, log_ndtr, ndtr
+from .surrogate import Surrogate, kernel, linear
 
 OBS, ABOVE, BELOW = 0, 1, -1  # kind per row: measured peak, OOM, ran without a peak
 DEFAULT_SCALE, DEFAULT_RATE, DEFAULT_NOISE = 0.2, 0.5, 0.05  # without 3 measured peaks
@@ -78,7 +78,7 @@ class CensoredSurrogate:
         scale, rates, noise = ((hyp.scale, hyp.rates, hyp.noise) if hyp is not None
                                else (DEFAULT_SCALE, np.full(kk, DEFAULT_RATE), DEFAULT_NOISE))
         noise = max(noise, 0.01)
-        kmat = (x * s0 ** 2) @ x.T + scale ** 2 * np.exp(-(deltas(codes, codes, ordered) @ rates))
+        kmat = linear(x, x, s0) + kernel(codes, codes, scale, rates, ordered)
         # sites in the centred variable h = f - prior_mean: precision tau, precision x mean nu
         tau = np.where(obs, 1.0 / noise ** 2, 0.0)
         nu = np.where(obs, (np.nan_to_num(log_peak) - prior_mean) / noise ** 2, 0.0)
@@ -93,7 +93,7 @@ class CensoredSurrogate:
             z = kind[cens].astype(float)
             denom = np.sqrt(noise ** 2 + v_cav)
             zh = z * (m_cav - c[cens]) / denom
-            ratio = np.exp(_log_phi(zh) - _log_ndtr(zh))
+            ratio = np.exp(-0.5 * zh * zh - 0.5 * math.log(2 * math.pi) - log_ndtr(zh))  # phi / Phi, stable for zh << 0
             m_hat = m_cav + z * v_cav * ratio / denom
             v_hat = v_cav - v_cav ** 2 * ratio * (zh + ratio) / (noise ** 2 + v_cav)
             v_hat = np.maximum(v_hat, 1e-10)
@@ -109,7 +109,7 @@ class CensoredSurrogate:
 
     def predict(self, x: np.ndarray, codes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent log peak f at each candidate: (m,), (m,)."""
-        ks = (x * self.s0 ** 2) @ self.x.T + self.scale ** 2 * np.exp(-(deltas(codes, self.codes, self.ordered) @ self.rates))
+        ks = linear(x, self.x, self.s0) + kernel(codes, self.codes, self.scale, self.rates, self.ordered)
         mean = offsets + x @ self.m0 + ks @ self.weights
         v = np.linalg.solve(self.chol_b, (self.sq[:, None] * ks.T))
         prior = (x * x) @ (self.s0 ** 2) + self.scale ** 2
@@ -131,16 +131,3 @@ def _posterior(kmat: np.ndarray, tau: np.ndarray, nu: np.ndarray) -> tuple[np.nd
     sigma = kmat - v.T @ v
     return sigma @ nu, np.maximum(np.diag(sigma), 1e-12)
 
-
-def _log_phi(z: np.ndarray) -> np.ndarray:
-    return -0.5 * z * z - 0.5 * math.log(2 * math.pi)
-
-
-def _log_ndtr(z: np.ndarray) -> np.ndarray:
-    # log Phi(z), stable in the left tail (asymptotic series below -5)
-    out = np.empty_like(z)
-    lo = z < -5
-    out[~lo] = np.log(np.maximum(ndtr(z[~lo]), 1e-300))
-    zl = z[lo]
-    out[lo] = _log_phi(zl) - np.log(-zl) + np.log1p(-1.0 / (zl * zl))
-    return out

@@ -50,6 +50,16 @@ def deltas(a: np.ndarray, b: np.ndarray, ordered: np.ndarray) -> np.ndarray:
     return np.where(ordered[None, None, :], diff, (diff > 0).astype(float))
 
 
+def kernel(a: np.ndarray, b: np.ndarray, scale: float, rates: np.ndarray, ordered: np.ndarray) -> np.ndarray:
+    """The kernel part of the prior covariance, s^2 exp(-sum_j w_j d_j(a, b)): (len(a), len(b))."""
+    return scale ** 2 * np.exp(-(deltas(a, b, ordered) @ rates))
+
+
+def linear(xa: np.ndarray, xb: np.ndarray, s0: np.ndarray) -> np.ndarray:
+    """The additive part of the prior covariance, X_a diag(s0^2) X_b^T: (len(xa), len(xb))."""
+    return (xa * s0 ** 2) @ xb.T
+
+
 @dataclass(frozen=True)
 class Surrogate:
     x: np.ndarray  # (n, p1) design of the trials, intercept first
@@ -73,7 +83,7 @@ class Surrogate:
             return None
         ordered = np.zeros(kk, dtype=bool) if ordered is None else np.asarray(ordered, dtype=bool)
         d = deltas(codes, codes, ordered)
-        lin = (x * s0 ** 2) @ x.T  # X S0 X^T
+        lin = linear(x, x, s0)
         r = y - x @ m0
         noises = NOISES if noise_sd is None else (max(noise_sd, 1e-3),)
         best: tuple[float, float, np.ndarray, float] | None = None
@@ -95,8 +105,8 @@ class Surrogate:
 
     def _cross(self, x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(m, n) covariances of candidates with trials: total, and the kernel part alone."""
-        kg = self.scale ** 2 * np.exp(-(deltas(codes, self.codes, self.ordered) @ self.rates))
-        return (x * self.s0 ** 2) @ self.x.T + kg, kg
+        kg = kernel(codes, self.codes, self.scale, self.rates, self.ordered)
+        return linear(x, self.x, self.s0) + kg, kg
 
     def predict(self, x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the mean log step time at each candidate: (m,), (m,)."""
@@ -110,7 +120,7 @@ class Surrogate:
         """One posterior draw at every candidate, (m,): a coherent draw of beta (all candidates share it), plus
         the kernel part given it (its mean coherent, its own uncertainty drawn per candidate)."""
         n = len(self.y)
-        kg_tt = self.scale ** 2 * np.exp(-(deltas(self.codes, self.codes, self.ordered) @ self.rates))
+        kg_tt = kernel(self.codes, self.codes, self.scale, self.rates, self.ordered)
         cg_chol, _ = jittered_cholesky(kg_tt + self.noise ** 2 * np.eye(n))
         solve = lambda b: np.linalg.solve(cg_chol.T, np.linalg.solve(cg_chol, b))  # noqa: E731  Cg^-1 b
         prec = np.diag(1.0 / self.s0 ** 2) + self.x.T @ solve(self.x)

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from ..knobs import KnobSpace, Setting
-from ..models import MemoryModel, TimeModel
+from ..models import MemoryModel, TimeModel, is_ordered
 from ..priors.prior import Z90, Prior
 from .acquisition import expected_improvement, hamming
 from .config import TunerConfig
@@ -71,7 +71,6 @@ from .outcome import Outcome
 from .residual import Residual
 from .surrogate import Surrogate
 from .censored import ABOVE, BELOW, OBS, CensoredSurrogate
-from ..models.time import INTERCEPT_SD
 
 _log = logging.getLogger(__name__)
 RAN = ("ok", "numerics_drift")  # statuses of a trial that ran every step (its peak and verdict are data)
@@ -143,11 +142,10 @@ class Tuner:
                            if self.priors and self.config.prior_conflict_z > 0 else None)
         self.conflicted: dict[str, str] = {}  # feature -> why its time prior was set aside
         self.noise_cv = noise_cv
-        # the residual GP's coordinates: each model knob's value index
+        # the GPs' coordinates: each model knob's value index
         self._code_index = [(k.name, {v: i for i, v in enumerate(k.domain)}) for k in model_space.knobs]
-        # ordered knobs (ints with 3+ increasing values: TP 1/2/4/8): the GP counts steps between values
-        self._ordered = np.array([k.kind == "int" and len(k.domain) >= 3 and all(b > a for a, b in zip(k.domain, k.domain[1:]))
-                                  for k in model_space.knobs], dtype=bool)
+        # ordered knobs (TP 1/2/4/8): the GPs count the steps between two values
+        self._ordered = np.array([is_ordered(k) for k in model_space.knobs], dtype=bool)
         self.residual: Residual | None = None
         self.surrogate: Surrogate | None = None  # the joint time GP (config.joint)
         self.memory_gp: CensoredSurrogate | None = None  # the censored memory GP (config.memory_gp)
@@ -253,7 +251,7 @@ class Tuner:
             self._guarded("time model", lambda: self.time_model.fit(settings, times))
             if self._free_time is not None:
                 self._guarded("prior check", lambda: self._set_aside_conflicts(settings, times))
-            self._guarded("residual GP", self._fit_residual)
+            self._guarded("time GP", self._fit_time_gp)
         if self.memory_model is not None:
             rows = self._memory_rows()
             if rows:
@@ -267,17 +265,21 @@ class Tuner:
 
     def _fit_memory_gp(self, rows: list[tuple[Setting, Outcome]]) -> None:
         self.memory_gp = None
-        mm = self.memory_model
-        ss = [s for s, _ in rows]
-        x1, off = mm.design_rows(ss, self._mem_offsets(ss))
         kind = np.array([ABOVE if o.status == "oom" else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
         if (kind == OBS).sum() < self.config.memory_gp_min_peaks:
             return  # the additive censored model prices P(OOM) until the kernel has peaks to fit its scale on
         peak = np.array([math.log(o.peak_memory_bytes) if o.status in RAN and o.peak_memory_bytes else np.nan
                          for _, o in rows])
-        m0, s0 = mm.coefficient_prior()
-        self.memory_gp = CensoredSurrogate.fit(x1, self._codes(ss), off, kind, peak, m0, s0, mm.log_capacity,
+        x1, codes, off = self._memory_gp_rows([s for s, _ in rows])
+        mm = self.memory_model
+        self.memory_gp = CensoredSurrogate.fit(x1, codes, off, kind, peak, *mm.coefficient_prior(), mm.log_capacity,
                                                ordered=self._ordered)
+
+    def _memory_gp_rows(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The memory GP's inputs per setting: the memory model's design rows (n, p + 1), knob codes (n, K), log
+        offsets (n,)."""
+        x1, off = self.memory_model.design_rows(settings, self._mem_offsets(settings))
+        return x1, self._codes(settings), off
 
     def _set_aside_conflicts(self, settings: list[Setting], times: list[float]) -> None:
         """Compare each time prior with what the trials alone say (a prior-free fit); a prior more than
@@ -346,35 +348,35 @@ class Tuner:
         self.numerics_log.append(msg)
         _log.warning(msg)
 
-    def _fit_residual(self) -> None:
+    def _fit_time_gp(self) -> None:
+        """The joint time GP (``joint``), else the GP on the additive model's residuals."""
         self.residual = None
         self.surrogate = None
         if not self.config.residual:
             return
         ok = [(s, o.step_time_s) for s, o in self.history if o.status == "ok"]
         if self.config.joint:
-            d = self.time_model.design
-            self.surrogate = Surrogate.fit(
-                self._x1([s for s, _ in ok]), self._codes([s for s, _ in ok]), np.log([t for _, t in ok]),
-                np.concatenate([[0.0], d.prior_mean]), np.concatenate([[INTERCEPT_SD], d.prior_sd]),
-                noise_sd=self.noise_cv, ordered=self._ordered)
+            ss = [s for s, _ in ok]
+            self.surrogate = Surrogate.fit(self._x1(ss), self._codes(ss), np.log([t for _, t in ok]),
+                                           *self.time_model.coefficient_prior(), noise_sd=self.noise_cv,
+                                           ordered=self._ordered)
             return
         mean, _ = self.time_model.predict([s for s, _ in ok], noise=False)
         r = np.log([t for _, t in ok]) - mean
         self.residual = Residual.fit(self._codes([s for s, _ in ok]), r, self.noise_cv or self.time_model.sigma)
 
     def _codes(self, settings: Sequence[Setting]) -> np.ndarray:
-        """Value index per model knob: (n, K) ints, the residual GP's coordinates."""
+        """Value index per model knob: (n, K) ints, the GPs' coordinates."""
         return np.array([[ix[s[name]] for name, ix in self._code_index] for s in settings],
                         dtype=np.int64).reshape(len(settings), len(self._code_index))
 
     def _x1(self, settings: Sequence[Setting]) -> np.ndarray:
         """The time model's design with an intercept column: (n, p + 1)."""
-        x = self.time_model.design.matrix(list(settings))
-        return np.hstack([np.ones((len(x), 1)), x])
+        return self.time_model.design_rows(settings)[0]
 
     def predict_time(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior of the mean log step time (log seconds): additive model plus residual GP, (mean, sd)."""
+        """Posterior of the mean log step time (log seconds), (mean, sd): the joint time GP's, else the additive model
+        plus the residual GP."""
         if self.surrogate is not None and len(settings):
             mean, var = self.surrogate.predict(self._x1(settings), self._codes(settings))
             return mean, np.sqrt(var)
@@ -398,9 +400,8 @@ class Tuner:
         if not self._has_memory_data():
             return np.zeros(len(cands))
         if self.memory_gp is not None and len(cands):
-            mm = self.memory_model
-            x1, off = mm.design_rows(cands, self._mem_offsets(cands))
-            return self.memory_gp.p_above(x1, self._codes(cands), off, mm.log_capacity + math.log1p(-self.config.oom_margin))
+            return self.memory_gp.p_above(*self._memory_gp_rows(cands),
+                                          self.memory_model.log_capacity + math.log1p(-self.config.oom_margin))
         return self.memory_model.p_oom(cands, margin=self.config.oom_margin, offsets=self._mem_offsets(cands))
 
     def _mem_offsets(self, settings: Sequence[Setting]) -> np.ndarray | None:
@@ -420,8 +421,7 @@ class Tuner:
         prices P(OOM) (``memory_gp``, once ``memory_gp_min_peaks`` peaks are in), else the additive model's."""
         ss = [self.space.complete(s) for s in settings]
         if self.memory_gp is not None and ss:
-            x1, off = self.memory_model.design_rows(ss, self._mem_offsets(ss))
-            mean, var = self.memory_gp.predict(x1, self._codes(ss), off)
+            mean, var = self.memory_gp.predict(*self._memory_gp_rows(ss))
             return mean, np.sqrt(var + self.memory_gp.noise ** 2)
         return self.memory_model.predict(ss, offsets=self._mem_offsets(ss))
 
