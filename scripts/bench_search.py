@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 from infrarsi.knobs import KnobSpace, Setting  # noqa: E402
-from infrarsi.search import Outcome, Tuner, TunerConfig  # noqa: E402
+from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS, exhaustive_optimum, get_workload, simulate, space_for  # noqa: E402
 from infrarsi.workloads.variants import Variant  # noqa: E402
 
@@ -147,7 +147,9 @@ class OracleMemoryTuner(Tuner):
     0 or 1 from the landscape itself). How far the search gets when memory pricing is perfect says how much of the gap
     to the optimum is the memory model's and how much the time model's."""
 
-    bench: "Bench"
+    def __init__(self, *args: Any, bench: "Bench", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bench = bench
 
     def _p_oom(self, cands):
         import numpy as np
@@ -156,23 +158,8 @@ class OracleMemoryTuner(Tuner):
 
 
 def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
-          tuner_cls: type[Tuner] = Tuner) -> tuple[History, float]:
-    from infrarsi.priors import priors_for
-    from infrarsi.priors.offline import memory_estimator
-
-    w = b.land.w
-    hw = {"kind": w.gpu, "devices": w.world_size}
-    wl = w.model.model_dump()
-    pri = priors_for(b.space, workload=wl, hardware=hw) if priors != "none" else []
-    if priors == "wrong":
-        pri = wrong_priors(pri)
-    t = tuner_cls(b.space, memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**CONFIG),
-                  initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
-                  memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
-    t.bench = b
-    for _ in range(budget):
-        s = t.ask()
-        t.tell(s, b(s))
+          oracle: bool = False) -> tuple[History, float]:
+    t, pri = _run_ours(b, budget, priors=priors, estimate=estimate, typical=typical, oracle=oracle)
     if priors == "wrong":  # which of the reversed priors the run flags as miscalibrated (what the report shows)
         from infrarsi.models import revision
 
@@ -182,6 +169,27 @@ def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
         b.notes["wrong_flagged"] = f"{len(flagged)}/{len({p.knob for p in wrong})}"
     b.notes["overhead_last10_s"] = statistics.fmean(t.overhead_s[-10:])
     return t.history, statistics.fmean(t.overhead_s)
+
+
+def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
+              oracle: bool = False) -> tuple[Tuner, list]:
+    """This search as ``_ours`` configures it, driven for ``budget`` trials: (the tuner, its priors)."""
+    from infrarsi.priors import priors_for
+    from infrarsi.priors.offline import memory_estimator
+
+    w = b.land.w
+    hw = {"kind": w.gpu, "devices": w.world_size}
+    wl = w.model.model_dump()
+    pri = priors_for(b.space, workload=wl, hardware=hw) if priors != "none" else []
+    if priors == "wrong":
+        pri = wrong_priors(pri)
+    kwargs: dict[str, Any] = dict(
+        memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**CONFIG),
+        initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
+        memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
+    t = OracleMemoryTuner(b.space, bench=b, **kwargs) if oracle else Tuner(b.space, **kwargs)
+    run_tuner(t, b, budget)
+    return t, pri
 
 
 def wrong_priors(priors: list) -> list:
@@ -338,7 +346,7 @@ TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
     "priors-noest": lambda b, n: _ours(b, n, priors="offline", estimate=False, typical=True),
     "wrong": lambda b, n: _ours(b, n, priors="wrong", estimate=False, typical=True),
     "cold-oracle-memory": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False,
-                                            tuner_cls=OracleMemoryTuner),
+                                            oracle=True),
     "random": run_random,
     "tpe": lambda b, n: _optuna(b, n, "tpe"),
     "gp": lambda b, n: _optuna(b, n, "gp"),
@@ -418,10 +426,7 @@ def memory_check(args: tuple[str, int | None, int, str, int, dict[str, Any]]) ->
     CONFIG.update(config)
     land = Landscape(base, variant)
     b = Bench(land, seed, report)
-    t = Tuner(b.space, memory_capacity_bytes=b.capacity, seed=seed, config=TunerConfig(**CONFIG))
-    for _ in range(budget):
-        s = t.ask()
-        t.tell(s, b(s))
+    t, _ = _run_ours(b, budget, priors="none", estimate=False, typical=False)
     timed = [(b.true_time(s), s) for s in b.space.candidates(4000, random.Random(99))]
     fast = [s for _, s in sorted((x for x in timed if x[0]), key=lambda x: x[0])[:20]]
     true_peak = np.log([land.simulate(s, None, 0.0).peak_memory_bytes for s in fast])

@@ -128,7 +128,7 @@ class Surrogate:
         rhs = self.m0 / self.s0 ** 2 + self.x.T @ solve(self.y)
         mean_b = np.linalg.solve(pc.T, np.linalg.solve(pc, rhs))
         beta = mean_b + np.linalg.solve(pc.T, normal(len(mean_b)))  # cov = prec^-1
-        _, kg = self._cross(x, codes)
+        kg = kernel(codes, self.codes, self.scale, self.rates, self.ordered)
         gm = kg @ solve(self.y - self.x @ beta)
         v = np.linalg.solve(cg_chol, kg.T)
         gv = np.maximum(self.scale ** 2 - (v * v).sum(axis=0), 0.0)
