@@ -79,13 +79,15 @@ def run_(
     seed_from_simulated: bool = typer.Option(False, "--seed-from-simulated",
                                              help="Let simulated (what-if) runs in the bank seed this measured run."),
     more: int = typer.Option(None, "--more", help="Extend a finished search by N more trials, then re-verify.", min=1),
+    seed: int = typer.Option(None, "--seed", min=0, help="The search's random seed (default 0; kept in the run "
+                             "directory, so a resume continues with it)."),
 ) -> None:
     """Search launch knobs and kernel patches; re-verify the best against the baseline."""
     from .stages import run as stage
 
     with locked(run_dir, "run"):
         code = stage.run(run_dir, max_trials=max_trials, parallel=parallel, more=more, console=console, err=err,
-                         seed_from_simulated=seed_from_simulated)
+                         seed_from_simulated=seed_from_simulated, seed=seed)
     raise typer.Exit(code)
 
 
@@ -115,13 +117,14 @@ def tune(
     run_dir: Path = RunDir,
     max_trials: int = typer.Option(None, "--max-trials", help="Override the contract's budget.max_trials (lower only)."),
     apply_to: Path = typer.Option(None, "--apply-to", help="Commit the promoted changes into this git tree (default: apply --dry-run)."),
+    seed: int = typer.Option(None, "--seed", min=0, help="The search's random seed (default 0), as `infrarsi run --seed`."),
 ) -> None:
     """Run all five stages in order: init, doctor, run, report, apply."""
     from .stages import tune as stage
 
     run_dir.mkdir(parents=True, exist_ok=True)
     with locked(run_dir, "tune"):
-        code = stage.run(contract, run_dir, max_trials=max_trials, apply_to=apply_to, console=console, err=err)
+        code = stage.run(contract, run_dir, max_trials=max_trials, apply_to=apply_to, console=console, err=err, seed=seed)
     raise typer.Exit(code)
 
 

@@ -21,7 +21,9 @@ class TunerConfig:
     """The same cap while no trial has reported its peak (step-time-only trials): the memory model is then a
     classifier of "fit" / "did not", whose P(OOM) near the boundary is less sure than a fit to measured peaks.
     On the perturbed clusters in step-time-only mode, 0.3 -> 0.15 took the OOM trials at 30 from 8.3 to 6.2
-    (random search: 15.5) for 0.812 -> 0.794 of the optimum (BENCHMARKS.md)."""
+    (random search: 15.5) for 0.812 -> 0.794 of the optimum (BENCHMARKS.md). Only while the additive model prices
+    P(OOM): with the structured model (``memory_structured``) this cap gave 0.761 of the optimum at 30 and 4.9 OOM
+    trials, ``max_p_oom`` (0.3) 0.821 and 3.1."""
     pair_top: int = 12
     """How many of the fastest-predicted non-fitting candidates get paired with memory savers per ask."""
     mde: float = 0.0
@@ -42,6 +44,12 @@ class TunerConfig:
     with a rate per knob, fed by measured peaks, OOMs and runs that fit (False: the additive censored model alone,
     which priced the fastest settings of the perturbed clusters +32% above their true peak; with the GP the
     search prices 70% of them above the cap instead of 88%: ``bench_search.py --memory-check``)."""
+    memory_structured: bool = True
+    """Price P(OOM) with a sum of power-law terms whose coefficients are learned (search/structured.py), when no
+    memory estimate is given (with one, the estimate is the structure and the GP learns its residual)."""
+    memory_structure: bool = True
+    """The structured model's powers start at what the knobs mean (structured.STRUCTURE: the model-parallel sizes
+    split the first term, the micro-batch scales the second; False: every power starts at 0)."""
     memory_gp_min_peaks: int = 3
     """Measured peaks before the memory GP prices P(OOM) (the additive censored model does until then): without
     peaks (step-time-only trials) its scale and rates are guesses; on the perturbed clusters in that mode the

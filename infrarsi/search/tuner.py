@@ -27,7 +27,9 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``):
    target that adds a kernel on the knob values to those effects (:mod:`.surrogate` for step time,
    :mod:`.censored` for peak memory, which takes OOMs and runs that fit as censored observations), so the
    interactions an additive model cannot express (pipeline bubble, a peak that is a sum of weights and
-   activations) are learned near the settings tried.
+   activations) are learned near the settings tried. Without a memory estimate, P(OOM) comes from
+   :mod:`.structured` instead: the peak as a sum of power-law terms (weights and state, activations, a
+   constant) whose powers the trials teach, censored the same way, which carries the sum far from the trials.
 3. *Memory pricing and pairing*: a candidate that would be fast but likely does not fit is paired with
    the memory savers that make it fit: one-knob changes the memory model predicts lower the peak,
    alone or two at a time; the best paired variant joins the pool, remembering which savers it took.
@@ -71,6 +73,7 @@ from .outcome import Outcome
 from .residual import Residual
 from .surrogate import Surrogate
 from .censored import ABOVE, BELOW, OBS, CensoredSurrogate
+from .structured import StructuredMemory, features, structure_prior
 
 _log = logging.getLogger(__name__)
 RAN = ("ok", "numerics_drift")  # statuses of a trial that ran every step (its peak and verdict are data)
@@ -149,6 +152,7 @@ class Tuner:
         self.residual: Residual | None = None
         self.surrogate: Surrogate | None = None  # the joint time GP (config.joint)
         self.memory_gp: CensoredSurrogate | None = None  # the censored memory GP (config.memory_gp)
+        self.memory_terms: StructuredMemory | None = None  # the sum of power-law terms (config.memory_structured)
         # With an analytical memory estimate, log(estimate) is an offset and the memory coefficients are
         # residuals: the priors' memory effects are already in the estimate, so they start at 0.
         # An estimate may say how far off it is (``residual_sd``, ``interaction_sd`` attributes, log scale: the
@@ -259,9 +263,22 @@ class Tuner:
                 self._guarded("memory model", lambda: self.memory_model.fit(
                     ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
                     offsets=self._mem_offsets(ss), fits=[o.status in RAN for _, o in rows]))
-                if self.config.memory_gp:
+                if self.config.memory_structured and self.memory_estimate is None:
+                    self._guarded("memory terms", lambda: self._fit_memory_terms(rows))
+                elif self.config.memory_gp:
                     self._guarded("memory GP", lambda: self._fit_memory_gp(rows))
         self._dirty = False
+
+    def _fit_memory_terms(self, rows: list[tuple[Setting, Outcome]]) -> None:
+        kind = np.array([ABOVE if o.status == "oom" else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
+        peak = np.array([math.log(o.peak_memory_bytes) if o.status in RAN and o.peak_memory_bytes else np.nan
+                         for _, o in rows])
+        prev = self.memory_terms.theta if self.memory_terms is not None else None
+        fit = StructuredMemory.fit(features(self._model_space, [s for s, _ in rows]), kind, peak,
+                                   self.memory_model.log_capacity, start=prev, seed=len(rows),
+                                   prior=structure_prior(self._model_space) if self.config.memory_structure else None)
+        if fit is not None:
+            self.memory_terms = fit
 
     def _fit_memory_gp(self, rows: list[tuple[Setting, Outcome]]) -> None:
         self.memory_gp = None
@@ -399,6 +416,9 @@ class Tuner:
     def _p_oom(self, cands: Sequence[Setting]) -> np.ndarray:
         if not self._has_memory_data():
             return np.zeros(len(cands))
+        if self.memory_terms is not None and len(cands):
+            return self.memory_terms.p_above(features(self._model_space, list(cands)),
+                                             self.memory_model.log_capacity + math.log1p(-self.config.oom_margin))
         if self.memory_gp is not None and len(cands):
             return self.memory_gp.p_above(*self._memory_gp_rows(cands),
                                           self.memory_model.log_capacity + math.log1p(-self.config.oom_margin))
@@ -420,6 +440,9 @@ class Tuner:
         """Posterior predictive of log peak bytes, (mean, sd) per setting (offsets included): the memory GP's when it
         prices P(OOM) (``memory_gp``, once ``memory_gp_min_peaks`` peaks are in), else the additive model's."""
         ss = [self.space.complete(s) for s in settings]
+        if self.memory_terms is not None and ss:
+            mean, var = self.memory_terms.predict(features(self._model_space, ss))
+            return mean, np.sqrt(var + self.memory_terms.sigma ** 2)
         if self.memory_gp is not None and ss:
             mean, var = self.memory_gp.predict(*self._memory_gp_rows(ss))
             return mean, np.sqrt(var + self.memory_gp.noise ** 2)
@@ -564,9 +587,9 @@ class Tuner:
             moves = [n for n in self._one_knob_changes(c)]
             if not moves:
                 continue
-            m_c, _ = self.memory_model.predict([c], noise=False, offsets=self._mem_offsets([c]))
             ms = [s for s, _ in moves]
-            m_n, _ = self.memory_model.predict(ms, noise=False, offsets=self._mem_offsets(ms))
+            m_all, _ = self.predict_memory([c, *ms])  # the belief that prices P(OOM)
+            m_c, m_n = m_all[:1], m_all[1:]
             savers = [moves[j] for j in np.flatnonzero(m_n < m_c[0] - 0.01)]
             variants: list[tuple[Setting, list[str]]] = [(s, [f"{k}={v}"]) for s, (k, v) in savers]
             for (s1, (k1, v1)), (_, (k2, v2)) in itertools.combinations(savers, 2):
@@ -586,8 +609,9 @@ class Tuner:
         return out
 
     def _cap(self) -> float:
-        """The P(OOM) above which a proposal is a last resort: stricter until a trial has reported its peak."""
-        if self.memory_model is not None and self.memory_model.n_obs == 0:
+        """The P(OOM) above which a proposal is a last resort: stricter until a trial has reported its peak, while the
+        additive model prices it (the structured one's intervals are already wide where no peak says more)."""
+        if self.memory_model is not None and self.memory_model.n_obs == 0 and self.memory_terms is None:
             return self.config.max_p_oom_without_peaks
         return self.config.max_p_oom
 

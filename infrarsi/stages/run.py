@@ -154,7 +154,7 @@ def estimate_budget_s(base_trials: list[Trial]) -> float | None:
 
 
 def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console,
-        more: int | None = None, seed_from_simulated: bool = False) -> int:
+        more: int | None = None, seed_from_simulated: bool = False, seed: int | None = None) -> int:
     run_dir = Path(run_dir)
     try:
         contract = load_locked(run_dir)
@@ -200,7 +200,12 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     search_done = state.done(run_dir, "search")
     par = parallel or contract.budget.parallel_trials
     cfg = TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3)), mde=noise.mde)
-    tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=priors, seed=0,
+    try:
+        search_seed = state.search_seed(run_dir, seed)
+    except ValueError as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
+        return 2
+    tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=priors, seed=search_seed,
                   initial=bank_initial, noise_cv=max(noise.cv, 1e-3), config=cfg,
                   memory_estimate=memory_estimate(space, contract, contract_dir=contract_dir,
                                                   budget_s=estimate_budget_s(base_trials)))

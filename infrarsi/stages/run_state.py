@@ -78,6 +78,23 @@ def extended_budget(run_dir: Path) -> int | None:
     return None if body.get("search") else body.get("search_budget")
 
 
+def search_seed(run_dir: Path, asked: int | None) -> int:
+    """The search's seed: the one this run directory's search started with (kept in stages.json), else ``asked``
+    (default 0), recorded now. A resume that asks for another seed is refused: its proposals would not continue
+    the recorded ones."""
+    path = Path(run_dir) / STAGES_JSON
+    body = read_json_record(path) or {}
+    kept = body.get("search_seed")
+    if kept is not None:
+        if asked is not None and asked != kept:
+            raise ValueError(f"--seed {asked}: this run directory's search started with seed {kept}; resume with "
+                             f"--seed {kept} (or no --seed), or use a new --run-dir for another seed")
+        return int(kept)
+    body["search_seed"] = seed = 0 if asked is None else int(asked)
+    atomic_write(path, json.dumps(body, indent=2, sort_keys=True))
+    return seed
+
+
 def finished_line(run_dir: Path) -> str:
     """What `infrarsi run` says about a finished run."""
     search = done(run_dir, "search") or {}
