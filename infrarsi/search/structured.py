@@ -19,9 +19,9 @@ non-first values::
     OOM:           P(log peak > log C) = Phi((mu_i - log C) / sigma)
     ran, no peak:  P(log peak <= log C) = Phi((log C - mu_i) / sigma)
     priors:  a_t, c ~ Normal(log C - 1, 3)    b_t ~ Normal(0, 1) (a power of 1 is one sd)
-             log sigma ~ Normal(log 0.1, 1), sigma >= 0.02
+             sigma = 0.05 + e^t, t ~ Normal(log 0.1, 0.5)  (a floor: the model's misfit, not the allocator's noise)
 
-Fit: the MAP by L-BFGS from several starts (the previous MAP, and starts that give each term a different
+Fit: the MAP by BFGS from several starts (the previous MAP, and starts that give each term a different
 share: the terms are exchangeable, so the posterior has TERMS! equal modes and starts pick one), then a
 Laplace approximation (the Hessian by central differences of the exact gradient) gives the coefficients'
 covariance; the predictive variance of mu at a candidate is J H^-1 J^T with J = d mu / d theta.
@@ -95,13 +95,13 @@ def features(space: KnobSpace, settings: list[Setting]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class StructuredMemory:
-    theta: np.ndarray  # [a (T), b (T * q), c, log sigma]
+    theta: np.ndarray  # [a (T), b (T * q), c, t]: sigma = SIGMA_MIN + e^t
     cov: np.ndarray  # Laplace covariance of theta[:-1] (sigma's uncertainty is left out)
     q: int
 
     @property
     def sigma(self) -> float:
-        return float(math.exp(self.theta[-1]))
+        return _sigma(self.theta[-1])
 
     @classmethod
     def fit(cls, phi: np.ndarray, kind: np.ndarray, log_peak: np.ndarray, log_capacity: float, *,
@@ -126,7 +126,7 @@ class StructuredMemory:
         best = None
         for th in starts:
             try:
-                res = minimize(obj.value_grad, th, jac=True, method="L-BFGS-B", options={"maxiter": 400})
+                res = minimize(obj.value_grad, th, jac=True, method="BFGS", options={"maxiter": 1000})
             except (FloatingPointError, ValueError):
                 continue
             if np.all(np.isfinite(res.x)) and np.isfinite(res.fun) and (best is None or res.fun < best.fun):
@@ -156,6 +156,11 @@ class StructuredMemory:
         """P(log peak > threshold) per candidate, the noise included: (m,)."""
         mean, var = self.predict(phi)
         return ndtr((mean - threshold) / np.sqrt(var + self.sigma ** 2))
+
+
+def _sigma(t: float) -> float:
+    """The scatter sd from its coordinate: SIGMA_MIN + e^t (smooth, so the optimizer meets no kink at the floor)."""
+    return SIGMA_MIN + math.exp(t)
 
 
 def _eta(theta: np.ndarray, phi: np.ndarray) -> np.ndarray:
@@ -190,8 +195,8 @@ class _Objective:
         self.sd[:TERMS] = self.sd[-2] = INTERCEPT_SD
 
     def value_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        log_s = max(theta[-1], math.log(SIGMA_MIN))
-        s = math.exp(log_s)
+        s = _sigma(theta[-1])
+        log_s = math.log(s)
         eta = _eta(theta, self.phi)
         mu = _logsumexp(eta)
         r = np.exp(eta - mu[:, None])
@@ -206,7 +211,7 @@ class _Objective:
         g[:TERMS] = r[:, :TERMS].T @ d_mu
         g[TERMS:TERMS + TERMS * self.q] = ((r[:, :TERMS] * d_mu[:, None]).T @ self.phi).ravel()
         g[-2] = r[:, TERMS] @ d_mu
-        g[-1] = d_ls.sum() if theta[-1] > math.log(SIGMA_MIN) else min(d_ls.sum(), 0.0)
+        g[-1] = d_ls.sum() * (s - SIGMA_MIN) / s  # d log s / d t
         # priors (sigma's on log sigma)
         dev = (theta - self.loc) / self.sd
         dev[-1] = (theta[-1] - SIGMA_LOC) / SIGMA_SCALE
