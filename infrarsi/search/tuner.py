@@ -57,7 +57,6 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,6 +69,7 @@ from .config import TunerConfig
 from .derived import derived_knobs
 from .design import maximin
 from .outcome import Outcome
+from .proposal import Proposal, Scored
 from .residual import Residual
 from .surrogate import Surrogate
 from .censored import ABOVE, BELOW, OBS, CensoredSurrogate
@@ -80,36 +80,6 @@ RAN = ("ok", "numerics_drift")  # statuses of a trial that ran every step (its p
 RESIDUAL_MEM_SD = 0.1  # log scale: how far a knob value may move the peak beyond what the arithmetic says
 # (the analytical estimate is within ~10% on every simulated layout; 0.3 priced most near-capacity settings
 # of the MoE workload at P(OOM) ~ 0.4 and the search never tried them)
-
-
-@dataclass
-class Proposal:
-    """Why a setting was proposed."""
-
-    kind: str  # initial | design | acquisition | local | thompson | paired
-    ei: float | None = None
-    p_oom: float | None = None
-    p_drift: float | None = None  # 1 - P(pass the loss check), when some trial has broken it
-    predicted_s: float | None = None
-    paired_from: dict[str, Any] | None = None
-    savers: list[str] = field(default_factory=list)  # "knob=value" changes that made it fit
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, [])}
-
-
-@dataclass(frozen=True)
-class _Scored:
-    """One ask's scored pool (arrays of shape (m,), in the order of ``cands``); ``paired``: variant -> (the candidate
-    it was paired from, its savers)."""
-
-    cands: list[Setting]
-    acq: np.ndarray
-    ei: np.ndarray
-    mean: np.ndarray
-    p_oom: np.ndarray
-    p_pass: np.ndarray
-    paired: dict[Setting, tuple[Setting, list[str]]]
 
 
 class Tuner:
@@ -505,7 +475,7 @@ class Tuner:
                                        p_drift=float(1.0 - p_pass[j]) if p_pass[j] < 1.0 else None)
         return cands[j]
 
-    def _score(self, cands: list[Setting], x: np.ndarray, taken: set[Setting]) -> "_Scored":
+    def _score(self, cands: list[Setting], x: np.ndarray, taken: set[Setting]) -> "Scored":
         """Every candidate's acquisition: EI x P(fit) x P(pass the loss check), the pool extended with the paired
         variants of fast candidates that probably do not fit; -inf above the P(OOM) cap (unless nothing is under
         it); halved next to a pending trial."""
@@ -534,9 +504,9 @@ class Tuner:
         # Batch diversity: a candidate one knob away from a pending one counts half.
         for s in self.pending:
             acq = np.where(hamming(x, self.space.encode([s])[0]) <= 2, acq * 0.5, acq)
-        return _Scored(cands, acq, ei, mean, p_oom, p_pass, {p: why for p, why in paired})
+        return Scored(cands, acq, ei, mean, p_oom, p_pass, {p: why for p, why in paired})
 
-    def _pick(self, sc: "_Scored", incumbent: list[Setting]) -> tuple[int, str]:
+    def _pick(self, sc: "Scored", incumbent: list[Setting]) -> tuple[int, str]:
         """Which scored candidate, and as what: every ``local_every``-th model-guided ask the best move from the
         incumbent, every ``thompson_every``-th the fastest under one posterior draw, else the acquisition's best."""
         self._asks += 1
