@@ -10,6 +10,7 @@ found it, the P(OOM) each trial was priced at); the re-verification would only r
 
     .venv/bin/python scripts/bench_offset_tune.py                               # contracts/torchtitan-cpu.toml
     .venv/bin/python scripts/bench_offset_tune.py --seeds 0 1 2 --offsets estimate analytical --work .infrarsi/offsets
+    .venv/bin/python scripts/bench_offset_tune.py --memory-cap-gib 2.0 --work .infrarsi/offsets-2g   # a cap that binds
 
 Run it on a quiet machine: every trial is a real training run (torchtitan: ~20 s each, ~3 min per search here).
 """
@@ -73,20 +74,44 @@ def search_rows(run_dir: Path) -> list[dict]:
     return rows
 
 
+def capped_copy(contract: Path, cap_gib: float, dest: Path) -> Path:
+    """``contract`` with ``memory_capacity_gib = cap_gib`` and its launch file made absolute, written to ``dest``."""
+    if not cap_gib > 0:
+        raise SystemExit(f"--memory-cap-gib {cap_gib}: give a positive number of GiB (e.g. 2.0)")
+    lines, seen = [], False
+    for line in contract.read_text().splitlines():
+        key = line.split("=", 1)[0].strip()
+        if key == "memory_capacity_gib":
+            line, seen = f"memory_capacity_gib = {cap_gib}", True
+        elif key == "launch" and "=" in line:
+            rel = line.split("=", 1)[1].strip().strip('"')
+            line = f'launch = "{(contract.parent / rel).resolve()}"'
+        lines.append(line)
+    if not seen:
+        raise SystemExit(f"{contract}: no memory_capacity_gib line under [hardware] to change")
+    dest.write_text("\n".join(lines) + "\n")
+    return dest
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--contract", default="contracts/torchtitan-cpu.toml")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--offsets", nargs="+", default=["estimate", "analytical"], choices=("estimate", "analytical"))
     ap.add_argument("--work", type=Path, default=Path(".infrarsi/offsets"), help="run directories go here")
+    ap.add_argument("--memory-cap-gib", type=float, default=None,
+                    help="run a copy of the contract with this [hardware] memory_capacity_gib (a cap that binds)")
     args = ap.parse_args(argv)
     work = (ROOT / args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    contract = args.contract
+    if args.memory_cap_gib is not None:
+        contract = str(capped_copy(ROOT / args.contract, args.memory_cap_gib, work / "contract.toml"))
     base = work / "doctor"
     if not (base / "noise.json").exists():
         shutil.rmtree(base, ignore_errors=True)
         env = {**os.environ, "INFRARSI_BANK": str(work / "doctor.bank.sqlite")}
-        for step in (("init", args.contract, "--run-dir", str(base)), ("doctor", "--run-dir", str(base))):
+        for step in (("init", contract, "--run-dir", str(base)), ("doctor", "--run-dir", str(base))):
             p = _cli(*step, env=env)
             out, _ = p.communicate()
             if p.returncode:
