@@ -436,6 +436,35 @@ def memory_check(args: tuple[str, int | None, int, str, int, dict[str, Any]]) ->
             "blocked": float(np.mean(t.p_oom(fast) > t.config.max_p_oom)), "headroom": float(np.median(cap - true_peak))}
 
 
+def memory_form(args: tuple[str, int | None, int]) -> dict[str, Any]:
+    """Can a sum of power-law terms hold this landscape's peak? ``structured.StructuredMemory`` with 1, 2 and 3 terms
+    fitted on the measured peaks of 400 random valid settings: median |error| in log bytes on 200 others."""
+    import numpy as np
+
+    from infrarsi.search import structured
+    from infrarsi.search.censored import OBS
+
+    base, variant, seed = args
+    land = Landscape(base, variant)
+    space = Tuner(land.space, memory_capacity_bytes=land.capacity, seed=seed)._model_space  # the models' knobs
+    pool = land.space.candidates(4000, random.Random(99))
+    rng = random.Random(1)
+    train, hold = rng.sample(pool, 400), rng.sample(pool, 200)
+    y = np.log([land.simulate(s, None, 0.0).peak_memory_bytes for s in train])
+    y_hold = np.log([land.simulate(s, None, 0.0).peak_memory_bytes for s in hold])
+    out: dict[str, Any] = {"name": land.name}
+    terms = structured.TERMS
+    try:
+        for k in (1, 2, 3):
+            structured.TERMS = k  # a diagnostic: the module's term count, for this fit only
+            sm = structured.StructuredMemory.fit(structured.features(space, train), np.full(len(train), OBS), y,
+                                                 math.log(land.capacity))
+            out[k] = float(np.median(np.abs(sm.predict(structured.features(space, hold))[0] - y_hold)))
+    finally:
+        structured.TERMS = terms
+    return out
+
+
 def describe(cells: list[tuple[str, int | None, int]], n: int = 4000) -> None:
     """How needle-like each landscape is: what a uniform draw over its valid settings finds."""
     print(f"{'landscape':24s} {'OOM':>5s} {'>=0.8':>7s} {'>=0.9':>7s} {'>=0.95':>7s} {'sample best':>11s}"
@@ -472,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="after the largest budget of the cold tuner (with --set), how it prices the 20 fastest valid "
                          "settings of each landscape (a 4,000-setting sample): predicted minus true log peak, "
                          "predictive sd, share above the P(OOM) cap, true headroom; and exit")
+    ap.add_argument("--memory-form", action="store_true",
+                    help="how well a sum of 1, 2, 3 power-law terms fits each landscape's peaks (400 measured, 200 "
+                         "held out) and exit")
     ap.add_argument("--table", nargs="+", type=Path, metavar="JSON",
                     help="print the table of runs saved with --json (several files: one table) and exit")
     args = ap.parse_args(argv)
@@ -501,6 +533,14 @@ def main(argv: list[str] | None = None) -> int:
         if k not in fields:
             ap.error(f"--set {kv}: {k!r} is not a TunerConfig field; fields: {', '.join(fields)}")
         config[k] = type(fields[k].default)(json.loads(v.lower()) if v.lower() in ("true", "false") else v)
+    if args.memory_form:
+        with mp.get_context("fork").Pool(args.jobs) as pool:
+            rows = pool.map(memory_form, cells)
+        print(f"{'landscape':24s} {'1 term':>7s} {'2 terms':>8s} {'3 terms':>8s}   (median |error| in log bytes on 200 "
+              f"held-out settings; fitted on 400 measured peaks)")
+        for r in rows:
+            print(f"{r['name']:24s} {r[1]:7.3f} {r[2]:8.3f} {r[3]:8.3f}")
+        return 0
     if args.memory_check:
         todo = [(base, var, seed, args.report, max(args.budgets), config) for base, var, seed in cells]
         with mp.get_context("fork").Pool(args.jobs) as pool:
