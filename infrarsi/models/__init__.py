@@ -5,7 +5,7 @@ Every failed trial is data: an OOM is a censored memory observation (peak > capa
 """
 
 from ._design import DEFAULT_INTERACTIONS, Design, is_ordered
-from ._fit import jittered_cholesky, log_ndtr, ndtr
+from ._fit import jittered_cholesky, log_ndtr, mills_ratio, ndtr
 from .memory import MemoryModel, memory_model
 from .revision import Effect, PriorRevision, revision
 from .time import TimeModel, time_model
@@ -21,6 +21,7 @@ __all__ = [
     "jittered_cholesky",
     "log_ndtr",
     "memory_model",
+    "mills_ratio",
     "ndtr",
     "revision",
     "time_model",

@@ -74,6 +74,11 @@ def log_ndtr(x: np.ndarray) -> np.ndarray:
         return torch.special.log_ndtr(torch.as_tensor(x, dtype=torch.float64)).numpy()
 
 
+def mills_ratio(z: np.ndarray) -> np.ndarray:
+    """phi(z) / Phi(z), elementwise: the censored-normal factor's d log Phi / dz, stable for z << 0 (log space)."""
+    return np.exp(-0.5 * z * z - 0.5 * LOG_2PI - log_ndtr(z))
+
+
 def row_moments(x: np.ndarray, means: np.ndarray, covs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row of x (n, k) and per mixture component g: x @ means[g] and x @ covs[g] @ x.
 
@@ -265,7 +270,7 @@ def _tobit_pass(x_ok, y_ok, x_c, c_c, m0, s0, loc, scale, log_sigma, eta0, ep=Tr
     def grad_hess(eta):
         r = (y_ok[None, :] - eta @ x_ok.T) / sig  # (G, n_ok)
         z = (eta @ x_c.T - c_c[None, :]) / sig  # (G, n_c)
-        lam = np.exp(-0.5 * z**2 - 0.5 * LOG_2PI - log_ndtr(z))  # phi(z) / Phi(z), stable for z << 0
+        lam = mills_ratio(z)
         kap = lam * (z + lam)  # d2(-log Phi)/dz2, in (0, 1); far in the tails the float arithmetic is not
         kap = np.clip(np.nan_to_num(kap, nan=1.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
         g = (eta - m0) * prec0 - (r @ x_ok) / sig - (lam @ x_c) / sig
@@ -347,7 +352,7 @@ def _ep_moments(x_ok, y_ok, x_c, c_c, m0, s0, s2, *, iters: int = 100, damping: 
         mu_cav = v_cav * (mu / v - nu)
         sd = np.sqrt(s2[:, None] + v_cav)
         z = (mu_cav - c_c[None, :]) / sd
-        r = np.exp(-0.5 * z**2 - 0.5 * LOG_2PI - log_ndtr(z))  # phi(z) / Phi(z)
+        r = mills_ratio(z)
         m_t = mu_cav + v_cav * r / sd  # tilted mean and variance of u
         v_t = v_cav - v_cav**2 * r * (z + r) / sd**2
         v_t = np.maximum(v_t, 1e-12 * v_cav)

@@ -33,12 +33,11 @@ shifted by the capacity and signed by the side): Gaussian sites, damped parallel
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..models import jittered_cholesky, log_ndtr, ndtr
+from ..models import jittered_cholesky, mills_ratio, ndtr
 from .surrogate import Surrogate, kernel, linear
 
 OBS, ABOVE, BELOW = 0, 1, -1  # kind per row: measured peak, OOM, ran without a peak
@@ -93,7 +92,7 @@ class CensoredSurrogate:
             z = kind[cens].astype(float)
             denom = np.sqrt(noise ** 2 + v_cav)
             zh = z * (m_cav - c[cens]) / denom
-            ratio = np.exp(-0.5 * zh * zh - 0.5 * math.log(2 * math.pi) - log_ndtr(zh))  # phi / Phi, stable for zh << 0
+            ratio = mills_ratio(zh)
             m_hat = m_cav + z * v_cav * ratio / denom
             v_hat = v_cav - v_cav ** 2 * ratio * (zh + ratio) / (noise ** 2 + v_cav)
             v_hat = np.maximum(v_hat, 1e-10)

@@ -41,7 +41,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from ..knobs import KnobSpace, Setting
-from ..models import log_ndtr, ndtr
+from ..models import log_ndtr, mills_ratio, ndtr
 from .censored import ABOVE, BELOW, OBS
 
 TERMS = 2  # power-law terms besides the constant (weights/state, activations)
@@ -203,7 +203,7 @@ class _Objective:
         # d loglik / d mu and d loglik / d log sigma, per row
         z = (self.y - mu) / s
         u = self.sign * (mu - self.lc) / s
-        lam = np.exp(-0.5 * u * u - 0.5 * math.log(2 * math.pi) - log_ndtr(u))  # phi(u) / Phi(u)
+        lam = mills_ratio(u)
         ll = np.where(self.obs, -0.5 * z * z - log_s, np.where(self.sign != 0, log_ndtr(u), 0.0))
         d_mu = np.where(self.obs, z / s, self.sign * lam / s)
         d_ls = np.where(self.obs, z * z - 1.0, np.where(self.sign != 0, -lam * u, 0.0))
