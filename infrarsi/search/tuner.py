@@ -239,10 +239,17 @@ class Tuner:
                     self._guarded("memory GP", lambda: self._fit_memory_gp(rows))
         self._dirty = False
 
-    def _fit_memory_terms(self, rows: list[tuple[Setting, Outcome]]) -> None:
+    @staticmethod
+    def _memory_targets(rows: list[tuple[Setting, Outcome]]) -> tuple[np.ndarray, np.ndarray]:
+        """Per memory row: its kind (OBS: a measured peak, ABOVE: an OOM, BELOW: ran without a peak) and its log
+        peak bytes (NaN where none was measured), each (n,)."""
         kind = np.array([ABOVE if o.status == "oom" else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
         peak = np.array([math.log(o.peak_memory_bytes) if o.status in RAN and o.peak_memory_bytes else np.nan
                          for _, o in rows])
+        return kind, peak
+
+    def _fit_memory_terms(self, rows: list[tuple[Setting, Outcome]]) -> None:
+        kind, peak = self._memory_targets(rows)
         prev = self.memory_terms.theta if self.memory_terms is not None else None
         fit = StructuredMemory.fit(features(self._model_space, [s for s, _ in rows]), kind, peak,
                                    self.memory_model.log_capacity, start=prev, seed=len(rows),
@@ -252,11 +259,9 @@ class Tuner:
 
     def _fit_memory_gp(self, rows: list[tuple[Setting, Outcome]]) -> None:
         self.memory_gp = None
-        kind = np.array([ABOVE if o.status == "oom" else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
+        kind, peak = self._memory_targets(rows)
         if (kind == OBS).sum() < self.config.memory_gp_min_peaks:
             return  # the additive censored model prices P(OOM) until the kernel has peaks to fit its scale on
-        peak = np.array([math.log(o.peak_memory_bytes) if o.status in RAN and o.peak_memory_bytes else np.nan
-                         for _, o in rows])
         x1, codes, off = self._memory_gp_rows([s for s, _ in rows])
         mm = self.memory_model
         self.memory_gp = CensoredSurrogate.fit(x1, codes, off, kind, peak, *mm.coefficient_prior(), mm.log_capacity,
