@@ -452,16 +452,11 @@ def memory_form(args: tuple[str, int | None, int]) -> dict[str, Any]:
     train, hold = rng.sample(pool, 400), rng.sample(pool, 200)
     y = np.log([land.simulate(s, None, 0.0).peak_memory_bytes for s in train])
     y_hold = np.log([land.simulate(s, None, 0.0).peak_memory_bytes for s in hold])
+    phi, phi_hold = structured.features(space, train), structured.features(space, hold)
     out: dict[str, Any] = {"name": land.name}
-    terms = structured.TERMS
-    try:
-        for k in (1, 2, 3):
-            structured.TERMS = k  # a diagnostic: the module's term count, for this fit only
-            sm = structured.StructuredMemory.fit(structured.features(space, train), np.full(len(train), OBS), y,
-                                                 math.log(land.capacity))
-            out[k] = float(np.median(np.abs(sm.predict(structured.features(space, hold))[0] - y_hold)))
-    finally:
-        structured.TERMS = terms
+    for k in (1, 2, 3):
+        sm = structured.StructuredMemory.fit(phi, np.full(len(train), OBS), y, math.log(land.capacity), terms=k)
+        out[k] = float(np.median(np.abs(sm.predict(phi_hold)[0] - y_hold)))
     return out
 
 

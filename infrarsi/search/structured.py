@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
@@ -44,7 +45,7 @@ from ..knobs import KnobSpace, Setting
 from ..models import log_ndtr, mills_ratio, ndtr
 from .censored import ABOVE, BELOW, OBS
 
-TERMS = 2  # power-law terms besides the constant (weights/state, activations)
+TERMS = 2  # power-law terms besides the constant (weights/state, activations): the default of fit(terms=)
 INTERCEPT_SD, SLOPE_SD = 3.0, 0.5
 SIGMA_LOC, SIGMA_SCALE, SIGMA_MIN = math.log(0.1), 0.5, 0.05
 STARTS = 2
@@ -58,39 +59,44 @@ STRUCTURE: tuple[dict[str, float], ...] = (
 )
 
 
-def structure_prior(space: KnobSpace, structure: tuple[dict[str, float], ...] = STRUCTURE) -> np.ndarray:
-    """Prior means of the powers b, (TERMS, q) in ``features``' column order: STRUCTURE's powers for the knobs
-    it names whose values are positive numbers, 0 elsewhere (``structure=()``: all 0, exchangeable terms)."""
-    cols: list[str | None] = []
+def _columns(space: KnobSpace) -> list[tuple[str, str, Any]]:
+    """One entry per feature column, in order: (knob, how, level); how is "bool" (0/1), "log" (ln value, a knob of
+    positive numbers) or "onehot" (level: the categorical value the column marks; the first value has none)."""
+    cols: list[tuple[str, str, Any]] = []
     for k in space.knobs:
         if k.kind == "bool":
-            cols.append(None)
-        elif _numeric(k.domain):
-            cols.append(k.name)
+            cols.append((k.name, "bool", None))
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in k.domain):
+            cols.append((k.name, "log", None))
         else:
-            cols.extend([None] * (len(k.domain) - 1))
-    out = np.zeros((TERMS, len(cols)))
-    for t, powers in enumerate(structure[:TERMS]):
-        out[t] = [powers.get(c, 0.0) if c else 0.0 for c in cols]
+            cols.extend((k.name, "onehot", level) for level in k.domain[1:])
+    return cols
+
+
+def structure_prior(space: KnobSpace, structure: tuple[dict[str, float], ...] = STRUCTURE, *,
+                    terms: int = TERMS) -> np.ndarray:
+    """Prior means of the powers b, (terms, q) in ``features``' column order: STRUCTURE's powers for the knobs
+    it names whose values are positive numbers, 0 elsewhere (``structure=()``: all 0, exchangeable terms)."""
+    cols = _columns(space)
+    out = np.zeros((terms, len(cols)))
+    for t, powers in enumerate(structure[:terms]):
+        out[t] = [powers.get(name, 0.0) if how == "log" else 0.0 for name, how, _ in cols]
     return out
-
-
-def _numeric(domain: tuple) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in domain)
 
 
 def features(space: KnobSpace, settings: list[Setting]) -> np.ndarray:
     """phi per setting, (n, q): ln(value) for a knob of positive numbers, 0/1 for a bool, one-hot otherwise."""
-    cols: list[np.ndarray] = []
-    for k in space.knobs:
-        vals = [s[k.name] for s in settings]
-        if k.kind == "bool":
-            cols.append(np.array([1.0 if v else 0.0 for v in vals]))
-        elif _numeric(k.domain):
-            cols.append(np.log(np.array(vals, dtype=float)))
+    cols = _columns(space)
+    out = np.zeros((len(settings), len(cols)))
+    for j, (name, how, level) in enumerate(cols):
+        vals = [s[name] for s in settings]
+        if how == "bool":
+            out[:, j] = [1.0 if v else 0.0 for v in vals]
+        elif how == "log":
+            out[:, j] = np.log(np.array(vals, dtype=float))
         else:
-            cols.extend(np.array([1.0 if v == level else 0.0 for v in vals]) for level in k.domain[1:])
-    return np.stack(cols, axis=1) if cols else np.zeros((len(settings), 0))
+            out[:, j] = [1.0 if v == level else 0.0 for v in vals]
+    return out
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class StructuredMemory:
     theta: np.ndarray  # [a (T), b (T * q), c, t]: sigma = SIGMA_MIN + e^t
     cov: np.ndarray  # Laplace covariance of theta[:-1] (sigma's uncertainty is left out)
     q: int
+    terms: int  # T, the power-law terms besides the constant
 
     @property
     def sigma(self) -> float:
@@ -106,20 +113,20 @@ class StructuredMemory:
     @classmethod
     def fit(cls, phi: np.ndarray, kind: np.ndarray, log_peak: np.ndarray, log_capacity: float, *,
             start: np.ndarray | None = None, seed: int = 0, prior: np.ndarray | None = None,
-            ) -> "StructuredMemory | None":
+            terms: int = TERMS) -> "StructuredMemory | None":
         n, q = phi.shape
         kind = np.asarray(kind)
         if n == 0:
             return None
         y = np.where(kind == OBS, np.nan_to_num(log_peak), 0.0)
-        obj = _Objective(phi, kind, y, log_capacity, prior)
+        obj = _Objective(phi, kind, y, log_capacity, prior, terms)
         rng = np.random.default_rng(seed)
         starts = [start] if start is not None and len(start) == obj.size else []
         for i in range(STARTS):
             th = np.zeros(obj.size)
-            share = rng.dirichlet(np.ones(TERMS + 1))
-            th[:TERMS] = log_capacity - 0.5 + np.log(share[:TERMS])
-            th[TERMS:TERMS + TERMS * q] = obj.loc[TERMS:TERMS + TERMS * q] + rng.normal(0.0, 0.3, TERMS * q)
+            share = rng.dirichlet(np.ones(terms + 1))
+            th[:terms] = log_capacity - 0.5 + np.log(share[:terms])
+            th[terms:terms + terms * q] = obj.loc[terms:terms + terms * q] + rng.normal(0.0, 0.3, terms * q)
             th[-2] = log_capacity - 0.5 + math.log(share[-1])
             th[-1] = SIGMA_LOC
             starts.append(th)
@@ -135,16 +142,15 @@ class StructuredMemory:
             return None
         theta = best.x
         cov = _laplace(obj, theta)
-        return cls(theta, cov, q)
+        return cls(theta, cov, q, terms)
 
     def _mu_jac(self, phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """mu (m,) and d mu / d theta[:-1] (m, size - 1)."""
-        eta = _eta(self.theta, phi)  # (m, T + 1)
+        eta = _eta(self.theta, phi, self.terms)  # (m, T + 1)
         mu = _logsumexp(eta)
         r = np.exp(eta - mu[:, None])  # each term's share of the peak
-        m = len(phi)
-        jac = np.concatenate([r[:, :TERMS], (r[:, :TERMS, None] * phi[:, None, :]).reshape(m, -1), r[:, TERMS:]],
-                             axis=1)
+        m, tt = len(phi), self.terms
+        jac = np.concatenate([r[:, :tt], (r[:, :tt, None] * phi[:, None, :]).reshape(m, -1), r[:, tt:]], axis=1)
         return mu, jac
 
     def predict(self, phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -163,11 +169,11 @@ def _sigma(t: float) -> float:
     return SIGMA_MIN + math.exp(t)
 
 
-def _eta(theta: np.ndarray, phi: np.ndarray) -> np.ndarray:
+def _eta(theta: np.ndarray, phi: np.ndarray, terms: int) -> np.ndarray:
     """Log of each term per row, (n, T + 1): the power-law terms, then the constant."""
     q = phi.shape[1]
-    a = theta[:TERMS]
-    b = theta[TERMS:TERMS + TERMS * q].reshape(TERMS, q)
+    a = theta[:terms]
+    b = theta[terms:terms + terms * q].reshape(terms, q)
     c = theta[-2]
     return np.concatenate([a[None, :] + phi @ b.T, np.full((len(phi), 1), c)], axis=1)
 
@@ -181,23 +187,24 @@ class _Objective:
     """Negative log posterior of theta and its gradient."""
 
     def __init__(self, phi: np.ndarray, kind: np.ndarray, y: np.ndarray, log_capacity: float,
-                 prior: np.ndarray | None) -> None:
-        self.phi, self.kind, self.y, self.lc = phi, kind, y, log_capacity
+                 prior: np.ndarray | None, terms: int = TERMS) -> None:
+        self.phi, self.kind, self.y, self.lc, self.terms = phi, kind, y, log_capacity, terms
         self.q = phi.shape[1]
-        self.size = TERMS + TERMS * self.q + 2
+        self.size = terms + terms * self.q + 2
         self.obs = kind == OBS
         self.sign = np.where(kind == ABOVE, 1.0, np.where(kind == BELOW, -1.0, 0.0))
         self.loc = np.full(self.size, 0.0)
-        self.loc[:TERMS] = self.loc[-2] = log_capacity - 1.0
+        self.loc[:terms] = self.loc[-2] = log_capacity - 1.0
         if prior is not None:
-            self.loc[TERMS:TERMS + TERMS * self.q] = np.asarray(prior, dtype=float).ravel()
+            self.loc[terms:terms + terms * self.q] = np.asarray(prior, dtype=float).ravel()
         self.sd = np.full(self.size, SLOPE_SD)
-        self.sd[:TERMS] = self.sd[-2] = INTERCEPT_SD
+        self.sd[:terms] = self.sd[-2] = INTERCEPT_SD
 
     def value_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         s = _sigma(theta[-1])
         log_s = math.log(s)
-        eta = _eta(theta, self.phi)
+        tt = self.terms
+        eta = _eta(theta, self.phi, tt)
         mu = _logsumexp(eta)
         r = np.exp(eta - mu[:, None])
         # d loglik / d mu and d loglik / d log sigma, per row
@@ -208,9 +215,9 @@ class _Objective:
         d_mu = np.where(self.obs, z / s, self.sign * lam / s)
         d_ls = np.where(self.obs, z * z - 1.0, np.where(self.sign != 0, -lam * u, 0.0))
         g = np.empty(self.size)
-        g[:TERMS] = r[:, :TERMS].T @ d_mu
-        g[TERMS:TERMS + TERMS * self.q] = ((r[:, :TERMS] * d_mu[:, None]).T @ self.phi).ravel()
-        g[-2] = r[:, TERMS] @ d_mu
+        g[:tt] = r[:, :tt].T @ d_mu
+        g[tt:tt + tt * self.q] = ((r[:, :tt] * d_mu[:, None]).T @ self.phi).ravel()
+        g[-2] = r[:, tt] @ d_mu
         g[-1] = d_ls.sum() * (s - SIGMA_MIN) / s  # d log s / d t
         # priors (sigma's on log sigma)
         dev = (theta - self.loc) / self.sd
