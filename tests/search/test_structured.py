@@ -4,6 +4,7 @@ measured peaks, OOMs and runs that fit; its gradient is exact; the tuner prices 
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def _peak(s) -> float:
 def _data(n: int, seed: int):
     space = _space()
     rng = np.random.default_rng(seed)
-    grid = space.candidates(10_000, __import__("random").Random(0))
+    grid = space.candidates(10_000, random.Random(0))
     idx = rng.choice(len(grid), size=n, replace=False)
     return space, [grid[i] for i in idx], grid
 
