@@ -436,6 +436,28 @@ def memory_check(args: tuple[str, int | None, int, str, int, dict[str, Any]]) ->
             "blocked": float(np.mean(t.p_oom(fast) > t.config.max_p_oom)), "headroom": float(np.median(cap - true_peak))}
 
 
+def trace_conflicts(args: tuple[str, int | None, int, dict[str, Any], list[int]]) -> str:
+    """The ``wrong`` tuner on one landscape: at each of ``at`` trials, which knobs' time priors it has set aside
+    (``Tuner.conflicted``), next to the knobs whose priors were reversed, and its best so far."""
+    base, variant, seed, config, at = args
+    CONFIG.clear()
+    CONFIG.update(config)
+    land = Landscape(base, variant)
+    b = Bench(land, seed, "peaks")
+    opt = land.optimum()
+    lines = []
+    for n in at:
+        t, pri = _run_ours(Bench(land, seed, "peaks"), n, priors="wrong", estimate=False, typical=True)
+        t.fit_models()
+        aside = sorted({f.split("=")[0] for f in t.conflicted})
+        wrong = wrong_knobs(pri)
+        best, _ = t.best()
+        lines.append(f"{land.name:24s} {n:3d} reversed {','.join(wrong):48s} set aside: "
+                     f"{', '.join(k + ('' if k in wrong else ' (right)') for k in aside) or '-'}; best "
+                     f"{opt / b.true_time(best):.3f}")
+    return "\n".join(lines)
+
+
 def memory_form(args: tuple[str, int | None, int]) -> dict[str, Any]:
     """Can a sum of power-law terms hold this landscape's peak? ``structured.StructuredMemory`` with 1, 2 and 3 terms
     fitted on the measured peaks of 400 random valid settings: median |error| in log bytes on 200 others."""
@@ -499,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-form", action="store_true",
                     help="how well a sum of 1, 2, 3 power-law terms fits each landscape's peaks (400 measured, 200 "
                          "held out) and exit")
+    ap.add_argument("--trace-conflicts", action="store_true",
+                    help="the wrong-prior tuner at each --budgets: which knobs' priors it has set aside; and exit")
     ap.add_argument("--table", nargs="+", type=Path, metavar="JSON",
                     help="print the table of runs saved with --json (several files: one table) and exit")
     args = ap.parse_args(argv)
@@ -528,6 +552,11 @@ def main(argv: list[str] | None = None) -> int:
         if k not in fields:
             ap.error(f"--set {kv}: {k!r} is not a TunerConfig field; fields: {', '.join(fields)}")
         config[k] = type(fields[k].default)(json.loads(v.lower()) if v.lower() in ("true", "false") else v)
+    if args.trace_conflicts:
+        with mp.get_context("fork").Pool(args.jobs) as pool:
+            for block in pool.map(trace_conflicts, [(b, v, sd, config, args.budgets) for b, v, sd in cells]):
+                print(block, flush=True)
+        return 0
     if args.memory_form:
         with mp.get_context("fork").Pool(args.jobs) as pool:
             rows = pool.map(memory_form, cells)

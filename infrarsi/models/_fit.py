@@ -109,6 +109,9 @@ class GridPosterior:
     weights: np.ndarray
     means: np.ndarray
     covs: np.ndarray
+    log_evidence: float = math.nan
+    """log p(y): the marginal likelihood, theta and log sigma integrated out over the grid (NaN where not computed).
+    Two fits of the same trials under different priors compare by it (a Bayes factor)."""
 
     def mean(self) -> np.ndarray:
         return self.weights @ self.means  # (q,)
@@ -196,7 +199,11 @@ def _grid_pass(x, y, m0, s0, loc, scale, log_sigma) -> GridPosterior:
     log_prior = -0.5 * ((log_sigma - loc) / scale) ** 2
     lw = log_ml + log_prior
     w = np.exp(lw - lw.max())
-    return GridPosterior(log_sigma=np.asarray(log_sigma, dtype=float), weights=w / w.sum(), means=means, covs=covs)
+    # p(y) = integral of p(y | sigma) N(log sigma; loc, scale) d log sigma, by the rectangle rule on the grid
+    step = float(log_sigma[1] - log_sigma[0]) if len(log_sigma) > 1 else 1.0
+    log_ev = float(lw.max() + np.log(w.sum()) + math.log(step) - math.log(scale * math.sqrt(2 * math.pi)))
+    return GridPosterior(log_sigma=np.asarray(log_sigma, dtype=float), weights=w / w.sum(), means=means, covs=covs,
+                         log_evidence=log_ev)
 
 
 def tobit_neg_log_joint(

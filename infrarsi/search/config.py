@@ -62,6 +62,10 @@ class TunerConfig:
     """A time prior whose 90% interval the trials alone put this many combined sds away (the trials' estimate
     from a model with no priors vs the prior) is set aside: its sd widens to ``time_sd``, so a confident,
     wrong prior cannot pin the search (0: never). The set-aside priors are in ``Tuner.conflicted``."""
+    prior_conflict_log_bf: float = 2.3
+    """A knob's time priors are also set aside once the trials favour an open prior (sd ``time_sd``) on that knob over
+    the stated one by more than this natural-log Bayes factor (2.3 = 10:1; the time model's marginal likelihood with
+    every other prior in place, :mod:`.prior_check`; 0: never)."""
     memory_from_ok: bool = True
     """A trial that ran without reporting its peak tells the memory model "peak <= capacity" (False: such
     trials say nothing about memory, an ablation)."""

@@ -45,6 +45,9 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``):
    passes. The score is multiplied by P(pass).
 6. *Stopping*: ``should_stop()`` once the best expected improvement falls below the minimum detectable
    effect (the doctor's), after the initial design.
+7. *Prior check*: after every refit, a time prior the trials contradict is set aside (widened to ``time_sd``):
+   a prior-free fit puts it ``prior_conflict_z`` sds away, or the trials favour an open prior on its knob by a
+   Bayes factor over e^``prior_conflict_log_bf`` (:mod:`.prior_check`). ``Tuner.conflicted`` says which and why.
 
 Knobs outside the catalog, or without a prior, get uninformative priors (mean 0, sd 1 on the log scale).
 """
@@ -63,12 +66,13 @@ import numpy as np
 
 from ..knobs import KnobSpace, Setting
 from ..models import MemoryModel, TimeModel, is_ordered
-from ..priors.prior import Z90, Prior
+from ..priors.prior import Prior
 from .acquisition import expected_improvement, hamming
 from .config import TunerConfig
 from .derived import derived_knobs
 from .design import maximin
 from .outcome import Outcome
+from .prior_check import evidence_conflicts, z_conflicts
 from .proposal import Proposal, Scored
 from .residual import Residual
 from .surrogate import Surrogate
@@ -223,7 +227,7 @@ class Tuner:
         times = [o.step_time_s if o.status == "ok" else math.nan for _, o in self.history]
         if any(o.status == "ok" for _, o in self.history):
             self._guarded("time model", lambda: self.time_model.fit(settings, times))
-            if self._free_time is not None:
+            if self.priors and (self.config.prior_conflict_z > 0 or self.config.prior_conflict_log_bf > 0):
                 self._guarded("prior check", lambda: self._set_aside_conflicts(settings, times))
             self._guarded("time GP", self._fit_time_gp)
         if self.memory_model is not None:
@@ -274,31 +278,37 @@ class Tuner:
         return x1, self._codes(settings), off
 
     def _set_aside_conflicts(self, settings: list[Setting], times: list[float]) -> None:
-        """Compare each time prior with what the trials alone say (a prior-free fit); a prior more than
-        ``prior_conflict_z`` combined sds away is widened to ``time_sd`` and the time model refit."""
-        self._free_time.fit(settings, times)
-        by_feature = {q.feature: q for q in self.priors if q.feature not in self.conflicted}
-        new = {}
-        for e in self._free_time.effects():
-            p = by_feature.get(e.feature)
-            if p is None:
-                continue
-            sd_data = max((e.hi - e.lo) / (2 * Z90), 1e-9)
-            z = abs(e.mean - p.time_mean) / math.hypot(sd_data, p.time_sd)
-            if z > self.config.prior_conflict_z and p.time_sd < self.config.time_sd:
-                new[e.feature] = (f"prior {math.expm1(p.time_mean):+.0%} (sd {p.time_sd:.2f}), trials alone "
-                                  f"{math.expm1(e.mean):+.0%} [{math.expm1(e.lo):+.0%}, {math.expm1(e.hi):+.0%}]: "
-                                  f"{z:.1f} sd apart after {len(settings)} trials")
+        """Set aside the time priors the trials contradict (:mod:`.prior_check`: a prior-free fit
+        ``prior_conflict_z`` sds away, or a Bayes factor over ``prior_conflict_log_bf`` for an open prior on the
+        knob): each widens to ``time_sd`` and the time model is refit."""
+        cfg = self.config
+        current = self._time_priors()
+        open_ = [q for q in current if q.feature not in self.conflicted]
+        new: dict[str, str] = {}
+        if self._free_time is not None:
+            self._free_time.fit(settings, times)
+            new.update(z_conflicts(self._free_time.effects(), open_, z=cfg.prior_conflict_z, widen_sd=cfg.time_sd,
+                                   n=len(settings)))
+        if cfg.prior_conflict_log_bf > 0:
+            found = evidence_conflicts(self._time_model_with, current, settings, times, widen_sd=cfg.time_sd,
+                                       log_bf=cfg.prior_conflict_log_bf)
+            new.update({f: why for f, why in found.items() if f not in new})
         if not new:
             return
         self.conflicted.update(new)
         for f, why in new.items():
             _log.info("time prior for %s set aside: %s", f, why)
-        kept = [q.model_copy(update={"time_sd": self.config.time_sd}) if q.feature in self.conflicted else q
-                for q in self.priors]
-        self.time_model = TimeModel(self._model_space, priors=kept, noise_cv=self.noise_cv, seed=self.time_model.seed,
-                                    main_sd=self.config.time_sd)
+        self.time_model = self._time_model_with(self._time_priors())
         self.time_model.fit(settings, times)
+
+    def _time_priors(self) -> list[Prior]:
+        """The priors the time model uses: as given, the set-aside ones widened to ``time_sd``."""
+        return [q.model_copy(update={"time_sd": self.config.time_sd}) if q.feature in self.conflicted else q
+                for q in self.priors]
+
+    def _time_model_with(self, priors: list[Prior]) -> TimeModel:
+        return TimeModel(self._model_space, priors=priors, noise_cv=self.noise_cv, seed=self.time_model.seed,
+                         main_sd=self.config.time_sd)
 
     def _memory_rows(self) -> list[tuple[Setting, Outcome]]:
         """Trials that say something about memory: OOMs and every trial that ran (one whose loss trace broke the
