@@ -66,6 +66,11 @@ class TunerConfig:
     """A knob's time priors are also set aside once the trials favour an open prior (sd ``time_sd``) on that knob over
     the stated one by more than this natural-log Bayes factor (2.3 = 10:1; the time model's marginal likelihood with
     every other prior in place, :mod:`.prior_check`; 0: never)."""
+    prior_probe: float = 0.2
+    """Probe the strongest untested claim: when a confident prior (sd <= ``prior_probe_sd``) says another value of one
+    of the incumbent's knobs is at least this much slower (log time) and no trial has run with it, propose the nearest
+    fitting setting with that value, once per knob (0: never). A wrong, confident prior is otherwise self-confirming."""
+    prior_probe_sd: float = 0.1
     memory_from_ok: bool = True
     """A trial that ran without reporting its peak tells the memory model "peak <= capacity" (False: such
     trials say nothing about memory, an ablation)."""

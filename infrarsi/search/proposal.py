@@ -15,7 +15,7 @@ from ..knobs import Setting
 class Proposal:
     """Why a setting was proposed."""
 
-    kind: str  # initial | design | acquisition | local | thompson | paired
+    kind: str  # initial | design | acquisition | local | thompson | paired | probe
     ei: float | None = None
     p_oom: float | None = None
     p_drift: float | None = None  # 1 - P(pass the loss check), when some trial has broken it

@@ -151,6 +151,7 @@ class Tuner:
         self._dirty = True
         self.last_best_ei: float | None = None
         self._asks = 0
+        self._probed: set[str] = set()  # knobs whose strongest prior claim a probe has tested
         self.overhead_s: list[float] = []  # seconds per ask (fits + scoring): part of every trial's cost
         self._valid: dict[Setting, bool] = {}  # validity of settings met while pairing (the rules never change)
         self.numerics_log: list[str] = []  # fits that failed on their numerics (the previous fit was kept)
@@ -527,6 +528,10 @@ class Tuner:
         self._asks += 1
         cfg = self.config
         acq = sc.acq
+        if cfg.prior_probe > 0:
+            j = self._probe(sc, incumbent[0])
+            if j is not None:
+                return j, "probe"
         if cfg.local_every and self._asks % cfg.local_every == 1 % cfg.local_every:
             near = set(self._neighbors(incumbent[0]))
             local = np.array([c in near for c in sc.cands]) & np.isfinite(acq)
@@ -541,6 +546,39 @@ class Tuner:
                 if np.isfinite(draw).any():
                     return int(np.argmin(draw)), "thompson"
         return int(np.argmax(acq)), "acquisition"
+
+    def _probe(self, sc: "Scored", inc: Setting) -> int | None:
+        """A trial of the strongest untested prior claim the incumbent rests on: a confident prior (sd <=
+        ``prior_probe_sd``) says another value of one of its knobs is at least ``prior_probe`` slower (log time), and no
+        trial that ran has had that value. The nearest fitting candidate with it is proposed, once per knob. A wrong,
+        confident prior is self-confirming (the search exploits it and never measures the alternative); this measures it."""
+        cfg = self.config
+        ran = [s for s, o in self.history if o.status == "ok"]
+        levels: dict[str, dict[Any, Prior]] = {}
+        for p in self._time_priors():
+            levels.setdefault(p.knob, {})[p.value] = p
+        best: tuple[float, str, Any] | None = None
+        for knob, ps in levels.items():
+            if knob in self._probed or knob not in inc:
+                continue
+            v0 = inc[knob]
+            for u in self.space[knob].domain:
+                claim = (ps[u].time_mean if u in ps else 0.0) - (ps[v0].time_mean if v0 in ps else 0.0)
+                sds = [ps[v].time_sd for v in (u, v0) if v in ps]
+                if u == v0 or claim < cfg.prior_probe or not sds or max(sds) > cfg.prior_probe_sd:
+                    continue
+                if any(s[knob] == u for s in ran) or (best is not None and claim <= best[0]):
+                    continue
+                best = (claim, knob, u)
+        if best is None:
+            return None
+        _, knob, u = best
+        self._probed.add(knob)
+        ok = np.array([c[knob] == u for c in sc.cands]) & np.isfinite(sc.acq)
+        if not ok.any():
+            return None
+        dist = hamming(self.space.encode(sc.cands), self.space.encode([inc])[0])
+        return int(np.argmax(np.where(ok, -dist + 1e-3 * sc.acq / max(float(np.abs(sc.acq[ok]).max()), 1e-12), -np.inf)))
 
     def _thompson_draw(self, cands: list[Setting]) -> np.ndarray | None:
         """One coherent posterior draw of log step time over ``cands`` (the joint GP, or the additive model + residual GP), or

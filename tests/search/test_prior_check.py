@@ -105,3 +105,24 @@ def test_the_tuner_sets_reversed_priors_aside_sooner_with_the_bayes_factor():
         assert when[2.3] <= when[0.0] and when[2.3] < 99, (seed, when)
         sooner += when[2.3] < when[0.0]
     assert sooner >= 2
+
+
+def test_a_probe_measures_the_value_a_confident_prior_steers_away_from():
+    """The reversed prior says full recompute is 40% faster, so the search runs full recompute. The probe then runs the
+    nearest setting without it, which an exploiting search puts off; with the probe off it comes later or never."""
+    wrong = Prior(knob="recompute", value="full", time_mean=math.log(0.6), time_sd=0.1, source="llm")
+    first = {}
+    for probe in (0.2, 0.0):
+        t = Tuner(big_space(), memory_capacity_bytes=1e12, priors=[wrong], noise_cv=0.02, seed=0,
+                  config=TunerConfig(prior_probe=probe))
+        rng = random.Random(0)
+        first[probe] = None
+        for n in range(1, 13):
+            s = t.ask()
+            t.tell(s, Outcome("ok", step_time_s=big_step_time(s) * math.exp(rng.gauss(0, 0.02)), peak_memory_bytes=1e9))
+            ran_full = [x for x, o in t.history if x["recompute"] == "full"]
+            if s["recompute"] != "full" and ran_full and first[probe] is None:
+                first[probe] = n
+                if probe:
+                    assert t.why(s)["kind"] == "probe", t.why(s)
+    assert first[0.2] is not None and (first[0.0] is None or first[0.2] < first[0.0]), first
