@@ -12,6 +12,10 @@ Two tests, each enough on its own:
 
     conflicts = evidence_conflicts(make_model, priors, settings, times, widen_sd=1.0, log_bf=2.3)
     # make_model(priors) -> an unfitted TimeModel; returns {feature: why} for the priors to set aside
+
+Neither test can fire without trials that contradict the prior, and a confident wrong prior keeps them from being
+run: the search exploits it. ``untested_claim`` names the value to probe: the strongest claim the incumbent rests on
+that no trial has tested.
 """
 
 from __future__ import annotations
@@ -72,3 +76,28 @@ def evidence_conflicts(make_model: Callable[[list[Prior]], Any], priors: Sequenc
 
 def _widened(priors: list[Prior], knob: str, sd: float) -> list[Prior]:
     return [p.model_copy(update={"time_sd": sd}) if p.knob == knob and p.time_sd < sd else p for p in priors]
+
+
+def untested_claim(priors: Sequence[Prior], space: Any, incumbent: Any, ran: Sequence[Any], *, skip: set[str],
+                   min_claim: float, max_sd: float) -> tuple[str, Any] | None:
+    """(knob, value) of the strongest claim ``incumbent`` rests on that no trial in ``ran`` has tested: a confident
+    prior (every sd involved <= ``max_sd``) says ``value`` is at least ``min_claim`` slower than the incumbent's value
+    of ``knob`` (log time; a value without a prior is the knob's reference, 0). None when there is no such claim;
+    knobs in ``skip`` are not considered."""
+    levels: dict[str, dict[Any, Prior]] = {}
+    for p in priors:
+        levels.setdefault(p.knob, {})[p.value] = p
+    best: tuple[float, str, Any] | None = None
+    for knob, ps in levels.items():
+        if knob in skip or knob not in incumbent:
+            continue
+        v0 = incumbent[knob]
+        for u in space[knob].domain:
+            claim = (ps[u].time_mean if u in ps else 0.0) - (ps[v0].time_mean if v0 in ps else 0.0)
+            sds = [ps[v].time_sd for v in (u, v0) if v in ps]
+            if u == v0 or claim < min_claim or not sds or max(sds) > max_sd:
+                continue
+            if any(s[knob] == u for s in ran) or (best is not None and claim <= best[0]):
+                continue
+            best = (claim, knob, u)
+    return None if best is None else (best[1], best[2])

@@ -48,6 +48,8 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``):
 7. *Prior check*: after every refit, a time prior the trials contradict is set aside (widened to ``time_sd``):
    a prior-free fit puts it ``prior_conflict_z`` sds away, or the trials favour an open prior on its knob by a
    Bayes factor over e^``prior_conflict_log_bf`` (:mod:`.prior_check`). ``Tuner.conflicted`` says which and why.
+   A confident prior is self-confirming (the search exploits it and never runs what it steers away from), so a
+   *probe* step first runs the strongest such claim's alternative that no trial has tried (``prior_probe``).
 
 Knobs outside the catalog, or without a prior, get uninformative priors (mean 0, sd 1 on the log scale).
 """
@@ -72,7 +74,7 @@ from .config import TunerConfig
 from .derived import derived_knobs
 from .design import maximin
 from .outcome import Outcome
-from .prior_check import evidence_conflicts, z_conflicts
+from .prior_check import evidence_conflicts, untested_claim, z_conflicts
 from .proposal import Proposal, Scored
 from .residual import Residual
 from .surrogate import Surrogate
@@ -548,37 +550,20 @@ class Tuner:
         return int(np.argmax(acq)), "acquisition"
 
     def _probe(self, sc: "Scored", inc: Setting) -> int | None:
-        """A trial of the strongest untested prior claim the incumbent rests on: a confident prior (sd <=
-        ``prior_probe_sd``) says another value of one of its knobs is at least ``prior_probe`` slower (log time), and no
-        trial that ran has had that value. The nearest fitting candidate with it is proposed, once per knob. A wrong,
-        confident prior is self-confirming (the search exploits it and never measures the alternative); this measures it."""
-        cfg = self.config
+        """The nearest fitting candidate with the value of :func:`.prior_check.untested_claim` (once per knob)."""
         ran = [s for s, o in self.history if o.status == "ok"]
-        levels: dict[str, dict[Any, Prior]] = {}
-        for p in self._time_priors():
-            levels.setdefault(p.knob, {})[p.value] = p
-        best: tuple[float, str, Any] | None = None
-        for knob, ps in levels.items():
-            if knob in self._probed or knob not in inc:
-                continue
-            v0 = inc[knob]
-            for u in self.space[knob].domain:
-                claim = (ps[u].time_mean if u in ps else 0.0) - (ps[v0].time_mean if v0 in ps else 0.0)
-                sds = [ps[v].time_sd for v in (u, v0) if v in ps]
-                if u == v0 or claim < cfg.prior_probe or not sds or max(sds) > cfg.prior_probe_sd:
-                    continue
-                if any(s[knob] == u for s in ran) or (best is not None and claim <= best[0]):
-                    continue
-                best = (claim, knob, u)
-        if best is None:
+        claim = untested_claim(self._time_priors(), self.space, inc, ran, skip=self._probed,
+                               min_claim=self.config.prior_probe, max_sd=self.config.prior_probe_sd)
+        if claim is None:
             return None
-        _, knob, u = best
+        knob, u = claim
         self._probed.add(knob)
         ok = np.array([c[knob] == u for c in sc.cands]) & np.isfinite(sc.acq)
         if not ok.any():
             return None
         dist = hamming(self.space.encode(sc.cands), self.space.encode([inc])[0])
-        return int(np.argmax(np.where(ok, -dist + 1e-3 * sc.acq / max(float(np.abs(sc.acq[ok]).max()), 1e-12), -np.inf)))
+        tie = 1e-3 * sc.acq / max(float(np.abs(sc.acq[ok]).max()), 1e-12)  # among the nearest, the best acquisition
+        return int(np.argmax(np.where(ok, -dist + tie, -np.inf)))
 
     def _thompson_draw(self, cands: list[Setting]) -> np.ndarray | None:
         """One coherent posterior draw of log step time over ``cands`` (the joint GP, or the additive model + residual GP), or

@@ -126,3 +126,22 @@ def test_a_probe_measures_the_value_a_confident_prior_steers_away_from():
                 if probe:
                     assert t.why(s)["kind"] == "probe", t.why(s)
     assert first[0.2] is not None and (first[0.0] is None or first[0.2] < first[0.0]), first
+
+
+def test_the_untested_claim_is_the_strongest_confident_one_no_trial_has_run():
+    from infrarsi.search.prior_check import untested_claim
+
+    sp = big_space()
+    inc = sp.complete({"mbs": 4, "recompute": "full", "tp": 8, "bucket": 50, "overlap": True, "fused": True,
+                       "threads": 1})
+    full = Prior(knob="recompute", value="full", time_mean=math.log(0.6), time_sd=0.1, source="llm")  # -0.51
+    tp8 = Prior(knob="tp", value=8, time_mean=math.log(0.7), time_sd=0.1, source="llm")  # -0.36
+    vague = Prior(knob="fused", value=True, time_mean=math.log(0.5), time_sd=0.3, source="llm")  # not confident
+    kw = dict(min_claim=0.2, max_sd=0.1)
+    assert untested_claim([full, tp8, vague], sp, inc, [inc], skip=set(), **kw) == ("recompute", "none")
+    assert untested_claim([full, tp8, vague], sp, inc, [inc], skip={"recompute"}, **kw) == ("tp", 1)
+    ran_none = inc.replace(recompute="none")
+    ran_sel = inc.replace(recompute="selective")
+    assert untested_claim([full], sp, inc, [inc, ran_none, ran_sel], skip=set(), **kw) is None  # tested already
+    assert untested_claim([vague], sp, inc, [inc], skip=set(), **kw) is None
+    assert untested_claim([full], sp, inc, [inc], skip=set(), min_claim=0.6, max_sd=0.1) is None  # too small a claim
