@@ -46,9 +46,11 @@ def z_conflicts(free_effects: Sequence[Any], priors: Sequence[Prior], *, z: floa
 
 
 def evidence_conflicts(make_model: Callable[[list[Prior]], Any], priors: Sequence[Prior], settings: Sequence[Any],
-                       times: Sequence[float], *, widen_sd: float, log_bf: float) -> dict[str, str]:
+                       times: Sequence[float], *, widen_sd: float, log_bf: float,
+                       stated: float | None = None) -> dict[str, str]:
     """{feature: why} for the priors of each knob whose widened priors the trials favour by more than ``log_bf``
-    (natural log of the Bayes factor; 2.3 = 10:1). Only priors tighter than ``widen_sd`` are tested. Greedy: the
+    (natural log of the Bayes factor; 2.3 = 10:1). Only priors tighter than ``widen_sd`` are tested. ``stated``: the
+    log evidence of ``priors`` on these trials when the caller has fitted that model already. Greedy: the
     knob with the largest factor is widened first and the rest are tested again against that model, so one badly
     wrong knob does not make every other knob look wrong too (widening any knob absorbs some of its misfit)."""
     priors = list(priors)
@@ -56,7 +58,8 @@ def evidence_conflicts(make_model: Callable[[list[Prior]], Any], priors: Sequenc
     if n < 3:
         return {}
     out: dict[str, str] = {}
-    stated = make_model(priors).fit(settings, times).posterior.log_evidence
+    if stated is None:
+        stated = make_model(priors).fit(settings, times).posterior.log_evidence
     while True:
         knobs = sorted({p.knob for p in priors if p.time_sd < widen_sd})
         gains = {}

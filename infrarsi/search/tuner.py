@@ -293,8 +293,11 @@ class Tuner:
             new.update(z_conflicts(self._free_time.effects(), open_, z=cfg.prior_conflict_z, widen_sd=cfg.time_sd,
                                    n=len(settings)))
         if cfg.prior_conflict_log_bf > 0:
+            ran = sum(1 for t in times if math.isfinite(t))
+            fitted = self.time_model.n_obs == ran  # the time model was just fitted on these trials (not kept stale)
             found = evidence_conflicts(self._time_model_with, current, settings, times, widen_sd=cfg.time_sd,
-                                       log_bf=cfg.prior_conflict_log_bf)
+                                       log_bf=cfg.prior_conflict_log_bf,
+                                       stated=self.time_model.posterior.log_evidence if fitted else None)
             new.update({f: why for f, why in found.items() if f not in new})
         if not new:
             return
