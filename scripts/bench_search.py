@@ -445,9 +445,14 @@ def trace_conflicts(args: tuple[str, int | None, int, dict[str, Any], list[int]]
     land = Landscape(base, variant)
     b = Bench(land, seed, "peaks")
     opt = land.optimum()
-    lines = []
-    for n in at:
-        t, pri = _run_ours(Bench(land, seed, "peaks"), n, priors="wrong", estimate=False, typical=True)
+    lines, done = [], 0
+    t, pri = None, []
+    for n in sorted(at):  # one search, looked at after n trials each
+        if t is None:
+            t, pri = _run_ours(b, n, priors="wrong", estimate=False, typical=True)
+        else:
+            run_tuner(t, b, n - done)
+        done = n
         t.fit_models()
         aside = sorted({f.split("=")[0] for f in t.conflicted})
         wrong = wrong_knobs(pri)
