@@ -503,7 +503,8 @@ class Tuner:
         mean, sd = self.predict_time(cands)
         p_oom = self._p_oom(cands)
         best = math.log(self.best()[1].step_time_s)
-        ei = expected_improvement(mean, sd, best)
+        scale = self.config.ei_sd_scale
+        ei = expected_improvement(mean, sd * scale, best)
         # Pairing: fast but unlikely to fit -> add variants with memory savers.
         paired = self._pairings(cands, ei, p_oom, taken)
         in_pool = set(cands)
@@ -512,12 +513,16 @@ class Tuner:
             pm, ps = self.predict_time(pc)
             cands = cands + pc
             x = np.vstack([x, self.space.encode(pc)])
-            mean, ei = np.concatenate([mean, pm]), np.concatenate([ei, expected_improvement(pm, ps, best)])
+            mean, sd = np.concatenate([mean, pm]), np.concatenate([sd, ps])
+            ei = np.concatenate([ei, expected_improvement(pm, ps * scale, best)])
             p_oom = np.concatenate([p_oom, self._p_oom(pc)])
         # The loss check: values of settings that broke it make a candidate less likely to pass.
         p_pass = self.p_pass(cands)
         acq = ei * (1.0 - p_oom) * p_pass
-        self.last_best_ei = float(np.max(acq))
+        # The stopping rule reads the whole posterior: the exploitation scale picks among candidates, it does not
+        # make the search think it has less to gain.
+        full = acq if scale == 1.0 else expected_improvement(mean, sd, best) * (1.0 - p_oom) * p_pass
+        self.last_best_ei = float(np.max(full))
         # Safety: a candidate the memory model expects to OOM is a last resort, whatever its EI.
         fits = p_oom <= self._cap()
         if fits.any():
@@ -550,6 +555,13 @@ class Tuner:
                 draw = np.where(np.isfinite(acq) & (sc.p_pass >= 0.5), draw, np.inf)
                 if np.isfinite(draw).any():
                     return int(np.argmin(draw)), "thompson"
+        if cfg.trust_radius:
+            ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(self.history) if o.status == "ok")
+            top = self._codes([self.history[i][0] for _, i in ok[:5]])
+            near = ((self._codes(sc.cands)[:, None, :] != top[None, :, :]).sum(axis=2) <= cfg.trust_radius).any(axis=1)
+            near &= np.isfinite(acq)
+            if near.any():
+                return int(np.argmax(np.where(near, acq, -np.inf))), "acquisition"
         return int(np.argmax(acq)), "acquisition"
 
     def _probe(self, sc: "Scored", inc: Setting) -> int | None:

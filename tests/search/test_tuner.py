@@ -6,7 +6,7 @@ import random
 import pytest
 
 from infrarsi.knobs import Knob, KnobSpace
-from infrarsi.search import Outcome, Tuner, run_tuner
+from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner
 
 
 def example_space():
@@ -198,3 +198,32 @@ def test_an_estimate_that_states_its_error_sets_the_memory_models_priors():
     assert inter  # micro-batch x recompute
     assert all(stated.memory_model.design.prior_sd[i] == pytest.approx(0.01) for i in inter)
     assert all(plain.memory_model.design.prior_sd[i] == pytest.approx(0.1) for i in inter)
+
+
+def test_acquisition_steps_stay_within_the_trust_radius_of_the_fastest_settings():
+    cfg = TunerConfig(trust_radius=1, local_every=0, thompson_every=0)
+    t = Tuner(example_space(), memory_capacity_bytes=CAP, seed=0, config=cfg)
+    seen = 0
+    for _ in range(14):
+        ok = sorted((o.step_time_s, s) for s, o in t.history if o.status == "ok")
+        s = t.ask()
+        if t.why(s)["kind"] == "acquisition":
+            seen += 1
+            assert min(sum(s[k] != f[k] for k in s) for _, f in ok[:5]) <= 1
+        t.tell(s, truth(s))
+    assert seen >= 5
+
+
+def test_the_exploitation_scale_prefers_what_the_model_predicts_fast_and_leaves_the_stopping_rule_alone():
+    picks, stop = {}, {}
+    for scale in (1.0, 0.1):
+        cfg = TunerConfig(ei_sd_scale=scale, local_every=0, thompson_every=0)
+        t = Tuner(example_space(), memory_capacity_bytes=CAP, seed=1, config=cfg)
+        for s in [{"tp": 1, "mbs": 1, "recompute": "full"}, {"tp": 8, "mbs": 2, "recompute": "none", "seq_par": True},
+                  {"tp": 2, "mbs": 4, "recompute": "selective"}, {"tp": 4, "mbs": 1, "recompute": "none"}]:
+            t.tell(s, truth(t.space.complete(s)))
+        s = t.ask()
+        picks[scale] = t.predict_time([s])[0][0]
+        stop[scale] = t.last_best_ei
+    assert picks[0.1] < picks[1.0]  # the lower predicted log step time, not the most uncertain candidate
+    assert stop[0.1] == pytest.approx(stop[1.0], rel=0.05)  # the stop reads the whole posterior either way

@@ -1,0 +1,183 @@
+"""Diagnoses of the cold search on the perturbed clusters of ``bench_search.py`` (the same landscapes, seeds and tuner).
+
+``--kinds``: per proposal kind (design, acquisition, local, paired, probe, Thompson), how many trials it took, how many
+ran out of memory and how many improved the best so far (by noise-free step time). Which steps do the work.
+
+``--time-check``: after ``--budget`` trials, how well the time model ranks settings that fit, when the search is
+left to exploit it: up to 1500 of the tuner's candidate pool that truly fit, ranked by the search's time model
+(``Tuner.predict_time``, the joint GP) and by its additive part alone (``Tuner.time_model``). Per variant: the true
+fraction of the optimum of the model's first pick and of the best of its first 5, and the rank correlation with the
+true step time over all of them and over the 100 truly fastest.
+
+``--models``: the same check for other regressors fitted on the same trials (the step times of the trials that ran):
+random forests on the value indices and on ``structured.features`` (ln value / 0-1 / one-hot), extra trees, and ridge
+regressions on those features with and without all pairwise products (scikit-learn, which the ``bench`` extra brings
+with SMAC3). Is the model's form what limits the ranking?
+
+    python scripts/search_diagnose.py --kinds --variants 8 --budget 30
+    python scripts/search_diagnose.py --models --variants 12 --budget 30
+    python scripts/search_diagnose.py --time-check --variants 10 --budget 30
+    python scripts/search_diagnose.py --kinds --set thompson_every=4 trust_radius=0 ei_sd_scale=1   # the search before
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_search as bs  # noqa: E402  (puts the repository root on sys.path)
+
+
+CONFIG: dict[str, Any] = {}  # TunerConfig overrides (--set), as bench_search.py takes them
+
+
+def _cold(variant: int, budget: int) -> tuple[Any, Any]:
+    bs.CONFIG.clear()
+    bs.CONFIG.update(CONFIG)
+    wl = list(bs.WORKLOADS)
+    land = bs.Landscape(wl[variant % len(wl)], variant)
+    b = bs.Bench(land, variant, "peaks")
+    t, _ = bs._run_ours(b, budget, priors="none", estimate=False, typical=False)
+    return b, t
+
+
+def kinds(args: tuple[int, int]) -> dict[str, Any]:
+    """Per trial of the cold search on one variant: its kind, whether it ran out of memory, whether it improved."""
+    variant, budget = args
+    b, t = _cold(variant, budget)
+    best, rows = math.inf, []
+    for s, o in t.history:
+        true = b.true_time(s)
+        better = o.status == "ok" and true is not None and true < best
+        best = min(best, true) if better else best
+        rows.append((t.why(s).get("kind", "?"), o.status == "oom", better))
+    return {"name": b.land.name, "rows": rows}
+
+
+def _rank_corr(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def time_check(args: tuple[int, int]) -> dict[str, Any]:
+    variant, budget = args
+    b, t = _cold(variant, budget)
+    opt = b.land.optimum()
+    cands = [c for c in t._pool if b.true_time(c) is not None][:1500]
+    log_true = np.log([b.true_time(c) for c in cands])
+    fastest = np.argsort(log_true)[:100]
+    t.fit_models()
+    out: dict[str, Any] = {"name": b.land.name}
+    for name, pred in (("model", t.predict_time(cands)[0]), ("additive", t.time_model.predict(cands, noise=False)[0])):
+        top = np.argsort(pred, kind="stable")[:5]
+        out[name] = (opt / math.exp(log_true[top[0]]), opt / math.exp(log_true[top].min()),
+                     _rank_corr(pred, log_true), _rank_corr(pred[fastest], log_true[fastest]))
+    return out
+
+
+def models(args: tuple[int, int]) -> dict[str, Any]:
+    from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
+    from sklearn.linear_model import Ridge
+
+    from infrarsi.search.structured import features
+
+    variant, budget = args
+    b, t = _cold(variant, budget)
+    opt = b.land.optimum()
+    cands = [c for c in t._pool if b.true_time(c) is not None][:1500]
+    log_true = np.log([b.true_time(c) for c in cands])
+    fastest = np.argsort(log_true)[:100]
+    ran = [(s, o.step_time_s) for s, o in t.history if o.status == "ok"]
+    xs, y = [s for s, _ in ran], np.log([v for _, v in ran])
+    t.fit_models()
+
+    def phi(ss: list[Any]) -> np.ndarray:
+        return features(t._model_space, ss)
+
+    def pairs(m: np.ndarray) -> np.ndarray:
+        return np.hstack([m] + [(m[:, i] * m[:, j])[:, None] for i in range(m.shape[1]) for j in range(i + 1, m.shape[1])])
+
+    preds = {"additive": t.time_model.predict(cands, noise=False)[0],
+             "forest, indices": RandomForestRegressor(200, max_features=0.5, random_state=0).fit(
+                 t._codes(xs), y).predict(t._codes(cands)),
+             "forest, features": RandomForestRegressor(200, max_features=0.5, random_state=0).fit(
+                 phi(xs), y).predict(phi(cands)),
+             "extra trees": ExtraTreesRegressor(200, max_features=0.5, random_state=0).fit(phi(xs), y).predict(phi(cands))}
+    for alpha in (0.3, 1.0, 3.0):
+        preds[f"ridge {alpha}"] = Ridge(alpha=alpha).fit(phi(xs), y).predict(phi(cands))
+        preds[f"ridge pairs {alpha}"] = Ridge(alpha=alpha).fit(pairs(phi(xs)), y).predict(pairs(phi(cands)))
+    out: dict[str, Any] = {"name": b.land.name}
+    for name, pred in preds.items():
+        top = np.argsort(pred, kind="stable")[:5]
+        out[name] = (opt / math.exp(log_true[top[0]]), opt / math.exp(log_true[top].min()),
+                     _rank_corr(pred, log_true), _rank_corr(pred[fastest], log_true[fastest]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kinds", action="store_true")
+    ap.add_argument("--time-check", action="store_true")
+    ap.add_argument("--models", action="store_true")
+    ap.add_argument("--variants", type=int, default=8)
+    ap.add_argument("--first-variant", type=int, default=0)
+    ap.add_argument("--budget", type=int, default=30)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="TunerConfig overrides")
+    args = ap.parse_args(argv)
+    defaults = bs.TunerConfig()
+    for kv in args.set:
+        k, _, v = kv.partition("=")
+        if k not in bs.TunerConfig.__dataclass_fields__:
+            ap.error(f"--set {kv}: {k!r} is not a TunerConfig field")
+        cur = getattr(defaults, k)
+        CONFIG[k] = (v.lower() in ("1", "true", "yes")) if isinstance(cur, bool) else type(cur)(v)
+    if args.kinds + args.time_check + args.models != 1:
+        ap.error("give one of --kinds, --time-check, --models")
+    cells = [(args.first_variant + i, args.budget) for i in range(args.variants)]
+    with mp.get_context("fork").Pool(args.jobs) as pool:
+        rows = pool.map(kinds if args.kinds else time_check if args.time_check else models, cells)
+    if args.kinds:
+        n, oom, better = Counter(), Counter(), Counter()
+        for r in rows:
+            for kind, o, b in r["rows"]:
+                n[kind] += 1
+                oom[kind] += o
+                better[kind] += b
+        print(f"cold search, {args.variants} variants x {args.budget} trials")
+        print(f"{'kind':14s} {'trials':>7s} {'OOM':>5s} {'improved the best':>18s}")
+        for kind in sorted(n, key=lambda k: -n[k]):
+            print(f"{kind:14s} {n[kind]:7d} {oom[kind]:5d} {better[kind]:11d} ({better[kind] / n[kind]:.0%})")
+        return 0
+    if args.models:
+        print(f"after {args.budget} cold trials, medians over {args.variants} variants: each regressor's ranking of up to"
+              f" 1500 pool settings that fit")
+        print(f"{'regressor':20s} {'1st pick':>8s} {'best of 5':>9s} {'rho':>5s} {'rho100':>6s}")
+        for name in [k for k in rows[0] if k != "name"]:
+            m = [statistics.median(r[name][i] for r in rows) for i in range(4)]
+            print(f"{name:20s} {m[0]:8.3f} {m[1]:9.3f} {m[2]:5.2f} {m[3]:6.2f}")
+        return 0
+    print(f"after {args.budget} cold trials: the time model's ranking of up to 1500 pool settings that fit")
+    print(f"{'landscape':26s} {'model: 1st':>10s} {'best of 5':>9s} {'rho':>5s} {'rho100':>6s}"
+          f" {'additive: 1st':>13s} {'best of 5':>9s} {'rho':>5s} {'rho100':>6s}")
+    for r in rows:
+        print(f"{r['name']:26s} {r['model'][0]:10.3f} {r['model'][1]:9.3f} {r['model'][2]:5.2f} {r['model'][3]:6.2f}"
+              f" {r['additive'][0]:13.3f} {r['additive'][1]:9.3f} {r['additive'][2]:5.2f} {r['additive'][3]:6.2f}")
+    med = {k: [statistics.median(r[k][i] for r in rows) for i in range(4)] for k in ("model", "additive")}
+    print(f"{'median':26s} {med['model'][0]:10.3f} {med['model'][1]:9.3f} {med['model'][2]:5.2f} {med['model'][3]:6.2f}"
+          f" {med['additive'][0]:13.3f} {med['additive'][1]:9.3f} {med['additive'][2]:5.2f} {med['additive'][3]:6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
