@@ -30,13 +30,17 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``):
    activations) are learned near the settings tried. Without a memory estimate, P(OOM) comes from
    :mod:`.structured` instead: the peak as a sum of power-law terms (weights and state, activations, a
    constant) whose powers the trials teach, censored the same way, which carries the sum far from the trials.
+   The search exploits more than it explores: the EI reads the time GP's sd times ``ei_sd_scale`` (0.25), and an
+   acquisition step picks among candidates within ``trust_radius`` (4) knob changes of the 5 fastest settings
+   measured. Far from the trials the model's ranking of fast settings is little better than chance, and its
+   picks there were the search's slowest and OOM trials (BENCHMARKS.md, ``scripts/search_diagnose.py``).
 3. *Memory pricing and pairing*: a candidate that would be fast but likely does not fit is paired with
    the memory savers that make it fit: one-knob changes the memory model predicts lower the peak,
    alone or two at a time; the best paired variant joins the pool, remembering which savers it took.
 4. *Local and Thompson steps*: every ``local_every``-th model-guided proposal is the best move from the
    incumbent (its neighbourhood only: the global model ranks regions well, the last few percent are
-   next to the incumbent); every ``thompson_every``-th is the fastest fitting setting under one
-   posterior draw (exploration where the mean model is too sure of itself).
+   next to the incumbent); every ``thompson_every``-th (off by default) is the fastest fitting setting under one
+   posterior draw.
 5. *Loss check*: a setting that ran but broke the loss referee (``numerics_drift``) is never proposed again,
    its peak is memory data like any trial's that ran, and it puts a price on the knob values it had: a
    candidate's P(pass) is the product over its values of 1 - d / (d + p + 1), d and p the trials with that value
