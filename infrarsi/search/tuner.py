@@ -448,11 +448,15 @@ class Tuner:
         the ``incumbent``, ``top(1)``), minus what is taken."""
         taken = self._taken()
         extra: list[Setting] = []
-        ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(self.history) if o.status == "ok")
-        for s in dict.fromkeys([*(self.history[i][0] for _, i in ok[:5]), *incumbent]):
+        for s in dict.fromkeys([*self._fastest(5), *incumbent]):
             extra += self._neighbors(s)
         cands = [s for s in dict.fromkeys([*self._pool, *extra]) if s not in taken]
         return cands, self.space.encode(cands) if cands else np.zeros((0, len(self.space.feature_names)))
+
+    def _fastest(self, k: int) -> list[Setting]:
+        """The settings of the ``k`` fastest trials that ran, by measured step time (ties: the earlier trial)."""
+        ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(self.history) if o.status == "ok")
+        return [self.history[i][0] for _, i in ok[:k]]
 
     def _neighbors(self, s: Setting) -> list[Setting]:
         """One-knob moves with repairs (KnobSpace.neighbors), cached: the space never changes."""
@@ -560,8 +564,7 @@ class Tuner:
                 if np.isfinite(draw).any():
                     return int(np.argmin(draw)), "thompson"
         if cfg.trust_radius:
-            ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(self.history) if o.status == "ok")
-            top = self._codes([self.history[i][0] for _, i in ok[:5]])
+            top = self._codes(self._fastest(5))
             near = ((self._codes(sc.cands)[:, None, :] != top[None, :, :]).sum(axis=2) <= cfg.trust_radius).any(axis=1)
             near &= np.isfinite(acq)
             if near.any():
