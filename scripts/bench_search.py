@@ -501,6 +501,18 @@ def describe(cells: list[tuple[str, int | None, int]], n: int = 4000) -> None:
               f"{share[2]:7.2%} {max(frac):11.3f}", flush=True)
 
 
+def config_overrides(ap: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE ...`` as TunerConfig overrides, each value of its field's type (an unknown key: ap.error)."""
+    config: dict[str, Any] = {}
+    fields = TunerConfig.__dataclass_fields__
+    for kv in items:
+        k, _, v = kv.partition("=")
+        if k not in fields:
+            ap.error(f"--set {kv}: {k!r} is not a TunerConfig field; fields: {', '.join(fields)}")
+        config[k] = type(fields[k].default)(json.loads(v.lower()) if v.lower() in ("true", "false") else v)
+    return config
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", choices=("family", "named"), default="family")
@@ -550,13 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.describe:
         describe(cells)
         return 0
-    config: dict[str, Any] = {}
-    fields = TunerConfig.__dataclass_fields__
-    for kv in args.set:
-        k, _, v = kv.partition("=")
-        if k not in fields:
-            ap.error(f"--set {kv}: {k!r} is not a TunerConfig field; fields: {', '.join(fields)}")
-        config[k] = type(fields[k].default)(json.loads(v.lower()) if v.lower() in ("true", "false") else v)
+    config = config_overrides(ap, args.set)
     if args.trace_conflicts:
         with mp.get_context("fork").Pool(args.jobs) as pool:
             for block in pool.map(trace_conflicts, [(b, v, sd, config, args.budgets) for b, v, sd in cells]):

@@ -69,20 +69,32 @@ def _rank_corr(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def time_check(args: tuple[int, int]) -> dict[str, Any]:
-    variant, budget = args
+def _fitting_pool(variant: int, budget: int) -> tuple[Any, Any, list[Any], np.ndarray]:
+    """The cold search after ``budget`` trials (models fitted), and up to 1500 of its pool that truly fit with their
+    true log step times."""
     b, t = _cold(variant, budget)
-    opt = b.land.optimum()
     cands = [c for c in t._pool if b.true_time(c) is not None][:1500]
-    log_true = np.log([b.true_time(c) for c in cands])
-    fastest = np.argsort(log_true)[:100]
     t.fit_models()
+    return b, t, cands, np.log([b.true_time(c) for c in cands])
+
+
+def _ranking(b: Any, log_true: np.ndarray, preds: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Per predictor: the true fraction of the optimum of its first pick and of the best of its first 5, its rank
+    correlation with the truth over all candidates and over the 100 truly fastest."""
+    opt = b.land.optimum()
+    fastest = np.argsort(log_true)[:100]
     out: dict[str, Any] = {"name": b.land.name}
-    for name, pred in (("model", t.predict_time(cands)[0]), ("additive", t.time_model.predict(cands, noise=False)[0])):
+    for name, pred in preds.items():
         top = np.argsort(pred, kind="stable")[:5]
         out[name] = (opt / math.exp(log_true[top[0]]), opt / math.exp(log_true[top].min()),
                      _rank_corr(pred, log_true), _rank_corr(pred[fastest], log_true[fastest]))
     return out
+
+
+def time_check(args: tuple[int, int]) -> dict[str, Any]:
+    b, t, cands, log_true = _fitting_pool(*args)
+    return _ranking(b, log_true, {"model": t.predict_time(cands)[0],
+                                  "additive": t.time_model.predict(cands, noise=False)[0]})
 
 
 def models(args: tuple[int, int]) -> dict[str, Any]:
@@ -91,15 +103,9 @@ def models(args: tuple[int, int]) -> dict[str, Any]:
 
     from infrarsi.search.structured import features
 
-    variant, budget = args
-    b, t = _cold(variant, budget)
-    opt = b.land.optimum()
-    cands = [c for c in t._pool if b.true_time(c) is not None][:1500]
-    log_true = np.log([b.true_time(c) for c in cands])
-    fastest = np.argsort(log_true)[:100]
+    b, t, cands, log_true = _fitting_pool(*args)
     ran = [(s, o.step_time_s) for s, o in t.history if o.status == "ok"]
     xs, y = [s for s, _ in ran], np.log([v for _, v in ran])
-    t.fit_models()
 
     def phi(ss: list[Any]) -> np.ndarray:
         return features(t._model_space, ss)
@@ -116,12 +122,7 @@ def models(args: tuple[int, int]) -> dict[str, Any]:
     for alpha in (0.3, 1.0, 3.0):
         preds[f"ridge {alpha}"] = Ridge(alpha=alpha).fit(phi(xs), y).predict(phi(cands))
         preds[f"ridge pairs {alpha}"] = Ridge(alpha=alpha).fit(pairs(phi(xs)), y).predict(pairs(phi(cands)))
-    out: dict[str, Any] = {"name": b.land.name}
-    for name, pred in preds.items():
-        top = np.argsort(pred, kind="stable")[:5]
-        out[name] = (opt / math.exp(log_true[top[0]]), opt / math.exp(log_true[top].min()),
-                     _rank_corr(pred, log_true), _rank_corr(pred[fastest], log_true[fastest]))
-    return out
+    return _ranking(b, log_true, preds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,13 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="TunerConfig overrides")
     args = ap.parse_args(argv)
-    defaults = bs.TunerConfig()
-    for kv in args.set:
-        k, _, v = kv.partition("=")
-        if k not in bs.TunerConfig.__dataclass_fields__:
-            ap.error(f"--set {kv}: {k!r} is not a TunerConfig field")
-        cur = getattr(defaults, k)
-        CONFIG[k] = (v.lower() in ("1", "true", "yes")) if isinstance(cur, bool) else type(cur)(v)
+    CONFIG.update(bs.config_overrides(ap, args.set))
     if args.kinds + args.time_check + args.models != 1:
         ap.error("give one of --kinds, --time-check, --models")
     cells = [(args.first_variant + i, args.budget) for i in range(args.variants)]
