@@ -30,7 +30,8 @@ class TunerConfig:
     """Minimum detectable effect (fraction): stop when the best EI (log scale) is below log(1 + mde)."""
     thompson_every: int = 0
     """Every k-th model-guided proposal is a Thompson draw instead of the EI maximiser (0: never). Off: on the perturbed
-    clusters, cold, Thompson steps improved the best in 1 of 30 (acquisition steps 10 of 73, local steps 24 of 71)."""
+    clusters, cold, Thompson steps improved the best in 4 of 74 trials (acquisition steps 27 of 184, local steps 59
+    of 174; ``scripts/search_diagnose.py --kinds --variants 20``, BENCHMARKS.md)."""
     local_every: int = 3
     """Every k-th model-guided proposal is the best one-knob move (with repairs) from the incumbent (0: never):
     the global model ranks regions well but the last few percent sit in the incumbent's neighbourhood."""
