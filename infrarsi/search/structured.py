@@ -57,6 +57,16 @@ STRUCTURE: tuple[dict[str, float], ...] = (
     {"tensor_parallel": -1.0, "pipeline_parallel": -1.0},
     {"micro_batch_size": 1.0, "context_parallel": -1.0},
 )
+# What the memory savers mean, on the same terms (the power of a bool knob or of a categorical value, "knob=value",
+# is a log factor on its term): the distributed optimizer shards the optimizer state (term 1); recompute keeps fewer
+# activations, full recompute far fewer, and sequence parallel splits more of them across the tensor-parallel group
+# (term 2). Without them, a cold search on a cluster where 9 in 10 valid settings OOM learned from its OOMs only that
+# everything is big (TunerConfig.memory_savers).
+SAVERS: tuple[dict[str, float], ...] = (
+    {"distributed_optimizer": -0.5},
+    {"recompute_granularity=full": -1.0, "recompute_granularity=selective": -0.5, "sequence_parallel": -0.5},
+)
+STRUCTURE_WITH_SAVERS = tuple({**a, **b} for a, b in zip(STRUCTURE, SAVERS))
 
 
 def _columns(space: KnobSpace) -> list[tuple[str, str, Any]]:
@@ -75,12 +85,13 @@ def _columns(space: KnobSpace) -> list[tuple[str, str, Any]]:
 
 def structure_prior(space: KnobSpace, structure: tuple[dict[str, float], ...] = STRUCTURE, *,
                     terms: int = TERMS) -> np.ndarray:
-    """Prior means of the powers b, (terms, q) in ``features``' column order: STRUCTURE's powers for the knobs
-    it names whose values are positive numbers, 0 elsewhere (``structure=()``: all 0, exchangeable terms)."""
+    """Prior means of the powers b, (terms, q) in ``features``' column order: ``structure``'s powers for the columns
+    it names (a knob of positive numbers or a bool knob by its name, a categorical value as "knob=value"), 0 elsewhere
+    (``structure=()``: all 0, exchangeable terms)."""
     cols = _columns(space)
     out = np.zeros((terms, len(cols)))
     for t, powers in enumerate(structure[:terms]):
-        out[t] = [powers.get(name, 0.0) if how == "log" else 0.0 for name, how, _ in cols]
+        out[t] = [powers.get(name if how != "onehot" else f"{name}={level}", 0.0) for name, how, level in cols]
     return out
 
 

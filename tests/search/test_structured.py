@@ -10,9 +10,9 @@ import numpy as np
 
 from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.models import MemoryModel
-from infrarsi.search import Outcome, Tuner, TunerConfig
+from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner
 from infrarsi.search.censored import ABOVE, BELOW, OBS
-from infrarsi.search.structured import StructuredMemory, _Objective, features, structure_prior
+from infrarsi.search.structured import STRUCTURE_WITH_SAVERS, StructuredMemory, _Objective, features, structure_prior
 
 GIB = 2.0 ** 30
 CAP = 80 * GIB
@@ -120,3 +120,28 @@ def test_tuner_prices_p_oom_with_the_terms_when_cold_and_learns_from_both_sides(
         off.tell(s, o)
     off.fit_models()
     assert off.memory_terms is None
+
+
+def test_the_structure_names_the_memory_savers_by_knob_and_by_value():
+    space = _space()
+    prior = structure_prior(space, STRUCTURE_WITH_SAVERS)
+    # columns: ln tp, ln pp, ln mb, recompute selective, recompute full, overlap
+    assert prior[0].tolist() == [-1.0, -1.0, 0.0, 0.0, 0.0, 0.0]
+    assert prior[1].tolist() == [0.0, 0.0, 1.0, -0.5, -1.0, 0.0]
+
+
+def test_a_cold_search_where_almost_nothing_fits_finds_what_does():
+    """2 settings of 384 fit. The design's diverse trials all OOM; then every other trial is the smallest peak
+    the model predicts, and with what the memory savers mean (STRUCTURE_WITH_SAVERS) that one fits."""
+    space, cap = _space(), 6 * GIB
+
+    def run(s):
+        peak = _peak(s)
+        if peak > cap:
+            return Outcome("oom")
+        return Outcome("ok", step_time_s=1.0 / s["micro_batch_size"] + 0.1 * s["tensor_parallel"], peak_memory_bytes=peak)
+
+    t = Tuner(space, memory_capacity_bytes=cap, seed=0, config=TunerConfig(n_candidates=400))
+    statuses = [o.status for _, o in run_tuner(t, run, 12)]
+    assert statuses[:4] == ["oom"] * 4  # the design ran its course with nothing that ran
+    assert "ok" in statuses[4:7], statuses
