@@ -202,14 +202,11 @@ def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bo
         initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
         memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
     t = OracleMemoryTuner(b.space, bench=b, **kwargs) if oracle else Tuner(b.space, **kwargs)
-    for n in range(1, budget + 1):  # run_tuner, recording the tuner's top candidates at the scored budgets
-        try:
-            s = t.ask()
-        except RuntimeError:
-            break
-        t.tell(s, b(s))
+    def record_top(n: int) -> None:  # the tuner's top candidates at the scored budgets
         if n in b.verify_at:
             b.tops[n] = t.top(VERIFY_TOP)
+
+    run_tuner(t, b, budget, after=record_top)
     return t, pri
 
 

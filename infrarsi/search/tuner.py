@@ -673,12 +673,16 @@ class Tuner:
         return out
 
 
-def run_tuner(tuner: Tuner, objective: Callable[[Setting], Outcome], budget: int) -> list[tuple[Setting, Outcome]]:
-    """Drive ``tuner`` for ``budget`` trials against ``objective`` (benchmarks and tests)."""
-    for _ in range(budget):
+def run_tuner(tuner: Tuner, objective: Callable[[Setting], Outcome], budget: int, *,
+              after: Callable[[int], None] | None = None) -> list[tuple[Setting, Outcome]]:
+    """Drive ``tuner`` for ``budget`` trials against ``objective`` (benchmarks and tests); ``after(n)`` is called once
+    the n-th trial of this call is told."""
+    for n in range(1, budget + 1):
         try:
             s = tuner.ask()
         except RuntimeError:
             break
         tuner.tell(s, objective(s))
+        if after is not None:
+            after(n)
     return tuner.history
