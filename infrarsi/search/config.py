@@ -66,7 +66,7 @@ class TunerConfig:
     memory_savers: bool = True
     """The structure also says what the memory savers mean (structured.SAVERS: the distributed optimizer, recompute,
     sequence parallel; False: their powers start at 0). On the perturbed clusters, cold, with the rule for a design
-    that ran its course with only OOMs (Tuner._design_step), OOM trials at 30 went from 4.0 to 2.9 (held-out variants:
+    that ran its course with only OOMs (search/_steps.design_step), OOM trials at 30 went from 4.0 to 2.9 (held-out variants:
     3.9 to 2.9) at the same fraction of the optimum within noise (BENCHMARKS.md). Alone, without that rule, it left one
     variant's design failing for 23 trials."""
     memory_gp_min_peaks: int = 3

@@ -14,7 +14,8 @@ Usage::
     tuner.tell(s2, Outcome(status="oom"))   # all we know: peak > capacity
     tuner.best()                          # best feasible (setting, outcome) so far
 
-How it proposes (each proposal's reason is kept: ``tuner.why(setting)``):
+How it proposes (each proposal's reason is kept: ``tuner.why(setting)``; the design and the picks are in
+:mod:`._steps`, the pairing in :mod:`._pairing`):
 
 1. *Initial design*: the caller's ``initial`` settings (the baseline, the experience bank's best) first,
    then diverse settings (greedy maximin in feature space) among the most promising under the priors
@@ -61,7 +62,6 @@ Knobs outside the catalog, or without a prior, get uninformative priors (mean 0,
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import random
@@ -77,9 +77,10 @@ from ..priors.prior import Prior
 from .acquisition import expected_improvement, hamming
 from .config import TunerConfig
 from .derived import derived_knobs
-from .design import maximin
 from .outcome import Outcome
-from .prior_check import evidence_conflicts, untested_claim, z_conflicts
+from .prior_check import evidence_conflicts, z_conflicts
+from ._pairing import pairings
+from ._steps import design_step, pick
 from .proposal import Proposal, Scored
 from .residual import Residual
 from .surrogate import Surrogate
@@ -483,9 +484,9 @@ class Tuner:
             return None
         has_time = any(o.status == "ok" for _, o in self.history)
         if len(self.history) + len(self.pending) < self.config.n_initial or not has_time:
-            return self._design_step(cands, x, taken)
+            return design_step(self, cands, x, taken)
         sc = self._score(cands, x, taken)
-        j, kind = self._pick(sc, incumbent)
+        j, kind = pick(self, sc, incumbent)
         s = sc.cands[j]
         prop = Proposal(kind=kind, ei=float(sc.ei[j]), p_oom=float(sc.p_oom[j]), predicted_s=float(np.exp(sc.mean[j])),
                         p_drift=float(1.0 - sc.p_pass[j]) if sc.p_pass[j] < 1.0 else None)
@@ -494,28 +495,6 @@ class Tuner:
             prop.kind, prop.paired_from, prop.savers = "paired", src.to_dict(), savers
         self._why[s] = prop
         return s
-
-    def _design_step(self, cands: list[Setting], x: np.ndarray, taken: set[Setting]) -> Setting:
-        """Initial design: promising (prior/model mean, penalised by P(OOM) and P(drift)) and diverse (maximin); once
-        ``n_initial`` trials have run out of memory with nothing that ran, every other trial the smallest predicted peak."""
-        mean, _ = self.predict_time(cands)
-        p_oom = self._p_oom(cands)
-        p_pass = self.p_pass(cands)
-        score = mean - np.log(np.maximum(1.0 - p_oom, 1e-6)) - np.log(np.maximum(p_pass, 1e-6))
-        extra = len(self.history) + len(self.pending) - self.config.n_initial
-        if extra >= 0 and extra % 2 == 0 and self._has_memory_data():
-            # The design ran its course and nothing ran: every other trial, the smallest predicted peak. Diverse
-            # picks alone (the farthest of the promising quarter, where the memory model knows least) went on failing
-            # for 19 more trials on a perturbed cluster where 9 in 10 valid settings OOM; the smallest peak alone
-            # never fits where the model does not know which knobs save memory (tests/search/test_structured.py).
-            j = int(np.argmin(self.predict_memory(cands)[0]))
-        else:
-            taken_list = list(taken)
-            x_taken = self.space.encode(taken_list) if taken_list else None
-            j = maximin(x, score, 1, x_taken=x_taken)[0]
-        self._why[cands[j]] = Proposal(kind="design", p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])),
-                                       p_drift=float(1.0 - p_pass[j]) if p_pass[j] < 1.0 else None)
-        return cands[j]
 
     def _score(self, cands: list[Setting], x: np.ndarray, taken: set[Setting]) -> "Scored":
         """Every candidate's acquisition: EI x P(fit) x P(pass the loss check), the pool extended with the paired
@@ -527,7 +506,7 @@ class Tuner:
         scale = self.config.ei_sd_scale
         ei = expected_improvement(mean, sd * scale, best)
         # Pairing: fast but unlikely to fit -> add variants with memory savers.
-        paired = self._pairings(cands, ei, p_oom, taken)
+        paired = pairings(self, cands, ei, p_oom, taken)
         in_pool = set(cands)
         pc = [p for p, _ in paired if p not in in_pool]
         if pc:
@@ -553,104 +532,6 @@ class Tuner:
             acq = np.where(hamming(x, self.space.encode([s])[0]) <= 2, acq * 0.5, acq)
         return Scored(cands, acq, ei, mean, p_oom, p_pass, {p: why for p, why in paired})
 
-    def _pick(self, sc: "Scored", incumbent: list[Setting]) -> tuple[int, str]:
-        """Which scored candidate, and as what: every ``local_every``-th model-guided ask the best move from the
-        incumbent, every ``thompson_every``-th the fastest under one posterior draw, else the acquisition's best."""
-        self._asks += 1
-        cfg = self.config
-        acq = sc.acq
-        if cfg.prior_probe > 0:
-            j = self._probe(sc, incumbent[0])
-            if j is not None:
-                return j, "probe"
-        if cfg.local_every and self._asks % cfg.local_every == 1 % cfg.local_every:
-            near = set(self._neighbors(incumbent[0]))
-            local = np.array([c in near for c in sc.cands]) & np.isfinite(acq)
-            if local.any():
-                return int(np.argmax(np.where(local, acq, -np.inf))), "local"
-        if cfg.thompson_every and self._asks % cfg.thompson_every == 0:
-            # Thompson step: the fastest fitting setting under one coherent posterior draw. It explores
-            # where the (possibly misspecified) mean model is too sure of itself.
-            draw = self._thompson_draw(sc.cands)
-            if draw is not None:
-                draw = np.where(np.isfinite(acq) & (sc.p_pass >= 0.5), draw, np.inf)
-                if np.isfinite(draw).any():
-                    return int(np.argmin(draw)), "thompson"
-        if cfg.trust_radius:
-            top = self._codes(self._fastest(5))
-            near = ((self._codes(sc.cands)[:, None, :] != top[None, :, :]).sum(axis=2) <= cfg.trust_radius).any(axis=1)
-            near &= np.isfinite(acq)
-            if near.any():
-                return int(np.argmax(np.where(near, acq, -np.inf))), "acquisition"
-        return int(np.argmax(acq)), "acquisition"
-
-    def _probe(self, sc: "Scored", inc: Setting) -> int | None:
-        """The nearest fitting candidate with the value of :func:`.prior_check.untested_claim` (once per knob)."""
-        ran = [s for s, o in self.history if o.status == "ok"]
-        claim = untested_claim(self._time_priors(), self.space, inc, ran, skip=self._probed,
-                               min_claim=self.config.prior_probe, max_sd=self.config.prior_probe_sd)
-        if claim is None:
-            return None
-        knob, u = claim
-        self._probed.add(knob)
-        ok = np.array([c[knob] == u for c in sc.cands]) & np.isfinite(sc.acq)
-        if not ok.any():
-            return None
-        dist = hamming(self.space.encode(sc.cands), self.space.encode([inc])[0])
-        tie = 1e-3 * sc.acq / max(float(np.abs(sc.acq[ok]).max()), 1e-12)  # among the nearest, the best acquisition
-        return int(np.argmax(np.where(ok, -dist + tie, -np.inf)))
-
-    def _thompson_draw(self, cands: list[Setting]) -> np.ndarray | None:
-        """One coherent posterior draw of log step time over ``cands`` (the joint GP, or the additive model + residual GP), or
-        None when the draw fails on its numerics (logged; the EI maximiser is proposed instead)."""
-        try:
-            if self.surrogate is not None:
-                return self.surrogate.sample(self._x1(cands), self._codes(cands), self.time_model.standard_normal)
-            draw = self.time_model.sample(cands, 1)[0]
-            if self.residual is not None:
-                gm, gv = self.residual.predict(self._codes(cands))
-                draw = draw + gm + np.sqrt(gv) * self.time_model.standard_normal(len(cands))
-            return draw
-        except (np.linalg.LinAlgError, FloatingPointError, ValueError) as e:
-            self._numerics(f"Thompson draw failed ({type(e).__name__}: {e}); proposed by EI instead")
-            return None
-
-    def _pairings(self, cands: list[Setting], ei: np.ndarray, p_oom: np.ndarray,
-                  exclude: set[Setting]) -> list[tuple[Setting, tuple[Setting, list[str]]]]:
-        """For the fastest-predicted candidates that probably do not fit, the best variant with one or two
-        memory savers (one-knob changes the memory model prices below the candidate's peak) that does."""
-        if not self._has_memory_data():
-            return []
-        cfg, cap = self.config, self._cap()
-        hungry = [i for i in np.argsort(-ei, kind="stable")[: cfg.pair_top * 4] if p_oom[i] > cap][: cfg.pair_top]
-        out: list[tuple[Setting, tuple[Setting, list[str]]]] = []
-        seen: set[Setting] = set()
-        for i in hungry:
-            c = cands[i]
-            moves = [n for n in self._one_knob_changes(c)]
-            if not moves:
-                continue
-            ms = [s for s, _ in moves]
-            m_all, _ = self.predict_memory([c, *ms])  # the belief that prices P(OOM)
-            m_c, m_n = m_all[:1], m_all[1:]
-            savers = [moves[j] for j in np.flatnonzero(m_n < m_c[0] - 0.01)]
-            variants: list[tuple[Setting, list[str]]] = [(s, [f"{k}={v}"]) for s, (k, v) in savers]
-            for (s1, (k1, v1)), (_, (k2, v2)) in itertools.combinations(savers, 2):
-                if k1 != k2:
-                    variants.append((s1.replace(**{k2: v2}), [f"{k1}={v1}", f"{k2}={v2}"]))
-            variants = [(s, sv) for s, sv in variants if s not in exclude and s not in seen and self._is_valid(s)]
-            if not variants:
-                continue
-            vs = [s for s, _ in variants]
-            fit = self._p_oom(vs) <= cap
-            if not fit.any():
-                continue
-            vm, _ = self.predict_time(vs)
-            j = int(np.argmin(np.where(fit, vm, np.inf)))
-            seen.add(vs[j])
-            out.append((vs[j], (c, variants[j][1])))
-        return out
-
     def _cap(self) -> float:
         """The P(OOM) above which a proposal is a last resort: stricter until a trial has reported its peak, while the
         additive model prices it (the structured one's intervals are already wide where no peak says more)."""
@@ -663,15 +544,6 @@ class Tuner:
         if v is None:
             v = self._valid[s] = self.space.is_valid(s)
         return v
-
-    def _one_knob_changes(self, s: Setting) -> list[tuple[Setting, tuple[str, Any]]]:
-        out = []
-        for k in self.space.knobs:
-            for v in k.domain:
-                if v != s[k.name]:
-                    out.append((s.replace(**{k.name: v}), (k.name, v)))
-        return out
-
 
 def run_tuner(tuner: Tuner, objective: Callable[[Setting], Outcome], budget: int, *,
               after: Callable[[int], None] | None = None) -> list[tuple[Setting, Outcome]]:
