@@ -14,7 +14,14 @@ random forests on the value indices and on ``structured.features`` (ln value / 0
 regressions on those features with and without all pairwise products (scikit-learn, which the ``bench`` extra brings
 with SMAC3). Is the model's form what limits the ranking?
 
+``--layout-gap``: after ``--budget`` trials, where the gap to the optimum is: the best measured setting's fraction of the
+optimum, the best setting with its parallel layout (tensor, pipeline, context, data, expert parallel kept; every other
+knob free) and the best with its other knobs (the layout free), each by exhaustive enumeration. The first says what
+perfect tuning of the other knobs would give on the layout the search settled on; the second what the right layout
+would give with the knobs it found.
+
     python scripts/search_diagnose.py --kinds --variants 8 --budget 30
+    python scripts/search_diagnose.py --layout-gap --variants 20 --budget 30
     python scripts/search_diagnose.py --models --variants 12 --budget 30
     python scripts/search_diagnose.py --time-check --variants 10 --budget 30
     python scripts/search_diagnose.py --kinds --set thompson_every=4 trust_radius=0 ei_sd_scale=1   # the search before
@@ -62,6 +69,25 @@ def kinds(args: tuple[int, int]) -> dict[str, Any]:
         best = min(best, true) if better else best
         rows.append((t.why(s).get("kind", "?"), o.status == "oom", better))
     return {"name": b.land.name, "rows": rows}
+
+
+LAYOUT = ("tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel", "expert_parallel")
+
+
+def layout_gap(args: tuple[int, int]) -> dict[str, Any]:
+    """The best measured setting after ``budget`` cold trials, and the best settings that keep its layout or its other
+    knobs, as fractions of the optimum."""
+    b, t = _cold(*args)
+    land, sp = b.land, b.space
+    inc = t.best()[0]
+    opt = land.optimum()
+
+    def best_keeping(names: list[str]) -> float:
+        return opt / land.v.optimum(sp.restrict({n: [inc[n]] for n in names}, keep=sp.names)).step_time_s
+
+    layout = [n for n in LAYOUT if n in sp]
+    return {"name": land.name, "best": opt / b.true_time(inc), "its layout": best_keeping(layout),
+            "its other knobs": best_keeping([n for n in sp.names if n not in layout])}
 
 
 def _rank_corr(a: np.ndarray, b: np.ndarray) -> float:
@@ -130,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", action="store_true")
     ap.add_argument("--time-check", action="store_true")
     ap.add_argument("--models", action="store_true")
+    ap.add_argument("--layout-gap", action="store_true")
     ap.add_argument("--variants", type=int, default=8)
     ap.add_argument("--first-variant", type=int, default=0)
     ap.add_argument("--budget", type=int, default=30)
@@ -137,11 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="TunerConfig overrides")
     args = ap.parse_args(argv)
     CONFIG.update(bs.config_overrides(ap, args.set))
-    if args.kinds + args.time_check + args.models != 1:
-        ap.error("give one of --kinds, --time-check, --models")
+    if args.kinds + args.time_check + args.models + args.layout_gap != 1:
+        ap.error("give one of --kinds, --time-check, --models, --layout-gap")
     cells = [(args.first_variant + i, args.budget) for i in range(args.variants)]
+    job = kinds if args.kinds else time_check if args.time_check else models if args.models else layout_gap
     with mp.get_context("fork").Pool(args.jobs) as pool:
-        rows = pool.map(kinds if args.kinds else time_check if args.time_check else models, cells)
+        rows = pool.map(job, cells)
+    if args.layout_gap:
+        cols = ("best", "its layout", "its other knobs")
+        print(f"after {args.budget} cold trials: the best measured setting, and the best that keeps its layout or its"
+              f" other knobs (fractions of the optimum)")
+        print(f"{'landscape':26s} " + " ".join(f"{c:>15s}" for c in cols))
+        for r in rows:
+            print(f"{r['name']:26s} " + " ".join(f"{r[c]:15.3f}" for c in cols))
+        print(f"{'median':26s} " + " ".join(f"{statistics.median(r[c] for r in rows):15.3f}" for c in cols))
+        print(f"{'mean':26s} " + " ".join(f"{statistics.fmean(r[c] for r in rows):15.3f}" for c in cols))
+        return 0
     if args.kinds:
         n, oom, better = Counter(), Counter(), Counter()
         for r in rows:
