@@ -26,7 +26,7 @@ def pairings(tuner: "Tuner", cands: list[Setting], ei: np.ndarray, p_oom: np.nda
     seen: set[Setting] = set()
     for i in hungry:
         c = cands[i]
-        moves = [n for n in one_knob_changes(tuner.space, c)]
+        moves = one_knob_changes(tuner.space, c)
         if not moves:
             continue
         ms = [s for s, _ in moves]

@@ -72,6 +72,7 @@ def pick(tuner: "Tuner", sc: Scored, incumbent: list[Setting]) -> tuple[int, str
             return int(np.argmax(np.where(near, acq, -np.inf))), "acquisition"
     return int(np.argmax(acq)), "acquisition"
 
+
 def probe(tuner: "Tuner", sc: Scored, inc: Setting) -> int | None:
     """The nearest fitting candidate with the value of :func:`.prior_check.untested_claim` (once per knob)."""
     ran = [s for s, o in tuner.history if o.status == "ok"]
@@ -87,6 +88,7 @@ def probe(tuner: "Tuner", sc: Scored, inc: Setting) -> int | None:
     dist = hamming(tuner.space.encode(sc.cands), tuner.space.encode([inc])[0])
     tie = 1e-3 * sc.acq / max(float(np.abs(sc.acq[ok]).max()), 1e-12)  # among the nearest, the best acquisition
     return int(np.argmax(np.where(ok, -dist + tie, -np.inf)))
+
 
 def thompson_draw(tuner: "Tuner", cands: list[Setting]) -> np.ndarray | None:
     """One coherent posterior draw of log step time over ``cands`` (the joint GP, or the additive model + residual GP), or

@@ -545,6 +545,7 @@ class Tuner:
             v = self._valid[s] = self.space.is_valid(s)
         return v
 
+
 def run_tuner(tuner: Tuner, objective: Callable[[Setting], Outcome], budget: int, *,
               after: Callable[[int], None] | None = None) -> list[tuple[Setting, Outcome]]:
     """Drive ``tuner`` for ``budget`` trials against ``objective`` (benchmarks and tests); ``after(n)`` is called once
