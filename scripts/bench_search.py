@@ -4,7 +4,8 @@ Two suites (``--suite``):
 
 - ``family`` (default): ``--variants`` perturbed simulated clusters (``infrarsi/workloads/variants.py``:
   hardware efficiencies and bandwidths, memory constants x 0.6-1.6, per-layout compute efficiency, two
-  hidden knob interactions), drawn in turn from the four reference workloads, one tuner seed per variant.
+  hidden knob interactions), drawn in turn from the four reference workloads, one tuner seed per variant
+  (``--variant-seeds`` for more).
   The priors and the analytical estimate share formulas with the unperturbed simulator only, so here they
   are approximately right at best.
 - ``named``: the four reference workloads themselves, ``--seeds`` seeds each (``--first-seed`` for held-out
@@ -553,7 +554,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-variant", type=int, default=0, help="family: seed of the first variant")
     ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
     ap.add_argument("--seeds", type=int, default=10, help="named: seeds per workload")
-    ap.add_argument("--first-seed", type=int, default=0, help="named: first seed (10 for held-out seeds 10-19)")
+    ap.add_argument("--variant-seeds", type=int, default=1,
+                    help="family: tuner seeds per variant (seed k of variant v is v + 1000 k + --first-seed; 1: the "
+                         "seed is v + --first-seed)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="named: first seed (10 for held-out seeds 10-19); family: added to every seed")
     ap.add_argument("--budgets", type=int, nargs="*", default=[20, 30, 50])
     ap.add_argument("--tuners", nargs="*", default=["cold", "priors", "wrong", "random", "tpe", "gp", "smac", "greedy"])
     ap.add_argument("--report", choices=("peaks", "time"), default="peaks")
@@ -587,9 +592,12 @@ def main(argv: list[str] | None = None) -> int:
     bad = [t for t in args.tuners if t not in TUNERS]
     if bad:
         ap.error(f"--tuners: unknown {bad}; choose from {', '.join(TUNERS)}")
+    if args.variant_seeds < 1:
+        ap.error(f"--variant-seeds {args.variant_seeds}: give 1 or more tuner seeds per variant")
     if args.suite == "family":
-        cells = [(args.workloads[i % len(args.workloads)], args.first_variant + i, args.first_variant + i)
-                 for i in range(args.variants)]
+        cells = [(args.workloads[i % len(args.workloads)], args.first_variant + i, args.first_variant + i + 1000 * k
+                  + args.first_seed)
+                 for k in range(args.variant_seeds) for i in range(args.variants)]
     else:
         cells = [(w, None, args.first_seed + k) for w in args.workloads for k in range(args.seeds)]
     if args.describe:

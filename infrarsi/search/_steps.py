@@ -34,7 +34,7 @@ def design_step(tuner: "Tuner", cands: list[Setting], x: np.ndarray, taken: set[
         j = int(np.argmin(tuner.predict_memory(cands)[0]))
     else:
         taken_list = list(taken)
-        x_taken = tuner.space.encode(taken_list) if taken_list else None
+        x_taken = tuner._encode(taken_list) if taken_list else None
         j = maximin(x, score, 1, x_taken=x_taken)[0]
     tuner._why[cands[j]] = Proposal(kind="design", p_oom=float(p_oom[j]), predicted_s=float(np.exp(mean[j])),
                                     p_drift=float(1.0 - p_pass[j]) if p_pass[j] < 1.0 else None)
@@ -85,7 +85,7 @@ def probe(tuner: "Tuner", sc: Scored, inc: Setting) -> int | None:
     ok = np.array([c[knob] == u for c in sc.cands]) & np.isfinite(sc.acq)
     if not ok.any():
         return None
-    dist = hamming(tuner.space.encode(sc.cands), tuner.space.encode([inc])[0])
+    dist = hamming(tuner._encode(sc.cands), tuner._encode([inc])[0])
     tie = 1e-3 * sc.acq / max(float(np.abs(sc.acq[ok]).max()), 1e-12)  # among the nearest, the best acquisition
     return int(np.argmax(np.where(ok, -dist + tie, -np.inf)))
 

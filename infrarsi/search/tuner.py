@@ -145,10 +145,12 @@ class Tuner:
         inter_sd = getattr(memory_estimate, "interaction_sd", None)
         mem_priors = ([p.model_copy(update={"mem_mean": 0.0, "mem_sd": res_sd}) for p in self.priors]
                       if memory_estimate else self.priors)
-        self.memory_model = (MemoryModel(model_space, memory_capacity_bytes, priors=mem_priors, seed=seed,
+        self._memory_model = (MemoryModel(model_space, memory_capacity_bytes, priors=mem_priors, seed=seed,
                                          main_sd=self.config.memory_sd,
                                          **({"interaction_sd": float(inter_sd)} if memory_estimate and inter_sd else {}))
                              if memory_capacity_bytes else None)
+        self._memory_stale = False  # trials told since the additive memory model was last fitted
+        self._n_memory_rows = 0  # trials that said something about memory, at the last fit_models
         self._log_est: dict[Setting, float] = {}
         self.history: list[tuple[Setting, Outcome]] = []
         self.pending: set[Setting] = set()
@@ -161,6 +163,8 @@ class Tuner:
         self._asks = 0
         self._probed: set[str] = set()  # knobs whose strongest prior claim a probe has tested
         self.overhead_s: list[float] = []  # seconds per ask (fits + scoring): part of every trial's cost
+        self._code_rows: dict[Setting, np.ndarray] = {}  # _codes' rows
+        self._enc_rows: dict[Setting, np.ndarray] = {}  # _encode's rows
         self._valid: dict[Setting, bool] = {}  # validity of settings met while pairing (the rules never change)
         self.numerics_log: list[str] = []  # fits that failed on their numerics (the previous fit was kept)
 
@@ -239,18 +243,40 @@ class Tuner:
             if self.priors and (self.config.prior_conflict_z > 0 or self.config.prior_conflict_log_bf > 0):
                 self._guarded("prior check", lambda: self._set_aside_conflicts(settings, times))
             self._guarded("time GP", self._fit_time_gp)
-        if self.memory_model is not None:
+        if self._memory_model is not None:
             rows = self._memory_rows()
+            self._n_memory_rows = len(rows)
             if rows:
-                ss = [s for s, _ in rows]
-                self._guarded("memory model", lambda: self.memory_model.fit(
-                    ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
-                    offsets=self._mem_offsets(ss), fits=[o.status in RAN for _, o in rows]))
                 if self.config.memory_structured and self.memory_estimate is None:
                     self._guarded("memory terms", lambda: self._fit_memory_terms(rows))
-                elif self.config.memory_gp:
-                    self._guarded("memory GP", lambda: self._fit_memory_gp(rows))
+                    # The additive model prices P(OOM) only until the structured one has fitted; after that it is
+                    # what the report shows, fitted when read (its fit was ~0.9 s of a 2.5 s ask).
+                    self._memory_stale = True
+                    if self.memory_terms is None:
+                        self._fit_additive_memory()
+                else:
+                    self._fit_additive_memory()
+                    if self.config.memory_gp:
+                        self._guarded("memory GP", lambda: self._fit_memory_gp(rows))
         self._dirty = False
+
+    @property
+    def memory_model(self) -> MemoryModel | None:
+        """The additive censored memory model (effects per knob value: what the report shows), fitted on every trial
+        told so far; None without a capacity."""
+        if self._memory_stale:
+            self._fit_additive_memory()
+        return self._memory_model
+
+    def _fit_additive_memory(self) -> None:
+        self._memory_stale = False
+        rows = self._memory_rows()
+        if not rows:
+            return
+        ss = [s for s, _ in rows]
+        self._guarded("memory model", lambda: self._memory_model.fit(
+            ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
+            offsets=self._mem_offsets(ss), fits=[o.status in RAN for _, o in rows]))
 
     @staticmethod
     def _memory_targets(rows: list[tuple[Setting, Outcome]]) -> tuple[np.ndarray, np.ndarray]:
@@ -265,7 +291,7 @@ class Tuner:
         kind, peak = self._memory_targets(rows)
         prev = self.memory_terms.theta if self.memory_terms is not None else None
         fit = StructuredMemory.fit(features(self._model_space, [s for s, _ in rows]), kind, peak,
-                                   self.memory_model.log_capacity, start=prev, seed=len(rows),
+                                   self._memory_model.log_capacity, start=prev, seed=len(rows),
                                    prior=self._structure_prior() if self.config.memory_structure else None)
         if fit is not None:
             self.memory_terms = fit
@@ -383,9 +409,24 @@ class Tuner:
         self.residual = Residual.fit(self._codes([s for s, _ in ok]), r, self.noise_cv or self.time_model.sigma)
 
     def _codes(self, settings: Sequence[Setting]) -> np.ndarray:
-        """Value index per model knob: (n, K) ints, the GPs' coordinates."""
-        return np.array([[ix[s[name]] for name, ix in self._code_index] for s in settings],
-                        dtype=np.int64).reshape(len(settings), len(self._code_index))
+        """Value index per model knob: (n, K) ints, the GPs' coordinates (rows cached: a setting's never change)."""
+        rows = self._code_rows
+        for s in settings:
+            if s not in rows:
+                rows[s] = np.array([ix[s[name]] for name, ix in self._code_index], dtype=np.int64)
+        if not settings:
+            return np.zeros((0, len(self._code_index)), dtype=np.int64)
+        return np.stack([rows[s] for s in settings])
+
+    def _encode(self, settings: Sequence[Setting]) -> np.ndarray:
+        """``space.encode`` with rows cached: (n, len(space.feature_names))."""
+        rows = self._enc_rows
+        new = [s for s in dict.fromkeys(settings) if s not in rows]
+        if new:
+            rows.update(zip(new, self.space.encode(new)))
+        if not settings:
+            return np.zeros((0, len(self.space.feature_names)))
+        return np.stack([rows[s] for s in settings])
 
     def _x1(self, settings: Sequence[Setting]) -> np.ndarray:
         """The time model's design with an intercept column: (n, p + 1)."""
@@ -404,8 +445,10 @@ class Tuner:
         return mean, sd
 
     def _has_memory_data(self) -> bool:
-        return self.memory_model is not None and self.memory_model.n_obs + self.memory_model.n_censored \
-            + self.memory_model.n_fit > 0
+        """Some trial said something about memory and a memory model has been fitted on it."""
+        mm = self._memory_model
+        return mm is not None and self._n_memory_rows > 0 and (
+            self.memory_terms is not None or mm.n_obs + mm.n_censored + mm.n_fit > 0)
 
     def p_oom(self, settings: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """P(peak > capacity x (1 - oom_margin)) per setting, as the search prices it now (zeros before any memory
@@ -418,10 +461,10 @@ class Tuner:
             return np.zeros(len(cands))
         if self.memory_terms is not None and len(cands):
             return self.memory_terms.p_above(features(self._model_space, list(cands)),
-                                             self.memory_model.log_capacity + math.log1p(-self.config.oom_margin))
+                                             self._memory_model.log_capacity + math.log1p(-self.config.oom_margin))
         if self.memory_gp is not None and len(cands):
             return self.memory_gp.p_above(*self._memory_gp_rows(cands),
-                                          self.memory_model.log_capacity + math.log1p(-self.config.oom_margin))
+                                          self._memory_model.log_capacity + math.log1p(-self.config.oom_margin))
         return self.memory_model.p_oom(cands, margin=self.config.oom_margin, offsets=self._mem_offsets(cands))
 
     def _mem_offsets(self, settings: Sequence[Setting]) -> np.ndarray | None:
@@ -456,7 +499,7 @@ class Tuner:
         for s in dict.fromkeys([*self._fastest(5), *incumbent]):
             extra += self._neighbors(s)
         cands = [s for s in dict.fromkeys([*self._pool, *extra]) if s not in taken]
-        return cands, self.space.encode(cands) if cands else np.zeros((0, len(self.space.feature_names)))
+        return cands, self._encode(cands)
 
     def _fastest(self, k: int) -> list[Setting]:
         """The settings of the ``k`` fastest trials that ran, by measured step time (ties: the earlier trial)."""
@@ -512,7 +555,7 @@ class Tuner:
         if pc:
             pm, ps = self.predict_time(pc)
             cands = cands + pc
-            x = np.vstack([x, self.space.encode(pc)])
+            x = np.vstack([x, self._encode(pc)])
             mean, sd = np.concatenate([mean, pm]), np.concatenate([sd, ps])
             ei = np.concatenate([ei, expected_improvement(pm, ps * scale, best)])
             p_oom = np.concatenate([p_oom, self._p_oom(pc)])
@@ -529,13 +572,13 @@ class Tuner:
             acq = np.where(fits, acq, -np.inf)
         # Batch diversity: a candidate one knob away from a pending one counts half.
         for s in self.pending:
-            acq = np.where(hamming(x, self.space.encode([s])[0]) <= 2, acq * 0.5, acq)
+            acq = np.where(hamming(x, self._encode([s])[0]) <= 2, acq * 0.5, acq)
         return Scored(cands, acq, ei, mean, p_oom, p_pass, {p: why for p, why in paired})
 
     def _cap(self) -> float:
         """The P(OOM) above which a proposal is a last resort: stricter until a trial has reported its peak, while the
         additive model prices it (the structured one's intervals are already wide where no peak says more)."""
-        if self.memory_model is not None and self.memory_model.n_obs == 0 and self.memory_terms is None:
+        if self._memory_model is not None and self.memory_terms is None and self.memory_model.n_obs == 0:
             return self.config.max_p_oom_without_peaks
         return self.config.max_p_oom
 
