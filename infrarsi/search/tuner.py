@@ -233,7 +233,8 @@ class Tuner:
 
         Memory is learned from both sides: an OOM says peak > capacity, a trial that ran says peak <=
         capacity (its peak, when reported, says exactly where). A fit that fails on its own numerics keeps
-        the previous posterior, is logged in ``numerics_log`` and the search goes on."""
+        the previous posterior, is logged in ``numerics_log`` and the search goes on. Once the structured memory model
+        prices P(OOM), the additive one (``memory_model``, what the report shows) is fitted when read."""
         if not self._dirty:
             return
         settings = [s for s, _ in self.history]
