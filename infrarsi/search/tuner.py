@@ -146,9 +146,9 @@ class Tuner:
         mem_priors = ([p.model_copy(update={"mem_mean": 0.0, "mem_sd": res_sd}) for p in self.priors]
                       if memory_estimate else self.priors)
         self._memory_model = (MemoryModel(model_space, memory_capacity_bytes, priors=mem_priors, seed=seed,
-                                         main_sd=self.config.memory_sd,
-                                         **({"interaction_sd": float(inter_sd)} if memory_estimate and inter_sd else {}))
-                             if memory_capacity_bytes else None)
+                                          main_sd=self.config.memory_sd,
+                                          **({"interaction_sd": float(inter_sd)} if memory_estimate and inter_sd else {}))
+                              if memory_capacity_bytes else None)
         self._memory_stale = False  # trials told since the additive memory model was last fitted
         self._n_memory_rows = 0  # trials that said something about memory, at the last fit_models
         self._log_est: dict[Setting, float] = {}
