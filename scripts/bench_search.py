@@ -595,8 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.variant_seeds < 1:
         ap.error(f"--variant-seeds {args.variant_seeds}: give 1 or more tuner seeds per variant")
     if args.suite == "family":
-        cells = [(args.workloads[i % len(args.workloads)], args.first_variant + i, args.first_variant + i + 1000 * k
-                  + args.first_seed)
+        cells = [(args.workloads[i % len(args.workloads)], args.first_variant + i,
+                  args.first_variant + i + 1000 * k + args.first_seed)
                  for k in range(args.variant_seeds) for i in range(args.variants)]
     else:
         cells = [(w, None, args.first_seed + k) for w in args.workloads for k in range(args.seeds)]

@@ -410,24 +410,14 @@ class Tuner:
         self.residual = Residual.fit(self._codes([s for s, _ in ok]), r, self.noise_cv or self.time_model.sigma)
 
     def _codes(self, settings: Sequence[Setting]) -> np.ndarray:
-        """Value index per model knob: (n, K) ints, the GPs' coordinates (rows cached: a setting's never change)."""
-        rows = self._code_rows
-        for s in settings:
-            if s not in rows:
-                rows[s] = np.array([ix[s[name]] for name, ix in self._code_index], dtype=np.int64)
-        if not settings:
-            return np.zeros((0, len(self._code_index)), dtype=np.int64)
-        return np.stack([rows[s] for s in settings])
+        """Value index per model knob: (n, K) ints, the GPs' coordinates."""
+        return _cached_rows(self._code_rows, settings, lambda ss: np.array(
+            [[ix[s[name]] for name, ix in self._code_index] for s in ss],
+            dtype=np.int64).reshape(len(ss), len(self._code_index)))
 
     def _encode(self, settings: Sequence[Setting]) -> np.ndarray:
-        """``space.encode`` with rows cached: (n, len(space.feature_names))."""
-        rows = self._enc_rows
-        new = [s for s in dict.fromkeys(settings) if s not in rows]
-        if new:
-            rows.update(zip(new, self.space.encode(new)))
-        if not settings:
-            return np.zeros((0, len(self.space.feature_names)))
-        return np.stack([rows[s] for s in settings])
+        """``space.encode``: (n, len(space.feature_names))."""
+        return _cached_rows(self._enc_rows, settings, self.space.encode)
 
     def _x1(self, settings: Sequence[Setting]) -> np.ndarray:
         """The time model's design with an intercept column: (n, p + 1)."""
@@ -588,6 +578,16 @@ class Tuner:
         if v is None:
             v = self._valid[s] = self.space.is_valid(s)
         return v
+
+
+def _cached_rows(cache: dict[Setting, np.ndarray], settings: Sequence[Setting],
+                 build: Callable[[list[Setting]], np.ndarray]) -> np.ndarray:
+    """``build(settings)`` (one row per setting), with each setting's row built once and kept in ``cache``: a
+    setting's codes never change, and the same ~4,000 candidates are scored on every ask."""
+    new = [s for s in dict.fromkeys(settings) if s not in cache]
+    if new:
+        cache.update(zip(new, build(new)))
+    return np.stack([cache[s] for s in settings]) if len(settings) else build([])
 
 
 def run_tuner(tuner: Tuner, objective: Callable[[Setting], Outcome], budget: int, *,
