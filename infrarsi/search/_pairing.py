@@ -22,32 +22,39 @@ def pairings(tuner: "Tuner", cands: list[Setting], ei: np.ndarray, p_oom: np.nda
         return []
     cfg, cap = tuner.config, tuner._cap()
     hungry = [i for i in np.argsort(-ei, kind="stable")[: cfg.pair_top * 4] if p_oom[i] > cap][: cfg.pair_top]
-    out: list[tuple[Setting, tuple[Setting, list[str]]]] = []
-    seen: set[Setting] = set()
-    for i in hungry:
-        c = cands[i]
-        moves = one_knob_changes(tuner.space, c)
-        if not moves:
-            continue
-        ms = [s for s, _ in moves]
-        m_all, _ = tuner.predict_memory([c, *ms])  # the belief that prices P(OOM)
-        m_c, m_n = m_all[:1], m_all[1:]
-        savers = [moves[j] for j in np.flatnonzero(m_n < m_c[0] - 0.01)]
+    moved = [(cands[i], moves) for i in hungry if (moves := one_knob_changes(tuner.space, cands[i]))]
+    if not moved:
+        return []
+    # The models are asked once for every hungry candidate and its moves, then once for every variant: a
+    # prediction per row does not depend on the rows beside it, and ~12 small calls per ask cost more than two big ones.
+    rows = [s for c, moves in moved for s in (c, *(m for m, _ in moves))]
+    m_rows, _ = tuner.predict_memory(rows)  # the belief that prices P(OOM)
+    per_cand: list[tuple[Setting, list[tuple[Setting, list[str]]]]] = []
+    at = 0
+    for c, moves in moved:
+        m_c, m_n = m_rows[at], m_rows[at + 1: at + 1 + len(moves)]
+        at += 1 + len(moves)
+        savers = [moves[j] for j in np.flatnonzero(m_n < m_c - 0.01)]
         variants: list[tuple[Setting, list[str]]] = [(s, [f"{k}={v}"]) for s, (k, v) in savers]
         for (s1, (k1, v1)), (_, (k2, v2)) in itertools.combinations(savers, 2):
             if k1 != k2:
                 variants.append((s1.replace(**{k2: v2}), [f"{k1}={v1}", f"{k2}={v2}"]))
-        variants = [(s, sv) for s, sv in variants if s not in exclude and s not in seen and tuner._is_valid(s)]
-        if not variants:
+        per_cand.append((c, [(s, sv) for s, sv in variants if s not in exclude and tuner._is_valid(s)]))
+    every = list(dict.fromkeys(s for _, vs in per_cand for s, _ in vs))
+    if not every:
+        return []
+    fits = dict(zip(every, tuner._p_oom(every) <= cap))
+    times = dict(zip(every, tuner.predict_time(every)[0]))
+    out: list[tuple[Setting, tuple[Setting, list[str]]]] = []
+    seen: set[Setting] = set()
+    for c, variants in per_cand:
+        # the fastest-predicted variant that fits and that no earlier candidate's pairing took
+        best = min(((times[s], k) for k, (s, _) in enumerate(variants) if s not in seen and fits[s]), default=None)
+        if best is None:
             continue
-        vs = [s for s, _ in variants]
-        fit = tuner._p_oom(vs) <= cap
-        if not fit.any():
-            continue
-        vm, _ = tuner.predict_time(vs)
-        j = int(np.argmin(np.where(fit, vm, np.inf)))
-        seen.add(vs[j])
-        out.append((vs[j], (c, variants[j][1])))
+        s, sv = variants[best[1]]
+        seen.add(s)
+        out.append((s, (c, sv)))
     return out
 
 

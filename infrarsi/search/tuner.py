@@ -79,16 +79,16 @@ from .config import TunerConfig
 from .derived import derived_knobs
 from .outcome import Outcome
 from .prior_check import evidence_conflicts, z_conflicts
+from ._memory import RAN, fit_memory_gp, fit_memory_terms
 from ._pairing import pairings
 from ._steps import design_step, pick
 from .proposal import Proposal, Scored
 from .residual import Residual
 from .surrogate import Surrogate
-from .censored import ABOVE, BELOW, OBS, CensoredSurrogate
-from .structured import STRUCTURE, STRUCTURE_WITH_SAVERS, StructuredMemory, features, structure_prior
+from .censored import CensoredSurrogate
+from .structured import StructuredMemory, features
 
 _log = logging.getLogger(__name__)
-RAN = ("ok", "numerics_drift")  # statuses of a trial that ran every step (its peak and verdict are data)
 RESIDUAL_MEM_SD = 0.1  # log scale: how far a knob value may move the peak beyond what the arithmetic says
 # (the analytical estimate is within ~10% on every simulated layout; 0.3 priced most near-capacity settings
 # of the MoE workload at P(OOM) ~ 0.4 and the search never tried them)
@@ -249,7 +249,7 @@ class Tuner:
             self._n_memory_rows = len(rows)
             if rows:
                 if self.config.memory_structured and self.memory_estimate is None:
-                    self._guarded("memory terms", lambda: self._fit_memory_terms(rows))
+                    self._guarded("memory terms", lambda: fit_memory_terms(self, rows))
                     # The additive model prices P(OOM) only until the structured one has fitted; after that it is
                     # what the report shows, fitted when read (its fit was ~0.9 s of a 2.5 s ask).
                     self._memory_stale = True
@@ -258,7 +258,7 @@ class Tuner:
                 else:
                     self._fit_additive_memory()
                     if self.config.memory_gp:
-                        self._guarded("memory GP", lambda: self._fit_memory_gp(rows))
+                        self._guarded("memory GP", lambda: fit_memory_gp(self, rows))
         self._dirty = False
 
     @property
@@ -278,37 +278,6 @@ class Tuner:
         self._guarded("memory model", lambda: self._memory_model.fit(
             ss, [o.peak_memory_bytes for _, o in rows], [o.status == "oom" for _, o in rows],
             offsets=self._mem_offsets(ss), fits=[o.status in RAN for _, o in rows]))
-
-    @staticmethod
-    def _memory_targets(rows: list[tuple[Setting, Outcome]]) -> tuple[np.ndarray, np.ndarray]:
-        """Per memory row: its kind (OBS: a measured peak, ABOVE: an OOM, BELOW: ran without a peak) and its log
-        peak bytes (NaN where none was measured), each (n,)."""
-        kind = np.array([ABOVE if o.status == "oom" else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
-        peak = np.array([math.log(o.peak_memory_bytes) if o.status in RAN and o.peak_memory_bytes else np.nan
-                         for _, o in rows])
-        return kind, peak
-
-    def _fit_memory_terms(self, rows: list[tuple[Setting, Outcome]]) -> None:
-        kind, peak = self._memory_targets(rows)
-        prev = self.memory_terms.theta if self.memory_terms is not None else None
-        fit = StructuredMemory.fit(features(self._model_space, [s for s, _ in rows]), kind, peak,
-                                   self._memory_model.log_capacity, start=prev, seed=len(rows),
-                                   prior=self._structure_prior() if self.config.memory_structure else None)
-        if fit is not None:
-            self.memory_terms = fit
-
-    def _structure_prior(self) -> np.ndarray:
-        return structure_prior(self._model_space, STRUCTURE_WITH_SAVERS if self.config.memory_savers else STRUCTURE)
-
-    def _fit_memory_gp(self, rows: list[tuple[Setting, Outcome]]) -> None:
-        self.memory_gp = None
-        kind, peak = self._memory_targets(rows)
-        if (kind == OBS).sum() < self.config.memory_gp_min_peaks:
-            return  # the additive censored model prices P(OOM) until the kernel has peaks to fit its scale on
-        x1, codes, off = self._memory_gp_rows([s for s, _ in rows])
-        mm = self.memory_model
-        self.memory_gp = CensoredSurrogate.fit(x1, codes, off, kind, peak, *mm.coefficient_prior(), mm.log_capacity,
-                                               ordered=self._ordered)
 
     def _memory_gp_rows(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The memory GP's inputs per setting: the memory model's design rows (n, p + 1), knob codes (n, K), log

@@ -7,6 +7,7 @@ import pytest
 
 from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner
+from infrarsi.search._pairing import one_knob_changes, pairings
 
 
 def example_space():
@@ -113,6 +114,35 @@ def test_a_fast_setting_that_does_not_fit_is_paired_with_memory_savers():
     assert paired, kinds
     assert all(w["savers"] and w["paired_from"] for w in paired)
     assert all(w["p_oom"] <= 0.5 for w in paired)
+
+
+def test_pairing_gives_each_hungry_candidate_its_fastest_fitting_saver_variant_once():
+    space = example_space()
+    t = Tuner(space, memory_capacity_bytes=CAP, seed=0)
+    for s in ({"tp": 1, "mbs": 1, "recompute": "none", "seq_par": False}, {"tp": 1, "mbs": 4, "recompute": "none", "seq_par": False},
+              {"tp": 1, "mbs": 16, "recompute": "none", "seq_par": False}, {"tp": 2, "mbs": 16, "recompute": "none", "seq_par": False},
+              {"tp": 1, "mbs": 4, "recompute": "selective", "seq_par": False}, {"tp": 1, "mbs": 2, "recompute": "full", "seq_par": False}):
+        t.tell(s, truth(s))
+    t.fit_models()
+    cands = [c for c in space.candidates(1000, random.Random(0)) if c not in t._taken()]
+    mean, _ = t.predict_time(cands)
+    p_oom, cap = t._p_oom(cands), t._cap()
+    out = pairings(t, cands, -mean, p_oom, t._taken())
+    assert out, "fast candidates that do not fit (mbs 16 without savers) get paired"
+    variants = [v for v, _ in out]
+    assert len(set(variants)) == len(variants)  # no variant is claimed twice
+    assert not set(variants) & t._taken()
+    claimed = set(variants)
+    for v, (src, savers) in out:
+        assert p_oom[cands.index(src)] > cap and t._p_oom([v])[0] <= cap
+        assert {f"{k}={v[k]}" for k in src if v[k] != src[k]} == set(savers)  # the variant is the source + its savers
+        # no one-knob saver of the source that fits, is unclaimed and valid is predicted faster than the variant
+        peak = t.predict_memory([src])[0][0]
+        others = [m for m, _ in one_knob_changes(space, src)
+                  if space.is_valid(m) and m not in t._taken() and m not in claimed
+                  and t.predict_memory([m])[0][0] < peak - 0.01 and t._p_oom([m])[0] <= cap]
+        if others:
+            assert t.predict_time([v])[0][0] <= t.predict_time(others)[0].min() + 1e-12
 
 
 def test_ask_n_gives_distinct_settings_for_parallel_trials():
