@@ -15,7 +15,7 @@ Usage::
     tuner.best()                          # best feasible (setting, outcome) so far
 
 How it proposes (each proposal's reason is kept: ``tuner.why(setting)``; the design and the picks are in
-:mod:`._steps`, the pairing in :mod:`._pairing`):
+:mod:`._steps`, the pairing in :mod:`._pairing`, the memory models' fits in :mod:`._memory`):
 
 1. *Initial design*: the caller's ``initial`` settings (the baseline, the experience bank's best) first,
    then diverse settings (greedy maximin in feature space) among the most promising under the priors
