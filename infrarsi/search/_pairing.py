@@ -27,14 +27,11 @@ def pairings(tuner: "Tuner", cands: list[Setting], ei: np.ndarray, p_oom: np.nda
         return []
     # The models are asked once for every hungry candidate and its moves, then once for every variant: a
     # prediction per row does not depend on the rows beside it, and ~12 small calls per ask cost more than two big ones.
-    rows = [s for c, moves in moved for s in (c, *(m for m, _ in moves))]
-    m_rows, _ = tuner.predict_memory(rows)  # the belief that prices P(OOM)
+    rows = list(dict.fromkeys(s for c, moves in moved for s in (c, *(m for m, _ in moves))))
+    peaks = dict(zip(rows, tuner.predict_memory(rows)[0]))  # the belief that prices P(OOM)
     per_cand: list[tuple[Setting, list[tuple[Setting, list[str]]]]] = []
-    at = 0
     for c, moves in moved:
-        m_c, m_n = m_rows[at], m_rows[at + 1: at + 1 + len(moves)]
-        at += 1 + len(moves)
-        savers = [moves[j] for j in np.flatnonzero(m_n < m_c - 0.01)]
+        savers = [(m, kv) for m, kv in moves if peaks[m] < peaks[c] - 0.01]
         variants: list[tuple[Setting, list[str]]] = [(s, [f"{k}={v}"]) for s, (k, v) in savers]
         for (s1, (k1, v1)), (_, (k2, v2)) in itertools.combinations(savers, 2):
             if k1 != k2:
