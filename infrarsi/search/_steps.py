@@ -95,7 +95,7 @@ def thompson_draw(tuner: "Tuner", cands: list[Setting]) -> np.ndarray | None:
     None when the draw fails on its numerics (logged; the EI maximiser is proposed instead)."""
     try:
         if tuner.surrogate is not None:
-            return tuner.surrogate.sample(tuner._x1(cands), tuner._codes(cands), tuner.time_model.standard_normal)
+            return tuner.surrogate.sample(tuner._xt(cands), tuner._codes(cands), tuner.time_model.standard_normal)
         draw = tuner.time_model.sample(cands, 1)[0]
         if tuner.residual is not None:
             gm, gv = tuner.residual.predict(tuner._codes(cands))

@@ -73,6 +73,16 @@ class TunerConfig:
     """Measured peaks before the memory GP prices P(OOM) (the additive censored model does until then): without
     peaks (step-time-only trials) its scale and rates are guesses; on the perturbed clusters in that mode the
     search scored 0.734 of the optimum at 30 trials with the GP pricing from the first trial, 0.822 with 3."""
+    time_bubble: bool = False
+    """The time GP's additive part gets a column for the pipeline bubble (search/bubble.py: ln(1 + (pp - 1) mbs dp /
+    (vp G))), a product of four knobs that per-value effects cannot say. Off: on a 1F1B landscape it cuts the time
+    model's error on untried settings ~20x (tests/search/test_bubble.py), but on the perturbed clusters, where the
+    pp x vp x mbs interaction columns already carry most of it, the cold search did not gain (60 paired runs, mean
+    -0.008 / -0.012 at 20 / 30 trials, intervals across 0; BENCHMARKS.md)."""
+    time_bubble_mean: float = 1.0
+    """Prior mean of the bubble column's coefficient (1: the textbook 1F1B schedule; 0: the trials alone say)."""
+    time_bubble_sd: float = 0.5
+    """Its prior sd."""
     time_sd: float = 1.0
     """Prior sd (log scale) of the time effect of a knob value no prior speaks about (1.0: "up to ~2.7x either way")."""
     memory_sd: float = 1.0

@@ -29,7 +29,8 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``; the des
    target that adds a kernel on the knob values to those effects (:mod:`.surrogate` for step time,
    :mod:`.censored` for peak memory, which takes OOMs and runs that fit as censored observations), so the
    interactions an additive model cannot express (pipeline bubble, a peak that is a sum of weights and
-   activations) are learned near the settings tried. Without a memory estimate, P(OOM) comes from
+   activations) are learned near the settings tried (``time_bubble`` adds the bubble's log factor as one more
+   additive column, :mod:`.bubble`; off by default, measured in BENCHMARKS.md). Without a memory estimate, P(OOM) comes from
    :mod:`.structured` instead: the peak as a sum of power-law terms (weights and state, activations, a
    constant) whose powers the trials teach, censored the same way, which carries the sum far from the trials.
    The search exploits more than it explores: the EI reads the time GP's sd times ``ei_sd_scale`` (0.25), and an
@@ -76,6 +77,7 @@ from ..models import MemoryModel, TimeModel, is_ordered
 from ..priors.prior import Prior
 from .acquisition import expected_improvement, hamming
 from .config import TunerConfig
+from .bubble import BubbleColumn
 from .derived import derived_knobs
 from .outcome import Outcome
 from .prior_check import evidence_conflicts, z_conflicts
@@ -118,6 +120,7 @@ class Tuner:
         # The models see only knobs that carry information: a knob the others determine (data parallel =
         # world / (tp * pp * cp)) would be collinear with them and smear their effects.
         self.derived = derived_knobs(space, self._pool)
+        self._bubble = BubbleColumn.for_space(space, self._pool) if self.config.time_bubble else None
         model_space = KnobSpace([k for k in space.knobs if k.name not in self.derived])
         self._model_space = model_space
         self.time_model = TimeModel(model_space, priors=self.priors, noise_cv=noise_cv, seed=seed,
@@ -370,9 +373,8 @@ class Tuner:
         ok = [(s, o.step_time_s) for s, o in self.history if o.status == "ok"]
         if self.config.joint:
             ss = [s for s, _ in ok]
-            self.surrogate = Surrogate.fit(self._x1(ss), self._codes(ss), np.log([t for _, t in ok]),
-                                           *self.time_model.coefficient_prior(), noise_sd=self.noise_cv,
-                                           ordered=self._ordered)
+            self.surrogate = Surrogate.fit(self._xt(ss), self._codes(ss), np.log([t for _, t in ok]),
+                                           *self._time_prior(), noise_sd=self.noise_cv, ordered=self._ordered)
             return
         mean, _ = self.time_model.predict([s for s, _ in ok], noise=False)
         r = np.log([t for _, t in ok]) - mean
@@ -392,11 +394,25 @@ class Tuner:
         """The time model's design with an intercept column: (n, p + 1)."""
         return self.time_model.design_rows(settings)[0]
 
+    def _xt(self, settings: Sequence[Setting]) -> np.ndarray:
+        """The time GP's additive design: ``_x1``, then the bubble column when there is one: (n, p + 1 [+ 1])."""
+        x1 = self._x1(settings)
+        if self._bubble is None:
+            return x1
+        return np.hstack([x1, self._bubble.values(settings)[:, None]])
+
+    def _time_prior(self) -> tuple[np.ndarray, np.ndarray]:
+        """Prior (mean, sd) of the time GP's additive coefficients, in ``_xt``'s columns."""
+        m0, s0 = self.time_model.coefficient_prior()
+        if self._bubble is None:
+            return m0, s0
+        return np.append(m0, self.config.time_bubble_mean), np.append(s0, self.config.time_bubble_sd)
+
     def predict_time(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior of the mean log step time (log seconds), (mean, sd): the joint time GP's, else the additive model
         plus the residual GP."""
         if self.surrogate is not None and len(settings):
-            mean, var = self.surrogate.predict(self._x1(settings), self._codes(settings))
+            mean, var = self.surrogate.predict(self._xt(settings), self._codes(settings))
             return mean, np.sqrt(var)
         mean, sd = self.time_model.predict(settings, noise=False)
         if self.residual is not None and len(settings):
