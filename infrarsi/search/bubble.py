@@ -37,8 +37,7 @@ class BubbleColumn:
 
     @classmethod
     def for_space(cls, space: KnobSpace, pool: Sequence[Setting]) -> "BubbleColumn | None":
-        names = set(space.names)
-        if PP not in names or not pool or max(s[PP] for s in pool) <= 1:
+        if PP not in space or not pool or max(s[PP] for s in pool) <= 1:
             return None
         g = max(_get(s, MBS) * _get(s, DP) for s in pool)
         return cls(float(g))

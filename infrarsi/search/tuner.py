@@ -30,8 +30,8 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``; the des
    :mod:`.censored` for peak memory, which takes OOMs and runs that fit as censored observations), so the
    interactions an additive model cannot express (pipeline bubble, a peak that is a sum of weights and
    activations) are learned near the settings tried (``time_bubble`` adds the bubble's log factor as one more
-   additive column, :mod:`.bubble`; off by default, measured in BENCHMARKS.md). Without a memory estimate, P(OOM) comes from
-   :mod:`.structured` instead: the peak as a sum of power-law terms (weights and state, activations, a
+   additive column, :mod:`.bubble`; off by default, measured in BENCHMARKS.md). Without a memory estimate,
+   P(OOM) comes from :mod:`.structured` instead: the peak as a sum of power-law terms (weights and state, activations, a
    constant) whose powers the trials teach, censored the same way, which carries the sum far from the trials.
    The search exploits more than it explores: the EI reads the time GP's sd times ``ei_sd_scale`` (0.25), and an
    acquisition step picks among candidates within ``trust_radius`` (4) knob changes of the 5 fastest settings
@@ -76,8 +76,8 @@ from ..knobs import KnobSpace, Setting
 from ..models import MemoryModel, TimeModel, is_ordered
 from ..priors.prior import Prior
 from .acquisition import expected_improvement, hamming
-from .config import TunerConfig
 from .bubble import BubbleColumn
+from .config import TunerConfig
 from .derived import derived_knobs
 from .outcome import Outcome
 from .prior_check import evidence_conflicts, z_conflicts
@@ -390,13 +390,10 @@ class Tuner:
         """``space.encode``: (n, len(space.feature_names))."""
         return _cached_rows(self._enc_rows, settings, self.space.encode)
 
-    def _x1(self, settings: Sequence[Setting]) -> np.ndarray:
-        """The time model's design with an intercept column: (n, p + 1)."""
-        return self.time_model.design_rows(settings)[0]
-
     def _xt(self, settings: Sequence[Setting]) -> np.ndarray:
-        """The time GP's additive design: ``_x1``, then the bubble column when there is one: (n, p + 1 [+ 1])."""
-        x1 = self._x1(settings)
+        """The time GP's additive design: the time model's with an intercept column, then the bubble column when there
+        is one: (n, p + 1 [+ 1])."""
+        x1 = self.time_model.design_rows(settings)[0]
         if self._bubble is None:
             return x1
         return np.hstack([x1, self._bubble.values(settings)[:, None]])

@@ -79,7 +79,8 @@ def _rank_error(config: TunerConfig, seed: int) -> float:
     for s in told:
         t.tell(s, Outcome(status="ok", step_time_s=_step_time(s)))
     t.fit_models()
-    rest = [s for s in pool if s not in set(told)]
+    seen = set(told)
+    rest = [s for s in pool if s not in seen]
     mean, _ = t.predict_time(rest)
     return float(np.mean(np.abs(mean - np.log([_step_time(s) for s in rest]))))
 
