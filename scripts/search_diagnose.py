@@ -20,10 +20,18 @@ knob free) and the best with its other knobs (the layout free), each by exhausti
 perfect tuning of the other knobs would give on the layout the search settled on; the second what the right layout
 would give with the knobs it found.
 
+``--neighbours``: after ``--budget`` trials, how much the incumbent's one-knob moves (with repairs, untried) hold and how
+well they are ranked: the incumbent's fraction of the optimum, that of its best move, and the gain of the best of the
+first 1, 3 and 6 moves (fractions of the optimum; a move that runs out of memory gains nothing) in random order, in
+the search's order (expected improvement with the sd x ``ei_sd_scale``, times P(fit), the moves above the P(OOM) cap
+last) and by a random forest on the trials that ran (scikit-learn, the ``bench`` extra), the same cap first. Can the
+trials tell which move to run next?
+
     python scripts/search_diagnose.py --kinds --variants 8 --budget 30
     python scripts/search_diagnose.py --layout-gap --variants 20 --budget 30
     python scripts/search_diagnose.py --models --variants 12 --budget 30
     python scripts/search_diagnose.py --time-check --variants 10 --budget 30
+    python scripts/search_diagnose.py --neighbours --variants 20 --budget 20
     python scripts/search_diagnose.py --kinds --set thompson_every=4 trust_radius=0 ei_sd_scale=1   # the search before
 """
 
@@ -151,12 +159,46 @@ def models(args: tuple[int, int]) -> dict[str, Any]:
     return _ranking(b, log_true, preds)
 
 
+def neighbours(args: tuple[int, int]) -> dict[str, Any]:
+    """The incumbent's untried one-knob moves after ``budget`` cold trials: what the best of the first k holds, by
+    ranking."""
+    from sklearn.ensemble import RandomForestRegressor
+
+    from infrarsi.search.acquisition import expected_improvement
+
+    b, t = _cold(*args)
+    t.fit_models()
+    opt = b.land.optimum()
+    frac = lambda s: 0.0 if b.true_time(s) is None else opt / b.true_time(s)  # noqa: E731
+    inc = t.top(1)[0]
+    moves = [m for m in t._neighbors(inc) if m not in t._told]
+    fr, f0 = np.array([frac(m) for m in moves]), frac(inc)
+    p = t._p_oom(moves)
+    capped = p > t.config.max_p_oom
+    mean, sd = t.predict_time(moves)
+    ei = expected_improvement(mean, sd * t.config.ei_sd_scale, math.log(t.best()[1].step_time_s))
+    ok = [(s, o.step_time_s) for s, o in t.history if o.status == "ok"]
+    xs = [s for s, _ in ok]
+    enc = lambda ss: np.hstack([t._codes(ss), t._xt(ss)])  # noqa: E731
+    forest = RandomForestRegressor(200, min_samples_leaf=2, random_state=0).fit(enc(xs), np.log([v for _, v in ok]))
+    order = {"random": np.random.default_rng(args[0]).permutation(len(moves)),
+             "search": np.lexsort((-ei * (1 - p), capped)),
+             "forest": np.lexsort((forest.predict(enc(moves)), capped))}
+    out: dict[str, Any] = {"name": b.land.name, "incumbent": f0, "best move": max(f0, fr.max(initial=0.0)),
+                           "moves": len(moves), "OOM": float((fr == 0).mean()) if len(moves) else 0.0}
+    for name, o in order.items():
+        for k in (1, 3, 6):
+            out[f"{name} @{k}"] = max(f0, fr[o[:k]].max(initial=0.0)) - f0
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kinds", action="store_true")
     ap.add_argument("--time-check", action="store_true")
     ap.add_argument("--models", action="store_true")
     ap.add_argument("--layout-gap", action="store_true")
+    ap.add_argument("--neighbours", action="store_true")
     ap.add_argument("--variants", type=int, default=8)
     ap.add_argument("--first-variant", type=int, default=0)
     ap.add_argument("--budget", type=int, default=30)
@@ -164,12 +206,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="TunerConfig overrides")
     args = ap.parse_args(argv)
     CONFIG.update(bs.config_overrides(ap, args.set))
-    if args.kinds + args.time_check + args.models + args.layout_gap != 1:
-        ap.error("give one of --kinds, --time-check, --models, --layout-gap")
+    if args.kinds + args.time_check + args.models + args.layout_gap + args.neighbours != 1:
+        ap.error("give one of --kinds, --time-check, --models, --layout-gap, --neighbours")
     cells = [(args.first_variant + i, args.budget) for i in range(args.variants)]
-    job = kinds if args.kinds else time_check if args.time_check else models if args.models else layout_gap
+    job = (kinds if args.kinds else time_check if args.time_check else models if args.models
+           else neighbours if args.neighbours else layout_gap)
     with mp.get_context("fork").Pool(args.jobs) as pool:
         rows = pool.map(job, cells)
+    if args.neighbours:
+        cols = [k for k in rows[0] if k != "name"]
+        print(f"after {args.budget} cold trials: the incumbent's untried one-knob moves; gains are fractions of the"
+              " optimum over the incumbent's")
+        print(f"{'':8s} " + " ".join(f"{c:>10s}" for c in cols))
+        for what, f in (("median", statistics.median), ("mean", statistics.fmean)):
+            print(f"{what:8s} " + " ".join(f"{f(r[c] for r in rows):10.3f}" for c in cols))
+        return 0
     if args.layout_gap:
         cols = ("best", "its layout", "its other knobs")
         print(f"after {args.budget} cold trials: the best measured setting, and the best that keeps its layout or its"
