@@ -20,12 +20,12 @@ knob free) and the best with its other knobs (the layout free), each by exhausti
 perfect tuning of the other knobs would give on the layout the search settled on; the second what the right layout
 would give with the knobs it found.
 
-``--neighbours``: after ``--budget`` trials, how much the incumbent's one-knob moves (with repairs, untried) hold and how
-well they are ranked: the incumbent's fraction of the optimum, that of its best move, and the gain of the best of the
-first 1, 3 and 6 moves (fractions of the optimum; a move that runs out of memory gains nothing) in random order, in
-the search's order (expected improvement with the sd x ``ei_sd_scale``, times P(fit), the moves above the P(OOM) cap
-last) and by a random forest on the trials that ran (scikit-learn, the ``bench`` extra), the same cap first. Can the
-trials tell which move to run next?
+``--neighbours``: after ``--budget`` trials, how much the incumbent's one-knob moves (with repairs, untried) hold and
+how well they are ranked: the incumbent's fraction of the optimum, that of its best move, and the gain of the best of
+the first 1, 3 and 6 moves (fractions of the optimum; a move that runs out of memory gains nothing) in random order, in
+the search's order (its own acquisition, ``Tuner._score``: expected improvement with the sd x ``ei_sd_scale``, times
+P(fit) and P(pass the loss check), the moves above the P(OOM) cap last) and by a random forest on the trials that ran
+(scikit-learn, the ``bench`` extra), the same cap first. Can the trials tell which move to run next?
 
     python scripts/search_diagnose.py --kinds --variants 8 --budget 30
     python scripts/search_diagnose.py --layout-gap --variants 20 --budget 30
@@ -164,28 +164,26 @@ def neighbours(args: tuple[int, int]) -> dict[str, Any]:
     ranking."""
     from sklearn.ensemble import RandomForestRegressor
 
-    from infrarsi.search.acquisition import expected_improvement
-
     b, t = _cold(*args)
     t.fit_models()
     opt = b.land.optimum()
-    frac = lambda s: 0.0 if b.true_time(s) is None else opt / b.true_time(s)  # noqa: E731
+    frac = lambda s: 0.0 if (v := b.true_time(s)) is None else opt / v  # noqa: E731
     inc = t.top(1)[0]
     moves = [m for m in t._neighbors(inc) if m not in t._told]
     fr, f0 = np.array([frac(m) for m in moves]), frac(inc)
-    p = t._p_oom(moves)
-    capped = p > t.config.max_p_oom
-    mean, sd = t.predict_time(moves)
-    ei = expected_improvement(mean, sd * t.config.ei_sd_scale, math.log(t.best()[1].step_time_s))
+    # The search's own scores (its pairing variants come after the moves: dropped); capped moves ranked, not -inf.
+    n = len(moves)
+    sc = t._score(moves, t._encode(moves), t._taken())
+    capped = sc.p_oom[:n] > t._cap()
     ok = [(s, o.step_time_s) for s, o in t.history if o.status == "ok"]
     xs = [s for s, _ in ok]
     enc = lambda ss: np.hstack([t._codes(ss), t._xt(ss)])  # noqa: E731
     forest = RandomForestRegressor(200, min_samples_leaf=2, random_state=0).fit(enc(xs), np.log([v for _, v in ok]))
-    order = {"random": np.random.default_rng(args[0]).permutation(len(moves)),
-             "search": np.lexsort((-ei * (1 - p), capped)),
+    order = {"random": np.random.default_rng(args[0]).permutation(n),
+             "search": np.lexsort((-(sc.ei * (1 - sc.p_oom) * sc.p_pass)[:n], capped)),
              "forest": np.lexsort((forest.predict(enc(moves)), capped))}
     out: dict[str, Any] = {"name": b.land.name, "incumbent": f0, "best move": max(f0, fr.max(initial=0.0)),
-                           "moves": len(moves), "OOM": float((fr == 0).mean()) if len(moves) else 0.0}
+                           "moves": n, "OOM": float((fr == 0).mean()) if n else 0.0}
     for name, o in order.items():
         for k in (1, 3, 6):
             out[f"{name} @{k}"] = max(f0, fr[o[:k]].max(initial=0.0)) - f0
@@ -206,11 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="TunerConfig overrides")
     args = ap.parse_args(argv)
     CONFIG.update(bs.config_overrides(ap, args.set))
-    if args.kinds + args.time_check + args.models + args.layout_gap + args.neighbours != 1:
+    jobs = {"kinds": kinds, "time_check": time_check, "models": models, "layout_gap": layout_gap,
+            "neighbours": neighbours}
+    chosen = [job for name, job in jobs.items() if getattr(args, name)]
+    if len(chosen) != 1:
         ap.error("give one of --kinds, --time-check, --models, --layout-gap, --neighbours")
+    job = chosen[0]
     cells = [(args.first_variant + i, args.budget) for i in range(args.variants)]
-    job = (kinds if args.kinds else time_check if args.time_check else models if args.models
-           else neighbours if args.neighbours else layout_gap)
     with mp.get_context("fork").Pool(args.jobs) as pool:
         rows = pool.map(job, cells)
     if args.neighbours:
