@@ -14,7 +14,7 @@ Two suites (``--suite``):
 Tuners (``--tuners``), each given the same space, validity rule and repair moves:
 
 - ``cold``: the ask/tell Tuner as a library user builds it (README): no priors, no memory estimate, no
-  typical config;
+  typical config (it holds its own knob semantics, ``search/semantics.py``: ``--set knob_semantics=false`` for none);
 - ``priors``: the run stage's tuner (offline priors, the analytical memory estimate as the memory model's
   offset, the typical config first); ``priors-noest``: priors without the estimate;
 - ``wrong``: priors whose time effects on the three most important knobs are reversed and made confident

@@ -69,6 +69,12 @@ class TunerConfig:
     that ran its course with only OOMs (search/_steps.design_step), OOM trials at 30 went from 4.0 to 2.9 (held-out variants:
     3.9 to 2.9) at the same fraction of the optimum within noise (BENCHMARKS.md). Alone, without that rule, it left one
     variant's design failing for 23 trials."""
+    knob_semantics: bool = True
+    """Hold weak time priors on what a few knobs mean (search/semantics.py: recompute and fp32 cost time, overlap flags
+    and the grouped MoE GEMM do not, sequence parallel and the distributed optimizer about break even; round sizes, sd
+    0.15-0.3) for the values no given prior states. False: such values start at mean 0, sd ``time_sd``. Cold, on the
+    perturbed clusters (60 paired runs per set, BENCHMARKS.md): +0.054 / +0.028 of the optimum at 20 / 30 trials on the
+    family, +0.079 / +0.029 on the held-out variants (every interval above 0), OOM trials at 30 2.8 -> 2.4 / 2.5."""
     memory_gp_min_peaks: int = 3
     """Measured peaks before the memory GP prices P(OOM) (the additive censored model does until then): without
     peaks (step-time-only trials) its scale and rates are guesses; on the perturbed clusters in that mode the
