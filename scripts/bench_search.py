@@ -35,7 +35,9 @@ Score: the noise-free step time of the setting the tuner would pick (its best me
 the exhaustive optimum; OOM trials counted over the budget; overhead = seconds per ask. "verified pick": the
 same fraction for the setting a run stage keeps after re-verifying the tuner's 3 best (this search ranks them by
 its posterior mean, a peer by its measurements), each rerun 3 times with fresh noise outside the budget: with 2%
-run-to-run noise the best single measurement is often a lucky draw of a slightly slower setting.
+run-to-run noise the best single measurement is often a lucky draw of a slightly slower setting. "own pick": this
+search's ``Tuner.top(1)`` (the posterior mean's fastest that ran; no reruns). "best tried": the fastest setting that
+ran, by its noise-free time (what a pick that noise could not fool would keep).
 
     python scripts/bench_search.py                                   # family of 20, all tuners, 20/30/50
     python scripts/bench_search.py --report time --tuners cold random
@@ -381,8 +383,12 @@ def score(b: Bench, hist: History, budget: int, opt: float) -> dict[str, float]:
     if not ok:
         return {"frac": 0.0, "ooms": ooms, "found_at": budget}
     i_best = min(ok, key=lambda i: h[i][1].step_time_s)
-    return {"frac": opt / b.true_time(h[i_best][0]), "ooms": ooms, "found_at": i_best + 1,
-            "verified": opt / b.true_time(verified_pick(b, h, budget))}
+    out = {"frac": opt / b.true_time(h[i_best][0]), "ooms": ooms, "found_at": i_best + 1,
+           "verified": opt / b.true_time(verified_pick(b, h, budget)),
+           "best_tried": max(opt / b.true_time(h[i][0]) for i in ok)}  # what a noise-free pick would keep
+    if b.tops.get(budget):  # this search's own pick, Tuner.top(1): the posterior mean's fastest that ran
+        out["model_pick"] = opt / b.true_time(b.tops[budget][0])
+    return out
 
 
 def verified_pick(b: Bench, h: History, budget: int) -> Setting:
@@ -418,10 +424,17 @@ def _job(args: tuple[str, int | None, int, str, str, list[int], dict[str, Any]])
             "scores": {n: score(b, hist, n, opt) for n in budgets}, **b.notes}
 
 
+def _median_of(scores: list[dict[str, Any]], key: str) -> str:
+    """The median of a score column, or "-" where a run lacks it (saved before the column, or a peer: no own pick)."""
+    xs = [x[key] for x in scores if key in x]
+    return f"{statistics.median(xs):.3f}" if xs and len(xs) == len(scores) else "-"
+
+
 def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int], groups: list[str], title: str) -> None:
     print(title)
     print(f"{'group':18s} {'tuner':24s} {'budget':>6s} {'frac of optimum: median [IQR]':>30s} "
-          f"{'OOM trials':>10s} {'best at':>8s} {'overhead/ask':>12s} {'verified pick':>14s}")
+          f"{'OOM trials':>10s} {'best at':>8s} {'overhead/ask':>12s} {'verified pick':>14s} {'own pick':>9s} "
+          f"{'best tried':>10s}")
     for g in groups:
         for tuner in tuners:
             rs = [r for r in runs if r["tuner"] == tuner and (g == "all" or r["base"] == g)]
@@ -433,12 +446,11 @@ def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int
                 if not sc:
                     continue
                 med, lo, hi = q([x["frac"] for x in sc])
-                ver = [x["verified"] for x in sc if "verified" in x]  # runs saved before the column have none
-                verified = f"{statistics.median(ver):.3f}" if len(ver) == len(sc) else "-"
+                verified, own, tried = (_median_of(sc, k) for k in ("verified", "model_pick", "best_tried"))
                 print(f"{g:18s} {tuner:24s} {n:6d} {med:>12.3f} [{lo:.3f}, {hi:.3f}] "
                       f"{statistics.fmean(x['ooms'] for x in sc):10.1f} "
                       f"{statistics.median(x['found_at'] for x in sc):8.0f} "
-                      f"{statistics.fmean(r['overhead_s'] for r in rs) * 1000:9.1f} ms {verified:>14s}  (n={len(rs)})")
+                      f"{statistics.fmean(r['overhead_s'] for r in rs) * 1000:9.1f} ms {verified:>14s} {own:>9s} {tried:>10s}  (n={len(rs)})")
     for tuner in tuners:
         rs = [r for r in runs if r["tuner"] == tuner]
         end = [r["overhead_last10_s"] for r in rs if "overhead_last10_s" in r]

@@ -21,3 +21,23 @@ def test_zero_seeds_per_variant_is_refused():
 def test_unknown_config_field_names_the_fields():
     out = _run("--set", "no_such_field=1", "--tuners", "cold")
     assert out.returncode == 2 and "'no_such_field' is not a TunerConfig field" in out.stderr
+
+
+def test_table_shows_the_searchs_own_pick_and_the_best_tried(tmp_path):
+    import json
+
+    def run(tuner: str, seed: int, frac: float, **extra: float) -> dict:
+        return {"landscape": "w~v0", "base": "w", "tuner": tuner, "seed": seed, "overhead_s": 0.1,
+                "scores": {"30": {"frac": frac, "ooms": 1, "found_at": 20, "verified": frac, **extra}}}
+
+    runs = [run("cold", 0, 0.90, model_pick=0.95, best_tried=0.97), run("cold", 1, 0.80, model_pick=0.85, best_tried=0.99),
+            run("random", 0, 0.70)]  # a peer has no own pick, and a run saved before the columns none either
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(runs))
+    out = _run("--table", str(path))
+    assert out.returncode == 0, out.stderr
+    header, cold, peer = out.stdout.splitlines()[1:4]
+    assert header.split()[-5:] == ["pick", "own", "pick", "best", "tried"]
+    cold, peer = cold.split(), peer.split()
+    assert cold[1] == "cold" and cold[-4:-1] == ["0.850", "0.900", "0.980"]  # verified, own pick, best tried
+    assert peer[1] == "random" and peer[-3:-1] == ["-", "-"]
