@@ -385,9 +385,9 @@ def score(b: Bench, hist: History, budget: int, opt: float) -> dict[str, float]:
     i_best = min(ok, key=lambda i: h[i][1].step_time_s)
     out = {"frac": opt / b.true_time(h[i_best][0]), "ooms": ooms, "found_at": i_best + 1,
            "verified": opt / b.true_time(verified_pick(b, h, budget)),
-           "best_tried": max(opt / b.true_time(h[i][0]) for i in ok)}  # what a noise-free pick would keep
-    if b.tops.get(budget):  # this search's own pick, Tuner.top(1): the posterior mean's fastest that ran
-        out["model_pick"] = opt / b.true_time(b.tops[budget][0])
+           "best_tried": max(opt / b.true_time(h[i][0]) for i in ok)}
+    if b.tops.get(budget):  # this search only: Tuner.top(1)
+        out["own_pick"] = opt / b.true_time(b.tops[budget][0])
     return out
 
 
@@ -446,11 +446,12 @@ def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int
                 if not sc:
                     continue
                 med, lo, hi = q([x["frac"] for x in sc])
-                verified, own, tried = (_median_of(sc, k) for k in ("verified", "model_pick", "best_tried"))
+                verified, own, tried = (_median_of(sc, k) for k in ("verified", "own_pick", "best_tried"))
                 print(f"{g:18s} {tuner:24s} {n:6d} {med:>12.3f} [{lo:.3f}, {hi:.3f}] "
                       f"{statistics.fmean(x['ooms'] for x in sc):10.1f} "
                       f"{statistics.median(x['found_at'] for x in sc):8.0f} "
-                      f"{statistics.fmean(r['overhead_s'] for r in rs) * 1000:9.1f} ms {verified:>14s} {own:>9s} {tried:>10s}  (n={len(rs)})")
+                      f"{statistics.fmean(r['overhead_s'] for r in rs) * 1000:9.1f} ms {verified:>14s} {own:>9s} "
+                      f"{tried:>10s}  (n={len(rs)})")
     for tuner in tuners:
         rs = [r for r in runs if r["tuner"] == tuner]
         end = [r["overhead_last10_s"] for r in rs if "overhead_last10_s" in r]

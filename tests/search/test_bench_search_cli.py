@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,13 +25,12 @@ def test_unknown_config_field_names_the_fields():
 
 
 def test_table_shows_the_searchs_own_pick_and_the_best_tried(tmp_path):
-    import json
-
     def run(tuner: str, seed: int, frac: float, **extra: float) -> dict:
         return {"landscape": "w~v0", "base": "w", "tuner": tuner, "seed": seed, "overhead_s": 0.1,
                 "scores": {"30": {"frac": frac, "ooms": 1, "found_at": 20, "verified": frac, **extra}}}
 
-    runs = [run("cold", 0, 0.90, model_pick=0.95, best_tried=0.97), run("cold", 1, 0.80, model_pick=0.85, best_tried=0.99),
+    runs = [run("cold", 0, 0.90, own_pick=0.95, best_tried=0.97),
+            run("cold", 1, 0.80, own_pick=0.85, best_tried=0.99),
             run("random", 0, 0.70)]  # a peer has no own pick, and a run saved before the columns none either
     path = tmp_path / "runs.json"
     path.write_text(json.dumps(runs))
