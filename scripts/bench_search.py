@@ -20,6 +20,7 @@ Tuners (``--tuners``), each given the same space, validity rule and repair moves
 - ``wrong``: priors whose time effects on the three most important knobs are reversed and made confident
   (sd 0.1), with no estimate: the priors must be revised by the trials;
 - ``cold-oracle-memory``: a diagnosis, not a peer: ``cold`` told the truth about "does it fit" for every candidate;
+- ``cold-oracle-time``: a diagnosis, not a peer: ``cold`` whose time model is the landscape's noise-free step time;
 - ``random``: uniform over valid settings;
 - ``tpe``: Optuna TPE, multivariate and grouped, with ``constraints_func`` (an invalid or OOM setting is
   infeasible); ``gp``: Optuna GPSampler with the same constraints; ``smac``: SMAC3 random-forest BO
@@ -74,6 +75,7 @@ NOISE_CV = 0.02
 # measured) each rerun VERIFY_REPEATS times with fresh noise, outside the budget; the fastest mean is the pick.
 VERIFY_TOP, VERIFY_REPEATS = 3, 3
 CONFIG: dict[str, Any] = {}  # TunerConfig overrides for this search's tuners (--set)
+ORACLE_TIME_SD = 0.0  # cold-oracle-time: sd of a fixed error per setting on its log step time (--oracle-time-sd)
 History = list[tuple[Setting, Outcome]]
 
 
@@ -174,8 +176,36 @@ class OracleMemoryTuner(Tuner):
         return np.array([float(self.bench.land.simulate(s, None, 0.0).oom) for s in cands])
 
 
+class OracleTimeTuner(Tuner):
+    """A diagnosis, not a peer: the cold tuner whose time model is the landscape's noise-free step time (for a setting
+    that does not fit, the time it would take with memory to spare), off by a fixed error per setting of sd
+    ``ORACLE_TIME_SD`` on the log scale (--oracle-time-sd; the predictive sd says so, at least 0.001). Its memory model
+    and every step of the search are its own, so how far it gets says how much of the gap to the optimum is the time
+    model's, and how accurate a time model must be to close it."""
+
+    def __init__(self, *args: Any, bench: "Bench", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bench = bench
+        self._true_log: dict[Setting, float] = {}
+
+    def predict_time(self, settings):
+        import numpy as np
+
+        from infrarsi.workloads.simulated import _layout, _step_time, check_setting
+
+        v = self.bench.land.v
+        out = np.empty(len(settings))
+        for i, s in enumerate(settings):
+            if s not in self._true_log:
+                lay = _layout(v.workload, check_setting(v.workload, s))
+                err = random.Random(f"oracle-time:{self.bench.seed}:{s.key()}").gauss(0.0, 1.0) * ORACLE_TIME_SD
+                self._true_log[s] = math.log(_step_time(v.workload, lay)[0] * v.time_factor(s)) + err
+            out[i] = self._true_log[s]
+        return out, np.full(len(settings), max(ORACLE_TIME_SD, 1e-3))
+
+
 def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
-          oracle: bool = False) -> tuple[History, float]:
+          oracle: bool | str = False) -> tuple[History, float]:
     t, pri = _run_ours(b, budget, priors=priors, estimate=estimate, typical=typical, oracle=oracle)
     if priors == "wrong":  # which of the reversed priors the run flags as miscalibrated (what the report shows)
         from infrarsi.models import revision
@@ -189,7 +219,7 @@ def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
 
 
 def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
-              oracle: bool = False) -> tuple[Tuner, list]:
+              oracle: bool | str = False) -> tuple[Tuner, list]:
     """This search as ``_ours`` configures it, driven for ``budget`` trials: (the tuner, its priors)."""
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
@@ -204,7 +234,8 @@ def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bo
         memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**CONFIG),
         initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
         memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
-    t = OracleMemoryTuner(b.space, bench=b, **kwargs) if oracle else Tuner(b.space, **kwargs)
+    kind = {True: OracleMemoryTuner, "memory": OracleMemoryTuner, "time": OracleTimeTuner}.get(oracle, Tuner)
+    t = kind(b.space, bench=b, **kwargs) if kind is not Tuner else Tuner(b.space, **kwargs)
     def record_top(n: int) -> None:  # the tuner's top candidates at the scored budgets
         if n in b.verify_at:
             b.tops[n] = t.top(VERIFY_TOP)
@@ -360,14 +391,15 @@ def run_smac(b: Bench, budget: int) -> tuple[History, float]:
     return hist, (time.perf_counter() - t0) / max(1, len(hist))
 
 
-OURS = ("cold", "priors", "priors-noest", "wrong", "cold-oracle-memory")
+OURS = ("cold", "priors", "priors-noest", "wrong", "cold-oracle-memory", "cold-oracle-time")
 TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
     "cold": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False),
     "priors": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True),
     "priors-noest": lambda b, n: _ours(b, n, priors="offline", estimate=False, typical=True),
     "wrong": lambda b, n: _ours(b, n, priors="wrong", estimate=False, typical=True),
     "cold-oracle-memory": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False,
-                                            oracle=True),
+                                            oracle="memory"),
+    "cold-oracle-time": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False, oracle="time"),
     "random": run_random,
     "tpe": lambda b, n: _optuna(b, n, "tpe"),
     "gp": lambda b, n: _optuna(b, n, "gp"),
@@ -420,6 +452,8 @@ def _job(args: tuple[str, int | None, int, str, str, list[int], dict[str, Any]])
     hist, overhead = TUNERS[tuner](b, max(budgets))
     opt = land.optimum()
     name = tuner + "".join(f" {k}={v}" for k, v in config.items()) if tuner in OURS and config else tuner
+    if tuner == "cold-oracle-time" and ORACLE_TIME_SD:
+        name += f" sd={ORACLE_TIME_SD:g}"
     return {"landscape": land.name, "base": base, "tuner": name, "seed": seed, "overhead_s": overhead,
             "scores": {n: score(b, hist, n, opt) for n in budgets}, **b.notes}
 
@@ -578,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="processes")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="TunerConfig overrides for this search's tuners, e.g. max_p_oom=0.5 local_every=2")
+    ap.add_argument("--oracle-time-sd", type=float, default=0.0,
+                    help="cold-oracle-time: sd of a fixed error per setting on the oracle's log step time (default 0)")
     ap.add_argument("--json", action="store_true", help="print every run as JSON instead of the table")
     ap.add_argument("--describe", action="store_true",
                     help="print how hard each landscape is (a uniform sample of 4,000 valid settings: OOM share, "
@@ -617,6 +653,8 @@ def main(argv: list[str] | None = None) -> int:
         describe(cells)
         return 0
     config = config_overrides(ap, args.set)
+    global ORACLE_TIME_SD
+    ORACLE_TIME_SD = args.oracle_time_sd
     if args.trace_conflicts:
         with mp.get_context("fork").Pool(args.jobs) as pool:
             for block in pool.map(trace_conflicts, [(b, v, sd, config, args.budgets) for b, v, sd in cells]):

@@ -20,6 +20,13 @@ knob free) and the best with its other knobs (the layout free), each by exhausti
 perfect tuning of the other knobs would give on the layout the search settled on; the second what the right layout
 would give with the knobs it found.
 
+``--time-error``: after ``--budget`` trials, how far the time model's predictions are from the truth, on the scale of
+``bench_search.py --tuners cold-oracle-time --oracle-time-sd SD`` (a time model off by an error of sd SD per setting):
+the sd of predicted minus true log step time over up to 1500 pool settings that fit, over the 100 truly fastest of
+them and over those within ``trust_radius`` knob changes of the 5 fastest measured (where acquisition steps choose),
+the model's own predictive sd there, and the median |error| / predictive sd over the 100 fastest. How accurate must a
+time model be, and how far is this one?
+
 ``--neighbours``: after ``--budget`` trials, how much the incumbent's one-knob moves (with repairs, untried) hold and
 how well they are ranked: the incumbent's fraction of the optimum, that of its best move, and the gain of the best of
 the first 1, 3 and 6 moves (fractions of the optimum; a move that runs out of memory gains nothing) in random order, in
@@ -32,6 +39,7 @@ P(fit) and P(pass the loss check), the moves above the P(OOM) cap last) and by a
     python scripts/search_diagnose.py --models --variants 12 --budget 30
     python scripts/search_diagnose.py --time-check --variants 10 --budget 30
     python scripts/search_diagnose.py --neighbours --variants 20 --budget 20
+    python scripts/search_diagnose.py --time-error --variants 20 --budget 30
     python scripts/search_diagnose.py --kinds --set thompson_every=4 trust_radius=0 ei_sd_scale=1   # the search before
 """
 
@@ -131,6 +139,19 @@ def time_check(args: tuple[int, int]) -> dict[str, Any]:
                                   "additive": t.time_model.predict(cands, noise=False)[0]})
 
 
+def time_error(args: tuple[int, int]) -> dict[str, Any]:
+    b, t, cands, log_true = _fitting_pool(*args)
+    mean, sd = t.predict_time(cands)
+    err = mean - log_true
+    fastest = np.argsort(log_true)[:100]
+    top = t._codes(t._fastest(5))
+    near = ((t._codes(cands)[:, None, :] != top[None, :, :]).sum(axis=2) <= t.config.trust_radius).any(axis=1)
+    return {"name": b.land.name, "all": float(err.std()), "100 fastest": float(err[fastest].std()),
+            "trust radius": float(err[near].std()) if near.sum() > 2 else math.nan,
+            "pred sd (radius)": float(np.median(sd[near])) if near.any() else math.nan,
+            "|z| fastest": float(np.median(np.abs(err[fastest] - np.median(err)) / sd[fastest]))}
+
+
 def models(args: tuple[int, int]) -> dict[str, Any]:
     from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
     from sklearn.linear_model import Ridge
@@ -197,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", action="store_true")
     ap.add_argument("--layout-gap", action="store_true")
     ap.add_argument("--neighbours", action="store_true")
+    ap.add_argument("--time-error", action="store_true")
     ap.add_argument("--variants", type=int, default=8)
     ap.add_argument("--first-variant", type=int, default=0)
     ap.add_argument("--budget", type=int, default=30)
@@ -205,10 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     CONFIG.update(bs.config_overrides(ap, args.set))
     jobs = {"kinds": kinds, "time_check": time_check, "models": models, "layout_gap": layout_gap,
-            "neighbours": neighbours}
+            "neighbours": neighbours, "time_error": time_error}
     chosen = [job for name, job in jobs.items() if getattr(args, name)]
     if len(chosen) != 1:
-        ap.error("give one of --kinds, --time-check, --models, --layout-gap, --neighbours")
+        ap.error("give one of --kinds, --time-check, --models, --layout-gap, --neighbours, --time-error")
     job = chosen[0]
     cells = [(args.first_variant + i, args.budget) for i in range(args.variants)]
     with mp.get_context("fork").Pool(args.jobs) as pool:
@@ -220,6 +242,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'':8s} " + " ".join(f"{c:>10s}" for c in cols))
         for what, f in (("median", statistics.median), ("mean", statistics.fmean)):
             print(f"{what:8s} " + " ".join(f"{f(r[c] for r in rows):10.3f}" for c in cols))
+        return 0
+    if args.time_error:
+        cols = [k for k in rows[0] if k != "name"]
+        print(f"after {args.budget} cold trials: predicted minus true log step time (sd) over pool settings that fit")
+        print(f"{'landscape':26s} " + " ".join(f"{c:>16s}" for c in cols))
+        for r in rows:
+            print(f"{r['name']:26s} " + " ".join(f"{r[c]:16.3f}" for c in cols))
+        print(f"{'median':26s} " + " ".join(f"{statistics.median(r[c] for r in rows):16.3f}" for c in cols))
         return 0
     if args.layout_gap:
         cols = ("best", "its layout", "its other knobs")
