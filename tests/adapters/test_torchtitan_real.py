@@ -2,7 +2,8 @@
 
 Each test trains llama3's debug model for a few steps with torchrun (2 ranks, gloo), from the tokenizer
 and dataset built from the project's own text (contracts/torchtitan-cpu/assets). Sizes are small so the
-three default tests take about a minute on 2 cores.
+two default tests take about half a minute on 2 cores; the SIGKILL resume (two torchtitan launches, ~20-30 s)
+runs with ``-m slow``.
 """
 
 from __future__ import annotations
@@ -115,6 +116,14 @@ def _write_contract(path: Path, d: dict) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+# Slow: an end-to-end repeat, on torchtitan, of what default tests check on cheaper workloads. A runner killed with
+# SIGKILL resumes its trial under the same id as attempt 1, finished ok, nothing left running:
+#   tests/execute/test_runner.py::test_resume_after_kill_9_requeues_local_trials_and_keeps_finished_ones (toy),
+#   tests/doctor/test_doctor_stage.py::test_doctor_on_minigpt_resumes_after_kill_9_and_prints_json (real minigpt).
+# The ranks torchrun starts outside the trial's process group die with the runner, or are ended by token on resume:
+#   tests/execute/test_orphans.py.
+# A real torchtitan trial through the runner: test_fsdp_two_rank_trial_trains_and_is_measured (above).
+@pytest.mark.slow
 def test_a_trial_killed_with_its_runner_by_sigkill_resumes_under_the_same_id(tmp_path):
     d = contract_dict(tmp_path, cap_gib=4.0, steps=4, seq=128, gbs=4, local=2)
     cpath = tmp_path / "c.toml"
