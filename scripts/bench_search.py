@@ -191,21 +191,20 @@ class OracleTimeTuner(Tuner):
     def predict_time(self, settings):
         import numpy as np
 
-        from infrarsi.workloads.simulated import _layout, _step_time, check_setting
-
-        v = self.bench.land.v
         out = np.empty(len(settings))
         for i, s in enumerate(settings):
             if s not in self._true_log:
-                lay = _layout(v.workload, check_setting(v.workload, s))
                 err = random.Random(f"oracle-time:{self.bench.seed}:{s.key()}").gauss(0.0, 1.0) * ORACLE_TIME_SD
-                self._true_log[s] = math.log(_step_time(v.workload, lay)[0] * v.time_factor(s)) + err
+                self._true_log[s] = math.log(self.bench.land.v.step_time(s)) + err
             out[i] = self._true_log[s]
         return out, np.full(len(settings), max(ORACLE_TIME_SD, 1e-3))
 
 
+ORACLES = {"memory": OracleMemoryTuner, "time": OracleTimeTuner}  # the diagnosis tuners (_run_ours' oracle=)
+
+
 def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
-          oracle: bool | str = False) -> tuple[History, float]:
+          oracle: str | None = None) -> tuple[History, float]:
     t, pri = _run_ours(b, budget, priors=priors, estimate=estimate, typical=typical, oracle=oracle)
     if priors == "wrong":  # which of the reversed priors the run flags as miscalibrated (what the report shows)
         from infrarsi.models import revision
@@ -219,7 +218,7 @@ def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
 
 
 def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
-              oracle: bool | str = False) -> tuple[Tuner, list]:
+              oracle: str | None = None) -> tuple[Tuner, list]:
     """This search as ``_ours`` configures it, driven for ``budget`` trials: (the tuner, its priors)."""
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
@@ -234,8 +233,7 @@ def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bo
         memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**CONFIG),
         initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
         memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
-    kind = {True: OracleMemoryTuner, "memory": OracleMemoryTuner, "time": OracleTimeTuner}.get(oracle, Tuner)
-    t = kind(b.space, bench=b, **kwargs) if kind is not Tuner else Tuner(b.space, **kwargs)
+    t = ORACLES[oracle](b.space, bench=b, **kwargs) if oracle else Tuner(b.space, **kwargs)
     def record_top(n: int) -> None:  # the tuner's top candidates at the scored budgets
         if n in b.verify_at:
             b.tops[n] = t.top(VERIFY_TOP)

@@ -59,6 +59,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_search as bs  # noqa: E402  (puts the repository root on sys.path)
+from infrarsi.search._steps import within_trust_radius  # noqa: E402
 
 
 CONFIG: dict[str, Any] = {}  # TunerConfig overrides (--set), as bench_search.py takes them
@@ -144,8 +145,7 @@ def time_error(args: tuple[int, int]) -> dict[str, Any]:
     mean, sd = t.predict_time(cands)
     err = mean - log_true
     fastest = np.argsort(log_true)[:100]
-    top = t._codes(t._fastest(5))
-    near = ((t._codes(cands)[:, None, :] != top[None, :, :]).sum(axis=2) <= t.config.trust_radius).any(axis=1)
+    near = within_trust_radius(t, cands)
     return {"name": b.land.name, "all": float(err.std()), "100 fastest": float(err[fastest].std()),
             "trust radius": float(err[near].std()) if near.sum() > 2 else math.nan,
             "pred sd (radius)": float(np.median(sd[near])) if near.any() else math.nan,

@@ -65,12 +65,16 @@ def pick(tuner: "Tuner", sc: Scored, incumbent: list[Setting]) -> tuple[int, str
             if np.isfinite(draw).any():
                 return int(np.argmin(draw)), "thompson"
     if cfg.trust_radius:
-        top = tuner._codes(tuner._fastest(5))
-        near = ((tuner._codes(sc.cands)[:, None, :] != top[None, :, :]).sum(axis=2) <= cfg.trust_radius).any(axis=1)
-        near &= np.isfinite(acq)
+        near = within_trust_radius(tuner, sc.cands) & np.isfinite(acq)
         if near.any():
             return int(np.argmax(np.where(near, acq, -np.inf))), "acquisition"
     return int(np.argmax(acq)), "acquisition"
+
+
+def within_trust_radius(tuner: "Tuner", cands: list[Setting]) -> np.ndarray:
+    """(m,) bool: the candidates within ``trust_radius`` knob changes of one of the 5 fastest settings measured."""
+    top = tuner._codes(tuner._fastest(5))
+    return ((tuner._codes(cands)[:, None, :] != top[None, :, :]).sum(axis=2) <= tuner.config.trust_radius).any(axis=1)
 
 
 def probe(tuner: "Tuner", sc: Scored, inc: Setting) -> int | None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..knobs import KnobSpace, Setting
 from .simulated import (
-    DEFAULT_NOISE_CV, MemoryBreakdown, Optimum, SimResult, SimWorkload, _layout, _memory, _noise, _step_time,
+    DEFAULT_NOISE_CV, MemoryBreakdown, Optimum, SimResult, SimWorkload, _Layout, _layout, _memory, _noise, _step_time,
     check_setting, exhaustive_optimum, get_workload, model_flops_per_iteration, space_for,
 )
 
@@ -149,12 +149,21 @@ class Variant:
         used, reserved = self.mem.device_used(mem), self.mem.reserved(mem)
         if used > mem.capacity:
             return SimResult(step_time_s=None, peak_memory_bytes=reserved, oom=True, tflops_per_gpu=None, mfu=None)
-        base, phases = _step_time(w, lay)
-        base *= self.time_factor(s)
+        base, phases = self._time(s, lay)
         t = base * _noise(seed, f"{self.name}:{s.key()}", noise_cv)[0]
         tf = model_flops_per_iteration(w.model) / (t * w.world_size)
         return SimResult(step_time_s=t, peak_memory_bytes=reserved, oom=False, tflops_per_gpu=tf / 1e12,
                          mfu=tf / w.spec.peak_bf16_flops, noise_free_step_time_s=base, phases_s=phases)
+
+    def step_time(self, setting: Mapping[str, Any]) -> float:
+        """Noise-free step seconds of ``setting`` on this cluster, whether or not it fits in memory."""
+        s = check_setting(self.workload, setting)
+        return self._time(s, _layout(self.workload, s))[0]
+
+    def _time(self, s: Setting, lay: _Layout) -> tuple[float, dict[str, float]]:
+        """(noise-free step seconds, phases) of a checked setting and its layout: the simulator's x the perturbation."""
+        base, phases = _step_time(self.workload, lay)
+        return base * self.time_factor(s), phases
 
     def optimum(self, space: KnobSpace | None = None) -> Optimum:
         """The noise-free fastest valid setting (exhaustive), with the counts of valid and OOM settings."""
