@@ -21,6 +21,10 @@ Tuners (``--tuners``), each given the same space, validity rule and repair moves
   (sd 0.1), with no estimate: the priors must be revised by the trials;
 - ``cold-oracle-memory``: a diagnosis, not a peer: ``cold`` told the truth about "does it fit" for every candidate;
 - ``cold-oracle-time``: a diagnosis, not a peer: ``cold`` whose time model is the landscape's noise-free step time;
+- ``cold-oracle-physics``: a diagnosis, not a peer: ``cold`` whose time model is the variant's own step-time formulas
+  on its drawn hardware constants (``Variant.formula_time``) plus a GP on what they miss, learned from the trials: the
+  ceiling of a search that knows the simulator; ``cold-oracle-formulas``: the same with the base workload's nominal
+  constants (the formulas alone, not the cluster). Family suite only;
 - ``random``: uniform over valid settings;
 - ``tpe``: Optuna TPE, multivariate and grouped, with ``constraints_func`` (an invalid or OOM setting is
   infeasible); ``gp``: Optuna GPSampler with the same constraints; ``smac``: SMAC3 random-forest BO
@@ -62,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 from infrarsi.knobs import KnobSpace, Setting  # noqa: E402
@@ -69,13 +74,14 @@ from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS, exhaustive_optimum, get_workload, simulate, space_for  # noqa: E402
 from infrarsi.workloads.variants import Variant  # noqa: E402
 
+import bench_oracles  # noqa: E402  (the diagnosis tuners: cold-oracle-*)
+
 NOISE_CV = 0.02
 # The verified pick (score "verified"): what the run stage does after its search, for every tuner alike. Its
 # VERIFY_TOP best candidates (this search: ``Tuner.top``, by the time model's posterior mean; a peer: its fastest
 # measured) each rerun VERIFY_REPEATS times with fresh noise, outside the budget; the fastest mean is the pick.
 VERIFY_TOP, VERIFY_REPEATS = 3, 3
 CONFIG: dict[str, Any] = {}  # TunerConfig overrides for this search's tuners (--set)
-ORACLE_TIME_SD = 0.0  # cold-oracle-time: sd of a fixed error per setting on its log step time (--oracle-time-sd)
 History = list[tuple[Setting, Outcome]]
 
 
@@ -116,6 +122,8 @@ class Landscape:
 
 class Bench:
     """A landscape, a noise seed and a reporting mode: the objective every tuner calls."""
+
+    noise_cv = NOISE_CV  # run-to-run CV of every trial's step time
 
     def __init__(self, land: Landscape, seed: int, report: str) -> None:
         self.land, self.seed, self.report = land, seed, report
@@ -161,48 +169,6 @@ class Bench:
 
 
 # ------------------------------------------------------------------------------------------ ours
-class OracleMemoryTuner(Tuner):
-    """A diagnosis, not a peer: the cold tuner told the true answer to "does it fit" for every candidate (its P(OOM) is
-    0 or 1 from the landscape itself). How far the search gets when memory pricing is perfect says how much of the gap
-    to the optimum is the memory model's and how much the time model's."""
-
-    def __init__(self, *args: Any, bench: "Bench", **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.bench = bench
-
-    def _p_oom(self, cands):
-        import numpy as np
-
-        return np.array([float(self.bench.land.simulate(s, None, 0.0).oom) for s in cands])
-
-
-class OracleTimeTuner(Tuner):
-    """A diagnosis, not a peer: the cold tuner whose time model is the landscape's noise-free step time (for a setting
-    that does not fit, the time it would take with memory to spare), off by a fixed error per setting of sd
-    ``ORACLE_TIME_SD`` on the log scale (--oracle-time-sd; the predictive sd says so, at least 0.001). Its memory model
-    and every step of the search are its own, so how far it gets says how much of the gap to the optimum is the time
-    model's, and how accurate a time model must be to close it."""
-
-    def __init__(self, *args: Any, bench: "Bench", **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.bench = bench
-        self._true_log: dict[Setting, float] = {}
-
-    def predict_time(self, settings):
-        import numpy as np
-
-        out = np.empty(len(settings))
-        for i, s in enumerate(settings):
-            if s not in self._true_log:
-                err = random.Random(f"oracle-time:{self.bench.seed}:{s.key()}").gauss(0.0, 1.0) * ORACLE_TIME_SD
-                self._true_log[s] = math.log(self.bench.land.v.step_time(s)) + err
-            out[i] = self._true_log[s]
-        return out, np.full(len(settings), max(ORACLE_TIME_SD, 1e-3))
-
-
-ORACLES = {"memory": OracleMemoryTuner, "time": OracleTimeTuner}  # the diagnosis tuners (_run_ours' oracle=)
-
-
 def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
           oracle: str | None = None) -> tuple[History, float]:
     t, pri = _run_ours(b, budget, priors=priors, estimate=estimate, typical=typical, oracle=oracle)
@@ -233,7 +199,7 @@ def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bo
         memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**CONFIG),
         initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
         memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
-    t = ORACLES[oracle](b.space, bench=b, **kwargs) if oracle else Tuner(b.space, **kwargs)
+    t = bench_oracles.ORACLES[oracle](b.space, bench=b, **kwargs) if oracle else Tuner(b.space, **kwargs)
     def record_top(n: int) -> None:  # the tuner's top candidates at the scored budgets
         if n in b.verify_at:
             b.tops[n] = t.top(VERIFY_TOP)
@@ -389,7 +355,8 @@ def run_smac(b: Bench, budget: int) -> tuple[History, float]:
     return hist, (time.perf_counter() - t0) / max(1, len(hist))
 
 
-OURS = ("cold", "priors", "priors-noest", "wrong", "cold-oracle-memory", "cold-oracle-time")
+OURS = ("cold", "priors", "priors-noest", "wrong", "cold-oracle-memory", "cold-oracle-time", "cold-oracle-physics",
+        "cold-oracle-formulas")
 TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
     "cold": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False),
     "priors": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True),
@@ -398,6 +365,10 @@ TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
     "cold-oracle-memory": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False,
                                             oracle="memory"),
     "cold-oracle-time": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False, oracle="time"),
+    "cold-oracle-physics": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False,
+                                             oracle="physics"),
+    "cold-oracle-formulas": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False,
+                                              oracle="formulas"),
     "random": run_random,
     "tpe": lambda b, n: _optuna(b, n, "tpe"),
     "gp": lambda b, n: _optuna(b, n, "gp"),
@@ -450,8 +421,8 @@ def _job(args: tuple[str, int | None, int, str, str, list[int], dict[str, Any]])
     hist, overhead = TUNERS[tuner](b, max(budgets))
     opt = land.optimum()
     name = tuner + "".join(f" {k}={v}" for k, v in config.items()) if tuner in OURS and config else tuner
-    if tuner == "cold-oracle-time" and ORACLE_TIME_SD:
-        name += f" sd={ORACLE_TIME_SD:g}"
+    if tuner == "cold-oracle-time" and bench_oracles.ORACLE_TIME_SD:
+        name += f" sd={bench_oracles.ORACLE_TIME_SD:g}"
     return {"landscape": land.name, "base": base, "tuner": name, "seed": seed, "overhead_s": overhead,
             "scores": {n: score(b, hist, n, opt) for n in budgets}, **b.notes}
 
@@ -651,8 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         describe(cells)
         return 0
     config = config_overrides(ap, args.set)
-    global ORACLE_TIME_SD
-    ORACLE_TIME_SD = args.oracle_time_sd
+    bench_oracles.ORACLE_TIME_SD = args.oracle_time_sd
     if args.trace_conflicts:
         with mp.get_context("fork").Pool(args.jobs) as pool:
             for block in pool.map(trace_conflicts, [(b, v, sd, config, args.budgets) for b, v, sd in cells]):

@@ -160,6 +160,16 @@ class Variant:
         s = check_setting(self.workload, setting)
         return self._time(s, _layout(self.workload, s))[0]
 
+    def formula_time(self, setting: Mapping[str, Any], *, drawn: bool = True) -> float:
+        """Noise-free step seconds of ``setting`` by the simulator's formulas, without this cluster's hidden per-layout
+        efficiencies and knob-pair interactions (``time_factor``), whether or not it fits: on the cluster's drawn
+        hardware constants (``drawn=True``: what a model that knew every formula and constant but had not measured
+        this cluster's layouts would predict), or on the base workload's nominal ones (``drawn=False``: the formulas
+        alone, as a textbook or the offline priors know them)."""
+        w = self.workload if drawn else get_workload(self.base)
+        s = check_setting(w, setting)
+        return _step_time(w, _layout(w, s))[0]
+
     def _time(self, s: Setting, lay: _Layout) -> tuple[float, dict[str, float]]:
         """(noise-free step seconds, phases) of a checked setting and its layout: the simulator's x the perturbation."""
         base, phases = _step_time(self.workload, lay)
