@@ -20,6 +20,7 @@ import numpy as np
 from infrarsi.knobs import Setting
 from infrarsi.search import Tuner
 from infrarsi.search.residual import Residual
+from infrarsi.workloads.variants import LAYOUT_SD
 
 ORACLE_TIME_SD = 0.0  # cold-oracle-time: sd of a fixed error per setting on its log step time (--oracle-time-sd)
 
@@ -86,7 +87,6 @@ class OraclePhysicsTuner(Tuner):
         return np.array([self._formula_log[s] for s in settings])
 
     def _fit_time_gp(self) -> None:
-        self.surrogate = None
         ok = [(s, o.step_time_s) for s, o in self.history if o.status == "ok"]
         ss = [s for s, _ in ok]
         r = np.log([t for _, t in ok]) - self._formula(ss)
@@ -95,7 +95,7 @@ class OraclePhysicsTuner(Tuner):
     def predict_time(self, settings):
         mean = self._formula(settings)
         if self.residual is None or not len(settings):
-            return mean, np.full(len(settings), 0.1)  # LAYOUT_SD x 2: what the formulas miss before any trial
+            return mean, np.full(len(settings), 2 * LAYOUT_SD)  # what the formulas miss before any trial
         gm, gv = self.residual.predict(self._codes(settings))
         return mean + gm, np.sqrt(gv + 1e-6)
 
