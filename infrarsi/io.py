@@ -9,13 +9,13 @@ import threading
 from pathlib import Path
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically. On failure (ENOSPC, ...) the old file is untouched,
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to ``path`` atomically. On failure (ENOSPC, ...) the old file is untouched,
     the temporary file is removed and the error is raised."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        with open(tmp, "w") as f:
+        with open(tmp, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

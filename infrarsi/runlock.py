@@ -1,4 +1,4 @@
-"""One process at a time per run directory: ``RUN_DIR/runner.lock``.
+"""One process at a time per run directory: its runner lock (``RunDir.RUNNER_LOCK``).
 
 ``hold(run_dir, command)`` takes an exclusive ``flock`` on the file and writes who holds it
 (pid, host, start time, command). A second ``doctor``/``run``/``tune`` on the same directory gets
@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-LOCK_FILE = "runner.lock"
+from .rundir.names import RUNNER_LOCK as LOCK_FILE
 
 _held: dict[str, tuple[int, int]] = {}  # resolved run dir -> (fd, depth) held by this process
 _guard = threading.Lock()
@@ -50,7 +50,7 @@ def describe(info: dict | None) -> str:
 
 @contextlib.contextmanager
 def hold(run_dir: str | Path, command: str, *, on_takeover=lambda msg: None) -> Iterator[None]:
-    """Hold RUN_DIR/runner.lock for the block; RunDirBusy when another process holds it. A directory
+    """Hold the run directory's runner lock for the block; RunDirBusy when another process holds it. A directory
     that does not exist yet is not locked (the stage itself refuses it). ``on_takeover(line)`` is
     told when a lock left by a dead process was taken over."""
     run = Path(run_dir)

@@ -4,7 +4,7 @@ fake step of ``infrarsi estimate``) and with the analytical estimate (``priors/o
 One ``infrarsi init`` + ``infrarsi doctor`` of the contract (its baseline and noise are shared by every run), then for
 each seed and offset a copy of that run directory searched by ``infrarsi run --seed S`` with
 ``INFRARSI_MEMORY_OFFSET=OFFSET`` and a fresh experience bank. Each run is stopped once its search has finished
-(``stages.json`` says so): what is measured is the search (OOM trials, the best step time and the search trial that
+(its stages record says so): what is measured is the search (OOM trials, the best step time and the search trial that
 found it, the P(OOM) each trial was priced at); the re-verification would only re-measure its best
 (``infrarsi run --run-dir DIR`` resumes it). Prints one row per run and one line per offset.
 
@@ -18,7 +18,6 @@ Run it on a quiet machine: every trial is a real training run (torchtitan: ~20 s
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -27,6 +26,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infrarsi.errors import RecordError  # noqa: E402
+from infrarsi.rundir import RunDir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,8 +42,8 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
 
 def _search_done(run_dir: Path) -> bool:
     try:
-        return "search" in json.loads((run_dir / "stages.json").read_text())
-    except (OSError, ValueError):
+        return RunDir(run_dir).stages().search is not None
+    except (OSError, RecordError):  # read while it is being written: next time
         return False
 
 
@@ -63,14 +67,14 @@ def search_only(run_dir: Path, seed: int, offset: str, bank: Path) -> tuple[floa
 def search_rows(run_dir: Path) -> list[dict]:
     """The run's search trials, in order: status, median step (s), peak (bytes), the P(OOM) it was proposed at."""
     rows = []
-    for d in sorted((run_dir / "trials").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1):
-        t = json.loads((d / "trial.json").read_text()) if (d / "trial.json").exists() else {}
-        if t.get("role") != "search":
+    run = RunDir(run_dir)
+    for i in run.trial_ids():
+        t = run.trial(i)
+        if t is None or t.role != "search":
             continue
-        prop = json.loads((d / "proposal.json").read_text()) if (d / "proposal.json").exists() else {}
-        m = t.get("metrics") or {}
-        rows.append({"id": t["id"], "status": t["status"], "step_s": m.get("step_time_s"),
-                     "peak": m.get("peak_memory_bytes"), "p_oom": prop.get("p_oom"), "setting": t["setting"]})
+        prop = run.proposal(i) or {}
+        rows.append({"id": t.id, "status": t.status.value, "step_s": t.metrics.step_time_s,
+                     "peak": t.metrics.peak_memory_bytes, "p_oom": prop.get("p_oom"), "setting": t.setting})
     return rows
 
 
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_cap_gib is not None:
         contract = str(capped_copy(ROOT / args.contract, args.memory_cap_gib, work / "contract.toml"))
     base = work / "doctor"
-    if not (base / "noise.json").exists():
+    if RunDir(base).noise() is None:
         shutil.rmtree(base, ignore_errors=True)
         env = {**os.environ, "INFRARSI_BANK": str(work / "doctor.bank.sqlite")}
         for step in (("init", contract, "--run-dir", str(base)), ("doctor", "--run-dir", str(base))):

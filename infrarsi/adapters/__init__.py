@@ -28,15 +28,16 @@ def run_adapter(name: str, run_dir) -> Adapter:
     """:func:`get_adapter` for a locked run: adapters that read launch files (Megatron, torchtitan) resolve
     ``workload.launch`` relative to the locked contract's folder, as ``infrarsi init`` checked it."""
     import inspect
-    import json
     from pathlib import Path
+
+    from ..contract import read_lock
 
     adapter = get_adapter(name)
     if "base_dir" not in inspect.signature(type(adapter).__init__).parameters:
         return adapter
     try:
-        path = json.loads((Path(run_dir) / "contract.lock").read_text())["contract_path"]
-    except (OSError, ValueError, KeyError, TypeError):
+        path = read_lock(run_dir)["contract_path"]
+    except (ValueError, KeyError, TypeError):  # ContractError included
         return adapter
     return type(adapter)(base_dir=Path(path).parent)
 

@@ -1,6 +1,7 @@
 """Applying promoted changes: the tuned launch, verified kernel files, one audited git commit."""
 
+from .commit import commit, problems
 from .gitops import GitError
-from .writer import ApplyPlan, ApplyRefused, FileChange, diff, make_plan, write
+from .writer import ApplyPlan, ApplyRefused, FileChange, diff, make_plan
 
-__all__ = ["ApplyPlan", "ApplyRefused", "FileChange", "GitError", "diff", "make_plan", "write"]
+__all__ = ["ApplyPlan", "ApplyRefused", "FileChange", "GitError", "commit", "diff", "make_plan", "problems"]

@@ -12,8 +12,8 @@ its lock, the plan holds, under ``infrarsi-tuned/<contract name>/`` in the user'
 
 plus every verified kernel file the setting names, copied to its path inside the locked scope (a
 candidate the run generated: to ``kernels/<op>/generated/``, where the run wrote it).
-Any problem (see :mod:`infrarsi.report.audit`) refuses the whole plan with one line: nothing is
-half-applied.
+Any problem (see :mod:`infrarsi.report.audit`) refuses the whole plan with one line. The plan is written, as
+one commit that holds exactly these bytes, by :mod:`.commit`: all of it or nothing.
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..adapters import get_adapter
 from ..execute.spec import LaunchSpec
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
 from ..report.load import RunData
+from ..rundir import RunDir, VerifiedCandidate
 
 OUT_ROOT = "infrarsi-tuned"
 PROFILE_FRAMEWORKS = ("megatron", "torchtitan")  # what infrarsi-launch can rewrite
@@ -43,11 +44,15 @@ class ApplyRefused(ValueError):
     """One line: why nothing was applied, and what to do."""
 
 
+Kind = Literal["kernel", "launch", "profile", "audit"]
+
+
 @dataclass(frozen=True)
 class FileChange:
     path: str  # relative to the repository root, posix
     content: bytes
     why: str  # one line for the audit
+    kind: Kind  # a kernel file is held to scope.files where it lands; the rest go under OUT_ROOT or edit the launch
     executable: bool = False
 
     @property
@@ -57,7 +62,7 @@ class FileChange:
 
 @dataclass(frozen=True)
 class ApplyPlan:
-    candidate: dict[str, Any]
+    candidate: VerifiedCandidate
     changes: dict[str, Any]  # knobs moved off the baseline
     files: list[FileChange]
     message: str  # the commit message: contract hash, speedup with CI, the audit
@@ -82,16 +87,20 @@ def _exports(env: dict[str, str]) -> list[str]:
     return [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
 
 
-def _header(data: RunData, cand: dict[str, Any], changes: dict[str, Any]) -> list[str]:
-    lo, hi = cand["ci95"]
-    pairs = ", ".join(f"{a}/{b}" for a, b in cand["trials"])
+def _ci(cand: VerifiedCandidate) -> tuple[float, float]:
+    return cand.ci95 or (math.nan, math.nan)
+
+
+def _header(data: RunData, cand: VerifiedCandidate, changes: dict[str, Any]) -> list[str]:
+    lo, hi = _ci(cand)
+    pairs = ", ".join(f"{a}/{b}" for a, b in cand.trials)
     return [f"# Tuned launch for contract {data.contract.name} (sha256 {data.contract_sha256[:16]}), written by `infrarsi apply`.",
-            f"# Verified: speedup {cand['speedup']:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] over {cand['pairs']} interleaved "
+            f"# Verified: speedup {cand.speedup:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] over {cand.pairs} interleaved "
             f"pairs (baseline/candidate trials {pairs}).",
             f"# Knobs changed from the baseline: {_knobs(changes)}."]
 
 
-def launch_script(data: RunData, spec: LaunchSpec, cand: dict[str, Any], changes: dict[str, Any], depth: int) -> str:
+def launch_script(data: RunData, spec: LaunchSpec, cand: VerifiedCandidate, changes: dict[str, Any], depth: int) -> str:
     up = "/".join([".."] * depth)
     # "$@" passes more arguments to a program given by its command; a launch read from a script has taken the
     # script's own arguments ($1, $2, ...) already (workload.script_args), so nothing may follow its last flag
@@ -103,7 +112,7 @@ def launch_script(data: RunData, spec: LaunchSpec, cand: dict[str, Any], changes
     return "\n".join(lines) + "\n"
 
 
-def sbatch_script(data: RunData, spec: LaunchSpec, cand: dict[str, Any], changes: dict[str, Any]) -> str:
+def sbatch_script(data: RunData, spec: LaunchSpec, cand: VerifiedCandidate, changes: dict[str, Any]) -> str:
     argv = _portable(spec.argv)
     prog = argv[0].rsplit("/", 1)[-1]
     torchrun = prog == "torchrun" or argv[1:3] == ["-m", "torch.distributed.run"]
@@ -167,7 +176,7 @@ def _in_place(data: RunData, adapter, spec: LaunchSpec, repo: Path | None) -> tu
     if rel is None:
         rel = f"{OUT_ROOT}/{data.contract.name}/{src.name}"
         why += f" ({src} is outside the repository: the edited copy)"
-    return FileChange(rel, edit.text.encode(), why, executable=mode_x), ""
+    return FileChange(rel, edit.text.encode(), why, "launch", executable=mode_x), ""
 
 
 def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
@@ -176,16 +185,17 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
     probs = run_problems(data)
     if probs:
         raise ApplyRefused(probs[0])
-    cands = (data.verification or {}).get("candidates", [])
+    ver = data.verification
+    assert ver is not None  # run_problems refuses a run without one
     cand = best_promoted(data)
     if cand is None:
-        raise ApplyRefused(f"unverified: no promoted candidate in verification.json ({len(cands)} verified, none "
-                           f"promoted); nothing to apply")
+        raise ApplyRefused(f"unverified: no promoted candidate in {RunDir.VERIFICATION} ({len(ver.candidates)} "
+                           f"verified, none promoted); nothing to apply")
     probs = candidate_problems(data, cand)
     if probs:
         raise ApplyRefused(probs[0])
-    setting = dict(cand["setting"])
-    baseline = data.verification.get("baseline", {})
+    setting = dict(cand.setting)
+    baseline = ver.baseline
     audits = audit_files(data, setting)
     # each kernel as the repository names it (a generated one the run named by absolute path: its place there)
     setting = {**setting, **{f"{KERNEL_PREFIX}{f.op}": f.path for f in audits}}
@@ -202,13 +212,13 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
     for f in audits:
         files.append(FileChange(path=f.path, content=f.source.read_bytes(),  # type: ignore[union-attr]
                                 why=f"kernel patch for {f.op}; inside scope ({f.scope_glob}); verifier: {f.verdict}, "
-                                    f"sha256 matches the verified file"))
+                                    f"sha256 matches the verified file", kind="kernel"))
     fw = data.contract.workload.adapter
     profile = {"framework": fw if fw in PROFILE_FRAMEWORKS else None,
                "setting": {k: v for k, v in setting.items() if not k.startswith(KERNEL_PREFIX)},
                "name": data.contract.name,
-               "speedup": {"speedup": cand["speedup"], "ci95": cand["ci95"], "pairs": cand["pairs"]},
-               "trial": cand["trials"], "run": str(data.run_dir.resolve()),
+               "speedup": {"speedup": cand.speedup, "ci95": list(_ci(cand)), "pairs": cand.pairs},
+               "trial": [list(p) for p in cand.trials], "run": str(data.run_dir.resolve()),
                "notes": ("infrarsi-launch --profile rewrites Megatron and torchtitan commands" if fw in PROFILE_FRAMEWORKS
                          else f"{fw}: run launch.sh (infrarsi-launch rewrites Megatron and torchtitan commands only)")}
     own, fallback = _in_place(data, adapter, spec, repo)
@@ -218,32 +228,33 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
         launch = launch_script(data, spec, cand, changes, depth)
         sbatch = sbatch_script(data, sb_spec, cand, changes)
         note = f"; {fallback}" if fallback else ""
-        files += [FileChange(f"{out}/launch.sh", launch.encode(), f"tuned launch (knobs within scope.knobs){note}", True),
-                  FileChange(f"{out}/sbatch.sh", sbatch.encode(), "tuned launch as a Slurm batch job", True)]
+        files += [FileChange(f"{out}/launch.sh", launch.encode(), f"tuned launch (knobs within scope.knobs){note}",
+                             "launch", True),
+                  FileChange(f"{out}/sbatch.sh", sbatch.encode(), "tuned launch as a Slurm batch job", "launch", True)]
     files.append(FileChange(f"{out}/profile.json", (json.dumps(profile, indent=2, sort_keys=True) + "\n").encode(),
-                            "profile for infrarsi-launch --profile"))
+                            "profile for infrarsi-launch --profile", "profile"))
     audit = {"contract": data.contract.name, "contract_sha256": data.contract_sha256, "setting": setting,
-             "changes": changes, "speedup": cand["speedup"], "ci95": cand["ci95"], "pairs": cand["pairs"],
-             "trials": cand["trials"], "rule": data.verification.get("rule"), "mde": data.verification.get("mde"),
-             "verified_at": data.verification.get("finished_at"), "run": str(data.run_dir.resolve()),
+             "changes": changes, "speedup": cand.speedup, "ci95": list(_ci(cand)), "pairs": cand.pairs,
+             "trials": [list(p) for p in cand.trials], "rule": ver.rule, "mde": ver.mde,
+             "verified_at": ver.finished_at, "run": str(data.run_dir.resolve()),
              "files": [{"path": f.path, "sha256": f.sha256, "why": f.why} for f in files]}
     files.append(FileChange(f"{out}/audit.json", (json.dumps(audit, indent=2, sort_keys=True) + "\n").encode(),
-                            "the audit trail (this commit's evidence)"))
-    n_prom = sum(1 for c in cands if c.get("promoted"))
+                            "the audit trail (this commit's evidence)", "audit"))
+    n_prom = len(ver.promoted())
     return ApplyPlan(candidate=cand, changes=changes, files=files, message=_message(data, cand, changes, files, n_prom),
                      n_promoted=n_prom)
 
 
-def _message(data: RunData, cand: dict[str, Any], changes: dict[str, Any], files: list[FileChange], n_prom: int) -> str:
-    lo, hi = cand["ci95"]
-    pairs = ", ".join(f"{a}/{b}" for a, b in cand["trials"])
-    ver = data.verification or {}
-    lines = [f"infrarsi: tuned launch for {data.contract.name}, {cand['speedup']:.3f}x [{lo:.3f}, {hi:.3f}]", "",
+def _message(data: RunData, cand: VerifiedCandidate, changes: dict[str, Any], files: list[FileChange], n_prom: int) -> str:
+    lo, hi = _ci(cand)
+    pairs = ", ".join(f"{a}/{b}" for a, b in cand.trials)
+    ver = data.verification
+    lines = [f"infrarsi: tuned launch for {data.contract.name}, {cand.speedup:.3f}x [{lo:.3f}, {hi:.3f}]", "",
              f"Contract: {data.contract.name}, sha256 {data.contract_sha256}",
              f"Candidate (best of {n_prom} promoted): {_knobs(changes)}",
-             f"Speedup: {cand['speedup']:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] over {cand['pairs']} interleaved pairs "
+             f"Speedup: {cand.speedup:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] over {cand.pairs} interleaved pairs "
              f"(baseline/candidate trials {pairs})",
-             f"Rule: {ver.get('rule', '')} (mde {float(ver.get('mde', 0)):.2%})",
+             f"Rule: {ver.rule if ver else ''} (mde {ver.mde if ver else 0:.2%})",
              f"Run: {data.run_dir.resolve()}", "", "Audit:"]
     lines += [f"  {f.path}  sha256 {f.sha256}  {f.why}" for f in files]
     return "\n".join(lines) + "\n"
@@ -261,18 +272,3 @@ def diff(plan: ApplyPlan, repo: Path) -> str:
         out += difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                     fromfile=f"a/{f.path}" if dest.is_file() else "/dev/null", tofile=f"b/{f.path}")
     return "".join(out)
-
-
-def write(plan: ApplyPlan, repo: Path) -> list[str]:
-    """Write the plan's files into ``repo``; returns the paths that changed."""
-    written = []
-    for f in plan.files:
-        dest = Path(repo) / f.path
-        if dest.is_file() and dest.read_bytes() == f.content:
-            continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(f.content)
-        if f.executable:
-            dest.chmod(0o755)
-        written.append(f.path)
-    return written

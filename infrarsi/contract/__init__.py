@@ -1,9 +1,9 @@
 """The task contract: model, lock + hash, invariant checks."""
 
-from .lock import LOCK_NAME, contract_hash, load_locked, write_lock
+from .lock import contract_hash, load_locked, read_lock, write_lock
 from .model import FIXED_WORKLOAD_KEYS, Contract, ContractError, load_contract
 
 __all__ = [
-    "FIXED_WORKLOAD_KEYS", "LOCK_NAME", "Contract", "ContractError", "contract_hash", "load_contract",
-    "load_locked", "write_lock",
+    "FIXED_WORKLOAD_KEYS", "Contract", "ContractError", "contract_hash", "load_contract", "load_locked",
+    "read_lock", "write_lock",
 ]

@@ -20,11 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..io import atomic_write
-from . import seal
 from .model import Contract, ContractError, load_contract
-
-LOCK_NAME = "contract.lock"
 
 
 def normalized(contract: Contract) -> dict[str, Any]:
@@ -38,20 +34,22 @@ def contract_hash(contract: Contract) -> str:
 def write_lock(contract_path: str | Path, run_dir: str | Path) -> tuple[Contract, Path]:
     """Validate the contract and lock it into ``run_dir``. Re-locking the same contract is a no-op;
     locking a different contract into a run directory that already has one is refused."""
+    from ..rundir import RunDir
+    from ..rundir.chain import seal_lock
+
     contract = load_contract(contract_path)
-    run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    lock = run / LOCK_NAME
+    run = RunDir(run_dir)
+    run.path.mkdir(parents=True, exist_ok=True)
     digest = contract_hash(contract)
-    if lock.exists():
-        old = _read_lock(lock)
+    if run.has_lock():
+        old = _read_lock(run)
         if old["sha256"] != digest:
             raise ContractError(
                 f"{run} is already locked to a different contract (sha256 {old['sha256'][:12]}, "
                 f"this one {digest[:12]}): {_diff(old['contract'], normalized(contract))}; "
                 f"use a new --run-dir for a new contract"
             )
-        return contract, lock
+        return contract, run.file(run.LOCK)
     files = {rel: _sha_file(p) for rel, p in workload_files(contract, Path(contract_path).resolve().parent).items()}
     body = {
         "contract_path": str(Path(contract_path).resolve()),
@@ -62,8 +60,7 @@ def write_lock(contract_path: str | Path, run_dir: str | Path) -> tuple[Contract
         "locked_at": time.time(),
         "infrarsi_version": __version__,
     }
-    atomic_write(lock, json.dumps(seal.seal_lock(body), indent=2, sort_keys=True))
-    return contract, lock
+    return contract, run.write_lock(seal_lock(body))
 
 
 # Config files a launch script names (torchtitan's --job.config_file, a YAML, a JSON of settings).
@@ -117,11 +114,14 @@ def _sha_file(p: Path) -> str:
 
 def load_locked(run_dir: str | Path) -> Contract:
     """The locked contract of a run, after checking that its file still matches the lock."""
-    run = Path(run_dir)
-    lock = run / LOCK_NAME
-    if not lock.exists():
-        raise ContractError(f"{run} has no {LOCK_NAME}; run `infrarsi init CONTRACT --run-dir {run}` first")
-    body = _read_lock(lock)
+    from ..rundir import RunDir
+    from ..rundir.chain import lock_seal_ok
+
+    run = RunDir(run_dir)
+    lock = run.file(run.LOCK)
+    if not run.has_lock():
+        raise ContractError(f"{run.path} has no {run.LOCK}; run `infrarsi init CONTRACT --run-dir {run.path}` first")
+    body = _read_lock(run)
     try:
         locked = Contract.model_validate(body["contract"])
     except ValueError as e:
@@ -130,7 +130,7 @@ def load_locked(run_dir: str | Path) -> Contract:
     if contract_hash(locked) != body["sha256"]:
         raise ContractError(f"{lock} was edited by hand (its contract no longer hashes to {body['sha256'][:12]}); "
                             f"re-create the run with `infrarsi init`")
-    if not seal.lock_seal_ok(body):
+    if not lock_seal_ok(body):
         raise ContractError(f"{lock} was edited by hand (its seal does not match: the lock, not the contract, changed "
                             f"since `infrarsi init`); restore it, or start a new run with `infrarsi init CONTRACT "
                             f"--run-dir NEW_DIR`")
@@ -154,14 +154,22 @@ def load_locked(run_dir: str | Path) -> Contract:
             what = "is gone" if now is None else f"changed since it was locked (sha256 {sha[:12]} -> {now[:12]})"
             raise ContractError(f"workload file {p} {what}: it defines the workload the run was locked to; restore it, "
                                 f"or start a new run with `infrarsi init {path} --run-dir NEW_DIR`")
-    seal.verify_run(run)
+    run.verify()
     return locked
 
 
-def _read_lock(lock: Path) -> dict[str, Any]:
+def read_lock(run_dir: str | Path) -> dict[str, Any]:
+    """The lock's body (hash, contract, files, when it was locked), unchecked: :func:`load_locked` checks it."""
+    from ..rundir import RunDir
+
+    return _read_lock(RunDir(run_dir))
+
+
+def _read_lock(run) -> dict[str, Any]:
     """The lock's JSON body; a lock that is not one (truncated, random bytes) is refused, never rewritten."""
+    lock = run.file(run.LOCK)
     try:
-        body = json.loads(lock.read_bytes())
+        body = json.loads(run.lock_bytes() or b"")
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         raise ContractError(f"{lock} is not a readable contract lock ({type(e).__name__}: {' '.join(str(e).split())[:120]}); "
                             f"it was left untouched: restore it, or start a new run with "

@@ -4,8 +4,7 @@ and what a trial may touch.
 - :func:`scope_problems` (``init``): every kernel candidate the contract names (``scope.knobs.kernel_<op>``
   and ``baseline.kernel_<op>``) is a relative path without ``..`` that a ``scope.files`` glob takes, exists,
   and still lies inside the repository and the scope once every symlink is resolved.
-- :func:`destination_problem` (``apply``): a path apply writes resolves (symlinks included) inside the
-  repository; a kernel file also resolves to a path the scope takes.
+- ``apply`` holds its destinations to the scope and to the work tree itself (no link followed): apply/commit.py.
 - :class:`TreeGuard` (trials, kernel verification): a snapshot of the repository (path, size, mtime) before
   and after; anything created, changed or deleted outside the allowed folders fails the trial. Caches
   Python writes by itself (``__pycache__``) and the tool's folders (``.git``, ``.infrarsi``, virtualenvs) are
@@ -97,23 +96,6 @@ def scope_problems(contract: Contract, roots: Iterable[Path]) -> list[str]:
             out.append(f"{where} names {rel!r}, which resolves to {real_rel!r} outside scope.files {globs}; "
                        f"name the real file, inside the scope")
     return out
-
-
-def destination_problem(repo: Path, rel: str, globs: Sequence[str] | None = None) -> str | None:
-    """Why ``apply`` may not write ``rel`` into ``repo`` (symlinks resolved), or None. With ``globs`` the
-    resolved path must also be inside the scope."""
-    root = Path(repo).resolve()
-    p = PurePosixPath(rel)
-    if p.is_absolute() or ".." in p.parts:
-        return f"{rel} is not a path inside the repository"
-    real = (root / rel).resolve()
-    try:
-        real_rel = real.relative_to(root).as_posix()
-    except ValueError:
-        return f"{rel} resolves to {real}, outside the repository {root} (a symlink on its way); remove the symlink"
-    if globs is not None and glob_of(real_rel, globs) is None:
-        return f"{rel} resolves to {real_rel}, outside the locked scope {list(globs)} (a symlink); remove the symlink"
-    return None
 
 
 class TreeGuard:

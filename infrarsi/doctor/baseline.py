@@ -9,7 +9,6 @@ fails in this invocation stops the doctor: the baseline has to run before anythi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,17 +17,15 @@ from pydantic import BaseModel, ConfigDict
 from ..adapters import run_adapter
 from ..adapters.base import Adapter
 from ..contract.model import Contract
-from ..contract.seal import sealed_write
-from ..errors import unreadable
 from ..execute import make_executor
 from ..execute.classify import loss_drift
 from ..execute.executor import Executor
 from ..execute.record import RunRecord
 from ..execute.runner import Runner
 from ..execute.trial import Trial, TrialStatus
+from ..rundir import RunDir
 from .noise import NoiseProfile, profile
 
-NOISE_JSON = "noise.json"
 ROLE = "doctor"
 
 
@@ -45,14 +42,9 @@ class DoctorResult(BaseModel):
 
 
 def load_noise(run_dir: str | Path) -> NoiseProfile | None:
-    """The run's noise profile (``noise.json``), or None before doctor has run."""
-    p = Path(run_dir) / NOISE_JSON
-    try:
-        return NoiseProfile.model_validate_json(p.read_bytes())
-    except FileNotFoundError:
-        return None
-    except ValueError as e:  # truncated or edited: refuse, never measure over it
-        raise unreadable(p, e) from None
+    """The run's noise profile, or None before doctor has run (truncated or edited: RecordError, never
+    measured over)."""
+    return RunDir(run_dir).noise()
 
 
 WARMUP_ROLE = "warmup"
@@ -97,7 +89,7 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
                     phases=[t.metrics.phases_s for t in ok if t.metrics.phases_s],
                     loss_max_rel_diff=worst, loss_reproduces=not bad, reference_losses=ref, baseline=baseline,
                     numerics=referee(contract, adapter, ok, seeds, baseline).to_dict())
-    sealed_write(run_dir, Path(run_dir) / NOISE_JSON, json.dumps(noise.model_dump(mode="json"), indent=2))
+    RunDir(run_dir).write_noise(noise)
     if bad:
         raise DoctorError(f"the baseline does not reproduce its own loss trace within rtol {loss.rtol} over "
                           f"{loss.compare_steps} steps ({bad[0]}); the workload is not deterministic enough for "

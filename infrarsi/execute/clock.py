@@ -5,7 +5,7 @@ A process can print anything, so the harness keeps its own clock:
 
 - the local executor reads the trial's stdout through a pipe (:class:`LineClock`), stamps each line with
   the moment it arrived (monotonic seconds since the launch) and writes it to ``trial_dir/stdout``;
-- when the process has ended, ``trial_dir/clock.json`` gets the wall time, every line's arrival time and
+- when the process has ended, the trial's clock record (RunDir.write_clock_at) gets the wall time, every line's arrival time and
   the sha256 of the bytes that came through the pipe. It is written after the process group is gone,
   so nothing the trial ran can write it.
 
@@ -35,7 +35,6 @@ clusters), are not checked against the clock.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import statistics
@@ -44,9 +43,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ..contract.seal import sealed_write
-
-CLOCK_JSON = "clock.json"
+from ..rundir import RunDir
 # A reported median step time may differ from the median arrival gap by this fraction of the larger: the gap
 # also holds the printing of the timer and memory lines (well under a millisecond), and a loaded machine
 # delays a line now and then (the median of the window's gaps absorbs one). The forgeries it is there
@@ -157,7 +154,7 @@ class LineClock:
             self.cpu_s[i], self.cpu_t_s[i] = round(self._cpu_total_ns / 1e9, 6), round(now, 6)
 
     def finish(self, wall_s: float, *, grace_s: float = 5.0) -> dict[str, Any]:
-        """Wait for the pipe to close (every writer gone), then write ``clock.json``; returns its body."""
+        """Wait for the pipe to close (every writer gone), then write the clock record; returns its body."""
         self._thread.join(grace_s)
         with self._cv:
             self._done = True
@@ -167,17 +164,14 @@ class LineClock:
         body = {"wall_s": wall_s, "started_unix": self.started_unix, "complete": not self._thread.is_alive(),
                 "stdout_sha256": self._sha.hexdigest(), "arrivals_s": [round(t, 6) for t in self.arrivals],
                 "cpu_s": self.cpu_s, "cpu_t_s": self.cpu_t_s}
-        trial_dir = self.out_path.parent
         # Sealed into the run's chain when the trial lives in a locked run (RUN_DIR/trials/<n>/).
-        sealed_write(trial_dir.parent.parent, trial_dir / CLOCK_JSON, json.dumps(body))
+        RunDir.write_clock_at(self.out_path.parent, body)
         return body
 
 
 def read_clock(trial_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((Path(trial_dir) / CLOCK_JSON).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
+    clock = RunDir.clock_at(trial_dir)
+    return clock.model_dump() if clock is not None else None
 
 
 def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[float], warmup_steps: int,

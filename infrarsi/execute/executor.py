@@ -5,7 +5,7 @@ its stdout/stderr in the trial directory, enforces the time limit, and reports a
 the process ended (exit code, signal, time-out, cancel, a memory kill it saw itself) and how long it
 ran. ``classify.py`` turns a LaunchEnd plus the adapter's parse into a trial status.
 
-Files an executor writes into the trial directory: ``stdout``, ``stderr`` (and ``job.sbatch`` for Slurm).
+Files an executor writes into the trial directory: STDOUT, STDERR (and ``job.sbatch`` for Slurm).
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from ..rundir.names import STDERR, STDOUT  # noqa: F401 - the executors' output files, named where the run's are
 from .spec import LaunchSpec
-
-STDOUT = "stdout"
-STDERR = "stderr"
 
 
 class Handle(BaseModel):

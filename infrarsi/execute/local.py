@@ -61,8 +61,10 @@ def sandbox_problem() -> str | None:
 
 def run_dir_of(trial_dir: Path) -> Path | None:
     """The run directory a trial directory belongs to (``RUN_DIR/trials/<n>``), or None for a bare one."""
-    trial_dir = Path(trial_dir).resolve()
-    return trial_dir.parent.parent if trial_dir.parent.name == "trials" else None
+    from ..rundir import RunDir
+
+    run = RunDir.of_trial_dir(Path(trial_dir).resolve())
+    return run.path if run is not None else None
 
 
 def resolve_argv(argv: list[str]) -> list[str]:

@@ -1,39 +1,27 @@
 """The run record: every trial on disk, crash-safe.
 
-Layout (``run_dir`` is ``.infrarsi/<run>``)::
+Per trial (``run_dir`` is ``.infrarsi/<run>``; the files are named and written by :class:`~infrarsi.rundir.RunDir`,
+see rundir/names.py): the Trial (status, metrics, cost, evidence; "running" while in flight), the launch
+record (executor kind, job id / pid, per-launch token, attempt, the LaunchSpec), the exact command line
+started, what the trial added to the environment, and its stdout and stderr (job.sbatch for Slurm).
 
-    run_dir/trials/<n>/trial.json   the Trial (status, metrics, cost, evidence); "running" while in flight
-                       launch.json  executor kind, job id / pid, per-launch token, attempt, the LaunchSpec
-                       command      the exact command line started
-                       env.json     what the trial added to the environment
-                       stdout, stderr (job.sbatch for Slurm)
-
-Every JSON file is written atomically (temp file + fsync + os.replace + fsync of the directory): a
-crash or a full disk leaves the previous version or the new one, never half of one, and never
-touches another trial's files. Trial ids are allocated by ``mkdir`` (atomic), so two processes
-sharing a run directory never get the same id.
+Every record is written atomically and sealed (rundir/chain.py): a crash or a full disk leaves the previous
+version or the new one, never half of one, and never touches another trial's files. Trial ids are allocated
+by ``mkdir`` (atomic), so two processes sharing a run directory never get the same id.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shlex
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import read_json_record, unreadable
-from ..io import atomic_write
+from ..rundir import LaunchRecord, RunDir
 from .executor import Handle
 from .spec import LaunchSpec
 from .trial import Trial, TrialStatus
-
-TRIAL_JSON = "trial.json"
-LAUNCH_JSON = "launch.json"
 
 
 class RunRecord:
@@ -41,23 +29,18 @@ class RunRecord:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
-        self.trials_dir = self.run_dir / "trials"
+        self.dir = RunDir(self.run_dir)
+        self.trials_dir = self.dir.trials_dir
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------------- reading
     def trial_dir(self, trial_id: int) -> Path:
-        return self.trials_dir / str(trial_id)
+        return self.dir.trial_dir(trial_id)
 
     def get(self, trial_id: int) -> Trial | None:
-        """The trial's latest record, or None when it has none (yet). A trial.json that exists but cannot
-        be read raises RecordError naming it (it is never replaced by a guess)."""
-        path = self.trial_dir(trial_id) / TRIAL_JSON
-        try:
-            return Trial.model_validate_json(path.read_bytes())
-        except FileNotFoundError:
-            return None
-        except ValueError as e:  # pydantic ValidationError, bad UTF-8
-            raise unreadable(path, e) from None
+        """The trial's latest record, or None when it has none (yet). A record that exists but cannot be
+        read raises RecordError naming it (it is never replaced by a guess)."""
+        return self.dir.trial(trial_id)
 
     def trials(self) -> list[Trial]:
         """Every recorded trial (finished and running), sorted by id."""
@@ -82,24 +65,20 @@ class RunRecord:
         pool = self.finished() if finished_only else self.trials()
         return [t for t in pool if t.setting == s and t.patches == p and (role is None or t.role == role)]
 
-    def launch_info(self, trial_id: int) -> dict[str, Any] | None:
-        return read_json_record(self.trial_dir(trial_id) / LAUNCH_JSON)
+    def launch_info(self, trial_id: int) -> LaunchRecord | None:
+        return self.dir.launch(trial_id)
 
     def handle(self, trial_id: int) -> Handle | None:
         """The executor handle of the trial's last launch (None before it was launched)."""
         info = self.launch_info(trial_id)
-        if not info or not info.get("handle"):
-            return None
-        return Handle.model_validate(info["handle"])
+        return info.handle if info else None
 
     def next_id(self) -> int:
         ids = self._ids()
         return (max(ids) + 1) if ids else 0
 
     def _ids(self) -> list[int]:
-        if not self.trials_dir.is_dir():
-            return []
-        return sorted(int(p.name) for p in self.trials_dir.iterdir() if p.name.isdigit())
+        return self.dir.trial_ids()
 
     # ----------------------------------------------------------------- writing
     def start(self, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None, role: str = "search") -> Trial:
@@ -122,9 +101,8 @@ class RunRecord:
                  env: Mapping[str, str], attempt: int = 0) -> Trial:
         """Record the launch: command, env, spec, the handle (job id / pid + token). Returns the trial
         with its job id and start time."""
-        d = self.trial_dir(trial.id)
-        atomic_write(d / "command", shlex.join(command) + "\n")
-        atomic_write(d / "env.json", json.dumps(dict(env), indent=2, sort_keys=True))
+        self.dir.write_command(trial.id, list(command))
+        self.dir.write_env(trial.id, env)
         self.write_launch(trial.id, handle=handle, spec=spec, attempt=attempt)
         t = trial.model_copy(update={"job_id": handle.job_id, "started_at": handle.submitted_at})
         self._write_trial(t)
@@ -132,12 +110,10 @@ class RunRecord:
 
     def write_launch(self, trial_id: int, *, handle: Handle | None, spec: LaunchSpec, attempt: int,
                      token: str | None = None) -> None:
-        """launch.json: written with the token *before* submitting (so a crash between sbatch and the
+        """The launch record: written with the token *before* submitting (so a crash between sbatch and the
         record can still be adopted by token) and again with the handle after."""
-        body = {"attempt": attempt, "spec": spec.model_dump(mode="json"), "written_at": time.time(),
-                "token": handle.token if handle else token,
-                "handle": handle.model_dump(mode="json") if handle else None}
-        atomic_write(self.trial_dir(trial_id) / LAUNCH_JSON, json.dumps(body, indent=2, sort_keys=True))
+        self.dir.write_launch(trial_id, LaunchRecord(attempt=attempt, spec=spec, written_at=time.time(),
+                                                     token=handle.token if handle else token, handle=handle))
 
     def finish(self, trial: Trial) -> Trial:
         """Record a finished trial (its status must not be running)."""
@@ -149,9 +125,7 @@ class RunRecord:
         return t
 
     def _write_trial(self, trial: Trial) -> None:
-        from ..contract.seal import sealed_write  # chained to the run's lock (a bare record is written unsealed)
-
-        sealed_write(self.run_dir, self.trial_dir(trial.id) / TRIAL_JSON, trial.model_dump_json(indent=2))
+        self.dir.write_trial(trial)  # chained to the run's lock (a bare record is written unsealed)
 
     # -------------------------------------------------------------------- cost
     def cost_by_status(self) -> dict[str, float]:

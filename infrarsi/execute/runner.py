@@ -168,20 +168,20 @@ class Runner:
             if roles is not None and t.role not in roles:
                 continue
             handle = self.record.handle(t.id)
-            info = self.record.launch_info(t.id) or {}
-            token = info.get("token")
+            info = self.record.launch_info(t.id)
+            token = info.token if info else None
             adopted = None
             if handle is None and token:
                 # Crashed between writing the token and recording the job id: look the job up by token.
                 handle = Handle(kind=self.executor.kind, trial_dir=str(self.record.trial_dir(t.id)), token=token,
                                 job_id="", submitted_at=time.time(),
-                                time_limit_s=float(info.get("spec", {}).get("time_limit_s", 600)))
+                                time_limit_s=info.spec.time_limit_s if info else 600.0)
             if handle is not None:
                 if handle.kind == self.executor.kind:
                     adopted = self.executor.adopt(handle)
                 elif handle.kind == "local":
                     kill_token(handle.token)
-            attempt = int(info.get("attempt", 0)) + (0 if adopted else 1)
+            attempt = (info.attempt if info else 0) + (0 if adopted else 1)
             futs.append(self._pool.submit(self._run_one, t.setting, t.patches, t.role, reference_losses, t,
                                           adopted, attempt))
         return futs

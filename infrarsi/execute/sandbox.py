@@ -126,7 +126,10 @@ def probe() -> str | None:
     if not sys.platform.startswith("linux"):
         return f"no mount namespaces on {sys.platform}"
     with tempfile.TemporaryDirectory(prefix="infrarsi-sandbox-") as tmp:
-        run, trial = os.path.join(tmp, "run"), os.path.join(tmp, "run", "trials", "0")
+        from ..rundir import RunDir
+
+        scratch = RunDir(os.path.join(tmp, "run"))
+        run, trial = str(scratch.path), str(scratch.trial_dir(0))
         os.makedirs(trial)
         spec = json.dumps({"ro": [run], "rw": [trial], "hide": []})
         try:

@@ -10,7 +10,7 @@
    ``scope.files`` does not take that folder gets no generated candidates (one line says which glob to add).
 2. Every candidate in a kernel knob's domain is verified (all of verify.py, plus a family drawn from the
    contract's model: its hidden size, MLP width, heads and vocabulary); failures leave the domain.
-3. The verdicts are recorded in ``<run_dir>/kernels/verdicts.json`` and the adapter is wrapped so that
+3. The verdicts are recorded in the run's verdict file (RunDir.verdicts_path) and the adapter is wrapped so that
    every launch names that file: the workload refuses bytes that are not the ones that passed.
 """
 

@@ -4,14 +4,13 @@
     adapter = pinned(adapter, path)       # every launch carries INFRARSI_KERNEL_VERDICTS=<path> and the pins
     refusal(op, "kernels/rmsnorm/x.py")  # in the training process: None, or why it must not run
 
-The run stage verifies each candidate once, when it starts, and writes ``<run_dir>/kernels/verdicts.json``
-(only the run stage writes it). A trial's workload re-hashes the file it is about to import and refuses it
+The run stage verifies each candidate once, when it starts, and writes the run's verdict file
+(RunDir.verdicts_path; only the run stage writes it). A trial's workload re-hashes the file it is about to import and refuses it
 when the bytes are not the ones that passed (time of check vs time of use), when it never passed, or when
 a trial of this run caught it drifting in situ (``disqualify``: it is then refused for the rest of the run).
 
-The file is one of the run's sealed records (contract/seal.py): every write goes through ``sealed_write``,
-so a verdict edited by hand (``fail`` -> ``pass``) is refused by run, report and apply, naming
-``kernels/verdicts.json``.
+The file is one of the run's sealed records (contract/seal.py): every write goes through RunDir,
+so a verdict edited by hand (``fail`` -> ``pass``) is refused by run, report and apply, naming the file.
 
 The training process needs no seal key. A trial cannot read the key (the local sandbox hides it) or may
 run where there is none (a Slurm node without the user's home folder), so the launch carries the
@@ -35,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import seal
+from ..rundir import RunDir
 
 ENV = "INFRARSI_KERNEL_VERDICTS"
 PINS_ENV = "INFRARSI_KERNEL_PINS"  # {resolved candidate path: sha256} that passed when the trial was launched
-FILE = Path("kernels") / "verdicts.json"
 REFUSED = "infrarsi kernel refused"  # the workload's line when it will not run a candidate
 DRIFT = "infrarsi kernel spot check failed"  # the workload's line when a spot check mismatched (insitu.py)
 _DRIFT_PATH = re.compile(re.escape(DRIFT) + r": (\w+)=(\S+)")
@@ -53,7 +52,7 @@ def same_file(a: str | Path, b: str | Path) -> bool:
 
 
 def verdict_file(run_dir: Path) -> Path:
-    return Path(run_dir) / FILE
+    return RunDir(run_dir).verdicts_path
 
 
 def record(run_dir: Path, verdicts: Mapping[str, Mapping[str, Any]]) -> Path:
@@ -190,15 +189,9 @@ def _read(f: Path) -> dict:
 
 
 def seal_problem(f: Path) -> str | None:
-    """Why the verdict file ``RUN_DIR/kernels/verdicts.json`` does not match the run's seals, or None (also
+    """Why the run's verdict file ``f`` does not match the run's seals, or None (also
     for a run directory without a lock, whose records are unsealed)."""
-    run = Path(f).parent.parent
-    rel = FILE.as_posix()
-    try:
-        probs = seal.problems(run)
-    except seal.SealError as e:  # a chain line that is not an entry
-        return str(e)
-    return next((p for p in probs if p.startswith((rel, seal.SEAL_LOG))), None)
+    return RunDir(Path(f).parent.parent).verdict_problem()
 
 
 def _check_sealed(run_dir: Path) -> None:
@@ -209,6 +202,4 @@ def _check_sealed(run_dir: Path) -> None:
 
 
 def _write(run_dir: Path, d: dict) -> None:
-    f = verdict_file(run_dir)
-    f.parent.mkdir(parents=True, exist_ok=True)
-    seal.sealed_write(run_dir, f, json.dumps(d, indent=1, sort_keys=True))
+    RunDir(run_dir).write_verdicts(d)

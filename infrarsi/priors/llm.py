@@ -21,9 +21,8 @@ One call to :func:`ask` is one *stage* (priors, a kernel, a contract draft):
 4. a second failure, or a transport failure after the client's own retries (timeouts, 429s with
    ``Retry-After``, 5xx), returns ``Answer(ok=False)``; the caller warns and uses its offline source.
 
-Every exchange -- prompt, raw response, tokens, latency, verdict -- is written to
-``<record_dir>/llm/<n>.json`` (``record_dir`` is the run directory); :func:`exchanges` lists them
-for the experience bank.
+Every exchange -- prompt, raw response, tokens, latency, verdict -- is written, numbered, to the run
+directory's LLM folder (``RunDir(record_dir).llm_dir``); :func:`exchanges` lists them for the experience bank.
 """
 
 from __future__ import annotations
@@ -167,7 +166,9 @@ class Exchange(BaseModel):
 
 def exchanges(run_dir: str | Path) -> list[Exchange]:
     """Every LLM exchange recorded in a run directory, in order (for the experience bank)."""
-    d = Path(run_dir) / "llm"
+    from ..rundir import RunDir
+
+    d = RunDir(run_dir).llm_dir
     if not d.is_dir():
         return []
     out = []
@@ -180,7 +181,9 @@ def exchanges(run_dir: str | Path) -> list[Exchange]:
 def _record(record_dir: Path | None, body: dict[str, Any]) -> Path | None:
     if record_dir is None:
         return None
-    d = Path(record_dir) / "llm"
+    from ..rundir import RunDir
+
+    d = RunDir(record_dir).llm_dir
     d.mkdir(parents=True, exist_ok=True)
     n = 1 + max((int(p.stem) for p in d.glob("*.json") if p.stem.isdigit()), default=0)
     while True:  # O_EXCL claims the number even when two stages record at once

@@ -8,8 +8,8 @@ that ``fnmatch`` matches against one of the globs (``*`` also crosses ``/``, so 
 takes ``kernels/rmsnorm/x.py``). The ``..`` rule matters: ``kernels/../../etc/x.py`` matches the glob
 textually but leaves the scope.
 
-Generated candidates: a kernel the run stage generated and verified (``origin: "generated"`` in
-search.json's ``kernel_verdicts``, written to ``kernels/<op>/generated/``) joined its knob's domain for
+Generated candidates: a kernel the run stage generated and verified (``origin: "generated"`` in the search
+record's ``kernel_verdicts``, written to ``kernels/<op>/generated/``) joined its knob's domain for
 that run only, so ``scope.knobs`` does not list it. Such a value is allowed when its verdict passed and
 its file is under that op's generated folder; the file audit then holds it to the same rules as a listed
 candidate (inside ``scope.files``, still the bytes that passed). A run started outside the repository's
@@ -26,10 +26,11 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..contract.invariants import free_knobs
 from ..execute.trial import TrialStatus
 from ..kernels.loader import generated_folder
+from ..rundir import RunDir, VerifiedCandidate
 from ..search.verify import speedup_ci
-from ..contract.invariants import free_knobs
 from .load import RunData
 
 KERNEL_PREFIX = "kernel_"
@@ -42,7 +43,7 @@ class FileAudit:
     op: str  # kernel op, e.g. "rmsnorm"
     source: Path | None  # where the file was found now (None: missing)
     sha256: str | None  # of the file now
-    verified_sha256: str | None  # recorded by the kernel verifier during the run (search.json)
+    verified_sha256: str | None  # recorded by the kernel verifier during the run (the search record)
     verdict: str | None  # the verifier's verdict: "pass", "fail", or None (never verified)
     scope_glob: str | None  # the scope.files glob it matched; None = outside the scope
 
@@ -105,28 +106,25 @@ def generated_place(path: str, op: str) -> str | None:
 
 def generated_passed(data: RunData) -> dict[str, dict[str, str]]:
     """op -> {the setting's value: its place in the repository} for every generated candidate whose
-    verification passed in this run (search.json's kernel_verdicts)."""
+    verification passed in this run (the search record's kernel verdicts)."""
     out: dict[str, dict[str, str]] = {}
-    for value, v in (data.search.get("kernel_verdicts", {}) or {}).items():
-        op = str(v.get("op", ""))
-        if v.get("origin") != "generated" or v.get("verdict") != "pass":
-            continue
-        place = generated_place(str(value), op)
+    for value, v in data.search.passed_generated().items():
+        place = generated_place(str(value), v.op)
         if place is not None:
-            out.setdefault(op, {})[str(value)] = place
+            out.setdefault(v.op, {})[str(value)] = place
     return out
 
 
 def audit_files(data: RunData, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None) -> list[FileAudit]:
-    verdicts = data.search.get("kernel_verdicts", {}) or {}
+    verdicts = data.search.kernel_verdicts
     generated = generated_passed(data)
     out = []
     for op, value in kernel_files(setting, patches).items():
         src = data.resolve_source(value)
-        v = verdicts.get(value) or {}
+        v = verdicts.get(value)
         rel = generated.get(op, {}).get(value, value)
         out.append(FileAudit(path=rel, op=op, source=src, sha256=sha256_file(src) if src else None,
-                             verified_sha256=v.get("sha256"), verdict=v.get("verdict"),
+                             verified_sha256=v.sha256 if v else None, verdict=v.verdict if v else None,
                              scope_glob=scope_glob(rel, data.contract.scope.files)))
     return out
 
@@ -135,7 +133,7 @@ def knob_problems(data: RunData, setting: Mapping[str, Any]) -> list[str]:
     """Knob values the locked scope does not allow: a knob outside scope.knobs that moved off the
     baseline, or an in-scope knob set to a value its list does not hold."""
     scope = data.contract.scope.knobs
-    base = (data.verification or {}).get("baseline") or data.contract.baseline
+    base = (data.verification.baseline if data.verification else None) or data.contract.baseline
     out = []
     generated = generated_passed(data)
     space = _space(data, generated)
@@ -183,31 +181,31 @@ def run_problems(data: RunData) -> list[str]:
     """Verification that no longer belongs to this lock: another contract, or older than the lock."""
     ver = data.verification
     if ver is None:
-        return [f"{data.run_dir} has no verification.json; run `infrarsi run --run-dir {data.run_dir}` first"]
+        return [f"{data.run_dir} has no {RunDir.VERIFICATION}; run `infrarsi run --run-dir {data.run_dir}` first"]
     out = []
-    if ver.get("contract_sha256") != data.contract_sha256:
-        out.append(f"contract mismatch: verification.json was made under contract sha256 "
-                   f"{str(ver.get('contract_sha256'))[:12]}, the lock is {data.contract_sha256[:12]}; rerun `infrarsi run`")
-    fin = ver.get("finished_at")
+    if ver.contract_sha256 != data.contract_sha256:
+        out.append(f"contract mismatch: {RunDir.VERIFICATION} was made under contract sha256 "
+                   f"{str(ver.contract_sha256)[:12]}, the lock is {data.contract_sha256[:12]}; rerun `infrarsi run`")
+    fin = ver.finished_at
     if fin is None or float(fin) < data.locked_at:
         out.append(f"stale verification: finished at {fin} before the contract was locked at {data.locked_at:.0f}; "
                    f"rerun `infrarsi run`")
     return out
 
 
-def recomputed_speedup(data: RunData, cand: Mapping[str, Any]) -> tuple[Any, list[str]]:
+def recomputed_speedup(data: RunData, cand: VerifiedCandidate) -> tuple[Any, list[str]]:
     """The candidate's paired speedup recomputed from its trials on disk, and the problems found with
     those trials (missing, not verify runs, not ok, or not the settings they claim)."""
     trials = data.by_id
-    base = (data.verification or {}).get("baseline", {})
+    base = data.verification.baseline if data.verification else {}
     problems, a_s, b_s = [], [], []
-    for pair in cand.get("trials", []):
+    for pair in cand.trials:
         a, b = (trials.get(int(i)) for i in pair)
         if a is None or b is None:
-            problems.append(f"verification pair {pair} names a trial that is not on disk")
+            problems.append(f"verification pair {list(pair)} names a trial that is not on disk")
             continue
-        if a.setting != base or b.setting != dict(cand["setting"]):
-            problems.append(f"verification pair {pair}: the trials ran other settings than recorded")
+        if a.setting != base or b.setting != cand.setting:
+            problems.append(f"verification pair {list(pair)}: the trials ran other settings than recorded")
             continue
         if a.status is TrialStatus.OK and b.status is TrialStatus.OK:
             a_s.append(a.metrics.step_time_s)
@@ -216,31 +214,31 @@ def recomputed_speedup(data: RunData, cand: Mapping[str, Any]) -> tuple[Any, lis
     return sp, problems
 
 
-def candidate_problems(data: RunData, cand: Mapping[str, Any]) -> list[str]:
+def candidate_problems(data: RunData, cand: VerifiedCandidate) -> list[str]:
     """Everything that makes a candidate unfit to apply; [] for a promoted, verified, fresh one."""
-    if not cand.get("promoted"):
-        return [f"candidate {_short(cand['setting'])} was not promoted: {cand.get('reason', '')}"]
+    if not cand.promoted:
+        return [f"candidate {_short(cand.setting)} was not promoted: {cand.reason}"]
     sp, out = recomputed_speedup(data, cand)
     if sp is None:
         out.append("unverified candidate: fewer than 2 ok verification pairs on disk")
     else:
-        rec = float(cand.get("speedup", math.nan))
+        rec = math.nan if cand.speedup is None else float(cand.speedup)
         if not math.isclose(sp.speedup, rec, rel_tol=1e-9):
-            out.append(f"unverified candidate: its trials give speedup {sp.speedup:.4f}, verification.json says {rec:.4f}")
-        bar = 1.0 + float((data.verification or {}).get("mde", 0.0))
+            out.append(f"unverified candidate: its trials give speedup {sp.speedup:.4f}, {RunDir.VERIFICATION} says {rec:.4f}")
+        bar = 1.0 + (data.verification.mde if data.verification else 0.0)
         if not sp.lo > bar:
             out.append(f"unverified candidate: CI lower bound {sp.lo:.3f} <= 1 + mde = {bar:.3f}")
-    out += knob_problems(data, cand["setting"])
-    out += [f.problem for f in audit_files(data, cand["setting"]) if f.problem]
+    out += knob_problems(data, cand.setting)
+    out += [f.problem for f in audit_files(data, cand.setting) if f.problem]
     return out
 
 
-def best_promoted(data: RunData) -> dict[str, Any] | None:
+def best_promoted(data: RunData) -> VerifiedCandidate | None:
     """The promoted candidate with the highest speedup (ties: the higher CI lower bound)."""
-    cands = [c for c in (data.verification or {}).get("candidates", []) if c.get("promoted")]
+    cands = [c for c in data.verification.promoted() if c.speedup is not None and c.ci95] if data.verification else []
     if not cands:
         return None
-    return max(cands, key=lambda c: (float(c["speedup"]), float(c["ci95"][0])))
+    return max(cands, key=lambda c: (float(c.speedup or 0), float(c.ci95[0] if c.ci95 else 0)))
 
 
 def changed(setting: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """What the tuner's fitted models say, as the report prints it: effects a user means, and the fit itself.
 
-The run stage writes this (``search.json``'s ``models`` block) with the tuner's own fitted models, and the
+The run stage writes this (the search record's ``models`` block) with the tuner's own fitted models, and the
 report reads it; nothing is refit.
 
 Memory effects. With the analytical estimate on (always, in the run stage), the memory model is::
@@ -106,7 +106,7 @@ def fitted(tuner) -> dict[str, Any]:
 
 
 def model_summary(tuner, priors: list) -> dict[str, Any]:
-    """The ``models`` block of ``search.json``: what the tuner fitted, in the units the report prints."""
+    """The ``models`` block of the search record: what the tuner fitted, in the units the report prints."""
     tuner.fit_models()
     body: dict[str, Any] = {"schema": SCHEMA, "fitted": fitted(tuner),
                             "memory_estimate": tuner.memory_estimate is not None}

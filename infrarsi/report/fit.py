@@ -1,9 +1,9 @@
 """Predicted vs observed: the tuner's own fitted models, as the run stage saved them.
 
-``search.json``'s ``fitted`` block (written by :func:`infrarsi.report.effects.model_summary` at the end of
+the search record's ``fitted`` block (written by :func:`infrarsi.report.effects.model_summary` at the end of
 the search) holds, per setting the tuner was told, its posterior predictive of log step time and log peak
 memory and P(OOM). Nothing is refit here: the plot shows how well the tuner's models explain the trials
-they saw (in-sample), and ``search.json``'s ``predicted_s`` (made before each trial ran) shows how well it
+they saw (in-sample), and the search record's ``predicted_s`` (made before each trial ran) shows how well it
 predicted them. Intervals are central 90% posterior predictive intervals: exp(mean +- 1.645 sd), log scale.
 """
 
@@ -25,7 +25,7 @@ class TimeRow:
     mean_s: float
     lo_s: float
     hi_s: float
-    proposed_s: float | None  # the tuner's prediction before the trial ran (search.json), if any
+    proposed_s: float | None  # the tuner's prediction before the trial ran (the search record), if any
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,14 @@ class Fit:
 
 
 def saved_fit(data: RunData) -> Fit | None:
-    """The tuner's fit from ``search.json``; None when the run saved none (not searched yet, or written by a
+    """The tuner's fit from the search record; None when the run saved none (not searched yet, or written by a
     version that did not save it: rerun `infrarsi run`)."""
-    fitted = data.search.get("fitted")
+    fitted = data.search.fitted
     if not fitted:
         return None
-    tf, mf = fitted.get("time") or {}, fitted.get("memory") or {}
-    proposals = data.search.get("proposals", {}) or {}
-    cap = float(data.search.get("capacity_bytes") or data.contract.hardware.memory_capacity_bytes)
+    tf, mf = fitted.get("time") or {}, fitted.get("memory") or {}  # the models' own block (report/effects.py)
+    proposals = data.search.proposals
+    cap = float(data.search.capacity_bytes or data.contract.hardware.memory_capacity_bytes)
     time_rows, mem_rows, skipped = [], [], []
     for t in data.trials:
         if t.status not in (TrialStatus.OK, TrialStatus.OOM) or t.role not in ("doctor", "search"):

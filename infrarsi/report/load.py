@@ -1,24 +1,20 @@
-"""Everything a finished run left on disk, read once: the lock, noise, trials, search and verification.
+"""Everything a finished run left on disk, read once through RunDir: the lock, noise, trials, search and
+verification (typed records, see rundir/records.py).
 
-Nothing here computes a number the report prints; it only reads. Missing later-stage files are
-``None`` / ``{}`` (a report of a run stopped after doctor still renders what there is).
+Nothing here computes a number the report prints; it only reads. Missing later-stage records are
+``None`` / empty (a report of a run stopped after doctor still renders what there is).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ..contract import LOCK_NAME, Contract, ContractError, load_locked
-from ..doctor.baseline import load_noise
+from ..contract import Contract, ContractError, load_locked, read_lock
 from ..doctor.noise import NoiseProfile
 from ..execute.record import RunRecord
 from ..execute.trial import Trial
-
-SEARCH_JSON = "search.json"
-VERIFICATION_JSON = "verification.json"
+from ..rundir import RunDir, SearchRecord, Verification
 
 
 class RunDataError(ValueError):
@@ -34,8 +30,8 @@ class RunData:
     locked_at: float  # unix seconds
     noise: NoiseProfile | None
     trials: list[Trial]  # every recorded trial, sorted by id
-    search: dict[str, Any]  # search.json, {} before `infrarsi run`
-    verification: dict[str, Any] | None  # verification.json, None before re-verification
+    search: SearchRecord  # empty before `infrarsi run`
+    verification: Verification | None  # None before re-verification
 
     @property
     def by_id(self) -> dict[int, Trial]:
@@ -58,32 +54,24 @@ class RunData:
         return None
 
 
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except ValueError as e:
-        raise RunDataError(f"{path}: not valid JSON ({e}); the stage that writes it was interrupted -- rerun it") from None
-
-
 def load_run(run_dir: str | Path) -> RunData:
-    """Read a run directory. Raises ContractError (the contract changed since the lock) or RunDataError."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise RunDataError(f"run directory {run} does not exist; pass --run-dir (see `infrarsi init`)")
-    contract = load_locked(run)  # raises ContractError naming what changed
-    lock = json.loads((run / LOCK_NAME).read_text())
+    """Read a run directory. Raises ContractError (the contract changed since the lock, a record does not
+    match its seal), RunDataError, or RecordError (a record that cannot be read)."""
+    run = RunDir(run_dir)
+    if not run.path.is_dir():
+        raise RunDataError(f"run directory {run.path} does not exist; pass --run-dir (see `infrarsi init`)")
+    contract = load_locked(run.path)  # raises ContractError naming what changed
+    lock = read_lock(run.path)
     return RunData(
-        run_dir=run,
+        run_dir=run.path,
         contract=contract,
         contract_sha256=lock["sha256"],
-        contract_path=Path(lock.get("contract_path", run / LOCK_NAME)),
+        contract_path=Path(lock["contract_path"]),
         locked_at=float(lock.get("locked_at", 0.0)),
-        noise=load_noise(run),
-        trials=RunRecord(run).trials(),
-        search=_json(run / SEARCH_JSON) or {},
-        verification=_json(run / VERIFICATION_JSON),
+        noise=run.noise(),
+        trials=RunRecord(run.path).trials(),
+        search=run.search() or SearchRecord(),
+        verification=run.verification(),
     )
 
 

@@ -201,20 +201,21 @@ def priors_vs_posteriors(revisions: Sequence[Mapping[str, Any]]) -> bytes:
     return _png(fig)
 
 
-def verification(candidates: Sequence[Mapping[str, Any]], mde: float) -> bytes:
+def verification(candidates: Sequence[Any], mde: float) -> bytes:
+    """``candidates``: the verification record's (rundir.VerifiedCandidate)."""
     fig, ax = plt.subplots(figsize=(8, max(2.2, 0.6 * len(candidates) + 1.2)))
     for i, c in enumerate(candidates):
-        if "speedup" not in c:
+        if c.speedup is None or not c.ci95:
             continue
-        color = "tab:green" if c.get("promoted") else "tab:gray"
-        lo, hi = c["ci95"]
+        color = "tab:green" if c.promoted else "tab:gray"
+        lo, hi = c.ci95
         ax.plot([lo, hi], [i, i], color=color, lw=3)
-        ax.scatter([c["speedup"]], [i], color=color, s=40, zorder=3)
-        pairs = [a / b for a, b in zip(c.get("baseline_s", []), c.get("candidate_s", []))]
+        ax.scatter([c.speedup], [i], color=color, s=40, zorder=3)
+        pairs = [a / b for a, b in zip(c.baseline_s or [], c.candidate_s or [])]
         ax.scatter(pairs, [i + 0.18] * len(pairs), color="k", s=8, alpha=0.6)
     ax.axvline(1.0, color="k", lw=0.8)
     ax.axvline(1.0 + mde, color="tab:red", ls="--", lw=1, label=f"1 + mde = {1 + mde:.3f}")
-    ax.set_yticks(range(len(candidates)), [f"candidate {i + 1}" + (" (promoted)" if c.get("promoted") else "")
+    ax.set_yticks(range(len(candidates)), [f"candidate {i + 1}" + (" (promoted)" if c.promoted else "")
                                            for i, c in enumerate(candidates)], fontsize=8)
     ax.set_xlabel("speedup over the baseline (95% CI; dots: individual pairs)")
     ax.legend(fontsize=7)

@@ -1,10 +1,11 @@
-"""Build the report of a run as blocks, then write them as ``report.md`` (plots as PNG files beside it,
-in ``report_files/``) and a self-contained ``report.html`` (the same plots inline, base64 PNG).
+"""Build the report of a run as blocks, then write them as markdown (plots as PNG files beside it) and a
+self-contained HTML page (the same plots inline, base64 PNG), where RunDir keeps the report.
 
 Every number cites the trials it comes from (ids in the run's ``trials/`` folder) or the file it was
 read from. Sections: summary, baseline noise, trials (best so far, status), models (predicted vs
 observed, memory boundary), the pre-flight memory estimate vs the measured peak per trial, knob
-effects, priors vs posteriors, verification and MFU, failed-trial cost, source-path audit.
+effects, priors vs posteriors, verification (and every pair run again) and MFU, failed-trial cost,
+source-path audit.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write
 from ..execute.record import cost_by_status
 from ..execute.trial import TrialStatus
+from ..io import atomic_write
 from ..knobs import Setting
+from ..rundir import RunDir, VerifiedCandidate
 from . import plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
 from .fit import saved_fit
@@ -31,9 +33,10 @@ from .load import RunData
 from .mfu import FORMULA, flops_per_step, mfu
 
 MiB = 2**20
-REPORT_MD = "report.md"
-REPORT_HTML = "report.html"
-FILES_DIR = "report_files"
+REPORT_MD = RunDir.REPORT_MD
+REPORT_HTML = RunDir.REPORT_HTML
+FILES_DIR = RunDir.REPORT_FILES
+V, S, N = RunDir.VERIFICATION, RunDir.SEARCH, RunDir.NOISE  # named in the report where its figures come from
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,8 @@ class _Builder:
         self.d = data
         self.step = step
         self.blocks: list[Block] = []
-        ver = data.verification or {}
-        self.baseline = ver.get("baseline") or (data.noise.baseline if data.noise else {}) or data.contract.baseline
+        self.baseline = ((data.verification.baseline if data.verification else None)
+                         or (data.noise.baseline if data.noise else {}) or data.contract.baseline)
 
     def h1(self, t: str) -> None:
         self.blocks.append(Block("h1", t))
@@ -117,16 +120,16 @@ class _Builder:
             self.p(f"**Warning:** {prob}")
         best = best_promoted(d)
         if best is not None:
-            pairs = ", ".join(f"{a}/{b}" for a, b in best["trials"])
-            lo, hi = best["ci95"]
-            self.p(f"**Best promoted candidate:** {_knobs(changed(best['setting'], self.baseline))}: speedup "
-                   f"**{best['speedup']:.3f}x**, 95% CI [{lo:.3f}, {hi:.3f}] over {best['pairs']} interleaved "
+            pairs = ", ".join(f"{a}/{b}" for a, b in best.trials)
+            lo, hi = best.ci95 or (math.nan, math.nan)
+            self.p(f"**Best promoted candidate:** {_knobs(changed(best.setting, self.baseline))}: speedup "
+                   f"**{best.speedup:.3f}x**, 95% CI [{lo:.3f}, {hi:.3f}] over {best.pairs} interleaved "
                    f"baseline/candidate pairs (trials {pairs}).")
         elif d.verification is not None:
             self.p("**No candidate was promoted**: none re-verified with a 95% CI lower bound above 1 + mde "
                    "(see Verification).")
         else:
-            self.p("No verification yet (`verification.json` is missing): run `infrarsi run`.")
+            self.p(f"No verification yet (`{V}` is missing): run `infrarsi run`.")
         ts = d.trials
         by_status: dict[str, list[int]] = {}
         for t in ts:
@@ -134,14 +137,14 @@ class _Builder:
         counts = "; ".join(f"{k} {len(v)} {_ids(v, 12)}" for k, v in by_status.items())
         total = sum(t.cost.device_s for t in ts if t.status.is_finished())
         self.p(f"{len(ts)} trials on disk ({counts}); {total:.0f} device-seconds in all. "
-               f"Search stopped: {d.search.get('stop_reason', 'not recorded')}.")
+               f"Search stopped: {d.search.stop_reason}.")
 
     def noise(self) -> None:
         self.h2("Baseline and noise")
         n = self.d.noise
         self.p(f"Baseline setting: {_knobs(self.baseline)}.")
         if n is None:
-            self.p("No noise profile (`noise.json`): run `infrarsi doctor`.")
+            self.p(f"No noise profile (`{N}`): run `infrarsi doctor`.")
             return
         self.p(f"Median baseline step time {n.median_step_s:.4g} s, 95% bootstrap CI [{n.ci95[0]:.4g}, {n.ci95[1]:.4g}] "
                f"over {n.repeats} runs (trials {_ids(n.trial_ids)}); CV {n.cv:.2%}; minimum detectable effect "
@@ -170,7 +173,7 @@ class _Builder:
             b = min(ok, key=lambda t: t.metrics.step_time_s)
             self.p(f"Fastest single trial: {b.metrics.step_time_s:.4g} s/step (trial {b.id}, {b.role}); a single run "
                    f"is not a verified speedup -- see Verification.")
-        props = self.d.search.get("proposals", {}) or {}
+        props = self.d.search.proposals
         rows = []
         for t in ts:
             why = props.get(str(t.id)) or {}
@@ -189,7 +192,7 @@ class _Builder:
         self.h2("Models: predicted vs observed")
         fit = saved_fit(self.d)
         if fit is None:
-            self.p("No fitted models in `search.json` (the search has not run, or an older version wrote it: rerun "
+            self.p(f"No fitted models in `{S}` (the search has not run, or an older version wrote it: rerun "
                    "`infrarsi run`).")
             return
         self.img("predicted_vs_observed", "Predicted vs observed step time and peak memory",
@@ -216,12 +219,12 @@ class _Builder:
         measured / estimate. An OOM's ratio is a bound: its peak was above capacity, so the ratio is above
         capacity / estimate."""
         self.h2("Pre-flight memory estimate vs measured")
-        est = (self.d.search.get("fitted") or {}).get("estimate") or {}
+        est = (self.d.search.fitted or {}).get("estimate") or {}
         if not est:
-            self.p("No pre-flight estimates in `search.json` (the search has not run, it ran without a memory "
+            self.p(f"No pre-flight estimates in `{S}` (the search has not run, it ran without a memory "
                    "offset, or an older version wrote it: rerun `infrarsi run`).")
             return
-        cap = float(self.d.search.get("capacity_bytes") or self.d.contract.hardware.memory_capacity_bytes)
+        cap = float(self.d.search.capacity_bytes or self.d.contract.hardware.memory_capacity_bytes)
         rows, ratios, missing = [], [], []
         oom_flagged = oom_missed = fit_flagged = 0
         for t in self.d.trials:
@@ -263,18 +266,18 @@ class _Builder:
     def effects(self) -> None:
         self.h2("Knob effects (posteriors)")
         s = self.d.search
-        te, me = s.get("time_effects") or [], s.get("memory_effects") or []
+        te, me = s.time_effects, s.memory_effects
         if not te and not me:
-            self.p("No effects recorded (`search.json` has none): the search has not run.")
+            self.p(f"No effects recorded (`{S}` has none): the search has not run.")
             return
         fit_ids = [t.id for t in self.d.trials if t.status is TrialStatus.OK and t.role in ("doctor", "search")]
         oom_ids = [t.id for t in self.d.trials if t.status is TrialStatus.OOM]
-        self.p(f"From `search.json`: the run's time model (fit on ok doctor and search trials {_ids(fit_ids)}) and "
+        self.p(f"From `{S}`: the run's time model (fit on ok doctor and search trials {_ids(fit_ids)}) and "
                f"memory model (the same plus OOM trials {_ids(oom_ids)} as censored). Effects are relative to each "
                f"knob's default, percent = 100 (exp(x) - 1), with central 90% posterior intervals."
                + (f" Memory effects are whole effects: the pre-flight estimate's effect (its additive projection, "
-                  f"RMS misfit {s.get('estimate_projection_rms') or 0:.3f} log) plus the correction the memory model "
-                  f"learned on top of it, whose interval they carry." if s.get("memory_estimate") else ""))
+                  f"RMS misfit {s.estimate_projection_rms or 0:.3f} log) plus the correction the memory model "
+                  f"learned on top of it, whose interval they carry." if s.memory_estimate else ""))
         self.img("effects", "Per-knob effect posteriors, time and memory", plots.effects(te, me))
         for name, es in (("time", te), ("memory", me)):
             self.table([f"{name} effect", "mean %", "90% interval %", "prior mean %", "prior source"],
@@ -283,7 +286,7 @@ class _Builder:
 
     def priors(self) -> None:
         self.h2("Priors vs posteriors")
-        revs = (self.d.search.get("time_revisions") or []) + (self.d.search.get("memory_revisions") or [])
+        revs = self.d.search.time_revisions + self.d.search.memory_revisions
         if not revs:
             self.p("No prior revisions recorded (no priors, or the search has not run).")
             return
@@ -303,26 +306,52 @@ class _Builder:
         self.h2("Verification")
         ver = self.d.verification
         if ver is None:
-            self.p("Not verified yet (`verification.json` is missing).")
+            self.p(f"Not verified yet (`{V}` is missing).")
             return
-        cands = ver.get("candidates", [])
-        self.p(f"Rule: {ver.get('rule', '')}. {ver.get('repeats')} interleaved pairs per candidate; mde "
-               f"{float(ver.get('mde', 0)):.2%}; finished {_when(ver.get('finished_at'))}. Speedup = exp(mean of "
+        cands = ver.candidates
+        self.p(f"Rule: {ver.rule}. {ver.repeats} interleaved pairs per candidate; mde "
+               f"{ver.mde:.2%}; finished {_when(ver.finished_at)}. Speedup = exp(mean of "
                f"log(t_baseline / t_candidate) over the pairs), 95% t-interval.")
         rows = []
         for i, c in enumerate(cands, 1):
-            pairs = ", ".join(f"{a}/{b}" for a, b in c.get("trials", []))
-            sp = f"{c['speedup']:.3f}x" if "speedup" in c else "-"
-            ci = f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]" if "ci95" in c else "-"
-            rows.append((i, _knobs(changed(c["setting"], self.baseline)), pairs, sp, ci,
-                         "**yes**" if c.get("promoted") else "no", c.get("reason", "")))
+            pairs = ", ".join(f"{a}/{b}" for a, b in c.trials)
+            sp = f"{c.speedup:.3f}x" if c.speedup is not None else "-"
+            ci = f"[{c.ci95[0]:.3f}, {c.ci95[1]:.3f}]" if c.ci95 else "-"
+            rows.append((i, _knobs(changed(c.setting, self.baseline)), pairs, sp, ci,
+                         "**yes**" if c.promoted else "no", c.reason))
         self.table(["#", "knobs vs baseline", "pairs (baseline/candidate trials)", "speedup", "95% CI", "promoted",
                     "reason"], rows)
         if cands:
-            self.img("verification", "Speedup with its 95% CI per candidate", plots.verification(cands, float(ver.get("mde", 0))))
+            self.img("verification", "Speedup with its 95% CI per candidate",
+                     plots.verification(cands, ver.mde))
+        self.rerun(ver)
         self.mfu(cands)
 
-    def mfu(self, cands: list[dict[str, Any]]) -> None:
+    def rerun(self, ver) -> None:
+        """Every A/B pair that was set aside and run again, and verify trials that no pair accounts for."""
+        rows = []
+        for i, c in enumerate(ver.candidates, 1):
+            if c.disturbed:
+                rows += [(f"{a}/{b}", f"#{i} {_knobs(changed(c.setting, self.baseline))}", c.disturbed.reason)
+                         for a, b in c.disturbed.trials]
+        for r in ver.rerun:
+            who = _knobs(changed(r.candidate, self.baseline)) if r.candidate else "-"
+            rows.append(("/".join(map(str, r.trials)), who, r.reason))
+        named = {i for c in ver.candidates for p in (*c.trials, *(c.disturbed.trials if c.disturbed else ()))
+                 for i in p} | {i for r in ver.rerun for i in r.trials}
+        stray = [t.id for t in self.d.trials if t.role == "verify" and t.id not in named]
+        if not rows and not stray:
+            self.p("Pairs run again: none (every verify trial is in a pair above).")
+            return
+        self.p(f"**Pairs run again: {len(rows)}.** A pair is run again only when a trial of it did not finish or "
+               f"another job disturbed it; each one is listed here with why.")
+        if rows:
+            self.table(["pair (baseline/candidate trials)", "candidate", "why it was run again"], rows)
+        if stray:
+            self.p(f"**Verify trials no pair accounts for: {_ids(stray)}** (run for a candidate that is no longer "
+                   f"verified, or a pair whose record is missing).")
+
+    def mfu(self, cands: list[VerifiedCandidate]) -> None:
         self.h2("MFU")
         c = self.d.contract
         f = flops_per_step(c.workload.args, c.workload.adapter)
@@ -340,17 +369,17 @@ class _Builder:
         by = self.d.by_id
         rows = []
         for i, cd in enumerate(cands, 1):
-            if "baseline_s" not in cd:
+            if not cd.baseline_s or not cd.candidate_s:
                 continue
-            b_ids = [a for a, _ in cd["trials"]]
-            c_ids = [b for _, b in cd["trials"]]
+            b_ids = [a for a, _ in cd.trials]
+            c_ids = [b for _, b in cd.trials]
             b_dev = max((by[a].cost.devices for a in b_ids if a in by), default=1)
             c_dev = max((by[b].cost.devices for b in c_ids if b in by), default=1)
-            tb, tc = statistics.median(cd["baseline_s"]), statistics.median(cd["candidate_s"])
+            tb, tc = statistics.median(cd.baseline_s), statistics.median(cd.candidate_s)
             mb, mc = mfu(flops, tb, b_dev, peak), mfu(flops, tc, c_dev, peak)
             rows.append((i, f"{tb:.4g} s x {b_dev} dev", f"{tc:.4g} s x {c_dev} dev",
                          f"{mb:.2%}" if mb is not None else "unknown", f"{mc:.2%}" if mc is not None else "unknown",
-                         f"{_mib(cd.get('baseline_peak_memory_bytes'))} -> {_mib(cd.get('peak_memory_bytes'))}",
+                         f"{_mib(cd.baseline_peak_memory_bytes)} -> {_mib(cd.peak_memory_bytes)}",
                          f"{_ids(b_ids)} / {_ids(c_ids)}"))
         if rows:
             self.table(["#", "baseline (median step)", "candidate (median step)", "MFU before", "MFU after",
@@ -377,18 +406,18 @@ class _Builder:
 
     def audit(self) -> None:
         self.h2("Source-path audit")
-        ver = self.d.verification or {}
+        ver = self.d.verification
         scope = self.d.contract.scope.files
         self.p(f"Locked scope (scope.files): {', '.join(f'`{g}`' for g in scope) or '(none: no file may be written)'}. "
                f"Each promoted candidate's files, their sha256 now, and whether they are still the verified files.")
-        proms = [c for c in ver.get("candidates", []) if c.get("promoted")]
+        proms = ver.promoted() if ver else []
         if not proms:
             self.p("No promoted candidate: nothing to audit.")
         for i, c in enumerate(proms, 1):
-            files = audit_files(self.d, c["setting"])
+            files = audit_files(self.d, c.setting)
             probs = candidate_problems(self.d, c) + run_problems(self.d)
             status = "applicable" if not probs else "NOT applicable: " + "; ".join(probs)
-            self.p(f"Promoted candidate {_knobs(changed(c['setting'], self.baseline))}: {status}.")
+            self.p(f"Promoted candidate {_knobs(changed(c.setting, self.baseline))}: {status}.")
             if not files:
                 self.p("It touches no source file (launch knobs only).")
                 continue
@@ -396,12 +425,12 @@ class _Builder:
                        [(f.path, f.op, f.sha256 or "missing", f.verified_sha256 or "never verified",
                          f.verdict or "-", f"inside (`{f.scope_glob}`)" if f.in_scope else "**OUTSIDE**")
                         for f in files])
-        kv = self.d.search.get("kernel_verdicts") or {}
+        kv = self.d.search.kernel_verdicts
         if kv:
-            self.p("Every kernel candidate the run verified (search.json); generated ones say why their op was chosen:")
+            self.p(f"Every kernel candidate the run verified ({S}); generated ones say why their op was chosen:")
             self.table(["file", "origin", "verdict", "sha256", "reasons"],
-                       [(p, v.get("origin", "contract") + (f" ({v['why']})" if v.get("why") else ""), v.get("verdict"),
-                         v.get("sha256", ""), "; ".join(v.get("reasons", []))[:100]) for p, v in sorted(kv.items())])
+                       [(p, v.origin + (f" ({v.why})" if v.why else ""), v.verdict or "-", v.sha256 or "",
+                         "; ".join(v.reasons)[:100]) for p, v in sorted(kv.items())])
 
 
 def build(data: RunData, step: Callable[[str], None] = lambda s: None, *,
@@ -469,16 +498,17 @@ def to_html(blocks: Sequence[Block]) -> str:
 
 
 def write_report(data: RunData, step: Callable[[str], None] = lambda s: None) -> tuple[Path, Path]:
-    """Write report.md (+ report_files/*.png) and report.html into the run directory."""
+    """Write the report (markdown, its plots as PNG files beside it, and a self-contained HTML page) into the
+    run directory."""
     blocks = build(data, step)
     step("writing")
-    run = data.run_dir
-    files = run / FILES_DIR
+    run = RunDir(data.run_dir)
+    files = run.file(FILES_DIR)
     files.mkdir(exist_ok=True)
     for b in blocks:
         if b.kind == "img":
             (files / f"{b.name}.png").write_bytes(b.png)
-    md, page = run / REPORT_MD, run / REPORT_HTML
+    md, page = run.file(REPORT_MD), run.file(REPORT_HTML)
     atomic_write(md, to_markdown(blocks))
     atomic_write(page, to_html(blocks))
     return md, page

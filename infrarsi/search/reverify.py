@@ -1,7 +1,12 @@
 """The verify step: the best settings of a search rerun interleaved with the baseline (A B A B ...), pairs that
 another job disturbed rerun, and promotion by :func:`~infrarsi.search.verify.promote` (the paired speedup's
 95% CI) and the contract's loss invariant. The statistics live in ``search/verify.py``; this module runs the
-pairs and records them."""
+pairs and records them (RunDir's verification progress and verification records).
+
+Every verify trial on disk is accounted for: a finished pair the progress does not name (the runner died
+between the pair and its record, or the record was rolled back) is taken into it, never run again; a pair a
+restart cut in half is recorded as run again, with why, and the report lists it. So a pair cannot be re-rolled
+until the interval clears."""
 
 from __future__ import annotations
 
@@ -13,33 +18,33 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import contract_hash
 from ..contract.numerics import drift_of
-from ..contract.seal import sealed_write
-from ..errors import read_json_record
 from ..execute.trial import Trial, TrialStatus
 from ..knobs import Setting
+from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
 from .tuner import Tuner
 from .verify import promote, speedup_ci
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-VERIFICATION_JSON = "verification.json"
-
 
 def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Setting, base_losses, noise,
-              console: Console) -> dict[str, Any]:
+              console: Console) -> Verification:
     """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out); promotion by the CI rule
-    and the loss invariant. Resumable: the pairs run so far are kept in ``verification.progress.json``. Writes and
-    returns ``verification.json``'s body."""
+    and the loss invariant. Resumable: the pairs run so far are kept in the verification progress record. Writes
+    and returns the verification record."""
     repeats = max(2, min(noise.repeats_for_target, 4))
     top = to_verify(tuner.top(3), baseline)
     out: dict[str, Any] = {"repeats": repeats, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
                            "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the loss "
                                    "trace matches the baseline within the contract"}
-    progress_path = run_dir / "verification.progress.json"
-    progress: dict[str, list[list[int]]] = read_json_record(progress_path) or {}  # key -> [[baseline id, candidate id], ...]
+    run = RunDir(run_dir)
+    recorded = run.progress()
+    progress = account(recorded.model_copy(deep=True), record.trials(), baseline)  # key -> [(baseline, candidate)]
+    if progress != recorded:
+        run.write_progress(progress)
     for cand in top:
-        ids = progress.setdefault(cand.key(), [])
+        ids = progress.pairs.setdefault(cand.key(), [])
         pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
         disturbed: list[tuple[Trial, Trial]] = []
@@ -50,8 +55,8 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
                 b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
                 pairs.append((a, b))
                 used.append((a, b))
-                ids.append([a.id, b.id])
-                sealed_write(run_dir, progress_path, json.dumps(progress))
+                ids.append((a.id, b.id))
+                run.write_progress(progress)
             bad = disturbed_pairs(used)
             if not bad or len(disturbed) >= MAX_DISTURBED:
                 break
@@ -83,8 +88,39 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
         console.print(f"  verify {json.dumps(cand.to_dict())}: {entry['reason']}")
     out["contract_sha256"] = contract_hash(contract)
     out["finished_at"] = time.time()
-    sealed_write(run_dir, run_dir / VERIFICATION_JSON, json.dumps(out, indent=2, sort_keys=True))
-    return out
+    out["rerun"] = progress.rerun
+    return run.write_verification(out)
+
+
+def account(progress: VerificationProgress, trials: list[Trial], baseline: Setting) -> VerificationProgress:
+    """``progress`` with every finished verify trial it does not name accounted for: a whole pair (the baseline,
+    then a candidate, back to back, neither cancelled) joins its candidate's pairs, as if its record had been
+    written; the rest (a pair a restart cut short) is recorded as run again, with why."""
+    known = progress.accounted()
+    loose = sorted((t for t in trials if t.role == "verify" and t.status.is_finished() and t.id not in known),
+                   key=lambda t: t.id)
+    base = baseline.to_dict()
+    now = time.time()
+    i = 0
+    while i < len(loose):
+        a = loose[i]
+        b = loose[i + 1] if i + 1 < len(loose) else None
+        if a.setting == base and b is not None and b.id == a.id + 1 and b.setting != base:
+            if TrialStatus.CANCELLED not in (a.status, b.status):
+                progress.pairs.setdefault(Setting(b.setting).key(), []).append((a.id, b.id))
+            else:
+                cut = a if a.status is TrialStatus.CANCELLED else b
+                progress.rerun.append(RerunPair(candidate=b.setting, trials=[a.id, b.id], at=now,
+                                                reason=f"trial {cut.id} did not finish ({cut.reason or cut.status.value})"))
+            i += 2
+            continue
+        what = "the baseline's run" if a.setting == base else "the candidate's run"
+        other = "its candidate's never started" if a.setting == base else "its baseline's is not on disk"
+        progress.rerun.append(RerunPair(candidate={} if a.setting == base else a.setting, trials=[a.id], at=now,
+                                        reason=f"{what} ({a.status.value}) is half a pair: {other}"
+                                               + (f" ({a.reason})" if a.reason else "")))
+        i += 1
+    return progress
 
 
 MAX_DISTURBED = 2  # pairs per candidate that may be replaced

@@ -1,11 +1,14 @@
 """apply stage: write the best promoted, audited candidate into the user's git tree as ONE commit.
 
 Refuses with one line and exit 1 (writing nothing): a contract that changed since the lock or does not
-match the verification, stale or missing verification, no promoted candidate, a candidate whose trials
-no longer give its numbers, a kernel file outside the locked scope / never verified / changed since it
-was verified, a knob value outside scope.knobs, a tree that is not a git work tree, or a dirty tree.
-``--dry-run`` prints the unified diff and the commit message and writes nothing (a dirty tree, or a
-folder that is not a git tree, is then only a note).
+match the verification, a record that does not match its seal, stale or missing verification, no promoted
+candidate, a candidate whose trials no longer give its numbers, a kernel file outside the locked scope / never
+verified / changed since it was verified, a knob value outside scope.knobs, a tree that is not a git work
+tree, a dirty tree, or a destination apply may not write (a symlink or hard link on its way, a git-ignored
+file, a stale ``index.lock``: apply/commit.py). The commit is built from the audited bytes with the
+repository's hooks off and compared with the audit before any file is written; a failure after that puts
+every file and the index back (HEAD never moved). ``--dry-run`` prints the unified diff and the commit
+message and writes nothing (a dirty tree, or a folder that is not a git tree, is then only a note).
 """
 
 from __future__ import annotations
@@ -16,18 +19,17 @@ from rich.console import Console
 
 
 def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Console) -> int:
-    from ..apply import ApplyRefused, GitError, diff, make_plan, write
-    from ..apply.gitops import commit, dirty, toplevel
-    from ..contract import ContractError
-    from ..report import RunDataError, load_run
-
     from rich.markup import escape
+
+    from ..apply import ApplyRefused, GitError, commit, diff, make_plan, problems
+    from ..apply.gitops import dirty, toplevel
+    from ..contract import ContractError
+    from ..contract.seal import SealError
+    from ..report import RunDataError, load_run
 
     def refuse(msg: str) -> int:
         err.print(f"[bold red]apply refused:[/] {escape(msg)}", highlight=False, soft_wrap=True)
         return 1
-
-    from ..contract.seal import SealError
 
     try:
         data = load_run(run_dir)
@@ -45,8 +47,10 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         root = Path(repo).resolve()  # a dry run can still show what would be written
         notes.append(f"note: {root} is not a git work tree; a real apply would refuse")
         unclean = []
+        is_git = False
     else:
         unclean = dirty(root)
+        is_git = True
     if unclean and not dry_run:
         return refuse(f"the git tree {root} is dirty ({len(unclean)} changed or untracked: {unclean[0].strip()}); "
                       f"commit or stash first, so the tuned change is one clean commit")
@@ -54,17 +58,17 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         plan = make_plan(data, repo=root)
     except ApplyRefused as e:
         return refuse(str(e))
-    from ..contract.scope import destination_problem
-
-    kernel_paths = {f.path for f in plan.files if "kernel patch" in f.why}
-    for f in plan.files:  # every destination, symlinks resolved, before anything is written
-        bad = destination_problem(root, f.path, data.contract.scope.files if f.path in kernel_paths else None)
-        if bad:
-            return refuse(f"unsafe destination: {bad}; nothing was written")
+    try:  # every destination, before anything is written
+        bad = problems(plan, root, data.contract.scope.files, git=is_git, lock=not dry_run)
+    except GitError as e:
+        return refuse(f"{e}; nothing was written")
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        return refuse(f"unsafe destination: {bad[0]}{more}; nothing was written")
     cand = plan.candidate
-    lo, hi = cand["ci95"]
+    lo, hi = cand.ci95 or (float("nan"), float("nan"))
     which = (f"best of {plan.n_promoted} promoted candidate(s): {', '.join(f'{k}={v}' for k, v in plan.changes.items())} "
-             f"({cand['speedup']:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}], trials {cand['trials']})")
+             f"({cand.speedup:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}], trials {[list(p) for p in cand.trials]})")
     if dry_run:
         console.print(f"apply --dry-run: {which}", highlight=False, soft_wrap=True)
         if unclean:
@@ -77,14 +81,14 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         console.print("--- commit message that would be made ---", highlight=False)
         console.print(plan.message, markup=False, highlight=False, soft_wrap=True)
         return 0
-    written = write(plan, root)
-    if not written:
+    try:
+        sha, written = commit(plan, root)
+    except (ApplyRefused, GitError, OSError) as e:
+        return refuse(f"{e}; the repository was left as it was")
+    if sha is None:
         console.print(f"apply: nothing to commit, {root} already holds this tuned launch", highlight=False)
         return 0
-    try:
-        sha = commit(root, written, plan.message)
-    except GitError as e:
-        return refuse(f"{e} (the files are written but not committed: {', '.join(written)})")
-    console.print(f"apply: committed {sha[:12]} in {root}: {which}; {len(written)} file(s): {', '.join(written)}",
+    console.print(f"apply: committed {sha[:12]} in {root}: {which}; {len(written)} file(s): {', '.join(written)} "
+                  f"(the repository's git hooks were not run: the commit holds exactly the audited files)",
                   highlight=False, soft_wrap=True)
     return 0

@@ -1,4 +1,4 @@
-"""doctor: run the baseline ``budget.doctor_repeats`` times; write noise.json; print CV, CI, MDE, phases.
+"""doctor: run the baseline ``budget.doctor_repeats`` times; record the noise; print CV, CI, MDE, phases.
 
 Exit codes: 0 measured (a noise warning is still 0), 1 the baseline failed or does not reproduce.
 ``--json`` prints only {"cv", "median_step_s", "ci95", "mde", "repeats", "phases"} on stdout.
@@ -18,6 +18,7 @@ from ..contract import ContractError, load_locked
 from ..doctor import DoctorError, run_doctor
 from ..doctor.noise import noise_warning
 from ..execute.slurm import SlurmError, SlurmUnreachable
+from ..rundir import RunDir
 
 
 def run(run_dir: Path, *, json_out: bool, console: Console, err: Console) -> int:
@@ -47,7 +48,7 @@ def run(run_dir: Path, *, json_out: bool, console: Console, err: Console) -> int
         for name, s in sorted(n.phases.items(), key=lambda kv: -kv[1]):
             t.add_row(f"  phase {name}", f"{s:.4g} s/step ({s / total:.0%})" if total else f"{s:.4g} s/step")
         console.print(t)
-        console.print(f"  wrote {Path(run_dir) / 'noise.json'}")
+        console.print(f"  wrote {RunDir(run_dir).file(RunDir.NOISE)}")
     warning = noise_warning(n)
     if warning:
         err.print(f"[yellow]warning:[/] {escape(warning)}")

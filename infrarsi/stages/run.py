@@ -1,15 +1,14 @@
 """run: search launch knobs and kernel patches; re-verify the best against the baseline; promote.
 
 Reads the lock, the doctor's noise profile and baseline trials, priors (LLM or offline knowledge
-base) and the experience bank. Writes every trial under ``trials/``, then ``search.json`` (the tuner's
-proposals and the models' effects and prior revisions) and ``verification.json`` (the interleaved
-re-runs, speedups with CIs, and which candidates were promoted). A killed run resumes: finished trials
+base) and the experience bank. Records every trial, then the search record (the tuner's proposals and
+the models' effects and prior revisions) and the verification record (the interleaved re-runs, speedups
+with CIs, and which candidates were promoted), all through RunDir. A killed run resumes: finished trials
 are told to the tuner again, in-flight ones are re-queued (or adopted, on Slurm).
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -21,15 +20,12 @@ from ..adapters import run_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.numerics import reference_of
 from ..contract.scope import TreeGuard, repository_root
-from ..contract.seal import sealed_write
-from ..errors import read_json_record
 from ..execute.trial import Trial, TrialStatus
 from ..knobs import KnobSpace, Setting
+from ..rundir import RunDir
 from ..search import Outcome, Tuner, TunerConfig
-from ..search.reverify import VERIFICATION_JSON, reverify
+from ..search.reverify import reverify
 from . import run_state as state
-
-SEARCH_JSON = "search.json"
 
 
 def outcome_of(t: Trial) -> Outcome:
@@ -225,10 +221,10 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     executor = make_executor()
     cap_s = contract.budget.max_device_hours * 3600.0
     used_s = sum(t.cost.device_s for t in record.finished())
-    read_json_record(run_dir / SEARCH_JSON)  # refuses a search.json it could not read: never rewritten over
+    RunDir(run_dir).search()  # refuses a search record it could not read: never rewritten over
     proposals = state.proposals(record, done)
     in_flight = state.pending(run_dir)
-    stop_reason = search_done["stop_reason"] if search_done else "budget spent"
+    stop_reason = (search_done.stop_reason or "budget spent") if search_done else "budget spent"
     state.settle_interrupted(record, executor, roles={"verify"})  # before anything new starts
     with Runner(record, executor, adapter, contract, config=Runner.Config(parallel=par)) as runner:
         for fut in runner.resume(roles={"search"}, reference_losses=base_losses):
@@ -264,10 +260,10 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
             state.mark_done(run_dir, "search", stop_reason=stop_reason, trials=len(done), budget=budget)
         console.print(f"search stopped: {stop_reason}" + (" (earlier)" if search_done else ""))
         verification = reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console)
-        state.mark_done(run_dir, "verify", promoted=sum(1 for c in verification["candidates"] if c["promoted"]))
+        state.mark_done(run_dir, "verify", promoted=len(verification.promoted()))
     _bank_record(run_dir, contract, record, tuner, err)
-    n_prom = sum(1 for c in verification["candidates"] if c["promoted"])
-    console.print(f"[bold]{n_prom} candidate(s) promoted[/]; see {run_dir / VERIFICATION_JSON}")
+    n_prom = len(verification.promoted())
+    console.print(f"[bold]{n_prom} candidate(s) promoted[/]; see {RunDir(run_dir).file(RunDir.VERIFICATION)}")
     return 0
 
 
@@ -284,7 +280,7 @@ def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Sett
 
 def save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop_reason: str, kernel_verdicts: dict,
                 bank_sources: list) -> None:
-    """Write the run's search.json (sealed): why it stopped, each trial's proposal, the priors, the kernel verdicts,
+    """Write the run's search record (sealed): why it stopped, each trial's proposal, the priors, the kernel verdicts,
     the bank runs it seeded from and what the tuner's models fitted (effects, revisions, the fit the report reads)."""
     from ..report.effects import model_summary
 
@@ -297,7 +293,7 @@ def save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop
         "priors": [p.model_dump(mode="json") for p in priors],
     }
     body.update(model_summary(tuner, priors))  # what the tuner fitted: effects as meant, revisions, the fit
-    sealed_write(run_dir, run_dir / SEARCH_JSON, json.dumps(body, indent=2, sort_keys=True, default=str))
+    RunDir(run_dir).write_search(body)
 
 
 def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) -> None:

@@ -6,14 +6,15 @@ What it writes under ``root`` (a stand-in for the user's repository)::
     root/kernels/rmsnorm/<file>    the real candidate file, copied from the project's kernels/ (with
                                    ``generated=True``: to kernels/rmsnorm/generated/, as the run stage writes
                                    a candidate an LLM wrote; the contract then lists only "reference")
-    root/run/contract.lock         by write_lock (the real lock and hash)
-    root/run/trials/<n>/trial.json by RunRecord.start/finish: doctor x3, search x12 (ok, OOM, crash,
+    root/run/                      a run directory, every record written through RunDir:
+        the lock                   by write_lock (the real lock and hash)
+        the trials                 by RunRecord.start/finish: doctor x3, search x12 (ok, OOM, crash,
                                    timeout), verify pairs for two candidates
-    root/run/noise.json            by doctor.noise.profile
-    root/run/search.json           by the run stage's own writer (stages.run.save_search) from a real Tuner
+        the noise profile          by doctor.noise.profile
+        the search record          by the run stage's own writer (stages.run.save_search) from a real Tuner
                                    told every doctor and search trial: proposals, kernel verdicts (sha256 of
                                    the copied file), priors, effects, prior revisions and the tuner's fit
-    root/run/verification.json     speedups from search.verify.speedup_ci/promote on the verify trials
+        the verification           speedups from search.verify.speedup_ci/promote on the verify trials
 
 Step times and peaks come from a fixed log-linear law with seeded 2% (time) and 1% (memory) noise (the
 law is below), so tests know the truth: threads 2 -26%, SDPA attention -22%, micro-batch 4 -8%, the
@@ -33,8 +34,7 @@ from typing import Any
 
 from ..adapters import get_adapter
 from ..contract import contract_hash, write_lock
-from ..contract.seal import sealed_write
-from ..io import atomic_write
+from ..rundir import RunDir
 from ..kernels.space import extended_space
 from ..doctor.noise import profile
 from ..execute.record import RunRecord
@@ -153,7 +153,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
     noise = profile([t.metrics.step_time_s for t in doctor], trial_ids=[t.id for t in doctor],
                     phases=[t.metrics.phases_s for t in doctor], reference_losses=doctor[0].metrics.losses,
                     baseline=baseline)
-    sealed_write(run_dir, run_dir / "noise.json", json.dumps(noise.model_dump(mode="json"), indent=2))
+    RunDir(run_dir).write_noise(noise)
 
     proposals: dict[str, Any] = {}
     seen = list(doctor)
@@ -167,7 +167,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
                                 "savers": ["recompute_granularity=full"] if kind == "paired" else []}
         seen.append(t)
 
-    # search.json by the run stage's own writer, from a real Tuner told every trial, as `infrarsi run` does
+    # the search record by the run stage's own writer, from a real Tuner told every trial, as `infrarsi run` does
     # (with the analytical memory estimate as the memory model's offset).
     tuner = Tuner(space, memory_capacity_bytes=cap, priors=PRIORS, seed=0, noise_cv=max(noise.cv, 1e-3),
                   config=TunerConfig(n_initial=3, mde=noise.mde), memory_estimate=memory_estimate(space, contract))
@@ -197,7 +197,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
             "baseline_mfu": sorted(a.metrics.mfu or 0 for a, _ in pairs)[1] or None})
     verification["contract_sha256"] = contract_hash(contract)
     verification["finished_at"] = time.time()
-    sealed_write(run_dir, run_dir / "verification.json", json.dumps(verification, indent=2, sort_keys=True))
+    RunDir(run_dir).write_verification(verification)
     return run_dir
 
 
@@ -214,10 +214,10 @@ def copy_run(src_root: str | Path, dst_root: str | Path) -> Path:
     contract, so a test can edit either without touching the original. Returns the copy's run dir."""
     src_root, dst_root = Path(src_root), Path(dst_root)
     shutil.copytree(src_root, dst_root, dirs_exist_ok=True)
-    lock = dst_root / "run" / "contract.lock"
-    body = json.loads(lock.read_text())
+    run = RunDir(dst_root / "run")
+    body = json.loads(run.lock_bytes() or b"{}")
     body["contract_path"] = str((dst_root / Path(body["contract_path"]).name).resolve())
-    atomic_write(lock, json.dumps(body, indent=2, sort_keys=True))  # the hash covers the contract, not its path
+    run.write_lock(body)  # the seal covers the contract, not its path
     return dst_root / "run"
 
 
@@ -235,7 +235,7 @@ def cached_recorded_run(base: str | Path, **kw: Any) -> Path:
 def write_verified_run(root: str | Path, contract_text: str, candidate: dict[str, Any], *, speedup: float = 1.25,
                        files: dict[str, str] | None = None, seed: int = 0) -> Path:
     """A minimal verified run for any adapter: the lock, three interleaved baseline/candidate pairs
-    (candidate ``speedup`` times faster, 1% noise) and verification.json; no search. ``files`` are
+    (candidate ``speedup`` times faster, 1% noise) and the verification; no search. ``files`` are
     written under ``root`` first (e.g. the launch script the contract names). Returns the run dir."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -268,6 +268,6 @@ def write_verified_run(root: str | Path, contract_text: str, candidate: dict[str
                             "promoted": passed, "reason": why, "baseline_s": [a.metrics.step_time_s for a, _ in pairs],
                             "candidate_s": [b.metrics.step_time_s for _, b in pairs]}],
             "contract_sha256": contract_hash(contract), "finished_at": time.time()}
-    sealed_write(run_dir, run_dir / "verification.json", json.dumps(body, indent=2, sort_keys=True))
-    sealed_write(run_dir, run_dir / "search.json", json.dumps({"stop_reason": "budget spent", "kernel_verdicts": {}}))
+    RunDir(run_dir).write_verification(body)
+    RunDir(run_dir).write_search({"stop_reason": "budget spent", "kernel_verdicts": {}})
     return run_dir

@@ -8,20 +8,18 @@ write. These helpers are that key holder.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..contract import seal
-from ..io import atomic_write
+from ..rundir import RunDir
 
 
 def rewrite_sealed(run_dir: str | Path, name: str, text: str) -> None:
     """Replace ``run_dir/name`` with ``text``, sealed into the chain as infrarsi would."""
-    seal.sealed_write(run_dir, Path(run_dir) / name, text)
+    RunDir(run_dir).write(Path(run_dir) / name, text)
 
 
 def reseal_lock(run_dir: str | Path, body: dict[str, Any]) -> None:
     """Write a lock body with a valid seal (the records made under it keep their own lock hashes)."""
-    atomic_write(Path(run_dir) / seal.LOCK_FILE,
-                 json.dumps(seal.seal_lock({k: v for k, v in body.items() if k != "seal"}), indent=2, sort_keys=True))
+    RunDir(run_dir).write_lock(seal.seal_lock({k: v for k, v in body.items() if k != "seal"}))

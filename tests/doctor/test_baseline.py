@@ -65,4 +65,4 @@ def test_killed_doctor_resumes_and_reuses_finished_runs(tmp_path):
     res = run_doctor(tmp_path, toy_contract(baseline={"step_ms": 500}), adapter=ToyAdapter(), executor=LocalExecutor())
     assert res.noise.trial_ids == [1, 2] and res.reused == 2  # trial 1 reused; trial 2 resumed in place
     assert rec.get(1) == first and [t.id for t in rec.trials()] == [0, 1, 2]
-    assert rec.launch_info(2)["attempt"] == 1
+    assert rec.launch_info(2).attempt == 1

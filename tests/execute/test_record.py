@@ -24,7 +24,7 @@ def test_start_launch_finish_roundtrip(tmp_path):
     spec = LaunchSpec(argv=["python", "-c", "pass"], env={"A": "1"})
     h = Handle(kind="local", trial_dir=str(rec.trial_dir(0)), token="abc", job_id="4242", submitted_at=1.0, time_limit_s=5)
     t = rec.launched(t, spec, h, command=["python", "-c", "pass"], env={"A": "1"})
-    assert rec.get(0).job_id == "4242" and rec.handle(0) == h and rec.launch_info(0)["token"] == "abc"
+    assert rec.get(0).job_id == "4242" and rec.handle(0) == h and rec.launch_info(0).token == "abc"
     assert (rec.trial_dir(0) / "command").read_text() == "python -c pass\n"
     done = rec.finish(t.model_copy(update={"status": TrialStatus.OK, "metrics": Metrics(step_time_s=0.3),
                                            "cost": Cost(wall_s=10, devices=2)}))

@@ -156,7 +156,7 @@ def test_resume_after_kill_9_requeues_local_trials_and_keeps_finished_ones(tmp_p
     with Runner(rec, LocalExecutor(), ToyAdapter(), toy_contract(timeout_s=60)) as r:
         resumed = [f.result() for f in r.resume()]
     assert [t.id for t in resumed] == [1] and resumed[0].status is TrialStatus.OK
-    assert resumed[0].job_id != str(orphan) and rec.launch_info(1)["attempt"] == 1
+    assert resumed[0].job_id != str(orphan) and rec.launch_info(1).attempt == 1
     assert any("interrupted by a restart" in e for e in resumed[0].evidence)
     assert (rec.trial_dir(0) / "trial.json").read_bytes() == first  # finished trials are never rerun
     assert [t.id for t in rec.trials()] == [0, 1]

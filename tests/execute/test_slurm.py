@@ -137,13 +137,13 @@ def test_killed_runner_resumes_by_adopting_the_running_job(slurm, tmp_path):
         time.sleep(0.05)
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
-    job_id, token = rec.get(0).job_id, rec.launch_info(0)["token"]
+    job_id, token = rec.get(0).job_id, rec.launch_info(0).token
     ex = _executor(slurm)
     assert ex.job_info(job_id)["JobState"] in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")  # still going without its runner
     with Runner(rec, ex, ToyAdapter(), toy_contract(timeout_s=120)) as r:
         [t] = [f.result() for f in r.resume()]
     assert t.id == 0 and t.status is TrialStatus.OK and t.job_id == job_id
-    assert rec.launch_info(0)["attempt"] == 0 and not any("restart" in e for e in t.evidence)
+    assert rec.launch_info(0).attempt == 0 and not any("restart" in e for e in t.evidence)
     named = slurm.client("squeue", "-h", "-t", "all", "--name", f"infrarsi-{token}", "-o", "%i").stdout.split()
     assert named == [job_id]  # submitted once, never twice
     # A job id that exists but carries another trial's token is not ours: never adopted.
@@ -168,7 +168,7 @@ def test_unreachable_controller_is_one_line_naming_slurm_conf(slurm, tmp_path):
     with Runner(rec, ex, ToyAdapter(), toy_contract()) as r:
         with pytest.raises(SlurmUnreachable):
             r.submit({}).result()
-    assert [t.status for t in rec.trials()] == [TrialStatus.RUNNING] and rec.launch_info(0)["token"]
+    assert [t.status for t in rec.trials()] == [TrialStatus.RUNNING] and rec.launch_info(0).token
 
 
 @pytest.mark.slurm
@@ -195,4 +195,4 @@ def test_job_submitted_just_before_a_crash_is_found_by_its_token(slurm, tmp_path
     with runner:
         [done] = [f.result() for f in runner.resume()]
     assert done.status is TrialStatus.OK, done.evidence
-    assert done.job_id == h.job_id and rec.launch_info(t.id)["attempt"] == 0
+    assert done.job_id == h.job_id and rec.launch_info(t.id).attempt == 0

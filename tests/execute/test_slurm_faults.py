@@ -50,7 +50,7 @@ def test_a_held_job_is_cancelled_and_the_trial_launched_again(slurm, tmp_path):
         assert slurm.client("scontrol", "requeuehold", first).returncode == 0
         t = fut.result(timeout=120)
     assert t.status is TrialStatus.OK, (t.reason, t.evidence)
-    assert t.job_id != first and rec.launch_info(0)["attempt"] == 1
+    assert t.job_id != first and rec.launch_info(0).attempt == 1
     assert any(f"slurm job {first} was held" in e and "Reason=job_requeued_in_held_state" in e for e in t.evidence)
     assert _state(slurm, first).get("JobState") == "CANCELLED"
 

@@ -130,22 +130,37 @@ def test_the_key_lives_outside_the_run(recorded):
     assert seal.key_path().stat().st_mode & 0o077 == 0
 
 
-def test_a_write_cut_by_a_crash_still_resumes(recorded):
-    """kill -9 between the chain entry and the file: the file is at its previous sealed version, the chain's
-    last line may be half written. Neither is tampering: the run still loads, and the next write mends it."""
+def test_a_write_cut_by_a_crash_still_resumes(recorded, monkeypatch):
+    """kill -9 between the chain entry and the file (simulated: the process dies in the file's replace): the file
+    is at its previous sealed version, the chain's last line may be half written. Neither is tampering: the run
+    still loads, and the next write seals the file as it is ("mends" it) before its own entry."""
     from infrarsi.contract.lock import load_locked
+    from infrarsi.rundir import RunDir, chain
 
-    t = recorded / "trials" / "2" / "trial.json"
+    run = RunDir(recorded)
+    t = run.trial_file(2, "trial.json")
     before = t.read_text()
     body = json.loads(before)
     body["reason"] = "rewritten"
-    seal.sealed_write(recorded, t, json.dumps(body))
-    t.write_text(before)  # as if the process died before os.replace
+
+    def killed(target, data):
+        raise SystemExit("killed")
+
+    with monkeypatch.context() as m:
+        m.setattr(chain, "_put", killed)
+        with pytest.raises(SystemExit):
+            run.write(t, json.dumps(body))
+    assert t.read_text() == before
     with open(recorded / seal.SEAL_LOG, "a") as f:
         f.write('{"n": 99, "path": "trials/2/tr')  # and a later entry cut mid-line
     load_locked(recorded)
-    seal.sealed_write(recorded, t, before)
+    run.write(run.trial_file(3, "trial.json"), run.trial_file(3, "trial.json").read_text())
+    last = [json.loads(x) for x in (recorded / seal.SEAL_LOG).read_text().splitlines()[-2:]]
+    assert last[0]["path"] == "trials/2/trial.json" and last[0]["mends"] == last[0]["n"] - 1  # sealed as it is
     load_locked(recorded)
+    t.write_text(json.dumps(body))  # the write that never happened, made by hand now: an edit
+    with pytest.raises(seal.SealError, match="trials/2/trial.json was edited after it was sealed"):
+        load_locked(recorded)
 
 
 def _fail_verdict(run):

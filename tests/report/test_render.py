@@ -122,7 +122,10 @@ def test_cli_report_smoke(run_dir):
 
 
 def test_report_of_a_run_not_yet_verified(run_dir):
-    (run_dir / "verification.json").unlink()
+    from infrarsi.rundir import RunDir
+
+    run = RunDir(run_dir)
+    run.write(run.file(run.VERIFICATION), None)  # removed as a key holder would: a run stopped before verifying
     md = to_markdown(build(load_run(run_dir), sections=["summary", "verification", "audit"]))
     assert "No verification yet" in md and "Not verified yet" in md and "No promoted candidate" in md
 
@@ -135,9 +138,9 @@ def test_memory_effects_are_whole_effects_that_match_the_known_law(run_dir):
     from infrarsi.testing.recorded_run import MEM_EFFECT
 
     data = load_run(run_dir)
-    assert data.search["memory_estimate"] is True
-    eff = {e["feature"]: e for e in data.search["memory_effects"]}
-    corr = {e["feature"]: e for e in data.search["memory_corrections"]}
+    assert data.search.memory_estimate is True
+    eff = {e["feature"]: e for e in data.search.memory_effects}
+    corr = {e["feature"]: e for e in data.search.memory_corrections}
     for feature in ("micro_batch_size=4", "micro_batch_size=8", "attention_backend=auto", "bf16=True"):
         truth = MEM_EFFECT[tuple(feature.split("=")[:1]) + ({"True": True, "auto": "auto"}.get(
             feature.split("=")[1], None) or int(feature.split("=")[1]),)]
@@ -151,29 +154,29 @@ def test_memory_effects_are_whole_effects_that_match_the_known_law(run_dir):
     assert f"| micro_batch_size=8 | {pct(e8['mean']):+.1f} | [{pct(e8['lo']):+.1f}, {pct(e8['hi']):+.1f}]" in md
     assert 90 < pct(e8["mean"]) < 135
     # priors are revised against whole effects: the offline micro-batch prior was right
-    rev = {r["feature"]: r for r in data.search["memory_revisions"]}
+    rev = {r["feature"]: r for r in data.search.memory_revisions}
     assert not rev["micro_batch_size=16"]["miscalibrated"]
 
 
 def test_models_section_reads_the_tuners_saved_fit(run_dir):
     """Predicted vs observed comes from search.json's `fitted` block (the tuner's own models), not a refit:
     changing the saved prediction changes the report."""
-    from infrarsi.contract.seal import sealed_write
     from infrarsi.knobs import Setting
     from infrarsi.report.fit import saved_fit
+    from infrarsi.rundir import RunDir
 
     data = load_run(run_dir)
     fit = saved_fit(data)
     first = fit.time[0]
     t = data.by_id[first.trial]
-    m, s = data.search["fitted"]["time"][Setting(t.setting).key()]
+    m, s = data.search.fitted["time"][Setting(t.setting).key()]
     assert first.mean_s == math.exp(m)
-    body = json.loads((run_dir / "search.json").read_text())
-    body["fitted"]["time"][Setting(t.setting).key()] = [m + 1.0, s]
-    sealed_write(run_dir, run_dir / "search.json", json.dumps(body))  # as the run stage writes it
+    run = RunDir(run_dir)
+    body = run.search()
+    body.fitted["time"][Setting(t.setting).key()] = [m + 1.0, s]
+    run.write_search(body)  # as the run stage writes it
     assert saved_fit(load_run(run_dir)).time[0].mean_s == math.exp(m + 1.0)
-    del body["fitted"]
-    sealed_write(run_dir, run_dir / "search.json", json.dumps(body))
+    run.write_search(body.model_copy(update={"fitted": None}))
     assert saved_fit(load_run(run_dir)) is None
     assert "rerun `infrarsi run`" in to_markdown(build(load_run(run_dir), sections=["models"]))
 
@@ -184,7 +187,7 @@ def test_every_trial_shows_its_preflight_estimate_against_its_measured_peak(run_
     prints it for every trial beside the measured peak (or OOM, a bound) and their ratio, recomputed here from
     the trials on disk and the analytical model itself."""
     from infrarsi.adapters import get_adapter
-    from infrarsi.contract.seal import sealed_write
+    from infrarsi.rundir import RunDir
     from infrarsi.execute.trial import TrialStatus
     from infrarsi.priors.offline import memory_estimator
 
@@ -213,9 +216,10 @@ def test_every_trial_shows_its_preflight_estimate_against_its_measured_peak(run_
     # the recorded law's peaks sit above the analytical arithmetic: every OOM's bound says the estimate was short
     assert "Of 2 OOM trials the estimate alone put 2 over capacity." in md
     # the report reads what the run stage saved, nothing recomputed: an older search.json says so
-    body = json.loads((run_dir / "search.json").read_text())
-    del body["fitted"]["estimate"]
-    sealed_write(run_dir, run_dir / "search.json", json.dumps(body))
+    run = RunDir(run_dir)
+    body = run.search()
+    del body.fitted["estimate"]
+    run.write_search(body)
     assert "No pre-flight estimates in `search.json`" in to_markdown(build(load_run(run_dir), sections=["estimate"]))
 
 

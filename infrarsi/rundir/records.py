@@ -1,0 +1,190 @@
+"""The typed records of a run directory (pydantic): what each file holds, read and written only by RunDir.
+
+The trial (``execute.trial.Trial``) and the noise profile (``doctor.noise.NoiseProfile``) are their packages'
+own models; the rest live here. Times are unix seconds unless a name says otherwise; trial ids are the
+folder names under ``trials/``; a pair is ``(baseline trial id, candidate trial id)``, run back to back.
+
+Where a record carries another component's own open structure (the tuner's reason for a proposal, the models'
+fitted effects), it is kept as a mapping and that component reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..execute.executor import Handle
+from ..execute.spec import LaunchSpec
+
+Pair = tuple[int, int]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------- stages.json
+class StageDone(_Record):
+    finished_at: float
+    stop_reason: str | None = None  # search: why it stopped
+    trials: int | None = None  # search: trials it ran
+    budget: int | None = None  # search: its budget
+    promoted: int | None = None  # verify: candidates promoted
+
+
+class Reopened(_Record):
+    at: float
+    was: dict[str, StageDone] = {}
+
+
+class Stages(_Record):
+    """Which parts of the run stage finished, and what a resume must keep (the seed, a ``--more`` budget)."""
+
+    search: StageDone | None = None
+    verify: StageDone | None = None
+    reopened: list[Reopened] = []
+    search_budget: int | None = None
+    search_seed: int | None = None
+
+
+# ------------------------------------------------------------------------------- verification records
+class RerunPair(_Record):
+    """An A/B pair whose measurement was set aside and run again, and why: a trial of it did not finish (the
+    runner was restarted), or another job disturbed it. Every one is kept and shown by the report."""
+
+    candidate: dict[str, Any]
+    trials: list[int]  # the baseline's, then the candidate's (one id when the candidate's never started)
+    reason: str
+    at: float
+
+
+class VerificationProgress(_Record):
+    """``verification.progress.json``: per candidate (its setting's key), the pairs run so far; and the pairs run
+    again. Written after every pair, so a killed verification resumes where it stopped."""
+
+    pairs: dict[str, list[Pair]] = {}
+    rerun: list[RerunPair] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare(cls, data: Any) -> Any:
+        """A progress file written before the rerun record was kept: {key: [[a, b], ...]}."""
+        if isinstance(data, dict) and data and not {"pairs", "rerun"} & set(data):
+            return {"pairs": data}
+        return data
+
+    def accounted(self) -> set[int]:
+        """Every trial id the progress names (pairs and reruns)."""
+        out = {i for ps in self.pairs.values() for p in ps for i in p}
+        return out | {i for r in self.rerun for i in r.trials}
+
+
+class Disturbed(_Record):
+    trials: list[Pair]
+    reason: str
+
+
+class VerifiedCandidate(_Record):
+    """One candidate's interleaved re-runs and the verdict. Speedup = baseline time / candidate time."""
+
+    setting: dict[str, Any]
+    why: dict[str, Any] = {}  # the tuner's reason for proposing it (search/proposal.py)
+    trials: list[Pair] = []  # the pairs the verdict uses
+    disturbed: Disturbed | None = None
+    promoted: bool
+    reason: str
+    speedup: float | None = None
+    ci95: tuple[float, float] | None = None
+    pairs: int | None = None
+    baseline_s: list[float] | None = None
+    candidate_s: list[float] | None = None
+    peak_memory_bytes: float | None = None
+    baseline_peak_memory_bytes: float | None = None
+    mfu: float | None = None
+    baseline_mfu: float | None = None
+
+
+class Verification(_Record):
+    """``verification.json``: the re-verification of the search's best settings against the baseline."""
+
+    repeats: int
+    mde: float
+    baseline: dict[str, Any]
+    candidates: list[VerifiedCandidate] = []
+    rule: str = ""
+    contract_sha256: str | None = None
+    finished_at: float | None = None
+    rerun: list[RerunPair] = []  # pairs set aside and run again (restarts), besides each candidate's disturbed ones
+
+    def promoted(self) -> list[VerifiedCandidate]:
+        return [c for c in self.candidates if c.promoted]
+
+
+# ------------------------------------------------------------------------------------------ search.json
+class KernelVerdict(BaseModel):
+    """A kernel candidate's verdict at run start (kernels/space.py); the verifier may add fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    op: str = ""
+    verdict: str | None = None  # "pass" | "fail" | "disqualified"
+    sha256: str | None = None
+    reasons: list[str] = []
+    origin: str = "contract"  # "contract" | "generated"
+    why: str = ""  # generated: why its op was chosen
+
+
+class SearchRecord(BaseModel):
+    """``search.json``: why the search stopped, each trial's proposal, the priors and kernel verdicts it used,
+    the bank runs it seeded from, and what the tuner's models fitted (report/effects.py writes that part)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    stop_reason: str = "not recorded"
+    proposals: dict[str, dict[str, Any]] = {}  # trial id -> the tuner's reason (search/proposal.py)
+    tuner_overhead_s: list[float] = []  # seconds per ask (fits + scoring)
+    kernel_verdicts: dict[str, KernelVerdict] = {}
+    bank_sources: list[str] = []
+    priors: list[dict[str, Any]] = []  # priors.prior.Prior, dumped
+    # the models (report/effects.model_summary): rows of the report's tables, as the models give them
+    schema_: int | None = Field(None, alias="schema")
+    fitted: dict[str, Any] | None = None
+    memory_estimate: bool | None = None
+    time_effects: list[dict[str, Any]] = []
+    time_revisions: list[dict[str, Any]] = []
+    time_sigma: float | None = None
+    memory_effects: list[dict[str, Any]] = []
+    memory_corrections: list[dict[str, Any]] = []
+    estimate_projection_rms: float | None = None
+    memory_revisions: list[dict[str, Any]] = []
+    capacity_bytes: float | None = None
+
+    def passed_generated(self) -> dict[str, KernelVerdict]:
+        return {p: v for p, v in self.kernel_verdicts.items() if v.origin == "generated" and v.verdict == "pass"}
+
+
+# ------------------------------------------------------------------------------------------- per trial
+class LaunchRecord(_Record):
+    """``trials/<n>/launch.json``: written with the token before the submit (a crash between the submit and the
+    record can still be adopted by token), and again with the executor's handle after."""
+
+    attempt: int = 0
+    spec: LaunchSpec
+    written_at: float
+    token: str | None = None
+    handle: Handle | None = None
+
+
+class ClockRecord(BaseModel):
+    """``trials/<n>/clock.json``: the harness's own clock of a trial's stdout (execute/clock.py)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    wall_s: float
+    started_unix: float | None = None
+    complete: bool = True
+    stdout_sha256: str
+    arrivals_s: list[float] = []
+    cpu_s: list[float | None] = []
+    cpu_t_s: list[float | None] = []
