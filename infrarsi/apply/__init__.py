@@ -1,6 +1,6 @@
 """Applying promoted changes: the tuned launch, verified kernel files, one audited git commit."""
 
-from .commit import commit, problems
+from .transaction import commit, problems
 from .gitops import GitError
 from .writer import ApplyPlan, ApplyRefused, FileChange, diff, make_plan
 

@@ -13,7 +13,7 @@ its lock, the plan holds, under ``infrarsi-tuned/<contract name>/`` in the user'
 plus every verified kernel file the setting names, copied to its path inside the locked scope (a
 candidate the run generated: to ``kernels/<op>/generated/``, where the run wrote it).
 Any problem (see :mod:`infrarsi.report.audit`) refuses the whole plan with one line. The plan is written, as
-one commit that holds exactly these bytes, by :mod:`.commit`: all of it or nothing.
+one commit that holds exactly these bytes, by :mod:`.transaction`: all of it or nothing.
 """
 
 from __future__ import annotations

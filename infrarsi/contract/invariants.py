@@ -47,3 +47,29 @@ def loss_violation(contract: Contract, baseline: Sequence[float], losses: Sequen
             return (f"loss at iteration {i} is {b:.6g}, baseline {a:.6g}: |diff| {abs(b - a):.3g} > "
                     f"rtol {rtol} x {abs(a):.6g} = {rtol * abs(a):.3g}")
     return None
+
+
+def env_violations(contract: Contract, adapter: Any) -> list[str]:
+    """Where ``workload.script_env`` or ``workload.env`` changes what the workload fixes: the launch, as the adapter
+    reads it with them, gives a fixed workload argument another value than ``[workload.args]`` locks it to (the
+    same rule as a knob that would: the variable a launch script reads for the global batch is such a knob).
+    [] for adapters that read no launch file."""
+    parsed = getattr(adapter, "parsed", None)
+    w = contract.workload
+    if parsed is None or not w.launch or not w.args:
+        return []
+    got = dict(parsed(contract).fixed)
+    bad = {k: got[k] for k, v in w.args.items() if k in got and got[k] != v}
+    out = []
+    for k, now in sorted(bad.items()):
+        culprits = []
+        for where, env in (("script_env", w.script_env), ("env", w.env)):
+            for var, val in env.items():
+                other = contract.model_copy(update={"workload": w.model_copy(
+                    update={where: {x: y for x, y in env.items() if x != var}})})
+                if dict(parsed(other).fixed).get(k) != now:
+                    culprits.append(f"workload.{where} {var}={val!r}")
+        who = ", ".join(culprits) or "the launch as the adapter reads it"
+        out.append(f"{who} would change the fixed workload argument {k} (locked to {w.args[k]!r}; the launch reads "
+                   f"{now!r} with it): the environment may not change the task; remove it, or fix [workload.args]")
+    return out

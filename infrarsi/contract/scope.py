@@ -4,7 +4,7 @@ and what a trial may touch.
 - :func:`scope_problems` (``init``): every kernel candidate the contract names (``scope.knobs.kernel_<op>``
   and ``baseline.kernel_<op>``) is a relative path without ``..`` that a ``scope.files`` glob takes, exists,
   and still lies inside the repository and the scope once every symlink is resolved.
-- ``apply`` holds its destinations to the scope and to the work tree itself (no link followed): apply/commit.py.
+- ``apply`` holds its destinations to the scope and to the work tree itself (no link followed): apply/transaction.py.
 - :class:`TreeGuard` (trials, kernel verification): a snapshot of the repository (path, size, mtime) before
   and after; anything created, changed or deleted outside the allowed folders fails the trial. Caches
   Python writes by itself (``__pycache__``) and the tool's folders (``.git``, ``.infrarsi``, virtualenvs) are
@@ -49,6 +49,17 @@ def glob_of(rel: str, globs: Sequence[str]) -> str | None:
     if p.is_absolute() or ".." in p.parts or not p.parts:
         return None
     return next((g for g in globs if fnmatchcase(p.as_posix(), g)), None)
+
+
+def glob_within(narrow: str, wide: str) -> bool:
+    """Whether every path ``narrow`` takes is one ``wide`` takes too (conservative: False when it cannot tell).
+    Sound for a ``wide`` made of literal text and ``*`` only: ``wide`` then matches ``narrow``'s own text exactly
+    when each wildcard of ``narrow`` falls inside one of ``wide``'s ``*`` (which takes any text, ``/`` included)."""
+    if narrow == wide:
+        return True
+    if any(c in wide for c in "?[]"):
+        return False
+    return fnmatchcase(narrow, wide)
 
 
 def named_kernels(contract: Contract) -> list[tuple[str, str]]:

@@ -15,10 +15,20 @@ when the LLM's draft fails validation twice) the draft is deterministic:
   parallel degrees; "no kernel changes" empties scope.files and the kernel_* knobs);
 * baseline: the knob values the launch already sets; budget: "N trials" / "N hours" from the request.
 
-An LLM draft must keep the parsed workload arguments exactly (the task is not the LLM's to change)
-and name only known knobs and values; otherwise its errors are fed back once, then the offline draft
-is used. Nothing here locks a contract: ``infrarsi init`` does that, and only with ``--yes`` or on a
-reviewed file.
+An LLM draft is held to the request and to the referee:
+
+* it keeps the parsed workload arguments exactly, and no variable of ``workload.script_env`` or
+  ``workload.env`` may change them as the adapter reads the launch (the variable a script reads for the
+  global batch is a knob that would change the task: contract.invariants.env_violations);
+* it may tighten the loss, timing and spot-check settings, never loosen them below the defaults
+  (:data:`FLOOR`; ``INFRARSI_SPOT_EVERY`` only 1..the default, no other ``INFRARSI_*`` variable);
+* it names only known knobs and values, and nothing the request puts off limits;
+
+otherwise its errors are fed back once, then the offline draft is used. A draft that passes may still widen
+the scope beyond what the request asks for (a knob, a value or a file glob the offline draft, which follows
+the request, does not have): :func:`widenings` lists each; ``--yes`` refuses to lock such a draft, and without
+``--yes`` the list is shown for the user's confirmation. Nothing here locks a contract: ``infrarsi init`` does
+that, and only with ``--yes`` or on a reviewed file.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
+from ..contract.model import FIXED_WORKLOAD_KEYS, Contract, Loss, Timing
 from ..knobs import Knob
 from . import llm as llm_mod
 from .llm import LLMConfig
@@ -369,7 +379,70 @@ class DraftAnswer(BaseModel):
     notes: str  # what the reviewer should check
 
 
-def _draft_checker(parsed: ParsedLaunch, knobs: list[Knob]):
+# The referee's floor: (section, field, which way is stricter). A draft may move each only that way.
+FLOOR: tuple[tuple[str, str, str], ...] = (
+    ("loss", "compare_steps", "higher"), ("loss", "rtol", "lower"), ("loss", "exact_rtol", "lower"),
+    ("loss", "spread_factor", "lower"), ("loss", "precision_fraction", "lower"), ("loss", "seed_runs", "higher"),
+    ("timing", "measured_steps", "higher"),
+)
+SPOT_ENV = "INFRARSI_SPOT_EVERY"  # kernels/insitu.py: 1 call in N is spot-checked; 0 = none
+SPOT_EVERY_DEFAULT = 50  # insitu.spot_every()'s default: a draft may check more often, never less
+
+
+def floor_problems(c: Contract) -> list[str]:
+    """Where a draft loosens the referee below its defaults: the loss and timing invariants, and the spot checks
+    through an environment variable (one line each, naming the field and the floor)."""
+    out = []
+    defaults = {"loss": Loss(), "timing": Timing()}
+    for section, name, stricter in FLOOR:
+        v, d = getattr(getattr(c.invariants, section), name), getattr(defaults[section], name)
+        if (v < d) if stricter == "higher" else (v > d):
+            out.append(f"invariants.{section}.{name} = {v!r} is looser than the referee's floor {d!r}: a draft may "
+                       f"only make it {'larger' if stricter == 'higher' else 'smaller'}")
+    for where, env in (("workload.env", c.workload.env), ("workload.script_env", c.workload.script_env)):
+        for var, val in env.items():
+            if var == SPOT_ENV and where == "workload.env":
+                every = int(val) if val.strip().isdigit() else -1
+                if not 1 <= every <= SPOT_EVERY_DEFAULT:
+                    out.append(f"{where}.{var} = {val!r} loosens the kernel spot checks (default: 1 call in "
+                               f"{SPOT_EVERY_DEFAULT}; 0 turns them off): a draft may set 1..{SPOT_EVERY_DEFAULT} only")
+            elif var.startswith("INFRARSI_"):
+                out.append(f"{where}.{var}: infrarsi's own variables are the harness's, not a draft's to set; remove it")
+    return out
+
+
+def widenings(c: Contract, base: Contract, knobs: list[Knob], banned: set[str] = frozenset()) -> list[str]:
+    """Every way ``c``'s scope is wider than ``base``'s (the offline draft, which follows the request): a knob it
+    does not have (a value other than the baseline's), a value outside its list, a file glob none of its globs
+    holds, or an empty knob table (= the adapter's whole space). Each line says when the request forbade it."""
+    from ..contract.scope import glob_within
+
+    by_name = {k.name: k for k in knobs}
+    out = []
+
+    def off(name: str) -> str:
+        return " (the request puts it off limits)" if _excluded(name, banned) else ""
+
+    if base.scope.knobs and not c.scope.knobs:
+        out.append(f"scope.knobs is empty, which means every knob of the adapter; the request's scope has "
+                   f"{len(base.scope.knobs)}: {', '.join(sorted(base.scope.knobs))}")
+    for name, dom in c.scope.knobs.items():
+        fixed = base.baseline.get(name, by_name[name].default if name in by_name else None)
+        allowed = base.scope.knobs.get(name, [fixed])
+        extra = [v for v in dom if v not in allowed]
+        if extra:
+            what = "is not in the request's scope" if name not in base.scope.knobs else f"widens {allowed}"
+            out.append(f"scope.knobs.{name} = {dom!r} {what}{off(name)}")
+    code = _excluded("kernel_x", banned)
+    for g in c.scope.files:
+        if not any(glob_within(g, wide) for wide in base.scope.files):
+            why = " (the request puts code changes off limits)" if code else ""
+            out.append(f"scope.files {g!r} is wider than the request's {base.scope.files}{why}")
+    return out
+
+
+def _draft_checker(parsed: ParsedLaunch, knobs: list[Knob], *, base: Contract | None = None,
+                   banned: set[str] = frozenset(), launch: Path | None = None):
     by_name = {k.name: k for k in knobs}
 
     def check(ans: DraftAnswer) -> list[str]:
@@ -394,9 +467,40 @@ def _draft_checker(parsed: ParsedLaunch, knobs: list[Knob]):
                 bad = [v for v in dom if v not in by_name[name].domain]
                 if bad:
                     problems.append(f"scope.knobs.{name}: {bad} not in its domain {list(by_name[name].domain)}")
+        problems += floor_problems(c)
+        if base is not None:  # what the request forbade is not the draft's to put back
+            problems += [w for w in widenings(c, base, knobs, banned) if "off limits" in w]
+        if launch is not None and not problems:
+            problems += env_problems(c, launch)
         return problems
 
     return check
+
+
+def env_problems(c: Contract, launch: Path) -> list[str]:
+    """:func:`~infrarsi.contract.invariants.env_violations` for a draft: the launch read by its adapter with the
+    draft's environment, against the fixed arguments the draft locks."""
+    import inspect
+
+    from ..adapters import get_adapter
+    from ..contract.invariants import env_violations
+
+    cls = type(get_adapter(c.workload.adapter))
+    if "base_dir" not in inspect.signature(cls.__init__).parameters:
+        return []
+    try:
+        return env_violations(c, cls(base_dir=Path(launch).resolve().parent))
+    except (ValueError, OSError) as e:  # the adapter cannot read the launch with this environment
+        return [f"workload: the launch does not read with the draft's environment ({' '.join(str(e).split())[:200]})"]
+
+
+def review(text: str, request: str, launch: Path) -> tuple[list[str], list[str]]:
+    """(problems, widenings) of a drafted contract: what no draft may do (loosen the referee, change what the
+    workload fixes) and where its scope is wider than the request's."""
+    c = Contract.model_validate(tomllib.loads(text))
+    base = Contract.model_validate(tomllib.loads(offline_draft(request, launch)))
+    parsed = parse_launch(launch)
+    return floor_problems(c) + env_problems(c, launch), widenings(c, base, adapter_knobs(parsed), off_limits(request))
 
 
 def draft_contract(request: str, launch: Path, *, llm: LLMConfig | None = None,
@@ -414,12 +518,14 @@ def draft_contract(request: str, launch: Path, *, llm: LLMConfig | None = None,
     messages = [
         {"role": "system", "content": "You write InfraRSI task contracts (TOML) for tuning a training launch without "
          "changing what it computes. Keep [workload.args] exactly as given; restrict [scope] to what the request "
-         "allows; use only knobs and values that appear in the starting draft."},
+         "allows; use only knobs and values that appear in the starting draft; never loosen [invariants] below "
+         "the defaults, and set no variable that changes the workload."},
         {"role": "user", "content": f"Request: {request}\n\nLaunch script ({launch}):\n{Path(launch).read_text()[:6000]}\n\n"
          f"Starting draft (valid):\n{base}\nReturn the revised contract as TOML in `toml`, and what to review in `notes`."},
     ]
-    ans = llm_mod.ask(cfg, stage="contract", messages=messages, schema=DraftAnswer,
-                      check=_draft_checker(parsed, adapter_knobs(parsed)), record_dir=record_dir)
+    checker = _draft_checker(parsed, adapter_knobs(parsed), base=Contract.model_validate(tomllib.loads(base)),
+                             banned=off_limits(request), launch=Path(launch))
+    ans = llm_mod.ask(cfg, stage="contract", messages=messages, schema=DraftAnswer, check=checker, record_dir=record_dir)
     if not ans.ok:
         log.warning("LLM contract draft unusable (%s); using the offline draft", ans.error)
         return base
@@ -435,7 +541,10 @@ def draft_path(run_dir: Path) -> Path:
 
 def init_from_request(request: str, launch: Path | None, run_dir: Path, *, yes: bool, console: Any, err: Any,
                       llm: LLMConfig | None = None) -> int:
-    """The `infrarsi init --from-request` branch: draft, write next to the run dir, lock only with --yes."""
+    """The `infrarsi init --from-request` branch: draft, write next to the run dir, lock only with --yes and only a
+    draft whose scope is no wider than the request's (a wider one is listed for the user's confirmation)."""
+    from rich.markup import escape
+
     if launch is None or not Path(launch).is_file():
         what = "--launch is required with --from-request" if launch is None else f"--launch {launch}: no such file"
         err.print(f"[bold red]error:[/] {what}; give the launch script the request is about (e.g. --launch train_gpt.sh)")
@@ -448,11 +557,29 @@ def init_from_request(request: str, launch: Path | None, run_dir: Path, *, yes: 
         return 1
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
+    try:
+        problems, wider = review(text, request, Path(launch))
+    except (OSError, ValueError) as e:
+        err.print(f"[bold red]error:[/] the draft in {out} cannot be checked against the request: {e}")
+        return 1
+    listed = "".join(f"\n  - {w}" for w in wider)
+    if problems:  # no draft may do these, reviewed or not (the LLM's checker already refused them: a bug if here)
+        err.print(f"[bold red]error:[/] the draft in {out} is not locked: {problems[0]}"
+                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""), soft_wrap=True)
+        return 1
     if not yes:
         console.print(text, markup=False)
+        if wider:
+            console.print(f"[bold yellow]the draft widens the scope beyond the request[/]; confirm each before you "
+                          f"lock it:{escape(listed)}", soft_wrap=True)
         console.print(f"[bold]draft[/] written to {out} -- review it, then lock it with: "
                       f"infrarsi init {out} --run-dir {run_dir}")
         return 0
+    if wider:
+        err.print(f"[bold red]error:[/] not locked (--yes): the draft widens the scope beyond the request; review "
+                  f"{out}, then lock it with `infrarsi init {out} --run-dir {run_dir}` if you want each of these:"
+                  f"{escape(listed)}", soft_wrap=True)
+        return 1
     from ..stages import init as stage
 
     console.print(f"[bold]draft[/] written to {out}; locking it (--yes)")

@@ -5,7 +5,7 @@ match the verification, a record that does not match its seal, stale or missing 
 candidate, a candidate whose trials no longer give its numbers, a kernel file outside the locked scope / never
 verified / changed since it was verified, a knob value outside scope.knobs, a tree that is not a git work
 tree, a dirty tree, or a destination apply may not write (a symlink or hard link on its way, a git-ignored
-file, a stale ``index.lock``: apply/commit.py). The commit is built from the audited bytes with the
+file, a stale ``index.lock``: apply/transaction.py). The commit is built from the audited bytes with the
 repository's hooks off and compared with the audit before any file is written; a failure after that puts
 every file and the index back (HEAD never moved). ``--dry-run`` prints the unified diff and the commit
 message and writes nothing (a dirty tree, or a folder that is not a git tree, is then only a note).

@@ -36,7 +36,9 @@ def edge_problems(contract_path: Path) -> list[str]:
     # Baseline knobs outside the (scoped) space describe the launch as it is; the adapter reads them itself.
     known = {k: v for k, v in c.baseline.items() if k in space}
     out += [f"baseline: {v}" for v in space.validate(space.complete(known)) if v.constraint != "missing_knob"]
-    return out
+    from ..contract.invariants import env_violations
+
+    return out + env_violations(c, adapter)
 
 
 def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int:

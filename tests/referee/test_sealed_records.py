@@ -163,6 +163,31 @@ def test_a_write_cut_by_a_crash_still_resumes(recorded, monkeypatch):
         load_locked(recorded)
 
 
+def test_a_chain_cut_back_with_its_records_is_refused(recorded, tmp_path):
+    """Records rolled back together with the chain (its last entries cut, or the whole run directory put back from
+    a copy) read as a consistent earlier run; the run's head, kept beside the key, is ahead of it."""
+    from infrarsi.testing.sealed import rewrite_sealed
+
+    noise = json.loads((recorded / "noise.json").read_text())
+    rewrite_sealed(recorded, "noise.json", json.dumps(noise))
+    backup = tmp_path / "backup"
+    shutil.copytree(recorded, backup)
+    old = (recorded / "noise.json").read_bytes()
+    rewrite_sealed(recorded, "noise.json", json.dumps({**noise, "mde": noise["mde"] / 10}))
+    assert seal.problems(recorded) == []
+    # the chain's last entry cut, and the record it sealed put back as it was
+    log = recorded / seal.SEAL_LOG
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:-1]))
+    (recorded / "noise.json").write_bytes(old)
+    found = seal.problems(recorded)
+    assert found and "the chain was cut and records rolled back" in found[0], found
+    # the whole run directory put back from the copy
+    shutil.rmtree(recorded)
+    shutil.copytree(backup, recorded)
+    found = seal.problems(recorded)
+    assert found and "the chain was cut and records rolled back" in found[0], found
+
+
 def _fail_verdict(run):
     """The run stage's record of one candidate that failed verification (its own writer, sealed)."""
     from infrarsi.kernels import verdicts

@@ -15,8 +15,8 @@ Then (:func:`commit`): the commit is built first with git's plumbing, from the e
 the audit (each path's blob and mode, and no other path changed) before any file is touched. Then each file is
 written atomically in its own folder (temp file + rename through folder descriptors opened without following
 links), the index gets the new entries, and HEAD moves last, only if it still is the commit the plan was made
-on. Any failure undoes what was done, in reverse: files back to their bytes and modes (new ones and new folders
-removed), the index back to its bytes. HEAD then never moved. Objects already written to ``.git/objects`` stay
+on. Any failure undoes what was done, in reverse: each replaced file back (the very file: it kept a second name
+until the commit was made), new files and new folders removed, the index back to its bytes. HEAD then never moved. Objects already written to ``.git/objects`` stay
 unreferenced (``git gc`` drops them); nothing else of the repository differs.
 """
 
@@ -44,8 +44,9 @@ def _git(repo: Path, *args: str, stdin: bytes | None = None, env: dict[str, str]
     e = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
     r = subprocess.run(["git", *HARDENED, "-C", str(repo), *args], capture_output=True, env=e, input=stdin)
     if check and r.returncode != 0:
-        msg = (r.stderr or r.stdout).decode(errors="replace").strip().splitlines()
-        raise GitError(f"`git {' '.join(args[:3])}` failed in {repo}: {msg[-1] if msg else f'exit {r.returncode}'}")
+        lines = (r.stderr or r.stdout).decode(errors="replace").strip().splitlines()
+        said = next((ln for ln in lines if ln.startswith(("fatal:", "error:"))), lines[-1] if lines else "")
+        raise GitError(f"`git {' '.join(args[:3])}` failed in {repo}: {said or f'exit {r.returncode}'}")
     return r
 
 
@@ -130,7 +131,7 @@ def _index(root: Path) -> Path:
 class _Undo:
     """What to put back, newest last."""
 
-    files: list[tuple[str, bytes | None, int | None]] = field(default_factory=list)  # (path, old bytes, old mode)
+    files: list[tuple[str, str | None]] = field(default_factory=list)  # (path, the old file's second name or None)
     dirs: list[str] = field(default_factory=list)  # folders apply created, in creation order
     index: bytes | None = None  # the index's bytes before apply changed it (None: it did not)
 
@@ -167,6 +168,7 @@ def commit(plan: ApplyPlan, repo: Path) -> tuple[str | None, list[str]]:
     except BaseException:
         _rollback(root, undo)
         raise
+    _settle(root, undo)
     return sha, [f.path for f in files]
 
 
@@ -274,6 +276,8 @@ def _put(dfd: int, name: str, data: bytes, mode: int) -> None:
 
 
 def _write(root: Path, f: FileChange, undo: _Undo) -> None:
+    """Replace (or create) one file; the file it replaces keeps a second name beside it until the commit is made,
+    so an undo puts back the very file (its inode, bytes, mode and times), not a copy."""
     parts = PurePosixPath(f.path).parts
     dfd = _open_dir(root, parts[:-1], undo)
     try:
@@ -283,13 +287,33 @@ def _write(root: Path, f: FileChange, undo: _Undo) -> None:
             st = None
         if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):
             raise ApplyRefused(f"{f.path} changed while apply ran (now a link or not a plain file); nothing was kept")
-        old = _read(root, f.path) if st is not None else None
-        perm = stat.S_IMODE(old[1]) if old else 0o644
+        perm = stat.S_IMODE(st.st_mode) if st is not None else 0o644
         perm = perm | 0o111 & ((perm & 0o444) >> 2) if f.executable else perm & ~0o111
-        undo.files.append((f.path, old[0] if old else None, old[1] if old else None))
+        keep = None
+        if st is not None:
+            keep = f".{parts[-1]}.infrarsi-apply.{os.getpid()}.orig"
+            os.link(parts[-1], keep, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+        undo.files.append((f.path, keep))
         _put(dfd, parts[-1], f.content, perm)
     finally:
         os.close(dfd)
+
+
+def _each(root: Path, undo: _Undo, fn) -> None:
+    """``fn(folder descriptor, name, kept name or None)`` for each file apply wrote, newest first."""
+    for rel, keep in reversed(undo.files):
+        parts = PurePosixPath(rel).parts
+        with contextlib.suppress(OSError, ApplyRefused):
+            dfd = _open_dir(root, parts[:-1], None)
+            try:
+                fn(dfd, parts[-1], keep)
+            finally:
+                os.close(dfd)
+
+
+def _settle(root: Path, undo: _Undo) -> None:
+    """The commit is made: drop the second names of the files it replaced."""
+    _each(root, undo, lambda dfd, name, keep: keep and os.unlink(keep, dir_fd=dfd))
 
 
 def _rollback(root: Path, undo: _Undo) -> None:
@@ -297,17 +321,15 @@ def _rollback(root: Path, undo: _Undo) -> None:
     if undo.index is not None:
         with contextlib.suppress(OSError, GitError):
             _restore_index(root, undo.index)
-    for rel, data, mode in reversed(undo.files):
-        parts = PurePosixPath(rel).parts
-        with contextlib.suppress(OSError, ApplyRefused):
-            dfd = _open_dir(root, parts[:-1], None)
-            try:
-                if data is None:
-                    os.unlink(parts[-1], dir_fd=dfd)
-                else:
-                    _put(dfd, parts[-1], data, stat.S_IMODE(mode or 0o644))
-            finally:
-                os.close(dfd)
+
+    def back(dfd: int, name: str, keep: str | None) -> None:
+        if keep is None:
+            os.unlink(name, dir_fd=dfd)
+        else:
+            os.replace(keep, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.fsync(dfd)
+
+    _each(root, undo, back)
     for rel in reversed(undo.dirs):
         with contextlib.suppress(OSError):
             os.rmdir(Path(root) / rel)
