@@ -361,7 +361,7 @@ def run_calibrate_torchtitan(args) -> int:
     import subprocess
 
     from infrarsi.adapters.torchtitan import TorchtitanAdapter
-    from infrarsi.adapters.torchtitan_log import parse_torchtitan_log
+    from infrarsi.adapters.torchtitan.log import parse_torchtitan_log
     from infrarsi.estimate.overhead import FRAGMENTING
     from infrarsi.estimate.run import anchored
     from infrarsi.estimate.torchtitan import estimate_job, job_args, job_config

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infrarsi.adapters.megatron_log import parse_log, to_metrics  # noqa: E402
+from infrarsi.adapters.megatron.log import parse_log, to_metrics  # noqa: E402
 from infrarsi.contract.model import Loss  # noqa: E402
 from infrarsi.contract.numerics import Calibration, calibrate  # noqa: E402
 

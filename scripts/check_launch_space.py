@@ -15,8 +15,10 @@ from pathlib import Path
 
 from infrarsi.adapters import megatron as mg
 from infrarsi.adapters import torchtitan as tt
-from infrarsi.adapters.framework_check import (available, check_megatron, check_torchtitan, check_torchtitan03_many,
-                                               torchtitan03_args, torchtitan03_dir)
+from infrarsi.adapters.megatron import check as mcheck
+from infrarsi.adapters.megatron.check import check_megatron
+from infrarsi.adapters.torchtitan import check as tcheck
+from infrarsi.adapters.torchtitan.check import check_torchtitan, check_torchtitan03_many, torchtitan03_args
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 POSITIONAL = {"gpt3_175b.sh": ["/ckpt", "/tb", "/d/vocab.json", "/d/merges.txt", "/d/pile_text_document"]}
@@ -42,7 +44,7 @@ def main() -> int:
             bad_rt += any(back.setting[k] != s[k] for k in s if k != "data_parallel") or back.fixed != p.fixed
             refused += bool(check_megatron(p, s))
         rows.append((f"megatron/{path.name}", len(sets), bad_rt, refused,
-                     "megatron-core" if available("megatron") else "(not installed)"))
+                     "megatron-core" if mcheck.available() else "(not installed)"))
     for name, world in WORLD.items():
         p = tt.parse_torchtitan_file(FIX / "torchtitan" / name, world_size=world)
         p.device = "H100-80GB"
@@ -64,7 +66,7 @@ def main() -> int:
             refused += sum(bool(r) for r in got) if got is not None else 0
             by = "torchtitan 0.3.0" if got is not None else "(0.3 not installed)"
         else:
-            by = "torchtitan 0.2.2" if available("torchtitan") else "(not installed)"
+            by = "torchtitan 0.2.2" if tcheck.available() else "(not installed)"
         rows.append((f"torchtitan/{name}", len(sets), bad_rt, refused, by))
     w = max(len(r[0]) for r in rows)
     print(f"{'launch':<{w}}  valid settings  not read back  refused  checked by")

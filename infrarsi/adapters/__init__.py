@@ -1,6 +1,6 @@
 """Framework adapters: knob space, launch spec, log parser, failure classifier."""
 
-from .base import Adapter, ParsedRun
+from .base import Adapter, FrameworkRejected, ParsedRun
 
 
 def get_adapter(name: str) -> Adapter:
@@ -42,4 +42,4 @@ def run_adapter(name: str, run_dir) -> Adapter:
     return type(adapter)(base_dir=Path(path).parent)
 
 
-__all__ = ["Adapter", "ParsedRun", "get_adapter", "run_adapter"]
+__all__ = ["Adapter", "FrameworkRejected", "ParsedRun", "get_adapter", "run_adapter"]

@@ -17,6 +17,10 @@ from ..execute.trial import Metrics, TrialStatus
 from ..knobs import KnobSpace
 
 
+class FrameworkRejected(ValueError):
+    """The framework's config code refused the setting; the message is the framework's own."""
+
+
 class ParsedRun(BaseModel):
     """What an adapter read from a finished trial's output."""
 

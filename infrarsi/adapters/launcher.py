@@ -22,7 +22,7 @@ from typing import Any
 
 from ..execute.spec import LaunchSpec
 from ..transformer import data_parallel
-from .launch_script import shell_join, split_launcher
+from ..launch.command import shell_join, split_launcher
 
 FRAMEWORKS = ("megatron", "torchtitan")
 

@@ -17,7 +17,7 @@ from ..execute.spec import LaunchSpec
 from ..execute.trial import TrialStatus
 from ..knobs import Constraint, Knob, KnobSpace, catalog
 from .base import Adapter, ParsedRun
-from .megatron_log import classify_failure, parse_log, to_metrics
+from .megatron.log import classify_failure, parse_log, to_metrics
 
 KERNEL_OPS = ("rmsnorm", "swiglu", "rope", "cross_entropy", "add_rmsnorm")
 

@@ -25,7 +25,7 @@ from ..execute.trial import TrialStatus
 from ..knobs import KnobSpace, Setting
 from ..workloads import simulated as sim
 from .base import Adapter, ParsedRun
-from .megatron_log import classify_failure, parse_log, to_metrics
+from .megatron.log import classify_failure, parse_log, to_metrics
 
 def workload_for(contract: Contract) -> sim.SimWorkload:
     """The simulated workload a contract describes; ContractError names the field and the fix."""

@@ -11,7 +11,7 @@ one. So ``apply`` changes the file the contract names where the user wrote each 
   torchtitan 0.3's ``activation-checkpoint:`` choice, which must stay last);
 - an environment knob (``NCCL_ALGO``) is changed in its ``export`` line, or a new ``export`` line is added
   before the launch;
-- a TOML job file gets the changed fields (:mod:`infrarsi.adapters.toml_edit`).
+- a TOML job file gets the changed fields (:mod:`infrarsi.launch.toml_edit`).
 
 Comments, layout, variables and every other byte stay. Each edit is read back with the project's own
 script reader: the edited file must give exactly the tuned launch (the same one the trials ran) and the
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..adapters.toml_edit import TomlEditError, set_values
+from ..launch.toml_edit import TomlEditError, set_values
 
 # A script "reading": program arguments and environment of its launch command, and the setting and workload.
 Reading = tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]

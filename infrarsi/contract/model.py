@@ -29,7 +29,8 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # the docstring under each field is its description (docs/contract.md is generated from them)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class Workload(_Section):
@@ -72,6 +73,7 @@ class Timing(_Section):
     measured_steps: int = Field(4, ge=1)
     """Steady-state steps measured after the warm-up."""
     metric: Literal["median_step_time"] = "median_step_time"
+    """What a trial's time is: the median of the measured steps' wall times."""
     timeout_s: float = Field(600, gt=0)
     """A trial still running after this many seconds is killed and recorded as timeout."""
     pending_timeout_s: float = Field(3600, gt=0)
@@ -102,7 +104,9 @@ class Loss(_Section):
 
 class Invariants(_Section):
     timing: Timing = Timing()
+    """How step time is measured."""
     loss: Loss = Loss()
+    """How a trial's loss is checked against the baseline's."""
 
 
 class Scope(_Section):
@@ -114,21 +118,30 @@ class Scope(_Section):
 
 class Budget(_Section):
     max_trials: int = Field(20, ge=1)
+    """Search trials `run` makes (the baseline and the re-verification pairs are not counted)."""
     max_device_hours: float = Field(1.0, gt=0)
+    """Device time (wall seconds x devices, all trials) after which `run` stops searching."""
     parallel_trials: int = Field(1, ge=1)
+    """Trials in flight at once (the executor must have room for them)."""
     doctor_repeats: int = Field(5, ge=2)
     """How many times doctor runs the baseline to measure noise."""
 
 
 class Contract(_Section):
     name: str
+    """The job's name: a folder name (infrarsi-tuned/<name>/) and the experience bank's run id."""
     workload: Workload
+    """What is trained and how it is launched: fixed for every trial."""
     hardware: Hardware
+    """What one trial runs on."""
     invariants: Invariants = Invariants()
+    """How a trial is measured and refereed: the tuner cannot change it."""
     scope: Scope = Scope()
+    """What the tuner may change."""
     baseline: dict[str, Any] = {}
     """The baseline setting (knobs not named take the adapter's default)."""
     budget: Budget = Budget()
+    """How much the search may spend."""
 
     @model_validator(mode="after")
     def _check(self) -> "Contract":

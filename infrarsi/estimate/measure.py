@@ -39,7 +39,7 @@ def measured_minigpt(contract: Any, setting: Mapping[str, Any], *, iters: int = 
     """(peak bytes, median step seconds after the first two iterations, or of all when fewer) of a real run."""
     import statistics
 
-    from ..adapters.megatron_log import parse_log
+    from ..adapters.megatron.log import parse_log
 
     argv, env = minigpt_argv(contract, setting, iters=iters)
     p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)

@@ -27,8 +27,8 @@ class DetectError(ValueError):
 
 def detect_framework(path: Path, text: str) -> str:
     """"megatron" or "torchtitan" for a launch file, or a DetectError naming what was looked for."""
-    from ..adapters.bash import ScriptError, interpret_script
-    from ..adapters.launch_script import split_launcher
+    from ..launch.bash import ScriptError, interpret_script
+    from ..launch.command import split_launcher
 
     if path.suffix == ".toml":
         return "torchtitan"

@@ -161,8 +161,8 @@ def parse_command(path: Path) -> ParsedLaunch:
     argv: list[str] = []
     program, args, world = "", [], None
     try:
-        from ..adapters.bash import interpret_script
-        from ..adapters.launch_script import is_python, split_launcher
+        from ..launch.bash import interpret_script
+        from ..launch.command import is_python, split_launcher
 
         res = interpret_script(text, path=str(path))
         for cmd in reversed(res.commands):  # the last command that runs a program is the training launch

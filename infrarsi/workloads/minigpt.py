@@ -3,7 +3,7 @@
 RMSNorm, RoPE, SwiGLU, causal attention, AdamW, on a deterministic, seeded, learnable token stream.
 It runs on the CPU at seconds per step and on a GPU unchanged. Its command line uses Megatron-LM's flag
 names for every knob it shares with Megatron, and it prints Megatron's log lines, so one parser
-(``infrarsi.adapters.megatron_log``) serves it and real Megatron-LM::
+(``infrarsi.adapters.megatron.log``) serves it and real Megatron-LM::
 
     python -m infrarsi.workloads.minigpt --num-layers 4 --hidden-size 256 --num-attention-heads 8 \
         --seq-length 256 --global-batch-size 16 --micro-batch-size 4 --train-iters 6

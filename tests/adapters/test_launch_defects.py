@@ -8,14 +8,17 @@ import pytest
 
 from infrarsi.adapters import megatron as mg
 from infrarsi.adapters import torchtitan as tt
-from infrarsi.adapters.bash import interpret_script
-from infrarsi.adapters.framework_check import available, check_megatron, check_torchtitan, torchtitan_config
-from infrarsi.adapters.launch_script import split_launcher
+from infrarsi.launch.bash import interpret_script
+from infrarsi.adapters.megatron import check as mcheck
+from infrarsi.adapters.megatron.check import check_megatron
+from infrarsi.adapters.torchtitan import check as tcheck
+from infrarsi.adapters.torchtitan.check import check_torchtitan, torchtitan_config
+from infrarsi.launch.command import split_launcher
 from infrarsi.contract.model import Contract
 
 FIX = Path(__file__).parents[1] / "fixtures"
-needs_torchtitan = pytest.mark.skipif(not available("torchtitan"), reason="the optional torchtitan extra is absent")
-needs_mcore = pytest.mark.skipif(not available("megatron"), reason="the optional megatron-core extra is absent")
+needs_torchtitan = pytest.mark.skipif(not tcheck.available(), reason="the optional torchtitan extra is absent")
+needs_mcore = pytest.mark.skipif(not mcheck.available(), reason="the optional megatron-core extra is absent")
 
 
 def _megatron(name: str, **kw) -> mg.MegatronLaunch:
@@ -114,7 +117,7 @@ def test_rowwise_turns_the_fp8_all_gather_off():
     assert "--quantize.linear.float8.no-enable-fsdp-float8-all-gather" in spec.argv
     assert check_torchtitan(p, spec.argv, world_size=64) == []
     cfg = torchtitan_config(["--job.config_file", p.toml_path, "--quantize.linear.float8.recipe_name", "rowwise"])
-    from infrarsi.adapters.framework_check import torchtitan_job_checks
+    from infrarsi.adapters.torchtitan.check import torchtitan_job_checks
 
     assert any("enable_fsdp_float8_all_gather" in m for m in torchtitan_job_checks(cfg, world_size=64))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from infrarsi.adapters.base import Adapter, ParsedRun
-from infrarsi.adapters.megatron_log import classify_failure, parse_log, to_metrics
+from infrarsi.adapters.megatron.log import classify_failure, parse_log, to_metrics
 from infrarsi.contract.model import Contract
 from infrarsi.execute.spec import LaunchSpec
 from infrarsi.execute.trial import TrialStatus

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from infrarsi.adapters.megatron_log import classify_failure
+from infrarsi.adapters.megatron.log import classify_failure
 from infrarsi.execute.trial import TrialStatus
 from infrarsi.kernels import verdicts
 from infrarsi.kernels.insitu import SpotChecked

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.adapters.megatron_log import parse_log, to_metrics
+from infrarsi.adapters.megatron.log import parse_log, to_metrics
 from infrarsi.contract.model import Loss
 from infrarsi.contract.numerics import Calibration, Referee, calibrate
 from infrarsi.execute.classify import Verdict

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..execute.spec import LaunchSpec
-from ..knobs.catalog import ENV_PREFIX, knobs_for
-from ..transformer import data_parallel
-from .torchtitan_configs import _BOOL_FIELDS_02, _BOOL_FIELDS_03, _FP8_CONVERTERS, _INT_FIELDS, _SUBCOMMAND, FRAMEWORK
-from .torchtitan_launch import Override, TorchtitanLaunch, TorchtitanLaunchError, split_overrides
+from ...execute.spec import LaunchSpec
+from ...knobs.catalog import ENV_PREFIX, knobs_for
+from ...transformer import data_parallel
+from .configs import _BOOL_FIELDS_02, _BOOL_FIELDS_03, _FP8_CONVERTERS, _INT_FIELDS, _SUBCOMMAND, FRAMEWORK
+from .launch import Override, TorchtitanLaunch, TorchtitanLaunchError, split_overrides
 
 
 def _field_for(style: str, knob_name: str) -> str | None:
@@ -176,7 +176,7 @@ def _derived_job_file(parsed: TorchtitanLaunch, want: dict[str, Any]) -> str | N
     src = Path(parsed.toml_path)
     if not src.is_absolute() and parsed.base_dir:
         src = Path(parsed.base_dir) / src
-    from .toml_edit import set_values
+    from ...launch.toml_edit import set_values
 
     text = set_values(src.read_text(), edits, path=str(src))
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]

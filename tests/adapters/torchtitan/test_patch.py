@@ -27,7 +27,7 @@ from infrarsi.execute.trial import TrialStatus
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
                                 reason="the torchtitan extra is not installed (pip install -e '.[torchtitan]')")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 JOB = ROOT / "contracts" / "torchtitan-cpu" / "llama3_cpu.toml"
 ASSETS = ROOT / "contracts" / "torchtitan-cpu" / "assets"
 CANDIDATE = ROOT / "kernels" / "rmsnorm" / "triton_rows16.py"
@@ -137,7 +137,7 @@ def _hook(candidate: Path, every: str) -> "subprocess.CompletedProcess":
 
 def test_the_hook_spot_checks_a_candidate_that_cheats_on_training_sized_batches():
     """many_rows_wrong.py passes every offline check and is 1% off at 128 rows: the first call is checked."""
-    from infrarsi.adapters.torchtitan_log import classify_torchtitan_failure
+    from infrarsi.adapters.torchtitan.log import classify_torchtitan_failure
     from infrarsi.kernels import verdicts
 
     cheat = ROOT / "tests" / "kernels" / "insitu" / "many_rows_wrong.py"

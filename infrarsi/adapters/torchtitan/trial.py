@@ -33,11 +33,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..contract.model import Contract
-from ..execute.spec import LaunchSpec
-from ..knobs import Constraint, Knob, KnobSpace
+from ...contract.model import Contract
+from ...execute.spec import LaunchSpec
+from ...knobs import Constraint, Knob, KnobSpace
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LAUNCHER = ROOT / "launchers" / "torchtitan_cpu.py"
 PATCHABLE_OPS = ("rmsnorm",)  # ops launchers/torchtitan_patches.py can replace inside torchtitan's llama3
 TT_PROGRAM = ["-m", "torchtitan.train"]

@@ -20,9 +20,9 @@ overrides on the command line (keeping the activation-checkpoint subcommand last
 and every unrelated argument survive byte for byte. When a setting changes the local batch or the DP
 degree and the job derives the global batch (``global_batch_size = -1``), the fixed global batch is
 
-The parts: the tables (``torchtitan_configs``), reading (``torchtitan_launch``), rewriting
-(``torchtitan_emit``), logs and failures (``torchtitan_log``), the trial's launcher and caps
-(``torchtitan_trial``); this module holds the knob space, the checks and the adapter, and re-exports the
+The parts: the tables (``configs``), reading (``launch``), rewriting
+(``emit``), logs and failures (``log``), the trial's launcher and caps
+(``trial``); this module holds the knob space, the checks and the adapter, and re-exports the
 names callers use.
 """
 
@@ -32,20 +32,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..contract.model import Contract
-from ..execute.spec import LaunchSpec
-from ..knobs import Constraint, KnobSpace
-from ..knobs.catalog import check_setting, space_for_fixed
-from . import torchtitan_trial
-from .base import Adapter, ParsedRun, scoped_space
-from .framework_check import FrameworkRejected, check_torchtitan
-from .torchtitan_configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK
-from .torchtitan_emit import JOBS_DIR, emit_torchtitan, emit_torchtitan_args
-from .torchtitan_launch import (
+from ...contract.model import Contract
+from ...execute.spec import LaunchSpec
+from ...knobs import Constraint, KnobSpace
+from ...knobs.catalog import check_setting, space_for_fixed
+from . import trial as torchtitan_trial
+from ..base import Adapter, ParsedRun, scoped_space
+from .check import FrameworkRejected, check_torchtitan
+from .configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK
+from .emit import JOBS_DIR, emit_torchtitan, emit_torchtitan_args
+from .launch import (
     Override, TorchtitanLaunch, TorchtitanLaunchError, parse_toml_job, parse_torchtitan, parse_torchtitan_argv,
     parse_torchtitan_file, split_overrides, with_world,
 )
-from .torchtitan_log import (StepLog, classify_torchtitan_failure, parse_torchtitan_log,
+from .log import (StepLog, classify_torchtitan_failure, parse_torchtitan_log,
                              parse_torchtitan_output, to_metrics)
 
 __all__ = [

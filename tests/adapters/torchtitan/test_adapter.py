@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.adapters.launch_script import shell_join
+from infrarsi.launch.command import shell_join
 from infrarsi.adapters.torchtitan import (
     TorchtitanAdapter,
     TorchtitanLaunchError,
@@ -22,7 +22,7 @@ from infrarsi.adapters.torchtitan import (
 from infrarsi.contract.model import Contract
 from infrarsi.execute.trial import TrialStatus
 
-FIX = Path(__file__).parents[1] / "fixtures" / "torchtitan"
+FIX = Path(__file__).parents[2] / "fixtures" / "torchtitan"
 
 # fixture -> (world size given, style, expected world, fixed subset, setting subset)
 EXPECT = {

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.adapters.launch_script import shell_join
+from infrarsi.launch.command import shell_join
 from infrarsi.adapters.megatron import (
     KNOB_FLAGS,
     MegatronAdapter,
@@ -21,7 +21,7 @@ from infrarsi.adapters.megatron import (
 from infrarsi.contract.model import Contract
 from infrarsi.execute.trial import TrialStatus
 
-FIX = Path(__file__).parents[1] / "fixtures" / "megatron"
+FIX = Path(__file__).parents[2] / "fixtures" / "megatron"
 
 # fixture -> (world size, expected fixed subset, expected setting subset)
 EXPECT = {

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.adapters.bash import ScriptError, interpret_script
-from infrarsi.adapters.launch_script import split_launcher
+from infrarsi.launch.bash import ScriptError, interpret_script
+from infrarsi.launch.command import split_launcher
 
 FIX = Path(__file__).parents[1] / "fixtures"
 SCRIPTS = sorted(FIX.glob("megatron/*.sh")) + sorted(FIX.glob("torchtitan/*.sh"))

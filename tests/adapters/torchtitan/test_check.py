@@ -15,15 +15,19 @@ import pytest
 
 from infrarsi.adapters import megatron as mg
 from infrarsi.adapters import torchtitan as tt
-from infrarsi.adapters.framework_check import (FrameworkRejected, available, check_megatron, check_torchtitan,
-                                               check_torchtitan03_many, torchtitan03_args, torchtitan03_dir)
+from infrarsi.adapters import FrameworkRejected
+from infrarsi.adapters.megatron import check as mcheck
+from infrarsi.adapters.megatron.check import check_megatron
+from infrarsi.adapters.torchtitan import check as tcheck
+from infrarsi.adapters.torchtitan.check import (check_torchtitan, check_torchtitan03_many, torchtitan03_args,
+                                               torchtitan03_dir)
 from infrarsi.contract.model import Contract
 from infrarsi.execute import make_executor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
 from infrarsi.execute.trial import TrialStatus
 
-FIX = Path(__file__).parents[1] / "fixtures"
+FIX = Path(__file__).parents[2] / "fixtures"
 N_SAMPLE = 4  # per fixture, on top of every valid neighbour (the slow run draws 40)
 
 # fixture -> (positional arguments, world size when the launch does not state it)
@@ -154,7 +158,7 @@ def _torchtitan_sweep(name, n):
     return jobs03
 
 
-@pytest.mark.skipif(not available("megatron"), reason="the optional megatron-core extra is absent")
+@pytest.mark.skipif(not mcheck.available(), reason="the optional megatron-core extra is absent")
 def test_megatron_core_words_reach_the_caller():
     p = mg.parse_megatron_file(FIX / "megatron" / "mixtral_8x7b.sh")
     msgs = check_megatron(p, {**p.setting, "tensor_parallel": 3, "data_parallel": None})
@@ -163,7 +167,7 @@ def test_megatron_core_words_reach_the_caller():
     assert grid and "world_size (32) is not divisible by expert_tensor_model_pipeline_parallel size (64)" in grid[0]
 
 
-@pytest.mark.skipif(not available("torchtitan"), reason="the optional torchtitan extra is absent")
+@pytest.mark.skipif(not tcheck.available(), reason="the optional torchtitan extra is absent")
 def test_a_setting_torchtitan_refuses_is_an_invalid_trial_with_no_launch(tmp_path):
     """The job file has a field torchtitan does not know: the project's reader skips it, so the space calls the
     setting valid, but ConfigManager refuses it. The run records the trial as invalid with torchtitan's words,

@@ -32,7 +32,7 @@ from infrarsi.execute.trial import TrialStatus
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
                                 reason="the torchtitan extra is not installed (pip install -e '.[torchtitan]')")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 JOB = ROOT / "contracts" / "torchtitan-cpu" / "llama3_cpu.toml"
 ASSETS = ROOT / "contracts" / "torchtitan-cpu" / "assets"
 

@@ -1,8 +1,8 @@
 """Megatron-LM's command line as infrarsi reads it: which flag spells which knob, the fixed workload
 flags, and the program arguments split into items and read into a setting.
 
-The tables are the one place that knows Megatron's spellings (:mod:`.megatron` reads launches with them,
-:mod:`.megatron_emit` writes them). A knob a launch does not mention has Megatron's default.
+The tables are the one place that knows Megatron's spellings (:mod:`.adapter` reads launches with them,
+:mod:`.emit` writes them). A knob a launch does not mention has Megatron's default.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..knobs.catalog import ENV_PREFIX, knobs_for
+from ...knobs.catalog import ENV_PREFIX, knobs_for
 
 FRAMEWORK = "megatron"
 

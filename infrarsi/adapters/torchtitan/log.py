@@ -35,9 +35,9 @@ import statistics
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..execute.trial import Metrics, TrialStatus
-from . import megatron_log
-from .base import ParsedRun
+from ...execute.trial import Metrics, TrialStatus
+from ..megatron import log as megatron_log
+from ..base import ParsedRun
 
 GiB = 2**30
 

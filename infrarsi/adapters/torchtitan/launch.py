@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..knobs.catalog import ENV_PREFIX, knobs_for
-from ..transformer import data_parallel
-from .bash import ScriptError, interpret_script
-from .launch_script import Launch, split_launcher, unfilled_flags, world_from_variables
-from .torchtitan_configs import (
+from ...knobs.catalog import ENV_PREFIX, knobs_for
+from ...transformer import data_parallel
+from ...launch.bash import ScriptError, interpret_script
+from ...launch.command import Launch, split_launcher, unfilled_flags, world_from_variables
+from .configs import (
     _AC_MODES, _BOOL_FIELDS_02, _BOOL_FIELDS_03, _FP8_CONVERTERS, _INT_FIELDS, _SUBCOMMAND, CONFIGS_03, DEFAULTS_02,
     DEFAULTS_03, FLAVORS, FRAMEWORK,
 )

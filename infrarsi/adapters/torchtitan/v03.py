@@ -1,12 +1,12 @@
 """torchtitan 0.3's own config check, run in a process of its own.
 
 torchtitan 0.2 and 0.3 share one package name, so 0.3 lives in a target directory of its own (see
-:data:`infrarsi.adapters.framework_check.TORCHTITAN03_ENV`) and is imported here, never beside 0.2. Reads
+:data:`infrarsi.adapters.torchtitan.check.TORCHTITAN03_ENV`) and is imported here, never beside 0.2. Reads
 one JSON list of jobs ``[[args, world_size], ...]`` on stdin and writes one JSON list of results, each the
 list of torchtitan's refusals ([] = accepted): ``ConfigManager().parse_args(args)`` (tyro, the config
 function, every config class's ``__post_init__``) and then ``ParallelDims.from_config``.
 
-    PYTHONPATH=<target> python -m infrarsi.adapters._torchtitan03 < jobs.json
+    PYTHONPATH=<target> python -m infrarsi.adapters.torchtitan.v03 < jobs.json
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A launch is a ``torchrun ... pretrain_gpt.py ARGS`` command (also under ``srun`` or as a bare
 ``python pretrain_gpt.py``), on its own or at the end of a bash script in the style of Megatron-LM's
-``examples/`` (see :mod:`.launch_script`). :func:`parse_megatron` returns
+``examples/`` (see :mod:`infrarsi.launch.command`). :func:`parse_megatron` returns
 
 - ``fixed``: the workload arguments that define the task, Megatron names with underscores
   (``num_layers``, ``hidden_size``, ``num_attention_heads``, ``num_query_groups``, ``seq_length``,
@@ -16,8 +16,8 @@ where it stands (``--flag=v`` stays in that form), removed when the new value is
 switch, or appended at the end; every other token is kept byte for byte, unknown flags included.
 
 This module reads launches and is the adapter; the flag tables and the readers of program arguments are in
-:mod:`.megatron_args`, the writer in :mod:`.megatron_emit` (both re-exported here), the log parser in
-:mod:`.megatron_log`.
+:mod:`.args`, the writer in :mod:`.emit` (both re-exported here), the log parser in
+:mod:`.log`.
 
 Validation is twofold: the catalog's constraints (:mod:`infrarsi.knobs.catalog`) and megatron-core's
 own ``TransformerConfig`` (which raises, e.g., "num_attention_heads (32) must be a multiple of
@@ -33,20 +33,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..contract.model import Contract
-from ..execute.spec import LaunchSpec
-from ..execute.trial import Metrics, TrialStatus
-from ..knobs import KnobSpace
-from ..knobs.catalog import check_setting, space_for_fixed
-from ..transformer import data_parallel
-from . import megatron_log
-from .framework_check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
-from .base import Adapter, ParsedRun, scoped_space
-from .bash import ScriptError, interpret_script
-from .launch_script import Launch, split_launcher, unfilled_flags, world_from_variables
-from .megatron_args import (_ENTRY, COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError, _read_fixed,
+from ...contract.model import Contract
+from ...execute.spec import LaunchSpec
+from ...execute.trial import Metrics, TrialStatus
+from ...knobs import KnobSpace
+from ...knobs.catalog import check_setting, space_for_fixed
+from ...transformer import data_parallel
+from . import log as megatron_log
+from .check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
+from ..base import Adapter, ParsedRun, scoped_space
+from ...launch.bash import ScriptError, interpret_script
+from ...launch.command import Launch, split_launcher, unfilled_flags, world_from_variables
+from .args import (_ENTRY, COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError, _read_fixed,
                             _read_setting, split_items)
-from .megatron_emit import emit_megatron, emit_megatron_args, knob_env
+from .emit import emit_megatron, emit_megatron_args, knob_env
 
 __all__ = ["COUPLED_FLAGS", "FRAMEWORK", "KNOB_FLAGS", "Item", "MegatronAdapter", "MegatronLaunch", "MegatronLaunchError",
            "emit_megatron", "emit_megatron_args", "knob_env", "knob_space_for", "parse_megatron", "parse_megatron_argv",
@@ -252,7 +252,7 @@ class MegatronAdapter(Adapter):
 def parse_megatron_output(stdout: str, stderr: str, returncode: int | None, *, warmup_steps: int,
                           measured_steps: int, tokens_per_step: int | None = None,
                           peak_flops: float | None = None) -> ParsedRun:
-    """Status, metrics and evidence of a finished Megatron run (logs read by :mod:`.megatron_log`)."""
+    """Status, metrics and evidence of a finished Megatron run (logs read by :mod:`.log`)."""
     text = stdout + "\n" + stderr
     log = megatron_log.parse_log(text)
     metrics = megatron_log.to_metrics(log, warmup_steps=warmup_steps, measured_steps=measured_steps,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.adapters import torchtitan_trial
+from infrarsi.adapters.torchtitan import trial as torchtitan_trial
 from infrarsi.adapters.torchtitan import TorchtitanAdapter
 from infrarsi.contract.model import Contract, load_contract
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CPU_CONTRACT = ROOT / "contracts" / "torchtitan-cpu.toml"
 JOB = ROOT / "contracts" / "torchtitan-cpu" / "llama3_cpu.toml"
 
