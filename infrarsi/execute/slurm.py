@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..rundir.names import JOB_SCRIPT
 from .executor import STDERR, STDOUT, Handle, LaunchEnd
 from .local import CAP_ENV, resolve_argv, trial_env
 from .spec import LaunchSpec
@@ -165,7 +166,7 @@ class SlurmExecutor:
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         trial_dir = Path(trial_dir)
         trial_dir.mkdir(parents=True, exist_ok=True)
-        path = trial_dir / "job.sbatch"
+        path = trial_dir / JOB_SCRIPT
         path.write_text(self.script(spec, trial_dir, token=token))
         r = self._call("sbatch", "--parsable", str(path.resolve()))
         job_id = r.stdout.strip().split(";")[0]

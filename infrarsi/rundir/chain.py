@@ -158,10 +158,14 @@ def read_head(run: Path, lock: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _write_head(run: Path, lock: dict[str, Any], n: int, entry_mac: str) -> None:
+    """Replace the run's head (temp file + rename). Not fsynced: after a power cut it may be older than the chain,
+    which only loosens the check to its last entry; it is never ahead of it (the entry was fsynced first)."""
     with contextlib.suppress(OSError):  # an extra check: a home that cannot take it keeps the chain's own
         p = _head_path(run)
         p.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(p, json.dumps({"run": str(run.resolve()), "lock": lock.get("seal"), "n": n, "mac": entry_mac}))
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps({"run": str(run.resolve()), "lock": lock.get("seal"), "n": n, "mac": entry_mac}))
+        os.replace(tmp, p)
 
 
 def prune_heads(limit: int = 64, idle_s: float = 3600.0) -> None:
@@ -256,21 +260,56 @@ def write(run_dir: str | Path, path: str | Path, data: bytes | None) -> None:
         return
     rel = rel_of(run, target)
     with held(run) as log:
-        raw = log.read_bytes()
-        if raw and not raw.endswith(b"\n"):  # a line cut by a crash: its write never happened; drop it
-            os.truncate(log, raw.rfind(b"\n") + 1)
-        chain = entries(log)
-        n = len(chain)
-        prev = chain[-1]["mac"] if chain else workload_hash(lock)
-        mend = _mend(run, lock, chain)
-        if mend is not None:  # the last write was cut by a crash: seal the file as it is, before going on
-            prev = _append(log, {**mend, "n": n, "prev": prev})
-            n += 1
+        last = _last(log)
+        n = int(last["n"]) + 1 if last else 0
+        prev = last["mac"] if last else workload_hash(lock)
+        if last is not None and _disk_sha(run / str(last.get("path"))) != last.get("sha256"):
+            mend = _mend(run, lock, entries(log))  # the whole chain, only now: the earlier versions of that record
+            if mend is not None:  # the last write was cut by a crash: seal the file as it is, before going on
+                prev = _append(log, {**mend, "n": n, "prev": prev})
+                n += 1
         fields = {"n": n, "path": rel, "sha256": None if data is None else sha256(data),
                   "lock": workload_hash(lock), "prev": prev}
         m = _append(log, fields)
         _put(target, data)
         _write_head(run, lock, fields["n"], m)
+
+
+def _last(log: Path) -> dict[str, Any] | None:
+    """The chain's last entry, read from its end (a run's chain grows by several entries per trial); a last line cut
+    by a crash is dropped first: the write it announced never happened."""
+    with open(log, "rb+") as f:
+        pos = f.seek(0, os.SEEK_END)
+        buf = b""
+        while pos > 0:
+            step = min(8192, pos)
+            pos -= step
+            f.seek(pos)
+            buf = f.read(step) + buf
+            end = buf.rfind(b"\n")
+            if end < 0:
+                if pos > 0:
+                    continue
+                f.truncate(0)  # the whole chain is one cut line
+                return None
+            if end != len(buf) - 1:  # a cut line after the last whole one
+                f.truncate(pos + end + 1)
+                buf = buf[:end + 1]
+            start = buf.rfind(b"\n", 0, len(buf) - 1)
+            if start < 0 and pos > 0:
+                continue  # the last line starts before this block
+            line = buf[start + 1:]
+            break
+        else:
+            return None
+    try:
+        e = json.loads(line)
+    except ValueError:
+        e = None
+    if not isinstance(e, dict) or not isinstance(e.get("n"), int) or "mac" not in e:
+        raise SealError(f"{log}: its last line is not a seal entry; the chain was edited -- the records cannot be "
+                        f"trusted: rerun into a new --run-dir")
+    return e
 
 
 def _mend(run: Path, lock: dict[str, Any], chain: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ Layout (relative, posix)::
     trials/<n>/trial.json         the Trial; launch.json, command, env.json: how it was launched;
               clock.json          the harness's own clock; proposal.json: why it was proposed;
               stdout, stderr      the trial's output (not records: the clock seals stdout's hash)
+              job.sbatch          a Slurm trial's job script
     llm/<n>.json                  LLM exchanges (written before the lock too: not sealed)
     report.md, report.html, report_files/   the report (outputs, not records)
 
@@ -50,6 +51,7 @@ CLOCK = "clock.json"
 PROPOSAL = "proposal.json"
 STDOUT = "stdout"
 STDERR = "stderr"
+JOB_SCRIPT = "job.sbatch"  # the Slurm executor's job script (its input, not a record)
 
 # Records that must carry a seal wherever they exist (the run's own; each trial's).
 SEALED = (NOISE, SEARCH, PROGRESS, VERIFICATION, STAGES, PENDING, VERDICTS)

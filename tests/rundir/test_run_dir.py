@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "infrarsi"
 # Every record of a run directory (rundir/names.py): no other module's code may name one (prose in docstrings may).
 RECORDS = ("contract.lock", "seals.jsonl", "runner.lock", "noise.json", "search.json", "verification.json",
            "verification.progress.json", "stages.json", "proposals.pending.json", "verdicts.json", "trial.json",
-           "launch.json", "clock.json", "proposal.json", "env.json", "report.md", "report.html", "report_files")
+           "launch.json", "clock.json", "proposal.json", "env.json", "job.sbatch", "report.md", "report.html", "report_files")
 
 
 @pytest.fixture
