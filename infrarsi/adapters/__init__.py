@@ -30,14 +30,16 @@ def run_adapter(name: str, run_dir) -> Adapter:
     import inspect
     from pathlib import Path
 
-    from ..contract import read_lock
+    import json
+
+    from ..rundir import RunDir
 
     adapter = get_adapter(name)
     if "base_dir" not in inspect.signature(type(adapter).__init__).parameters:
         return adapter
     try:
-        path = read_lock(run_dir)["contract_path"]
-    except (ValueError, KeyError, TypeError):  # ContractError included
+        path = json.loads(RunDir(run_dir).lock_bytes() or b"")["contract_path"]
+    except (ValueError, KeyError, TypeError):
         return adapter
     return type(adapter)(base_dir=Path(path).parent)
 

@@ -158,11 +158,17 @@ def load_locked(run_dir: str | Path) -> Contract:
     return locked
 
 
-def read_lock(run_dir: str | Path) -> dict[str, Any]:
-    """The lock's body (hash, contract, files, when it was locked), unchecked: :func:`load_locked` checks it."""
-    from ..rundir import RunDir
+def read_lock(run_dir: str | Path):
+    """The lock (rundir.LockRecord: hash, contract, files, when it was locked), unchecked: :func:`load_locked`
+    checks it."""
+    from ..rundir import LockRecord, RunDir
 
-    return _read_lock(RunDir(run_dir))
+    try:
+        return LockRecord.model_validate(_read_lock(RunDir(run_dir)))
+    except ValueError as e:  # pydantic's ValidationError: a field of the wrong type
+        raise ContractError(f"{RunDir(run_dir).file(RunDir.LOCK)} is not a contract lock ({' '.join(str(e).split())[:160]}); "
+                            f"it was left untouched: restore it, or start a new run with `infrarsi init CONTRACT "
+                            f"--run-dir NEW_DIR`") from None
 
 
 def _read_lock(run) -> dict[str, Any]:

@@ -65,9 +65,9 @@ def load_run(run_dir: str | Path) -> RunData:
     return RunData(
         run_dir=run.path,
         contract=contract,
-        contract_sha256=lock["sha256"],
-        contract_path=Path(lock["contract_path"]),
-        locked_at=float(lock.get("locked_at", 0.0)),
+        contract_sha256=lock.sha256,
+        contract_path=Path(lock.contract_path),
+        locked_at=lock.locked_at,
         noise=run.noise(),
         trials=RunRecord(run.path).trials(),
         search=run.search() or SearchRecord(),

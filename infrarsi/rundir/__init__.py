@@ -1,7 +1,7 @@
 """The run directory: every record of a run, typed, written only through :class:`RunDir` and sealed.
 
 - :mod:`.names`: the one place a run file is named;
-- :mod:`.records`: the typed records (stages, verification and its progress, search, launch, clock);
+- :mod:`.records`: the typed records (the lock, stages, verification and its progress, search, launch, clock);
 - :mod:`.chain`: the seal chain (HMAC, a counter sealed with each record, the run's head kept outside it);
 - :mod:`.run`: :class:`RunDir`, which reads and writes them.
 
@@ -16,7 +16,7 @@ from typing import Any
 
 _EXPORTS = {
     "RunDir": "run", "SealError": "chain",
-    **{name: "records" for name in ("ClockRecord", "Disturbed", "KernelVerdict", "LaunchRecord", "RerunPair",
+    **{name: "records" for name in ("ClockRecord", "Disturbed", "KernelVerdict", "LaunchRecord", "LockRecord", "RerunPair",
                                     "SearchRecord", "StageDone", "Stages", "Verification", "VerificationProgress",
                                     "VerifiedCandidate")},
 }

@@ -24,6 +24,23 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# ------------------------------------------------------------------------------------------- the lock
+class LockRecord(BaseModel):
+    """``contract.lock`` (contract/lock.py writes it): the normalized contract, its hash, every workload file's hash,
+    their combined hash (what each sealed record is made under), and the lock's own seal (an HMAC)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    contract_path: str  # where the contract file was (checked by hash; a moved run keeps its seal)
+    sha256: str  # of the normalized contract
+    contract: dict[str, Any]  # the normalized contract (contract.model.Contract, dumped)
+    files: dict[str, str] = {}  # workload file as named -> sha256
+    workload_sha256: str | None = None
+    locked_at: float = 0.0
+    infrarsi_version: str = ""
+    seal: str | None = None
+
+
 # ---------------------------------------------------------------------------------------- stages.json
 class StageDone(_Record):
     finished_at: float

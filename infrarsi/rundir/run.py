@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from ..errors import unreadable
 from ..io import atomic_write
 from . import chain, names
-from .records import ClockRecord, LaunchRecord, SearchRecord, Stages, Verification, VerificationProgress
+from .records import ClockRecord, LaunchRecord, LockRecord, SearchRecord, Stages, Verification, VerificationProgress
 
 if TYPE_CHECKING:
     from ..doctor.noise import NoiseProfile
@@ -139,6 +139,15 @@ class RunDir:
             return self.file(names.LOCK).read_bytes()
         except FileNotFoundError:
             return None
+
+    def lock(self) -> LockRecord | None:
+        """The lock, typed (None before `infrarsi init`); unchecked: contract.load_locked checks its seal and hashes,
+        and refuses one that does not read (ContractError naming it)."""
+        if not self.has_lock():
+            return None
+        from ..contract.lock import read_lock
+
+        return read_lock(self.path)
 
     def write_lock(self, body: Mapping[str, Any]) -> Path:
         """The lock, sealed by its own HMAC (contract/lock.py builds it); not part of the chain it anchors."""

@@ -49,6 +49,7 @@ def test_the_records_are_typed(run_dir):
     assert best.ci95[0] > 1 + data.verification.mde and all(len(p) == 2 for p in best.trials)
     assert all(v.verdict == "pass" and v.sha256 for v in data.search.kernel_verdicts.values())
     run = RunDir(run_dir)
+    assert run.lock().sha256 == data.contract_sha256 and run.lock().locked_at == data.locked_at
     assert run.stages() == Stages() and run.progress().pairs == {}  # not written yet: empty, never a guess
     assert run.trial(0).id == 0 and run.launch(0) is None  # the recorded trials were never launched
 

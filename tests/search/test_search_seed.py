@@ -3,10 +3,9 @@ that asks for another one is refused (with nothing recorded lost)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
+from infrarsi.rundir import RunDir
 from infrarsi.stages import run_state
 
 
@@ -17,8 +16,8 @@ def test_seed_is_recorded_kept_and_a_different_one_refused(tmp_path):
     run_state.mark_done(tmp_path, "search", trials=5)
     with pytest.raises(ValueError, match=r"--seed 4: .*started with seed 3; resume with --seed 3"):
         run_state.search_seed(tmp_path, 4)
-    body = json.loads((tmp_path / run_state.STAGES_JSON).read_text())
-    assert body["search_seed"] == 3 and body["search"]["trials"] == 5
+    body = RunDir(tmp_path).stages()
+    assert body.search_seed == 3 and body.search.trials == 5
 
 
 def test_default_seed_is_zero(tmp_path):
