@@ -49,7 +49,7 @@ def init(
     launch: Path = typer.Option(None, "--launch", help="The launch script the request is about."),
     yes: bool = typer.Option(False, "--yes", help="Lock the drafted contract without reviewing it first."),
 ) -> None:
-    """Lock the task contract (workload, invariants, scope) into RUN_DIR/contract.lock."""
+    """Lock the task contract (workload, invariants, scope) into the run directory."""
     from .stages import init as stage
 
     if from_request is not None or contract is None:
@@ -93,7 +93,7 @@ def run_(
 
 @app.command()
 def report(run_dir: Path = RunDir) -> None:
-    """Write report.md and report.html: speedup, knob costs, wrong priors, failed-trial costs."""
+    """Write the report (markdown and HTML, into the run directory): speedup, knob costs, wrong priors, failed-trial costs."""
     from .stages import report as stage
 
     raise typer.Exit(stage.run(run_dir, console=console, err=err))

@@ -9,7 +9,7 @@ target <= 5%.
 
 ``reproduce``: for a finished run directory (e.g. the demo's), every promoted candidate is run again fresh
 (new processes, A then B back to back, the verification's own repeat count per reproduction), ``--reps``
-times; each reproduction's paired speedup is checked against the 95% CI verification.json reported.
+times; each reproduction's paired speedup is checked against the 95% CI the verification reported.
 Target: inside in >= 90% of reproductions.
 
 ``calibration``: the tuner's time model on held-back trials it never saw. On each of the simulated

@@ -1,4 +1,4 @@
-"""contract.lock: the normalized contract and its sha256, written by `infrarsi init`.
+"""The lock: the normalized contract and its sha256, written by `infrarsi init` (RunDir keeps it).
 
 The lock also holds the sha256 of every file that defines the workload besides the contract (see
 :func:`workload_files`: the launch script or config, the configs it names, files named in

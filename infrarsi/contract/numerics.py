@@ -48,7 +48,7 @@ def _series(metrics: Any) -> dict[str, list[float]]:
 
 @dataclass(frozen=True)
 class Referee:
-    """The calibrated comparison; built by :func:`calibrate`, stored in noise.json (``numerics``)."""
+    """The calibrated comparison; built by :func:`calibrate`, stored in the noise record (``numerics``)."""
 
     window: int
     reference: dict[str, list[float]]  # series -> the baseline's first run, first `window` steps
@@ -142,7 +142,7 @@ def calibrate(repeats: Sequence[Any], seeds: Sequence[Any], *, window: int, cal:
 
 
 def reference_of(noise: Any) -> "Referee | list[float]":
-    """What trials are judged against: the doctor's calibrated referee, or (a noise.json written before the
+    """What trials are judged against: the doctor's calibrated referee, or (a noise record written before the
     referee existed) the first baseline run's loss trace, checked within ``rtol``."""
     return Referee.from_dict(noise.numerics) if getattr(noise, "numerics", None) else list(noise.reference_losses)
 

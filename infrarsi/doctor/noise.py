@@ -75,7 +75,7 @@ def median_phases(phases: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 class NoiseProfile(BaseModel):
-    """What ``noise.json`` holds. Times in seconds, effects as fractions (0.02 = 2%)."""
+    """What the run's noise record holds. Times in seconds, effects as fractions (0.02 = 2%)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -204,7 +204,7 @@ def extended_space(space, domains: dict[str, list]):
 
 def after_trial(run_dir: Path, trial, err, kernel_verdicts: dict | None = None) -> None:
     """A trial that caught a candidate drifting in situ disqualifies it for the rest of the run (in the
-    run's verdict file, and in ``kernel_verdicts``, which the run stage saves in search.json)."""
+    run's verdict file, and in ``kernel_verdicts``, which the run stage saves in its search record)."""
     for path in verdicts_mod.after_trial(run_dir, trial):
         for p, v in (kernel_verdicts or {}).items():
             if verdicts_mod.same_file(p, path):

@@ -1,4 +1,4 @@
-"""report stage: ``report.md`` + ``report.html`` (plots inline) from everything the run left on disk."""
+"""report stage: the report, markdown and HTML (plots inline), from everything the run left on disk."""
 
 from __future__ import annotations
 
