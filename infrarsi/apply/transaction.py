@@ -185,7 +185,8 @@ def _tree(root: Path, old: str | None, files: list[FileChange]) -> tuple[str, di
             _git(root, "update-index", "--add", "--cacheinfo", f"{_mode(f)},{blobs[f.path]},{f.path}", env=env)
         tree = _out(_git(root, "write-tree", env=env))
     entries = {}
-    for line in _git(root, "ls-tree", "-r", "-z", tree, "--", *blobs).stdout.decode().split("\0"):
+    listed = _git(root, "ls-tree", "-r", "-z", tree, "--", *blobs, env={"GIT_LITERAL_PATHSPECS": "1"})
+    for line in listed.stdout.decode().split("\0"):
         if line:
             meta, path = line.split("\t", 1)
             mode, _, blob = meta.split()

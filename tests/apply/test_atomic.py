@@ -129,3 +129,15 @@ def test_the_commit_holds_exactly_what_the_audit_certifies_whatever_the_hooks_an
         f"{OUT}/audit.json"}
     assert not ran.exists(), ran.read_text()  # no hook of the user's ran
     assert "hooks were not run" in out
+
+
+def test_an_empty_repository_gets_its_first_commit(run_dir, tmp_path, consoles):
+    repo = tmp_path / "empty"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.name", "Test User")
+    git(repo, "config", "user.email", "test@example.com")
+    code, _, err = _apply(run_dir, repo, consoles)
+    assert code == 0, err
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "1" and git(repo, "status", "--porcelain") == ""
+    assert KERNEL in git(repo, "ls-files").split()
