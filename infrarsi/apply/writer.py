@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..adapters import get_adapter
+from ..adapters import contract_adapter
 from ..execute.spec import LaunchSpec
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
 from ..report.load import RunData
@@ -66,11 +65,7 @@ class ApplyPlan:
 
 def _adapter(data: RunData):
     """The run's adapter; Megatron and torchtitan read launch files relative to the contract's folder."""
-    name = data.contract.workload.adapter
-    cls = type(get_adapter(name))
-    if "base_dir" in inspect.signature(cls.__init__).parameters:
-        return cls(base_dir=data.contract_path.parent)
-    return cls()
+    return contract_adapter(data.contract.workload.adapter, data.contract_path)
 
 
 def _portable(argv: list[str]) -> list[str]:

@@ -207,7 +207,7 @@ class MegatronAdapter(Adapter):
     name = FRAMEWORK
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
-        self.base_dir = Path(base_dir) if base_dir else None
+        super().__init__(base_dir)
         self._cache: dict[str, MegatronLaunch] = {}
 
     def parsed(self, contract: Contract) -> MegatronLaunch:

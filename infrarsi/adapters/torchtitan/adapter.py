@@ -145,7 +145,7 @@ class TorchtitanAdapter(Adapter):
     name = FRAMEWORK
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
-        self.base_dir = Path(base_dir) if base_dir else None
+        super().__init__(base_dir)
         self._cache: dict[str, TorchtitanLaunch] = {}
 
     def launch_path(self, contract: Contract) -> Path:
