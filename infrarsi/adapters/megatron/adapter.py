@@ -39,6 +39,7 @@ from ...execute.trial import Metrics, TrialStatus
 from ...knobs import KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
 from ...transformer import data_parallel
+from . import equivalence
 from . import log as megatron_log
 from .check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
 from ..base import Adapter, ParsedRun, scoped_space
@@ -157,6 +158,7 @@ def violations(parsed: MegatronLaunch, setting: Mapping[str, Any] | None = None,
     """Every problem with ``setting`` (default: the launch's own): catalog constraints, then
     megatron-core's TransformerConfig. Messages show the numbers."""
     s = dict(parsed.setting if setting is None else {**parsed.setting, **setting})
+    s = dict(knob_space_for(parsed).derive(s))  # derived knobs follow; values Megatron ignores are mapped
     out: list[str] = []
     if parsed.world_size and s.get("data_parallel") is None:
         inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
@@ -209,6 +211,7 @@ class MegatronAdapter(Adapter):
     def __init__(self, base_dir: str | Path | None = None) -> None:
         super().__init__(base_dir)
         self._cache: dict[str, MegatronLaunch] = {}
+        self._before: dict[int, dict[str, Any]] = {}  # the user's launch as Megatron reads it, per parse
 
     def parsed(self, contract: Contract) -> MegatronLaunch:
         key = contract.model_dump_json(include={"workload", "hardware"})
@@ -239,6 +242,10 @@ class MegatronAdapter(Adapter):
         rejected = check_megatron(parsed, s)  # megatron-core's own word, before any launch
         if rejected:
             raise FrameworkRejected("; ".join(rejected))
+        key = id(parsed)  # the user's launch, read once per parse; the emitted one must compute the same job
+        if key not in self._before:
+            self._before[key] = equivalence.reading(parsed.argv(), parsed.env)
+        equivalence.check_equivalent(parsed, spec.argv, spec.env, s, before=self._before[key])
         return spec
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
