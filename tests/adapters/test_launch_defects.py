@@ -133,7 +133,10 @@ def test_backticks_pwd_and_bare_sbatch_flags():
     assert p.launch.program == ["pretrain_gpt.py"]  # the backtick date stays one word in --output
     out = next(a for a in p.launch.launcher if a.startswith("--output="))
     assert out.endswith("_`date +'date_%y-%m-%d_time_%H-%M-%S'`.log")
-    assert p.args[p.args.index("--data-cache-path") + 1] == "/home/team/llm/data_cache"
+    # ${PWD} is kept as the user wrote it (resolved where the launch starts), not this machine's folder
+    assert p.args[p.args.index("--data-cache-path") + 1] == "${PWD}/data_cache"
+    pinned = _megatron("llama3_70b_sbatch_container.sh", env={"PWD": "/home/team/llm"})  # the contract's script_env
+    assert pinned.args[pinned.args.index("--data-cache-path") + 1] == "/home/team/llm/data_cache"
     res = interpret_script('X=$(hostname -s)\nY="a `b c` d"\necho $X $Y\n', cwd="/w")
     assert res.commands[0].argv == ["echo", "$(hostname -s)", "a", "`b c`", "d"]
     assert split_launcher(["srun", "python", "x.py"], sbatch=["--exclusive", "--nodes=2", "--overcommit",

@@ -163,6 +163,19 @@ def _torchtitan_rules(parsed: TorchtitanLaunch) -> list[Constraint]:
                     f"{max(1, first, last)} layer(s)")
         return None
 
+    def expert_grid_fits_fsdp(s: Mapping[str, Any]) -> str | None:
+        # torchtitan's build_mesh: the sparse mesh is (pp, dp_replicate, efsdp, ep, etp) with efsdp =
+        # dp_shard * cp * tp / (etp * ep); the replicas are not part of it (etp = 1 in both eras here)
+        ep, dp, rep = s.get("expert_parallel", 1), s.get("data_parallel"), s.get("data_parallel_replicate", 1)
+        if ep <= 1 or not dp or dp % rep:
+            return None
+        inner = (dp // rep) * s.get("context_parallel", 1) * s.get("tensor_parallel", 1)
+        if inner % ep:
+            return (f"expert parallel {ep} does not divide shard {dp // rep} x cp {s.get('context_parallel', 1)} x "
+                    f"tp {s.get('tensor_parallel', 1)} = {inner} (torchtitan's expert mesh borrows from those, not "
+                    f"from the {rep} replicas)")
+        return None
+
     def async_tp_needs_compiled_model(s: Mapping[str, Any]) -> str | None:
         if not s.get("async_tp"):
             return None
@@ -175,7 +188,8 @@ def _torchtitan_rules(parsed: TorchtitanLaunch) -> list[Constraint]:
         return None
 
     return [Constraint(fn.__name__, fn) for fn in (dp_covers_replicate, optimizer_sharded_by_fsdp,
-                                                    pp_stages_fit_layers, async_tp_needs_compiled_model)]
+                                                    pp_stages_fit_layers, expert_grid_fits_fsdp,
+                                                    async_tp_needs_compiled_model)]
 
 
 def violations(parsed: TorchtitanLaunch, setting: Mapping[str, Any] | None = None) -> list[str]:

@@ -45,7 +45,7 @@ _FIELD_KNOBS: dict[str, tuple[str, ...]] = {
     "parallelism.data_parallel_replicate_degree": ("data_parallel_replicate", "data_parallel"),
     "parallelism.fsdp_reshard_after_forward": ("fsdp_reshard_after_forward",),
     "parallelism.enable_async_tensor_parallel": ("async_tp",),
-    "parallelism.enable_sequence_parallel": ("sequence_parallel",),
+    "parallelism.enable_sequence_parallel": ("sequence_parallel", "tensor_parallel"),  # inert at TP 1
     "compile.enable_async_tensor_parallel": ("async_tp",),
     "compile.enable": ("torch_compile",),
     "training.local_batch_size": ("micro_batch_size",),
