@@ -483,7 +483,10 @@ def workload_constraints(
 
     @rule
     def recompute_layers_fit(s):
-        if v(s, "recompute_granularity") != "full" or not L:
+        # uniform walks the chunk's layers recompute_num_layers at a time and indexes past the last one
+        # (megatron-core TransformerBlock._checkpointed_forward); block recomputes the first n, so a larger n
+        # recomputes them all and is accepted
+        if v(s, "recompute_granularity") != "full" or not L or v(s, "recompute_method") == "block":
             return None
         n, pp, vp = v(s, "recompute_num_layers"), v(s, "pipeline_parallel"), v(s, "virtual_pipeline")
         per = L // max(1, pp * vp)

@@ -202,6 +202,11 @@ def megatron_args_check(fixed: Mapping[str, Any], setting: Mapping[str, Any], *,
         out.append("validate_args: cannot have both fp16 and bf16 enabled")
     if s.get("attention_backend") == "local" and str(f.get("spec", "")).split()[:1] != ["local"]:
         out.append("validate_args: --attention-backend local requires --spec local")
+    vp = int(s.get("virtual_pipeline", 1))
+    if L and gran == "full" and s.get("recompute_method", "uniform") == "uniform" and \
+            int(s.get("recompute_num_layers", 1)) > L // max(1, pp * vp):
+        # megatron-core TransformerBlock._checkpointed_forward (uniform) indexes self.layers past the chunk's end
+        out.append("megatron-core TransformerBlock: uniform recompute of more layers than a chunk holds")
     gbs, mbs = f.get("global_batch_size"), int(s.get("micro_batch_size", 1))
     if world_size and gbs and world_size % (tp * pp * cp) == 0:
         dp = world_size // (tp * pp * cp)
