@@ -3,7 +3,13 @@ launch's own setting plus a sample), how many of them do not read back as themse
 framework's own config code refuses (megatron-core; torchtitan 0.2 in-process; torchtitan 0.3 from its target
 directory). Prints one table.
 
+``--equivalence`` prints instead, per fixture, the round trips that compute the user's job under the framework's
+own config code (the launch's own setting, every valid one-knob neighbour and a sample, each emitted and compared
+field by field) and the false-invalid count (settings the space refuses that the framework accepts, among
+``--refused`` draws the space refuses): :mod:`infrarsi.adapters.fidelity`.
+
     python scripts/check_launch_space.py [--sample 30]
+    python scripts/check_launch_space.py --equivalence [--sample 10] [--refused 20]
 """
 
 from __future__ import annotations
@@ -22,15 +28,51 @@ from infrarsi.adapters.torchtitan.check import check_torchtitan, check_torchtita
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 POSITIONAL = {"gpt3_175b.sh": ["/ckpt", "/tb", "/d/vocab.json", "/d/merges.txt", "/d/pile_text_document"]}
-WORLD = {"llama3_8b.toml": 8, "llama3_70b.toml": 64, "llama3_405b.toml": 128, "deepseek_v3_16b.toml": 8,
+WORLD = {"deepseek_v3_16b_hsdp_v03.cmd": 16, "llama3_8b.toml": 8, "llama3_70b.toml": 64, "llama3_405b.toml": 128, "deepseek_v3_16b.toml": 8,
          "llama3_8b_hsdp.toml": 8, "llama3_405b_launch.sh": 128, "llama3_8b_v03.sh": 8, "llama3_70b_v03.cmd": 32,
          "deepseek_v3_16b_v03.cmd": 16, "llama3_8b_v03_loss_compile.cmd": 8}
 
 
+def equivalence(n: int, n_refused: int) -> int:
+    from infrarsi.adapters import fidelity
+
+    rows = []
+    launches = [("megatron", path, None) for path in sorted((FIX / "megatron").glob("*.sh"))]
+    launches += [("megatron", FIX / "megatron" / "llama3_70b_cp.cmd", None)]
+    launches += [("torchtitan", FIX / "torchtitan" / name, world) for name, world in WORLD.items()]
+    for kind, path, world in launches:
+        if kind == "megatron":
+            p = (mg.parse_megatron_file(path, args=POSITIONAL.get(path.name)) if path.suffix == ".sh"
+                 else mg.parse_megatron(path.read_text(), path=str(path)))
+            p.device = "H100-80GB"
+            space = mg.knob_space_for(p)
+        else:
+            p = tt.parse_torchtitan_file(path, world_size=world)
+            p.device = "H100-80GB"
+            space = tt.knob_space_for(p)
+        c = fidelity.count(kind, p, space, world=world, sample=n, refused_sample=n_refused)
+        rows.append((f"{kind}/{path.name}", c))
+        for ex in c.examples[:3]:
+            print(f"  {path.name}: {ex}")
+    w = max(len(r[0]) for r in rows)
+    print(f"{'launch':<{w}}  round trips equal / total  false-invalid / sampled refused")
+    for name, c in rows:
+        print(f"{name:<{w}}  {c.equal:>11} / {c.round_trips:<12}  {c.false_invalid:>13} / {c.sampled_refused}")
+    eq, tot = sum(c.equal for _, c in rows), sum(c.round_trips for _, c in rows)
+    fi, sr = sum(c.false_invalid for _, c in rows), sum(c.sampled_refused for _, c in rows)
+    print(f"{'total':<{w}}  {eq:>11} / {tot:<12}  {fi:>13} / {sr}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sample", type=int, default=30)
-    n = ap.parse_args().sample
+    ap.add_argument("--sample", type=int, default=None)
+    ap.add_argument("--refused", type=int, default=20)
+    ap.add_argument("--equivalence", action="store_true")
+    a = ap.parse_args()
+    if a.equivalence:
+        return equivalence(10 if a.sample is None else a.sample, a.refused)
+    n = 30 if a.sample is None else a.sample
     rows = []
     for path in sorted((FIX / "megatron").glob("*.sh")):
         p = mg.parse_megatron_file(path, args=POSITIONAL.get(path.name))

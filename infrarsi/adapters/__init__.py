@@ -1,47 +1,57 @@
-"""Framework adapters: knob space, launch spec, log parser, failure classifier."""
+"""Framework adapters: knob space, launch spec, log parser, failure classifier.
+
+One registry binds a contract's ``workload.adapter`` to its adapter class and, for a contract read from a
+file or locked in a run directory, to the contract's folder (``base_dir``): Megatron and torchtitan read
+``workload.launch`` relative to it, as ``infrarsi init`` checked it. Every stage builds its adapter here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
 
 from .base import Adapter, FrameworkRejected, ParsedRun
 
-
-def get_adapter(name: str) -> Adapter:
-    """The adapter for a contract's ``workload.adapter``."""
-    if name == "minigpt":
-        from .minigpt import MiniGPTAdapter
-
-        return MiniGPTAdapter()
-    if name == "megatron":
-        from .megatron import MegatronAdapter
-
-        return MegatronAdapter()
-    if name == "torchtitan":
-        from .torchtitan import TorchtitanAdapter
-
-        return TorchtitanAdapter()
-    if name == "simulated":
-        from .simulated import SimulatedAdapter
-
-        return SimulatedAdapter()
-    raise ValueError(f"unknown adapter {name!r}; use one of minigpt, megatron, torchtitan, simulated")
+# workload.adapter -> (module under infrarsi.adapters, class)
+ADAPTERS: dict[str, tuple[str, str]] = {
+    "minigpt": ("minigpt", "MiniGPTAdapter"),
+    "megatron": ("megatron", "MegatronAdapter"),
+    "torchtitan": ("torchtitan", "TorchtitanAdapter"),
+    "simulated": ("simulated", "SimulatedAdapter"),
+}
 
 
-def run_adapter(name: str, run_dir) -> Adapter:
-    """:func:`get_adapter` for a locked run: adapters that read launch files (Megatron, torchtitan) resolve
-    ``workload.launch`` relative to the locked contract's folder, as ``infrarsi init`` checked it."""
-    import inspect
-    from pathlib import Path
+def adapter_class(name: str) -> type[Adapter]:
+    """The adapter class for a contract's ``workload.adapter``."""
+    if name not in ADAPTERS:
+        raise ValueError(f"unknown adapter {name!r}; use one of {', '.join(ADAPTERS)}")
+    module, cls = ADAPTERS[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
 
-    import json
 
+def get_adapter(name: str, *, base_dir: str | Path | None = None) -> Adapter:
+    """The adapter for a contract's ``workload.adapter``; ``base_dir`` is the folder its launch files are
+    relative to (None: the working directory)."""
+    return adapter_class(name)(base_dir=base_dir)
+
+
+def contract_adapter(name: str, contract_path: str | Path) -> Adapter:
+    """:func:`get_adapter` for the contract in ``contract_path``: launch files relative to its folder."""
+    return get_adapter(name, base_dir=Path(contract_path).resolve().parent)
+
+
+def run_adapter(name: str, run_dir: str | Path) -> Adapter:
+    """:func:`get_adapter` for a locked run: bound to the locked contract's folder (the lock's
+    ``contract_path``); unbound when the run directory holds no readable lock."""
     from ..rundir import RunDir
 
-    adapter = get_adapter(name)
-    if "base_dir" not in inspect.signature(type(adapter).__init__).parameters:
-        return adapter
     try:
         path = json.loads(RunDir(run_dir).lock_bytes() or b"")["contract_path"]
     except (ValueError, KeyError, TypeError):
-        return adapter
-    return type(adapter)(base_dir=Path(path).parent)
+        return get_adapter(name)
+    return contract_adapter(name, path)
 
 
-__all__ = ["Adapter", "FrameworkRejected", "ParsedRun", "get_adapter", "run_adapter"]
+__all__ = ["ADAPTERS", "Adapter", "FrameworkRejected", "ParsedRun", "adapter_class", "contract_adapter", "get_adapter",
+           "run_adapter"]

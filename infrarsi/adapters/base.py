@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -51,6 +52,10 @@ class Adapter(abc.ABC):
     measured_time: bool = True
     """False when the step times a trial prints are modelled, not measured (the simulated clusters): the
     harness then does not hold them against its own clock (execute/clock.py)."""
+
+    def __init__(self, base_dir: str | Path | None = None) -> None:
+        self.base_dir = Path(base_dir) if base_dir else None
+        """The folder the contract's launch files are relative to (None: the working directory)."""
 
     @abc.abstractmethod
     def knob_space(self, contract: Contract) -> KnobSpace:

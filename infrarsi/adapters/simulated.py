@@ -52,7 +52,8 @@ class SimulatedAdapter(Adapter):
     name = "simulated"
     measured_time = False  # the step times are the analytical model's, printed in a fraction of a second
 
-    def __init__(self) -> None:
+    def __init__(self, base_dir=None) -> None:
+        super().__init__(base_dir)
         self._launches: dict[str, int] = {}  # setting key -> launches so far (noise stream per rerun)
 
     def knob_space(self, contract: Contract) -> KnobSpace:

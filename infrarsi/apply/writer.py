@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -30,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..adapters import get_adapter
+from ..adapters import contract_adapter
+from ..adapters.equivalence import launch_file_differences
 from ..execute.spec import LaunchSpec
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
 from ..report.load import RunData
@@ -71,11 +71,7 @@ class ApplyPlan:
 
 def _adapter(data: RunData):
     """The run's adapter; Megatron and torchtitan read launch files relative to the contract's folder."""
-    name = data.contract.workload.adapter
-    cls = type(get_adapter(name))
-    if "base_dir" in inspect.signature(cls.__init__).parameters:
-        return cls(base_dir=data.contract_path.parent)
-    return cls()
+    return contract_adapter(data.contract.workload.adapter, data.contract_path)
 
 
 def _portable(argv: list[str]) -> list[str]:
@@ -222,6 +218,8 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
                "notes": ("infrarsi-launch --profile rewrites Megatron and torchtitan commands" if fw in PROFILE_FRAMEWORKS
                          else f"{fw}: run launch.sh (infrarsi-launch rewrites Megatron and torchtitan commands only)")}
     own, fallback = _in_place(data, adapter, spec, repo)
+    if own is not None and (differs := launch_file_differences(adapter, data.contract, setting, own.content.decode())):
+        raise ApplyRefused(f"the edited {own.path} does not compute the user's job: {'; '.join(differs[:3])}")
     if own is not None:  # the user's launch, edited where each knob is written: a diff a person reviews
         files.append(own)
     else:

@@ -69,7 +69,11 @@ def run_dir_of(trial_dir: Path) -> Path | None:
 
 def resolve_argv(argv: list[str]) -> list[str]:
     """``python`` / ``python3`` at the front means this interpreter (the venv's); a bare ``torchrun``
-    not on PATH means the one installed beside it (the same torch)."""
+    not on PATH means the one installed beside it (the same torch); a launch script's ``${PWD}``, kept as the
+    user wrote it, is the directory the trial starts in."""
+    from ..launch.command import expand_kept
+
+    argv = expand_kept(argv)
     if argv and argv[0] in ("python", "python3"):
         return [sys.executable, *argv[1:]]
     if argv and argv[0] == "torchrun" and shutil.which("torchrun") is None:

@@ -2,6 +2,6 @@
 
 from .knob import Knob
 from .setting import Patch, Setting
-from .space import Constraint, KnobSpace, Violation
+from .space import Constraint, Derived, KnobSpace, Violation
 
-__all__ = ["Constraint", "Knob", "KnobSpace", "Patch", "Setting", "Violation"]
+__all__ = ["Constraint", "Derived", "Knob", "KnobSpace", "Patch", "Setting", "Violation"]

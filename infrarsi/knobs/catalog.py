@@ -27,7 +27,7 @@ from typing import Any
 from ..transformer import canonical
 from .hardware import fp8_unsupported
 from .knob import Knob
-from .space import Constraint, KnobSpace, Violation
+from .space import Constraint, Derived, KnobSpace, Violation
 
 FRAMEWORKS = ("megatron", "torchtitan", "minigpt")
 ENV_PREFIX = "env:"
@@ -227,6 +227,7 @@ def build_knob_space(
     local_spec: bool = False,
     include: Mapping[str, Any] | None = None,
     defaults: Mapping[str, Any] | None = None,
+    extra_stage_layers: int = 0,
 ) -> KnobSpace:
     """The catalog as a KnobSpace for one fixed workload (Megatron names; None = unknown).
 
@@ -235,7 +236,10 @@ def build_knob_space(
     - a dense model (``num_experts`` None or 0) pins the MoE knobs to their defaults.
     - ``framework`` keeps only the knobs it can express, with its own defaults.
     - ``expert_tensor_parallel``: the expert TP size (Megatron default: equal to TP; torchtitan: 1).
-    - ``stage_layers_given``: uneven first/last pipeline stages are set, so PP need not divide layers.
+    - ``stage_layers_given``: uneven first/last pipeline stages are set, or the framework splits stages
+      unevenly itself (torchtitan), so PP need not divide layers.
+    - ``extra_stage_layers``: the embedding and/or the loss count as layers in the pipeline split (Megatron's
+      ``--account-for-embedding/loss-in-pipeline-split``): PP divides layers + this.
     - ``fp16``: the workload trains in fp16 (then bf16 must stay off).
     - ``device``: the contract's ``hardware.kind``; fp8 recipes it cannot run leave the domain
       (:mod:`.hardware`; an unknown device or ``cpu`` narrows nothing).
@@ -281,18 +285,48 @@ def build_knob_space(
             default = dom[0]
         knobs.append(k.with_domain(dom, default))
     dflt = {**DEFAULTS, **fw_def}
+    derived = derived_knobs(world_size=world_size, defaults=dflt)
     cons = workload_constraints(
         num_layers=num_layers, num_attention_heads=num_attention_heads, num_query_groups=num_query_groups,
         num_experts=num_experts, seq_length=seq_length, global_batch_size=global_batch_size,
         world_size=world_size, expert_tensor_parallel=expert_tensor_parallel,
         stage_layers_given=stage_layers_given, fp16=fp16, device=device, local_spec=local_spec, defaults=dflt,
+        extra_stage_layers=extra_stage_layers,
     )
-    return KnobSpace(knobs, cons)
+    return KnobSpace(knobs, cons, derived)
+
+
+def derived_knobs(*, world_size: int | None, defaults: Mapping[str, Any] | None = None) -> list[Derived]:
+    """The catalog's derived knobs: data parallel = world / (tp * pp * cp) (when the world size is known), and
+    the values a framework ignores mapped to their no-op value instead of refused: sequence parallelism at
+    TP 1 (Megatron's validate_args switches it off; torchtitan applies it only with TP > 1), and
+    recompute_method / recompute_num_layers without any recompute (megatron-core reads them only when a
+    recompute granularity is set)."""
+    d = dict(defaults or DEFAULTS)
+    out: list[Derived] = []
+    if world_size:
+        def data_parallel(s: Mapping[str, Any]) -> int | None:
+            inner = _g(s, "tensor_parallel", d) * _g(s, "pipeline_parallel", d) * _g(s, "context_parallel", d)
+            return world_size // inner if inner and world_size % inner == 0 else None
+
+        out.append(Derived("data_parallel", data_parallel))
+
+    def sp_off_at_tp1(s: Mapping[str, Any]) -> bool | None:
+        return False if _g(s, "tensor_parallel", d) <= 1 else None
+
+    out.append(Derived("sequence_parallel", sp_off_at_tp1, always=False))
+    for name in ("recompute_method", "recompute_num_layers"):
+        def inert(s: Mapping[str, Any], name: str = name) -> Any:
+            return d[name] if _g(s, "recompute_granularity", d) == "none" else None
+
+        out.append(Derived(name, inert, always=False))
+    return out
 
 
 def space_for_fixed(fixed: Mapping[str, Any], *, world_size: int | None = None, framework: str | None = None,
                     include: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None,
-                    expert_tensor_parallel: int | None = None, device: str | None = None) -> KnobSpace:
+                    expert_tensor_parallel: int | None = None, device: str | None = None,
+                    uneven_stages: bool = False) -> KnobSpace:
     """:func:`build_knob_space` from a dict of fixed workload arguments (Megatron names, as an
     adapter's parse returns them, or any spelling ``infrarsi.transformer.ALIASES`` knows)."""
     fixed = canonical(fixed)
@@ -306,8 +340,11 @@ def space_for_fixed(fixed: Mapping[str, Any], *, world_size: int | None = None, 
         num_query_groups=i("num_query_groups"), num_experts=i("num_experts"), seq_length=i("seq_length"),
         global_batch_size=i("global_batch_size"), world_size=world_size, framework=framework,
         expert_tensor_parallel=expert_tensor_parallel,
-        stage_layers_given=bool(fixed.get("decoder_first_pipeline_num_layers") or fixed.get("decoder_last_pipeline_num_layers")
-                                or fixed.get("pipeline_model_parallel_layout")),
+        stage_layers_given=uneven_stages or bool(fixed.get("decoder_first_pipeline_num_layers")
+                                                 or fixed.get("decoder_last_pipeline_num_layers")
+                                                 or fixed.get("pipeline_model_parallel_layout")),
+        extra_stage_layers=int(bool(fixed.get("account_for_embedding_in_pipeline_split")))
+        + int(bool(fixed.get("account_for_loss_in_pipeline_split"))),
         fp16=bool(fixed.get("fp16")), device=device, local_spec=str(fixed.get("spec", "")).split()[:1] == ["local"],
         include=include, defaults=defaults,
     )
@@ -328,6 +365,7 @@ def workload_constraints(
     device: str | None = None,
     local_spec: bool = False,
     defaults: Mapping[str, Any] | None = None,
+    extra_stage_layers: int = 0,
 ) -> list[Constraint]:
     """The cross-knob rules for one workload, each a named :class:`Constraint` whose message shows
     the arithmetic. A knob missing from a setting (or None) reads as its default."""
@@ -388,8 +426,10 @@ def workload_constraints(
     @rule
     def pp_divides_layers(s):
         pp = v(s, "pipeline_parallel")
-        if L and not stage_layers_given and L % pp:
-            return (f"pipeline parallel {pp} does not divide {L} layers ({L} % {pp} = {L % pp}); give "
+        if L and not stage_layers_given and (L + extra_stage_layers) % pp:
+            n = L + extra_stage_layers
+            counted = f"{L} layers" + (f" + {extra_stage_layers} (embedding/loss)" if extra_stage_layers else "")
+            return (f"pipeline parallel {pp} does not divide {counted} ({n} % {pp} = {n % pp}); give "
                     f"--decoder-first/last-pipeline-num-layers for uneven stages")
         if L and pp > L:
             return f"pipeline parallel {pp} is more than the {L} layers"
@@ -443,7 +483,10 @@ def workload_constraints(
 
     @rule
     def recompute_layers_fit(s):
-        if v(s, "recompute_granularity") != "full" or not L:
+        # uniform walks the chunk's layers recompute_num_layers at a time and indexes past the last one
+        # (megatron-core TransformerBlock._checkpointed_forward); block recomputes the first n, so a larger n
+        # recomputes them all and is accepted
+        if v(s, "recompute_granularity") != "full" or not L or v(s, "recompute_method") == "block":
             return None
         n, pp, vp = v(s, "recompute_num_layers"), v(s, "pipeline_parallel"), v(s, "virtual_pipeline")
         per = L // max(1, pp * vp)
@@ -454,14 +497,16 @@ def workload_constraints(
 
     @rule
     def recompute_options_need_full(s):
-        # without full recompute Megatron ignores (or rejects) --recompute-method/--recompute-num-layers, so
-        # other values would be the same launch under another name
-        if v(s, "recompute_granularity") == "full":
+        # without any recompute they are inert (megatron-core reads them only with a granularity; the space maps
+        # them to their defaults); with selective recompute Megatron refuses both: validate_args asserts "recompute
+        # method is not yet supported for selective recomputing granularity", TransformerConfig "recompute_num_layers
+        # must be None"
+        if v(s, "recompute_granularity") != "selective":
             return None
         moved = [n for n in ("recompute_method", "recompute_num_layers") if n in s and s[n] != d[n]]
         if moved:
-            return (f"{' and '.join(moved)} only act with recompute_granularity full (it is "
-                    f"{v(s, 'recompute_granularity')}); keep {', '.join(f'{n} = {d[n]!r}' for n in moved)}")
+            return (f"{' and '.join(moved)} with selective recompute is refused by Megatron; they act with "
+                    f"recompute_granularity full; keep {', '.join(f'{n} = {d[n]!r}' for n in moved)}")
         return None
 
     @rule

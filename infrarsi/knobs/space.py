@@ -10,6 +10,13 @@ Feature encoding (``encode``): one column per non-default value of every knob, n
 level, so a column's coefficient is "the effect of this value relative to the default" -- exactly
 what a :class:`~infrarsi.priors.prior.Prior` states. ``encode_numeric`` adds log2 columns for int
 knobs (for smooth trends and interactions).
+
+Derived knobs (:class:`Derived`) follow their parents instead of vetoing them: data parallel is world /
+(tp * pp * cp), torchtitan shards optimizer state exactly when FSDP's shard degree is above 1, a value the
+framework ignores (``--sequence-parallel`` at TP 1) is its no-op value. ``derive`` applies the rules;
+``complete`` and every way the space proposes settings (``sample``, ``enumerate``, ``candidates``,
+``neighbors``) derive, so the space proposes a layout and derives the rest, and a layout is never called
+invalid because a derived knob was not moved with it. ``validate`` judges a setting as stated.
 """
 
 from __future__ import annotations
@@ -42,6 +49,18 @@ class Constraint:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A knob that follows others. ``rule(setting)`` is its value for that setting, or None to leave the value
+    as it is (the rule does not apply, or no value works: the constraints then say why). ``always``: the knob is
+    never proposed on its own (data parallel under a fixed world size); otherwise the rule maps only the values
+    the framework ignores (recompute options without recompute) and the knob is searched elsewhere."""
+
+    name: str
+    rule: Callable[[Mapping[str, Any]], Any]
+    always: bool = True
+
+
+@dataclass(frozen=True)
 class Violation:
     """One broken rule: which constraint (or knob) and the message that explains it."""
 
@@ -62,7 +81,8 @@ class KnobSpace:
         space.validate({"tp": 4})   # -> [Violation(constraint="constraint[0]", message="tp must be <= 2")]
     """
 
-    def __init__(self, knobs: Sequence[Knob], constraints: Iterable[ConstraintFn | Constraint] = ()) -> None:
+    def __init__(self, knobs: Sequence[Knob], constraints: Iterable[ConstraintFn | Constraint] = (),
+                 derived: Iterable[Derived] = ()) -> None:
         names = [k.name for k in knobs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -73,6 +93,8 @@ class KnobSpace:
             c if isinstance(c, Constraint) else Constraint(_name_of(c, i), c)
             for i, c in enumerate(constraints)
         )
+        self.derived: tuple[Derived, ...] = tuple(d for d in derived if d.name in self._by_name)
+        self._always = {d.name for d in self.derived if d.always}
         self.feature_names: list[str] = [
             f"{k.name}={v}" for k in self.knobs for v in k.domain if v != k.default
         ]
@@ -102,8 +124,22 @@ class KnobSpace:
     def complete(self, partial: Mapping[str, Any]) -> Setting:
         """Fill knobs the mapping does not mention with their defaults; values are normalized by the knob's
         kind (``sp=1`` of a bool knob is ``sp=True``), so a resumed or bank-seeded setting is the same
-        setting, with the same hash, as the one the tuner proposes."""
-        return Setting({k.name: k.normalize(partial.get(k.name, k.default)) for k in self.knobs})
+        setting, with the same hash, as the one the tuner proposes; derived knobs follow (:meth:`derive`)."""
+        return self.derive({k.name: k.normalize(partial.get(k.name, k.default)) for k in self.knobs})
+
+    def derive(self, setting: Mapping[str, Any]) -> Setting:
+        """``setting`` with every derived knob set by its rule, in order (a rule sees the ones before it)."""
+        s = dict(setting)
+        for d in self.derived:
+            v = d.rule(s)
+            if v is not None:
+                s[d.name] = self._by_name[d.name].normalize(v)
+        return Setting(s)
+
+    @property
+    def free_knobs(self) -> tuple[Knob, ...]:
+        """The knobs the space proposes values for (all but those a rule always derives)."""
+        return tuple(k for k in self.knobs if k.name not in self._always)
 
     def restrict(self, domains: Mapping[str, Sequence[Any]], *, keep: Iterable[str] | None = None) -> "KnobSpace":
         """A sub-space: only knobs named in ``keep`` (default: those in ``domains``), each restricted to
@@ -115,7 +151,8 @@ class KnobSpace:
         knobs = [self._by_name[n].with_domain(domains[n]) if n in domains else self._by_name[n] for n in keep_names]
         fixed = {k.name: k.default for k in self.knobs if k.name not in keep_names}
         cons = [Constraint(c.name, _with_fixed(c, fixed)) for c in self.constraints]
-        return KnobSpace(knobs, cons)
+        derived = [Derived(d.name, _with_fixed(d.rule, fixed), d.always) for d in self.derived if d.name in keep_names]
+        return KnobSpace(knobs, cons, derived)
 
     # ------------------------------------------------------------- validation
     def validate(self, setting: Mapping[str, Any]) -> list[Violation]:
@@ -156,7 +193,8 @@ class KnobSpace:
         for _ in range(max_tries):
             if len(out) >= n:
                 break
-            s = Setting({k.name: r.choice(k.domain) for k in self.knobs})
+            s = self.derive({k.name: r.choice(k.domain) if k.name not in self._always else k.default
+                             for k in self.knobs})
             if s in seen:
                 continue
             seen.add(s)
@@ -167,10 +205,15 @@ class KnobSpace:
     def enumerate(self, limit: int = 100_000) -> Iterator[Setting]:
         """Valid settings of the product in a fixed order, at most ``limit`` of them considered."""
         names = self.names
-        for i, values in enumerate(itertools.product(*(k.domain for k in self.knobs))):
+        seen: set[Setting] = set()
+        doms = [k.domain if k.name not in self._always else (k.default,) for k in self.knobs]
+        for i, values in enumerate(itertools.product(*doms)):
             if i >= limit:
                 return
-            s = Setting(dict(zip(names, values)))
+            s = self.derive(dict(zip(names, values)))
+            if s in seen:
+                continue
+            seen.add(s)
             if self.is_valid(s):
                 yield s
 
@@ -183,7 +226,7 @@ class KnobSpace:
         symmetric and a move is accepted exactly when valid, so the walk's stationary law is uniform
         over the valid settings it can reach, like rejection sampling, at a fraction of its cost; short walks
         restarted from the rejection draws keep it from lingering where it started."""
-        if self.size() <= n:
+        if math.prod(len(k.domain) for k in self.free_knobs) <= n:
             return list(self.enumerate(limit=n))
         r = rng if isinstance(rng, random.Random) else random.Random(rng)
         out = self.sample(r, n)
@@ -197,8 +240,9 @@ class KnobSpace:
                 break
             if step % 20 == 0:
                 state = r.choice(starts)
-            change = {k.name: r.choice(k.domain) for k in r.sample(self.knobs, min(len(self.knobs), r.randint(1, 3)))}
-            s = state.replace(**change)
+            free = self.free_knobs
+            change = {k.name: r.choice(k.domain) for k in r.sample(free, min(len(free), r.randint(1, 3)))}
+            s = self.derive(state.replace(**change))
             if s in seen:
                 state = s
             elif self.is_valid(s):
@@ -217,27 +261,31 @@ class KnobSpace:
         base = self.complete(setting)
         out: list[Setting] = []
         broken: list[tuple[Setting, str, int]] = []
-        for k in self.knobs:
+        moved: set[Setting] = {base}
+        for k in self.free_knobs:
             for v in k.domain:
                 if v != base[k.name]:
-                    s = base.replace(**{k.name: v})
+                    s = self.derive(base.replace(**{k.name: v}))
+                    if s in moved:
+                        continue  # a no-op (a value the framework ignores) or a move already made
+                    moved.add(s)
                     n_bad = len(self.validate(s))
                     if n_bad:
                         broken.append((s, k.name, n_bad))
                     else:
                         out.append(s)
         if repair:
-            seen = set(out)
+            seen = set(out) | {base}
             for depth in range(REPAIR_DEPTH):
                 still: list[tuple[Setting, str, int]] = []
                 for s, changed, n_bad in broken:
-                    for k in self.knobs:
+                    for k in self.free_knobs:
                         if k.name == changed:
                             continue
                         for v in k.domain:
                             if v == s[k.name] or base[k.name] != s[k.name]:
                                 continue
-                            t = s.replace(**{k.name: v})
+                            t = self.derive(s.replace(**{k.name: v}))
                             if t in seen:
                                 continue
                             m = len(self.validate(t))
@@ -281,7 +329,7 @@ def _name_of(fn: ConstraintFn, i: int) -> str:
     return name if name and name != "<lambda>" else f"constraint[{i}]"
 
 
-def _with_fixed(c: Constraint, fixed: Mapping[str, Any]) -> ConstraintFn:
+def _with_fixed(c: Callable[[Mapping[str, Any]], Any], fixed: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Any]:
     def check(s: Mapping[str, Any]) -> str | None:
         return c({**fixed, **dict(s)})
 

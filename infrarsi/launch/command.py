@@ -100,6 +100,20 @@ def _launcher_options(argv: list[str], k: int, launcher: list[str], bare: Collec
     return opts, k
 
 
+KEPT = "${PWD}"
+"""How a launch script's ``$PWD`` reads when it is kept as the user wrote it (:func:`expand_kept` resolves it
+where the launch starts): the directory a script runs from is the launch's, not the reading machine's."""
+
+
+def expand_kept(argv: list[str], cwd: str | None = None) -> list[str]:
+    """``argv`` with each kept ``${PWD}`` made the directory the command starts in (``cwd``, default this
+    process's working directory), as the shell that runs the user's script would make it."""
+    if not any(KEPT in a for a in argv):
+        return list(argv)
+    here = str(cwd) if cwd is not None else os.getcwd()
+    return [a.replace(KEPT, here) for a in argv]
+
+
 def is_python(word: str) -> bool:
     return re.fullmatch(r"python(\d(\.\d+)?)?", os.path.basename(word)) is not None
 

@@ -158,14 +158,10 @@ def _space(data: RunData, generated: Mapping[str, Mapping[str, str]]):
     """The run's knob space as its adapter builds it, each kernel knob's domain grown by the run's passing
     generated candidates as the run stage grew it (None when the adapter cannot: the audit then goes by
     scope.knobs alone)."""
-    import inspect
-
-    from ..adapters import get_adapter
+    from ..adapters import contract_adapter
 
     try:
-        cls = type(get_adapter(data.contract.workload.adapter))
-        kw = {"base_dir": data.contract_path.parent} if "base_dir" in inspect.signature(cls.__init__).parameters else {}
-        space = cls(**kw).knob_space(data.contract)
+        space = contract_adapter(data.contract.workload.adapter, data.contract_path).knob_space(data.contract)
     except Exception:  # noqa: BLE001 - the audit must still report a run whose adapter cannot load here
         return None
     grown = {k.name: [*k.domain, *generated[op]] for k in space.knobs

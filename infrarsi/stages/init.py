@@ -7,7 +7,6 @@ baseline against that space, and the kernel candidates it names against ``scope.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 from rich.console import Console
@@ -18,15 +17,14 @@ from ..contract import ContractError, write_lock
 
 def edge_problems(contract_path: Path) -> list[str]:
     """Everything that makes a contract unusable before the first launch, one line each ([] when none)."""
-    from ..adapters import get_adapter
+    from ..adapters import contract_adapter
     from ..contract import load_contract
     from ..contract.scope import repository_root, scope_problems
 
     c = load_contract(contract_path)
     base = Path(contract_path).resolve().parent
     out = scope_problems(c, [repository_root(), base, base.parent])
-    cls = type(get_adapter(c.workload.adapter))
-    adapter = cls(base_dir=base) if "base_dir" in inspect.signature(cls.__init__).parameters else cls()
+    adapter = contract_adapter(c.workload.adapter, contract_path)
     try:
         space = adapter.knob_space(c)
     except (ValueError, OSError) as e:  # ContractError included; a knob that refused a value is a pydantic error

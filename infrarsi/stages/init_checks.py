@@ -119,13 +119,9 @@ def _is_python(prog: str) -> bool:
 
 def _baseline_argv(contract: Contract, contract_path: Path) -> list[str] | None:
     """The baseline's command as the adapter builds it (None when the adapter needs what is not here yet)."""
-    import inspect
+    from ..adapters import contract_adapter
 
-    from ..adapters import get_adapter
-
-    cls = type(get_adapter(contract.workload.adapter))  # launch files are relative to the contract, as trials read them
-    params = inspect.signature(cls.__init__).parameters
-    adapter = cls(base_dir=Path(contract_path).resolve().parent) if "base_dir" in params else cls()
+    adapter = contract_adapter(contract.workload.adapter, contract_path)  # launch files relative to the contract
     try:
         space = adapter.knob_space(contract)
         spec = adapter.launch(contract, space.complete(contract.baseline).to_dict())

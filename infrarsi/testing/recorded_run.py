@@ -246,9 +246,7 @@ def write_verified_run(root: str | Path, contract_text: str, candidate: dict[str
     (root / "contract.toml").write_text(contract_text)
     run_dir = root / "run"
     contract, _ = write_lock(root / "contract.toml", run_dir)
-    adapter = get_adapter(contract.workload.adapter)
-    if hasattr(adapter, "base_dir"):
-        adapter.base_dir = root
+    adapter = get_adapter(contract.workload.adapter, base_dir=root)
     space = adapter.knob_space(contract)
     baseline = space.complete(contract.baseline).to_dict()
     cand = {**baseline, **candidate}

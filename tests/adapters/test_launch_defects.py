@@ -44,14 +44,18 @@ def test_local_attention_backend_is_offered_only_with_the_local_spec():
 
 
 # 2. torchtitan degrees -------------------------------------------------------------------------------------
-def test_data_parallel_never_goes_below_the_replicate_degree():
+def test_the_replicate_degree_follows_data_parallel_instead_of_vetoing_the_layout():
     p = tt.parse_torchtitan_file(FIX / "torchtitan" / "llama3_8b_hsdp.toml", world_size=8)
     space = tt.knob_space_for(p)
-    assert space["data_parallel"].domain == (2, 4, 8)  # replicate 2 is fixed by the job
-    bad = space.complete(p.setting).replace(tensor_parallel=8, data_parallel=1)
+    base = space.complete(p.setting)
+    assert base["data_parallel_replicate"] == 2 and base["data_parallel"] == 8  # HSDP 2 x 4, as the job says
+    moved = space.derive(base.replace(tensor_parallel=8))  # the space proposes a layout and derives the rest
+    assert (moved["data_parallel"], moved["data_parallel_replicate"], moved["distributed_optimizer"]) == (1, 1, False)
+    assert space.is_valid(moved) and moved in space.neighbors(base)
+    bad = base.replace(tensor_parallel=8, data_parallel=1)  # stated with replicate 2 kept: no shard degree gives it
     assert not space.is_valid(bad)
     rule = next(c for c in space.constraints if c.name == "dp_covers_replicate")
-    assert "not a multiple of the job's data_parallel_replicate_degree 2" in rule(bad)
+    assert "not a multiple of data_parallel_replicate 2" in rule(bad)
     with pytest.raises(tt.TorchtitanLaunchError, match="dp_shard must -1 or >=1"):
         tt.emit_torchtitan(p, bad)  # never `--parallelism.data_parallel_shard_degree 0`
 
@@ -129,7 +133,10 @@ def test_backticks_pwd_and_bare_sbatch_flags():
     assert p.launch.program == ["pretrain_gpt.py"]  # the backtick date stays one word in --output
     out = next(a for a in p.launch.launcher if a.startswith("--output="))
     assert out.endswith("_`date +'date_%y-%m-%d_time_%H-%M-%S'`.log")
-    assert p.args[p.args.index("--data-cache-path") + 1] == "/home/team/llm/data_cache"
+    # ${PWD} is kept as the user wrote it (resolved where the launch starts), not this machine's folder
+    assert p.args[p.args.index("--data-cache-path") + 1] == "${PWD}/data_cache"
+    pinned = _megatron("llama3_70b_sbatch_container.sh", env={"PWD": "/home/team/llm"})  # the contract's script_env
+    assert pinned.args[pinned.args.index("--data-cache-path") + 1] == "/home/team/llm/data_cache"
     res = interpret_script('X=$(hostname -s)\nY="a `b c` d"\necho $X $Y\n', cwd="/w")
     assert res.commands[0].argv == ["echo", "$(hostname -s)", "a", "`b c`", "d"]
     assert split_launcher(["srun", "python", "x.py"], sbatch=["--exclusive", "--nodes=2", "--overcommit",

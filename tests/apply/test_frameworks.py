@@ -122,3 +122,24 @@ def test_an_entrypoint_workload_still_gets_launch_and_sbatch(repo, consoles, tmp
         assert opt in sbatch, sbatch
     assert "#SBATCH --gpus-per-node=" in sbatch
     assert (d / "launch.sh").read_text().rstrip().endswith('"$@"')  # a command takes more arguments
+
+
+@pytest.mark.parametrize("fixture, devices", [("torchtitan/llama3_8b_hsdp.toml", 8),
+                                              ("torchtitan/deepseek_v3_16b_hsdp_v03.cmd", 16)])
+def test_apply_dry_run_of_an_hsdp_job_keeps_its_replicate_degree(fixture, devices, repo, consoles):
+    name = Path(fixture).name
+    project = repo / "train"
+    run_dir = write_verified_run(project, _contract("hsdp", fixture, devices, {"recompute_granularity": ["selective", "full"]}),
+                                 {"recompute_granularity": "full"}, files={name: (FIX / fixture).read_text()})
+    (project / ".gitignore").write_text("run/\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "the team's HSDP launch")
+    con, err, out, errbuf = consoles
+    assert stage.run(run_dir, repo=repo, dry_run=True, console=con, err=err) == 0, errbuf.getvalue()
+    shown = out.getvalue()
+    added = [ln for ln in shown.splitlines() if ln[:1] == "+" and "replicate" in ln]
+    assert all("data_parallel_replicate_degree 2" in ln for ln in added), shown  # kept where it is written
+    assert stage.run(run_dir, repo=repo, dry_run=False, console=con, err=err) == 0, errbuf.getvalue()
+    got = parse_torchtitan_file(project / name, world_size=devices)
+    assert got.setting["data_parallel_replicate"] == 2 and got.setting["recompute_granularity"] == "full"
+    assert got.values["parallelism.data_parallel_replicate_degree"] == 2

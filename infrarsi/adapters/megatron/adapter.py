@@ -39,11 +39,12 @@ from ...execute.trial import Metrics, TrialStatus
 from ...knobs import KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
 from ...transformer import data_parallel
+from . import equivalence
 from . import log as megatron_log
 from .check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
 from ..base import Adapter, ParsedRun, scoped_space
 from ...launch.bash import ScriptError, interpret_script
-from ...launch.command import Launch, split_launcher, unfilled_flags, world_from_variables
+from ...launch.command import KEPT, Launch, split_launcher, unfilled_flags, world_from_variables
 from .args import (_ENTRY, COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError, _read_fixed,
                             _read_setting, split_items)
 from .emit import emit_megatron, emit_megatron_args, knob_env
@@ -118,10 +119,12 @@ def _pick_launch(commands, source: str):
 def parse_megatron(text: str, *, path: str = "<command>", env: Mapping[str, str] | None = None,
                    args: list[str] | None = None, cwd: str | Path | None = None) -> MegatronLaunch:
     """Read a Megatron-LM launch script or command line (text). ``env`` seeds the script's
-    environment (default empty); ``args`` are the script's $1, $2, ...; ``cwd`` is its $PWD."""
+    environment (default empty); ``args`` are the script's $1, $2, ...; ``cwd`` is where it is read from.
+    ``$PWD`` is kept as the user wrote it (``${PWD}``, resolved where the launch starts:
+    :func:`infrarsi.launch.command.expand_kept`) unless ``env`` sets PWD (the contract's ``script_env``)."""
+    start = {"PWD": KEPT, **dict(env or {})}
     try:
-        res = interpret_script(text, path=path, env=dict(env or {}), args=args,
-                               cwd=None if cwd is None else str(cwd))
+        res = interpret_script(text, path=path, env=start, args=args, cwd=None if cwd is None else str(cwd))
     except ScriptError as e:
         raise MegatronLaunchError(str(e)) from None
     try:
@@ -157,6 +160,7 @@ def violations(parsed: MegatronLaunch, setting: Mapping[str, Any] | None = None,
     """Every problem with ``setting`` (default: the launch's own): catalog constraints, then
     megatron-core's TransformerConfig. Messages show the numbers."""
     s = dict(parsed.setting if setting is None else {**parsed.setting, **setting})
+    s = dict(knob_space_for(parsed).derive(s))  # derived knobs follow; values Megatron ignores are mapped
     out: list[str] = []
     if parsed.world_size and s.get("data_parallel") is None:
         inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
@@ -207,8 +211,9 @@ class MegatronAdapter(Adapter):
     name = FRAMEWORK
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
-        self.base_dir = Path(base_dir) if base_dir else None
+        super().__init__(base_dir)
         self._cache: dict[str, MegatronLaunch] = {}
+        self._before: dict[int, dict[str, Any]] = {}  # the user's launch as Megatron reads it, per parse
 
     def parsed(self, contract: Contract) -> MegatronLaunch:
         key = contract.model_dump_json(include={"workload", "hardware"})
@@ -239,6 +244,10 @@ class MegatronAdapter(Adapter):
         rejected = check_megatron(parsed, s)  # megatron-core's own word, before any launch
         if rejected:
             raise FrameworkRejected("; ".join(rejected))
+        key = id(parsed)  # the user's launch, read once per parse; the emitted one must compute the same job
+        if key not in self._before:
+            self._before[key] = equivalence.reading(parsed.argv(), parsed.env)
+        equivalence.check_equivalent(parsed, spec.argv, spec.env, s, before=self._before[key])
         return spec
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:

@@ -106,6 +106,8 @@ _FIXED = {
     "--disable-bias-linear": ("disable_bias_linear", bool),
     "--mock-data": ("mock_data", bool),
     "--spec": ("spec", "list"),
+    "--account-for-embedding-in-pipeline-split": ("account_for_embedding_in_pipeline_split", bool),
+    "--account-for-loss-in-pipeline-split": ("account_for_loss_in_pipeline_split", bool),
 }
 _ENTRY = re.compile(r"(^|/)(pretrain_\w+|train)\.py$")
 

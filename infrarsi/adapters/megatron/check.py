@@ -75,7 +75,9 @@ def megatron_core_check(fixed: Mapping[str, Any], setting: Mapping[str, Any]) ->
         sequence_parallel=bool(s.get("sequence_parallel")),
         recompute_granularity=None if gran == "none" else gran,
         recompute_method=s.get("recompute_method") if gran == "full" else None,
-        recompute_num_layers=s.get("recompute_num_layers") if gran == "full" else None,
+        # with selective recompute a recompute_num_layers the launch sets (the catalog's 1 = not set) is refused
+        recompute_num_layers=s.get("recompute_num_layers") if gran == "full" or (
+            gran == "selective" and s.get("recompute_num_layers", 1) != 1) else None,
         bf16=bool(s.get("bf16")), fp16=bool(fixed.get("fp16")), params_dtype=dtype, pipeline_dtype=dtype,
         fp8="hybrid" if s.get("fp8_recipe", "none") != "none" else None,
         fp8_recipe=s.get("fp8_recipe") if s.get("fp8_recipe", "none") != "none" else "delayed",
@@ -83,6 +85,12 @@ def megatron_core_check(fixed: Mapping[str, Any], setting: Mapping[str, Any]) ->
         add_bias_linear=not fixed.get("disable_bias_linear"), gated_linear_unit=bool(fixed.get("swiglu")),
         attention_backend=AttnBackend[s.get("attention_backend", "auto")],
     )
+    for src, dst in (("decoder_first_pipeline_num_layers", "num_layers_in_first_pipeline_stage"),
+                     ("decoder_last_pipeline_num_layers", "num_layers_in_last_pipeline_stage"),
+                     ("account_for_embedding_in_pipeline_split", "account_for_embedding_in_pipeline_split"),
+                     ("account_for_loss_in_pipeline_split", "account_for_loss_in_pipeline_split")):
+        if fixed.get(src):
+            kw[dst] = fixed[src]
     if fixed.get("num_experts"):
         kw.update(num_moe_experts=fixed["num_experts"], moe_router_topk=fixed.get("moe_router_topk", 2),
                   moe_token_dispatcher_type=s.get("moe_token_dispatcher", "allgather"),
@@ -97,9 +105,25 @@ def megatron_core_check(fixed: Mapping[str, Any], setting: Mapping[str, Any]) ->
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            TransformerConfig(**kw)
+            cfg = TransformerConfig(**kw)
     except (ValueError, AssertionError, TypeError) as e:
         return [f"megatron-core TransformerConfig: {e}"]
+    from megatron.core.utils import divide
+
+    try:  # what the attention module computes when it is built: num_query_groups_per_partition
+        divide(cfg.num_query_groups or cfg.num_attention_heads, cfg.tensor_model_parallel_size)
+    except AssertionError as e:
+        return [f"megatron-core Attention (query groups per TP rank): {' '.join(str(e).split())}"]
+    pp = cfg.pipeline_model_parallel_size
+    if pp > 1:  # the layers each pipeline (and virtual) stage builds: megatron-core's own split, its asserts
+        from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+        vp = cfg.virtual_pipeline_model_parallel_size
+        try:
+            for rank in range(pp):
+                get_num_layers_to_build(cfg, vp_stage=0 if vp else None, pp_rank=rank)
+        except (AssertionError, ValueError) as e:
+            return [f"megatron-core get_num_layers_to_build: {' '.join(str(e).split())}"]
     return []
 
 
@@ -147,4 +171,46 @@ def check_megatron(parsed, setting: Mapping[str, Any]) -> list[str]:
     out = megatron_core_check(parsed.fixed, setting)
     out += megatron_parallel_check(setting, world_size=parsed.world_size,
                                    expert_tensor_parallel=parsed.expert_tensor_parallel)
+    return out
+
+
+def megatron_args_check(fixed: Mapping[str, Any], setting: Mapping[str, Any], *, world_size: int | None) -> list[str]:
+    """The asserts of Megatron-LM's ``validate_args`` (``megatron/training/arguments.py``, not in the megatron-core
+    wheel) that concern knobs, stated in its words: the facts a refused setting is checked against where
+    megatron-core's config code does not see them."""
+    s, f = setting, fixed
+    out: list[str] = []
+    tp, pp, cp = (int(s.get(k, 1)) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel"))
+    L = f.get("num_layers")
+    uneven = f.get("decoder_first_pipeline_num_layers") or f.get("decoder_last_pipeline_num_layers") \
+        or f.get("pipeline_model_parallel_layout")
+    n = (L or 0) + int(bool(f.get("account_for_embedding_in_pipeline_split"))) \
+        + int(bool(f.get("account_for_loss_in_pipeline_split")))
+    if L and not uneven and int(s.get("virtual_pipeline", 1)) <= 1 and n % pp:
+        out.append("validate_args: Number of layers should be divisible by the pipeline-model-parallel size")
+    gran = s.get("recompute_granularity", "none")
+    if gran == "selective" and s.get("recompute_method", "uniform") != "uniform":
+        out.append("validate_args: recompute method is not yet supported for selective recomputing granularity")
+    if s.get("overlap_param_gather") and not (s.get("distributed_optimizer") and s.get("overlap_grad_reduce")):
+        out.append("validate_args: --overlap-param-gather only supported with distributed optimizer, and with "
+                   "--overlap-grad-reduce")
+    sp = bool(s.get("sequence_parallel")) and tp > 1  # switched off at TP 1
+    if s.get("tp_comm_overlap") and not sp:
+        out.append("validate_args: Tensor parallel communication/GEMM overlap can happen only when sequence "
+                   "parallelism is enabled")
+    if s.get("bf16") and f.get("fp16"):
+        out.append("validate_args: cannot have both fp16 and bf16 enabled")
+    if s.get("attention_backend") == "local" and str(f.get("spec", "")).split()[:1] != ["local"]:
+        out.append("validate_args: --attention-backend local requires --spec local")
+    vp = int(s.get("virtual_pipeline", 1))
+    if L and gran == "full" and s.get("recompute_method", "uniform") == "uniform" and \
+            int(s.get("recompute_num_layers", 1)) > L // max(1, pp * vp):
+        # megatron-core TransformerBlock._checkpointed_forward (uniform) indexes self.layers past the chunk's end
+        out.append("megatron-core TransformerBlock: uniform recompute of more layers than a chunk holds")
+    gbs, mbs = f.get("global_batch_size"), int(s.get("micro_batch_size", 1))
+    if world_size and gbs and world_size % (tp * pp * cp) == 0:
+        dp = world_size // (tp * pp * cp)
+        if gbs % (mbs * dp):
+            out.append(f"validate_args: global batch size ({gbs}) is not divisible by micro batch size ({mbs}) "
+                       f"times data parallel size ({dp})")
     return out

@@ -47,7 +47,7 @@ def emit_megatron_args(args: list[str], setting: Mapping[str, Any], *, num_layer
 
     def wants(name: str) -> bool:
         if name in ("recompute_method", "recompute_num_layers"):
-            return full  # required with full recompute, rejected with selective
+            return full  # required with full recompute, refused with selective, inert without recompute
         if name == "virtual_pipeline":
             return s[name] > 1
         if name == "fp8_recipe":
@@ -60,8 +60,10 @@ def emit_megatron_args(args: list[str], setting: Mapping[str, Any], *, num_layer
             name = _INT_KNOBS[f] if f in _INT_KNOBS else _CHOICE_KNOBS[f][0]
             if name in emitted:
                 continue  # a repeated flag (the last one wins in argparse): state it once
-            if name in _ONLY_WHEN_WANTED and not wants(name):
-                continue  # e.g. --recompute-method without full recompute is rejected by Megatron
+            inert = (name in ("recompute_method", "recompute_num_layers") and s["recompute_granularity"] == "none"
+                     and s[name] == cur[name])  # read by nothing without recompute: kept as the user wrote it
+            if name in _ONLY_WHEN_WANTED and not wants(name) and not inert:
+                continue  # e.g. --recompute-method with selective recompute is refused by Megatron
             # any other value flag stays where it is, with the new value (a default included)
             out.extend(_set_value(it, s[name]))
             emitted.add(name)

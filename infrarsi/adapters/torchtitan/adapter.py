@@ -28,19 +28,22 @@ names callers use.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ...contract.model import Contract
 from ...execute.spec import LaunchSpec
-from ...knobs import Constraint, KnobSpace
+from ...knobs import Constraint, Derived, Knob, KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
 from . import trial as torchtitan_trial
 from ..base import Adapter, ParsedRun, scoped_space
+from ..equivalence import raise_if_different
 from .check import FrameworkRejected, check_torchtitan
 from .configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK
 from .emit import JOBS_DIR, emit_torchtitan, emit_torchtitan_args
+from .equivalence import check_launch
 from .launch import (
     Override, TorchtitanLaunch, TorchtitanLaunchError, parse_toml_job, parse_torchtitan, parse_torchtitan_argv,
     parse_torchtitan_file, split_overrides, with_world,
@@ -58,23 +61,39 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- space and checks
+_MULTI_STAGE = ("Interleaved", "Looped", "ZBV", "DualPipe")  # schedules with more than one stage per rank
+
+
+def replicate_knob(parsed: TorchtitanLaunch) -> Knob:
+    """``data_parallel_replicate`` (``parallelism.data_parallel_replicate_degree``): HSDP's replicas; the shard
+    degree is data_parallel / replicate. Its default is the launch's own degree, so an HSDP job stays HSDP."""
+    rep = int(parsed.values.get("parallelism.data_parallel_replicate_degree", 1))
+    world = parsed.world_size
+    dom = [d for d in (1, 2, 4, 8, 16, 32, 64) if not world or world % d == 0]
+    return Knob(name="data_parallel_replicate", kind="int", domain=sorted({*dom, rep}), default=rep,
+                group="parallelism", spelling={"torchtitan": "parallelism.data_parallel_replicate_degree"},
+                doc="HSDP replicas; shard degree = data_parallel / replicate (replicate = data_parallel is DDP)")
+
+
 def knob_space_for(parsed: TorchtitanLaunch, *, include_current: bool = True) -> KnobSpace:
-    """The catalog space for this launch: torchtitan's knobs, its defaults, and its own rules
-    (0.2.x: SP follows TP; 0.3.x config functions fix fp8 in code)."""
+    """The catalog space for this launch: torchtitan's knobs, its defaults, and its own rules (0.2.x: SP follows
+    TP; 0.3.x config functions fix fp8 in code). Derived knobs follow their parents: data parallel from the
+    layout, the replicate degree from data parallel (the job's own when it divides, else the largest that
+    does), the distributed optimizer from FSDP's shard degree; torchtitan splits pipeline stages unevenly."""
     defaults = {"recompute_granularity": "selective", "bf16": True}
     space = space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=FRAMEWORK,
                             include=parsed.setting if include_current else None, defaults=defaults,
-                            expert_tensor_parallel=1, device=parsed.device)
+                            expert_tensor_parallel=1, device=parsed.device, uneven_stages=True)
     rep = int(parsed.values.get("parallelism.data_parallel_replicate_degree", 1))
-    knobs = [k.with_domain([d for d in k.domain if d % rep == 0] or list(k.domain)) if k.name == "data_parallel"
-             else k for k in space.knobs]
+    knobs = [*space.knobs, replicate_knob(parsed)]
     dp0 = next((k.default for k in knobs if k.name == "data_parallel"), None)
     if dp0:  # the derived knob's default follows the default degrees: FSDP over dp / rep ranks
-        knobs = [k.with_domain(k.domain, dp0 // rep > 1) if k.name == "distributed_optimizer" else k for k in knobs]
-    cons = list(space.constraints)
-    cons += _torchtitan_rules(parsed, rep)
+        knobs = [k.with_domain(k.domain, dp0 // math.gcd(rep, dp0) > 1) if k.name == "distributed_optimizer" else k
+                 for k in knobs]
     if parsed.style == "cli":
         knobs = [k.with_domain([parsed.setting["fp8_recipe"]]) if k.name == "fp8_recipe" else k for k in knobs]
+    cons = [*space.constraints, *_torchtitan_rules(parsed)]
+    derived = [*space.derived, *_torchtitan_derived(parsed)]
     if parsed.style == "toml":
         def sp_follows_tp(s: Mapping[str, Any]) -> str | None:
             tp, sp = s.get("tensor_parallel", 1), s.get("sequence_parallel", False)
@@ -85,30 +104,76 @@ def knob_space_for(parsed: TorchtitanLaunch, *, include_current: bool = True) ->
 
         cons.append(Constraint("sp_follows_tp", sp_follows_tp))
         # sequence_parallel has no 0.2 field; it is derived, so it stays in the space for the rule
-    return KnobSpace(knobs, cons)
+        derived.append(Derived("sequence_parallel", lambda s: s.get("tensor_parallel", 1) > 1))
+    return KnobSpace(knobs, cons, derived)
 
 
-def _torchtitan_rules(parsed: TorchtitanLaunch, rep: int) -> list[Constraint]:
-    """The rules torchtitan adds to the catalog's: the replicate degree the job fixes, FSDP's optimizer
-    sharding, and async TP (which compiles the model)."""
+def _torchtitan_derived(parsed: TorchtitanLaunch) -> list[Derived]:
+    def replicate(s: Mapping[str, Any]) -> int | None:
+        dp, rep = s.get("data_parallel"), s.get("data_parallel_replicate", 1)
+        return math.gcd(rep, dp) if dp and dp % rep else None  # HSDP's split follows data parallel
+
+    def optimizer_sharded(s: Mapping[str, Any]) -> bool | None:
+        dp = s.get("data_parallel")
+        return dp // s.get("data_parallel_replicate", 1) > 1 if dp else None
+
+    return [Derived("data_parallel_replicate", replicate, always=False),
+            Derived("distributed_optimizer", optimizer_sharded)]
+
+
+def _torchtitan_rules(parsed: TorchtitanLaunch) -> list[Constraint]:
+    """The rules torchtitan adds to the catalog's: the replicate degree divides data parallel, FSDP's optimizer
+    sharding, pipeline stages that fit the layers, and async TP (which compiles the model)."""
     components = list(parsed.values.get("compile.components") or ["model", "loss"])
     style = parsed.style
+    L = parsed.fixed.get("num_layers")
+    schedule = str(parsed.values.get("parallelism.pipeline_parallel_schedule")
+                   or ("Interleaved1F1B" if style == "cli" else "1F1B"))
+    per_rank = 2 if schedule.startswith(_MULTI_STAGE) else 1
+    first = int(parsed.values.get("parallelism.pipeline_parallel_first_stage_less_layers", 1))
+    last = int(parsed.values.get("parallelism.pipeline_parallel_last_stage_less_layers", 1))
 
     def dp_covers_replicate(s: Mapping[str, Any]) -> str | None:
-        dp = s.get("data_parallel")
+        dp, rep = s.get("data_parallel"), s.get("data_parallel_replicate", 1)
         if dp is None or dp % rep == 0:
             return None
-        return (f"data_parallel {dp} is not a multiple of the job's data_parallel_replicate_degree {rep}: the shard "
-                f"degree would be {dp} / {rep} (torchtitan: \"dp_shard must -1 or >=1\"); choose a multiple of {rep}")
+        return (f"data_parallel {dp} is not a multiple of data_parallel_replicate {rep}: the shard degree would be "
+                f"{dp} / {rep} (torchtitan: \"dp_shard must -1 or >=1\"); choose a multiple of {rep}")
 
     def optimizer_sharded_by_fsdp(s: Mapping[str, Any]) -> str | None:
-        dp = s.get("data_parallel")
+        dp, rep = s.get("data_parallel"), s.get("data_parallel_replicate", 1)
         if dp is None:
             return None
         want = dp // rep > 1
         if bool(s.get("distributed_optimizer", want)) != want:
             return (f"torchtitan shards optimizer state exactly when FSDP's shard degree is above 1 (data_parallel "
                     f"{dp} / replicate {rep} = {dp // rep}): distributed_optimizer must be {want}")
+        return None
+
+    def pp_stages_fit_layers(s: Mapping[str, Any]) -> str | None:
+        # torchtitan's generate_llm_fqn_per_model_part: stages = pp x stages per rank over layers + the embedding
+        # and output weights, each stage at least max(weights) layers; the stages may be uneven
+        pp = s.get("pipeline_parallel", 1)
+        if pp <= 1 or not L:
+            return None
+        stages, eff = pp * per_rank, L + first + last
+        if eff // stages < max(1, first, last):
+            return (f"pipeline parallel {pp} x {per_rank} stage(s) per rank ({schedule}) = {stages} stages over "
+                    f"{L} layers + {first} + {last} (embedding, output) = {eff}: a stage would have fewer than "
+                    f"{max(1, first, last)} layer(s)")
+        return None
+
+    def expert_grid_fits_fsdp(s: Mapping[str, Any]) -> str | None:
+        # torchtitan's build_mesh: the sparse mesh is (pp, dp_replicate, efsdp, ep, etp) with efsdp =
+        # dp_shard * cp * tp / (etp * ep); the replicas are not part of it (etp = 1 in both eras here)
+        ep, dp, rep = s.get("expert_parallel", 1), s.get("data_parallel"), s.get("data_parallel_replicate", 1)
+        if ep <= 1 or not dp or dp % rep:
+            return None
+        inner = (dp // rep) * s.get("context_parallel", 1) * s.get("tensor_parallel", 1)
+        if inner % ep:
+            return (f"expert parallel {ep} does not divide shard {dp // rep} x cp {s.get('context_parallel', 1)} x "
+                    f"tp {s.get('tensor_parallel', 1)} = {inner} (torchtitan's expert mesh borrows from those, not "
+                    f"from the {rep} replicas)")
         return None
 
     def async_tp_needs_compiled_model(s: Mapping[str, Any]) -> str | None:
@@ -123,12 +188,15 @@ def _torchtitan_rules(parsed: TorchtitanLaunch, rep: int) -> list[Constraint]:
         return None
 
     return [Constraint(fn.__name__, fn) for fn in (dp_covers_replicate, optimizer_sharded_by_fsdp,
+                                                    pp_stages_fit_layers, expert_grid_fits_fsdp,
                                                     async_tp_needs_compiled_model)]
 
 
 def violations(parsed: TorchtitanLaunch, setting: Mapping[str, Any] | None = None) -> list[str]:
+    """Every problem with ``setting`` (default: the launch's own), its derived knobs followed first."""
     s = dict(parsed.setting if setting is None else {**parsed.setting, **setting})
     space = knob_space_for(parsed)
+    s = dict(space.derive(s))
     out: list[str] = list(parsed.problems)
     if parsed.world_size and s.get("data_parallel") is None:
         inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
@@ -145,8 +213,9 @@ class TorchtitanAdapter(Adapter):
     name = FRAMEWORK
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
-        self.base_dir = Path(base_dir) if base_dir else None
+        super().__init__(base_dir)
         self._cache: dict[str, TorchtitanLaunch] = {}
+        self._before: dict[int, dict[str, Any]] = {}  # the user's launch as the framework reads it, per parse
 
     def launch_path(self, contract: Contract) -> Path:
         """``workload.launch``: relative to the contract's folder (``base_dir``) when it is there, else to the
@@ -188,9 +257,16 @@ class TorchtitanAdapter(Adapter):
                                time_limit_s=contract.invariants.timing.timeout_s)
         if parsed.problems:
             raise TorchtitanLaunchError("; ".join(parsed.problems))
-        rejected = check_torchtitan(parsed, spec.argv, env=spec.env, world_size=parsed.world_size or contract.hardware.devices)
+        world = parsed.world_size or contract.hardware.devices
+        rejected = check_torchtitan(parsed, spec.argv, env=spec.env, world_size=world) if parsed.style == "toml" else []
         if rejected:  # torchtitan's own word, before any launch
             raise FrameworkRejected("; ".join(rejected))
+        setting_now = {**parsed.setting, **knob_space_for(parsed).derive({**parsed.setting, **full})}
+        refused, diffs, self._before[id(parsed)] = check_launch(parsed, spec.argv, spec.env, setting_now,
+                                                                world=world, before=self._before.get(id(parsed)))
+        if refused:
+            raise FrameworkRejected("; ".join(refused))
+        raise_if_different(diffs, "the emitted torchtitan launch")  # computes the user's job, or no launch
         return torchtitan_trial.trial_spec(spec, contract, full, patches)  # the launcher, the cap, the threads
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:

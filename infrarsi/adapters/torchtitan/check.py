@@ -165,18 +165,30 @@ def torchtitan03_args(parsed, argv: list[str], env: Mapping[str, str] | None = N
     return None
 
 
-def check_torchtitan03_many(jobs: list[tuple[list[str], int | None]], *, timeout_s: float = 600) -> list[list[str]] | None:
-    """torchtitan 0.3's refusals for each (args, world size), in one subprocess; None when 0.3 is not installed."""
+def _run03(jobs: list[tuple[list[str], int | None]], flags: list[str], timeout_s: float) -> list | None:
     target = torchtitan03_dir()
     if target is None:
         return None
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    proc = subprocess.run([sys.executable, "-m", "infrarsi.adapters.torchtitan.v03"], input=json.dumps(jobs),
+    here = str(Path(__file__).resolve().parents[3])  # this checkout's infrarsi, beside 0.3's torchtitan
+    path = [str(target), here, *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    proc = subprocess.run([sys.executable, "-m", "infrarsi.adapters.torchtitan.v03", *flags], input=json.dumps(jobs),
                           capture_output=True, text=True, env=env, timeout=timeout_s, cwd=tempfile.gettempdir())
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"the torchtitan 0.3 check did not run ({tail}); reinstall it into {target}")
     return json.loads(proc.stdout)
+
+
+def check_torchtitan03_many(jobs: list[tuple[list[str], int | None]], *, timeout_s: float = 600) -> list[list[str]] | None:
+    """torchtitan 0.3's refusals for each (args, world size), in one subprocess; None when 0.3 is not installed."""
+    return _run03(jobs, [], timeout_s)
+
+
+def torchtitan03_configs(jobs: list[tuple[list[str], int | None]], *, timeout_s: float = 600) -> list[dict] | None:
+    """torchtitan 0.3's reading of each (args, world size), in one subprocess: ``{"refused": [...], "config":
+    {flattened config}}``; None when 0.3 is not installed."""
+    return _run03(jobs, ["--config"], timeout_s)
 
 
 def check_torchtitan(parsed, argv: list[str], *, env: Mapping[str, str] | None = None,

@@ -236,6 +236,7 @@ def _read(style: str, vals: dict[str, Any], world: int | None) -> tuple[dict[str
         s["data_parallel"] = derived
     else:
         s["data_parallel"] = None
+    s["data_parallel_replicate"] = rep  # HSDP's replicas (1: FSDP over every data-parallel rank)
     # FSDP shards optimizer state over the shard degree: Megatron calls that the distributed optimizer
     s["distributed_optimizer"] = bool(s["data_parallel"]) and s["data_parallel"] // rep > 1
     gbs = int(vals.get("training.global_batch_size", -1))

@@ -14,10 +14,9 @@ command a trial runs:
 - The environment gets the memory cap (RLIMIT_DATA per process, set by the executor), ``HF_*_OFFLINE``
   (the tokenizer and dataset are local; nothing may come from a hub) and the thread count.
 
-Knobs a torchtitan trial adds to the catalog's (:func:`runtime_knobs`):
+Knobs a torchtitan trial adds to the catalog's (:func:`runtime_knobs`; HSDP's ``data_parallel_replicate`` is a
+knob of every torchtitan launch, :func:`~.adapter.replicate_knob`):
 
-- ``data_parallel_replicate``: ``parallelism.data_parallel_replicate_degree``. The shard degree is
-  then ``data_parallel / replicate`` (torchtitan resolves ``-1`` to it); replicate = data parallel is DDP.
 - ``intra_op_threads``: ``OMP_NUM_THREADS`` per process (torchrun sets 1 when it is unset). More threads
   than cores is allowed: it is slow, not wrong, and the tuner measures it.
 - ``kernel_<op>``: a verified kernel candidate for an op the patch hook can replace
@@ -35,7 +34,7 @@ from typing import Any
 
 from ...contract.model import Contract
 from ...execute.spec import LaunchSpec
-from ...knobs import Constraint, Knob, KnobSpace
+from ...knobs import Knob, KnobSpace
 
 ROOT = Path(__file__).resolve().parents[3]
 LAUNCHER = ROOT / "launchers" / "torchtitan_cpu.py"
@@ -55,9 +54,6 @@ def has_accelerator() -> bool:
 def runtime_knobs(contract: Contract) -> list[Knob]:
     """The knobs above; kernel knobs only for ops the contract's scope lists candidates for."""
     out = [
-        Knob(name="data_parallel_replicate", kind="int", domain=(1, 2, 4, 8, 16, 32, 64), default=1,
-             group="parallelism", spelling={"torchtitan": "parallelism.data_parallel_replicate_degree"},
-             doc="DP replicas; shard degree = data_parallel / replicate (replicate = data_parallel is DDP)"),
         Knob(name="intra_op_threads", kind="int", domain=(1, 2, 4, 8, 16), default=1, group="runtime",
              spelling={"torchtitan": "env:OMP_NUM_THREADS"},
              doc="intra-op threads per process (torchrun's default is 1)"),
@@ -73,17 +69,10 @@ def runtime_knobs(contract: Contract) -> list[Knob]:
 
 
 def with_runtime_knobs(space: KnobSpace, contract: Contract) -> KnobSpace:
-    """``space`` plus :func:`runtime_knobs` and their rules."""
+    """``space`` plus :func:`runtime_knobs`."""
     have = set(space.names)
     knobs = [*space.knobs, *[k for k in runtime_knobs(contract) if k.name not in have]]
-
-    def replicate_divides(s: Mapping[str, Any]) -> str | None:
-        rep, dp = int(s.get("data_parallel_replicate", 1)), s.get("data_parallel") or 1
-        if int(dp) % rep:
-            return f"data parallel {dp} is not divisible by the replicate degree {rep} (shard = {dp} / {rep})"
-        return None
-
-    return KnobSpace(knobs, [*space.constraints, Constraint("replicate_divides_dp", replicate_divides)])
+    return KnobSpace(knobs, space.constraints, space.derived)
 
 
 def patches_of(setting: Mapping[str, Any], patches: Mapping[str, str] | None) -> dict[str, str]:

@@ -35,11 +35,12 @@ MEGATRON = {
     "deepseek_v2_lite.sh": ([], None), "gpt2_345m_idioms.sh": ([], None),
     "gpt3_175b.sh": (["/ckpt", "/tb", "/d/vocab.json", "/d/merges.txt", "/d/pile_text_document"], None),
     "llama2_70b_slurm.sh": ([], None), "llama3_8b_fp8.sh": ([], None), "mixtral_8x7b.sh": ([], None),
-    "llama3_70b_sbatch_container.sh": ([], None),
+    "llama3_70b_sbatch_container.sh": ([], None), "gpt_pwd_paths.sh": ([], None),
 }
 TORCHTITAN = {"llama3_8b.toml": 8, "llama3_70b.toml": 64, "llama3_405b.toml": 128, "deepseek_v3_16b.toml": 8,
               "llama3_8b_hsdp.toml": 8, "llama3_405b_launch.sh": 128, "llama3_8b_v03.sh": 8,
-              "llama3_70b_v03.cmd": 32, "deepseek_v3_16b_v03.cmd": 16, "llama3_8b_v03_loss_compile.cmd": 8}
+              "llama3_70b_v03.cmd": 32, "deepseek_v3_16b_v03.cmd": 16, "llama3_8b_v03_loss_compile.cmd": 8,
+              "deepseek_v3_16b_hsdp_v03.cmd": 16}
 
 
 def _settings(space, base, n=N_SAMPLE):

@@ -66,14 +66,14 @@ def test_replicate_degree_and_threads_reach_the_command_and_the_environment():
     assert "--parallelism.data_parallel_replicate_degree" not in TorchtitanAdapter().launch(c, {}).argv
 
 
-def test_replicate_must_divide_data_parallel():
+def test_replicate_follows_data_parallel_and_a_stated_misfit_is_refused():
     c = contract(knobs={"data_parallel_replicate": [1, 2], "data_parallel": [1, 2], "tensor_parallel": [1, 2],
                         "sequence_parallel": [False, True]})
     space = TorchtitanAdapter().knob_space(c)
-    bad = space.complete({"data_parallel_replicate": 2, "data_parallel": 1, "tensor_parallel": 2,
-                          "sequence_parallel": True})
-    msgs = [v.message for v in space.validate(bad)]
-    assert any("not divisible by the replicate degree 2" in m for m in msgs)
+    stated = {"data_parallel_replicate": 2, "data_parallel": 1, "tensor_parallel": 2, "sequence_parallel": True}
+    assert space.complete(stated)["data_parallel_replicate"] == 1  # the split follows data parallel 1
+    msgs = [v.message for v in space.validate({**space.complete(stated), **stated})]
+    assert any("not a multiple of data_parallel_replicate 2" in m for m in msgs)
 
 
 def test_the_shipped_cpu_contract_reads_the_real_job_and_its_baseline_is_the_job():
