@@ -42,6 +42,7 @@ import statistics
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import IO, Any
 
 from ..contract.seal import sealed_write
@@ -96,8 +97,10 @@ def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
 class LineClock:
     """Copies a pipe to a file line by line, stamping each line's arrival (a daemon thread)."""
 
-    def __init__(self, pipe: IO[bytes], out_path: Path, *, pgid: int | None = None) -> None:
-        self.pipe, self.out_path, self.pgid = pipe, Path(out_path), pgid
+    def __init__(self, pipe: IO[bytes], out_path: Path, *, pgid: int | None = None,
+                 members: Callable[[], list[int]] | None = None) -> None:
+        # members: the trial's processes (its cgroup's list, which setsid cannot leave); else the process group
+        self.pipe, self.out_path, self.pgid, self.members = pipe, Path(out_path), pgid, members
         self.t0 = time.monotonic()
         self.started_unix = time.time()
         self.arrivals: list[float] = []  # seconds since the launch, one per line
@@ -148,7 +151,8 @@ class LineClock:
                 i, self._want = self._want, None
             now = time.monotonic() - self.t0
             if now - self._scanned >= RESCAN_S:
-                self._pids, self._scanned = group_pids(self.pgid), now
+                self._pids = self.members() if self.members is not None else group_pids(self.pgid)
+                self._scanned = now
             cpu = threads_cpu_ns(self._pids)
             if not cpu:
                 continue
@@ -171,6 +175,15 @@ class LineClock:
         # Sealed into the run's chain when the trial lives in a locked run (RUN_DIR/trials/<n>/).
         sealed_write(trial_dir.parent.parent, trial_dir / CLOCK_JSON, json.dumps(body))
         return body
+
+
+def pipe_lines(data: bytes) -> list[bytes]:
+    """``data`` cut where the pipe's reader cut it: after each ``\\n`` only (``readline``), so a progress bar's
+    ``\\r`` stays inside its line (``bytes.splitlines`` would also cut at ``\\r``, ``\\x0b``, ``\\x0c``, ...)."""
+    out = data.split(b"\n")
+    last = out.pop()
+    lines = [ln + b"\n" for ln in out]
+    return lines + [last] if last else lines
 
 
 def read_clock(trial_dir: Path) -> dict[str, Any] | None:
@@ -200,7 +213,7 @@ def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[
                 "harness's pipe (sha256 differs)")
     if not clock.get("complete", True):
         return "a process of the trial outlived it and kept its stdout open (left running outside its process group)"
-    lines = data.splitlines(keepends=True)
+    lines = pipe_lines(data)
     arrivals = clock["arrivals_s"]
     if len(lines) != len(arrivals):
         return f"stdout has {len(lines)} lines but {len(arrivals)} came through the harness's pipe"
