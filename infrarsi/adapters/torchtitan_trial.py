@@ -11,6 +11,8 @@ command a trial runs:
 - CPU contracts only: ``torchrun`` becomes this interpreter's ``-m torch.distributed.run`` (the ``torchrun`` on PATH may
   belong to another environment), and a single-node launch that names no rendezvous gets
   ``--standalone`` (a free port per trial, so a trial left behind by a killed run cannot block the next).
+- ``job.dump_folder`` (checkpoints, TensorBoard, profiles) is the trial's own ``outputs`` folder: the
+  repository is read-only to a trial (execute/isolation.py).
 - The environment gets the memory cap (RLIMIT_DATA per process, set by the executor), ``HF_*_OFFLINE``
   (the tokenizer and dataset are local; nothing may come from a hub) and the thread count.
 
@@ -96,6 +98,32 @@ def patches_of(setting: Mapping[str, Any], patches: Mapping[str, str] | None) ->
     return out
 
 
+DUMP = "--job.dump_folder"
+
+
+def dump_folder_in_trial(argv: list[str]) -> list[str]:
+    """``argv`` with torchtitan's ``job.dump_folder`` (checkpoints, TensorBoard, profiles and traces are written
+    under it) in the trial's directory, ``RUN_DIR/trials/<n>/outputs`` (``spec.TRIAL_DIR``, filled in at launch):
+    the repository is read-only to a trial. An override already there gets the new value; else one is added
+    before the activation-checkpoint subcommand, which stays last."""
+    from ..execute.local import OUTPUTS
+    from ..execute.spec import TRIAL_DIR
+    from .torchtitan_configs import _SUBCOMMAND
+
+    where = f"{TRIAL_DIR}/{OUTPUTS}"
+    out = list(argv)
+    for i, tok in enumerate(out):
+        flag, eq, _ = tok.partition("=")
+        if flag.replace("-", "_") == "--job.dump_folder":
+            if eq:
+                out[i] = f"{flag}={where}"
+            elif i + 1 < len(out):
+                out[i + 1] = where
+            return out
+    at = next((i for i, t in enumerate(out) if _SUBCOMMAND.match(t)), len(out))
+    return out[:at] + [DUMP, where] + out[at:]
+
+
 def _program_at(argv: list[str]) -> int | None:
     for i in range(len(argv) - 1):
         if argv[i:i + 2] == TT_PROGRAM:
@@ -106,7 +134,7 @@ def _program_at(argv: list[str]) -> int | None:
 def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any],
                patches: Mapping[str, str] | None = None) -> LaunchSpec:
     """The emitted launch, as a trial on this machine runs it (see the module docstring)."""
-    argv = list(spec.argv)
+    argv = dump_folder_in_trial(list(spec.argv))
     env = dict(spec.env)
     ops = patches_of(setting, patches)
     env.pop("INFRARSI_PATCHES", None)

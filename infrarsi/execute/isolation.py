@@ -249,7 +249,7 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None,
         return not _under(p, tmpfs) or _under(p, visible)
 
     for p in sorted(box.hidden, key=lambda p: len(p.parts)):
-        if not shown(p):
+        if not shown(p) or any(h in p.parents for h in box.hidden if h.is_dir()):
             continue  # under an empty tmpfs already
         if p.is_dir() and not p.is_symlink():
             out += ["--tmpfs", str(p)]
