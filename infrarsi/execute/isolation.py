@@ -8,7 +8,8 @@ What the isolated process sees (:func:`bwrap_argv` builds the command line, in t
     /tmp, $HOME, /root     fresh, empty and writable (tmpfs): nothing of the user's home, caches or keys
     readable paths         back on top, read-only: the repository, the working directory, the Python
                            environment and sys.path, the files the command names, INFRARSI_READABLE
-    hidden paths           then covered again (an empty tmpfs, or /dev/null over a file): every run directory
+    hidden paths           then covered again (an empty read-only tmpfs; over a file, /dev/null on a nodev mount,
+                           which cannot be opened): every run directory
                            (the trial's own run, its siblings, ``.infrarsi``), the experience bank, the
                            verifier's cache, the seal key, every ``.git``
     writable paths         the trial's own directory, read-write (kernel verification: none)
@@ -248,11 +249,13 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None,
     def shown(p: Path) -> bool:
         return not _under(p, tmpfs) or _under(p, visible)
 
+    emptied = []  # hidden folders: an empty tmpfs each, made read-only once the mount points in it exist
     for p in sorted(box.hidden, key=lambda p: len(p.parts)):
         if not shown(p) or any(h in p.parents for h in box.hidden if h.is_dir()):
             continue  # under an empty tmpfs already
         if p.is_dir() and not p.is_symlink():
             out += ["--tmpfs", str(p)]
+            emptied.append(p)
         elif p.is_file():
             out += ["--ro-bind", "/dev/null", str(p)]
     # files the command names inside a hidden folder that is no run directory's (a derived job file under
@@ -264,6 +267,8 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None,
             out += ["--ro-bind", str(p), str(p)]
     for p in sorted(box.writable, key=lambda p: len(p.parts)):
         out += ["--bind", str(p), str(p)]
+    for p in emptied:  # a write there fails (EROFS) instead of vanishing with the tmpfs
+        out += ["--remount-ro", str(p)]
     if box.cwd is not None:
         out += ["--chdir", str(box.cwd)]
     if info_fd is not None:
@@ -341,6 +346,24 @@ def leftovers(pid_namespace: int | None) -> list[int]:
 PIDS_ROOT = Path("/sys/fs/cgroup/pids")
 
 
+STALE_S = 3600.0  # an empty trial cgroup this old was left by a runner that died (kill -9): removed
+
+
+def _sweep(base: Path) -> None:
+    """Remove empty trial cgroups left by runners that died before they could (older than STALE_S: a fresh one may
+    be waiting for its trial to join)."""
+    now = time.time()
+    try:
+        for d in base.iterdir():
+            try:
+                if d.is_dir() and now - d.stat().st_mtime > STALE_S and not (d / "cgroup.procs").read_text().strip():
+                    d.rmdir()
+            except OSError:
+                continue
+    except OSError:
+        pass
+
+
 class PidsCgroup:
     """One trial's cgroup v1 ``pids`` group (``/sys/fs/cgroup/pids/infrarsi/<token>``): a limit on its processes
     and threads, and a member list that outlives any session or namespace trick. ``path`` is None where the
@@ -353,6 +376,7 @@ class PidsCgroup:
         try:
             base = PIDS_ROOT / "infrarsi"
             base.mkdir(exist_ok=True)
+            _sweep(base)
             d = base / token
             d.mkdir(exist_ok=True)
             (d / "pids.max").write_text(str(pids_max))
