@@ -15,10 +15,11 @@ record on disk the chain never sealed (forged), or a sealed record that is gone 
 The key is 32 random bytes in ``~/.infrarsi/seal.key`` (mode 0600), or the file ``$INFRARSI_SEAL_KEY``
 names; it is created on first use. Without it nobody can make an edit the chain accepts; whoever can
 read it can. That is the limit of the seal: **any process of the same Unix user can read the key** (mode
-0600 keeps out other users only). Local trials run in the sandbox (``execute/sandbox.py``), where the key
-reads as empty and the run directory is read-only; a trial that runs without it (a machine without mount
-namespaces, ``INFRARSI_SANDBOX=off``, Slurm jobs) can read the key and re-seal what it edits, and only the
-post-hoc check of the chain after it stands in the way of cruder edits. ``$INFRARSI_SEAL_KEY`` may name a
+0600 keeps out other users only). Trials and kernel verification run isolated (``execute/isolation.py``),
+where neither the key nor the run directory is visible; a trial that runs without isolation (a machine without
+bubblewrap, ``INFRARSI_ISOLATION=off``, a Slurm node without it) can read the key and re-seal what it edits, and only
+the post-hoc check of the chain after it stands in the way of cruder edits (its record says it ran unisolated,
+and promotion on its evidence needs the contract's ``invariants.isolation.allow_unisolated``). ``$INFRARSI_SEAL_KEY`` may name a
 file outside the home folder (another disk, a file provisioned by an administrator); that helps only
 where the trials run as a user who cannot read it.
 

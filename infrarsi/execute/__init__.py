@@ -34,7 +34,8 @@ ISOLATION_ENV = "INFRARSI_ISOLATION"  # "off": trials run without isolation (eac
 def make_executor(kind: str | None = None) -> Any:
     """``local`` (default; multi-process specs go through torchrun) or ``slurm`` (SLURM_CONF from the
     environment). ``kind`` defaults to $INFRARSI_EXECUTOR; ``INFRARSI_ISOLATION=off`` runs trials without
-    isolation (execute/isolation.py; every such trial's record says so)."""
+    isolation (execute/isolation.py; every such trial's record says so); ``INFRARSI_BWRAP`` names the bwrap
+    binary (here, and on the Slurm nodes)."""
     kind = kind or os.environ.get(EXECUTOR_ENV) or "local"
     box = os.environ.get(ISOLATION_ENV, "on").lower()
     if box not in ("on", "off"):
@@ -46,7 +47,8 @@ def make_executor(kind: str | None = None) -> Any:
     if kind == "slurm":
         from .slurm import SlurmExecutor
 
-        return SlurmExecutor(SlurmExecutor.Config(isolation="auto" if box == "on" else "off"))
+        return SlurmExecutor(SlurmExecutor.Config(isolation="auto" if box == "on" else "off",
+                                                  bwrap=os.environ.get("INFRARSI_BWRAP") or "bwrap"))
     raise ValueError(f"unknown executor {kind!r}; set {EXECUTOR_ENV} to local or slurm")
 
 

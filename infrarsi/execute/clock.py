@@ -217,18 +217,7 @@ def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[
     arrivals = clock["arrivals_s"]
     if len(lines) != len(arrivals):
         return f"stdout has {len(lines)} lines but {len(arrivals)} came through the harness's pipe"
-    cpus = clock.get("cpu_s") or [None] * len(arrivals)
-    cpu_ts = clock.get("cpu_t_s") or [None] * len(arrivals)
-    seen: dict[int, float] = {}  # iteration -> arrival of its line (the last one, as the parser reads it)
-    cpu_at: dict[int, tuple[float, float] | None] = {}  # iteration -> (sampled at, the group's CPU s) after its line
-    twice: list[tuple[int, float, float]] = []
-    for line, t, c, ct in zip(lines, arrivals, cpus, cpu_ts):
-        m = _ITER.search(line)
-        if m and _ITER_LINE in line:
-            it = int(m.group(1))
-            if it in seen:
-                twice.append((it, seen[it], t))
-            seen[it], cpu_at[it] = t, (None if c is None or ct is None else (ct, c))
+    seen, cpu_at, twice = _iterations(lines, clock)
     first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
     have = [i for i in range(first, warmup_steps + measured_steps + 1) if i in seen and i - 1 in seen]
     gaps = [seen[i] - seen[i - 1] for i in have]
@@ -256,6 +245,51 @@ def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[
         return (f"iteration {it} was reported twice (at {a:.3f} s and {b:.3f} s after the launch): a second line "
                 f"overrides the first, so the log's times are not the process's")
     return None
+
+
+def _iterations(lines: list[bytes], clock: dict[str, Any]):
+    """(iteration -> arrival of its line (the last one, as the parser reads it), iteration -> (sampled at, the
+    group's CPU s) after its line or None, [(iteration, first arrival, second arrival)] for repeated lines)."""
+    arrivals = clock["arrivals_s"]
+    cpus = clock.get("cpu_s") or [None] * len(arrivals)
+    cpu_ts = clock.get("cpu_t_s") or [None] * len(arrivals)
+    seen: dict[int, float] = {}
+    cpu_at: dict[int, tuple[float, float] | None] = {}
+    twice: list[tuple[int, float, float]] = []
+    for line, t, c, ct in zip(lines, arrivals, cpus, cpu_ts):
+        m = _ITER.search(line)
+        if m and _ITER_LINE in line:
+            it = int(m.group(1))
+            if it in seen:
+                twice.append((it, seen[it], t))
+            seen[it], cpu_at[it] = t, (None if c is None or ct is None else (ct, c))
+    return seen, cpu_at, twice
+
+
+def harness_line(stdout_path: Path, *, warmup_steps: int, measured_steps: int) -> str | None:
+    """What the harness's own clock measured over the contract's window, as one evidence line for the trial's
+    record (None without a clock): the step time as the runner saw it, beside the one the log reports."""
+    clock = read_clock(stdout_path.parent)
+    if clock is None:
+        return None
+    data = stdout_path.read_bytes() if stdout_path.is_file() else b""
+    lines = pipe_lines(data)
+    if len(lines) != len(clock["arrivals_s"]):
+        return None
+    seen, cpu_at, _ = _iterations(lines, clock)
+    first = warmup_steps + 1 if warmup_steps > 0 else 2
+    have = [i for i in range(first, warmup_steps + measured_steps + 1) if i in seen and i - 1 in seen]
+    if not have:
+        return None
+    gap = statistics.median(seen[i] - seen[i - 1] for i in have)
+    span = (seen[have[-1]] - seen[have[0] - 1]) / (have[-1] - have[0] + 1)
+    its = [i for i in range(max(1, warmup_steps), warmup_steps + measured_steps + 1) if cpu_at.get(i) is not None]
+    cpu = ""
+    if len(its) >= 2 and cpu_at[its[-1]][0] > cpu_at[its[0]][0]:
+        (ta, ca), (tb, cb) = cpu_at[its[0]], cpu_at[its[-1]]
+        cpu = f"; its processes ran {(cb - ca) / (tb - ta):.0%} of a core"
+    return (f"harness clock: iteration lines {have[0] - 1}..{have[-1]} arrived every {gap * 1000:.1f} ms (median; "
+            f"{span * 1000:.1f} ms over the span){cpu}; wall {clock['wall_s']:.2f} s")
 
 
 def _cpu_check(seen: dict[int, float], cpu_at: dict[int, tuple[float, float] | None], warmup: int,

@@ -35,7 +35,7 @@ from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..contract.seal import settled_problems
 from .classify import Verdict, apply_loss_check, classify
-from .clock import referee
+from .clock import harness_line, referee
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from .local import kill_token, resolve_argv, trial_env
 from .record import RunRecord
@@ -384,7 +384,9 @@ def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: P
                   warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, wall_s=end.wall_s,
                   measured_time=getattr(adapter, "measured_time", True))
     if why is None:
-        return v
+        seen = harness_line(trial_dir / STDOUT, warmup_steps=t.warmup_steps, measured_steps=t.measured_steps) \
+            if getattr(adapter, "measured_time", True) else None
+        return v if seen is None else v.model_copy(update={"evidence": v.evidence + [seen]})
     return v.model_copy(update={"status": TrialStatus.INVALID, "reason": why, "evidence": v.evidence + [why],
                                 "metrics": v.metrics.model_copy(update={"step_time_s": None, "tokens_per_s": None,
                                                                         "mfu": None, "tflops_per_device": None})})
