@@ -60,6 +60,7 @@ def append(name, p):
 for rel in sys.argv[3:]:
     read(rel, run / rel)
     append(rel, run / rel)
+out["env"] = sorted(k for k in os.environ if k in ("OPENAI_API_KEY", "HF_TOKEN", "INFRARSI_TRIAL_TOKEN"))
 read("key", sys.argv[1])
 read("bank", sys.argv[2])
 append("bank", sys.argv[2])
@@ -88,6 +89,8 @@ def test_an_isolated_trial_cannot_read_its_runs_records_nor_write_the_bank(recor
     bank = recorded.parent / "bank.sqlite"
     bank.write_bytes(b"the experience bank")
     monkeypatch.setenv("INFRARSI_BANK", str(bank))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-runner-s")  # the runner's secrets stay in the runner
+    monkeypatch.setenv("HF_TOKEN", "hf-the-runner-s")
     before = {rel: (recorded / rel).read_bytes() for rel in RECORDS}
     assert seal.problems(recorded) == []
     handle, got, trial = _attack(recorded, tmp_path, LocalExecutor(), bank)
@@ -99,6 +102,7 @@ def test_an_isolated_trial_cannot_read_its_runs_records_nor_write_the_bank(recor
     # a hidden file is /dev/null on a nodev mount: it cannot be opened; a hidden folder is empty
     assert got["read key"] in ("Permission denied", "No such file or directory")  # the key is not there to read
     assert got["read bank"] == "Permission denied" and got["write bank"] in ("Permission denied", "Read-only file system")
+    assert got["env"] == ["INFRARSI_TRIAL_TOKEN"]
     assert bank.read_bytes() == b"the experience bank"
     assert (trial / "mine.txt").is_file()  # its own directory stays writable
     assert not (trial / "clock.json").is_symlink()  # the harness wrote its record in place of the trial's symlink
