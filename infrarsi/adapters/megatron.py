@@ -239,6 +239,9 @@ class MegatronAdapter(Adapter):
         rejected = check_megatron(parsed, s)  # megatron-core's own word, before any launch
         if rejected:
             raise FrameworkRejected("; ".join(rejected))
+        return spec
+
+    def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         return spec.model_copy(update={"argv": trial_outputs(spec.argv)})
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:

@@ -11,8 +11,6 @@ command a trial runs:
 - CPU contracts only: ``torchrun`` becomes this interpreter's ``-m torch.distributed.run`` (the ``torchrun`` on PATH may
   belong to another environment), and a single-node launch that names no rendezvous gets
   ``--standalone`` (a free port per trial, so a trial left behind by a killed run cannot block the next).
-- ``job.dump_folder`` (checkpoints, TensorBoard, profiles) is the trial's own ``outputs`` folder: the
-  repository is read-only to a trial (execute/isolation.py).
 - The environment gets the memory cap (RLIMIT_DATA per process, set by the executor), ``HF_*_OFFLINE``
   (the tokenizer and dataset are local; nothing may come from a hub) and the thread count.
 
@@ -134,7 +132,7 @@ def _program_at(argv: list[str]) -> int | None:
 def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any],
                patches: Mapping[str, str] | None = None) -> LaunchSpec:
     """The emitted launch, as a trial on this machine runs it (see the module docstring)."""
-    argv = dump_folder_in_trial(list(spec.argv))
+    argv = list(spec.argv)
     env = dict(spec.env)
     ops = patches_of(setting, patches)
     env.pop("INFRARSI_PATCHES", None)

@@ -226,6 +226,8 @@ class Runner:
                 "status": pre.status, "evidence": pre.evidence, "reason": pre.reason, "finished_at": time.time()}))
         try:
             spec = self.adapter.launch(self.contract, setting, patches=patches or None)
+            outputs = getattr(self.adapter, "trial_outputs", None)  # checkpoints & co. into the trial's directory
+            spec = outputs(spec) if callable(outputs) else spec
         except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
             return self.record.finish(trial.model_copy(update={
                 "status": TrialStatus.INVALID, "evidence": [f"launch: {e}"], "reason": str(e).splitlines()[0][:200],

@@ -88,10 +88,11 @@ def test_the_shipped_cpu_contract_reads_the_real_job_and_its_baseline_is_the_job
     base = space.complete(c.baseline)
     assert not space.validate(base)
     assert {k: v for k, v in base.to_dict().items() if parsed.setting.get(k, v) != v} == {}
-    # the baseline launch states nothing beyond the job file (torchtitan's own defaults run), but where it writes:
-    # the trial's own folder (the repository is read-only to a trial)
-    argv = ad.launch(c, base.to_dict()).argv
-    assert argv[-4:] == ["--job.config_file", str(JOB), "--job.dump_folder", f"{TRIAL_DIR}/outputs"]
+    # the baseline launch states nothing beyond the job file: torchtitan's own defaults run; a trial of it writes
+    # into its own folder (the repository is read-only to a trial)
+    spec = ad.launch(c, base.to_dict())
+    assert spec.argv[-2:] == ["--job.config_file", str(JOB)]
+    assert ad.trial_outputs(spec).argv[-4:] == ["--job.config_file", str(JOB), "--job.dump_folder", f"{TRIAL_DIR}/outputs"]
 
 
 def test_the_assets_are_built_from_project_text_and_the_tokenizer_loads(tmp_path):
