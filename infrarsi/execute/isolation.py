@@ -85,9 +85,21 @@ def problem() -> str | None:
     return None
 
 
-def base_options() -> list[str]:
-    return ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL", "--ro-bind", "/", "/",
-            "--proc", "/proc", "--dev", "/dev"]
+def base_options(*, shared: bool = False) -> list[str]:
+    """bwrap's options before the file system layers. ``shared``: keep the node's PID and IPC namespaces (the tasks
+    of one Slurm job step, each in a bwrap of its own, must see each other: NCCL's shared memory and CUDA IPC)."""
+    ns = [] if shared else ["--unshare-pid", "--unshare-ipc"]
+    return ["--die-with-parent", *ns, "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+
+
+NODE_DEVICES = "@INFRARSI_NODE_DEVICES@"  # in a Slurm job's bwrap line: the node's own GPU and RDMA devices
+
+
+def node_devices_shell() -> str:
+    """Bash that collects the node's device binds into the array ``infrarsi_dev`` (the job's node, not the host that
+    wrote the script, decides which devices there are)."""
+    pats = " ".join(DEVICES)
+    return ('infrarsi_dev=(); for d in ' + pats + '; do [ -e "$d" ] && infrarsi_dev+=(--dev-bind "$d" "$d"); done')
 
 
 # ---------------------------------------------------------------------------------------------- what is visible
@@ -197,7 +209,10 @@ class Box:
     """What one isolated process may read and write (absolute paths), and where it starts."""
 
     def __init__(self, *, readable: Iterable[Path] = (), hidden: Iterable[Path] = (), writable: Iterable[Path] = (),
-                 named: Iterable[Path] = (), cwd: Path | None = None) -> None:
+                 named: Iterable[Path] = (), cwd: Path | None = None, shared: bool = False,
+                 node_devices: bool = False) -> None:
+        self.shared = shared  # base_options(shared=...): the tasks of one job step see each other
+        self.node_devices = node_devices  # devices named on the node by the job script (NODE_DEVICES)
         self.readable = _existing(readable)
         self.hidden = _existing(hidden)
         self.writable = _existing(writable)
@@ -232,11 +247,17 @@ def _under(p: Path, roots: Iterable[Path]) -> bool:
 def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None,
                bwrap_path: str | None = None) -> list[str]:
     """The bwrap command line that runs ``command`` in ``box`` (see the module docstring for the layers)."""
-    out = [bwrap_path or bwrap() or "bwrap", *base_options()]
-    for pattern in DEVICES:
-        for dev in sorted(Path("/").glob(pattern.lstrip("/"))):
-            out += ["--dev-bind", str(dev), str(dev)]
-    tmpfs = [Path(t) for t in TMPFS_ROOTS if Path(t).is_dir()] + home_folders()
+    out = [bwrap_path or bwrap() or "bwrap", *base_options(shared=box.shared)]
+    if box.node_devices:
+        out.append(NODE_DEVICES)
+    else:
+        for pattern in DEVICES:
+            for dev in sorted(Path("/").glob(pattern.lstrip("/"))):
+                out += ["--dev-bind", str(dev), str(dev)]
+    if box.shared:
+        out += ["--dev-bind", "/dev/shm", "/dev/shm"]  # one node's tasks share their NCCL segments
+    tmpfs = [Path(t) for t in TMPFS_ROOTS if Path(t).is_dir() and not (box.shared and t == "/dev/shm")]
+    tmpfs += home_folders()
     tmpfs = [t for t in dict.fromkeys(tmpfs)]
     for t in sorted(tmpfs, key=lambda p: len(p.parts)):
         out += ["--tmpfs", str(t)]
@@ -277,18 +298,23 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None,
 
 
 def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
-              repository: Path, readable: Iterable[Path] = ()) -> Box:
+              repository: Path, readable: Iterable[Path] = (), shared: bool = False, node_devices: bool = False) -> Box:
     """A trial of a run: its own directory read-write; the repository, the working directory, the Python
     environment and what the command names read-only; every run directory, the bank, the caches, the key and
     ``.git`` hidden."""
     cwd, repository, run_dir = Path(cwd).resolve(), Path(repository).resolve(), Path(run_dir).resolve()
     extra = [Path(p) for p in os.environ.get(READABLE_ENV, "").split(os.pathsep) if p]
     roots = [Path("/"), *(Path(t) for t in TMPFS_ROOTS), *home_folders()]
-    named = [p for p in named_paths(argv, env, cwd) if not any(p == r or p in r.parents for r in roots)]
-    read = [repository, cwd, *python_paths(), *extra, *readable, *named]
+
+    def not_a_root(paths):  # a path that would bring a whole home folder or /tmp back
+        return [p for p in paths if not any(Path(p) == r or Path(p) in r.parents for r in roots)]
+
+    named = not_a_root(named_paths(argv, env, cwd))
+    read = [repository, cwd, *not_a_root([*python_paths(), *extra, *readable]), *named]
     hidden = [run_dir, *run_dirs_near([run_dir.parent, cwd, repository]), *git_dirs({repository, cwd}),
               *secret_paths()]
-    return Box(readable=read, hidden=hidden, writable=[Path(trial_dir).resolve()], named=named, cwd=cwd)
+    return Box(readable=read, hidden=hidden, writable=[Path(trial_dir).resolve()], named=named, cwd=cwd,
+               shared=shared, node_devices=node_devices)
 
 
 def verification_box(files: Iterable[Path], *, cwd: Path | None = None) -> Box:

@@ -17,7 +17,9 @@ Isolation (``isolation.py``): the job runs its command inside bwrap on the node 
 ``srun ... bwrap ... -- command`` so that each task is isolated (srun's tasks are started by slurmd, not by the
 batch script). The layout is the local trial's (the nodes are assumed to share the file system, as the job's
 paths already are): its trial directory read-write, the repository read-only, no run directory, bank, cache,
-key, ``.git`` or home folder, a PID namespace per task. Whether the nodes have a working bwrap is found out
+key, ``.git`` or home folder, the node's own GPU and RDMA devices (listed by the job script on the node). A single
+task gets a PID namespace of its own; the tasks of a multi-task step keep the node's PID and IPC namespaces and
+``/dev/shm`` (NCCL's shared memory and CUDA IPC between ranks need them), and Slurm's step cgroup ends them. Whether the nodes have a working bwrap is found out
 once per executor by a probe job (``Config.isolation = "auto"``); where they do not (or ``isolation = "off"``),
 every trial is recorded as unisolated (the runner then checks the repository and the run's seals after each
 job, the report says so, and promotion on such evidence needs the contract's opt-in). With the isolation
@@ -204,12 +206,17 @@ class SlurmExecutor:
         a single task's signal is told apart from its exit status)."""
         cwd = Path(spec.cwd).resolve() if spec.cwd else Path.cwd().resolve()
         argv = resolve_argv(spec.argv)
-        box = isolation.trial_box(trial_dir, run_dir_of(trial_dir), argv=argv, env=spec.env, cwd=cwd,
-                                  repository=repository_root(cwd))
+        box = self._box(spec, trial_dir, cwd, argv)
         srun = self._srun(spec)
         status = str(trial_dir / EXIT_STATUS) if not srun else "/dev/null"
         inner = [sys.executable, "-I", "-S", WRAPPER, "--inner", status, *argv]
         return srun + box.argv(inner, bwrap_path=self.config.bwrap)
+
+    def _box(self, spec: LaunchSpec, trial_dir: Path, cwd: Path, argv: list[str]) -> isolation.Box:
+        # Several tasks (srun, each in a bwrap of its own) keep the node's PID and IPC namespaces and /dev/shm:
+        # NCCL's shared memory and CUDA IPC between the ranks of one node need them; Slurm's step cgroup ends them.
+        return isolation.trial_box(trial_dir, run_dir_of(trial_dir), argv=argv, env=spec.env, cwd=cwd,
+                                   repository=repository_root(cwd), shared=bool(self._srun(spec)), node_devices=True)
 
     def script(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> str:
         """The sbatch script for one trial."""
@@ -252,7 +259,9 @@ class SlurmExecutor:
             f"rm -f {status}",
             "# bwrap ends the command's namespace when it ends: a polite signal goes to the command, which decides",
             "trap '' TERM INT HUP",
-            " ".join(shlex.quote(a) for a in self._isolated_command(spec, trial_dir)),
+            isolation.node_devices_shell(),
+            " ".join('"${infrarsi_dev[@]}"' if a == isolation.NODE_DEVICES else shlex.quote(a)
+                     for a in self._isolated_command(spec, trial_dir)),
             "rc=$?",
             "# bwrap reports a command ended by signal N as 128 + N: end the same way when the inner wrapper agrees",
             f'if [ "$rc" -gt 128 ] && [ "$(cat {status} 2>/dev/null)" = "signal $((rc - 128))" ]; then',

@@ -234,3 +234,21 @@ def test_a_slurm_trial_on_a_node_without_bwrap_is_recorded_unisolated(slurm, tmp
     from infrarsi.execute.runner import _unsandboxed
 
     assert _unsandboxed(h)[0].startswith("ran without isolation: the Slurm node has no working bwrap")
+
+
+@pytest.mark.slurm
+def test_each_task_of_a_multi_task_slurm_job_is_isolated(slurm, tmp_path):
+    """srun's tasks are started by slurmd, not by the batch script: the script isolates each (srun ... bwrap ...)."""
+    ex = _executor(slurm)
+    run = tmp_path / "run"
+    (run / "trials" / "0").mkdir(parents=True)
+    (run / "noise.json").write_text("{}")
+    code = ("import os, pathlib; run = pathlib.Path(os.environ['INFRARSI_TRIAL_DIR']).parent.parent\n"
+            "print('task', os.environ.get('SLURM_PROCID'), 'sees the run:', (run / 'noise.json').exists(), flush=True)")
+    h = ex.submit(LaunchSpec(argv=["python", "-c", code], processes=2, time_limit_s=60), run / "trials" / "0",
+                  token="tok-tasks")
+    out = wait(ex, h, timeout_s=120)
+    assert out.state == "COMPLETED" and out.returncode == 0, (run / "trials" / "0" / "stderr").read_text()
+    assert h.sandboxed and "srun --ntasks-per-node=2 " in (run / "trials" / "0" / "job.sbatch").read_text()
+    lines = sorted((run / "trials" / "0" / "stdout").read_text().splitlines())
+    assert lines == ["task 0 sees the run: False", "task 1 sees the run: False"], lines
