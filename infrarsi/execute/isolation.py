@@ -369,6 +369,22 @@ def leftovers(pid_namespace: int | None) -> list[int]:
     return out
 
 
+def signal_namespace(pid_namespace: int, sig: int) -> int:
+    """Send ``sig`` to every process of the namespace but its init (bwrap's PID 1, which ends the namespace when it
+    ends: it must outlive the command to report how the command ended); how many got it."""
+    n = 0
+    for pid in leftovers(pid_namespace):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                nspid = next((ln.split()[-1] for ln in f if ln.startswith("NSpid:")), "")
+            if nspid != "1":
+                os.kill(pid, sig)
+                n += 1
+        except OSError:
+            continue
+    return n
+
+
 PIDS_ROOT = Path("/sys/fs/cgroup/pids")
 
 

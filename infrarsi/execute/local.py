@@ -48,7 +48,7 @@ from .spec import LaunchSpec
 TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"
 CAP_ENV = "INFRARSI_MEMORY_CAP_BYTES"
 
-# argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, cgroup.procs_or_"none", isolated|plain, command...]:
+# argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, cgroup.procs_or_"none", command...]:
 # lowers RLIMIT_DATA, starts the watchdog that ends the group when the runner dies, joins the trial's cgroup, then
 # becomes the command (an isolated one: bwrap ... -- python trial_wrapper.py --inner STATUS command...).
 WRAPPER = str(Path(__file__).with_name("trial_wrapper.py"))
@@ -138,7 +138,7 @@ class LocalExecutor:
         self._started: dict[str, float] = {}  # token -> monotonic start
         self._why: dict[str, str] = {}  # token -> "timeout" | "cancel"
         self._clocks: dict[str, LineClock] = {}  # token -> the stdout pipe's line clock
-        self._boxes: dict[str, tuple[int, isolation.PidsCgroup, Path]] = {}  # token -> (info fd, cgroup, trial dir)
+        self._boxes: dict[str, _Isolated] = {}  # token -> what an isolated trial's end needs
         self._warned: set[str] = set()  # isolation warnings already logged
         self._lock = threading.Lock()
 
@@ -173,10 +173,10 @@ class LocalExecutor:
         procs = cgroup.procs_file if cgroup is not None else "none"
         argv = resolve_argv(spec.argv)
         if trial_dir is None or not self.isolates(trial_dir):
-            return [sys.executable, WRAPPER, cap, str(os.getpid()), procs, "plain", *argv]
+            return [sys.executable, WRAPPER, cap, str(os.getpid()), procs, *argv]
         status = str(Path(trial_dir).resolve() / EXIT_STATUS)
         inner = [sys.executable, "-I", "-S", WRAPPER, "--inner", status, *argv]
-        return [sys.executable, WRAPPER, cap, str(os.getpid()), procs, "isolated",
+        return [sys.executable, WRAPPER, cap, str(os.getpid()), procs,
                 *self.box(spec, trial_dir).argv(inner, info_fd=info_fd)]
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
@@ -221,7 +221,7 @@ class LocalExecutor:
             self._started[token] = time.monotonic()
             self._clocks[token] = clock
             if isolated:
-                self._boxes[token] = (info_r, cgroup, trial_dir)
+                self._boxes[token] = _Isolated(info_r, cgroup, trial_dir)
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=str(proc.pid),
                       submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
                       sandboxed=isolated, unsandboxed_why=why or "")
@@ -254,7 +254,7 @@ class LocalExecutor:
             box = self._boxes.pop(handle.token, None)
         left: list[str] = []
         if box is not None:
-            rc, left = _after_isolated(rc, *box)
+            rc, left = box.after(rc)
         if clock is not None:
             clock.finish(elapsed)
         end = _launch_end(rc, elapsed, why, handle.time_limit_s, self.config.kill_grace_s)
@@ -277,10 +277,16 @@ class LocalExecutor:
         return None
 
     def _kill_group(self, proc: subprocess.Popen, token: str) -> int:
-        """SIGTERM the group, SIGKILL it after the grace period, then every process left with the trial's token
-        (torchrun's ranks, each in its own session, if torchrun died before it ended them); the leader's
-        return code."""
-        _signal_group(proc.pid, signal.SIGTERM)
+        """SIGTERM the group (an isolated trial: every process of its PID namespace but bwrap's init, so that bwrap
+        outlives the command and reports how it ended), SIGKILL the group after the grace period, then every process
+        left with the trial's token (torchrun's ranks, each in its own session, if torchrun died before it ended
+        them); the leader's return code."""
+        with self._lock:
+            box = self._boxes.get(token)
+        ns = box.namespace() if box is not None else None
+        # unisolated, or nothing started in the namespace yet: the whole group (bwrap too, which takes all with it)
+        if ns is None or isolation.signal_namespace(ns, signal.SIGTERM) == 0:
+            _signal_group(proc.pid, signal.SIGTERM)
         try:
             rc = proc.wait(timeout=self.config.kill_grace_s)
         except subprocess.TimeoutExpired:
@@ -291,37 +297,52 @@ class LocalExecutor:
         return rc
 
 
-def _after_isolated(rc: int, info_r: int, cgroup: isolation.PidsCgroup, trial_dir: Path) -> tuple[int, list[str]]:
-    """After an isolated trial: (its return code, read through the inner wrapper's status file; evidence lines for
-    processes still alive in its PID namespace or cgroup, which are SIGKILLed). bwrap reports a command ended by
-    signal N as exit 128 + N; the file is believed only where it agrees (so a trial can make neither side look
-    like the other)."""
-    try:
+class _Isolated:
+    """An isolated trial's ends: bwrap's info pipe (its PID namespace), its cgroup, its directory."""
+
+    def __init__(self, info_r: int, cgroup: isolation.PidsCgroup, trial_dir: Path) -> None:
+        self.info_r, self.cgroup, self.trial_dir = info_r, cgroup, trial_dir
+        self.info = ""
         os.set_blocking(info_r, False)
-        info = os.read(info_r, 65536).decode(errors="replace")
-    except OSError:
-        info = ""
-    finally:
-        os.close(info_r)
-    ns = isolation.namespace_of(info)
-    in_ns = isolation.leftovers(ns)
-    for pid in in_ns:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    in_group = cgroup.close()
-    left = sorted(set(in_ns) | set(in_group))
-    lines = [f"{len(left)} process(es) of the trial were still running after it ended ({', '.join(map(str, left[:8]))}): "
-             f"killed"] if left else []
-    if rc > 128:
-        try:
-            said = (trial_dir / EXIT_STATUS).read_text().strip()
-        except OSError:
-            said = ""
-        if said in ("", f"signal {rc - 128}"):
-            rc = -(rc - 128)
-    return rc, lines
+
+    def namespace(self) -> int | None:
+        """The trial's PID namespace (bwrap writes it to the pipe once it is made), or None before that."""
+        if self.info_r >= 0 and isolation.namespace_of(self.info) is None:
+            try:
+                while chunk := os.read(self.info_r, 65536):
+                    self.info += chunk.decode(errors="replace")
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                pass
+        return isolation.namespace_of(self.info)
+
+    def after(self, rc: int) -> tuple[int, list[str]]:
+        """(the trial's return code, read through the inner wrapper's status file; evidence lines for processes
+        still alive in its PID namespace or cgroup, which are SIGKILLed). bwrap reports a command ended by signal N
+        as exit 128 + N; the file is believed only where it agrees (so a trial can make neither side look like the
+        other)."""
+        ns = self.namespace()
+        os.close(self.info_r)
+        self.info_r = -1
+        in_ns = isolation.leftovers(ns)
+        for pid in in_ns:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        in_group = self.cgroup.close()
+        left = sorted(set(in_ns) | set(in_group))
+        lines = [f"{len(left)} process(es) of the trial were still running after it ended "
+                 f"({', '.join(map(str, left[:8]))}): killed"] if left else []
+        if rc > 128:
+            try:
+                said = (self.trial_dir / EXIT_STATUS).read_text().strip()
+            except OSError:
+                said = ""
+            if said in ("", f"signal {rc - 128}"):
+                rc = -(rc - 128)
+        return rc, lines
 
 
 def _signal_group(pgid: int, sig: int) -> None:

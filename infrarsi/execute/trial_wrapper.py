@@ -1,4 +1,4 @@
-"""The exec wrapper of a local trial: ``python trial_wrapper.py CAP RUNNER_PID CGROUP_PROCS MODE COMMAND...``.
+"""The exec wrapper of a local trial: ``python trial_wrapper.py CAP RUNNER_PID CGROUP_PROCS COMMAND...``.
 
 Runs as the leader of the trial's own process group (the executor starts it in a new session), then:
 
@@ -13,15 +13,16 @@ Runs as the leader of the trial's own process group (the executor starts it in a
    the second line, and the only one for an unisolated trial;
 3. joins the trial's cgroup (writes its pid into CGROUP_PROCS, a ``cgroup.procs`` file; "none": no cgroup),
    so every process the command starts is counted against its ``pids.max`` and listed there;
-4. ``execvp`` s the command (MODE "isolated": ``bwrap ... -- python trial_wrapper.py --inner ...``, which
-   ignores SIGTERM, SIGINT and SIGHUP, so that a polite signal to the group reaches the command and bwrap ends
-   when it does; "plain": the command itself): it keeps the leader's pid, its exit status and signals.
+4. ``execvp`` s the command (for an isolated trial ``bwrap ... -- python trial_wrapper.py --inner ...``): it
+   keeps the leader's pid, its exit status and signals.
 
 ``python trial_wrapper.py --inner STATUS_FILE COMMAND...`` is the first process inside the isolation: bwrap
 reports a command killed by signal N as exit status 128 + N, so the inner wrapper runs the command as its
 child, writes how it ended (``exit N`` / ``signal N``) to STATUS_FILE and ends the same way; the executor
-believes the file only where it agrees with bwrap's status. It ignores SIGTERM, SIGINT and SIGHUP (the
-command, in the same process group, gets them and decides).
+believes the file only where it agrees with bwrap's status. It forwards SIGTERM, SIGINT and SIGHUP to the
+command rather than die of them (the executor sends a polite signal to every process of the namespace: the command
+decides, and this wrapper outlives it to report); one that comes while the command starts is delivered to it once
+it has its default dispositions back, never lost.
 
 The watchdog is double-forked, so the command never has a child it did not start (no zombie, no
 stray SIGCHLD it must reap). Standalone on purpose: it imports nothing from infrarsi, so a trial
@@ -123,24 +124,46 @@ def _alive(pid: int) -> bool:
     return True
 
 
+POLITE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def inner(status_file: str, command: list) -> None:
     """The first process inside the isolation: run the command, record how it ended, end the same way."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
+    state = {"child": 0, "pending": []}
+
+    def forward(sig, frame):  # a polite signal is the command's to act on; this wrapper outlives it to report
+        if state["child"]:
+            try:
+                os.kill(state["child"], sig)
+            except OSError:
+                pass
+        else:
+            state["pending"].append(sig)
+
+    for sig in POLITE:
+        signal.signal(sig, forward)
     try:
         child = os.fork()
     except OSError as e:
         sys.stderr.write(f"infrarsi: cannot start the trial: {e}\n")
         os._exit(126)
     if child == 0:
-        # what the command gets is what a shell would give it: default dispositions (Python ignores SIGPIPE)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ):
+        # what the command gets is what a shell would give it: default dispositions (Python ignores SIGPIPE); a
+        # polite signal that came while it started is raised again, and delivered once it is unblocked
+        signal.pthread_sigmask(signal.SIG_BLOCK, POLITE)
+        for sig in (*POLITE, signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
+        for sig in state["pending"]:
+            os.kill(os.getpid(), sig)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, POLITE)
         try:
             os.execvp(command[0], command)
         except OSError as e:
             sys.stderr.write(f"infrarsi: cannot run {command[0]!r}: {type(e).__name__}: {e}\n")
             os._exit(127)
+    state["child"] = child
+    for sig in state["pending"]:  # came before the child was there to get it
+        forward(sig, None)
     while True:
         try:
             _, status = os.waitpid(child, 0)
@@ -178,7 +201,7 @@ def _join(procs_file: str) -> None:
 def main(argv: list) -> None:
     if argv[1:2] == ["--inner"]:
         inner(argv[2], argv[3:])
-    cap, runner, procs, mode, command = argv[1], int(argv[2]), argv[3], argv[4], argv[5:]
+    cap, runner, procs, command = argv[1], int(argv[2]), argv[3], argv[4:]
     _cap(cap)
     leader = os.getpid()
     if os.getppid() != runner:  # the runner died before we started: nothing to run for
@@ -191,12 +214,6 @@ def main(argv: list) -> None:
         os._exit(0)
     os.waitpid(mid, 0)
     _join(procs)
-    if mode == "isolated":
-        # bwrap ends the whole namespace when it ends: let a polite signal reach the command (same process group)
-        # and leave bwrap to end when the command does; SIGKILL still ends it at once. The inner wrapper gives the
-        # command back the default dispositions.
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)
     try:
         os.execvp(command[0], command)
     except OSError as e:
