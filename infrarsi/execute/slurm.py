@@ -20,7 +20,7 @@ paths already are): its trial directory read-write, the repository read-only, no
 key, ``.git`` or home folder, the node's own GPU and RDMA devices (listed by the job script on the node). A single
 task gets a PID namespace of its own; the tasks of a multi-task step keep the node's PID and IPC namespaces and
 ``/dev/shm`` (NCCL's shared memory and CUDA IPC between ranks need them), and Slurm's step cgroup ends them. Whether the nodes have a working bwrap is found out
-once per executor by a probe job (``Config.isolation = "auto"``); where they do not (or ``isolation = "off"``),
+once per process and cluster by a probe job (``Config.isolation = "auto"``); where they do not (or ``isolation = "off"``),
 every trial is recorded as unisolated (the runner then checks the repository and the run's seals after each
 job, the report says so, and promotion on such evidence needs the contract's opt-in). With the isolation
 required (``"on"``, or a probe that passed), a job that lands on a node without bwrap fails; it never runs
@@ -84,6 +84,10 @@ def is_held(info: dict[str, str]) -> bool:
     if info.get("JobState") in ("REQUEUE_HOLD", "SUSPENDED"):
         return info.get("JobState") == "REQUEUE_HOLD"
     return info.get("JobState") == "PENDING" and (bool(_HELD.search(info.get("Reason", ""))) or info.get("Priority") == "0")
+
+
+# (SLURM_CONF, bwrap, partition, extra args) -> the isolation probe's answer ("" = works), once per process
+_PROBED: dict[tuple, str] = {}
 
 
 class SlurmExecutor:
@@ -169,9 +173,12 @@ class SlurmExecutor:
             return "trial isolation is off (SlurmExecutor.Config.isolation = off or INFRARSI_ISOLATION=off)"
         if self.config.isolation == "on":
             return None
+        key = (self.env.get("SLURM_CONF", ""), self.config.bwrap, self.config.partition, tuple(self.config.extra_args))
         with self._lock:
             if self._probed is None:
-                self._probed = self._probe(Path(trial_dir))
+                self._probed = _PROBED.get(key)
+            if self._probed is None:
+                self._probed = _PROBED[key] = self._probe(Path(trial_dir))
             return self._probed or None
 
     def isolates(self, trial_dir: Path) -> bool:

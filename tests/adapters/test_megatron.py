@@ -203,8 +203,9 @@ def test_a_trials_checkpoints_and_tensorboard_go_into_its_own_directory(tmp_path
                                       "script_args": ["ckpt", "tb", "vocab.json", "merges.txt", "data_text_document"]},
         "hardware": {"kind": "H100-80GB", "devices": 128, "memory_capacity_gib": 80}})
     ad = MegatronAdapter()
-    assert ad.launch(c, {}).argv.count("ckpt") == 2  # the launch a person runs (apply writes it) keeps its paths
-    argv = ad.trial_outputs(ad.launch(c, {})).argv
+    launch = ad.launch(c, {})
+    assert launch.argv.count("ckpt") == 2  # the launch a person runs (apply writes it) keeps its paths
+    argv = ad.trial_outputs(launch).argv
     assert argv[argv.index("--save") + 1] == f"{TRIAL_DIR}/outputs/checkpoints"
     assert argv[argv.index("--tensorboard-dir") + 1] == f"{TRIAL_DIR}/outputs/tensorboard"
     assert argv[argv.index("--load") + 1] == "ckpt"
