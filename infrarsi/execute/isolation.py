@@ -388,7 +388,7 @@ def signal_namespace(pid_namespace: int, sig: int) -> int:
 PIDS_ROOT = Path("/sys/fs/cgroup/pids")
 
 
-STALE_S = 3600.0  # an empty trial cgroup this old was left by a runner that died (kill -9): removed
+STALE_S = 600.0  # an empty trial cgroup this old was left by a runner that died (kill -9): removed
 
 
 def _sweep(base: Path) -> None:
@@ -425,6 +425,14 @@ class PidsCgroup:
             self.path = d
         except OSError:
             self.path = None
+
+    @staticmethod
+    def discard(token: str) -> list[int]:
+        """End and remove the cgroup a trial of ``token`` left (its runner was killed); the pids that were in it."""
+        group = PidsCgroup.__new__(PidsCgroup)
+        d = PIDS_ROOT / "infrarsi" / token
+        group.path = d if re.fullmatch(r"[\w.-]+", token) and d.is_dir() else None
+        return group.close()
 
     @property
     def procs_file(self) -> str:

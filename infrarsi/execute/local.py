@@ -254,7 +254,7 @@ class LocalExecutor:
             box = self._boxes.pop(handle.token, None)
         left: list[str] = []
         if box is not None:
-            rc, left = box.after(rc)
+            rc, left = box.after(rc, stopped=why is not None)
         if clock is not None:
             clock.finish(elapsed)
         end = _launch_end(rc, elapsed, why, handle.time_limit_s, self.config.kill_grace_s)
@@ -274,6 +274,7 @@ class LocalExecutor:
         """A local process cannot be re-attached (it is not our child): end what is left of it and
         return None, so the trial is launched again."""
         kill_token(handle.token)
+        isolation.PidsCgroup.discard(handle.token)  # the cgroup the dead runner could not remove
         return None
 
     def _kill_group(self, proc: subprocess.Popen, token: str) -> int:
@@ -297,6 +298,9 @@ class LocalExecutor:
         return rc
 
 
+SETTLE_S = 5.0  # seconds an ended isolated trial's processes get to be gone before they count as left behind
+
+
 class _Isolated:
     """An isolated trial's ends: bwrap's info pipe (its PID namespace), its cgroup, its directory."""
 
@@ -317,14 +321,20 @@ class _Isolated:
                 pass
         return isolation.namespace_of(self.info)
 
-    def after(self, rc: int) -> tuple[int, list[str]]:
+    def after(self, rc: int, *, stopped: bool = False) -> tuple[int, list[str]]:
         """(the trial's return code, read through the inner wrapper's status file; evidence lines for processes
         still alive in its PID namespace or cgroup, which are SIGKILLed). bwrap reports a command ended by signal N
         as exit 128 + N; the file is believed only where it agrees (so a trial can make neither side look like the
-        other)."""
+        other), or where this executor ``stopped`` the trial and its SIGKILL after the grace reached bwrap when the
+        command had already ended (by the polite signal, as the file says)."""
         ns = self.namespace()
         os.close(self.info_r)
         self.info_r = -1
+        # what a SIGKILL of the group (a time-out's grace ran out) hit may take a moment to be gone on a loaded
+        # machine; what is still there after SETTLE_S was not dying
+        deadline = time.monotonic() + SETTLE_S
+        while (isolation.leftovers(ns) or self.cgroup.members()) and time.monotonic() < deadline:
+            time.sleep(0.02)
         in_ns = isolation.leftovers(ns)
         for pid in in_ns:
             try:
@@ -335,13 +345,14 @@ class _Isolated:
         left = sorted(set(in_ns) | set(in_group))
         lines = [f"{len(left)} process(es) of the trial were still running after it ended "
                  f"({', '.join(map(str, left[:8]))}): killed"] if left else []
-        if rc > 128:
-            try:
-                said = (self.trial_dir / EXIT_STATUS).read_text().strip()
-            except OSError:
-                said = ""
-            if said in ("", f"signal {rc - 128}"):
-                rc = -(rc - 128)
+        try:
+            said = (self.trial_dir / EXIT_STATUS).read_text().strip()
+        except OSError:
+            said = ""
+        if rc > 128 and said in ("", f"signal {rc - 128}"):
+            rc = -(rc - 128)
+        elif stopped and rc == -signal.SIGKILL and said in (f"signal {s}" for s in (signal.SIGTERM, signal.SIGINT)):
+            rc = -int(said.split()[1])
         return rc, lines
 
 
