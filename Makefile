@@ -11,7 +11,12 @@ RUN    ?= .infrarsi/demo
 install: $(VENV)/.installed
 
 # torch==2.13.0 first: it is the CPU build; an unpinned torch would pull a multi-GB CUDA build.
+# bubblewrap: trials and kernel verification run isolated in it (infrarsi/execute/isolation.py); as root (CI) it is
+# installed here, elsewhere ask an administrator (without it every trial is recorded as unisolated).
 $(VENV)/.installed: pyproject.toml
+	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q bubblewrap >/dev/null \
+		|| { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; } || \
+		echo "warning: bubblewrap (bwrap) is not installed: trials will run unisolated"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0

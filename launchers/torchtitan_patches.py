@@ -10,8 +10,8 @@ torchtitan's llama3 model use it, before the model is built:
   (``weight``, same init) whose forward is the candidate's ``forward(x, weight, eps)``. Everything else in
   that namespace is ``torch.nn``; no other module changes.
 
-The candidate's forward is spot-checked as minigpt's is (``infrarsi.kernels.insitu.spot_checked``): the
-first call, then 1 in ``INFRARSI_SPOT_EVERY`` (default 50), is recomputed by ``kernels/<op>/reference.py``
+The candidate's forward is spot-checked as minigpt's is (``infrarsi.kernels.insitu.spot_checked``): one of
+the first 8 calls (drawn after each call), then 1 in ``INFRARSI_SPOT_EVERY`` (default 50), is recomputed by ``kernels/<op>/reference.py``
 in fp64 on the same tensors, output and gradients; a mismatch beyond the reference's per-dtype tolerance
 prints ``infrarsi kernel spot check failed: rmsnorm=PATH ...`` and ends the rank with status 3, which the
 log classifier turns into ``numerics_drift`` (and the run stage disqualifies the candidate).

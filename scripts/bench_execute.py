@@ -5,6 +5,7 @@
 Rows (median over repeats, seconds):
   direct subprocess      `python -c pass` with subprocess.run (the floor)
   LocalExecutor          the same through submit + wait (RLIMIT wrapper, process group, log files)
+  LocalExecutor isolated the same as a trial of a run: inside bubblewrap (execute/isolation.py), pids cgroup
   record start+finish    RunRecord.start + finish of one trial (two fsync'd atomic writes)
   slurm submit->done     sbatch of `python -c pass` until its outcome is read back (needs root: starts a cluster)
   slurm 8 jobs parallel  8 such jobs submitted together, until all are done (node declares 4 CPUs)
@@ -48,6 +49,12 @@ def main() -> None:
     rows.append(("direct subprocess", timed(lambda i: subprocess.run([sys.executable, "-c", "pass"], check=True), a.repeats)))
     ex = LocalExecutor()
     rows.append(("LocalExecutor", timed(lambda i: wait(ex, ex.submit(SPEC, tmp / f"l{i}", token=f"b{i}")), a.repeats)))
+    run = tmp / "isolated"
+    run.mkdir()
+    (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
+    assert ex.isolates(run / "trials" / "0"), "this machine cannot isolate trials"
+    rows.append(("LocalExecutor isolated", timed(lambda i: wait(ex, ex.submit(SPEC, run / "trials" / str(i),
+                                                                              token=f"i{i}")), a.repeats)))
     rec = RunRecord(tmp / "run")
 
     def record(i: int) -> None:

@@ -68,3 +68,9 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         """Status, metrics and evidence from a finished trial's output."""
+
+    def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
+        """The launch as a trial runs it: where the framework writes (checkpoints, TensorBoard, logs) pointed into
+        the trial's directory with ``spec.TRIAL_DIR`` (the repository is read-only to a trial). Only the runner calls
+        it: ``launch`` stays the launch a person runs (apply writes it)."""
+        return spec

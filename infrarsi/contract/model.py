@@ -102,11 +102,24 @@ class Loss(_Section):
     workload argument; 0 = none)."""
 
 
+class Isolation(_Section):
+    """What promotion accepts as evidence, as to where the trials ran (execute/isolation.py)."""
+
+    allow_unisolated: bool = False
+    """Promote a candidate whose verification pairs include trials that ran without isolation (a Slurm node
+    without bubblewrap, a machine without it, INFRARSI_ISOLATION=off). Such a trial could read the run's records
+    and the seal key and write outside its directory; the repository and the seals are checked after it, but
+    what it read cannot be taken back. Off (the default): such a candidate is not promoted, and the report says
+    why."""
+
+
 class Invariants(_Section):
     timing: Timing = Timing()
     """How step time is measured."""
     loss: Loss = Loss()
     """How a trial's loss is checked against the baseline's."""
+    isolation: Isolation = Isolation()
+    """Which trials' evidence promotion accepts."""
 
 
 class Scope(_Section):

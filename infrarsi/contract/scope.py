@@ -5,10 +5,12 @@ and what a trial may touch.
   and ``baseline.kernel_<op>``) is a relative path without ``..`` that a ``scope.files`` glob takes, exists,
   and still lies inside the repository and the scope once every symlink is resolved.
 - ``apply`` holds its destinations to the scope and to the work tree itself (no link followed): apply/transaction.py.
-- :class:`TreeGuard` (trials, kernel verification): a snapshot of the repository (path, size, mtime) before
-  and after; anything created, changed or deleted outside the allowed folders fails the trial. Caches
-  Python writes by itself (``__pycache__``) and the tool's folders (``.git``, ``.infrarsi``, virtualenvs) are
-  not watched. This sees writes into the repository; writes elsewhere (``/tmp``, ``$HOME``) need a sandbox.
+- :class:`TreeGuard` (trials and kernel verification that run *without* isolation, see execute/isolation.py:
+  an isolated one cannot write the repository at all): a snapshot of the repository (path, size, mtime) before
+  and after; anything created, changed or deleted outside the allowed folders fails the trial, except the files
+  the runner itself holds open for writing (its own ``> tune.log``). Caches Python writes by itself
+  (``__pycache__``) and the tool's folders (``.git``, ``.infrarsi``, virtualenvs) are not watched. This sees
+  writes into the repository only; that is why trials run isolated wherever the machine allows.
 """
 
 from __future__ import annotations
@@ -146,14 +148,42 @@ class TreeGuard:
                     return {}
         return out
 
-    def changes(self, before: dict[str, tuple[int, int, int]], after: dict[str, Any] | None = None) -> list[str]:
-        """Lines naming what was created, changed or deleted between two snapshots (sorted)."""
+    def changes(self, before: dict[str, tuple[int, int, int]], after: dict[str, Any] | None = None, *,
+                ignore: Iterable[str] = ()) -> list[str]:
+        """Lines naming what was created, changed or deleted between two snapshots (sorted); ``ignore``: relative
+        paths that may change (:func:`open_for_writing`)."""
         after = self.snapshot() if after is None else after
+        skip = set(ignore)
         out = []
         for rel in sorted(set(before) | set(after)):
             a, b = before.get(rel), after.get(rel)
-            if a == b:
+            if a == b or rel in skip:
                 continue
             what = "created" if a is None else "deleted" if b is None else "changed"
             out.append(f"{what} {rel}")
         return out
+
+
+def open_for_writing(root: Path) -> set[str]:
+    """Files under ``root`` (relative) that this process holds open for writing: its own output, such as
+    ``infrarsi tune ... > tune.log`` in the repository. They change while a trial runs, by this process's hand."""
+    root = Path(root).resolve()
+    out = set()
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            with open(f"/proc/self/fdinfo/{fd}") as f:
+                flags = int(next(ln for ln in f if ln.startswith("flags:")).split()[1], 8)
+        except (OSError, StopIteration, ValueError):
+            continue
+        if not flags & (os.O_WRONLY | os.O_RDWR) or not target.startswith("/"):
+            continue
+        try:
+            out.add(Path(target).relative_to(root).as_posix())
+        except ValueError:
+            continue
+    return out

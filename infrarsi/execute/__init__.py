@@ -28,25 +28,27 @@ _EXPORTS = {
 }
 
 EXECUTOR_ENV = "INFRARSI_EXECUTOR"
-SANDBOX_ENV = "INFRARSI_SANDBOX"  # "off": local trials run without the sandbox (each record says so)
+ISOLATION_ENV = "INFRARSI_ISOLATION"  # "off": trials run without isolation (each record says so)
 
 
 def make_executor(kind: str | None = None) -> Any:
     """``local`` (default; multi-process specs go through torchrun) or ``slurm`` (SLURM_CONF from the
-    environment). ``kind`` defaults to $INFRARSI_EXECUTOR; ``INFRARSI_SANDBOX=off`` turns the local trial
-    sandbox off."""
+    environment). ``kind`` defaults to $INFRARSI_EXECUTOR; ``INFRARSI_ISOLATION=off`` runs trials without
+    isolation (execute/isolation.py; every such trial's record says so); ``INFRARSI_BWRAP`` names the bwrap
+    binary (here, and on the Slurm nodes)."""
     kind = kind or os.environ.get(EXECUTOR_ENV) or "local"
+    box = os.environ.get(ISOLATION_ENV, "on").lower()
+    if box not in ("on", "off"):
+        raise ValueError(f"{ISOLATION_ENV}={box!r}; set it to on (default) or off")
     if kind in ("local", "torchrun"):
         from .torchrun import TorchrunExecutor
 
-        box = os.environ.get(SANDBOX_ENV, "on").lower()
-        if box not in ("on", "off"):
-            raise ValueError(f"{SANDBOX_ENV}={box!r}; set it to on (default) or off")
-        return TorchrunExecutor(TorchrunExecutor.Config(sandbox=box == "on"))
+        return TorchrunExecutor(TorchrunExecutor.Config(isolation=box == "on"))
     if kind == "slurm":
         from .slurm import SlurmExecutor
 
-        return SlurmExecutor()
+        return SlurmExecutor(SlurmExecutor.Config(isolation="auto" if box == "on" else "off",
+                                                  bwrap=os.environ.get("INFRARSI_BWRAP") or "bwrap"))
     raise ValueError(f"unknown executor {kind!r}; set {EXECUTOR_ENV} to local or slurm")
 
 

@@ -41,6 +41,7 @@ import statistics
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import IO, Any
 
 from ..rundir import RunDir
@@ -93,8 +94,10 @@ def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
 class LineClock:
     """Copies a pipe to a file line by line, stamping each line's arrival (a daemon thread)."""
 
-    def __init__(self, pipe: IO[bytes], out_path: Path, *, pgid: int | None = None) -> None:
-        self.pipe, self.out_path, self.pgid = pipe, Path(out_path), pgid
+    def __init__(self, pipe: IO[bytes], out_path: Path, *, pgid: int | None = None,
+                 members: Callable[[], list[int]] | None = None) -> None:
+        # members: the trial's processes (its cgroup's list, which setsid cannot leave); else the process group
+        self.pipe, self.out_path, self.pgid, self.members = pipe, Path(out_path), pgid, members
         self.t0 = time.monotonic()
         self.started_unix = time.time()
         self.arrivals: list[float] = []  # seconds since the launch, one per line
@@ -145,7 +148,8 @@ class LineClock:
                 i, self._want = self._want, None
             now = time.monotonic() - self.t0
             if now - self._scanned >= RESCAN_S:
-                self._pids, self._scanned = group_pids(self.pgid), now
+                self._pids = self.members() if self.members is not None else group_pids(self.pgid)
+                self._scanned = now
             cpu = threads_cpu_ns(self._pids)
             if not cpu:
                 continue
@@ -167,6 +171,15 @@ class LineClock:
         # Sealed into the run's chain when the trial lives in a locked run (RUN_DIR/trials/<n>/).
         RunDir.write_clock_at(self.out_path.parent, body)
         return body
+
+
+def pipe_lines(data: bytes) -> list[bytes]:
+    """``data`` cut where the pipe's reader cut it: after each ``\\n`` only (``readline``), so a progress bar's
+    ``\\r`` stays inside its line (``bytes.splitlines`` would also cut at ``\\r``, ``\\x0b``, ``\\x0c``, ...)."""
+    out = data.split(b"\n")
+    last = out.pop()
+    lines = [ln + b"\n" for ln in out]
+    return lines + [last] if last else lines
 
 
 def read_clock(trial_dir: Path) -> dict[str, Any] | None:
@@ -194,22 +207,11 @@ def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[
                 "harness's pipe (sha256 differs)")
     if not clock.get("complete", True):
         return "a process of the trial outlived it and kept its stdout open (left running outside its process group)"
-    lines = data.splitlines(keepends=True)
+    lines = pipe_lines(data)
     arrivals = clock["arrivals_s"]
     if len(lines) != len(arrivals):
         return f"stdout has {len(lines)} lines but {len(arrivals)} came through the harness's pipe"
-    cpus = clock.get("cpu_s") or [None] * len(arrivals)
-    cpu_ts = clock.get("cpu_t_s") or [None] * len(arrivals)
-    seen: dict[int, float] = {}  # iteration -> arrival of its line (the last one, as the parser reads it)
-    cpu_at: dict[int, tuple[float, float] | None] = {}  # iteration -> (sampled at, the group's CPU s) after its line
-    twice: list[tuple[int, float, float]] = []
-    for line, t, c, ct in zip(lines, arrivals, cpus, cpu_ts):
-        m = _ITER.search(line)
-        if m and _ITER_LINE in line:
-            it = int(m.group(1))
-            if it in seen:
-                twice.append((it, seen[it], t))
-            seen[it], cpu_at[it] = t, (None if c is None or ct is None else (ct, c))
+    seen, cpu_at, twice = _iterations(lines, clock)
     first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
     have = [i for i in range(first, warmup_steps + measured_steps + 1) if i in seen and i - 1 in seen]
     gaps = [seen[i] - seen[i - 1] for i in have]
@@ -237,6 +239,51 @@ def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[
         return (f"iteration {it} was reported twice (at {a:.3f} s and {b:.3f} s after the launch): a second line "
                 f"overrides the first, so the log's times are not the process's")
     return None
+
+
+def _iterations(lines: list[bytes], clock: dict[str, Any]):
+    """(iteration -> arrival of its line (the last one, as the parser reads it), iteration -> (sampled at, the
+    group's CPU s) after its line or None, [(iteration, first arrival, second arrival)] for repeated lines)."""
+    arrivals = clock["arrivals_s"]
+    cpus = clock.get("cpu_s") or [None] * len(arrivals)
+    cpu_ts = clock.get("cpu_t_s") or [None] * len(arrivals)
+    seen: dict[int, float] = {}
+    cpu_at: dict[int, tuple[float, float] | None] = {}
+    twice: list[tuple[int, float, float]] = []
+    for line, t, c, ct in zip(lines, arrivals, cpus, cpu_ts):
+        m = _ITER.search(line)
+        if m and _ITER_LINE in line:
+            it = int(m.group(1))
+            if it in seen:
+                twice.append((it, seen[it], t))
+            seen[it], cpu_at[it] = t, (None if c is None or ct is None else (ct, c))
+    return seen, cpu_at, twice
+
+
+def harness_line(stdout_path: Path, *, warmup_steps: int, measured_steps: int) -> str | None:
+    """What the harness's own clock measured over the contract's window, as one evidence line for the trial's
+    record (None without a clock): the step time as the runner saw it, beside the one the log reports."""
+    clock = read_clock(stdout_path.parent)
+    if clock is None:
+        return None
+    data = stdout_path.read_bytes() if stdout_path.is_file() else b""
+    lines = pipe_lines(data)
+    if len(lines) != len(clock["arrivals_s"]):
+        return None
+    seen, cpu_at, _ = _iterations(lines, clock)
+    first = warmup_steps + 1 if warmup_steps > 0 else 2
+    have = [i for i in range(first, warmup_steps + measured_steps + 1) if i in seen and i - 1 in seen]
+    if not have:
+        return None
+    gap = statistics.median(seen[i] - seen[i - 1] for i in have)
+    span = (seen[have[-1]] - seen[have[0] - 1]) / (have[-1] - have[0] + 1)
+    its = [i for i in range(max(1, warmup_steps), warmup_steps + measured_steps + 1) if cpu_at.get(i) is not None]
+    cpu = ""
+    if len(its) >= 2 and cpu_at[its[-1]][0] > cpu_at[its[0]][0]:
+        (ta, ca), (tb, cb) = cpu_at[its[0]], cpu_at[its[-1]]
+        cpu = f"; its processes ran {(cb - ca) / (tb - ta):.0%} of a core"
+    return (f"harness clock: iteration lines {have[0] - 1}..{have[-1]} arrived every {gap * 1000:.1f} ms (median; "
+            f"{span * 1000:.1f} ms over the span){cpu}; wall {clock['wall_s']:.2f} s")
 
 
 def _cpu_check(seen: dict[int, float], cpu_at: dict[int, tuple[float, float] | None], warmup: int,

@@ -33,8 +33,8 @@ class Handle(BaseModel):
     time_limit_s: float
     devices: int = 1
     pending_timeout_s: float | None = None  # Slurm: how long the job may wait in the queue
-    sandboxed: bool = False  # the run directory was read-only to the trial (local executor, sandbox.py)
-    unsandboxed_why: str = ""  # why a trial of a run was not sandboxed ("" when it was, or had no run around it)
+    sandboxed: bool = False  # the trial ran isolated (isolation.py: bubblewrap, locally or inside the Slurm job)
+    unsandboxed_why: str = ""  # why a trial of a run was not isolated ("" when it was, or had no run around it)
 
 
 class LaunchEnd(BaseModel):
@@ -53,6 +53,7 @@ class LaunchEnd(BaseModel):
     wall_s: float = 0.0  # time from start to end of the process (not queue time)
     time_limit_s: float | None = None  # the limit it ran under (the contract's timeout_s or the launch's, the smaller)
     kill_grace_s: float | None = None  # at a time-out: seconds allowed between SIGTERM and SIGKILL (wall_s includes them)
+    leftovers: int = 0  # processes of an isolated trial still alive after it ended (killed; never expected)
     evidence: list[str] = []  # lines that say how it ended
 
 

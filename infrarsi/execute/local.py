@@ -12,20 +12,20 @@
   SIGKILLs the group when the runner process ends (kill -9 included), so no training process is
   left holding cores and memory (see ``trial_wrapper.py``).
 - ``python`` as argv[0] means the interpreter running infrarsi (the venv's), everywhere.
-- The run directory is read-only to the trial (``sandbox.py``): its processes run in a private mount namespace
-  where ``RUN_DIR`` is read-only, their own ``RUN_DIR/trials/<n>`` read-write and the seal key empty, with no
-  capabilities left to undo it. Where this machine does not allow mount namespaces (or ``Config.sandbox`` is
-  off, ``INFRARSI_SANDBOX=off``), the trial runs without it: the executor logs why once, and the handle says so,
-  which the runner records as a warning on every such trial and answers with the post-hoc check of the seal
-  chain after the trial.
+- A trial of a run is isolated (``isolation.py``: bubblewrap): it reads the machine, the repository and its
+  data read-only, writes its own ``RUN_DIR/trials/<n>`` only, and sees no run directory, bank, cache, seal key,
+  ``.git`` or home folder; a PID namespace ends every process it started when it ends (checked after each
+  trial, with the trial's cgroup). Where this machine cannot isolate (no bwrap, ``Config.isolation`` off,
+  ``INFRARSI_ISOLATION=off``), the trial runs without it: the executor logs why once, and the handle says so,
+  which the runner records as a warning on every such trial (promotion on such evidence needs the contract's
+  ``invariants.isolation.allow_unisolated``) and answers with the post-hoc checks of the repository and the
+  seal chain after the trial. A bare trial directory (no run around it) is not isolated: nothing to protect.
 - The process carries ``INFRARSI_TRIAL_TOKEN`` in its environment; after a restart, leftover
   processes of a trial are found by that token in /proc and ended before the trial is run again.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import os
 import shutil
@@ -38,8 +38,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..contract.seal import key_path
-from . import sandbox
+from ..contract.scope import repository_root
+from . import isolation
+from .isolation import PIDS_MAX
 from .clock import LineClock
 from .executor import STDERR, STDOUT, Handle, LaunchEnd
 from .spec import LaunchSpec
@@ -47,16 +48,17 @@ from .spec import LaunchSpec
 TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"
 CAP_ENV = "INFRARSI_MEMORY_CAP_BYTES"
 
-# argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, sandbox_json_or_"none", command...]: lowers
-# RLIMIT_DATA, starts the watchdog that ends the group when the runner dies, enters the sandbox, then becomes the command.
+# argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, cgroup.procs_or_"none", command...]:
+# lowers RLIMIT_DATA, starts the watchdog that ends the group when the runner dies, joins the trial's cgroup, then
+# becomes the command (an isolated one: bwrap ... -- python trial_wrapper.py --inner STATUS command...).
 WRAPPER = str(Path(__file__).with_name("trial_wrapper.py"))
+EXIT_STATUS = "exit.status"  # written by the inner wrapper: how the command ended (bwrap says 128+N for signal N)
 log = logging.getLogger(__name__)
 
 
-@functools.cache
-def sandbox_problem() -> str | None:
-    """Why this machine cannot sandbox a trial (one line), or None; probed once per process."""
-    return sandbox.probe()
+def isolation_problem() -> str | None:
+    """Why this machine cannot isolate a trial (one line), or None; probed once per process."""
+    return isolation.problem()
 
 
 def run_dir_of(trial_dir: Path) -> Path | None:
@@ -95,12 +97,22 @@ def resolve_program(prog: str, base: Path | None = None) -> str | None:
     return shutil.which(first)
 
 
+OUTPUTS = "outputs"  # RUN_DIR/trials/<n>/outputs: where a trial's checkpoints, TensorBoard and wandb files go
+
+
 def trial_env(spec: LaunchSpec, token: str, trial_dir: Path) -> dict[str, str]:
-    """What a trial adds to the inherited environment (also recorded in the trial's env.json)."""
+    """What a trial adds to the inherited environment (also recorded in the trial's env.json). wandb writes
+    into the trial's directory, offline (the trial sees no home folder, so no login either); the adapters point
+    the frameworks' own output flags there too (``spec.TRIAL_DIR``)."""
     env = dict(spec.env)
     env.setdefault("PYTHONUNBUFFERED", "1")  # every line reaches the log before a kill
     env[TOKEN_ENV] = token
     env["INFRARSI_TRIAL_DIR"] = str(trial_dir)
+    out = str(Path(trial_dir) / OUTPUTS)
+    for k in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        env.setdefault(k, f"{out}/wandb")
+    if env.get("WANDB_MODE") != "disabled":
+        env["WANDB_MODE"] = "offline"
     if spec.memory_cap_bytes is not None:
         env[CAP_ENV] = str(spec.memory_cap_bytes)
     return env
@@ -116,9 +128,15 @@ class LocalExecutor:
 
         kill_grace_s: float = Field(3.0, ge=0)
         """Seconds between SIGTERM and SIGKILL when a trial is cancelled or runs past its limit."""
-        sandbox: bool = True
-        """Run each trial with its run directory read-only to it (sandbox.py), where this machine allows it;
-        elsewhere, or when False, trials run without it and each one's record carries the warning."""
+        isolation: bool = True
+        """Isolate each trial of a run (isolation.py), where this machine allows it; elsewhere, or when False,
+        trials run without it and each one's record carries the warning."""
+        readable: list[str] = []
+        """More paths an isolated trial may read (data outside the repository and outside what its command
+        names); also ``INFRARSI_READABLE``."""
+        pids_max: int = Field(PIDS_MAX, ge=16)
+        """Processes and threads one isolated trial may have at once (its cgroup's ``pids.max``, where the
+        machine lets infrarsi make one)."""
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or LocalExecutor.Config()
@@ -126,7 +144,8 @@ class LocalExecutor:
         self._started: dict[str, float] = {}  # token -> monotonic start
         self._why: dict[str, str] = {}  # token -> "timeout" | "cancel"
         self._clocks: dict[str, LineClock] = {}  # token -> the stdout pipe's line clock
-        self._warned: set[str] = set()  # sandbox warnings already logged
+        self._boxes: dict[str, _Isolated] = {}  # token -> what an isolated trial's end needs
+        self._warned: set[str] = set()  # isolation warnings already logged
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ submit
@@ -134,50 +153,84 @@ class LocalExecutor:
         """The command as a person would run it (recorded in the trial's ``command`` file)."""
         return resolve_argv(spec.argv)
 
-    def sandbox_for(self, trial_dir: Path) -> tuple[dict | None, str]:
-        """(the wrapper's sandbox spec, or None; why there is none, "" when there is one) for a trial directory."""
-        run_dir = run_dir_of(trial_dir)
-        if run_dir is None:
-            return None, ""  # a bare trial directory (no run around it): nothing to protect
-        if not self.config.sandbox:
-            return None, "the trial sandbox is off (LocalExecutor.Config.sandbox = false or INFRARSI_SANDBOX=off)"
-        why = sandbox_problem()
-        if why is not None:
-            return None, f"this machine cannot sandbox trials ({why})"
-        key = key_path()
-        return {"ro": [str(run_dir)], "rw": [str(Path(trial_dir).resolve())],
-                "hide": [str(key.resolve())] if key.is_file() else []}, ""
+    def isolation_why(self, trial_dir: Path) -> str | None:
+        """None when a trial in ``trial_dir`` will be isolated; else why not ("" for a bare trial directory)."""
+        if run_dir_of(trial_dir) is None:
+            return ""  # a bare trial directory (no run around it): nothing to protect
+        if not self.config.isolation:
+            return "trial isolation is off (LocalExecutor.Config.isolation = false or INFRARSI_ISOLATION=off)"
+        why = isolation_problem()
+        return None if why is None else f"this machine cannot isolate trials ({why})"
 
-    def command(self, spec: LaunchSpec, trial_dir: Path | None = None) -> list[str]:
-        """The exact argv started (the memory wrapper, then the spec's command)."""
+    def isolates(self, trial_dir: Path) -> bool:
+        return self.isolation_why(trial_dir) is None
+
+    def box(self, spec: LaunchSpec, trial_dir: Path) -> isolation.Box:
+        """What an isolated trial of ``spec`` in ``trial_dir`` may read and write."""
+        cwd = Path(spec.cwd or Path.cwd()).resolve()
+        return isolation.trial_box(Path(trial_dir), run_dir_of(trial_dir), argv=resolve_argv(spec.argv), env=spec.env,
+                                   cwd=cwd, repository=repository_root(cwd),
+                                   readable=[Path(p) for p in self.config.readable])
+
+    def command(self, spec: LaunchSpec, trial_dir: Path | None = None, *, info_fd: int | None = None,
+                cgroup: isolation.PidsCgroup | None = None) -> list[str]:
+        """The exact argv started (the wrapper, bwrap and the inner wrapper when isolated, then the spec's command)."""
         cap = "none" if spec.memory_cap_bytes is None else str(spec.memory_cap_bytes)
-        box = None if trial_dir is None else self.sandbox_for(trial_dir)[0]
-        return [sys.executable, WRAPPER, cap, str(os.getpid()), "none" if box is None else json.dumps(box),
-                *resolve_argv(spec.argv)]
+        procs = cgroup.procs_file if cgroup is not None else "none"
+        argv = resolve_argv(spec.argv)
+        if trial_dir is None or not self.isolates(trial_dir):
+            return [sys.executable, WRAPPER, cap, str(os.getpid()), procs, *argv]
+        status = str(Path(trial_dir).resolve() / EXIT_STATUS)
+        inner = [sys.executable, "-I", "-S", WRAPPER, "--inner", status, *argv]
+        return [sys.executable, WRAPPER, cap, str(os.getpid()), procs,
+                *self.box(spec, trial_dir).argv(inner, info_fd=info_fd)]
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         trial_dir = Path(trial_dir)
         trial_dir.mkdir(parents=True, exist_ok=True)
-        box, why = self.sandbox_for(trial_dir)
+        spec = spec.for_trial(trial_dir)
+        why = self.isolation_why(trial_dir)
         if why:
             with self._lock:
                 if why not in self._warned:
                     self._warned.add(why)
-                    log.warning("%s: trials can write their run directory; it is checked against its seals "
-                                "after each trial", why)
-        env = {**os.environ, **trial_env(spec, token, trial_dir)}
-        with open(trial_dir / STDERR, "wb") as err:
-            # stdout through a pipe: the harness stamps each line's arrival (clock.py), outside the trial's reach
-            proc = subprocess.Popen(self.command(spec, trial_dir), cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=err, start_new_session=True)
-        clock = LineClock(proc.stdout, trial_dir / STDOUT, pgid=proc.pid)
+                    log.warning("%s: trials can read and write outside their directory; the repository and the "
+                                "run's seals are checked after each trial", why)
+        isolated = why is None
+        env = {**(isolation.clean_environment(os.environ) if isolated else os.environ),
+               **trial_env(spec, token, trial_dir)}
+        info_r = info_w = None
+        cgroup = None
+        if isolated:
+            (trial_dir / EXIT_STATUS).unlink(missing_ok=True)
+            info_r, info_w = os.pipe()
+            cgroup = isolation.PidsCgroup(token, pids_max=self.config.pids_max)
+        try:
+            with open(trial_dir / STDERR, "wb") as err:
+                # stdout through a pipe: the harness stamps each line's arrival (clock.py), outside the trial's reach
+                proc = subprocess.Popen(self.command(spec, trial_dir, info_fd=info_w, cgroup=cgroup), cwd=spec.cwd,
+                                        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                        start_new_session=True, pass_fds=() if info_w is None else (info_w,))
+        except BaseException:
+            for fd in (info_r, info_w):
+                if fd is not None:
+                    os.close(fd)
+            if cgroup is not None:
+                cgroup.close()
+            raise
+        if info_w is not None:
+            os.close(info_w)
+        members = cgroup.members if cgroup is not None and cgroup.path is not None else None
+        clock = LineClock(proc.stdout, trial_dir / STDOUT, pgid=proc.pid, members=members)
         with self._lock:
             self._procs[token] = proc
             self._started[token] = time.monotonic()
             self._clocks[token] = clock
+            if isolated:
+                self._boxes[token] = _Isolated(info_r, cgroup, trial_dir)
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=str(proc.pid),
                       submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
-                      sandboxed=box is not None, unsandboxed_why=why)
+                      sandboxed=isolated, unsandboxed_why=why or "")
 
     # -------------------------------------------------------------------- poll
     def poll(self, handle: Handle) -> LaunchEnd | None:
@@ -204,9 +257,16 @@ class LocalExecutor:
             self._procs.pop(handle.token, None)
             self._started.pop(handle.token, None)
             clock = self._clocks.pop(handle.token, None)
+            box = self._boxes.pop(handle.token, None)
+        left: list[str] = []
+        if box is not None:
+            rc, left = box.after(rc, stopped=why is not None)
         if clock is not None:
             clock.finish(elapsed)
-        return _launch_end(rc, elapsed, why, handle.time_limit_s, self.config.kill_grace_s)
+        end = _launch_end(rc, elapsed, why, handle.time_limit_s, self.config.kill_grace_s)
+        if left:
+            end = end.model_copy(update={"leftovers": len(left), "evidence": end.evidence + left})
+        return end
 
     def cancel(self, handle: Handle) -> None:
         with self._lock:
@@ -220,13 +280,20 @@ class LocalExecutor:
         """A local process cannot be re-attached (it is not our child): end what is left of it and
         return None, so the trial is launched again."""
         kill_token(handle.token)
+        isolation.PidsCgroup.discard(handle.token)  # the cgroup the dead runner could not remove
         return None
 
     def _kill_group(self, proc: subprocess.Popen, token: str) -> int:
-        """SIGTERM the group, SIGKILL it after the grace period, then every process left with the trial's token
-        (torchrun's ranks, each in its own session, if torchrun died before it ended them); the leader's
-        return code."""
-        _signal_group(proc.pid, signal.SIGTERM)
+        """SIGTERM the group (an isolated trial: every process of its PID namespace but bwrap's init, so that bwrap
+        outlives the command and reports how it ended), SIGKILL the group after the grace period, then every process
+        left with the trial's token (torchrun's ranks, each in its own session, if torchrun died before it ended
+        them); the leader's return code."""
+        with self._lock:
+            box = self._boxes.get(token)
+        ns = box.namespace() if box is not None else None
+        # unisolated, or nothing started in the namespace yet: the whole group (bwrap too, which takes all with it)
+        if ns is None or isolation.signal_namespace(ns, signal.SIGTERM) == 0:
+            _signal_group(proc.pid, signal.SIGTERM)
         try:
             rc = proc.wait(timeout=self.config.kill_grace_s)
         except subprocess.TimeoutExpired:
@@ -235,6 +302,64 @@ class LocalExecutor:
         _signal_group(proc.pid, signal.SIGKILL)  # stragglers that ignored SIGTERM
         kill_token(token)
         return rc
+
+
+SETTLE_S = 5.0  # seconds an ended isolated trial's processes get to be gone before they count as left behind
+
+
+class _Isolated:
+    """An isolated trial's ends: bwrap's info pipe (its PID namespace), its cgroup, its directory."""
+
+    def __init__(self, info_r: int, cgroup: isolation.PidsCgroup, trial_dir: Path) -> None:
+        self.info_r, self.cgroup, self.trial_dir = info_r, cgroup, trial_dir
+        self.info = ""
+        os.set_blocking(info_r, False)
+
+    def namespace(self) -> int | None:
+        """The trial's PID namespace (bwrap writes it to the pipe once it is made), or None before that."""
+        if self.info_r >= 0 and isolation.namespace_of(self.info) is None:
+            try:
+                while chunk := os.read(self.info_r, 65536):
+                    self.info += chunk.decode(errors="replace")
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                pass
+        return isolation.namespace_of(self.info)
+
+    def after(self, rc: int, *, stopped: bool = False) -> tuple[int, list[str]]:
+        """(the trial's return code, read through the inner wrapper's status file; evidence lines for processes
+        still alive in its PID namespace or cgroup, which are SIGKILLed). bwrap reports a command ended by signal N
+        as exit 128 + N; the file is believed only where it agrees (so a trial can make neither side look like the
+        other), or where this executor ``stopped`` the trial and its SIGKILL after the grace reached bwrap when the
+        command had already ended (by the polite signal, as the file says)."""
+        ns = self.namespace()
+        os.close(self.info_r)
+        self.info_r = -1
+        # what a SIGKILL of the group (a time-out's grace ran out) hit may take a moment to be gone on a loaded
+        # machine; what is still there after SETTLE_S was not dying
+        deadline = time.monotonic() + SETTLE_S
+        while (isolation.leftovers(ns) or self.cgroup.members()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        in_ns = isolation.leftovers(ns)
+        for pid in in_ns:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        in_group = self.cgroup.close()
+        left = sorted(set(in_ns) | set(in_group))
+        lines = [f"{len(left)} process(es) of the trial were still running after it ended "
+                 f"({', '.join(map(str, left[:8]))}): killed"] if left else []
+        try:
+            said = (self.trial_dir / EXIT_STATUS).read_text().strip()
+        except OSError:
+            said = ""
+        if rc > 128 and said in ("", f"signal {rc - 128}"):
+            rc = -(rc - 128)
+        elif stopped and rc == -signal.SIGKILL and said in (f"signal {s}" for s in (signal.SIGTERM, signal.SIGINT)):
+            rc = -int(said.split()[1])
+        return rc, lines
 
 
 def _signal_group(pgid: int, sig: int) -> None:

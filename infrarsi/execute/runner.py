@@ -32,10 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..adapters.base import Adapter, ParsedRun
 from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
-from ..contract.scope import TreeGuard, repository_root
+from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..contract.seal import settled_problems
 from .classify import Verdict, apply_loss_check, classify
-from .clock import referee
+from .clock import harness_line, referee
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from .local import kill_token, resolve_argv, trial_env
 from .record import RunRecord
@@ -226,6 +226,8 @@ class Runner:
                 "status": pre.status, "evidence": pre.evidence, "reason": pre.reason, "finished_at": time.time()}))
         try:
             spec = self.adapter.launch(self.contract, setting, patches=patches or None)
+            outputs = getattr(self.adapter, "trial_outputs", None)  # checkpoints & co. into the trial's directory
+            spec = outputs(spec) if callable(outputs) else spec
         except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
             return self.record.finish(trial.model_copy(update={
                 "status": TrialStatus.INVALID, "evidence": [f"launch: {e}"], "reason": str(e).splitlines()[0][:200],
@@ -241,8 +243,12 @@ class Runner:
         mem = (spec.memory_cap_bytes or 0) * procs
         self._gate.acquire(procs, mem)
         relaunched: list[str] = []  # evidence of launches the scheduler held (each cancelled and launched again)
-        guard = TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
-        before = guard.snapshot()
+        # An isolated trial cannot write outside its directory (the repository is read-only to it): nothing to watch.
+        # An unisolated one is watched: the repository is compared before and after it.
+        isolates = getattr(self.executor, "isolates", None)
+        guard = None if callable(isolates) and isolates(self.record.trial_dir(trial.id)) else \
+            TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
+        before = guard.snapshot() if guard is not None else {}
         try:
             while True:
                 if adopted is not None:
@@ -268,17 +274,22 @@ class Runner:
         verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting)
         if relaunched:
             verdict = verdict.model_copy(update={"evidence": relaunched + verdict.evidence})
-        wrote = guard.changes(before)
+        # the runner's own output (`infrarsi tune ... > tune.log` in the repository) is not the trial's
+        wrote = guard.changes(before, ignore=open_for_writing(guard.root)) if guard is not None else []
         if wrote and not end.cancelled:  # a trial writes only its own directory (contract/scope.py)
             why = f"wrote outside its trial directory: {wrote[0]}" + (f" (and {len(wrote) - 1} more)" if len(wrote) > 1 else "")
             verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why,
                                                  "evidence": verdict.evidence + wrote[:10],
                                                  "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
+        if end.leftovers and not end.cancelled:  # by construction never (a PID namespace): checked all the same
+            why = next((e for e in end.evidence if "still running after it ended" in e), "left processes running")
+            verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why[:300],
+                                                 "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
         warnings = _unsandboxed(handle)
         if warnings:  # the run directory was writable to the trial: check every sealed record after it
             broken = settled_problems(self.record.run_dir)
             if broken and not end.cancelled:
-                why = f"the run's records changed while it ran without the sandbox: {broken[0]}"
+                why = f"the run's records changed while it ran without isolation: {broken[0]}"
                 verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why[:300],
                                                      "evidence": verdict.evidence + broken[:10],
                                                      "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
@@ -313,6 +324,7 @@ class Runner:
     def _launch(self, trial: Trial, spec: LaunchSpec, attempt: int) -> tuple[Trial, Handle]:
         token = uuid.uuid4().hex[:16]
         d = self.record.trial_dir(trial.id)
+        spec = spec.for_trial(d)  # the adapters' output folders, inside the trial's directory
         self.record.write_launch(trial.id, handle=None, spec=spec, attempt=attempt, token=token)
         handle = self.executor.submit(spec, d, token=token)
         command_line = getattr(self.executor, "command_line", None)
@@ -342,17 +354,24 @@ class Runner:
         return apply_loss_check(v, reference, compare_steps=loss.compare_steps, rtol=loss.rtol)
 
 
+UNISOLATED = "ran without isolation"  # the start of the warning an unisolated trial's record carries
+
+
 def _unsandboxed(handle: Handle) -> list[str]:
-    """The warning a trial's record carries when its run directory was writable to it ([] when it was not)."""
+    """The warning a trial's record carries when it ran without isolation ([] when it ran isolated, or had no run
+    around it): it could read the run's records and write outside its directory."""
     if handle.sandboxed:
         return []
-    if handle.kind == "local":
-        if not handle.unsandboxed_why:
-            return []  # a bare trial directory: no run around it
-        return [f"ran without the trial sandbox: {handle.unsandboxed_why}; the run directory was checked against "
-                f"its seals after the trial"]
-    return [f"{handle.kind} jobs run without the trial sandbox; the run directory was checked against its seals "
-            f"after the job"]
+    if handle.kind == "local" and not handle.unsandboxed_why:
+        return []  # a bare trial directory: no run around it
+    why = handle.unsandboxed_why or f"{handle.kind} jobs run without it"
+    return [f"{UNISOLATED}: {why}; the repository and the run's seals were checked after it, and promoting on its "
+            f"evidence needs invariants.isolation.allow_unisolated = true in the contract"]
+
+
+def unisolated(trial: Trial) -> bool:
+    """Whether a trial's record says it ran without isolation."""
+    return any(w.startswith(UNISOLATED) for w in trial.warnings)
 
 
 MAX_RELAUNCHES = 2  # launches of one trial the scheduler may hold before it counts as a failed trial
@@ -367,7 +386,9 @@ def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: P
                   warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, wall_s=end.wall_s,
                   measured_time=getattr(adapter, "measured_time", True))
     if why is None:
-        return v
+        seen = harness_line(trial_dir / STDOUT, warmup_steps=t.warmup_steps, measured_steps=t.measured_steps) \
+            if getattr(adapter, "measured_time", True) else None
+        return v if seen is None else v.model_copy(update={"evidence": v.evidence + [seen]})
     return v.model_copy(update={"status": TrialStatus.INVALID, "reason": why, "evidence": v.evidence + [why],
                                 "metrics": v.metrics.model_copy(update={"step_time_s": None, "tokens_per_s": None,
                                                                         "mfu": None, "tflops_per_device": None})})

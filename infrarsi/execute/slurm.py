@@ -13,9 +13,20 @@ States come from ``scontrol show job ID -o`` (finished jobs stay visible for Min
 ``sacct`` (slurmdbd or the jobcomp text file). Every client call has a timeout; an unreachable
 controller raises ``SlurmUnreachable`` with one line naming SLURM_CONF and the failed command.
 
-Jobs run without the local trial sandbox (``sandbox.py``: the job starts on another node, under slurmd):
-the run directory is writable to them, so the runner records that on every Slurm trial and checks the
-run's seal chain after each job instead. Nor is there a line clock (the job writes its own output).
+Isolation (``isolation.py``): the job runs its command inside bwrap on the node -- ``bwrap ... -- command``, or
+``srun ... bwrap ... -- command`` so that each task is isolated (srun's tasks are started by slurmd, not by the
+batch script). The layout is the local trial's (the nodes are assumed to share the file system, as the job's
+paths already are): its trial directory read-write, the repository read-only, no run directory, bank, cache,
+key, ``.git`` or home folder, the node's own GPU and RDMA devices (listed by the job script on the node). A single
+task gets a PID namespace of its own; the tasks of a multi-task step keep the node's PID and IPC namespaces and
+``/dev/shm`` (NCCL's shared memory and CUDA IPC between ranks need them), and Slurm's step cgroup ends them. Whether the nodes have a working bwrap is found out
+once per process and cluster by a probe job (``Config.isolation = "auto"``); where they do not (or ``isolation = "off"``),
+every trial is recorded as unisolated (the runner then checks the repository and the run's seals after each
+job, the report says so, and promotion on such evidence needs the contract's opt-in). With the isolation
+required (``"on"``, or a probe that passed), a job that lands on a node without bwrap fails; it never runs
+unisolated. The decision is the runner's, made before submitting: nothing a job could print or write decides
+it. A launch that starts its own ``srun`` is not isolated (its tasks would run outside). There is no line
+clock (the job writes its own output): only the wall-time bound applies to its reported steps.
 """
 
 from __future__ import annotations
@@ -25,15 +36,19 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..rundir.names import JOB_SCRIPT
+from ..contract.scope import repository_root
+from . import isolation
 from .executor import STDERR, STDOUT, Handle, LaunchEnd
-from .local import CAP_ENV, resolve_argv, trial_env
+from .local import CAP_ENV, EXIT_STATUS, WRAPPER, resolve_argv, run_dir_of, trial_env
 from .spec import LaunchSpec
 from .torchrun import is_torchrun
 
@@ -72,6 +87,10 @@ def is_held(info: dict[str, str]) -> bool:
     return info.get("JobState") == "PENDING" and (bool(_HELD.search(info.get("Reason", ""))) or info.get("Priority") == "0")
 
 
+# (SLURM_CONF, bwrap, partition, extra args) -> the isolation probe's answer ("" = works), once per process
+_PROBED: dict[tuple, str] = {}
+
+
 class SlurmExecutor:
     kind = "slurm"
 
@@ -92,6 +111,13 @@ class SlurmExecutor:
         every 30 s and rounds the limit up to minutes)."""
         extra_args: list[str] = []
         """More #SBATCH lines, e.g. ["--account=ml", "--gres=gpu:8"]."""
+        isolation: Literal["auto", "on", "off"] = "auto"
+        """Run each job's command inside bwrap on its node: "auto" when a probe job finds a working bwrap on a
+        node, "on" always (a node without it fails the job), "off" never (every trial recorded unisolated)."""
+        bwrap: str = "bwrap"
+        """The bwrap binary on the nodes (a name on their PATH, or a path)."""
+        probe_timeout_s: float = Field(300.0, gt=0)
+        """How long the isolation probe job may take, queue included."""
 
     def __init__(self, config: Config | None = None, *, env: dict[str, str] | None = None) -> None:
         self.config = config or SlurmExecutor.Config()
@@ -99,6 +125,7 @@ class SlurmExecutor:
         self._why: dict[str, str] = {}  # job id -> "timeout" | "cancel" (what infrarsi did to it)
         self._pending_since: dict[str, float] = {}  # job id -> monotonic time this process first saw it pending
         self._lock = threading.Lock()
+        self._probed: str | None = None  # "" once the probe found bwrap working; else why not
 
     # ------------------------------------------------------------- the client
     def _call(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -127,14 +154,82 @@ class SlurmExecutor:
         return math.ceil(spec.memory_cap_bytes * spec.processes / MiB) + self.config.mem_overhead_mb
 
     def command_line(self, spec: LaunchSpec) -> list[str]:
-        """The command the job script execs (``srun ...`` when it starts several tasks)."""
+        """The command the job script runs (``srun ...`` when it starts several tasks), as a person would."""
         argv = resolve_argv(spec.argv)
-        tasks = 1 if is_torchrun(argv) else spec.processes
-        return (["srun", f"--ntasks-per-node={tasks}"] if spec.nodes * tasks > 1 else []) + argv
+        return self._srun(spec) + argv
+
+    def _srun(self, spec: LaunchSpec) -> list[str]:
+        tasks = 1 if is_torchrun(resolve_argv(spec.argv)) else spec.processes
+        return ["srun", f"--ntasks-per-node={tasks}"] if spec.nodes * tasks > 1 else []
+
+    # ---------------------------------------------------------------- isolation
+    def isolation_why(self, trial_dir: Path, spec: LaunchSpec | None = None) -> str | None:
+        """None when a trial in ``trial_dir`` runs isolated on its node; else why not ("" for a bare trial
+        directory, which is never isolated)."""
+        if run_dir_of(trial_dir) is None:
+            return ""
+        if spec is not None and Path(resolve_argv(spec.argv)[0]).name == "srun":
+            return "the launch starts its own srun, whose tasks slurmd starts outside any isolation of the job"
+        if self.config.isolation == "off":
+            return "trial isolation is off (SlurmExecutor.Config.isolation = off or INFRARSI_ISOLATION=off)"
+        if self.config.isolation == "on":
+            return None
+        key = (self.env.get("SLURM_CONF", ""), self.config.bwrap, self.config.partition, tuple(self.config.extra_args))
+        with self._lock:
+            if self._probed is None:
+                self._probed = _PROBED.get(key)
+            if self._probed is None:
+                self._probed = _PROBED[key] = self._probe(Path(trial_dir))
+            return self._probed or None
+
+    def isolates(self, trial_dir: Path) -> bool:
+        return self.isolation_why(trial_dir) is None
+
+    def _probe(self, trial_dir: Path) -> str:
+        """Run bwrap with a trial's options in a job of its own; "" when it worked, else why not (one line)."""
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        out = (trial_dir / "isolation-probe.out").resolve()
+        b = shlex.quote(self.config.bwrap)
+        opts = " ".join(shlex.quote(o) for o in isolation.base_options())
+        wrap = (f"command -v {b} >/dev/null || {{ echo 'no {self.config.bwrap} on '$(hostname); exit 3; }}; "
+                f"{b} {opts} -- true && echo isolation-ok")
+        args = ["sbatch", "--parsable", "--wait", "--job-name=infrarsi-isolation-probe", "--time=1", "--mem=64M",
+                f"--output={out}", *([f"--partition={self.config.partition}"] if self.config.partition else []),
+                *self.config.extra_args, "--wrap", wrap]
+        try:
+            r = subprocess.run(args, env=self.env, capture_output=True, text=True, errors="replace",
+                               timeout=self.config.probe_timeout_s)
+        except subprocess.TimeoutExpired:
+            return f"the isolation probe job did not finish in {self.config.probe_timeout_s:g} s"
+        except FileNotFoundError:
+            raise SlurmUnreachable("Slurm unreachable: `sbatch` is not installed") from None
+        said = _read(out).strip()
+        if r.returncode == 0 and said.endswith("isolation-ok"):
+            return ""
+        tail = (said.splitlines() or r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        return f"the Slurm node has no working bwrap (probe job: {tail[:200]})"
+
+    def _isolated_command(self, spec: LaunchSpec, trial_dir: Path) -> list[str]:
+        """srun (several tasks) + bwrap ... -- python trial_wrapper.py --inner STATUS command (one status file: only
+        a single task's signal is told apart from its exit status)."""
+        cwd = Path(spec.cwd).resolve() if spec.cwd else Path.cwd().resolve()
+        argv = resolve_argv(spec.argv)
+        box = self._box(spec, trial_dir, cwd, argv)
+        srun = self._srun(spec)
+        status = str(trial_dir / EXIT_STATUS) if not srun else "/dev/null"
+        inner = [sys.executable, "-I", "-S", WRAPPER, "--inner", status, *argv]
+        return srun + box.argv(inner, bwrap_path=self.config.bwrap)
+
+    def _box(self, spec: LaunchSpec, trial_dir: Path, cwd: Path, argv: list[str]) -> isolation.Box:
+        # Several tasks (srun, each in a bwrap of its own) keep the node's PID and IPC namespaces and /dev/shm:
+        # NCCL's shared memory and CUDA IPC between the ranks of one node need them; Slurm's step cgroup ends them.
+        return isolation.trial_box(trial_dir, run_dir_of(trial_dir), argv=argv, env=spec.env, cwd=cwd,
+                                   repository=repository_root(cwd), shared=bool(self._srun(spec)), node_devices=True)
 
     def script(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> str:
         """The sbatch script for one trial."""
         trial_dir = Path(trial_dir).resolve()
+        spec = spec.for_trial(trial_dir)
         launcher = is_torchrun(resolve_argv(spec.argv))  # torchrun starts the workers itself: one task per node
         tasks = 1 if launcher else spec.processes
         minutes = max(1, math.ceil(spec.time_limit_s / 60))
@@ -155,17 +250,40 @@ class SlurmExecutor:
             lines.append(f"#SBATCH --partition={self.config.partition}")
         lines += [f"#SBATCH {a}" for a in self.config.extra_args]
         lines.append("")
+        isolated = self.isolation_why(trial_dir, spec) is None
+        if isolated:  # the submitting shell's secrets (sbatch exports its environment) stay out of the job
+            for k in sorted(set(os.environ) - set(isolation.clean_environment(os.environ))):
+                lines.append(f"unset {k}")
         for k, v in sorted(trial_env(spec, token, trial_dir).items()):
             lines.append(f"export {k}={shlex.quote(v)}")
         if spec.memory_cap_bytes is not None:
             # RLIMIT_DATA per process, in KiB; the same cap the local executor sets (INFRARSI_MEMORY_CAP_BYTES above).
             lines.append(f"ulimit -d {spec.memory_cap_bytes // 1024}")
-        lines.append("exec " + " ".join(shlex.quote(a) for a in self.command_line(spec)))
+        if not isolated:
+            lines.append("exec " + " ".join(shlex.quote(a) for a in self.command_line(spec)))
+            return "\n".join(lines) + "\n"
+        status = shlex.quote(str(trial_dir / EXIT_STATUS))
+        lines += [
+            f"rm -f {status}",
+            "# bwrap ends the command's namespace when it ends: a polite signal goes to the command, which decides",
+            "trap '' TERM INT HUP",
+            isolation.node_devices_shell(),
+            " ".join('"${infrarsi_dev[@]}"' if a == isolation.NODE_DEVICES else shlex.quote(a)
+                     for a in self._isolated_command(spec, trial_dir)),
+            "rc=$?",
+            "# bwrap reports a command ended by signal N as 128 + N: end the same way when the inner wrapper agrees",
+            f'if [ "$rc" -gt 128 ] && [ "$(cat {status} 2>/dev/null)" = "signal $((rc - 128))" ]; then',
+            "  trap - TERM INT HUP; kill -s $((rc - 128)) $$",
+            "fi",
+            "exit $rc",
+        ]
         return "\n".join(lines) + "\n"
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         trial_dir = Path(trial_dir)
         trial_dir.mkdir(parents=True, exist_ok=True)
+        spec = spec.for_trial(trial_dir)
+        why = self.isolation_why(trial_dir, spec)
         path = trial_dir / JOB_SCRIPT
         path.write_text(self.script(spec, trial_dir, token=token))
         r = self._call("sbatch", "--parsable", str(path.resolve()))
@@ -174,7 +292,7 @@ class SlurmExecutor:
             raise SlurmError(f"sbatch printed no job id: {r.stdout.strip()!r}")
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=job_id,
                       submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
-                      pending_timeout_s=spec.pending_timeout_s)
+                      pending_timeout_s=spec.pending_timeout_s, sandboxed=why is None, unsandboxed_why=why or "")
 
     # ------------------------------------------------------------------- state
     def job_info(self, job_id: str) -> dict[str, str] | None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
+
+TRIAL_DIR = "@INFRARSI_TRIAL_DIR@"
+"""In an argv word or an env value: replaced by the trial's directory when the trial is launched (adapters point a
+framework's checkpoints, TensorBoard and log folders there: ``f"{TRIAL_DIR}/outputs/checkpoints"``)."""
 
 
 class LaunchSpec(BaseModel):
@@ -23,3 +29,11 @@ class LaunchSpec(BaseModel):
     """Slurm: seconds the job may wait in the queue (the contract's invariants.timing.pending_timeout_s)."""
     memory_cap_bytes: int | None = None
     """Per-process memory cap; None = no cap."""
+
+    def for_trial(self, trial_dir: str | Path) -> "LaunchSpec":
+        """This spec with :data:`TRIAL_DIR` replaced by ``trial_dir`` (absolute) in its argv and env values."""
+        d = str(Path(trial_dir).resolve())
+        if not any(TRIAL_DIR in a for a in self.argv) and not any(TRIAL_DIR in v for v in self.env.values()):
+            return self
+        return self.model_copy(update={"argv": [a.replace(TRIAL_DIR, d) for a in self.argv],
+                                       "env": {k: v.replace(TRIAL_DIR, d) for k, v in self.env.items()}})

@@ -79,8 +79,8 @@ class TorchrunExecutor(LocalExecutor):
     def command_line(self, spec: LaunchSpec) -> list[str]:
         return super().command_line(wrap(spec))
 
-    def command(self, spec: LaunchSpec, trial_dir: Path | None = None) -> list[str]:
-        return super().command(wrap(spec), trial_dir)
+    def command(self, spec: LaunchSpec, trial_dir: Path | None = None, **kw) -> list[str]:
+        return super().command(wrap(spec), trial_dir, **kw)
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         return super().submit(wrap(spec), trial_dir, token=token)

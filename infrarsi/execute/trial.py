@@ -80,7 +80,7 @@ class Trial(BaseModel):
     started_at: float | None = None  # unix seconds
     finished_at: float | None = None
     path: str | None = None  # the trial's directory
-    warnings: list[str] = []  # what the harness could not guarantee for this trial (e.g. it ran without the sandbox)
+    warnings: list[str] = []  # what the harness could not guarantee for this trial (e.g. it ran without isolation)
 
     @model_validator(mode="after")
     def _check(self) -> "Trial":

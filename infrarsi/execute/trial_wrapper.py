@@ -1,4 +1,4 @@
-"""The exec wrapper of a local trial: ``python trial_wrapper.py CAP RUNNER_PID SANDBOX COMMAND...``.
+"""The exec wrapper of a local trial: ``python trial_wrapper.py CAP RUNNER_PID CGROUP_PROCS COMMAND...``.
 
 Runs as the leader of the trial's own process group (the executor starts it in a new session), then:
 
@@ -8,19 +8,28 @@ Runs as the leader of the trial's own process group (the executor starts it in a
    process of the trial, so no training process outlives the runner: first those whose environment holds
    the trial's token (``INFRARSI_TRIAL_TOKEN``), which reaches processes that left the group (torchrun
    starts each rank in its own session, so a SIGKILL of torchrun alone would leave its ranks training
-   on), then the whole group; when the leader ends first it just exits;
-3. enters the sandbox SANDBOX describes (JSON, see ``sandbox.py``; "none": no sandbox). A sandbox that
-   cannot be entered ends the trial with status 126 and the reason on stderr: never run unsandboxed when
-   the executor was told the sandbox works;
-4. ``execvp`` s the command: the command itself keeps the leader's pid, its exit status and signals.
+   on), then the whole group; when the leader ends first it just exits. An isolated trial needs none of
+   this (bwrap dies with the runner and its PID namespace with it, see ``isolation.py``): the watchdog is
+   the second line, and the only one for an unisolated trial;
+3. joins the trial's cgroup (writes its pid into CGROUP_PROCS, a ``cgroup.procs`` file; "none": no cgroup),
+   so every process the command starts is counted against its ``pids.max`` and listed there;
+4. ``execvp`` s the command (for an isolated trial ``bwrap ... -- python trial_wrapper.py --inner ...``): it
+   keeps the leader's pid, its exit status and signals.
+
+``python trial_wrapper.py --inner STATUS_FILE COMMAND...`` is the first process inside the isolation: bwrap
+reports a command killed by signal N as exit status 128 + N, so the inner wrapper runs the command as its
+child, writes how it ended (``exit N`` / ``signal N``) to STATUS_FILE and ends the same way; the executor
+believes the file only where it agrees with bwrap's status. It forwards SIGTERM, SIGINT and SIGHUP to the
+command rather than die of them (the executor sends a polite signal to every process of the namespace: the command
+decides, and this wrapper outlives it to report); one that comes while the command starts is delivered to it once
+it has its default dispositions back, never lost.
 
 The watchdog is double-forked, so the command never has a child it did not start (no zombie, no
-stray SIGCHLD it must reap). Standalone on purpose: it imports nothing from infrarsi (``sandbox.py`` beside it is stdlib only), so a trial
+stray SIGCHLD it must reap). Standalone on purpose: it imports nothing from infrarsi, so a trial
 starts in the time of one interpreter start-up. Linux only (pidfd_open: kernel 5.3; older kernels
 fall back to checking the runner twice a second).
 """
 
-import json
 import os
 import resource
 import select
@@ -115,8 +124,84 @@ def _alive(pid: int) -> bool:
     return True
 
 
+POLITE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def inner(status_file: str, command: list) -> None:
+    """The first process inside the isolation: run the command, record how it ended, end the same way."""
+    state = {"child": 0, "pending": []}
+
+    def forward(sig, frame):  # a polite signal is the command's to act on; this wrapper outlives it to report
+        if state["child"]:
+            try:
+                os.kill(state["child"], sig)
+            except OSError:
+                pass
+        else:
+            state["pending"].append(sig)
+
+    for sig in POLITE:
+        signal.signal(sig, forward)
+    try:
+        child = os.fork()
+    except OSError as e:
+        sys.stderr.write(f"infrarsi: cannot start the trial: {e}\n")
+        os._exit(126)
+    if child == 0:
+        # what the command gets is what a shell would give it: default dispositions (Python ignores SIGPIPE); a
+        # polite signal that came while it started is raised again, and delivered once it is unblocked
+        signal.pthread_sigmask(signal.SIG_BLOCK, POLITE)
+        for sig in (*POLITE, signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        for sig in state["pending"]:
+            os.kill(os.getpid(), sig)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, POLITE)
+        try:
+            os.execvp(command[0], command)
+        except OSError as e:
+            sys.stderr.write(f"infrarsi: cannot run {command[0]!r}: {type(e).__name__}: {e}\n")
+            os._exit(127)
+    state["child"] = child
+    for sig in state["pending"]:  # came before the child was there to get it
+        forward(sig, None)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except ChildProcessError:
+            status = 0
+            break
+        except InterruptedError:
+            continue
+    how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
+    try:
+        with open(status_file, "w") as f:
+            f.write(how + "\n")
+    except OSError:
+        pass
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal that does not end a process by default
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+def _join(procs_file: str) -> None:
+    if procs_file == "none":
+        return
+    try:
+        with open(procs_file, "w") as f:
+            f.write(str(os.getpid()))
+    except OSError as e:
+        sys.stderr.write(f"infrarsi: could not join the trial's cgroup ({procs_file}): {e.strerror or e}\n")
+        os._exit(126)
+
+
 def main(argv: list) -> None:
-    cap, runner, box, command = argv[1], int(argv[2]), argv[3], argv[4:]
+    if argv[1:2] == ["--inner"]:
+        inner(argv[2], argv[3:])
+    cap, runner, procs, command = argv[1], int(argv[2]), argv[3], argv[4:]
     _cap(cap)
     leader = os.getpid()
     if os.getppid() != runner:  # the runner died before we started: nothing to run for
@@ -128,15 +213,12 @@ def main(argv: list) -> None:
             _watch(runner, leader)
         os._exit(0)
     os.waitpid(mid, 0)
-    if box != "none":
-        import sandbox  # the sibling file (this script's folder is sys.path[0])
-
-        try:
-            sandbox.enter(json.loads(box))
-        except OSError as e:
-            sys.stderr.write(f"infrarsi: the trial sandbox could not be entered: {e.strerror or e}\n")
-            os._exit(126)
-    os.execvp(command[0], command)
+    _join(procs)
+    try:
+        os.execvp(command[0], command)
+    except OSError as e:
+        sys.stderr.write(f"infrarsi: cannot run {command[0]!r}: {type(e).__name__}: {e}\n")
+        os._exit(127)
 
 
 if __name__ == "__main__":

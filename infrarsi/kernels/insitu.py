@@ -7,20 +7,27 @@ Loading goes through the verifier's own loader (the same module name, the same e
 verdicts.refusal() has re-hashed the file against the verdict recorded at run start. torchtitan's patch
 hook (launchers/torchtitan_patches.py) wraps its candidate with :func:`spot_checked` too: one policy.
 
-Spot checks: the first call of each op, and then a random 1 in ``every`` (``INFRARSI_SPOT_EVERY``, default
-50; 0 turns them off), is recomputed by the op's reference in fp64 on the same tensors and compared
-element by element with the reference's per-dtype tolerance -- the output at once, and in backward the
-gradient the candidate hands each input (identity autograd functions around the call capture the output
-gradient and the input gradients). A mismatch prints one line ``infrarsi kernel spot check failed: op=PATH
-...`` and ends the process with status 3, which the log classifier turns into ``numerics_drift``; the run
-stage then disqualifies the candidate for the rest of the run. This catches a candidate that behaves
-differently on the real tensors than on any verifier's.
+Spot checks: a random 1 in ``every`` calls (``INFRARSI_SPOT_EVERY``, default 50; 0 turns them off), and one
+call drawn at random among the first ``FIRST_WINDOW`` (8) of each op, is recomputed by the op's reference in fp64 on the
+same tensors and compared element by element with the reference's per-dtype tolerance -- the output, and in
+backward the gradient the candidate hands each input, given the output gradient it received. A mismatch prints
+one line ``infrarsi kernel spot check failed: op=PATH ...`` and ends the process with status 3, which the log
+classifier turns into ``numerics_drift``; the run stage then disqualifies the candidate for the rest of the run.
+This catches a candidate that behaves differently on the real tensors than on any verifier's.
+
+A checked call cannot be told apart from another while it runs: every call is the same ``module.forward(*args)``
+from the same frame, on the caller's own tensors, and returns the candidate's own outputs; whether it is checked
+is drawn *after* it returned (``secrets.SystemRandom``: no generator state in the process to read and predict).
+The backward check adds nothing to the tensors either: it registers hooks on the autograd nodes the call made
+(a pre-hook on each output's node for the gradient it receives, a hook on each node whose edge leads into an
+input for the gradient the candidate sends there, the candidate's share only) -- after the call, on nodes of
+its own graph; no wrapper appears in any ``grad_fn``.
 """
 
 from __future__ import annotations
 
 import os
-import random
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,7 @@ from .verdicts import DRIFT, REFUSED, refusal
 EXIT_DRIFT = 3
 EXIT_REFUSED = 2
 SPOT_ENV = "INFRARSI_SPOT_EVERY"
+FIRST_WINDOW = 8  # one of an op's first 8 calls (drawn) is always checked: a tuning trial makes a few dozen
 
 
 def load_for_training(specs: list[str]) -> dict[str, Any]:
@@ -74,14 +82,26 @@ class SpotChecked:
         self.op, self.path, self.module, self.reference, self.every = op, path, module, reference, every
         self.calls = 0
         self.checked = 0
-        self._rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+        self._draw = secrets.SystemRandom()
 
     def forward(self, *args):
         self.calls += 1
-        if self.every <= 0 or not (self.calls == 1 or self._rng.random() < 1.0 / self.every):
-            return self.module.forward(*args)
-        self.checked += 1
-        return _checked_call(self, args)
+        outs = self.module.forward(*args)  # the same call, checked or not
+        if self._chosen():
+            self.checked += 1
+            _check(self, args, outs)
+        return outs
+
+    def _chosen(self) -> bool:
+        """Drawn after the call: 1 in ``every``; and, while none has been checked among the first
+        ``min(every, FIRST_WINDOW)`` calls, 1 in (calls left in that window): one call of the window, uniformly,
+        whatever the run's length (a short tuning trial gets its check)."""
+        if self.every <= 0:
+            return False
+        window = min(self.every, FIRST_WINDOW)
+        if self.checked == 0 and self.calls <= window:
+            return self._draw.random() < 1.0 / (window - self.calls + 1)
+        return self._draw.random() < 1.0 / self.every
 
     def fail(self, what: str) -> None:
         print(f"{DRIFT}: {self.op}={self.path} call {self.calls}: {what}", file=sys.stderr, flush=True)
@@ -113,7 +133,8 @@ def _worst(got, want, atol: float, rtol: float) -> str | None:
             f"{float(g.flatten()[i]):.6g} vs {float(w.flatten()[i]):.6g}; atol {atol}, rtol {rtol})")
 
 
-def _checked_call(sc: SpotChecked, args: tuple):
+def _check(sc: SpotChecked, args: tuple, outs) -> None:
+    """Compare the call's outputs with the reference now, and arm its backward check (hooks on its nodes)."""
     import torch
 
     atol, rtol = _tolerance(sc.reference, args)
@@ -121,54 +142,94 @@ def _checked_call(sc: SpotChecked, args: tuple):
     def up(a):
         return a.detach().double() if torch.is_tensor(a) and a.is_floating_point() else a
 
-    state: dict[str, Any] = {"args64": [up(a) for a in args]}
-    diff = [i for i, a in enumerate(args) if torch.is_tensor(a) and a.requires_grad and torch.is_grad_enabled()]
-
-    class _Probe(torch.autograd.Function):
-        """Identity on the outputs; its backward keeps the output gradients the candidate receives."""
-
-        @staticmethod
-        def forward(ctx, *outs):
-            return tuple(o.clone() for o in outs)
-
-        @staticmethod
-        def backward(ctx, *grads):
-            state["grad_outs"] = [g.detach() if g is not None else None for g in grads]
-            return grads
-
-    class _Tap(torch.autograd.Function):
-        """Identity on one input; its backward compares the candidate's gradient with the reference's."""
-
-        @staticmethod
-        def forward(ctx, a, i):
-            ctx.i = i
-            return a.view_as(a)
-
-        @staticmethod
-        def backward(ctx, g):
-            if "grads64" not in state:
-                state["grads64"] = _reference_grads(sc.reference, state, diff)
-            want = state["grads64"].get(ctx.i)
-            if g is not None and want is not None:
-                why = _worst(g, want, atol, rtol)
-                if why is not None:
-                    sc.fail(f"backward: gradient of argument {ctx.i}: {why}")
-            return g, None
-
-    call_args = [(_Tap.apply(a, i) if i in diff else a) for i, a in enumerate(args)]
-    outs = sc.module.forward(*call_args)
-    single = not isinstance(outs, (tuple, list))
-    outs_t = (outs,) if single else tuple(outs)
+    args64 = [up(a) for a in args]
+    outs_t = (outs,) if not isinstance(outs, (tuple, list)) else tuple(outs)
     with torch.no_grad(), torch.autocast(outs_t[0].device.type, enabled=False):
-        want = sc.reference.forward(*state["args64"])
+        want = sc.reference.forward(*args64)
     want_t = (want,) if not isinstance(want, (tuple, list)) else tuple(want)
     for k, (o, w) in enumerate(zip(outs_t, want_t)):
         why = _worst(o, w, atol, rtol)
         if why is not None:
             sc.fail(f"forward: output {k}: {why}")
-    if diff and any(o.requires_grad for o in outs_t):
-        outs_t = _Probe.apply(*outs_t)
-    return outs_t[0] if single else type(outs)(outs_t) if isinstance(outs, tuple) else list(outs_t)
+    diff = [i for i, a in enumerate(args) if torch.is_tensor(a) and a.requires_grad]
+    live = [(k, o) for k, o in enumerate(outs_t) if torch.is_tensor(o) and o.grad_fn is not None]
+    if diff and live and torch.is_grad_enabled():
+        _arm_backward(sc, args, args64, diff, live, len(outs_t), atol, rtol)
+
+
+def _arm_backward(sc: SpotChecked, args, args64, diff: list[int], live, n_outs: int, atol: float, rtol: float) -> None:
+    """Hooks on the call's own autograd nodes: each output's node records the gradient the output receives; each
+    node with an edge into a differentiable argument's node records what it sends along that edge (the
+    candidate's share of that argument's gradient). When every such edge has reported, the shares are compared
+    with the reference's fp64 gradients given the same output gradients."""
+    import torch
+
+    grad_outs: list = [None] * n_outs
+    targets = {}  # id(node of argument i) -> i: its grad_fn, or for a leaf the AccumulateGrad holding it
+    leaves = {}  # id(leaf tensor) -> i
+    for i in diff:
+        if args[i].grad_fn is not None:
+            targets[id(args[i].grad_fn)] = (i, args[i].output_nr)
+        else:
+            leaves[id(args[i])] = i
+    edges: dict[int, tuple[Any, list[tuple[int, int]]]] = {}  # id(node) -> (node, [(edge index, argument)])
+    seen, stack = set(), [o.grad_fn for _, o in live]
+    while stack and len(seen) < MAX_NODES:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for j, (nxt, nr) in enumerate(node.next_functions):
+            if nxt is None:
+                continue
+            hit = targets.get(id(nxt))
+            i = hit[0] if hit is not None and hit[1] == nr else leaves.get(id(getattr(nxt, "variable", None)))
+            if i is not None:
+                edges.setdefault(id(node), (node, []))[1].append((j, i))
+            else:
+                stack.append(nxt)
+    if not edges:
+        return
+    shares: dict[int, Any] = {}
+    pending = set(edges)
+    by_node: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
+    for k, o in live:
+        by_node.setdefault(id(o.grad_fn), (o.grad_fn, []))[1].append((o.output_nr, k))
+
+    for _, (node, outs_of) in by_node.items():
+        def pre(grads, outs_of=outs_of):
+            for nr, k in outs_of:
+                if nr < len(grads) and grads[nr] is not None:
+                    grad_outs[k] = grads[nr].detach()
+        node.register_prehook(pre)
+
+    for key, (node, pairs) in edges.items():
+        def post(grad_inputs, grad_outputs, key=key, pairs=pairs):
+            for j, i in pairs:
+                g = grad_inputs[j] if j < len(grad_inputs) else None
+                if g is not None:
+                    shares[i] = g.detach() if i not in shares else shares[i] + g.detach()
+            pending.discard(key)
+            if not pending:
+                _compare_backward(sc, args64, diff, grad_outs, shares, atol, rtol)
+        node.register_hook(post)
+
+
+MAX_NODES = 256  # nodes of the call's own graph walked to find its edges into the arguments
+
+
+def _compare_backward(sc: SpotChecked, args64, diff: list[int], grad_outs, shares: dict, atol: float,
+                      rtol: float) -> None:
+    want = _reference_grads(sc.reference, {"args64": args64, "grad_outs": list(grad_outs)}, diff)
+    for i in diff:
+        got, ref = shares.get(i), want.get(i)
+        if got is None or ref is None:
+            continue
+        if got.shape != ref.shape and got.numel() == ref.numel():
+            got = got.reshape(ref.shape)  # the candidate's share arrives through its own view of the argument
+        why = _worst(got, ref, atol, rtol)
+        if why is not None:
+            sc.fail(f"backward: gradient of argument {i}: {why}")
 
 
 def _reference_grads(ref, state: dict, diff: list[int]) -> dict[int, Any]:
@@ -176,7 +237,7 @@ def _reference_grads(ref, state: dict, diff: list[int]) -> dict[int, Any]:
     import torch
 
     grad_outs = state.get("grad_outs")
-    if grad_outs is None:
+    if grad_outs is None or all(g is None for g in grad_outs):
         return {}
     with torch.enable_grad(), torch.autocast("cpu", enabled=False):
         args64 = [a.clone().requires_grad_(True) if i in diff else a for i, a in enumerate(state["args64"])]

@@ -9,7 +9,9 @@
    candidates), and verified; those that pass join that op's knob domain for this run. A contract whose
    ``scope.files`` does not take that folder gets no generated candidates (one line says which glob to add).
 2. Every candidate in a kernel knob's domain is verified (all of verify.py, plus a family drawn from the
-   contract's model: its hidden size, MLP width, heads and vocabulary); failures leave the domain.
+   contract's model: its hidden size, MLP width, heads and vocabulary), inside the trials' isolation (no run
+   directory, key, cache or bank visible; nothing writable); failures leave the domain. Where the machine has
+   no isolation, the repository is watched and the run's seals are checked around each verification.
 3. The verdicts are recorded in the run's verdict file (RunDir.verdicts_path) and the adapter is wrapped so that
    every launch names that file: the workload refuses bytes that are not the ones that passed.
 """
@@ -144,11 +146,13 @@ def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], e
     if not knobs:
         return space, {}, adapter
     settings = settings or VerifySettings(model=model_dims(contract))
-    guard = _guard(run_dir)
-    gen_guard = _guard(run_dir, *(_repository() / generated_folder(k.name.removeprefix("kernel_")) for k in knobs))
-    before = gen_guard.snapshot()
+    # Isolated verification cannot write the repository (execute/isolation.py); without isolation the repository is
+    # watched around it, and the run's seals are checked after it (unisolated_watch).
+    gen_guard = _guard(run_dir, *(_repository() / generated_folder(k.name.removeprefix("kernel_")) for k in knobs)) \
+        if isolation_problem() is not None else None
+    before = gen_guard.snapshot() if gen_guard is not None else {}
     generated = generate_for_run(space, contract, run_dir, phases, err, llm=llm, settings=settings)
-    wrote = gen_guard.changes(before)  # generated candidates ran inside generate_kernel's verification
+    wrote = _changes(gen_guard, before, run_dir)  # generated candidates ran inside generate_kernel's verification
     for g in generated.values():
         if wrote:
             g.update(verdict="fail", reasons=[*g["reasons"], *_sandbox_reasons(wrote)])
@@ -164,12 +168,11 @@ def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], e
                 continue
             if v in generated and generated[v]["verdict"] != "pass":
                 continue
-            before = guard.snapshot()
-            res = verify(v, op=op, settings=settings)
-            wrote = guard.changes(before)  # a candidate writes nothing while it is verified
+            res, wrote = verify_watched(v, op, settings, run_dir)
             reasons = list(res.reasons) + _sandbox_reasons(wrote)
             verdicts[v] = {**generated.get(v, {"origin": "contract"}), "op": op,
-                           "verdict": "fail" if wrote else res.verdict, "reasons": reasons, "sha256": res.sha256}
+                           "verdict": "fail" if wrote else res.verdict, "reasons": reasons, "sha256": res.sha256,
+                           "isolated": res.isolated}
             if verdicts[v]["verdict"] == "pass":
                 keep.append(v)
             else:
@@ -182,11 +185,42 @@ def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], e
     return extended_space(space, domains), verdicts, verdicts_mod.pinned(adapter, f)
 
 
-def _guard(run_dir: Path, *also: Path):
+def isolation_problem() -> str | None:
+    from .verify import isolation_problem as why
+
+    return why()
+
+
+def verify_watched(path, op: str, settings, run_dir: Path | None):
+    """(verify()'s result, writes it made outside ``run_dir``). Isolated: nothing to watch (it can write nothing).
+    Unisolated: the repository is compared around it (the stage's own open files aside), and the run's seals are
+    checked after it (SealError when a record changed: the candidate could read the key)."""
+    from .verify import verify
+
+    guard = _guard(run_dir) if isolation_problem() is not None else None
+    before = guard.snapshot() if guard is not None else {}
+    res = verify(path, op=op, settings=settings) if settings is not None else verify(path, op=op)
+    return res, _changes(guard, before, run_dir)
+
+
+def _changes(guard, before, run_dir: Path | None) -> list[str]:
+    if guard is None:
+        return []
+    from ..contract import seal
+    from ..contract.scope import open_for_writing
+
+    wrote = guard.changes(before, ignore=open_for_writing(guard.root))
+    broken = seal.settled_problems(run_dir) if run_dir is not None else []
+    if broken:
+        raise seal.SealError(f"tampered records in {run_dir} after an unisolated kernel verification: {broken[0]}")
+    return wrote
+
+
+def _guard(run_dir: Path | None, *also: Path):
     """Watches the repository for writes outside the run directory (and ``also``: where generation writes)."""
     from ..contract.scope import TreeGuard
 
-    return TreeGuard(_repository(), allowed=[run_dir, *also])
+    return TreeGuard(_repository(), allowed=[p for p in (run_dir, *also) if p is not None])
 
 
 def _sandbox_reasons(wrote: list) -> list[str]:

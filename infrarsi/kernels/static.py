@@ -1,10 +1,20 @@
-"""Static checks on a candidate's source (AST), run before any of it is imported.
+"""Static checks on a candidate's source (AST), run before any of it is imported: a lint.
+
+The lint refuses what an honest kernel never needs, early and with a clear line; it is not what keeps a
+candidate from the records or the secrets -- the isolation the dynamic checks run in is (verify.py,
+execute/isolation.py). Python offers too many routes to everything for an AST check to be a boundary.
 
 An allowlist, not a denylist: a candidate may import only the modules in ALLOWED_IMPORTS, call only
 the builtins in ALLOWED_BUILTINS, reach only the torch and triton attributes listed below, and never
 read an attribute by a computed name (no getattr, no ``__dict__``/``__class__``/frame attributes, no
 ``str.format`` field lookups). Anything else is a way to find out that it is being checked (the call
 stack, the environment, the clock) or to do the work somewhere a reviewer does not look.
+
+Attribute chains that leave the allowlist through an allowed module are refused too: any attribute named like
+a module or builtin that reaches the interpreter's internals (``DENIED_ATTRS``: ``typing.sys``,
+``triton.language.core.builtins``, ``torch.autograd.function.inspect``, ``.modules``, ``.exec``, ...), and any
+chain rooted at an import that, resolved on the real module, lands on a module off the allowlist or a builtin
+off ``ALLOWED_BUILTINS``.
 
 Besides: a ``@triton.jit`` kernel and a module-level ``forward``; no try/except fallbacks; no
 assignment to attributes of imported modules (monkeypatching). Each finding is one line
@@ -43,6 +53,13 @@ DENIED_METHODS = frozenset(
     "rsqrt sqrt exp log sigmoid tanh softmax log_softmax logsumexp mean var norm pow mul mul_ add add_ sub div "
     "div_ gather scatter neg addcmul lerp cos sin numpy tolist copy_ fill_ zero_ index_select".split())
 PROTECTED_ROOTS = ("time", "torch", "triton", "os", "math", "random", "functools", "tl", "typing")
+# Attribute names that lead from an allowed module to the interpreter, the process or the file system
+# (typing.sys, triton.language.core.builtins, torch.autograd.function.inspect, sys.modules, builtins.exec):
+# refused wherever they appear, whatever they are read from.
+DENIED_ATTRS = frozenset(
+    "sys os builtins inspect modules importlib subprocess exec eval compile open globals locals vars getattr "
+    "setattr delattr environ ctypes stack currentframe system popen pathlib shutil socket signal gc marshal "
+    "pickle runpy tempfile threading multiprocessing io posix".split())
 
 _ALLOWED_MSG = ("a candidate may import " + ", ".join(sorted(ALLOWED_IMPORTS)) + " (and triton.language.*) only")
 
@@ -148,8 +165,13 @@ def static_check(source: str) -> list[str]:
             if node.attr.startswith("_") or node.attr in FRAME_ATTRS:
                 add(f"static-attribute: line {line}: reads .{node.attr}; private, dunder and frame attributes are "
                     "off limits (no attribute access by computed or hidden name)")
-            elif id(node) not in kernel_nodes:
-                _check_module_attr(node, aliases, line, add)
+            elif node.attr in DENIED_ATTRS:
+                add(f"static-attribute: line {line}: reads .{node.attr}; a route from an allowed module to the "
+                    f"interpreter, the process or the files (static.DENIED_ATTRS are off limits)")
+            else:
+                _check_reached(node, aliases, line, add)
+                if id(node) not in kernel_nodes:
+                    _check_module_attr(node, aliases, line, add)
         elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
             add(f"static-try: line {line}: try/except is not allowed (a failing kernel must fail, not fall back)")
         elif isinstance(node, ast.With):
@@ -177,18 +199,73 @@ def static_check(source: str) -> list[str]:
     return reasons
 
 
+def _allowed_module(module: str) -> bool:
+    return module in ALLOWED_IMPORTS or any(module.startswith(m + ".") for m, deep in ALLOWED_IMPORTS.items() if deep)
+
+
+def _resolve(full: str) -> str | None:
+    """Why the dotted path ``full`` (rooted at an allowed module) reaches past the allowlist, resolved on the real
+    modules: a module off ALLOWED_IMPORTS, or a builtin off ALLOWED_BUILTINS, on its way; None when it does not
+    (or cannot be resolved). triton is resolved only once imported (importing it here first would fix the
+    interpreter mode for the whole process, see loader.ensure_interpreter)."""
+    import importlib
+    import sys
+    import types
+
+    parts = full.split(".")
+    if parts[0] not in {m.split(".")[0] for m in ALLOWED_IMPORTS} or parts[0] == "__future__":
+        return None
+    if parts[0] == "triton" and "triton" not in sys.modules:
+        return None
+    try:
+        obj = importlib.import_module(parts[0])
+    except Exception:  # noqa: BLE001 - not installed here: nothing to resolve
+        return None
+    builtin_names = {k: v for k, v in vars(builtins).items()}
+    for i, attr in enumerate(parts[1:], start=1):
+        try:
+            obj = getattr(obj, attr)
+        except Exception:  # noqa: BLE001 - a name the module does not have: the import or the call will say so
+            return None
+        where = ".".join(parts[:i + 1])
+        if isinstance(obj, types.ModuleType) and not _allowed_module(obj.__name__):
+            return f"{where} is the module {obj.__name__}, which {_ALLOWED_MSG}"
+        if attr in builtin_names and obj is builtin_names[attr] and attr not in ALLOWED_BUILTINS:
+            return f"{where} is the builtin {attr}, off the allowed builtins"
+    return None
+
+
+def _check_reached(node: ast.Attribute, aliases: dict[str, str], line, add) -> None:
+    """An attribute chain rooted at an import that reaches a module or builtin off the allowlists."""
+    name = _dotted(node)
+    if name is None:
+        return
+    root, _, rest = name.partition(".")
+    if root not in aliases:
+        return
+    why = _resolve(aliases[root] + ("." + rest if rest else ""))
+    if why:
+        add(f"static-attribute: line {line}: {name}: {why}")
+
+
 def _check_import(module: str, name: str | None, line: int, add) -> None:
     """``import module`` (name None) or ``from module import name``."""
     if "reference" in module.split(".") or name == "reference":
         add(f"static-fallback: line {line}: imports {module}{'.' + name if name else ''}; "
             "the candidate may not use the reference")
-    ok = module in ALLOWED_IMPORTS or any(module.startswith(m + ".") for m, deep in ALLOWED_IMPORTS.items() if deep)
-    if not ok:
+    if not _allowed_module(module):
         add(f"static-import: line {line}: imports {module}; {_ALLOWED_MSG}")
         return
     if name is None:
         return
     full = f"{module}.{name}"
+    if name in DENIED_ATTRS:
+        add(f"static-import: line {line}: imports {full}; a route from an allowed module to the interpreter")
+        return
+    why = _resolve(full)
+    if why:
+        add(f"static-import: line {line}: imports {full}: {why}")
+        return
     if module in ("torch", "triton", "torch.autograd"):
         _check_path(full, line, add)
 

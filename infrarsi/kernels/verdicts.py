@@ -12,8 +12,8 @@ a trial of this run caught it drifting in situ (``disqualify``: it is then refus
 The file is one of the run's sealed records (contract/seal.py): every write goes through RunDir,
 so a verdict edited by hand (``fail`` -> ``pass``) is refused by run, report and apply, naming the file.
 
-The training process needs no seal key. A trial cannot read the key (the local sandbox hides it) or may
-run where there is none (a Slurm node without the user's home folder), so the launch carries the
+The training process needs no seal key. A trial cannot read the key nor the verdict file (its isolation hides
+both, see execute/isolation.py) or may run where there is none (a Slurm node without the user's home folder), so the launch carries the
 verdicts itself: ``pinned`` checks the file's seal in the stage's process, which holds the key, and puts
 ``INFRARSI_KERNEL_PINS`` (JSON, resolved candidate path -> sha256, the candidates that pass at that
 moment) into every launch's environment, which the Slurm job script exports like the rest of it. The
@@ -114,6 +114,9 @@ def refusal(op: str, path: str) -> str | None:
         return _pin_refusal(op, path, pins, f)
     if not f:
         return None
+    if not Path(f).is_file():
+        return (f"{op}={path} cannot be checked: the run's verdict file {f} cannot be read here (an isolated trial "
+                f"sees no run directory; a launch by the run stage carries the verdicts in {PINS_ENV})")
     tampered = seal_problem(Path(f))
     if tampered is not None:
         return f"{op}={path} cannot be checked: {tampered}"

@@ -6,15 +6,21 @@
 Two stages, each failure one reason ``code: message``:
 
 static (static.py, in this process, before anything of the candidate runs)
-    an allowlist of imports, builtins and torch/triton attributes; no attribute access by computed name,
-    no try/except fallbacks, no monkeypatching, a @triton.jit kernel and a module-level forward.
-dynamic (dynamic.py, in a fresh Python process per candidate)
+    a lint: an allowlist of imports, builtins and torch/triton attributes; no attribute access by computed
+    name, no try/except fallbacks, no monkeypatching, a @triton.jit kernel and a module-level forward. It
+    refuses what an honest kernel never needs; safety does not rest on it.
+dynamic (dynamic.py, in a fresh Python process per candidate, isolated: execute/isolation.py)
     outputs and gradients against the fp64 reference on fresh seeds over the shape families (production
     widths and the contract's model shape included) in fp32, bf16 and fp16; host-op, alias, stale,
     input-cache, mutated-input, nondeterministic, no-triton, autograd, patched, timeout. See dynamic.py.
 
-The child process receives a one-time nonce on stdin and must answer with one line carrying it; the
-verdict is decided and written here, by the parent, never by code that ran next to the candidate.
+The child process runs inside the same isolation as a trial (bubblewrap): the machine read-only, the candidate,
+its reference and the Python environment readable, nothing writable but empty scratch folders, and no run
+directory, experience bank, verifier cache (nor its secret), seal key, ``.git`` or home folder visible; the
+runner's secrets are not in its environment; its PID namespace ends with it. Where the machine cannot isolate,
+it runs unisolated (``VerifyResult.isolated`` is False and the run stage checks the repository and the run's
+seals afterwards). The child receives a one-time nonce on stdin and must answer with one line carrying it;
+the verdict is decided and written here, by the parent, never by code that ran next to the candidate.
 
 Results are cached under $INFRARSI_CACHE/verify (default ~/.cache/infrarsi/verify) by a key over the
 candidate's bytes, the reference's bytes, the verifier's own source (this package's verify, dynamic,
@@ -39,7 +45,7 @@ from pathlib import Path
 
 from ..io import atomic_write
 from .dynamic import Case, VerifySettings, expected_cases
-from .loader import load_reference, op_of, reference_path
+from .loader import kernels_root, load_reference, op_of, reference_path
 from .static import static_check
 
 VERIFIER_VERSION = "2"
@@ -61,6 +67,7 @@ class VerifyResult:
     seconds: float = 0.0
     cached: bool = False
     device: str = ""
+    isolated: bool = True  # the dynamic checks ran inside the isolation (False: this machine has none)
 
     @property
     def passed(self) -> bool:
@@ -179,21 +186,48 @@ def verify(path: str | Path, op: str | None = None, *, use_cache: bool = True,
     else:
         reasons, cases = _dynamic_in_subprocess(path, op, settings)
     result = VerifyResult(verdict="fail" if reasons else "pass", reasons=reasons, cases=cases, sha256=sha, op=op,
-                          path=str(path), seconds=round(time.perf_counter() - t0, 3), device=device_kind())
+                          path=str(path), seconds=round(time.perf_counter() - t0, 3), device=device_kind(),
+                          isolated=isolation_problem() is None)
     if use_cache and hashlib.sha256(path.read_bytes()).hexdigest() == sha:  # not rewritten meanwhile
         _write_cached(entry, key, result)
     return result
+
+
+def isolation_problem() -> str | None:
+    """Why the dynamic checks cannot run isolated here (one line), or None."""
+    from ..execute import isolation
+
+    return isolation.problem()
+
+
+def dynamic_command(path: Path, op: str) -> list[str]:
+    """``python -m infrarsi.kernels.dynamic``, inside the isolation where the machine has it: the candidate and
+    the op's reference readable, nothing of the runs, the bank, the caches, the key or ``.git``."""
+    from ..execute import isolation
+
+    child = [sys.executable, "-m", "infrarsi.kernels.dynamic"]
+    if isolation_problem() is not None:
+        return child
+    files = [Path(path), reference_path(op), kernels_root()]
+    return isolation.verification_box(files).argv(child)
+
+
+def dynamic_environment() -> dict[str, str]:
+    """The child's environment: the runner's, less its secrets where it runs isolated (the child sets
+    TRITON_INTERPRET=1 itself when it finds no GPU)."""
+    from ..execute import isolation
+
+    return isolation.clean_environment(os.environ) if isolation_problem() is None else dict(os.environ)
 
 
 def _dynamic_in_subprocess(path: Path, op: str, settings: VerifySettings) -> tuple[list[str], list[Case]]:
     """The dynamic checks in a fresh Python (TRITON_INTERPRET=1 without a GPU); its answer must carry the
     nonce handed to it on stdin, and cover every (family, dtype) unless it names a failure."""
     nonce = secrets.token_hex(16)
-    env = {**os.environ}  # the child sets TRITON_INTERPRET=1 itself when it finds no GPU
     job = json.dumps({"nonce": nonce, "path": str(path), "op": op, "settings": settings.to_json()})
     limit = settings.timeout_s + STARTUP_S
     try:
-        proc = subprocess.run([sys.executable, "-m", "infrarsi.kernels.dynamic"], input=job, env=env,
+        proc = subprocess.run(dynamic_command(path, op), input=job, env=dynamic_environment(),
                               capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
         return [f"timeout: the dynamic checks' process ran past {limit:g} s (a hanging kernel?)"], []

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..execute.record import cost_by_status
+from ..execute.runner import unisolated
 from ..execute.trial import TrialStatus
 from ..io import atomic_write
 from ..knobs import Setting
@@ -118,13 +119,23 @@ class _Builder:
         self.h2("Summary")
         for prob in (run_problems(d) if d.verification is not None else []):
             self.p(f"**Warning:** {prob}")
+        bare = [t.id for t in d.trials if unisolated(t)]
+        if bare:
+            allowed = c.invariants.isolation.allow_unisolated
+            self.p(f"**Isolation:** {len(bare)} of {len(d.trials)} trials ran without isolation {_ids(bare, 12)}: "
+                   f"they could read the run's records and write outside their directory (the repository and the "
+                   f"seals were checked after each). " + ("The contract allows promotion on such evidence "
+                   "(invariants.isolation.allow_unisolated)." if allowed else "Promotion on such evidence needs "
+                   "invariants.isolation.allow_unisolated = true in the contract."))
         best = best_promoted(d)
         if best is not None:
             pairs = ", ".join(f"{a}/{b}" for a, b in best.trials)
             lo, hi = best.ci95 or (math.nan, math.nan)
+            note = (f" {len(best.unisolated)} of its trials ran without isolation (allowed by the contract)."
+                    if best.unisolated else "")
             self.p(f"**Best promoted candidate:** {_knobs(changed(best.setting, self.baseline))}: speedup "
                    f"**{best.speedup:.3f}x**, 95% CI [{lo:.3f}, {hi:.3f}] over {best.pairs} interleaved "
-                   f"baseline/candidate pairs (trials {pairs}).")
+                   f"baseline/candidate pairs (trials {pairs}).{note}")
         elif d.verification is not None:
             self.p("**No candidate was promoted**: none re-verified with a 95% CI lower bound above 1 + mde "
                    "(see Verification).")

@@ -28,8 +28,11 @@ chain's *last* entry only, and only when the head does not cover it; the next wr
 The key is 32 random bytes in ``~/.infrarsi/seal.key`` (mode 0600), or the file ``$INFRARSI_SEAL_KEY`` names;
 it is created on first use. Without it nobody can make an edit the chain accepts; whoever can read it can.
 That is the limit of the seal: any process of the same Unix user can read the key (mode 0600 keeps out other
-users only), and can roll back the head as well as the run. Trials must not run as such a process with the
-key visible (see execute/); the stages (init, doctor, run, report, apply) hold it. To run a stage itself on a
+users only), and can roll back the head as well as the run. Trials and kernel verification run isolated
+(``execute/isolation.py``), where neither the key nor the run directory is visible; a trial that runs without
+isolation (a machine without bubblewrap, ``INFRARSI_ISOLATION=off``, a Slurm node without it) could read the key
+and re-seal what it edits: its record says it ran unisolated, and promotion on its evidence needs the contract's
+``invariants.isolation.allow_unisolated``. The stages (init, doctor, run, report, apply) hold the key. To run a stage itself on a
 cluster node, that node needs the same key (a shared home, or ``$INFRARSI_SEAL_KEY`` naming a file on a shared
 disk, mode 0600). A process that finds no key creates a new one, under which every earlier record reads as
 "sealed with another key".

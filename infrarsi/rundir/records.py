@@ -109,6 +109,7 @@ class VerifiedCandidate(_Record):
     why: dict[str, Any] = {}  # the tuner's reason for proposing it (search/proposal.py)
     trials: list[Pair] = []  # the pairs the verdict uses
     disturbed: Disturbed | None = None
+    unisolated: list[int] = []  # ids of the pairs' trials that ran without isolation (execute/isolation.py)
     promoted: bool
     reason: str
     speedup: float | None = None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import contract_hash
 from ..contract.numerics import drift_of
+from ..execute.runner import unisolated
 from ..execute.trial import Trial, TrialStatus
 from ..knobs import Setting
 from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
@@ -77,6 +78,13 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
             drift = drift_of(base_losses, contract, cand, ok_pairs[0][1].metrics)
             if drift:
                 passed, why = False, f"loss invariant broken: {drift}"
+            bare, refused = isolation_gate(contract, ok_pairs)
+            if bare:
+                entry["unisolated"] = bare
+                if refused:
+                    passed, why = False, refused
+                elif passed:
+                    why = f"{why} (on evidence from {len(bare)} unisolated trials: the contract allows it)"
             entry.update(sp.to_dict(), promoted=passed, reason=why,
                          baseline_s=[a.metrics.step_time_s for a, _ in ok_pairs],
                          candidate_s=[b.metrics.step_time_s for _, b in ok_pairs],
@@ -138,6 +146,21 @@ def disturbed_pairs(pairs: list[tuple[Trial, Trial]]) -> list[tuple[Trial, Trial
     med_b = statistics.median(b.metrics.step_time_s for _, b in ok)
     return [(a, b) for a, b in ok
             if a.metrics.step_time_s > DISTURBED_FACTOR * med_a or b.metrics.step_time_s > DISTURBED_FACTOR * med_b]
+
+
+def isolation_gate(contract, pairs: list[tuple[Trial, Trial]]) -> tuple[list[int], str | None]:
+    """(ids of the pairs' trials that ran without isolation, why the candidate may not be promoted on them or
+    None): such evidence needs the contract's ``invariants.isolation.allow_unisolated``."""
+    bare = [t.id for pair in pairs for t in pair if unisolated(t)]
+    if not bare or contract.invariants.isolation.allow_unisolated:
+        return bare, None
+    return bare, (f"not promoted: {len(bare)} of its {2 * len(pairs)} verification trials ran without isolation "
+                  f"({_ids(bare)}); set invariants.isolation.allow_unisolated = true in the contract to promote on "
+                  f"such evidence")
+
+
+def _ids(ids: list[int]) -> str:
+    return "trials " + ", ".join(map(str, ids[:8])) + (" ..." if len(ids) > 8 else "")
 
 
 def _median(xs: list) -> float | None:

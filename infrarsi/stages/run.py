@@ -19,7 +19,6 @@ from rich.markup import escape
 from ..adapters import run_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.numerics import reference_of
-from ..contract.scope import TreeGuard, repository_root
 from ..execute.trial import Trial, TrialStatus
 from ..knobs import KnobSpace, Setting
 from ..rundir import RunDir
@@ -45,7 +44,7 @@ def verified_kernel_space(space: KnobSpace, err: Console, run_dir: Path | None =
     kernel_knobs = [k for k in space.knobs if k.name.startswith("kernel_")]
     if not kernel_knobs:
         return space, verdicts
-    from ..kernels.verify import verify
+    from ..kernels.space import verify_watched
 
     domains = {}
     for k in kernel_knobs:
@@ -54,10 +53,7 @@ def verified_kernel_space(space: KnobSpace, err: Console, run_dir: Path | None =
             if v == "reference":
                 keep.append(v)
                 continue
-            guard = TreeGuard(repository_root(), allowed=[run_dir] if run_dir else [])
-            before = guard.snapshot()
-            res = verify(v, op=k.name.removeprefix("kernel_"))
-            wrote = guard.changes(before)  # a candidate writes nothing while it is verified
+            res, wrote = verify_watched(v, k.name.removeprefix("kernel_"), None, run_dir)
             verdicts[v] = {"verdict": "fail" if wrote else res.verdict, "sha256": res.sha256,
                            "reasons": list(res.reasons) + [f"scope: wrote outside its sandbox while verified: {w}"
                                                            for w in wrote[:5]]}

@@ -3,7 +3,7 @@ between them are invalid; the same claim from steps that compute is ok."""
 
 from toy import ToyAdapter, toy_contract
 
-from infrarsi.execute.clock import MIN_CPU_FRACTION, read_clock
+from infrarsi.execute.clock import MIN_CPU_FRACTION, pipe_lines, read_clock
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
@@ -26,3 +26,22 @@ def test_paced_lines_are_invalid_and_computed_steps_are_ok(tmp_path):
         window_cpu = cpus[-1] - cpus[0]  # at least one step of 100 ms between the first and the last sample
         # a sleeping process spends a print and a wake-up per line (a few ms on a loaded machine)
         assert (window_cpu > 0.04) is busy and (window_cpu < MIN_CPU_FRACTION * 0.4) is not busy
+
+
+def test_a_progress_bar_with_carriage_returns_is_an_honest_trial(tmp_path):
+    """Class 7: the saved stdout is cut into lines as the pipe's reader cut it (at \\n only): a tqdm-style bar
+    (\\r updates) is one line on both sides, not 'stdout has 39 lines but 34 came through the pipe'."""
+    rec = RunRecord(tmp_path)
+    with Runner(rec, LocalExecutor(), ToyAdapter(), toy_contract()) as runner:
+        (t,) = runner.run([{"mode": "progress", "step_ms": 100}])
+    assert t.status is TrialStatus.OK, (t.reason, t.evidence)
+    out = (rec.trial_dir(t.id) / "stdout").read_bytes()
+    assert out.count(b"\r") >= 20 and len(pipe_lines(out)) == len(read_clock(rec.trial_dir(t.id))["arrivals_s"])
+
+
+def test_pipe_lines_cut_where_readline_cuts():
+    import io
+
+    data = b"a\rb\r\nc\x0bd\x0ce\x1cf\n\ng\rh"
+    assert pipe_lines(data) == list(iter(io.BytesIO(data).readline, b"")) == [b"a\rb\r\n", b"c\x0bd\x0ce\x1cf\n", b"\n",
+                                                                              b"g\rh"]

@@ -196,3 +196,59 @@ def test_job_submitted_just_before_a_crash_is_found_by_its_token(slurm, tmp_path
         [done] = [f.result() for f in runner.resume()]
     assert done.status is TrialStatus.OK, done.evidence
     assert done.job_id == h.job_id and rec.launch_info(t.id).attempt == 0
+
+
+# Reads a record of its run (the trial directory's grandparent) and tries to write the repository (its cwd).
+PEEK = ("import os, pathlib; run = pathlib.Path(os.environ['INFRARSI_TRIAL_DIR']).parent.parent\n"
+        "for what, f in (('read', lambda: (run / 'noise.json').read_text()), ('write', lambda: open('PWNED', 'w'))):\n"
+        "    try:\n        f(); print(what, 'ok')\n    except OSError as e:\n        print(what, e.strerror)\n")
+
+
+def _peek(ex, tmp_path, token):
+    run, repo = tmp_path / "run", tmp_path / "repo"
+    repo.mkdir()
+    (run / "trials" / "0").mkdir(parents=True)
+    (run / "noise.json").write_text('{"mde": 0.05}')
+    spec = LaunchSpec(argv=["python", "-c", PEEK], cwd=str(repo), time_limit_s=60)
+    h = ex.submit(spec, run / "trials" / "0", token=token)
+    out = wait(ex, h, timeout_s=120)
+    assert out.state == "COMPLETED" and out.returncode == 0, (run / "trials" / "0" / "stderr").read_text()
+    return h, (run / "trials" / "0" / "stdout").read_text().split("\n"), run, repo
+
+
+@pytest.mark.slurm
+def test_a_slurm_trial_runs_isolated_on_a_node_with_bwrap(slurm, tmp_path):
+    h, lines, run, repo = _peek(_executor(slurm), tmp_path, "tok-iso")
+    assert h.sandboxed and not h.unsandboxed_why  # the probe job found bwrap on the node
+    assert "bwrap" in (run / "trials" / "0" / "job.sbatch").read_text()
+    assert lines[:2] == ["read No such file or directory", "write Read-only file system"], lines
+    assert not (repo / "PWNED").exists()
+
+
+@pytest.mark.slurm
+def test_a_slurm_trial_on_a_node_without_bwrap_is_recorded_unisolated(slurm, tmp_path):
+    h, lines, run, repo = _peek(_executor(slurm, bwrap="/nonexistent/bwrap"), tmp_path, "tok-bare")
+    assert not h.sandboxed and "the Slurm node has no working bwrap" in h.unsandboxed_why, h
+    assert "/nonexistent/bwrap" in h.unsandboxed_why and "bwrap" not in (run / "trials" / "0" / "job.sbatch").read_text()
+    assert lines[:2] == ["read ok", "write ok"], lines  # what it could do, which the runner's record says
+    from infrarsi.execute.runner import _unsandboxed
+
+    assert _unsandboxed(h)[0].startswith("ran without isolation: the Slurm node has no working bwrap")
+
+
+@pytest.mark.slurm
+def test_each_task_of_a_multi_task_slurm_job_is_isolated(slurm, tmp_path):
+    """srun's tasks are started by slurmd, not by the batch script: the script isolates each (srun ... bwrap ...)."""
+    ex = _executor(slurm)
+    run = tmp_path / "run"
+    (run / "trials" / "0").mkdir(parents=True)
+    (run / "noise.json").write_text("{}")
+    code = ("import os, pathlib; run = pathlib.Path(os.environ['INFRARSI_TRIAL_DIR']).parent.parent\n"
+            "print('task', os.environ.get('SLURM_PROCID'), 'sees the run:', (run / 'noise.json').exists(), flush=True)")
+    h = ex.submit(LaunchSpec(argv=["python", "-c", code], processes=2, time_limit_s=60), run / "trials" / "0",
+                  token="tok-tasks")
+    out = wait(ex, h, timeout_s=120)
+    assert out.state == "COMPLETED" and out.returncode == 0, (run / "trials" / "0" / "stderr").read_text()
+    assert h.sandboxed and "srun --ntasks-per-node=2 " in (run / "trials" / "0" / "job.sbatch").read_text()
+    lines = sorted((run / "trials" / "0" / "stdout").read_text().splitlines())
+    assert lines == ["task 0 sees the run: False", "task 1 sees the run: False"], lines

@@ -138,3 +138,23 @@ def test_controller_killed_mid_run_is_one_line_and_the_rerun_after_restart_finis
     final = [json.loads(f.read_text()) for f in (run_dir / "trials").glob("*/trial.json")]
     assert not [t for t in final if t["status"] == "running"]
     assert (run_dir / "verification.json").exists()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow  # ~80 s on two cores; the gate itself: tests/search/test_run_stage.py, the report: tests/report
+def test_a_run_on_nodes_without_bwrap_is_recorded_unisolated_and_promotes_nothing(sim_on_slurm):
+    """The Slurm node has no bwrap (INFRARSI_BWRAP names one that is not there): every Slurm trial is recorded as
+    unisolated; the candidates that would be promoted are not, for that reason; the report says so."""
+    run_dir, env = sim_on_slurm
+    r = _cli("run", "--run-dir", run_dir, env={**env, "INFRARSI_BWRAP": "/nonexistent/bwrap"}, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    slurm_trials = [json.loads(p.read_text()) for p in (run_dir / "trials").glob("*/trial.json")
+                    if json.loads(p.read_text())["role"] in ("search", "verify")]
+    assert slurm_trials and all(t["warnings"][0].startswith("ran without isolation: the Slurm node has no working "
+                                                            "bwrap") for t in slurm_trials)
+    ver = json.loads((run_dir / "verification.json").read_text())
+    assert ver["candidates"] and not any(c["promoted"] for c in ver["candidates"])
+    assert any("ran without isolation" in c["reason"] and "allow_unisolated" in c["reason"] for c in ver["candidates"])
+    assert _cli("report", "--run-dir", run_dir, env=env).returncode == 0
+    text = (run_dir / "report.md").read_text()
+    assert "**Isolation:**" in text and "needs invariants.isolation.allow_unisolated = true" in text

@@ -2,7 +2,8 @@
 
 Modes: ok, drift (loss 10% off), hang (never finishes), garbage (unparseable bytes, exit 0),
 alloc (allocates --alloc-mb MiB, then trains), signal (kills itself with --signal after one step),
-exit (raises; exit status 1), paced (sleeps its steps: lines at the claimed pace, nothing computed), gloo (two ranks under torchrun: all_reduce, then rank 1 kills itself).
+exit (raises; exit status 1), paced (sleeps its steps: lines at the claimed pace, nothing computed), gloo (two ranks under torchrun: all_reduce, then rank 1 kills itself),
+progress (an honest run that draws a progress bar with carriage returns, as tqdm does, before and between its steps).
 """
 
 import argparse
@@ -43,7 +44,18 @@ if a.mode == "alloc":
     block = bytearray(a.alloc_mb * 2**20)  # touched below so it is resident, not just reserved
     for i in range(0, len(block), 4096):
         block[i] = 1
+def bar(label: str) -> None:
+    for pct in (0, 25, 50, 75, 100):  # one line on a terminal: each update returns to its start
+        sys.stdout.write(f"\r{label} [{'#' * (pct // 10):<10}] {pct:3d}%")
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+
+
+if a.mode == "progress":
+    bar("loading data")
 for i in range(1, a.steps + 1):
+    if a.mode == "progress":
+        bar(f"step {i}")
     t0 = time.perf_counter()
     if a.mode == "paced":
         time.sleep(a.step_ms / 1000)

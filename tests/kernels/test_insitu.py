@@ -4,6 +4,7 @@ call is recomputed by the reference on the same tensors (a mismatch ends the tri
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,10 +24,11 @@ TINY = ["--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "4"
 GOOD = KERNELS_ROOT / "rmsnorm" / "triton_rows16.py"
 
 
-def _train(kernel: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+def _train(kernel: str, env_extra: dict | None = None, iters: int = 2) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != verdicts.ENV}
-    env.update({"TRITON_INTERPRET": "1", **(env_extra or {})})
-    return subprocess.run([sys.executable, "-m", "infrarsi.workloads.minigpt", *TINY, "--kernel", kernel],
+    env.update({"TRITON_INTERPRET": "1", "INFRARSI_SPOT_EVERY": "1", **(env_extra or {})})
+    argv = [*TINY[:-1], str(iters)]
+    return subprocess.run([sys.executable, "-m", "infrarsi.workloads.minigpt", *argv, "--kernel", kernel],
                           capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -44,6 +46,41 @@ def test_a_wrong_gradient_is_caught_in_backward():
     out = _train(f"rmsnorm={ADVERSARIAL / 'wrong_backward.py'}")
     assert out.returncode == 3, out.stderr[-2000:]
     assert "spot check failed" in out.stderr and "backward: gradient of argument" in out.stderr
+
+
+def test_a_candidate_cannot_tell_a_checked_call_from_an_ordinary_one():
+    """Class 3: watch_aware.py is exact when an argument's grad_fn is an infrarsi autograd Function (the old check
+    wrapped the checked call's inputs in one) and rounds through bf16 otherwise. At the default rate (one of an op's
+    first 8 calls, drawn after the call, then 1 in 50) it finds nothing to tell checked calls by: it rounds every
+    call, and the check catches it within the first 8 (3 iterations x 3 norms = 9 calls)."""
+    out = _train(f"rmsnorm={INSITU / 'watch_aware.py'}", {"INFRARSI_SPOT_EVERY": "50"}, iters=3)
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert f"infrarsi kernel spot check failed: rmsnorm={INSITU / 'watch_aware.py'}" in out.stderr
+    assert re.search(r"call [1-8]: forward: output 0", out.stderr), out.stderr[-2000:]
+
+
+def test_a_checked_call_hands_the_candidate_the_callers_own_tensors():
+    """What the candidate sees on a checked call (every call checked here) is what an unchecked call sees: the
+    caller's tensor objects, and its outputs carry its own autograd node, no wrapper of the check's."""
+    seen = []
+    cand = load_candidate(GOOD)
+
+    class Recorder:
+        def forward(self, *args):
+            seen.append(args)
+            return cand.forward(*args)
+
+    x0 = torch.randn(6, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    plain = cand.forward(x0 * 1.0, w, 1e-6)
+    for every in (1, 0):  # checked on every call / never checked
+        x = x0 * 1.0
+        sc = SpotChecked("rmsnorm", str(GOOD), Recorder(), load_reference("rmsnorm"), every=every)
+        y = sc.forward(x, w, 1e-6)
+        assert seen[-1][0] is x and seen[-1][1] is w and type(x.grad_fn) is type((x0 * 1.0).grad_fn)
+        assert type(y.grad_fn).__name__ == type(plain.grad_fn).__name__ and y.grad_fn.next_functions[0][0] is x.grad_fn
+        y.sum().backward()
+    assert sc.calls == 1 and x0.grad is not None
 
 
 def test_the_workload_refuses_bytes_that_changed_since_run_start(tmp_path):
@@ -86,7 +123,7 @@ def test_an_honest_candidate_survives_checking_every_call():
         y.sum().backward()
     assert sc.checked == 3 and x.grad is not None and w.grad is not None
     want = torch.autograd.grad(load_reference("rmsnorm").forward(x, w, 1e-6).sum(), (x,))[0]
-    assert torch.allclose(x.grad, 3 * want, atol=1e-4)  # the taps pass gradients through unchanged
+    assert torch.allclose(x.grad, 3 * want, atol=1e-4)  # the check's hooks leave the gradients as they are
 
 
 def test_the_run_stage_marks_a_drifted_candidate_in_its_record(tmp_path):

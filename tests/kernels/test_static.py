@@ -112,3 +112,32 @@ def test_allowed_builtins_and_bookkeeping_pass():
 
 def test_a_name_the_module_binds_is_not_a_builtin():
     assert static_check(CLEAN + "def g(x):\n    id = 3\n    return id\n") == []
+
+
+# Class 1: attribute chains of allowed modules that lead to the interpreter (sys.modules, builtins, inspect, os), and
+# exec/eval reached that way. Each of these passed the allowlist; the lint refuses them now (it is a lint: the
+# isolation of the dynamic checks is what keeps a candidate from the records, tests/referee/test_isolation.py).
+ROUTES = [
+    ("import typing\nb = typing.sys.modules['builtins']\n", "typing.sys.modules"),
+    ("import typing\ntyping.sys.modules['builtins'].exec('y = 1')\n", "typing.sys ... exec"),
+    ("import triton.language as tl\ntl.core.builtins.exec('y = 1')\n", "triton.language.core.builtins.exec"),
+    ("import triton.language as tl\nE = tl.core.builtins.eval\n", "triton.language.core.builtins.eval"),
+    ("import torch\nst = torch.autograd.function.inspect.stack()\n", "torch.autograd.function.inspect.stack"),
+    ("import torch.autograd.function as F\nenv = F.inspect.os.environ\n", "torch.autograd.function.inspect.os"),
+    ("from typing import sys as s\n", "from typing import sys"),
+    ("import typing\nc = typing.collections.abc\n", "typing.collections (resolved: a module off the allowlist)"),
+]
+
+
+@pytest.mark.parametrize("extra, route", ROUTES, ids=[r for _, r in ROUTES])
+def test_routes_from_allowed_modules_to_the_interpreter_are_refused(extra, route):
+    found = static_check(CLEAN + extra)
+    assert found and {f.split(":", 1)[0] for f in found} <= {"static-attribute", "static-import", "static-builtin"}, \
+        (route, found)
+
+
+def test_the_shipped_candidates_pass_the_lint():
+    from infrarsi.kernels.loader import KERNELS_ROOT
+
+    files = [p for p in KERNELS_ROOT.glob("*/*.py") if p.name != "reference.py"]
+    assert files and {str(p): static_check(p.read_text()) for p in files} == {str(p): [] for p in files}

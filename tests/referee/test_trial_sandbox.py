@@ -1,5 +1,7 @@
 """Hole 3, at run time: a kernel candidate that writes into the repository while it is verified or while its
-trial runs. Any write outside the trial's own directory fails it (the repository is snapshotted around it)."""
+trial runs. Isolated (the default), the repository is read-only to it and the write fails where it is made;
+without isolation any write outside the trial's own directory fails the trial (the repository is snapshotted
+around it)."""
 
 import io
 import shutil
@@ -15,7 +17,7 @@ KERNEL = "kernels/rmsnorm/triton_rows4.py"
 WRITE = 'from pathlib import Path as _P\n_P("PWNED").write_text("the candidate was here\\n")\n'
 
 
-def test_a_trial_that_writes_outside_its_directory_is_invalid(cli, project):
+def _writer(cli, project):
     (project / "kernels/rmsnorm").mkdir(parents=True)
     (project / "kernels/rmsnorm/writer.py").write_text(
         WRITE + "import torch\n\ndef forward(x, w, eps):\n    xf = x.float()\n"
@@ -23,7 +25,18 @@ def test_a_trial_that_writes_outside_its_directory_is_invalid(cli, project):
     (project / "c.toml").write_text(tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/writer.py"]',
                                          baseline='kernel_rmsnorm = "kernels/rmsnorm/writer.py"'))
     assert cli("init", "c.toml", "--run-dir", "run").returncode == 0
-    r = cli("doctor", "--run-dir", "run")
+    return cli("doctor", "--run-dir", "run")
+
+
+def test_an_isolated_trial_cannot_write_outside_its_directory(cli, project):
+    r = _writer(cli, project)
+    assert r.returncode == 1 and not (project / "PWNED").exists()
+    assert "Read-only file system" in (project / "run/trials/0/stderr").read_text(), r.stderr
+
+
+def test_an_unisolated_trial_that_writes_outside_its_directory_is_invalid(cli, project, monkeypatch):
+    monkeypatch.setenv("INFRARSI_ISOLATION", "off")
+    r = _writer(cli, project)
     assert r.returncode == 1 and "ended invalid: wrote outside its trial directory: created PWNED" in r.err, r.stderr
 
 

@@ -237,3 +237,21 @@ def test_a_run_with_the_fake_step_offset_reports_the_fake_step_figure(tmp_path, 
     e, peak = estimate(data.contract, base.setting).peak_bytes, base.metrics.peak_memory_bytes
     assert re.search(rf"^\| {base.id} \| doctor \| \(baseline\) \| {e / 2**20:.0f} \| fake step \| "
                      rf"{peak / 2**20:.0f} \| {peak / e:.3f} \|$", md, re.M)
+
+
+def test_the_summary_says_which_trials_ran_without_isolation(run_dir):
+    """A run whose trials ran unisolated (a Slurm node without bwrap): the summary names them and what promotion
+    on them needs; with the contract's opt-in it says the contract allows it."""
+    data = load_run(run_dir)
+    warn = "ran without isolation: the Slurm node has no working bwrap (probe job: no bwrap on node1); ..."
+    bare = [t.model_copy(update={"warnings": [warn]}) if t.role == "verify" else t for t in data.trials]
+    n = sum(t.role == "verify" for t in data.trials)
+    assert n >= 2
+    md = to_markdown(build(dataclasses.replace(data, trials=bare), sections=["summary"]))
+    assert f"**Isolation:** {n} of {len(bare)} trials ran without isolation" in md
+    assert "Promotion on such evidence needs invariants.isolation.allow_unisolated = true" in md
+    iso = data.contract.invariants.isolation.model_copy(update={"allow_unisolated": True})
+    loose = data.contract.model_copy(update={"invariants": data.contract.invariants.model_copy(update={"isolation": iso})})
+    md = to_markdown(build(dataclasses.replace(data, trials=bare, contract=loose), sections=["summary"]))
+    assert "The contract allows promotion on such evidence" in md
+    assert "**Isolation:**" not in to_markdown(build(data, sections=["summary"]))

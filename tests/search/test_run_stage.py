@@ -144,3 +144,30 @@ def test_the_tuner_is_told_a_trial_that_broke_the_loss_check_with_its_peak():
     o = outcome_of(drift)
     assert o.status == "numerics_drift" and o.peak_memory_bytes == 1.9 * 2**30 and o.step_time_s is None
     assert outcome_of(Trial(id=4, setting={}, status="crash", role="search", reason="x")).status == "crash"
+
+
+def test_promotion_on_unisolated_evidence_needs_the_contracts_opt_in():
+    """A candidate whose verification pairs include trials that ran without isolation is not promoted unless the
+    contract says invariants.isolation.allow_unisolated = true (validated as a bool, off by default)."""
+    from pydantic import ValidationError
+
+    from infrarsi.contract.model import Contract
+    from infrarsi.execute.trial import Metrics, Trial, TrialStatus
+    from infrarsi.search.reverify import isolation_gate
+
+    def trial(i, bare):
+        w = ["ran without isolation: the Slurm node has no working bwrap (probe job: no bwrap on node1); ..."]
+        return Trial(id=i, setting={}, status=TrialStatus.OK, metrics=Metrics(step_time_s=1.0), warnings=w if bare else [])
+
+    base = {"name": "c", "workload": {"adapter": "minigpt"}, "hardware": {"memory_capacity_gib": 1}}
+    strict = Contract.model_validate(base)
+    loose = Contract.model_validate({**base, "invariants": {"isolation": {"allow_unisolated": True}}})
+    isolated = [(trial(1, False), trial(2, False)), (trial(3, False), trial(4, False))]
+    mixed = [(trial(1, False), trial(2, True)), (trial(3, True), trial(4, False))]
+    assert isolation_gate(strict, isolated) == ([], None)
+    bare, why = isolation_gate(strict, mixed)
+    assert bare == [2, 3] and why.startswith("not promoted: 2 of its 4 verification trials ran without isolation")
+    assert "invariants.isolation.allow_unisolated = true" in why
+    assert isolation_gate(loose, mixed) == ([2, 3], None)
+    with pytest.raises(ValidationError, match="allow_unisolated"):
+        Contract.model_validate({**base, "invariants": {"isolation": {"allow_unisolated": "maybe"}}})

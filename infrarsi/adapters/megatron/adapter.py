@@ -250,12 +250,41 @@ class MegatronAdapter(Adapter):
         equivalence.check_equivalent(parsed, spec.argv, spec.env, s, before=self._before[key])
         return spec
 
+    def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
+        return spec.model_copy(update={"argv": trial_outputs(spec.argv)})
+
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         fixed = self.parsed(contract).fixed if (contract.workload.launch or contract.workload.entrypoint) else contract.fixed
         tokens = (fixed.get("global_batch_size") or 0) * (fixed.get("seq_length") or 0) or None
         return parse_megatron_output(stdout, stderr, returncode, warmup_steps=contract.invariants.timing.warmup_steps,
                                      measured_steps=contract.invariants.timing.measured_steps,
                                      tokens_per_step=tokens, peak_flops=contract.hardware.peak_flops)
+
+
+# Megatron's flags that name where a run writes: a trial writes into its own directory (the repository is read-only
+# to it), RUN_DIR/trials/<n>/outputs/<name>. --load stays: it is read.
+OUTPUT_FLAGS = {"--save": "checkpoints", "--tensorboard-dir": "tensorboard", "--wandb-save-dir": "wandb",
+                "--memory-snapshot-path": "memory_snapshot.pickle", "--non-persistent-global-ckpt-dir":
+                "checkpoints-global", "--non-persistent-local-ckpt-dir": "checkpoints-local"}
+
+
+def trial_outputs(argv: list[str]) -> list[str]:
+    """``argv`` with the value of every output flag (:data:`OUTPUT_FLAGS`, ``--flag v`` or ``--flag=v``) pointed
+    into the trial's directory (``spec.TRIAL_DIR``, filled in at launch)."""
+    from ...execute.local import OUTPUTS
+    from ...execute.spec import TRIAL_DIR
+
+    out = list(argv)
+    for i, tok in enumerate(out):
+        flag, eq, _ = tok.partition("=")
+        if flag not in OUTPUT_FLAGS:
+            continue
+        where = f"{TRIAL_DIR}/{OUTPUTS}/{OUTPUT_FLAGS[flag]}"
+        if eq:
+            out[i] = f"{flag}={where}"
+        elif i + 1 < len(out) and not out[i + 1].startswith("--"):
+            out[i + 1] = where
+    return out
 
 
 def parse_megatron_output(stdout: str, stderr: str, returncode: int | None, *, warmup_steps: int,

@@ -269,6 +269,10 @@ class TorchtitanAdapter(Adapter):
         raise_if_different(diffs, "the emitted torchtitan launch")  # computes the user's job, or no launch
         return torchtitan_trial.trial_spec(spec, contract, full, patches)  # the launcher, the cap, the threads
 
+    def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
+        """``job.dump_folder`` (checkpoints, TensorBoard, profiles) is the trial's own ``outputs`` folder."""
+        return spec.model_copy(update={"argv": torchtitan_trial.dump_folder_in_trial(list(spec.argv))})
+
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         parsed = self.parsed(contract)
         gbs, seq = parsed.fixed.get("global_batch_size"), parsed.fixed.get("seq_length")

@@ -85,6 +85,32 @@ def patches_of(setting: Mapping[str, Any], patches: Mapping[str, str] | None) ->
     return out
 
 
+DUMP = "--job.dump_folder"
+
+
+def dump_folder_in_trial(argv: list[str]) -> list[str]:
+    """``argv`` with torchtitan's ``job.dump_folder`` (checkpoints, TensorBoard, profiles and traces are written
+    under it) in the trial's directory, ``RUN_DIR/trials/<n>/outputs`` (``spec.TRIAL_DIR``, filled in at launch):
+    the repository is read-only to a trial. An override already there gets the new value; else one is added
+    before the activation-checkpoint subcommand, which stays last."""
+    from ...execute.local import OUTPUTS
+    from ...execute.spec import TRIAL_DIR
+    from .configs import _SUBCOMMAND
+
+    where = f"{TRIAL_DIR}/{OUTPUTS}"
+    out = list(argv)
+    for i, tok in enumerate(out):
+        flag, eq, _ = tok.partition("=")
+        if flag.replace("-", "_") == "--job.dump_folder":
+            if eq:
+                out[i] = f"{flag}={where}"
+            elif i + 1 < len(out):
+                out[i + 1] = where
+            return out
+    at = next((i for i, t in enumerate(out) if _SUBCOMMAND.match(t)), len(out))
+    return out[:at] + [DUMP, where] + out[at:]
+
+
 def _program_at(argv: list[str]) -> int | None:
     for i in range(len(argv) - 1):
         if argv[i:i + 2] == TT_PROGRAM:

@@ -190,3 +190,27 @@ def test_adapter_on_a_contract():
     bad = Contract.model_validate({**c.model_dump(), "scope": {"knobs": {"torch_compile": [True]}}})
     with pytest.raises(ValueError, match="torch_compile"):
         ad.knob_space(bad)
+
+
+def test_a_trials_checkpoints_and_tensorboard_go_into_its_own_directory(tmp_path):
+    """--save and --tensorboard-dir (either spelling) point into RUN_DIR/trials/<n>/outputs, filled in at launch (the
+    repository is read-only to a trial); --load stays what the launch says (it is read)."""
+    from infrarsi.adapters.megatron.adapter import trial_outputs
+    from infrarsi.execute.spec import TRIAL_DIR, LaunchSpec
+
+    c = Contract.model_validate({
+        "name": "gpt3", "workload": {"adapter": "megatron", "launch": str(FIX / "gpt3_175b.sh"),
+                                      "script_args": ["ckpt", "tb", "vocab.json", "merges.txt", "data_text_document"]},
+        "hardware": {"kind": "H100-80GB", "devices": 128, "memory_capacity_gib": 80}})
+    ad = MegatronAdapter()
+    launch = ad.launch(c, {})
+    assert launch.argv.count("ckpt") == 2  # the launch a person runs (apply writes it) keeps its paths
+    argv = ad.trial_outputs(launch).argv
+    assert argv[argv.index("--save") + 1] == f"{TRIAL_DIR}/outputs/checkpoints"
+    assert argv[argv.index("--tensorboard-dir") + 1] == f"{TRIAL_DIR}/outputs/tensorboard"
+    assert argv[argv.index("--load") + 1] == "ckpt"
+    assert trial_outputs(["x", "--save=/r/ck", "--wandb-save-dir", "w", "--save-interval", "5"]) == \
+        ["x", f"--save={TRIAL_DIR}/outputs/checkpoints", "--wandb-save-dir", f"{TRIAL_DIR}/outputs/wandb",
+         "--save-interval", "5"]
+    spec = LaunchSpec(argv=argv).for_trial(tmp_path / "run" / "trials" / "3")
+    assert spec.argv[argv.index("--save") + 1] == str(tmp_path.resolve() / "run/trials/3/outputs/checkpoints")

@@ -136,12 +136,13 @@ def _hook(candidate: Path, every: str) -> "subprocess.CompletedProcess":
 
 
 def test_the_hook_spot_checks_a_candidate_that_cheats_on_training_sized_batches():
-    """many_rows_wrong.py passes every offline check and is 1% off at 128 rows: the first call is checked."""
+    """many_rows_wrong.py passes every offline check and is 1% off at 128 rows: every call is checked here
+    (INFRARSI_SPOT_EVERY=1; by default one of an op's first 8 calls, drawn, and 1 in 50 after)."""
     from infrarsi.adapters.torchtitan.log import classify_torchtitan_failure
     from infrarsi.kernels import verdicts
 
     cheat = ROOT / "tests" / "kernels" / "insitu" / "many_rows_wrong.py"
-    out = _hook(cheat, "50")
+    out = _hook(cheat, "1")
     assert out.returncode == 3, out.stderr[-2000:]
     assert f"infrarsi kernel spot check failed: rmsnorm={cheat} call 1: forward" in out.stderr
     status, reason, evidence = classify_torchtitan_failure(out.stderr)
@@ -157,8 +158,8 @@ def test_the_hook_lets_an_honest_candidate_through_every_checked_call():
 
 @pytest.mark.slow
 def test_a_wrong_candidate_inside_torchtitan_is_caught_by_the_spot_check(tmp_path):
-    """The default policy: the first call is recomputed by the reference, so the trial ends at step 1 as
-    numerics_drift, with the line the run stage disqualifies the candidate by."""
+    """The default policy: one of the first 8 calls (drawn) is recomputed by the reference, so the trial ends in
+    its first steps as numerics_drift, with the line the run stage disqualifies the candidate by."""
     from infrarsi.kernels import verdicts
 
     wrong = tmp_path / "kernels" / "rmsnorm" / "wrong_x4.py"
@@ -168,4 +169,4 @@ def test_a_wrong_candidate_inside_torchtitan_is_caught_by_the_spot_check(tmp_pat
     _, (bad,) = _trials(tmp_path, c, [{"kernel_rmsnorm": str(wrong)}])
     assert bad.status is TrialStatus.NUMERICS_DRIFT and "spot check" in bad.reason, (bad.status, bad.reason)
     assert verdicts.drifted(bad.evidence)[0][:2] == ("rmsnorm", str(wrong))
-    assert "call 1: forward" in (tmp_path / "run" / "trials" / str(bad.id) / "stderr").read_text()
+    assert re.search(r"call [1-8]: forward", (tmp_path / "run" / "trials" / str(bad.id) / "stderr").read_text())

@@ -12,6 +12,7 @@ import pytest
 from infrarsi.adapters.torchtitan import trial as torchtitan_trial
 from infrarsi.adapters.torchtitan import TorchtitanAdapter
 from infrarsi.contract.model import Contract, load_contract
+from infrarsi.execute.spec import TRIAL_DIR
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_CONTRACT = ROOT / "contracts" / "torchtitan-cpu.toml"
@@ -87,9 +88,11 @@ def test_the_shipped_cpu_contract_reads_the_real_job_and_its_baseline_is_the_job
     base = space.complete(c.baseline)
     assert not space.validate(base)
     assert {k: v for k, v in base.to_dict().items() if parsed.setting.get(k, v) != v} == {}
-    # the baseline launch states nothing beyond the job file: torchtitan's own defaults run
-    argv = ad.launch(c, base.to_dict()).argv
-    assert argv[-2:] == ["--job.config_file", str(JOB)]
+    # the baseline launch states nothing beyond the job file: torchtitan's own defaults run; a trial of it writes
+    # into its own folder (the repository is read-only to a trial)
+    spec = ad.launch(c, base.to_dict())
+    assert spec.argv[-2:] == ["--job.config_file", str(JOB)]
+    assert ad.trial_outputs(spec).argv[-4:] == ["--job.config_file", str(JOB), "--job.dump_folder", f"{TRIAL_DIR}/outputs"]
 
 
 def test_the_assets_are_built_from_project_text_and_the_tokenizer_loads(tmp_path):
