@@ -20,7 +20,8 @@ An LLM draft is held to the request and to the referee:
 * it keeps the parsed workload arguments exactly, and no variable of ``workload.script_env`` or
   ``workload.env`` may change them as the adapter reads the launch (the variable a script reads for the
   global batch is a knob that would change the task: contract.invariants.env_violations);
-* it may tighten the loss, timing and spot-check settings, never loosen them below the defaults
+* it may tighten the loss, timing and spot-check settings, never loosen them below the defaults, nor let
+  unisolated trials promote (``invariants.isolation.allow_unisolated``)
   (:data:`FLOOR`; ``INFRARSI_SPOT_EVERY`` only 1..the default, no other ``INFRARSI_*`` variable);
 * it names only known knobs and values, and nothing the request puts off limits;
 
@@ -399,6 +400,9 @@ def floor_problems(c: Contract) -> list[str]:
         if (v < d) if stricter == "higher" else (v > d):
             out.append(f"invariants.{section}.{name} = {v!r} is looser than the referee's floor {d!r}: a draft may "
                        f"only make it {'larger' if stricter == 'higher' else 'smaller'}")
+    if c.invariants.isolation.allow_unisolated:
+        out.append("invariants.isolation.allow_unisolated = true lets trials that ran without isolation promote a "
+                   "candidate: that is the user's choice to write by hand, not a draft's; remove it")
     for where, env in (("workload.env", c.workload.env), ("workload.script_env", c.workload.script_env)):
         for var, val in env.items():
             if var == SPOT_ENV and where == "workload.env":

@@ -77,7 +77,8 @@ def test_a_draft_that_puts_forbidden_topics_into_scope_is_not_locked(server, end
 
 def test_a_draft_that_loosens_the_referee_is_not_locked(server, endpoint, launch, tmp_path):
     def loosen(d):
-        d["invariants"] = {"loss": {"exact_rtol": 0.05, "compare_steps": 1}, "timing": {"measured_steps": 1}}
+        d["invariants"] = {"loss": {"exact_rtol": 0.05, "compare_steps": 1}, "timing": {"measured_steps": 1},
+                           "isolation": {"allow_unisolated": True}}
         d["workload"]["env"] = {"INFRARSI_SPOT_EVERY": "0"}
 
     text = _llm_draft(ALLOWS, launch, loosen)
@@ -88,9 +89,10 @@ def test_a_draft_that_loosens_the_referee_is_not_locked(server, endpoint, launch
     assert r.exit_code == 0, r.output
     c = _locked(run)
     assert c.invariants.loss == Loss() and c.invariants.timing == Timing() and "INFRARSI_SPOT_EVERY" not in c.workload.env
+    assert not c.invariants.isolation.allow_unisolated
     told = server.requests[1]["messages"][-1]["content"]
     for field in ("invariants.loss.exact_rtol", "invariants.loss.compare_steps", "invariants.timing.measured_steps",
-                  "workload.env.INFRARSI_SPOT_EVERY"):
+                  "workload.env.INFRARSI_SPOT_EVERY", "invariants.isolation.allow_unisolated"):
         assert field in told, told
 
 
