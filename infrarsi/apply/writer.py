@@ -32,6 +32,7 @@ from typing import Any, Literal
 from ..adapters import contract_adapter
 from ..adapters.equivalence import launch_file_differences
 from ..execute.spec import LaunchSpec
+from ..launch.command import shell_join
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
 from ..report.load import RunData
 from ..rundir import RunDir, VerifiedCandidate
@@ -104,7 +105,7 @@ def launch_script(data: RunData, spec: LaunchSpec, cand: VerifiedCandidate, chan
     lines = ["#!/usr/bin/env bash", *_header(data, cand, changes),
              "# Kernel paths are relative to the repository root, so it runs from there.",
              "set -euo pipefail", f'cd "$(dirname "${{BASH_SOURCE[0]}}")/{up}"', *_exports(spec.env),
-             "exec " + shlex.join(_portable(spec.argv)) + more]
+             "exec " + shell_join(_portable(spec.argv)) + more]
     return "\n".join(lines) + "\n"
 
 
@@ -128,9 +129,9 @@ def sbatch_script(data: RunData, spec: LaunchSpec, cand: VerifiedCandidate, chan
     if spec.memory_cap_bytes is not None:
         lines.append(f"ulimit -d {spec.memory_cap_bytes // 1024}  # the contract's per-process memory cap, KiB")
     if has_srun or spec.nodes * tasks == 1:
-        lines.append("exec " + shlex.join(argv))
+        lines.append("exec " + shell_join(argv))
     else:
-        lines.append("exec " + shlex.join(["srun", f"--ntasks-per-node={tasks}", *argv]))
+        lines.append("exec " + shell_join(["srun", f"--ntasks-per-node={tasks}", *argv]))
     return "\n".join(lines) + "\n"
 
 

@@ -242,9 +242,16 @@ def world_from_variables(variables: dict[str, str | list[str]]) -> int | None:
 
 
 def shell_join(argv: list[str], env: dict[str, str] | None = None) -> str:
-    """A command line a shell reads back as ``argv`` (with ``env`` assignments first)."""
+    """A command line a shell reads back as ``argv`` (with ``env`` assignments first), except that a kept
+    ``${PWD}`` stays a live expansion: ``--data-cache-path ${PWD}/cache`` is written
+    ``--data-cache-path "${PWD}"/cache``, every other character quoted as ``shlex.quote`` quotes it."""
+    def word(w: str) -> str:
+        if KEPT not in w:
+            return shlex.quote(w)
+        return f'"{KEPT}"'.join(shlex.quote(part) if part else "" for part in w.split(KEPT))
+
     pre = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()]
-    return " ".join(pre + [shlex.quote(a) for a in argv])
+    return " ".join(pre + [word(a) for a in argv])
 
 
 # `--flag $VAR`, `--flag "${VAR}"`, `--flag ${3}` (no default) in a script's text.

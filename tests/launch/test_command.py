@@ -73,3 +73,15 @@ def test_errors_name_the_line():
         interpret_script('A=1\nB="abc\n')
     with pytest.raises(ScriptError, match=r"^line 1: if without fi"):
         interpret_script("if [ 1 = 1 ]; then\nA=2\n")
+
+
+def test_shell_join_keeps_pwd_a_live_expansion_and_quotes_the_rest():
+    import subprocess
+
+    from infrarsi.launch.command import shell_join
+
+    argv = ["printf", "%s|", "--data-cache-path", "${PWD}/cache dir", "it's", "${PWD}"]
+    line = shell_join(argv)
+    assert line.count('"${PWD}"') == 2 and "'cache dir'" not in line.split('"${PWD}"')[0]
+    out = subprocess.run(["bash", "-c", line], cwd="/tmp", capture_output=True, text=True).stdout
+    assert out == "--data-cache-path|/tmp/cache dir|it's|/tmp|"
