@@ -62,8 +62,8 @@ class Adapter(abc.ABC):
         """The knobs this workload exposes, restricted to the contract's scope."""
 
     @abc.abstractmethod
-    def launch(self, contract: Contract, setting: Mapping[str, Any], *, patches: Mapping[str, str] | None = None) -> LaunchSpec:
-        """The launch for one setting (and kernel patches: op -> candidate path)."""
+    def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
+        """The launch for one setting (a kernel candidate is the value of its ``kernel_<op>`` knob)."""
 
     @abc.abstractmethod
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:

@@ -159,7 +159,7 @@ class MiniGPTAdapter(Adapter):
                 chosen.append(k)
         return KnobSpace(chosen, constraints(contract))
 
-    def launch(self, contract: Contract, setting: Mapping[str, Any], *, patches: Mapping[str, str] | None = None) -> LaunchSpec:
+    def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         args = dict(contract.workload.args)
         t = contract.invariants.timing
         need = max(t.warmup_steps + t.measured_steps, contract.invariants.loss.compare_steps)
@@ -180,7 +180,7 @@ class MiniGPTAdapter(Adapter):
                 argv += _flag("recompute_num_layers", s["recompute_num_layers"])
         for name in ("bf16", "attention_backend", "overlap_grad_reduce", "intra_op_threads", "torch_compile", "adam_impl"):
             argv += _flag(name, s[name])
-        kern = dict(patches or {})
+        kern = {}
         for op in KERNEL_OPS:
             v = setting.get(f"kernel_{op}", "reference")
             if v != "reference":

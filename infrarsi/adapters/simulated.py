@@ -92,9 +92,7 @@ class SimulatedAdapter(Adapter):
                  and contract.baseline[k.name] in k.domain else k for k in space.knobs]
         return KnobSpace(knobs, space.constraints)
 
-    def launch(self, contract: Contract, setting: Mapping[str, Any], *, patches: Mapping[str, str] | None = None) -> LaunchSpec:
-        if patches:
-            raise ContractError("the simulated workload has no kernels to patch; remove the patches (scope.files)")
+    def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         w = workload_for(contract)
         args = contract.workload.args
         t = contract.invariants.timing

@@ -142,7 +142,7 @@ def _sbatch_spec(data: RunData, adapter, setting: dict[str, Any], spec: LaunchSp
 
         parsed = adapter.parsed(data.contract)
         s = {**parsed.setting, **data.contract.baseline, **setting}
-        return emit_megatron(parsed, s, launcher="srun", time_limit_s=spec.time_limit_s, extra_env=None)
+        return emit_megatron(parsed, s, launcher="srun", time_limit_s=spec.time_limit_s)
     return spec
 
 

@@ -58,12 +58,12 @@ class RunRecord:
         """Trials recorded as in flight: after a crash, the ones to adopt or run again."""
         return [t for t in self.trials() if t.status is TrialStatus.RUNNING]
 
-    def matching(self, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None, *,
-                 role: str | None = None, finished_only: bool = True) -> list[Trial]:
-        """Trials of exactly this setting (and patches, and role when given)."""
-        s, p = dict(setting), dict(patches or {})
+    def matching(self, setting: Mapping[str, Any], *, role: str | None = None,
+                 finished_only: bool = True) -> list[Trial]:
+        """Trials of exactly this setting (and role when given)."""
+        s = dict(setting)
         pool = self.finished() if finished_only else self.trials()
-        return [t for t in pool if t.setting == s and t.patches == p and (role is None or t.role == role)]
+        return [t for t in pool if t.setting == s and (role is None or t.role == role)]
 
     def launch_info(self, trial_id: int) -> LaunchRecord | None:
         return self.dir.launch(trial_id)
@@ -81,7 +81,7 @@ class RunRecord:
         return self.dir.trial_ids()
 
     # ----------------------------------------------------------------- writing
-    def start(self, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None, role: str = "search") -> Trial:
+    def start(self, setting: Mapping[str, Any], role: str = "search") -> Trial:
         """A new trial, recorded as running (its id is final; its directory exists)."""
         self.trials_dir.mkdir(parents=True, exist_ok=True)
         with self._lock:
@@ -92,7 +92,7 @@ class RunRecord:
                     break
                 except FileExistsError:
                     tid += 1
-        trial = Trial(id=tid, setting=dict(setting), patches=dict(patches or {}), status=TrialStatus.RUNNING,
+        trial = Trial(id=tid, setting=dict(setting), status=TrialStatus.RUNNING,
                       role=role, path=str(self.trial_dir(tid)))
         self._write_trial(trial)
         return trial

@@ -146,13 +146,13 @@ class Runner:
         does not know are kept, so the pre-launch check reports them instead of dropping them."""
         return {**dict(setting), **self._space.complete(setting).to_dict()}
 
-    def submit(self, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None, *, role: str = "search",
+    def submit(self, setting: Mapping[str, Any], *, role: str = "search",
                reference_losses: Sequence[float] | None = None) -> Future:
         """Queue one trial. The Future gives the finished Trial (any status: failures are data); it
         raises only when the infrastructure failed (e.g. SlurmUnreachable), leaving the trial
         recorded as running for a later resume."""
         full = self.complete(setting)
-        return self._pool.submit(self._run_one, full, dict(patches or {}), role, reference_losses, None, None)
+        return self._pool.submit(self._run_one, full, role, reference_losses, None, None)
 
     def run(self, settings: Sequence[Mapping[str, Any]], *, role: str = "search",
             reference_losses: Sequence[float] | None = None) -> list[Trial]:
@@ -182,7 +182,7 @@ class Runner:
                 elif handle.kind == "local":
                     kill_token(handle.token)
             attempt = (info.attempt if info else 0) + (0 if adopted else 1)
-            futs.append(self._pool.submit(self._run_one, t.setting, t.patches, t.role, reference_losses, t,
+            futs.append(self._pool.submit(self._run_one, t.setting, t.role, reference_losses, t,
                                           adopted, attempt))
         return futs
 
@@ -216,16 +216,16 @@ class Runner:
         self.close(cancel=exc[0] is not None)
 
     # ---------------------------------------------------------------- worker
-    def _run_one(self, setting: dict[str, Any], patches: dict[str, str], role: str,
+    def _run_one(self, setting: dict[str, Any], role: str,
                  reference: Sequence[float] | None, existing: Trial | None, adopted: Handle | None,
                  attempt: int = 0) -> Trial:
-        trial = existing or self.record.start(setting, patches, role)
+        trial = existing or self.record.start(setting, role)
         pre = self._precheck(setting)
         if pre is not None:
             return self.record.finish(trial.model_copy(update={
                 "status": pre.status, "evidence": pre.evidence, "reason": pre.reason, "finished_at": time.time()}))
         try:
-            spec = self.adapter.launch(self.contract, setting, patches=patches or None)
+            spec = self.adapter.launch(self.contract, setting)
             outputs = getattr(self.adapter, "trial_outputs", None)  # checkpoints & co. into the trial's directory
             spec = outputs(spec) if callable(outputs) else spec
         except (ValueError, TypeError) as e:  # the framework's own validation refused the setting

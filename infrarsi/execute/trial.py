@@ -61,13 +61,12 @@ class Cost(BaseModel):
 
 
 class Trial(BaseModel):
-    """One launch of one setting (plus patches), finished or in flight."""
+    """One launch of one setting, finished or in flight."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: int
     setting: dict[str, Any]
-    patches: dict[str, str] = {}  # op -> candidate path (relative to the repository)
     status: TrialStatus
     metrics: Metrics = Metrics()
     cost: Cost = Cost()

@@ -178,8 +178,8 @@ class _Pinned:
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
 
-    def launch(self, contract, setting, *, patches=None):
-        spec = self._inner.launch(contract, setting, patches=patches)
+    def launch(self, contract, setting):
+        spec = self._inner.launch(contract, setting)
         pins = json.dumps(pins_of(Path(self._path)), sort_keys=True, separators=(",", ":"))
         return spec.model_copy(update={"env": {**spec.env, ENV: self._path, PINS_ENV: pins}})
 

@@ -1,4 +1,4 @@
-"""Setting: an immutable mapping knob name -> value; Patch: a verified kernel candidate chosen for an op."""
+"""Setting: an immutable mapping knob name -> value (a kernel candidate is the value of a ``kernel_<op>`` knob)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 
 
 class Setting(Mapping[str, Any]):
@@ -58,13 +57,3 @@ class Setting(Mapping[str, Any]):
     def key(self) -> str:
         """A stable text key (JSON, sorted keys): the identity of a setting on disk and in the bank."""
         return self._key
-
-
-class Patch(BaseModel):
-    """A kernel candidate chosen for an op: the file (relative to the repository) and its content hash."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    op: str
-    path: str
-    sha256: str

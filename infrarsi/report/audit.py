@@ -81,9 +81,9 @@ def scope_glob(path: str, globs: Sequence[str]) -> str | None:
     return next((g for g in globs if fnmatchcase(text, g)), None)
 
 
-def kernel_files(setting: Mapping[str, Any], patches: Mapping[str, str] | None = None) -> dict[str, str]:
-    """op -> candidate path for every kernel patch a setting (and explicit patches) chooses."""
-    out = dict(patches or {})
+def kernel_files(setting: Mapping[str, Any]) -> dict[str, str]:
+    """op -> candidate path for every kernel patch a setting chooses (its ``kernel_<op>`` knobs)."""
+    out = {}
     for k, v in setting.items():
         if k.startswith(KERNEL_PREFIX) and v not in (None, REFERENCE):
             out[k[len(KERNEL_PREFIX):]] = str(v)
@@ -115,11 +115,11 @@ def generated_passed(data: RunData) -> dict[str, dict[str, str]]:
     return out
 
 
-def audit_files(data: RunData, setting: Mapping[str, Any], patches: Mapping[str, str] | None = None) -> list[FileAudit]:
+def audit_files(data: RunData, setting: Mapping[str, Any]) -> list[FileAudit]:
     verdicts = data.search.kernel_verdicts
     generated = generated_passed(data)
     out = []
-    for op, value in kernel_files(setting, patches).items():
+    for op, value in kernel_files(setting).items():
         src = data.resolve_source(value)
         v = verdicts.get(value)
         rel = generated.get(op, {}).get(value, value)

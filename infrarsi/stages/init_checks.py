@@ -20,12 +20,6 @@ from ..contract.model import Contract, ContractError
 from ..execute.local import resolve_argv, resolve_program
 
 
-def check(contract: Contract, contract_path: Path) -> None:
-    """Raise ContractError for the first thing the contract names that is not there."""
-    check_files(contract, contract_path)
-    check_launch(contract, contract_path)
-
-
 def check_files(contract: Contract, contract_path: Path) -> None:
     """The launch file and the entrypoint exist (before anything reads them)."""
     base = Path(contract_path).resolve().parent

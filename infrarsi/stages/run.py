@@ -37,35 +37,6 @@ def outcome_of(t: Trial) -> Outcome:
     return Outcome(t.status.value)
 
 
-def verified_kernel_space(space: KnobSpace, err: Console, run_dir: Path | None = None) -> tuple[KnobSpace, dict[str, Any]]:
-    """Drop kernel candidates that fail verification from every kernel_<op> domain: an unverified kernel
-    is never launched. Returns the restricted space and the verdicts by path."""
-    verdicts: dict[str, Any] = {}
-    kernel_knobs = [k for k in space.knobs if k.name.startswith("kernel_")]
-    if not kernel_knobs:
-        return space, verdicts
-    from ..kernels.space import verify_watched
-
-    domains = {}
-    for k in kernel_knobs:
-        keep = []
-        for v in k.domain:
-            if v == "reference":
-                keep.append(v)
-                continue
-            res, wrote = verify_watched(v, k.name.removeprefix("kernel_"), None, run_dir)
-            verdicts[v] = {"verdict": "fail" if wrote else res.verdict, "sha256": res.sha256,
-                           "reasons": list(res.reasons) + [f"scope: wrote outside its sandbox while verified: {w}"
-                                                           for w in wrote[:5]]}
-            if verdicts[v]["verdict"] == "pass":
-                keep.append(v)
-            else:
-                err.print(f"[yellow]kernel {v} failed verification, never launched:[/] "
-                          f"{escape('; '.join(verdicts[v]['reasons'])[:200])}")
-        domains[k.name] = keep
-    return space.restrict(domains, keep=space.names), verdicts
-
-
 def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list:
     from ..priors import priors_for
 

@@ -19,7 +19,7 @@ from infrarsi.execute.trial import Cost, Metrics, TrialStatus
 def test_start_launch_finish_roundtrip(tmp_path):
     rec = RunRecord(tmp_path / "run")
     assert rec.trials() == [] and rec.next_id() == 0
-    t = rec.start({"mbs": 2}, {"rmsnorm": "kernels/rmsnorm/a.py"}, role="baseline")
+    t = rec.start({"mbs": 2}, role="baseline")
     assert t.id == 0 and t.status is TrialStatus.RUNNING and rec.running() == [t]
     spec = LaunchSpec(argv=["python", "-c", "pass"], env={"A": "1"})
     h = Handle(kind="local", trial_dir=str(rec.trial_dir(0)), token="abc", job_id="4242", submitted_at=1.0, time_limit_s=5)
@@ -29,8 +29,8 @@ def test_start_launch_finish_roundtrip(tmp_path):
     done = rec.finish(t.model_copy(update={"status": TrialStatus.OK, "metrics": Metrics(step_time_s=0.3),
                                            "cost": Cost(wall_s=10, devices=2)}))
     assert rec.finished() == [done] and rec.running() == [] and done.finished_at is not None
-    assert rec.matching({"mbs": 2}, {"rmsnorm": "kernels/rmsnorm/a.py"}, role="baseline") == [done]
-    assert rec.matching({"mbs": 2}) == []  # patches differ
+    assert rec.matching({"mbs": 2}, role="baseline") == rec.matching({"mbs": 2}) == [done]
+    assert rec.matching({"mbs": 2}, role="search") == [] and rec.matching({"mbs": 4}) == []
     with pytest.raises(ValueError, match="final status"):
         rec.finish(rec.start({"mbs": 4}))
     assert [x.id for x in rec.trials()] == [0, 1]

@@ -42,7 +42,7 @@ class ToyAdapter(Adapter):
             Knob(name="signal", kind="int", domain=(9, 11, 15), default=9),
         ])
 
-    def launch(self, contract: Contract, setting: Mapping[str, Any], *, patches: Mapping[str, str] | None = None) -> LaunchSpec:
+    def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         s = dict(setting)
         argv = ["python", TOY, "--mode", s.get("mode", "ok"), "--steps", "4", "--step-ms", str(s.get("step_ms", 20)),
                 "--alloc-mb", str(s.get("alloc_mb", 0)), "--signal", str(s.get("signal", 9))]

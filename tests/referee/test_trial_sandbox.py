@@ -3,12 +3,10 @@ trial runs. Isolated (the default), the repository is read-only to it and the wr
 without isolation any write outside the trial's own directory fails the trial (the repository is snapshotted
 around it)."""
 
-import io
 import shutil
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from .conftest import ROOT, tiny
 
@@ -42,9 +40,8 @@ def test_an_unisolated_trial_that_writes_outside_its_directory_is_invalid(cli, p
 
 @pytest.mark.slow  # the real verifier, twice (about 20 s on two cores)
 def test_a_candidate_that_writes_while_verified_fails_verification(project, monkeypatch, tmp_path):
-    from infrarsi.adapters import get_adapter
-    from infrarsi.contract import load_contract
-    from infrarsi.stages.run import verified_kernel_space
+    """The run stage's own per-candidate verification (kernels/space.py's verify_watched), isolated or not."""
+    from infrarsi.kernels.space import verify_watched
 
     monkeypatch.setenv("INFRARSI_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(project)
@@ -54,14 +51,9 @@ def test_a_candidate_that_writes_while_verified_fails_verification(project, monk
     writer = project / "kernels/rmsnorm/writer.py"
     fut = "from __future__ import annotations\n"
     writer.write_text((ROOT / KERNEL).read_text().replace(fut, fut + WRITE, 1))
-    (project / "c.toml").write_text(tiny(knobs=f'kernel_rmsnorm = ["{KERNEL}", "kernels/rmsnorm/writer.py"]'))
-    contract = load_contract(project / "c.toml")
-    space = get_adapter("minigpt").knob_space(contract)
-    err = io.StringIO()
-    kept, verdicts = verified_kernel_space(space, Console(file=err, width=300), project / "run")
-    assert list(kept["kernel_rmsnorm"].domain) == ["reference", KERNEL]  # the honest candidate in the scope passes
-    assert verdicts["kernels/rmsnorm/writer.py"]["verdict"] == "fail"
-    # refused before it runs (pathlib is off the static allowlist), or caught writing if it ever did run
-    assert any("wrote outside its sandbox while verified: created PWNED" in r or r.startswith("static-import")
-               for r in verdicts["kernels/rmsnorm/writer.py"]["reasons"]), verdicts
-    assert "never launched" in err.getvalue()
+    res, wrote = verify_watched(KERNEL, "rmsnorm", None, project / "run")
+    assert res.verdict == "pass" and wrote == []  # the honest candidate passes
+    res, wrote = verify_watched("kernels/rmsnorm/writer.py", "rmsnorm", None, project / "run")
+    assert res.verdict == "fail" and not (project / "PWNED").exists()
+    # refused before it runs (pathlib is off the static lint), or caught writing if it ever did run
+    assert any(r.startswith("static-import") for r in res.reasons) or any("PWNED" in w for w in wrote), res.reasons

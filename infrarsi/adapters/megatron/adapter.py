@@ -26,7 +26,6 @@ tensor_model_parallel_size (3)").
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -231,14 +230,13 @@ class MegatronAdapter(Adapter):
     def knob_space(self, contract: Contract) -> KnobSpace:
         return scoped_space(knob_space_for(self.parsed(contract)), contract, "Megatron")
 
-    def launch(self, contract: Contract, setting: Mapping[str, Any], *, patches: Mapping[str, str] | None = None) -> LaunchSpec:
+    def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         parsed = self.parsed(contract)
-        extra = {"INFRARSI_PATCHES": json.dumps(dict(patches), sort_keys=True)} if patches else {}
         s = {**parsed.setting, **contract.baseline, **dict(setting)}
         if parsed.world_size and "data_parallel" not in setting:  # None when it does not divide (checked below)
             s["data_parallel"] = data_parallel(parsed.world_size, s["tensor_parallel"], s["pipeline_parallel"],
                                                s["context_parallel"])
-        spec = emit_megatron(parsed, s, time_limit_s=contract.invariants.timing.timeout_s, extra_env=extra)
+        spec = emit_megatron(parsed, s, time_limit_s=contract.invariants.timing.timeout_s)
         if parsed.problems:
             raise MegatronLaunchError("; ".join(parsed.problems))
         rejected = check_megatron(parsed, s)  # megatron-core's own word, before any launch

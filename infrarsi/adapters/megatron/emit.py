@@ -131,7 +131,7 @@ def knob_env(setting: Mapping[str, Any], base_env: Mapping[str, str] | None = No
 
 
 def emit_megatron(parsed: MegatronLaunch, setting: Mapping[str, Any], *, launcher: str | None = None,
-                  time_limit_s: float = 600, extra_env: Mapping[str, str] | None = None) -> LaunchSpec:
+                  time_limit_s: float = 600) -> LaunchSpec:
     """The launch for ``setting``: same launcher, program and unrelated flags; knob flags rewritten.
 
     ``launcher`` None keeps the original launcher prefix; "torchrun" or "srun" builds a fresh one
@@ -139,7 +139,6 @@ def emit_megatron(parsed: MegatronLaunch, setting: Mapping[str, Any], *, launche
     s = {**parsed.setting, **dict(setting)}
     args = emit_megatron_args(parsed.args, s, num_layers=parsed.fixed.get("num_layers"))
     env = knob_env(s, parsed.env)
-    env.update(extra_env or {})
     la = parsed.launch
     nodes = la.nnodes or 1
     procs = la.nproc_per_node or (la.ntasks // nodes if la.ntasks else 1)

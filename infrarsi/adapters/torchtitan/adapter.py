@@ -250,7 +250,7 @@ class TorchtitanAdapter(Adapter):
         space = torchtitan_trial.with_runtime_knobs(knob_space_for(self.parsed(contract)), contract)
         return scoped_space(space, contract, "torchtitan")
 
-    def launch(self, contract: Contract, setting: Mapping[str, Any], *, patches: Mapping[str, str] | None = None) -> LaunchSpec:
+    def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         parsed = self.parsed(contract)
         full = {**contract.baseline, **dict(setting)}
         spec = emit_torchtitan(parsed, full, world_size=contract.hardware.devices,
@@ -267,7 +267,7 @@ class TorchtitanAdapter(Adapter):
         if refused:
             raise FrameworkRejected("; ".join(refused))
         raise_if_different(diffs, "the emitted torchtitan launch")  # computes the user's job, or no launch
-        return torchtitan_trial.trial_spec(spec, contract, full, patches)  # the launcher, the cap, the threads
+        return torchtitan_trial.trial_spec(spec, contract, full)  # the launcher, the cap, the threads
 
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         """``job.dump_folder`` (checkpoints, TensorBoard, profiles) is the trial's own ``outputs`` folder."""

@@ -190,7 +190,7 @@ def _derived_job_file(parsed: TorchtitanLaunch, want: dict[str, Any]) -> str | N
 
 
 def emit_torchtitan(parsed: TorchtitanLaunch, setting: Mapping[str, Any], *, world_size: int | None = None,
-                    time_limit_s: float = 600, extra_env: Mapping[str, str] | None = None) -> LaunchSpec:
+                    time_limit_s: float = 600) -> LaunchSpec:
     """The launch for ``setting``. A bare TOML file gets ``torchrun --nproc-per-node=W -m
     torchtitan.train --job.config_file FILE``; W is the world size (required then)."""
     s = {**parsed.setting, **dict(setting)}
@@ -207,7 +207,6 @@ def emit_torchtitan(parsed: TorchtitanLaunch, setting: Mapping[str, Any], *, wor
                 env.pop(var, None)
             else:
                 env[var] = str(s[k.name])
-    env.update(extra_env or {})
     if parsed.launch is None:
         if not world:
             raise TorchtitanLaunchError("a bare TOML job file needs the world size to launch; pass world_size")

@@ -75,9 +75,9 @@ def with_runtime_knobs(space: KnobSpace, contract: Contract) -> KnobSpace:
     return KnobSpace(knobs, space.constraints, space.derived)
 
 
-def patches_of(setting: Mapping[str, Any], patches: Mapping[str, str] | None) -> dict[str, str]:
-    """op -> candidate file: the ``kernel_<op>`` knobs of the setting over the patches passed in."""
-    out = dict(patches or {})
+def patches_of(setting: Mapping[str, Any]) -> dict[str, str]:
+    """op -> candidate file: the setting's ``kernel_<op>`` knobs that name a candidate."""
+    out = {}
     for op in PATCHABLE_OPS:
         v = setting.get(f"kernel_{op}", "reference")
         if v and v != "reference":
@@ -118,12 +118,11 @@ def _program_at(argv: list[str]) -> int | None:
     return None
 
 
-def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any],
-               patches: Mapping[str, str] | None = None) -> LaunchSpec:
+def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
     """The emitted launch, as a trial on this machine runs it (see the module docstring)."""
     argv = list(spec.argv)
     env = dict(spec.env)
-    ops = patches_of(setting, patches)
+    ops = patches_of(setting)
     env.pop("INFRARSI_PATCHES", None)
     if ops:
         env["INFRARSI_PATCHES"] = json.dumps(ops, sort_keys=True)
