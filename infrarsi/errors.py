@@ -11,6 +11,7 @@ An exception that is not known here is a bug: it keeps its traceback.
 - ``UnicodeDecodeError`` / ``ValidationError`` raised while reading a named file: see ``RecordError``.
 - Slurm: ``SlurmUnreachable`` (controller down, no configuration) and ``SlurmError`` (refused).
 - ``RunDirBusy``: another process holds the run directory (``infrarsi.runlock``).
+- ``SettingError``: an environment variable with a value the tool cannot use; the message names it and the fix.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class RecordError(RuntimeError):
         self.fix = fix or (f"restore it from a copy, or move it aside (`mv {shlex.quote(str(path))} "
                            f"{shlex.quote(str(path))}.bad`) to run that part again")
         super().__init__(f"{self.path}: {problem}; it was left untouched: {self.fix}")
+
+
+class SettingError(ValueError):
+    """An environment variable (``INFRARSI_*``) whose value cannot be used: one line naming it and the fix."""
 
 
 def unreadable(path: str | Path, exc: BaseException) -> RecordError:
@@ -84,7 +89,7 @@ def rerun_line(argv: list[str] | None = None) -> str:
 def _one(e: BaseException, again: str) -> str | None:
     from .runlock import RunDirBusy
 
-    if isinstance(e, (RecordError, RunDirBusy)):
+    if isinstance(e, (RecordError, RunDirBusy, SettingError)):
         return str(e)
     from .execute.slurm import SlurmError, SlurmPendingTimeout, SlurmUnreachable
 
