@@ -35,6 +35,7 @@ covariance; the predictive variance of mu at a candidate is J H^-1 J^T with J = 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,14 +85,17 @@ def _columns(space: KnobSpace) -> list[tuple[str, str, Any]]:
 
 
 def structure_prior(space: KnobSpace, structure: tuple[dict[str, float], ...] = STRUCTURE, *,
-                    terms: int = TERMS) -> np.ndarray:
+                    terms: int = TERMS, meanings: Mapping[str, str] | None = None) -> np.ndarray:
     """Prior means of the powers b, (terms, q) in ``features``' column order: ``structure``'s powers for the columns
-    it names (a knob of positive numbers or a bool knob by its name, a categorical value as "knob=value"), 0 elsewhere
-    (``structure=()``: all 0, exchangeable terms)."""
+    it names (a knob of positive numbers or a bool knob by its meaning, a categorical value as "meaning=value"), 0
+    elsewhere (``structure=()``: all 0, exchangeable terms). ``meanings``: {knob name: catalog name}
+    (search/meaning.py); default: each knob means its own name."""
     cols = _columns(space)
     out = np.zeros((terms, len(cols)))
+    mean = (lambda n: n) if meanings is None else (lambda n: meanings.get(n, ""))  # noqa: E731
     for t, powers in enumerate(structure[:terms]):
-        out[t] = [powers.get(name if how != "onehot" else f"{name}={level}", 0.0) for name, how, level in cols]
+        out[t] = [powers.get(mean(name) if how != "onehot" else f"{mean(name)}={level}", 0.0)
+                  for name, how, level in cols]
     return out
 
 
