@@ -27,6 +27,7 @@ import json
 import math
 import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +104,32 @@ class Renaming:
         return Setting({self.to_new[k]: self.values[k][v] for k, v in s.items()})
 
 
+class _Named(Mapping):
+    """A renamed setting seen in the catalog's names, translated as each knob is read (a rule reads a few)."""
+
+    __slots__ = ("s", "ren")
+
+    def __init__(self, s: Mapping, ren: Renaming) -> None:
+        self.s, self.ren = s, ren
+
+    def __getitem__(self, old: str) -> Any:
+        new = self.ren.to_new[old]
+        v = self.s[new]
+        return self.ren.back[new].get(v, v)
+
+    def __iter__(self):
+        return (self.ren.to_old[k] for k in self.s if k in self.ren.to_old)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, old: object) -> bool:
+        return old in self.ren.to_new and self.ren.to_new[old] in self.s
+
+
 def _translated(c: Constraint, ren: Renaming, opaque: bool):
     def check(s: Any) -> str | None:
-        msg = c({ren.to_old[k]: ren.back[k].get(v, v) for k, v in s.items() if k in ren.to_old})
+        msg = c(_Named(s, ren))
         return ("a rule is broken" if opaque else msg) if msg else None
 
     return check
