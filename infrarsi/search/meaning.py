@@ -104,8 +104,8 @@ def meanings(space: KnobSpace) -> dict[str, str]:
                              f"{', '.join(x.name for x in catalog.knobs_for(None))})")
         kind = catalog.knob(m).kind
         if kind != k.kind:
-            raise ValueError(f"knob {k.name!r}: means={k.means!r} ({m}, a {kind} knob in the catalog) but {k.name!r} "
-                             f"is {k.kind}; give it kind={kind!r} or drop means")
+            raise ValueError(f"knob {k.name!r}: means={k.means!r} ({m}, {'an' if kind == 'int' else 'a'} {kind} knob in "
+                             f"the catalog) but {k.name!r} is {k.kind}; give it kind={kind!r} or drop means")
         if m in taken:
             raise ValueError(f"knob {k.name!r}: means={k.means!r}, which another knob of the space already means ({m})")
         out[k.name] = m
