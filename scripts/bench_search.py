@@ -531,7 +531,8 @@ def describe(cells: list[tuple[str, int | None, int]], n: int = 4000) -> None:
 ABLATIONS: dict[str, Any] = {"residual": True, "joint": True, "memory_gp": True, "memory_structured": True,
                              "memory_structure": True, "memory_savers": True, "memory_gp_min_peaks": 3,
                              "time_bubble": False, "time_bubble_mean": 1.0, "time_bubble_sd": 0.5,
-                             "memory_from_ok": True, "learn_drift": True, "thompson_every": 0}
+                             "memory_from_ok": True, "learn_drift": True, "thompson_every": 0,
+                             "time_interactions": True}
 
 
 def ablated_parts(ablations: dict[str, Any], *, estimate: bool) -> dict[str, Any]:
@@ -542,8 +543,11 @@ def ablated_parts(ablations: dict[str, Any], *, estimate: bool) -> dict[str, Any
     from infrarsi.search.structured import STRUCTURE, STRUCTURE_WITH_SAVERS
 
     a = {**ABLATIONS, **ablations}
-    time_part = (JointTime(bubble=a["time_bubble"], bubble_mean=a["time_bubble_mean"], bubble_sd=a["time_bubble_sd"])
-                 if a["residual"] and a["joint"] else ResidualTime() if a["residual"] else AdditiveTime())
+    inter = a["time_interactions"]
+    time_part = (JointTime(bubble=a["time_bubble"], bubble_mean=a["time_bubble_mean"], bubble_sd=a["time_bubble_sd"],
+                           interactions=inter)
+                 if a["residual"] and a["joint"] else ResidualTime(interactions=inter) if a["residual"]
+                 else AdditiveTime(interactions=inter))
     ok = a["memory_from_ok"]
     if a["memory_structured"] and not estimate:
         structure = () if not a["memory_structure"] else STRUCTURE_WITH_SAVERS if a["memory_savers"] else STRUCTURE

@@ -63,10 +63,14 @@ def score(ctx: "Context", p_pass: Callable[[History, Sequence[Setting]], np.ndar
     # The stopping rule reads the whole posterior: the exploitation scale picks among candidates, it does not make the
     # search think it has less to gain.
     full = acq if scale == 1.0 else expected_improvement(mean, sd, best) * (1.0 - p_oom) * pp
-    # Safety: a candidate the memory model expects to OOM is a last resort, whatever its EI.
+    # Safety: a candidate the memory model expects to OOM is a last resort, whatever its EI; when every candidate is
+    # one, feasibility first: the likeliest to fit, EI breaking ties (Gelbart et al., 2014: with no point known to meet
+    # a constraint, maximise the probability that one does).
     fits = p_oom <= ctx.cap
     if fits.any():
         acq = np.where(fits, acq, -np.inf)
+    else:
+        acq = (1.0 - p_oom) * pp * (1.0 + 1e-3 * ei / max(float(ei.max()), 1e-12))
     # Batch diversity: a candidate one knob away from a pending one counts half.
     for s in ctx.pending:
         acq = np.where(hamming(x, enc.onehot([s])[0]) <= 2, acq * 0.5, acq)

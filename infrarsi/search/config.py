@@ -18,7 +18,9 @@ class TunerConfig:
     oom_margin: float = 0.05
     """Safety margin: a setting 'fits' when its peak is predicted below capacity x (1 - margin)."""
     max_p_oom: float = 0.3
-    """Pairing kicks in for promising candidates above this P(OOM); proposals above it are a last resort.
+    """Pairing kicks in for promising candidates above this P(OOM); proposals above it are a last resort (when every
+    candidate is above it, the likeliest to fit is proposed; the steps tighten it when their proposals ran out of
+    memory more often than priced, search/steps.Steps.calibrated).
     (0.5 let the search propose far-away settings priced at P(OOM) 0.4-0.5 that mostly did not fit: the
     setting that maximises EI x P(fit) is where the memory model is most likely too optimistic.)"""
     max_p_oom_without_peaks: float = 0.15

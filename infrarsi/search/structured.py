@@ -11,14 +11,14 @@ power, is learned.
 
 Model, for a setting with features phi (n, q): ln(value) of each knob whose values are positive numbers
 (a power law: tp=2 -> 4 is the same step as 4 -> 8), 0/1 of a bool knob, one-hot of a categorical knob's
-non-first values::
+non-first values, each centred on its knob's domain (:func:`features`)::
 
     peak = sum_t exp(a_t + phi . b_t) + exp(c)             t = 1..TERMS power-law terms, and a constant
     log peak_i = ln(peak(phi_i)) + eps_i,  eps ~ Normal(0, sigma^2)
     measured:      Normal(log peak_i; mu_i, sigma)
     OOM:           P(log peak > log C) = Phi((mu_i - log C) / sigma)
     ran, no peak:  P(log peak <= log C) = Phi((log C - mu_i) / sigma)
-    priors:  a_t, c ~ Normal(log C - 1, 3)    b_t ~ Normal(0, 1) (a power of 1 is one sd)
+    priors:  a_t, c ~ Normal(log C - 1, 3) (a term at the middle of the space)    b_t ~ Normal(structure_prior, 0.5)
              sigma = 0.05 + e^t, t ~ Normal(log 0.1, 0.5)  (a floor: the model's misfit, not the allocator's noise)
 
 Fit: the MAP by BFGS from several starts (the previous MAP, and starts that give each term a different
@@ -100,17 +100,22 @@ def structure_prior(space: KnobSpace, structure: tuple[dict[str, float], ...] = 
 
 
 def features(space: KnobSpace, settings: list[Setting]) -> np.ndarray:
-    """phi per setting, (n, q): ln(value) for a knob of positive numbers, 0/1 for a bool, one-hot otherwise."""
+    """phi per setting, (n, q): ln(value) for a knob of positive numbers, 0/1 for a bool, one-hot otherwise, each
+    centred on its knob's domain (minus the column's mean over the domain's values). Centred, a power of 0 is "no
+    effect" around the middle of the space rather than "no effect, measured from every knob at its first value": with
+    uncentred columns and the same prior, a model that had seen only OOMs predicted its smallest peak at the corner
+    where every numeric knob is 1 (ln 1 = 0, where the powers do not reach), whatever the knobs are."""
     cols = _columns(space)
     out = np.zeros((len(settings), len(cols)))
     for j, (name, how, level) in enumerate(cols):
         vals = [s[name] for s in settings]
+        dom = space[name].domain
         if how == "bool":
-            out[:, j] = [1.0 if v else 0.0 for v in vals]
+            out[:, j] = [(1.0 if v else 0.0) - 0.5 for v in vals]
         elif how == "log":
-            out[:, j] = np.log(np.array(vals, dtype=float))
+            out[:, j] = np.log(np.array(vals, dtype=float)) - float(np.mean(np.log(np.array(dom, dtype=float))))
         else:
-            out[:, j] = [1.0 if v == level else 0.0 for v in vals]
+            out[:, j] = [(1.0 if v == level else 0.0) - 1.0 / len(dom) for v in vals]
     return out
 
 

@@ -39,12 +39,18 @@ _log = logging.getLogger(__name__)
 
 
 class _AdditiveBase(Bound):
-    """The additive TimeModel with the priors, and the prior check; subclasses add what they rank with."""
+    """The additive TimeModel with the priors, and the prior check; subclasses add what they rank with.
+    ``interactions``: the model's interaction columns for the knobs that mean them (False: none, an ablation)."""
+
+    use_interactions = True
+
+    def __init__(self, *, interactions: bool = True) -> None:
+        self.use_interactions = interactions
 
     def _bound(self) -> None:
         su, cfg = self.setup, self.setup.config
         self.given: list[Prior] = list(su.priors)
-        self._inter = interactions(su.model_space, su.meanings)
+        self._inter = interactions(su.model_space, su.meanings) if self.use_interactions else []
         self.additive = self._model(self.given)
         # the same model with no priors: what the trials alone say, to catch priors they contradict
         self._free = (TimeModel(su.model_space, noise_cv=su.noise_cv, seed=su.seed, main_sd=cfg.time_sd,
@@ -151,9 +157,11 @@ class JointTime(_AdditiveBase):
 
     surrogate: Surrogate | None = None
 
-    def __init__(self, *, bubble: bool = False, bubble_mean: float = 1.0, bubble_sd: float = 0.5) -> None:
+    def __init__(self, *, bubble: bool = False, bubble_mean: float = 1.0, bubble_sd: float = 0.5,
+                 interactions: bool = True) -> None:
         """``bubble``: add the pipeline bubble's column (``bubble_mean``: its coefficient's prior mean, 1 the textbook
         1F1B schedule; ``bubble_sd`` its sd); only in a space with a knob that means pipeline parallel."""
+        super().__init__(interactions=interactions)
         self.bubble, self.bubble_mean, self.bubble_sd = bubble, bubble_mean, bubble_sd
 
     def _bound(self) -> None:

@@ -4,9 +4,10 @@ Usage::
 
     from infrarsi.knobs import Knob, KnobSpace
     from infrarsi.search import Tuner, Outcome
-    space = KnobSpace(knobs=[Knob(name="tp", kind="int", domain=[1, 2, 4, 8]),
+    space = KnobSpace(knobs=[Knob(name="tp", kind="int", domain=[1, 2, 4, 8]),          # "tp": tensor parallel
                              Knob(name="recompute", kind="categorical", domain=["none", "selective", "full"]),
-                             Knob(name="seq_par", kind="bool")],
+                             Knob(name="seq_par", kind="bool"),
+                             Knob(name="mb", kind="int", domain=[1, 2, 4], means="micro_batch_size")],
                       constraints=[lambda s: None if s["tp"] > 1 or not s["seq_par"] else "sequence parallel needs tp > 1"])
     tuner = Tuner(space, memory_capacity_bytes=80 * 2**30, seed=0)   # priors optional
     s = tuner.ask()                      # a valid Setting; ask(n) gives a list of n for parallel trials
@@ -14,36 +15,54 @@ Usage::
     tuner.tell(s2, Outcome(status="oom"))   # all we know: peak > capacity
     tuner.best()                          # best feasible (setting, outcome) so far
 
+*What the knobs mean* (:mod:`.meaning`): a knob named as the catalog names it (``tensor_parallel``), as users spell it
+(``tp``, ``pp``, ``mbs``, ``recompute``, ``seq_par``...) or as a framework does (``--tensor-model-parallel-size``) is
+that catalog knob, and ``Knob(..., means="micro_batch_size")`` says so for any other name. What the search holds about a
+catalog knob then applies to it: the step-time semantics (:mod:`.semantics`), which way it moves the peak (the memory
+structure's prior, :data:`.structured.STRUCTURE`), the additive models' interaction columns. None of it is needed: a
+knob with no meaning starts open and what it does to time and memory is learned from the trials, OOMs and runs that
+fit included (the benchmark's "opaque" arm scores the search with no meaning at all, BENCHMARKS.md).
+
+*The parts* (:mod:`.parts`): ``Tuner(space, time=..., memory=..., steps=...)``. The time part ranks step times
+(:mod:`.time`: :class:`~.time.JointTime` by default), the memory part prices P(OOM) (:mod:`.memory`:
+:class:`~.memory.StructuredPeak` without a memory estimate, :class:`~.memory.CensoredPeak` with one), the steps choose
+(:mod:`.steps`: :class:`~.steps.Steps`). Each is fitted on the :class:`~.history.History` of told trials and reads the
+settings through one :class:`~.encoder.Encoder`; none reads the tuner.
+
 How it proposes (each proposal's reason is kept: ``tuner.why(setting)``; the design and the picks are in
-:mod:`.steps`, the pairing in :mod:`.pairing`, the time and memory parts in :mod:`.time` and :mod:`.memory`):
+:mod:`.steps`, the scores in :mod:`.acquisition`, the pairing in :mod:`.pairing`):
 
 1. *Initial design*: the caller's ``initial`` settings (the baseline, the experience bank's best) first,
    then diverse settings (greedy maximin in feature space) among the most promising under the priors
    and, once anything was told, the models. The design goes on until a trial runs; past ``n_initial`` trials,
-   every other one is the setting with the smallest predicted peak.
-2. *Acquisition*: a global TimeModel (log step time) and a censored MemoryModel (log peak; an OOM is
-   "peak > capacity") are refit on every trial. Score = expected improvement in log step time x
-   P(peak < capacity x (1 - margin)), over a candidate pool (sampled valid settings, plus the
-   neighbours of the best settings so far, with the moves that repair what a one-knob change breaks).
-   The models are additive (their effects are what the report shows); the search ranks with one GP per
-   target that adds a kernel on the knob values to those effects (:mod:`.surrogate` for step time,
+   every other one is the setting with the smallest predicted peak (the structured model's features are centred on
+   their domains, so with no meaning known that is where the trials point, not the corner every power is measured
+   from).
+2. *Acquisition*: the time part (log step time) and the memory part (log peak; an OOM is "peak > capacity") are
+   refit on every trial. Score = expected improvement in log step time x P(peak < capacity x (1 - margin)), over a
+   candidate pool (sampled valid settings, plus the neighbours of the best settings so far, with the moves that
+   repair what a one-knob change breaks). The additive models' effects are what the report shows; the search ranks
+   with one GP per target that adds a kernel on the knob values to those effects (:mod:`.surrogate` for step time,
    :mod:`.censored` for peak memory, which takes OOMs and runs that fit as censored observations), so the
-   interactions an additive model cannot express (pipeline bubble, a peak that is a sum of weights and
-   activations) are learned near the settings tried (``JointTime(bubble=True)`` adds the bubble's log factor as one more
-   additive column, :mod:`.bubble`; off by default, measured in BENCHMARKS.md). Without a memory estimate,
-   P(OOM) comes from :mod:`.structured` instead: the peak as a sum of power-law terms (weights and state, activations, a
-   constant) whose powers the trials teach, censored the same way, which carries the sum far from the trials.
-   The search exploits more than it explores: the EI reads the time GP's sd times ``ei_sd_scale`` (0.25), and an
-   acquisition step picks among candidates within ``trust_radius`` (4) knob changes of the 5 fastest settings
-   measured. Far from the trials the model's ranking of fast settings is little better than chance, and its
-   picks there were the search's slowest and OOM trials (BENCHMARKS.md, ``scripts/search_diagnose.py``).
-3. *Memory pricing and pairing*: a candidate that would be fast but likely does not fit is paired with
-   the memory savers that make it fit: one-knob changes the memory model predicts lower the peak,
-   alone or two at a time; the best paired variant joins the pool, remembering which savers it took.
+   interactions an additive model cannot express are learned near the settings tried (``JointTime(bubble=True)`` adds
+   the pipeline bubble's log factor as one more additive column, :mod:`.bubble`; off by default, measured in
+   BENCHMARKS.md). Without a memory estimate, P(OOM) comes from :mod:`.structured` instead: the peak as a sum of
+   power-law terms (weights and state, activations, a constant) whose signs and powers the trials teach, censored the
+   same way, which carries the sum far from the trials. The search exploits more than it explores: the EI reads the
+   time GP's sd times ``ei_sd_scale`` (0.25), and an acquisition step picks among candidates within ``trust_radius``
+   (4) knob changes of the 5 fastest settings measured (far from the trials the model's ranking of fast settings is
+   little better than chance: BENCHMARKS.md, ``scripts/search_diagnose.py``).
+3. *Memory pricing and pairing*: a candidate priced above the P(OOM) cap (``max_p_oom``) is a last resort; when every
+   candidate is one, the likeliest to fit is proposed (feasibility first). The cap tightens when the steps' own record
+   says the memory model was too sure: the P(OOM) each model-guided proposal was priced at against what happened, the
+   cap times (expected OOMs + 1) / (observed + 1) when that is below 1 (as it is where no knob's meaning is known and
+   few trials ran). A candidate that would be fast but likely does not fit is paired with the memory savers that make it fit:
+   one-knob changes the memory model predicts lower the peak, alone or two at a time; the best paired variant joins the
+   pool, remembering which savers it took.
 4. *Local and Thompson steps*: every ``local_every``-th model-guided proposal is the best move from the
    incumbent (its neighbourhood only: the global model ranks regions well, the last few percent are
-   next to the incumbent); every ``Steps(thompson_every=k)``-th (off by default) is the fastest fitting setting under one
-   posterior draw.
+   next to the incumbent); every ``Steps(thompson_every=k)``-th (off by default) is the fastest fitting setting under
+   one posterior draw.
 5. *Loss check*: a setting that ran but broke the loss referee (``numerics_drift``) is never proposed again,
    its peak is memory data like any trial's that ran, and it puts a price on the knob values it had: a
    candidate's P(pass) is the product over its values of 1 - d / (d + p + 1), d and p the trials with that value
@@ -58,8 +77,8 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``; the des
    A confident prior is self-confirming (the search exploits it and never runs what it steers away from), so a
    *probe* step first runs the strongest such claim's alternative that no trial has tried (``prior_probe``).
 
-Knobs outside the catalog, or without a prior, get uninformative priors (mean 0, sd 1 on the log scale), except the
-values :mod:`.semantics` speaks about (``knob_semantics``): recompute and fp32 cost time, overlap flags and the grouped
+Knob values without a prior get uninformative ones (mean 0, sd 1 on the log scale), except those :mod:`.semantics`
+speaks about for a knob with a meaning (``knob_semantics``): recompute and fp32 cost time, overlap flags and the grouped
 MoE GEMM do not, sequence parallel and the distributed optimizer about break even (round sizes, sd 0.15-0.3).
 """
 
