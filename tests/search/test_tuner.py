@@ -38,9 +38,13 @@ def truth(s, noise=0.0, rng=None):
 def test_the_documented_example_runs():
     space = KnobSpace(knobs=[Knob(name="tp", kind="int", domain=[1, 2, 4, 8]),
                              Knob(name="recompute", kind="categorical", domain=["none", "selective", "full"]),
-                             Knob(name="seq_par", kind="bool")],
+                             Knob(name="seq_par", kind="bool"),
+                             Knob(name="mb", kind="int", domain=[1, 2, 4], means="micro_batch_size")],
                       constraints=[lambda s: None if s["tp"] > 1 or not s["seq_par"] else "sequence parallel needs tp > 1"])
     tuner = Tuner(space, memory_capacity_bytes=80 * 2**30, seed=0)
+    assert tuner.meanings == {"tp": "tensor_parallel", "recompute": "recompute_granularity",
+                              "seq_par": "sequence_parallel", "mb": "micro_batch_size"}
+    assert {p.knob for p in tuner.priors if p.source == "semantic"} == {"recompute", "seq_par"}
     s = tuner.ask()
     assert space.is_valid(s)
     tuner.tell(s, Outcome(status="ok", step_time_s=1.23, peak_memory_bytes=7.1e10))
