@@ -36,6 +36,16 @@ Tuners (``--tuners``), each given the same space, validity rule and repair moves
 
 ``--report peaks`` (default): an ok trial reports its step time and peak memory; ``--report time``: step
 time only (the memory model learns only from "it fit" and "it did not").
+
+Arms that cannot flatter the search (``bench_landscape.py``): ``--names opaque`` renames every knob to an opaque token
+and every categorical value too, in an order drawn per run (nothing the search knows by name applies; the priors and
+the estimate, which speak the catalog's names, are translated for ``priors``), ``--names short`` uses the spellings a
+user writes (``tp``, ``mbs``, ``recompute``...); ``--oom-heavy`` gives each variant the device capacity at which a
+drawn 70-85% of its valid settings run out of memory. The table prints each row's worst run beside the median and, per
+budget, against random search on the same landscapes: the landscapes where the row's median over seeds is below
+random's, its OOM trials over random's, and the runs with more than half their trials OOM where random fits one time
+in four or better. ``--set`` takes TunerConfig fields and the ablations that are parts now (``ABLATIONS``: ``joint``,
+``memory_structured``, ``memory_savers``, ``time_bubble``, ``thompson_every``...), by their old names.
 Score: the noise-free step time of the setting the tuner would pick (its best measured) as a fraction of
 the exhaustive optimum; OOM trials counted over the budget; overhead = seconds per ask. "verified pick": the
 same fraction for the setting a run stage keeps after re-verifying the tuner's 3 best (this search ranks them by
@@ -48,6 +58,7 @@ ran, by its noise-free time (what a pick that noise could not fool would keep).
     python scripts/bench_search.py --report time --tuners cold random
     python scripts/bench_search.py --suite named --seeds 10 --tuners cold priors greedy
     python scripts/bench_search.py --jobs 2 --json > family.json
+    python scripts/bench_search.py --tuners cold random --names opaque --oom-heavy --variant-seeds 3 --budgets 20 30
 """
 
 from __future__ import annotations

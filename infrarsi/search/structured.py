@@ -53,7 +53,8 @@ STARTS = 2
 # What the knobs mean, as a prior on the powers (sd SLOPE_SD around it), not a formula: the first term holds
 # what the model-parallel sizes split (weights, gradients, optimizer state: one rank holds 1/tp x 1/pp of
 # them), the second what a micro-batch's tokens make (activations: linear in the micro-batch, one rank holds
-# 1/cp of the sequence). Every other power starts at 0. Only the powers of knobs in the space count.
+# 1/cp of the sequence). Every other power starts at 0. Only the powers of knobs in the space count, by what they
+# mean (search/meaning.py): a knob with no meaning starts at 0 everywhere, and its signs and powers are learned.
 STRUCTURE: tuple[dict[str, float], ...] = (
     {"tensor_parallel": -1.0, "pipeline_parallel": -1.0},
     {"micro_batch_size": 1.0, "context_parallel": -1.0},
@@ -62,7 +63,7 @@ STRUCTURE: tuple[dict[str, float], ...] = (
 # is a log factor on its term): the distributed optimizer shards the optimizer state (term 1); recompute keeps fewer
 # activations, full recompute far fewer, and sequence parallel splits more of them across the tensor-parallel group
 # (term 2). Without them, a cold search on a cluster where 9 in 10 valid settings OOM learned from its OOMs only that
-# everything is big (TunerConfig.memory_savers).
+# everything is big (bench_search.py --set memory_savers=false: StructuredPeak(structure=STRUCTURE)).
 SAVERS: tuple[dict[str, float], ...] = (
     {"distributed_optimizer": -0.5},
     {"recompute_granularity=full": -1.0, "recompute_granularity=selective": -0.5, "sequence_parallel": -0.5},
