@@ -2,8 +2,9 @@
 
 Reads two files saved by ``bench_search.py --json`` (the same landscapes and seeds; a search with and without the
 change), pairs their runs by (landscape, seed) and prints, per budget: each side's median and mean fraction of the
-optimum, the mean per-run difference (new - base) with a 95% bootstrap interval over the pairs, how many runs the
-change put ahead and behind, and the mean OOM trials of each.
+optimum, the worst run of each, the mean per-run difference (new - base) with a 95% bootstrap interval over the pairs,
+how many runs the change put ahead and behind, and the mean OOM trials of each. Two arms of the same landscapes pair
+too (``--names catalog`` against ``--names opaque``: what the names are worth).
 
 A change whose interval straddles 0 is not told apart from noise. On this search one run's trajectory turns on
 every decision, so other seeds alone move single runs by up to +-0.2 of the optimum. ``--by landscape`` pairs by
@@ -80,7 +81,8 @@ def compare(base: dict[tuple[str, int], dict[str, Any]], new: dict[tuple[str, in
         d = [y - x for x, y in zip(fa, fb)]
         lo, hi = bootstrap_ci(d, rng)
         rows.append({"budget": int(b), "n": len(ks), "base_median": statistics.median(fa),
-                     "new_median": statistics.median(fb), "base_mean": statistics.fmean(fa),
+                     "new_median": statistics.median(fb), "base_worst": min(fa), "new_worst": min(fb),
+                     "base_mean": statistics.fmean(fa),
                      "new_mean": statistics.fmean(fb), "diff": statistics.fmean(d), "lo": lo, "hi": hi,
                      "ahead": sum(x > 1e-9 for x in d), "behind": sum(x < -1e-9 for x in d),
                      "base_ooms": statistics.fmean(base[k][b]["ooms"] for k in ks),
@@ -102,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         base, new = by_landscape(base, args.base), by_landscape(new, args.new)
     rows = compare(base, new)
     print(f"{'budget':>6s} {'pairs':>5s} {'median base -> new':>19s} {'mean base -> new':>17s} "
-          f"{'mean diff [95% CI]':>26s} {'ahead':>5s} {'behind':>6s} {'OOM base -> new':>16s}")
+          f"{'worst base -> new':>18s} {'mean diff [95% CI]':>26s} {'ahead':>5s} {'behind':>6s} {'OOM base -> new':>16s}")
     for r in rows:
         print(f"{r['budget']:6d} {r['n']:5d} {r['base_median']:>8.3f} -> {r['new_median']:.3f} "
-              f"{r['base_mean']:>7.3f} -> {r['new_mean']:.3f} {r['diff']:>+9.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] "
+              f"{r['base_mean']:>7.3f} -> {r['new_mean']:.3f} {r['base_worst']:>8.3f} -> {r['new_worst']:.3f} "
+              f"{r['diff']:>+9.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] "
               f"{r['ahead']:5d} {r['behind']:6d} {r['base_ooms']:>7.1f} -> {r['new_ooms']:.1f}")
     return 0
 

@@ -36,6 +36,16 @@ Tuners (``--tuners``), each given the same space, validity rule and repair moves
 
 ``--report peaks`` (default): an ok trial reports its step time and peak memory; ``--report time``: step
 time only (the memory model learns only from "it fit" and "it did not").
+
+Arms that cannot flatter the search (``bench_landscape.py``): ``--names opaque`` renames every knob to an opaque token
+and every categorical value too, in an order drawn per run (nothing the search knows by name applies; the priors and
+the estimate, which speak the catalog's names, are translated for ``priors``), ``--names short`` uses the spellings a
+user writes (``tp``, ``mbs``, ``recompute``...); ``--oom-heavy`` gives each variant the device capacity at which a
+drawn 70-85% of its valid settings run out of memory. The table prints each row's worst run beside the median and, per
+budget, against random search on the same landscapes: the landscapes where the row's median over seeds is below
+random's, its OOM trials over random's, and the runs with more than half their trials OOM where random fits one time
+in four or better. ``--set`` takes TunerConfig fields and the ablations that are parts now (``ABLATIONS``: ``joint``,
+``memory_structured``, ``memory_savers``, ``time_bubble``, ``thompson_every``...), by their old names.
 Score: the noise-free step time of the setting the tuner would pick (its best measured) as a fraction of
 the exhaustive optimum; OOM trials counted over the budget; overhead = seconds per ask. "verified pick": the
 same fraction for the setting a run stage keeps after re-verifying the tuner's 3 best (this search ranks them by
@@ -48,6 +58,7 @@ ran, by its noise-free time (what a pick that noise could not fool would keep).
     python scripts/bench_search.py --report time --tuners cold random
     python scripts/bench_search.py --suite named --seeds 10 --tuners cold priors greedy
     python scripts/bench_search.py --jobs 2 --json > family.json
+    python scripts/bench_search.py --tuners cold random --names opaque --oom-heavy --variant-seeds 3 --budgets 20 30
 """
 
 from __future__ import annotations
@@ -56,7 +67,6 @@ import argparse
 import json
 import math
 import multiprocessing as mp
-import os
 import random
 import statistics
 import sys
@@ -69,103 +79,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-from infrarsi.knobs import KnobSpace, Setting  # noqa: E402
+from infrarsi.knobs import Setting  # noqa: E402
 from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner  # noqa: E402
-from infrarsi.workloads.simulated import WORKLOADS, exhaustive_optimum, get_workload, simulate, space_for  # noqa: E402
-from infrarsi.workloads.variants import Variant  # noqa: E402
+from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
 
 import bench_oracles  # noqa: E402  (the diagnosis tuners: cold-oracle-*)
+from bench_landscape import NAMES, NOISE_CV, Bench, Landscape  # noqa: E402  (the objectives)
+from bench_peers import _optuna, run_greedy, run_random, run_smac  # noqa: E402  (the tuners users have)
 
-NOISE_CV = 0.02
 # The verified pick (score "verified"): what the run stage does after its search, for every tuner alike. Its
 # VERIFY_TOP best candidates (this search: ``Tuner.top``, by the time model's posterior mean; a peer: its fastest
 # measured) each rerun VERIFY_REPEATS times with fresh noise, outside the budget; the fastest mean is the pick.
 VERIFY_TOP, VERIFY_REPEATS = 3, 3
 CONFIG: dict[str, Any] = {}  # TunerConfig overrides for this search's tuners (--set)
+ARM: dict[str, Any] = {}  # Landscape arguments of the arm (--names, --oom-heavy), for the diagnoses (set before forking)
 History = list[tuple[Setting, Outcome]]
-
-
-class Landscape:
-    """One objective: a reference workload or a perturbed variant, with its exhaustive optimum."""
-
-    def __init__(self, base: str, variant: int | None) -> None:
-        self.base, self.variant = base, variant
-        self.v = Variant(base, variant) if variant is not None else None
-        self.name = self.v.name if self.v else base
-        self.w = get_workload(base)
-        self.space: KnobSpace = space_for(base)
-        self.capacity = float(self.w.spec.memory_bytes)
-        self.baseline = self.space.complete(self.w.baseline)
-        self._opt: float | None = None
-
-    def simulate(self, s: Setting, seed: int | None, noise_cv: float):
-        if self.v:
-            return self.v.simulate(s, seed=seed, noise_cv=noise_cv)
-        return simulate(self.base, s, seed=seed, noise_cv=noise_cv)
-
-    def optimum(self) -> float:
-        """Exhaustive optimum step time, cached in ``.infrarsi/bench/optima.json`` (keyed by landscape)."""
-        if self._opt is None:
-            cache = Path(__file__).resolve().parents[1] / ".infrarsi" / "bench" / "optima.json"
-            known = json.loads(cache.read_text()) if cache.exists() else {}
-            if self.name not in known:
-                o = self.v.optimum() if self.v else exhaustive_optimum(self.base)
-                known = json.loads(cache.read_text()) if cache.exists() else {}
-                known[self.name] = o.step_time_s
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-                tmp.replace(cache)
-            self._opt = float(known[self.name])
-        return self._opt
-
-
-class Bench:
-    """A landscape, a noise seed and a reporting mode: the objective every tuner calls."""
-
-    noise_cv = NOISE_CV  # run-to-run CV of every trial's step time
-
-    def __init__(self, land: Landscape, seed: int, report: str) -> None:
-        self.land, self.seed, self.report = land, seed, report
-        self.space, self.capacity, self.baseline = land.space, land.capacity, land.baseline
-        self._true: dict[Setting, float | None] = {}
-        self._pool: list[Setting] | None = None
-        self.notes: dict[str, Any] = {}  # tuner-specific figures for the JSON (e.g. wrong priors flagged)
-        self.verify_at: set[int] = set()  # budgets at which a tuner with its own ranking records its top candidates
-        self.tops: dict[int, list[Setting]] = {}  # budget -> that ranking's VERIFY_TOP best (this search: Tuner.top)
-
-    def __call__(self, s: Setting) -> Outcome:
-        r = self.land.simulate(s, self.seed, NOISE_CV)
-        self._true[s] = r.noise_free_step_time_s
-        if r.oom:
-            return Outcome("oom")
-        peak = r.peak_memory_bytes if self.report == "peaks" else None
-        return Outcome("ok", step_time_s=r.step_time_s, peak_memory_bytes=peak)
-
-    def remeasure(self, s: Setting, repeat: int) -> float:
-        """A rerun of a setting that ran: its step time with fresh noise (repeat 0, 1, ...: independent draws, none of
-        them the search's own measurement)."""
-        return self.land.simulate(s, 1_000_000 * (repeat + 1) + self.seed, NOISE_CV).step_time_s
-
-    def true_time(self, s: Setting) -> float | None:
-        if s not in self._true:
-            self._true[s] = self.land.simulate(s, None, 0.0).noise_free_step_time_s
-        return self._true[s]
-
-    def project(self, s: dict[str, Any], taken: set[Setting], rng: random.Random) -> Setting | None:
-        """The nearest valid untried setting (fewest knobs changed) of a shared pool; ties at random."""
-        if self._pool is None:
-            self._pool = self.space.candidates(4000, random.Random(self.seed))
-        best_d, best = math.inf, []
-        for c in self._pool:
-            if c in taken:
-                continue
-            d = sum(c[k] != v for k, v in s.items())
-            if d < best_d:
-                best_d, best = d, [c]
-            elif d == best_d:
-                best.append(c)
-        return rng.choice(best) if best else None
 
 
 # ------------------------------------------------------------------------------------------ ours
@@ -189,17 +117,27 @@ def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bo
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
 
-    w = b.land.w
+    land = b.land
+    w = land.w
     hw = {"kind": w.gpu, "devices": w.world_size}
     wl = w.model.model_dump()
-    pri = priors_for(b.space, workload=wl, hardware=hw) if priors != "none" else []
+    # the priors and the estimate speak the catalog's names: a renamed space gets them translated, as a user who
+    # renamed the knobs would state them
+    pri = priors_for(land.named_space, workload=wl, hardware=hw) if priors != "none" else []
     if priors == "wrong":
         pri = wrong_priors(pri)
-    kwargs: dict[str, Any] = dict(
-        memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**CONFIG),
-        initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
-        memory_estimate=memory_estimator(b.space, workload=wl, hardware=hw) if estimate else None)
-    t = bench_oracles.ORACLES[oracle](b.space, bench=b, **kwargs) if oracle else Tuner(b.space, **kwargs)
+    pri = [land.translate_prior(p) for p in pri]
+    est = None
+    if estimate:
+        named_est = memory_estimator(land.named_space, workload=wl, hardware=hw)
+        est = named_est if land.ren is None else land.translate_estimate(named_est)
+    config = {k: v for k, v in CONFIG.items() if k in TunerConfig.__dataclass_fields__}
+    parts = ablated_parts({k: v for k, v in CONFIG.items() if k not in config}, estimate=est is not None)
+    if oracle:
+        parts.update(bench_oracles.ORACLES[oracle](b))
+    t = Tuner(b.space, memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**config),
+              initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
+              memory_estimate=est, **parts)
     def record_top(n: int) -> None:  # the tuner's top candidates at the scored budgets
         if n in b.verify_at:
             b.tops[n] = t.top(VERIFY_TOP)
@@ -222,137 +160,6 @@ def wrong_priors(priors: list) -> list:
 
 def wrong_knobs(priors: list) -> list[str]:
     return sorted({p.knob for p in wrong_priors(priors) if p.source == "wrong"})
-
-
-# ---------------------------------------------------------------------------------------- peers
-def run_random(b: Bench, budget: int) -> tuple[History, float]:
-    t0 = time.perf_counter()
-    settings = b.space.candidates(4000, random.Random(b.seed))
-    random.Random(b.seed + 1).shuffle(settings)
-    hist = [(s, b(s)) for s in settings[:budget]]
-    return hist, (time.perf_counter() - t0) / budget
-
-
-def run_greedy(b: Bench, budget: int) -> tuple[History, float]:
-    """Coordinate descent from the typical config: every one-knob move (with the repairs it needs, as the
-    tuner's own moves) in knob order; take the first faster one and start over from it."""
-    t0 = time.perf_counter()
-    hist: History = []
-    seen: set[Setting] = set()
-    cur = b.baseline
-    o = b(cur)
-    hist.append((cur, o))
-    seen.add(cur)
-    best = o.step_time_s if o.status == "ok" else math.inf
-    order = {k.name: i for i, k in enumerate(b.space.knobs)}
-    improved = True
-    while len(hist) < budget and improved:
-        improved = False
-        moves = b.space.neighbors(cur, repair=True)
-        # group by the first knob that differs, in knob order (the one-knob change, then its repairs)
-        moves.sort(key=lambda s: min(order[k] for k in order if s[k] != cur[k]))
-        for cand in moves:
-            if cand in seen:
-                continue
-            seen.add(cand)
-            o = b(cand)
-            hist.append((cand, o))
-            if o.status == "ok" and o.step_time_s < best:
-                cur, best, improved = cand, o.step_time_s, True
-                break
-            if len(hist) >= budget:
-                break
-    return hist, (time.perf_counter() - t0) / max(1, len(hist))
-
-
-def _optuna(b: Bench, budget: int, kind: str) -> tuple[History, float]:
-    import optuna
-
-    import warnings
-
-    warnings.filterwarnings("ignore", category=FutureWarning)  # constraints_func: still the documented way in 5.0
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    cons = lambda t: t.user_attrs.get("c", (0.0,))  # noqa: E731  (> 0: infeasible)
-    if kind == "tpe":
-        sampler = optuna.samplers.TPESampler(seed=b.seed, multivariate=True, group=True, constraints_func=cons,
-                                             n_startup_trials=min(10, budget // 3))
-    else:
-        sampler = optuna.samplers.GPSampler(seed=b.seed, constraints_func=cons, n_startup_trials=min(10, budget // 3))
-    study = optuna.create_study(direction="minimize", sampler=sampler)
-    dists = {k.name: optuna.distributions.CategoricalDistribution(list(k.domain)) for k in b.space.knobs}
-    rng = random.Random(b.seed)
-    hist: History = []
-    taken: set[Setting] = set()
-    worst = 1.0
-    t0 = time.perf_counter()
-    while len(hist) < budget:
-        trial = study.ask(dists)
-        s = dict(trial.params)
-        st = Setting(s)
-        if not b.space.is_valid(st) or st in taken:
-            # Infeasible at no budget (the framework would refuse it at start-up); then the nearest valid one.
-            trial.set_user_attr("c", (float(len(b.space.validate(st)) or 1),))
-            study.tell(trial, math.log(worst) + 1.0)
-            st = b.project(s, taken, rng)
-            if st is None:
-                break
-            study.enqueue_trial(dict(st))
-            trial = study.ask(dists)
-        o = b(st)
-        hist.append((st, o))
-        taken.add(st)
-        if o.status == "ok":
-            worst = max(worst, o.step_time_s)
-            trial.set_user_attr("c", (0.0,))
-            study.tell(trial, math.log(o.step_time_s))
-        else:
-            trial.set_user_attr("c", (1.0,))
-            study.tell(trial, math.log(worst) + 1.0)
-    return hist, (time.perf_counter() - t0) / max(1, len(hist))
-
-
-def run_smac(b: Bench, budget: int) -> tuple[History, float]:
-    import logging
-
-    from ConfigSpace import CategoricalHyperparameter, Configuration, ConfigurationSpace
-    from smac import HyperparameterOptimizationFacade, Scenario
-    from smac.runhistory.dataclasses import TrialInfo, TrialValue
-
-    logging.getLogger("smac").setLevel(logging.ERROR)
-    names = {k.name: [str(v) for v in k.domain] for k in b.space.knobs}
-    back = {k.name: {str(v): v for v in k.domain} for k in b.space.knobs}
-    cs = ConfigurationSpace(seed=b.seed)
-    cs.add([CategoricalHyperparameter(n, vals) for n, vals in names.items()])
-    import tempfile
-
-    out = tempfile.mkdtemp(prefix="smac-")
-    scen = Scenario(cs, deterministic=True, n_trials=budget * 4, seed=b.seed, output_directory=Path(out))
-    smac = HyperparameterOptimizationFacade(scen, lambda config, seed=0: 0.0, overwrite=True, logging_level=40,
-                                            initial_design=HyperparameterOptimizationFacade.get_initial_design(
-                                                scen, n_configs=min(10, budget // 3)))
-    rng = random.Random(b.seed)
-    hist: History = []
-    taken: set[Setting] = set()
-    worst = 1.0
-    t0 = time.perf_counter()
-    while len(hist) < budget:
-        info = smac.ask()
-        s = {n: back[n][info.config[n]] for n in names}
-        st = Setting(s)
-        if not b.space.is_valid(st) or st in taken:
-            smac.tell(info, TrialValue(cost=math.log(worst) + 1.0))
-            st = b.project(s, taken, rng)
-            if st is None:
-                break
-            info = TrialInfo(config=Configuration(cs, values={n: str(st[n]) for n in names}), seed=info.seed)
-        o = b(st)
-        hist.append((st, o))
-        taken.add(st)
-        if o.status == "ok":
-            worst = max(worst, o.step_time_s)
-        cost = math.log(o.step_time_s) if o.status == "ok" else math.log(worst) + math.log(2.0)
-        smac.tell(info, TrialValue(cost=cost))
-    return hist, (time.perf_counter() - t0) / max(1, len(hist))
 
 
 OURS = ("cold", "priors", "priors-noest", "wrong", "cold-oracle-memory", "cold-oracle-time", "cold-oracle-physics",
@@ -411,11 +218,11 @@ def q(xs: list[float]) -> tuple[float, float, float]:
     return qs[1], qs[0], qs[2]
 
 
-def _job(args: tuple[str, int | None, int, str, str, list[int], dict[str, Any]]) -> dict[str, Any]:
-    base, variant, seed, report, tuner, budgets, config = args
+def _job(args: tuple[str, int | None, int, str, str, list[int], dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+    base, variant, seed, report, tuner, budgets, config, arm = args
     CONFIG.clear()
     CONFIG.update(config)
-    land = Landscape(base, variant)
+    land = Landscape(base, variant, rename_seed=seed, **arm)
     b = Bench(land, seed, report)
     b.verify_at = set(budgets)
     hist, overhead = TUNERS[tuner](b, max(budgets))
@@ -424,7 +231,15 @@ def _job(args: tuple[str, int | None, int, str, str, list[int], dict[str, Any]])
     if tuner == "cold-oracle-time" and bench_oracles.ORACLE_TIME_SD:
         name += f" sd={bench_oracles.ORACLE_TIME_SD:g}"
     return {"landscape": land.name, "base": base, "tuner": name, "seed": seed, "overhead_s": overhead,
+            "names": land.names, "oom_heavy": land.oom_heavy, "report": report, "oom_share": land.oom_share(),
             "scores": {n: score(b, hist, n, opt) for n in budgets}, **b.notes}
+
+
+def label(r: dict[str, Any]) -> str:
+    """A run's row in the table: its tuner, and the arm when it is not the default (catalog names, peaks reported)."""
+    arm = [x for x in (r.get("names", "catalog") != "catalog" and f"{r['names']} names",
+                       r.get("oom_heavy") and "OOM-heavy", r.get("report", "peaks") == "time" and "time only") if x]
+    return r["tuner"] + (f" [{', '.join(arm)}]" if arm else "")
 
 
 def _median_of(scores: list[dict[str, Any]], key: str) -> str:
@@ -433,30 +248,34 @@ def _median_of(scores: list[dict[str, Any]], key: str) -> str:
     return f"{statistics.median(xs):.3f}" if xs and len(xs) == len(scores) else "-"
 
 
+def _at(r: dict[str, Any], n: int) -> dict[str, Any] | None:
+    return r["scores"].get(str(n), r["scores"].get(n))
+
+
 def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int], groups: list[str], title: str) -> None:
+    """The table (``tuners``: row labels, :func:`label`), then the per-landscape checks (:func:`print_checks`)."""
     print(title)
-    print(f"{'group':18s} {'tuner':24s} {'budget':>6s} {'frac of optimum: median [IQR]':>30s} "
-          f"{'OOM trials':>10s} {'best at':>8s} {'overhead/ask':>12s} {'verified pick':>14s} {'own pick':>9s} "
-          f"{'best tried':>10s}")
+    print(f"{'group':18s} {'tuner':40s} {'budget':>6s} {'frac of optimum: median [IQR]':>30s} {'worst':>6s} "
+          f"{'OOM trials':>10s} {'max':>4s} {'best at':>8s} {'overhead/ask':>12s} {'verified pick':>14s} "
+          f"{'own pick':>9s} {'best tried':>10s}")
     for g in groups:
         for tuner in tuners:
-            rs = [r for r in runs if r["tuner"] == tuner and (g == "all" or r["base"] == g)]
+            rs = [r for r in runs if label(r) == tuner and (g == "all" or r["base"] == g)]
             if not rs:
                 continue
             for n in budgets:
-                sc = [r["scores"].get(str(n), r["scores"].get(n)) for r in rs]
-                sc = [x for x in sc if x is not None]
+                sc = [x for x in (_at(r, n) for r in rs) if x is not None]
                 if not sc:
                     continue
                 med, lo, hi = q([x["frac"] for x in sc])
                 verified, own, tried = (_median_of(sc, k) for k in ("verified", "own_pick", "best_tried"))
-                print(f"{g:18s} {tuner:24s} {n:6d} {med:>12.3f} [{lo:.3f}, {hi:.3f}] "
-                      f"{statistics.fmean(x['ooms'] for x in sc):10.1f} "
+                print(f"{g:18s} {tuner:40s} {n:6d} {med:>12.3f} [{lo:.3f}, {hi:.3f}] {min(x['frac'] for x in sc):6.3f} "
+                      f"{statistics.fmean(x['ooms'] for x in sc):10.1f} {max(x['ooms'] for x in sc):4d} "
                       f"{statistics.median(x['found_at'] for x in sc):8.0f} "
                       f"{statistics.fmean(r['overhead_s'] for r in rs) * 1000:9.1f} ms {verified:>14s} {own:>9s} "
                       f"{tried:>10s}  (n={len(rs)})")
     for tuner in tuners:
-        rs = [r for r in runs if r["tuner"] == tuner]
+        rs = [r for r in runs if label(r) == tuner]
         end = [r["overhead_last10_s"] for r in rs if "overhead_last10_s" in r]
         if end:
             print(f"# {tuner}: overhead per ask over the last 10 asks: mean {statistics.fmean(end) * 1000:.0f} ms, "
@@ -465,6 +284,42 @@ def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int
         if fl:
             print(f"# {tuner}: reversed priors the run flags as miscalibrated: "
                   f"{', '.join(f'{x} x{fl.count(x)}' for x in sorted(set(fl)))} (runs)")
+    print_checks(runs, tuners, budgets)
+
+
+def print_checks(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int]) -> None:
+    """Per row and budget, against random search on the same landscapes (random is the same whatever the knobs are
+    called): the landscapes where the row's median over seeds is below random's, its mean OOM trials over random's, and
+    the runs that spent more than half their trials out of memory on a landscape where random fits one time in four or
+    better (at most 75% of its valid settings OOM, by exhaustive count)."""
+    rand: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in runs:
+        if r["tuner"] == "random":
+            for n in budgets:
+                if _at(r, n) is not None:
+                    rand.setdefault((r["landscape"], n), []).append(_at(r, n))
+    for tuner in tuners:
+        rs = [r for r in runs if label(r) == tuner]
+        for n in budgets:
+            heavy = [r for r in rs if _at(r, n) is not None and r.get("oom_share", 1.0) <= 0.75
+                     and _at(r, n)["ooms"] > n / 2]
+            easy = sum(1 for r in rs if _at(r, n) is not None and r.get("oom_share", 1.0) <= 0.75)
+            line = f"# {tuner} @{n}: runs with > {n // 2} OOM trials where random fits >= 1 in 4: {len(heavy)} of {easy}"
+            lands = sorted({r["landscape"] for r in rs if (r["landscape"], n) in rand})
+            if lands and not tuner.startswith("random"):
+                below = []
+                ours_oom, rand_oom = [], []
+                for land in lands:
+                    mine = [_at(r, n) for r in rs if r["landscape"] == land and _at(r, n) is not None]
+                    theirs = rand[(land, n)]
+                    if statistics.median(x["frac"] for x in mine) < statistics.median(x["frac"] for x in theirs):
+                        below.append(land)
+                    ours_oom += [x["ooms"] for x in mine]
+                    rand_oom += [x["ooms"] for x in theirs]
+                ratio = statistics.fmean(ours_oom) / max(statistics.fmean(rand_oom), 1e-9)
+                line += (f"; median below random's on {len(below)} of {len(lands)} landscapes"
+                         f"{' (' + ', '.join(below) + ')' if below else ''}; OOM trials {ratio:.2f}x random's")
+            print(line)
 
 
 def memory_check(args: tuple[str, int | None, int, str, int, dict[str, Any]]) -> dict[str, Any]:
@@ -474,7 +329,7 @@ def memory_check(args: tuple[str, int | None, int, str, int, dict[str, Any]]) ->
     base, variant, seed, report, budget, config = args
     CONFIG.clear()
     CONFIG.update(config)
-    land = Landscape(base, variant)
+    land = Landscape(base, variant, rename_seed=seed, **ARM)
     b = Bench(land, seed, report)
     t, _ = _run_ours(b, budget, priors="none", estimate=False, typical=False)
     timed = [(b.true_time(s), s) for s in b.space.candidates(4000, random.Random(99))]
@@ -492,7 +347,7 @@ def trace_conflicts(args: tuple[str, int | None, int, dict[str, Any], list[int]]
     base, variant, seed, config, at = args
     CONFIG.clear()
     CONFIG.update(config)
-    land = Landscape(base, variant)
+    land = Landscape(base, variant, rename_seed=seed, **ARM)
     b = Bench(land, seed, "peaks")
     opt = land.optimum()
     lines, done = [], 0
@@ -522,8 +377,8 @@ def memory_form(args: tuple[str, int | None, int]) -> dict[str, Any]:
     from infrarsi.search.censored import OBS
 
     base, variant, seed = args
-    land = Landscape(base, variant)
-    space = Tuner(land.space, memory_capacity_bytes=land.capacity, seed=seed)._model_space  # the models' knobs
+    land = Landscape(base, variant, rename_seed=seed, **ARM)
+    space = Tuner(land.space, memory_capacity_bytes=land.capacity, seed=seed).encoder.model_space  # the models' knobs
     pool = land.space.candidates(4000, random.Random(99))
     rng = random.Random(1)
     train, hold = rng.sample(pool, 400), rng.sample(pool, 200)
@@ -539,27 +394,63 @@ def memory_form(args: tuple[str, int | None, int]) -> dict[str, Any]:
 
 def describe(cells: list[tuple[str, int | None, int]], n: int = 4000) -> None:
     """How needle-like each landscape is: what a uniform draw over its valid settings finds."""
-    print(f"{'landscape':24s} {'OOM':>5s} {'>=0.8':>7s} {'>=0.9':>7s} {'>=0.95':>7s} {'sample best':>11s}"
-          "   (fractions of a uniform sample of valid settings; speed as a fraction of the optimum's)")
+    print(f"{'landscape':34s} {'OOM':>5s} {'(all)':>5s} {'>=0.8':>7s} {'>=0.9':>7s} {'>=0.95':>7s} {'sample best':>11s}"
+          "   (fractions of a uniform sample of valid settings; speed as a fraction of the optimum's; (all): the OOM "
+          "share of every valid setting)")
     for base, var, seed in cells:
-        land = Landscape(base, var)
+        land = Landscape(base, var, rename_seed=seed, **ARM)
         b = Bench(land, seed, "peaks")
         opt = land.optimum()
         frac = [opt / t if (t := b.true_time(s)) else 0.0 for s in land.space.candidates(n, random.Random(seed))]
         share = [sum(f >= x for f in frac) / len(frac) for x in (0.8, 0.9, 0.95)]
-        print(f"{land.name:24s} {sum(f == 0 for f in frac) / len(frac):5.2f} {share[0]:7.2%} {share[1]:7.2%} "
-              f"{share[2]:7.2%} {max(frac):11.3f}", flush=True)
+        print(f"{land.name:34s} {sum(f == 0 for f in frac) / len(frac):5.2f} {land.oom_share():5.2f} {share[0]:7.2%} "
+              f"{share[1]:7.2%} {share[2]:7.2%} {max(frac):11.3f}", flush=True)
+
+
+# The switches that took a part of the search away, by the TunerConfig names they had (--set KEY=VALUE): each gives
+# the Tuner another part (search/parts.py), so the figures measured with them reproduce.
+ABLATIONS: dict[str, Any] = {"residual": True, "joint": True, "memory_gp": True, "memory_structured": True,
+                             "memory_structure": True, "memory_savers": True, "memory_gp_min_peaks": 3,
+                             "time_bubble": False, "time_bubble_mean": 1.0, "time_bubble_sd": 0.5,
+                             "memory_from_ok": True, "learn_drift": True, "thompson_every": 0,
+                             "time_interactions": True}
+
+
+def ablated_parts(ablations: dict[str, Any], *, estimate: bool) -> dict[str, Any]:
+    """The Tuner's parts for ``ablations`` ({} gives {}: the search's own)."""
+    if not ablations:
+        return {}
+    from infrarsi.search import AdditivePeak, AdditiveTime, CensoredPeak, JointTime, ResidualTime, Steps, StructuredPeak
+    from infrarsi.search.structured import STRUCTURE, STRUCTURE_WITH_SAVERS
+
+    a = {**ABLATIONS, **ablations}
+    inter = a["time_interactions"]
+    time_part = (JointTime(bubble=a["time_bubble"], bubble_mean=a["time_bubble_mean"], bubble_sd=a["time_bubble_sd"],
+                           interactions=inter)
+                 if a["residual"] and a["joint"] else ResidualTime(interactions=inter) if a["residual"]
+                 else AdditiveTime(interactions=inter))
+    ok = a["memory_from_ok"]
+    if a["memory_structured"] and not estimate:
+        structure = () if not a["memory_structure"] else STRUCTURE_WITH_SAVERS if a["memory_savers"] else STRUCTURE
+        memory = StructuredPeak(structure=structure, from_runs_without_peak=ok)
+    elif a["memory_gp"]:
+        memory = CensoredPeak(min_peaks=a["memory_gp_min_peaks"], from_runs_without_peak=ok)
+    else:
+        memory = AdditivePeak(from_runs_without_peak=ok)
+    return {"time": time_part, "memory": memory,
+            "steps": Steps(thompson_every=a["thompson_every"], learn_drift=a["learn_drift"])}
 
 
 def config_overrides(ap: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:
-    """``--set KEY=VALUE ...`` as TunerConfig overrides, each value of its field's type (an unknown key: ap.error)."""
+    """``--set KEY=VALUE ...``: TunerConfig overrides and :data:`ABLATIONS`, each value of its field's type (an
+    unknown key: ap.error)."""
     config: dict[str, Any] = {}
-    fields = TunerConfig.__dataclass_fields__
+    fields = {k: f.default for k, f in TunerConfig.__dataclass_fields__.items()} | ABLATIONS
     for kv in items:
         k, _, v = kv.partition("=")
         if k not in fields:
-            ap.error(f"--set {kv}: {k!r} is not a TunerConfig field; fields: {', '.join(fields)}")
-        config[k] = type(fields[k].default)(json.loads(v.lower()) if v.lower() in ("true", "false") else v)
+            ap.error(f"--set {kv}: {k!r} is not a TunerConfig field or an ablation; fields: {', '.join(fields)}")
+        config[k] = type(fields[k])(json.loads(v.lower()) if v.lower() in ("true", "false") else v)
     return config
 
 
@@ -578,6 +469,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets", type=int, nargs="*", default=[20, 30, 50])
     ap.add_argument("--tuners", nargs="*", default=["cold", "priors", "wrong", "random", "tpe", "gp", "smac", "greedy"])
     ap.add_argument("--report", choices=("peaks", "time"), default="peaks")
+    ap.add_argument("--names", choices=NAMES, default="catalog",
+                    help="what the tuners see the knobs called: the catalog's names, a user's short spellings (tp, pp, "
+                         "mbs...), or opaque tokens with opaque categorical values (the unnamed arm; bench_landscape.py)")
+    ap.add_argument("--oom-heavy", action="store_true",
+                    help="family: each variant with a device capacity at which a drawn 70-85%% of its valid settings run "
+                         "out of memory")
     ap.add_argument("--jobs", type=int, default=1, help="processes")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="TunerConfig overrides for this search's tuners, e.g. max_p_oom=0.5 local_every=2")
@@ -602,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         runs = [r for f in args.table for r in json.loads(f.read_text())]
         budgets = sorted({int(n) for r in runs for n in r["scores"]})
-        tuners = list(dict.fromkeys(r["tuner"] for r in runs))
+        tuners = list(dict.fromkeys(label(r) for r in runs))
         bases = list(dict.fromkeys(r["base"] for r in runs))
         print_table(runs, tuners, budgets, ["all"] + (bases if args.suite == "named" else []),
                     f"suite {args.suite} (from {len(args.table)} file(s))")
@@ -618,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                  for k in range(args.variant_seeds) for i in range(args.variants)]
     else:
         cells = [(w, None, args.first_seed + k) for w in args.workloads for k in range(args.seeds)]
+    ARM.update(names=args.names, oom_heavy=args.oom_heavy)
     if args.describe:
         describe(cells)
         return 0
@@ -647,7 +545,8 @@ def main(argv: list[str] | None = None) -> int:
         med = {k: statistics.median(r[k] for r in rows) for k in ("bias", "sd", "blocked", "headroom")}
         print(f"{'median':24s} {med['bias']:6.2f} {med['sd']:6.2f} {med['blocked']:6.0%} {med['headroom']:8.2f}")
         return 0
-    jobs = [(base, var, seed, args.report, t, args.budgets, config) for t in args.tuners for base, var, seed in cells]
+    jobs = [(base, var, seed, args.report, t, args.budgets, config, dict(ARM))
+            for t in args.tuners for base, var, seed in cells]
     t0 = time.perf_counter()
     if args.jobs > 1:
         with mp.get_context("fork").Pool(args.jobs) as pool:
@@ -663,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(runs, indent=1))
         return 0
     groups = ["all"] + (list(args.workloads) if args.suite == "named" else [])
-    names = list(dict.fromkeys(r["tuner"] for r in runs))
+    names = list(dict.fromkeys(label(r) for r in runs))
     print_table(runs, names, args.budgets, groups,
                 f"suite {args.suite}, report {args.report}; {len(cells)} runs per tuner")
     return 0

@@ -30,7 +30,7 @@ time model be, and how far is this one?
 ``--neighbours``: after ``--budget`` trials, how much the incumbent's one-knob moves (with repairs, untried) hold and
 how well they are ranked: the incumbent's fraction of the optimum, that of its best move, and the gain of the best of
 the first 1, 3 and 6 moves (fractions of the optimum; a move that runs out of memory gains nothing) in random order, in
-the search's order (its own acquisition, ``Tuner._score``: expected improvement with the sd x ``ei_sd_scale``, times
+the search's order (its own acquisition, ``acquisition.score``: expected improvement with the sd x ``ei_sd_scale``, times
 P(fit) and P(pass the loss check), the moves above the P(OOM) cap last) and by a random forest on the trials that ran
 (scikit-learn, the ``bench`` extra), the same cap first. Can the trials tell which move to run next?
 
@@ -59,7 +59,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_search as bs  # noqa: E402  (puts the repository root on sys.path)
-from infrarsi.search._steps import within_trust_radius  # noqa: E402
+from infrarsi.search.acquisition import score  # noqa: E402
+from infrarsi.search.steps import Context, within_trust_radius  # noqa: E402
 
 
 CONFIG: dict[str, Any] = {}  # TunerConfig overrides (--set), as bench_search.py takes them
@@ -116,7 +117,7 @@ def _fitting_pool(variant: int, budget: int) -> tuple[Any, Any, list[Any], np.nd
     """The cold search after ``budget`` trials (models fitted), and up to 1500 of its pool that truly fit with their
     true log step times."""
     b, t = _cold(variant, budget)
-    cands = [c for c in t._pool if b.true_time(c) is not None][:1500]
+    cands = [c for c in t.pool if b.true_time(c) is not None][:1500]
     t.fit_models()
     return b, t, cands, np.log([b.true_time(c) for c in cands])
 
@@ -145,7 +146,7 @@ def time_error(args: tuple[int, int]) -> dict[str, Any]:
     mean, sd = t.predict_time(cands)
     err = mean - log_true
     fastest = np.argsort(log_true)[:100]
-    near = within_trust_radius(t, cands)
+    near = within_trust_radius(t.encoder, t.history, cands, t.config.trust_radius)
     return {"name": b.land.name, "all": float(err.std()), "100 fastest": float(err[fastest].std()),
             "trust radius": float(err[near].std()) if near.sum() > 2 else math.nan,
             "pred sd (radius)": float(np.median(sd[near])) if near.any() else math.nan,
@@ -163,14 +164,14 @@ def models(args: tuple[int, int]) -> dict[str, Any]:
     xs, y = [s for s, _ in ran], np.log([v for _, v in ran])
 
     def phi(ss: list[Any]) -> np.ndarray:
-        return features(t._model_space, ss)
+        return features(t.encoder.model_space, ss)
 
     def pairs(m: np.ndarray) -> np.ndarray:
         return np.hstack([m] + [(m[:, i] * m[:, j])[:, None] for i in range(m.shape[1]) for j in range(i + 1, m.shape[1])])
 
     preds = {"additive": t.time_model.predict(cands, noise=False)[0],
              "forest, indices": RandomForestRegressor(200, max_features=0.5, random_state=0).fit(
-                 t._codes(xs), y).predict(t._codes(cands)),
+                 t.encoder.codes(xs), y).predict(t.encoder.codes(cands)),
              "forest, features": RandomForestRegressor(200, max_features=0.5, random_state=0).fit(
                  phi(xs), y).predict(phi(cands)),
              "extra trees": ExtraTreesRegressor(200, max_features=0.5, random_state=0).fit(phi(xs), y).predict(phi(cands))}
@@ -190,15 +191,16 @@ def neighbours(args: tuple[int, int]) -> dict[str, Any]:
     opt = b.land.optimum()
     frac = lambda s: 0.0 if (v := b.true_time(s)) is None else opt / v  # noqa: E731
     inc = t.top(1)[0]
-    moves = [m for m in t._neighbors(inc) if m not in t._told]
+    ctx = t.context()
+    moves = [m for m in ctx.neighbors(inc) if m not in t.history]
     fr, f0 = np.array([frac(m) for m in moves]), frac(inc)
     # The search's own scores (its pairing variants come after the moves: dropped); capped moves ranked, not -inf.
     n = len(moves)
-    sc = t._score(moves, t._encode(moves), t._taken())
-    capped = sc.p_oom[:n] > t._cap()
+    sc = score(Context(**{**ctx.__dict__, "candidates": moves}), t.steps.p_pass)
+    capped = sc.p_oom[:n] > ctx.cap
     ok = [(s, o.step_time_s) for s, o in t.history if o.status == "ok"]
     xs = [s for s, _ in ok]
-    enc = lambda ss: np.hstack([t._codes(ss), t._xt(ss)])  # noqa: E731
+    enc = lambda ss: np.hstack([t.encoder.codes(ss), t.time.design(ss)])  # noqa: E731
     forest = RandomForestRegressor(200, min_samples_leaf=2, random_state=0).fit(enc(xs), np.log([v for _, v in ok]))
     order = {"random": np.random.default_rng(args[0]).permutation(n),
              "search": np.lexsort((-(sc.ei * (1 - sc.p_oom) * sc.p_pass)[:n], capped)),

@@ -47,6 +47,9 @@ class Knob(BaseModel):
     ``default`` is the value a launch that does not mention the knob gets (the framework's default).
     ``spelling`` maps a framework name (``megatron``, ``torchtitan``, ``minigpt``) to how that
     framework writes it (a flag such as ``--tensor-model-parallel-size`` or a TOML/CLI field).
+    ``means`` says which catalog knob this one is when its name does not (``Knob(name="tp", ..., means=
+    "tensor_parallel")``): what the search knows about that knob then applies to this one (search/meaning.py,
+    which also knows the common short spellings).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -58,6 +61,7 @@ class Knob(BaseModel):
     group: KnobGroup = "runtime"
     spelling: dict[str, str] = {}
     doc: str = ""
+    means: str | None = None
 
     @model_validator(mode="before")
     @classmethod

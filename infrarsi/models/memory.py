@@ -291,8 +291,17 @@ class MemoryModel(LogLinearModel):
         probability, summed over the sigma mixture (points with weight < 1e-4 are left out)."""
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"margin must be in [0, 1) (a fraction of capacity, e.g. 0.05), got {margin!r}")
+        return self.p_above(settings, self.log_capacity + math.log1p(-margin), offsets)
+
+    def p_above(
+        self,
+        settings: Sequence[Mapping[str, Any]],
+        threshold: float,
+        offsets: Sequence[float] | np.ndarray | None = None,
+    ) -> np.ndarray:
+        """P(log peak > threshold) per setting, shape (n,) (``p_oom`` with the threshold in log bytes)."""
         x1, off = self.design_rows(settings, offsets)
-        thr = self.log_capacity + math.log1p(-margin)
+        thr = threshold
         post = self.posterior
         keep = np.flatnonzero(post.weights >= 1e-4)
         w = post.weights[keep] / post.weights[keep].sum()

@@ -14,14 +14,14 @@ and where one micro-batch per step is allowed the largest such product is it (el
 scaled by a constant the coefficient absorbs). The trials teach beta_b: how far the real schedule is from the
 textbook one (p2p sends, uneven stages, warm-up).
 
-    col = BubbleColumn.for_space(space, pool)         # None when the space has no pipeline_parallel knob
+    col = BubbleColumn.for_space(space, pool, meanings)   # None when no knob means pipeline_parallel
     col.values(settings)                              # b(s): (n,)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,17 +34,23 @@ PP, VP, MBS, DP = "pipeline_parallel", "virtual_pipeline", "micro_batch_size", "
 @dataclass(frozen=True)
 class BubbleColumn:
     samples_per_step: float  # G: the largest micro-batch x data parallel of the valid settings seen
+    names: tuple[str, str, str, str]  # the space's knobs that mean pipeline parallel, virtual pipeline, micro-batch, DP
 
     @classmethod
-    def for_space(cls, space: KnobSpace, pool: Sequence[Setting]) -> "BubbleColumn | None":
-        if PP not in space or not pool or max(s[PP] for s in pool) <= 1:
+    def for_space(cls, space: KnobSpace, pool: Sequence[Setting],
+                  meanings: Mapping[str, str] | None = None) -> "BubbleColumn | None":
+        """``meanings``: {knob name: catalog name} (search/meaning.py; default: the knobs' own names)."""
+        by = {m: k for k, m in (meanings or {k: k for k in space.names}).items()}
+        pp, vp, mbs, dp = (by.get(m, "") for m in (PP, VP, MBS, DP))
+        if not pp or not pool or max(s[pp] for s in pool) <= 1:
             return None
-        g = max(_get(s, MBS) * _get(s, DP) for s in pool)
-        return cls(float(g))
+        g = max(_get(s, mbs) * _get(s, dp) for s in pool)
+        return cls(float(g), (pp, vp, mbs, dp))
 
     def values(self, settings: Sequence[Setting]) -> np.ndarray:
         """b(s) per setting, (n,): ln(1 + bubble fraction)."""
-        return np.array([math.log1p((s[PP] - 1) * _get(s, MBS) * _get(s, DP) / (_get(s, VP) * self.samples_per_step))
+        pp, vp, mbs, dp = self.names
+        return np.array([math.log1p((s[pp] - 1) * _get(s, mbs) * _get(s, dp) / (_get(s, vp) * self.samples_per_step))
                          for s in settings], dtype=float)
 
 

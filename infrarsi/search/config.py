@@ -1,4 +1,8 @@
-"""TunerConfig: the search's settings (frozen, keyword-only; every default states the measurement behind it)."""
+"""TunerConfig: the search's settings (frozen, keyword-only; every default states the measurement behind it).
+
+Which models and steps a Tuner is made of are its parts (``Tuner(time=..., memory=..., steps=...)``, search/parts.py);
+the switches that only took a part away (an ablation) are the parts' own arguments, and ``scripts/bench_search.py
+--set`` still takes them by their old names."""
 
 from __future__ import annotations
 
@@ -14,7 +18,9 @@ class TunerConfig:
     oom_margin: float = 0.05
     """Safety margin: a setting 'fits' when its peak is predicted below capacity x (1 - margin)."""
     max_p_oom: float = 0.3
-    """Pairing kicks in for promising candidates above this P(OOM); proposals above it are a last resort.
+    """Pairing kicks in for promising candidates above this P(OOM); proposals above it are a last resort (when every
+    candidate is above it, the likeliest to fit is proposed; the steps tighten it when their proposals ran out of
+    memory more often than priced, search/steps.Steps.calibrated).
     (0.5 let the search propose far-away settings priced at P(OOM) 0.4-0.5 that mostly did not fit: the
     setting that maximises EI x P(fit) is where the memory model is most likely too optimistic.)"""
     max_p_oom_without_peaks: float = 0.15
@@ -22,16 +28,12 @@ class TunerConfig:
     classifier of "fit" / "did not", whose P(OOM) near the boundary is less sure than a fit to measured peaks.
     On the perturbed clusters in step-time-only mode, 0.3 -> 0.15 took the OOM trials at 30 from 8.3 to 6.2
     (random search: 15.5) for 0.812 -> 0.794 of the optimum (BENCHMARKS.md). Only while the additive model prices
-    P(OOM): with the structured model (``memory_structured``) this cap gave 0.761 of the optimum at 30 and 4.9 OOM
+    P(OOM): with the structured model (``StructuredPeak``) this cap gave 0.761 of the optimum at 30 and 4.9 OOM
     trials, ``max_p_oom`` (0.3) 0.821 and 3.1."""
     pair_top: int = 12
     """How many of the fastest-predicted non-fitting candidates get paired with memory savers per ask."""
     mde: float = 0.0
     """Minimum detectable effect (fraction): stop when the best EI (log scale) is below log(1 + mde)."""
-    thompson_every: int = 0
-    """Every k-th model-guided proposal is a Thompson draw instead of the EI maximiser (0: never). Off: on the perturbed
-    clusters, cold, Thompson steps improved the best in 4 of 74 trials (acquisition steps 27 of 184, local steps 59
-    of 174; ``scripts/search_diagnose.py --kinds --variants 20``, BENCHMARKS.md)."""
     local_every: int = 3
     """Every k-th model-guided proposal is the best one-knob move (with repairs) from the incumbent (0: never):
     the global model ranks regions well but the last few percent sit in the incumbent's neighbourhood."""
@@ -46,49 +48,12 @@ class TunerConfig:
     (``should_stop``) reads the unscaled posterior. On the perturbed clusters, cold, with ``trust_radius`` 4 and no
     Thompson steps, the mean fraction of the optimum at 30 trials went from 0.863 to 0.916 (20 variants; held-out
     variants 0.867 to 0.895); each change alone is in BENCHMARKS.md."""
-    residual: bool = True
-    """Correct the additive time model near the tried settings with a GP on its residuals (search/residual.py)."""
-    joint: bool = True
-    """Rank step times with one GP (search/surrogate.py): the time model's additive effects plus a kernel with a
-    rate per knob, fitted together (False: the additive model plus a GP on its residuals, which collapses once
-    the additive fit explains the trials it was fitted on). Measured with ``memory_gp`` in BENCHMARKS.md."""
-    memory_gp: bool = True
-    """Price P(OOM) with one censored GP (search/censored.py): the memory model's additive effects plus a kernel
-    with a rate per knob, fed by measured peaks, OOMs and runs that fit (False: the additive censored model alone,
-    which priced the fastest settings of the perturbed clusters +32% above their true peak; with the GP the
-    search prices 70% of them above the cap instead of 88%: ``bench_search.py --memory-check``)."""
-    memory_structured: bool = True
-    """Price P(OOM) with a sum of power-law terms whose coefficients are learned (search/structured.py), when no
-    memory estimate is given (with one, the estimate is the structure and the GP learns its residual)."""
-    memory_structure: bool = True
-    """The structured model's powers start at what the knobs mean (structured.STRUCTURE: the model-parallel sizes
-    split the first term, the micro-batch scales the second; False: every power starts at 0)."""
-    memory_savers: bool = True
-    """The structure also says what the memory savers mean (structured.SAVERS: the distributed optimizer, recompute,
-    sequence parallel; False: their powers start at 0). On the perturbed clusters, cold, with the rule for a design
-    that ran its course with only OOMs (search/_steps.design_step), OOM trials at 30 went from 4.0 to 2.9 (held-out variants:
-    3.9 to 2.9) at the same fraction of the optimum within noise (BENCHMARKS.md). Alone, without that rule, it left one
-    variant's design failing for 23 trials."""
     knob_semantics: bool = True
     """Hold weak time priors on what a few knobs mean (search/semantics.py: recompute and fp32 cost time, overlap flags
     and the grouped MoE GEMM do not, sequence parallel and the distributed optimizer about break even; round sizes, sd
     0.15-0.3) for the values no given prior states. False: such values start at mean 0, sd ``time_sd``. Cold, on the
     perturbed clusters (60 paired runs per set, BENCHMARKS.md): +0.054 / +0.028 of the optimum at 20 / 30 trials on the
     family, +0.079 / +0.029 on the held-out variants (every interval above 0), OOM trials at 30 2.8 -> 2.4 / 2.5."""
-    memory_gp_min_peaks: int = 3
-    """Measured peaks before the memory GP prices P(OOM) (the additive censored model does until then): without
-    peaks (step-time-only trials) its scale and rates are guesses; on the perturbed clusters in that mode the
-    search scored 0.734 of the optimum at 30 trials with the GP pricing from the first trial, 0.822 with 3."""
-    time_bubble: bool = False
-    """The time GP's additive part gets a column for the pipeline bubble (search/bubble.py: ln(1 + (pp - 1) mbs dp /
-    (vp G))), a product of four knobs that per-value effects cannot say. Off: on a 1F1B landscape it cuts the time
-    model's error on untried settings ~20x (tests/search/test_bubble.py), but on the perturbed clusters, where the
-    pp x vp x mbs interaction columns already carry most of it, the cold search did not gain (60 paired runs, mean
-    -0.008 / -0.012 at 20 / 30 trials, intervals across 0; BENCHMARKS.md)."""
-    time_bubble_mean: float = 1.0
-    """Prior mean of the bubble column's coefficient (1: the textbook 1F1B schedule; 0: the trials alone say)."""
-    time_bubble_sd: float = 0.5
-    """Its prior sd."""
     time_sd: float = 1.0
     """Prior sd (log scale) of the time effect of a knob value no prior speaks about (1.0: "up to ~2.7x either way")."""
     memory_sd: float = 1.0
@@ -106,9 +71,3 @@ class TunerConfig:
     of the incumbent's knobs is at least this much slower (log time) and no trial has run with it, propose the nearest
     fitting setting with that value, once per knob (0: never). A wrong, confident prior is otherwise self-confirming."""
     prior_probe_sd: float = 0.1
-    memory_from_ok: bool = True
-    """A trial that ran without reporting its peak tells the memory model "peak <= capacity" (False: such
-    trials say nothing about memory, an ablation)."""
-    learn_drift: bool = True
-    """Price candidates by the knob values of settings that broke the loss check (module docstring, 5; False:
-    such a setting is only never proposed again, an ablation)."""

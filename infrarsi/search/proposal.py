@@ -30,7 +30,8 @@ class Proposal:
 @dataclass(frozen=True)
 class Scored:
     """One ask's scored pool (arrays of shape (m,), in the order of ``cands``); ``paired``: variant -> (the candidate
-    it was paired from, its savers)."""
+    it was paired from, its savers); ``best_ei``: the largest EI x P(fit) x P(pass) with the whole predictive sd (what
+    the stopping rule reads)."""
 
     cands: list[Setting]
     acq: np.ndarray
@@ -39,3 +40,4 @@ class Scored:
     p_oom: np.ndarray
     p_pass: np.ndarray
     paired: dict[Setting, tuple[Setting, list[str]]]
+    best_ei: float = float("nan")

@@ -22,7 +22,7 @@ with source "semantic".
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..knobs import KnobSpace
 from ..priors.prior import Prior
@@ -62,14 +62,18 @@ TIME: dict[str, dict[object, tuple[float, float, str]]] = {
 }
 
 
-def semantic_priors(space: KnobSpace, *, given: Sequence[Prior] = (), mem_sd: float = 1.0) -> list[Prior]:
-    """A Prior for each value of a ``TIME`` knob in ``space`` other than the knob's default (both in ``TIME``) that no
-    prior in ``given`` states (by feature). Their memory side says nothing (mean 0, ``mem_sd``: the memory model's own
-    open prior)."""
+def semantic_priors(space: KnobSpace, *, given: Sequence[Prior] = (), mem_sd: float = 1.0,
+                    meanings: Mapping[str, str] | None = None) -> list[Prior]:
+    """A Prior for each value of a knob of ``space`` that means a ``TIME`` knob, other than the knob's default (both in
+    ``TIME``), that no prior in ``given`` states (by feature). Their memory side says nothing (mean 0, ``mem_sd``: the
+    memory model's own open prior). ``meanings``: {knob name: catalog name} (search/meaning.py; default: each knob
+    means its own name)."""
     stated = {p.feature for p in given}
+    by = {m: k for k, m in (meanings if meanings is not None else {k: k for k in space.names}).items()}
     out = []
-    for knob, levels in TIME.items():
-        if knob not in space or space[knob].default not in levels:
+    for meaning, levels in TIME.items():
+        knob = by.get(meaning)
+        if knob is None or knob not in space or space[knob].default not in levels:
             continue
         ref, ref_sd, _ = levels[space[knob].default]
         for value in space[knob].domain:

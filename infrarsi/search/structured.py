@@ -11,14 +11,14 @@ power, is learned.
 
 Model, for a setting with features phi (n, q): ln(value) of each knob whose values are positive numbers
 (a power law: tp=2 -> 4 is the same step as 4 -> 8), 0/1 of a bool knob, one-hot of a categorical knob's
-non-first values::
+non-first values, each centred on its knob's domain (:func:`features`)::
 
     peak = sum_t exp(a_t + phi . b_t) + exp(c)             t = 1..TERMS power-law terms, and a constant
     log peak_i = ln(peak(phi_i)) + eps_i,  eps ~ Normal(0, sigma^2)
     measured:      Normal(log peak_i; mu_i, sigma)
     OOM:           P(log peak > log C) = Phi((mu_i - log C) / sigma)
     ran, no peak:  P(log peak <= log C) = Phi((log C - mu_i) / sigma)
-    priors:  a_t, c ~ Normal(log C - 1, 3)    b_t ~ Normal(0, 1) (a power of 1 is one sd)
+    priors:  a_t, c ~ Normal(log C - 1, 3) (a term at the middle of the space)    b_t ~ Normal(structure_prior, 0.5)
              sigma = 0.05 + e^t, t ~ Normal(log 0.1, 0.5)  (a floor: the model's misfit, not the allocator's noise)
 
 Fit: the MAP by BFGS from several starts (the previous MAP, and starts that give each term a different
@@ -35,6 +35,7 @@ covariance; the predictive variance of mu at a candidate is J H^-1 J^T with J = 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,8 @@ STARTS = 2
 # What the knobs mean, as a prior on the powers (sd SLOPE_SD around it), not a formula: the first term holds
 # what the model-parallel sizes split (weights, gradients, optimizer state: one rank holds 1/tp x 1/pp of
 # them), the second what a micro-batch's tokens make (activations: linear in the micro-batch, one rank holds
-# 1/cp of the sequence). Every other power starts at 0. Only the powers of knobs in the space count.
+# 1/cp of the sequence). Every other power starts at 0. Only the powers of knobs in the space count, by what they
+# mean (search/meaning.py): a knob with no meaning starts at 0 everywhere, and its signs and powers are learned.
 STRUCTURE: tuple[dict[str, float], ...] = (
     {"tensor_parallel": -1.0, "pipeline_parallel": -1.0},
     {"micro_batch_size": 1.0, "context_parallel": -1.0},
@@ -61,7 +63,7 @@ STRUCTURE: tuple[dict[str, float], ...] = (
 # is a log factor on its term): the distributed optimizer shards the optimizer state (term 1); recompute keeps fewer
 # activations, full recompute far fewer, and sequence parallel splits more of them across the tensor-parallel group
 # (term 2). Without them, a cold search on a cluster where 9 in 10 valid settings OOM learned from its OOMs only that
-# everything is big (TunerConfig.memory_savers).
+# everything is big (bench_search.py --set memory_savers=false: StructuredPeak(structure=STRUCTURE)).
 SAVERS: tuple[dict[str, float], ...] = (
     {"distributed_optimizer": -0.5},
     {"recompute_granularity=full": -1.0, "recompute_granularity=selective": -0.5, "sequence_parallel": -0.5},
@@ -84,29 +86,37 @@ def _columns(space: KnobSpace) -> list[tuple[str, str, Any]]:
 
 
 def structure_prior(space: KnobSpace, structure: tuple[dict[str, float], ...] = STRUCTURE, *,
-                    terms: int = TERMS) -> np.ndarray:
+                    terms: int = TERMS, meanings: Mapping[str, str] | None = None) -> np.ndarray:
     """Prior means of the powers b, (terms, q) in ``features``' column order: ``structure``'s powers for the columns
-    it names (a knob of positive numbers or a bool knob by its name, a categorical value as "knob=value"), 0 elsewhere
-    (``structure=()``: all 0, exchangeable terms)."""
+    it names (a knob of positive numbers or a bool knob by its meaning, a categorical value as "meaning=value"), 0
+    elsewhere (``structure=()``: all 0, exchangeable terms). ``meanings``: {knob name: catalog name}
+    (search/meaning.py); default: each knob means its own name."""
     cols = _columns(space)
     out = np.zeros((terms, len(cols)))
+    mean = (lambda n: n) if meanings is None else (lambda n: meanings.get(n, ""))  # noqa: E731
     for t, powers in enumerate(structure[:terms]):
-        out[t] = [powers.get(name if how != "onehot" else f"{name}={level}", 0.0) for name, how, level in cols]
+        out[t] = [powers.get(mean(name) if how != "onehot" else f"{mean(name)}={level}", 0.0)
+                  for name, how, level in cols]
     return out
 
 
 def features(space: KnobSpace, settings: list[Setting]) -> np.ndarray:
-    """phi per setting, (n, q): ln(value) for a knob of positive numbers, 0/1 for a bool, one-hot otherwise."""
+    """phi per setting, (n, q): ln(value) for a knob of positive numbers, 0/1 for a bool, one-hot otherwise, each
+    centred on its knob's domain (minus the column's mean over the domain's values). Centred, a power of 0 is "no
+    effect" around the middle of the space rather than "no effect, measured from every knob at its first value": with
+    uncentred columns and the same prior, a model that had seen only OOMs predicted its smallest peak at the corner
+    where every numeric knob is 1 (ln 1 = 0, where the powers do not reach), whatever the knobs are."""
     cols = _columns(space)
     out = np.zeros((len(settings), len(cols)))
     for j, (name, how, level) in enumerate(cols):
         vals = [s[name] for s in settings]
+        dom = space[name].domain
         if how == "bool":
-            out[:, j] = [1.0 if v else 0.0 for v in vals]
+            out[:, j] = [(1.0 if v else 0.0) - 0.5 for v in vals]
         elif how == "log":
-            out[:, j] = np.log(np.array(vals, dtype=float))
+            out[:, j] = np.log(np.array(vals, dtype=float)) - float(np.mean(np.log(np.array(dom, dtype=float))))
         else:
-            out[:, j] = [1.0 if v == level else 0.0 for v in vals]
+            out[:, j] = [(1.0 if v == level else 0.0) - 1.0 / len(dom) for v in vals]
     return out
 
 

@@ -70,6 +70,7 @@ class Variant:
 
     base: str
     seed: int
+    memory_bytes: float | None = None  # the device capacity, when not the base GPU's (an OOM-heavy landscape)
     workload: SimWorkload = field(init=False)
     mem: MemoryScales = field(init=False)
     _layout_log: dict[tuple, float] = field(init=False)
@@ -88,8 +89,12 @@ class Variant:
             "ib_bytes_per_s": w.spec.ib_bytes_per_s * u(0.5, 1.5),
             "launch_bound_s": w.spec.launch_bound_s * u(0.5, 2.0),
         })
+        name = f"{w.name}~v{self.seed}"
+        if self.memory_bytes is not None:  # the same draws (the same cluster) with another device capacity
+            spec = spec.model_copy(update={"memory_bytes": int(self.memory_bytes)})
+            name += f"~mem{self.memory_bytes / 2**30:.2f}G"
         # a new model, not model_copy: a copy would carry the base's cached ``spec``
-        self.workload = SimWorkload(name=f"{w.name}~v{self.seed}", model=w.model, gpu=w.gpu, nodes=w.nodes,
+        self.workload = SimWorkload(name=name, model=w.model, gpu=w.gpu, nodes=w.nodes,
                                     doc=w.doc, baseline=w.baseline, gpu_spec=spec)
         self.mem = MemoryScales(weights=u(0.85, 1.25), activations=u(0.6, 1.6), transient=u(0.6, 1.6),
                                 outside=u(0.6, 1.6))
@@ -154,6 +159,11 @@ class Variant:
         tf = model_flops_per_iteration(w.model) / (t * w.world_size)
         return SimResult(step_time_s=t, peak_memory_bytes=reserved, oom=False, tflops_per_gpu=tf / 1e12,
                          mfu=tf / w.spec.peak_bf16_flops, noise_free_step_time_s=base, phases_s=phases)
+
+    def device_used(self, setting: Mapping[str, Any]) -> float:
+        """Bytes the setting's peak holds on the device on this cluster (what the capacity is compared with)."""
+        s = check_setting(self.workload, setting)
+        return self.mem.device_used(_memory(self.workload, _layout(self.workload, s)))
 
     def step_time(self, setting: Mapping[str, Any]) -> float:
         """Noise-free step seconds of ``setting`` on this cluster, whether or not it fits in memory."""

@@ -1,4 +1,4 @@
-"""scripts/bench_search.py's diagnosis tuners (scripts/bench_oracles.py): ``cold-oracle-time`` ranks with the landscape's
+"""scripts/bench_search.py's diagnosis parts (scripts/bench_oracles.py): ``cold-oracle-time`` ranks with the landscape's
 own step times, ``cold-oracle-physics`` / ``-formulas`` with the simulator's formulas and a GP on what they miss."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _oracle(bench, sd: float, monkeypatch):
     monkeypatch.setattr(bench.bench_oracles, "ORACLE_TIME_SD", sd)
     land = bench.Landscape("dense8b-h100x8", 0)
     b = bench.Bench(land, 0, "peaks")
-    return land, bench.bench_oracles.OracleTimeTuner(b.space, bench=b, memory_capacity_bytes=b.capacity, seed=0)
+    return land, bench.Tuner(b.space, memory_capacity_bytes=b.capacity, seed=0, time=bench.bench_oracles.OracleTime(b))
 
 
 def test_time_oracle_predicts_the_landscapes_noise_free_time_and_a_time_for_settings_that_do_not_fit(
@@ -58,7 +58,7 @@ def test_time_oracle_error_is_fixed_per_setting_and_stated_as_its_sd(bench, monk
 
 def test_time_oracle_run_is_scored_like_any_tuner(bench, monkeypatch):
     monkeypatch.setattr(bench.bench_oracles, "ORACLE_TIME_SD", 0.0)
-    run = bench._job(("dense8b-h100x8", 0, 0, "peaks", "cold-oracle-time", [8], {}))
+    run = bench._job(("dense8b-h100x8", 0, 0, "peaks", "cold-oracle-time", [8], {}, {}))
     sc = run["scores"][8]
     assert run["tuner"] == "cold-oracle-time" and 0.0 < sc["frac"] <= 1.0 and "own_pick" in sc
 
@@ -82,7 +82,7 @@ def test_formula_time_is_the_variants_step_time_without_its_hidden_factors(bench
 def test_physics_oracle_starts_at_the_formulas_and_learns_the_hidden_factors_from_trials(bench):
     land = bench.Landscape("moe16b-h100x32", 3)
     b = bench.Bench(land, 0, "peaks")
-    t = bench.bench_oracles.OraclePhysicsTuner(b.space, bench=b, memory_capacity_bytes=b.capacity, seed=0)
+    t = bench.Tuner(b.space, memory_capacity_bytes=b.capacity, seed=0, time=bench.bench_oracles.OraclePhysics(b))
     pool = [s for s in t.space.candidates(400, random.Random(4)) if not land.simulate(s, None, 0.0).oom]
     tried, held = pool[:25], pool[25:]
     mean, sd = t.predict_time(tried)
@@ -104,6 +104,6 @@ def test_physics_oracle_starts_at_the_formulas_and_learns_the_hidden_factors_fro
 def test_physics_oracles_refuse_a_named_workload_and_run_on_a_variant(bench):
     b = bench.Bench(bench.Landscape("dense8b-h100x8", None), 0, "peaks")
     with pytest.raises(SystemExit, match="need a perturbed variant"):
-        bench.bench_oracles.OracleFormulasTuner(b.space, bench=b, memory_capacity_bytes=b.capacity, seed=0)
-    run = bench._job(("dense8b-h100x8", 0, 0, "peaks", "cold-oracle-formulas", [8], {}))
+        bench.bench_oracles.OraclePhysics(b, drawn=False)
+    run = bench._job(("dense8b-h100x8", 0, 0, "peaks", "cold-oracle-formulas", [8], {}, {}))
     assert run["tuner"] == "cold-oracle-formulas" and 0.0 < run["scores"][8]["frac"] <= 1.0

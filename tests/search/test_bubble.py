@@ -9,7 +9,7 @@ import random
 import numpy as np
 
 from infrarsi.knobs import Knob, KnobSpace, Setting
-from infrarsi.search import Outcome, Tuner, TunerConfig
+from infrarsi.search import JointTime, Outcome, ResidualTime, Tuner, TunerConfig
 from infrarsi.search.bubble import BubbleColumn
 
 WORLD, GLOBAL_BATCH = 16, 64
@@ -63,16 +63,16 @@ def test_values_are_the_log_bubble_factor():
 def test_no_column_without_a_pipeline_knob():
     space = KnobSpace([Knob(name="micro_batch_size", kind="int", domain=(1, 2, 4), default=1)])
     assert BubbleColumn.for_space(space, space.candidates(10, random.Random(0))) is None
-    t = Tuner(space, seed=0, config=TunerConfig(time_bubble=True))
-    assert t._bubble is None
-    assert Tuner(_space(), seed=0)._bubble is None  # off by default (TunerConfig.time_bubble)
-    assert Tuner(_space(), seed=0, config=TunerConfig(time_bubble=True))._bubble is not None
+    t = Tuner(space, seed=0, time=JointTime(bubble=True))
+    assert t.time.column is None
+    assert Tuner(_space(), seed=0).time.column is None  # off by default (JointTime(bubble=False))
+    assert Tuner(_space(), seed=0, time=JointTime(bubble=True)).time.column is not None
 
 
-def _rank_error(config: TunerConfig, seed: int) -> float:
+def _rank_error(bubble: bool, seed: int) -> float:
     """Mean |predicted - true| log step time over the settings no trial ran, after 12 random trials."""
     space = _space()
-    t = Tuner(space, seed=seed, config=config)
+    t = Tuner(space, seed=seed, time=JointTime(bubble=bubble))
     rng = random.Random(seed)
     pool = space.candidates(5000, rng)
     told = rng.sample(pool, 12)
@@ -87,7 +87,7 @@ def _rank_error(config: TunerConfig, seed: int) -> float:
 
 def test_the_bubble_column_predicts_settings_no_trial_ran():
     """On a 1F1B landscape the GP with the column is nearer the truth away from the trials, on most seeds."""
-    with_col = [_rank_error(TunerConfig(time_bubble=True), seed) for seed in range(5)]
-    without = [_rank_error(TunerConfig(time_bubble=False), seed) for seed in range(5)]
+    with_col = [_rank_error(True, seed) for seed in range(5)]
+    without = [_rank_error(False, seed) for seed in range(5)]
     assert sum(a < b for a, b in zip(with_col, without)) >= 4, (with_col, without)
     assert np.mean(with_col) < 0.7 * np.mean(without), (with_col, without)

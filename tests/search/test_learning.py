@@ -12,7 +12,7 @@ from infrarsi.models._fit import GridPosterior
 from infrarsi.models.revision import revision
 from infrarsi.priors.prior import Prior
 from infrarsi.search.surrogate import Surrogate
-from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner
+from infrarsi.search import JointTime, Outcome, ResidualTime, Steps, StructuredPeak, Tuner, TunerConfig, run_tuner
 
 CAP = 80e9
 
@@ -67,7 +67,7 @@ def test_time_only_tuner_stops_proposing_what_it_has_seen_fail():
     ooms = {True: [], False: []}
     for two_sided in (True, False):
         for seed in range(3):
-            t = Tuner(sp, memory_capacity_bytes=CAP, seed=seed, config=TunerConfig(memory_from_ok=two_sided))
+            t = Tuner(sp, memory_capacity_bytes=CAP, seed=seed, memory=StructuredPeak(from_runs_without_peak=two_sided))
             ooms[two_sided].append([o.status == "oom" for _, o in run_tuner(t, time_only, 24)])
     late = {k: sum(sum(x[12:]) for x in v) for k, v in ooms.items()}
     assert late[True] <= 0.5 * late[False], ooms
@@ -101,6 +101,9 @@ def test_ask_survives_a_fit_that_fails_on_its_numerics(monkeypatch):
     sp = space()
     t = Tuner(sp, memory_capacity_bytes=CAP, seed=0)
     run_tuner(t, time_only, 6)
+    hungry = {"mbs": 16, "recompute": "none", "tp": 1, "fused": False}  # an OOM in the history, whatever the search ran
+    t.tell(hungry, time_only(hungry))
+    t.ask()
 
     def broken(*a, **k):
         raise np.linalg.LinAlgError("Matrix is not positive definite")
@@ -130,7 +133,8 @@ def test_a_posterior_draw_survives_a_covariance_rounded_off_positive_definite():
 @pytest.mark.parametrize("joint", [True, False])
 def test_ask_survives_a_thompson_draw_that_fails_on_its_numerics(monkeypatch, joint):
     sp = space()
-    t = Tuner(sp, memory_capacity_bytes=CAP, seed=0, config=TunerConfig(thompson_every=1, local_every=0, joint=joint))
+    t = Tuner(sp, memory_capacity_bytes=CAP, seed=0, config=TunerConfig(local_every=0),
+              time=JointTime() if joint else ResidualTime(), steps=Steps(thompson_every=1))
     run_tuner(t, time_only, 6)
 
     def broken(*a, **k):

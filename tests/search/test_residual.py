@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from infrarsi.knobs import Knob, KnobSpace
-from infrarsi.search import Outcome, Tuner, TunerConfig
+from infrarsi.search import JointTime, Outcome, ResidualTime, Tuner, TunerConfig
 from infrarsi.search.residual import Residual
 
 
@@ -41,7 +41,7 @@ def test_the_tuner_corrects_its_additive_model_near_a_surprise(joint):
         t = 1.0 + 0.05 * (s["a"] + s["b"] + s["c"] + s["d"])
         return t * (0.6 if s["a"] == 4 and s["b"] == 4 else 1.0)
 
-    t = Tuner(space, seed=0, noise_cv=0.01, config=TunerConfig(joint=joint))
+    t = Tuner(space, seed=0, noise_cv=0.01, time=JointTime() if joint else ResidualTime())
     pocket = space.complete({"a": 4, "b": 4, "c": 2, "d": 2})
     tried = [*(s for s in space.sample(1, 40) if not (s["a"] == 4 and s["b"] == 4))][:24] + [pocket]
     for s in tried:
@@ -51,7 +51,7 @@ def test_the_tuner_corrects_its_additive_model_near_a_surprise(joint):
     both, _ = t.predict_time(near)
     additive, _ = t.time_model.predict(near, noise=False)
     truth = np.log([f(s) for s in near])
-    gp = t.surrogate if joint else t.residual
+    gp = t.time.surrogate if joint else t.time.residual
     assert gp is not None and gp.scale >= 0.03  # it measured the misfit
     assert (both < additive).all() and (both > truth).all()  # toward the truth, not past it
     at, _ = t.predict_time([pocket])

@@ -10,7 +10,7 @@ import numpy as np
 
 from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.models import MemoryModel
-from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner
+from infrarsi.search import CensoredPeak, Outcome, Tuner, TunerConfig, run_tuner
 from infrarsi.search.censored import ABOVE, BELOW, OBS
 from infrarsi.search.structured import STRUCTURE_WITH_SAVERS, StructuredMemory, _Objective, features, structure_prior
 
@@ -111,15 +111,15 @@ def test_tuner_prices_p_oom_with_the_terms_when_cold_and_learns_from_both_sides(
         peak = _peak(s)
         t.tell(s, Outcome("oom") if peak > CAP else Outcome("ok", step_time_s=1.0 + 0.01 * s["micro_batch_size"]))
     t.fit_models()
-    assert t.memory_terms is not None
+    assert t.memory.terms is not None
     truth = np.array([_peak(s) for s in grid])
     p = t.p_oom(grid)
     assert np.mean(p[truth > 1.5 * CAP] > 0.5) > 0.9 and np.mean(p[truth < 0.6 * CAP] < 0.3) > 0.9
-    off = Tuner(space, memory_capacity_bytes=CAP, seed=0, config=TunerConfig(memory_structured=False))
+    off = Tuner(space, memory_capacity_bytes=CAP, seed=0, memory=CensoredPeak())
     for s, o in t.history:
         off.tell(s, o)
     off.fit_models()
-    assert off.memory_terms is None
+    assert not hasattr(off.memory, "terms")
 
 
 def test_the_structure_names_the_memory_savers_by_knob_and_by_value():

@@ -7,7 +7,8 @@ import pytest
 
 from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner
-from infrarsi.search._pairing import one_knob_changes, pairings
+from infrarsi.search.pairing import one_knob_changes, pairings
+from infrarsi.search.steps import Steps
 
 
 def example_space():
@@ -37,9 +38,13 @@ def truth(s, noise=0.0, rng=None):
 def test_the_documented_example_runs():
     space = KnobSpace(knobs=[Knob(name="tp", kind="int", domain=[1, 2, 4, 8]),
                              Knob(name="recompute", kind="categorical", domain=["none", "selective", "full"]),
-                             Knob(name="seq_par", kind="bool")],
+                             Knob(name="seq_par", kind="bool"),
+                             Knob(name="mb", kind="int", domain=[1, 2, 4], means="micro_batch_size")],
                       constraints=[lambda s: None if s["tp"] > 1 or not s["seq_par"] else "sequence parallel needs tp > 1"])
     tuner = Tuner(space, memory_capacity_bytes=80 * 2**30, seed=0)
+    assert tuner.meanings == {"tp": "tensor_parallel", "recompute": "recompute_granularity",
+                              "seq_par": "sequence_parallel", "mb": "micro_batch_size"}
+    assert {p.knob for p in tuner.priors if p.source == "semantic"} == {"recompute", "seq_par"}
     s = tuner.ask()
     assert space.is_valid(s)
     tuner.tell(s, Outcome(status="ok", step_time_s=1.23, peak_memory_bytes=7.1e10))
@@ -124,23 +129,25 @@ def test_pairing_gives_each_hungry_candidate_its_fastest_fitting_saver_variant_o
               {"tp": 1, "mbs": 4, "recompute": "selective", "seq_par": False}, {"tp": 1, "mbs": 2, "recompute": "full", "seq_par": False}):
         t.tell(s, truth(s))
     t.fit_models()
-    cands = [c for c in space.candidates(1000, random.Random(0)) if c not in t._taken()]
+    ctx = t.context()
+    taken = ctx.taken
+    cands = [c for c in space.candidates(1000, random.Random(0)) if c not in taken]
     mean, _ = t.predict_time(cands)
-    p_oom, cap = t._p_oom(cands), t._cap()
-    out = pairings(t, cands, -mean, p_oom, t._taken())
+    p_oom, cap = ctx.p_oom(cands), ctx.cap
+    out = pairings(ctx, cands, -mean, p_oom, taken)
     assert out, "fast candidates that do not fit (mbs 16 without savers) get paired"
     variants = [v for v, _ in out]
     assert len(set(variants)) == len(variants)  # no variant is claimed twice
-    assert not set(variants) & t._taken()
+    assert not set(variants) & taken
     claimed = set(variants)
     for v, (src, savers) in out:
-        assert p_oom[cands.index(src)] > cap and t._p_oom([v])[0] <= cap
+        assert p_oom[cands.index(src)] > cap and ctx.p_oom([v])[0] <= cap
         assert {f"{k}={v[k]}" for k in src if v[k] != src[k]} == set(savers)  # the variant is the source + its savers
         # no one-knob saver of the source that fits, is unclaimed and valid is predicted faster than the variant
         peak = t.predict_memory([src])[0][0]
         others = [m for m, _ in one_knob_changes(space, src)
-                  if space.is_valid(m) and m not in t._taken() and m not in claimed
-                  and t.predict_memory([m])[0][0] < peak - 0.01 and t._p_oom([m])[0] <= cap]
+                  if space.is_valid(m) and m not in taken and m not in claimed
+                  and t.predict_memory([m])[0][0] < peak - 0.01 and ctx.p_oom([m])[0] <= cap]
         if others:
             assert t.predict_time([v])[0][0] <= t.predict_time(others)[0].min() + 1e-12
 
@@ -183,7 +190,7 @@ def test_settings_that_break_the_loss_check_make_their_knob_values_less_likely_t
     for seed in range(3):
         n = {}
         for learn in (True, False):
-            t = Tuner(example_space(), memory_capacity_bytes=CAP, seed=seed, config=TunerConfig(learn_drift=learn))
+            t = Tuner(example_space(), memory_capacity_bytes=CAP, seed=seed, steps=Steps(learn_drift=learn))
             n[learn] = sum(o.status == "numerics_drift" for _, o in run_tuner(t, _drifting, 16))
         assert n[True] < n[False], (seed, n)  # without it, each drifting setting taught the search nothing
 
@@ -208,7 +215,7 @@ def test_a_drifted_trial_is_memory_data_and_prices_what_shares_its_values():
 
 def test_an_estimate_that_states_its_error_sets_the_memory_models_priors():
     from infrarsi.priors.prior import Prior
-    from infrarsi.search.tuner import RESIDUAL_MEM_SD
+    from infrarsi.search.memory import RESIDUAL_MEM_SD
 
     space = KnobSpace(knobs=[Knob(name="micro_batch_size", kind="int", domain=[2, 4, 8]),
                              Knob(name="recompute_granularity", kind="categorical", domain=["none", "selective", "full"])])
@@ -231,13 +238,13 @@ def test_an_estimate_that_states_its_error_sets_the_memory_models_priors():
 
 
 def test_acquisition_steps_stay_within_the_trust_radius_of_the_fastest_settings():
-    cfg = TunerConfig(trust_radius=1, local_every=0, thompson_every=0)
+    cfg = TunerConfig(trust_radius=1, local_every=0)
     t = Tuner(example_space(), memory_capacity_bytes=CAP, seed=0, config=cfg)
     seen = 0
     for _ in range(14):
         ok = sorted((o.step_time_s, s) for s, o in t.history if o.status == "ok")
         s = t.ask()
-        if t.why(s)["kind"] == "acquisition":
+        if t.why(s)["kind"] in ("acquisition", "paired"):  # a paired variant is the acquisition's pick too
             seen += 1
             assert min(sum(s[k] != f[k] for k in s) for _, f in ok[:5]) <= 1
         t.tell(s, truth(s))
@@ -247,7 +254,7 @@ def test_acquisition_steps_stay_within_the_trust_radius_of_the_fastest_settings(
 def test_the_exploitation_scale_prefers_what_the_model_predicts_fast_and_leaves_the_stopping_rule_alone():
     picks, stop = {}, {}
     for scale in (1.0, 0.1):
-        cfg = TunerConfig(ei_sd_scale=scale, local_every=0, thompson_every=0)
+        cfg = TunerConfig(ei_sd_scale=scale, local_every=0)
         t = Tuner(example_space(), memory_capacity_bytes=CAP, seed=1, config=cfg)
         for s in [{"tp": 1, "mbs": 1, "recompute": "full"}, {"tp": 8, "mbs": 2, "recompute": "none", "seq_par": True},
                   {"tp": 2, "mbs": 4, "recompute": "selective"}, {"tp": 4, "mbs": 1, "recompute": "none"}]:
