@@ -1,8 +1,9 @@
 """Kernel patches for torchtitan 0.2.2: replace an op of its llama3 model by a kernel candidate file.
 
-``INFRARSI_PATCHES`` is a JSON object ``{"rmsnorm": "kernels/rmsnorm/triton_rows4.py"}``. For each op,
-:func:`install_from_env` loads the candidate by path (the exact bytes whose sha256 it prints) and makes
-torchtitan's llama3 model use it, before the model is built:
+``INFRARSI_PATCHES`` is a JSON object ``{"rmsnorm": "kernels/rmsnorm/triton_rows.py@rows4"}``: per op, a candidate
+file, or ``FILE@VARIANT`` for one of the file's named settings (infrarsi/kernels/loader.py). For each op,
+:func:`install_from_env` loads the candidate through infrarsi's kernel loader (the exact bytes whose sha256 it
+prints, its variant's constants set) and makes torchtitan's llama3 model use it, before the model is built:
 
 - ``rmsnorm``: ``torchtitan/models/llama3/model/model.py`` builds its norms as ``nn.RMSNorm(dim,
   eps=norm_eps)`` (attention_norm and ffn_norm per layer, and the final norm). The module's ``nn`` name is
@@ -19,7 +20,7 @@ log classifier turns into ``numerics_drift`` (and the run stage disqualifies the
 Proof that the patch ran, not just that it was installed: every patched forward counts its calls, and at
 exit each rank prints one line to stderr::
 
-    [infrarsi-patch] rmsnorm kernels/rmsnorm/triton_rows4.py sha256=<64 hex> calls=<n>
+    [infrarsi-patch] rmsnorm kernels/rmsnorm/triton_rows.py@rows4 sha256=<64 hex of the file> calls=<n>
 
 On a machine without CUDA, Triton candidates run in Triton's interpreter: ``TRITON_INTERPRET=1`` is set
 before the candidate (and so triton) is imported.
@@ -29,12 +30,10 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import importlib.util
 import json
 import os
 import sys
 import types
-from pathlib import Path
 
 PATCH_ENV = "INFRARSI_PATCHES"
 OPS = ("rmsnorm",)
@@ -46,22 +45,27 @@ class PatchError(RuntimeError):
 
 
 def load_candidate(op: str, path: str) -> tuple[types.ModuleType, str]:
-    """The candidate module (imported by path) and the sha256 of its bytes."""
-    p = Path(path)
-    if not p.is_file():
-        raise PatchError(f"{PATCH_ENV}: {op} candidate {path} does not exist (paths are relative to the working "
-                         "directory; run from the repository root)")
+    """The candidate module (``path``: FILE or FILE@VARIANT, loaded by infrarsi's kernel loader) and the sha256 of
+    its file's bytes."""
+    from infrarsi.kernels import loader
     from infrarsi.kernels.verdicts import REFUSED, refusal
 
+    p = loader.candidate_path(path)
+    if not p.is_file():
+        raise PatchError(f"{PATCH_ENV}: {op} candidate {p} does not exist (paths are relative to the working "
+                         "directory; run from the repository root)")
+    try:
+        loader.parse_candidate(path)
+    except loader.CandidateError as e:
+        raise PatchError(f"{PATCH_ENV}: {e}") from None
     why = refusal(op, path)  # bytes not the ones verified at run start (INFRARSI_KERNEL_VERDICTS)
     if why is not None:
         raise PatchError(f"{REFUSED}: {why}")
     data = p.read_bytes()
-    spec = importlib.util.spec_from_file_location(f"infrarsi_patch_{op}", p)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    if not callable(getattr(mod, "forward", None)):
-        raise PatchError(f"{PATCH_ENV}: {path} defines no forward(...); a candidate has reference.py's signature")
+    try:
+        mod = loader.load_candidate(path)
+    except AttributeError:
+        raise PatchError(f"{PATCH_ENV}: {p} defines no forward(...); a candidate has reference.py's signature") from None
     return mod, hashlib.sha256(data).hexdigest()
 
 
@@ -118,7 +122,7 @@ def install_from_env() -> list[str]:
     try:
         patches = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise PatchError(f"{PATCH_ENV} is not JSON ({e}); expected {{\"rmsnorm\": \"kernels/rmsnorm/FILE.py\"}}") from None
+        raise PatchError(f"{PATCH_ENV} is not JSON ({e}); expected {{\"rmsnorm\": \"kernels/rmsnorm/FILE.py[@VARIANT]\"}}") from None
     if not isinstance(patches, dict) or not all(isinstance(v, str) for v in patches.values()):
-        raise PatchError(f"{PATCH_ENV} must be a JSON object op -> file path, got {raw[:80]!r}")
+        raise PatchError(f"{PATCH_ENV} must be a JSON object op -> candidate (FILE or FILE@VARIANT), got {raw[:80]!r}")
     return install(patches)

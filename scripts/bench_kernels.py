@@ -42,19 +42,19 @@ def main() -> int:
     from infrarsi.kernels.bench import bench, has_gpu
 
     gpu = has_gpu()
-    header = f"{'op':14s} {'candidate':20s} {'verdict':7s} {'wall s':>7s} {'cpu s':>6s} {'cases':>5s}"
+    header = f"{'op':14s} {'candidate':22s} {'verdict':7s} {'wall s':>7s} {'cpu s':>6s} {'cases':>5s}"
     if gpu:
         header += f" {'cand ms':>8s} {'eager ms':>8s} {'comp ms':>8s} {'speedup':>7s} {'%peak':>6s}  suspect"
     print(header)
     print("-" * len(header))
     for op in [args.op] if args.op else OPS:
-        for path in list_candidates(op):
+        for cand in list_candidates(op):  # every variant of every shipped file: FILE@VARIANT
             t0, c0 = time.perf_counter(), _cpu()
-            r = verify(path)
+            r = verify(cand)
             wall, cpu = time.perf_counter() - t0, _cpu() - c0
-            line = f"{op:14s} {path.name:20s} {r.verdict:7s} {wall:7.2f} {cpu:6.2f} {len(r.cases):5d}"
+            line = f"{op:14s} {cand.name:22s} {r.verdict:7s} {wall:7.2f} {cpu:6.2f} {len(r.cases):5d}"
             if gpu and r.passed:
-                b = bench(path)
+                b = bench(cand)
                 comp = f"{b.compiled_ms:8.4f}" if b.compiled_ms else f"{'n/a':>8s}"
                 line += (f" {b.candidate_ms:8.4f} {b.reference_ms:8.4f} {comp} {b.speedup_vs_reference:7.2f}"
                          f" {100 * b.fraction_of_peak:6.1f}  {'; '.join(b.rejected + b.suspect) or '-'}")

@@ -40,7 +40,7 @@ HONEST = [
     ("fused Adam", ["--adam-impl", "fused"], 1, False),
     ("2 threads", ["--intra-op-threads", "2"], 1, False),
     ("data parallel 2", [], 2, False),
-    ("Triton RMSNorm kernel (interpreted)", ["--kernel", f"rmsnorm={ROOT / 'kernels/rmsnorm/triton_rows16.py'}"], 1, False),
+    ("Triton RMSNorm kernel (interpreted)", ["--kernel", f"rmsnorm={ROOT / 'kernels/rmsnorm/triton_rows.py'}@rows16"], 1, False),
     ("bf16", ["--bf16"], 1, True),
 ]
 DEFECTIVE = [

@@ -96,21 +96,21 @@ def main() -> int:
     copy_gbps = measured_peak_bandwidth(device) / 1e9
     print(f"device {device_kind()}: measured copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
 
-    cands = [(op, p) for op in ops for p in list_candidates(op)]
+    cands = [(op, c) for op in ops for c in list_candidates(op)]  # every variant of every file: FILE@VARIANT
 
     def one(item):
-        op, path = item
+        op, cand = item
         t0 = time.perf_counter()
-        r = verify(path, op=op, use_cache=False)
-        return op, path, r, time.perf_counter() - t0
+        r = verify(cand, op=op, use_cache=False)
+        return op, cand, r, time.perf_counter() - t0
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         verified = list(pool.map(one, cands))
     rows, failed = [], False
     compiled: dict = {}
-    for op, path, r, secs in verified:
-        print(f"verify {op}/{path.name}: {r.verdict} in {secs:.1f} s ({len(r.cases)} cases)", flush=True)
-        row = {"op": op, "candidate": path.name, "verdict": r.verdict, "verify_s": round(secs, 1),
+    for op, cand, r, secs in verified:
+        print(f"verify {op}/{cand.name}: {r.verdict} in {secs:.1f} s ({len(r.cases)} cases)", flush=True)
+        row = {"op": op, "candidate": cand.name, "verdict": r.verdict, "verify_s": round(secs, 1),
                "reasons": r.reasons[:3]}
         if not r.passed:
             failed = True
@@ -124,7 +124,7 @@ def main() -> int:
         lig = liger_impls(op)
         if lig is not None:
             others["liger"] = lig
-        b = bench(path, op, device=device, small=not gpu, reps=reps, warmup=1 if not gpu else 3, others=others,
+        b = bench(cand, op, device=device, small=not gpu, reps=reps, warmup=1 if not gpu else 3, others=others,
                   compile_reference=False)
         liger_ms, liger_fb = b.others_ms.get("liger"), b.others_fwd_bwd_ms.get("liger")
         targets = []
@@ -145,7 +145,7 @@ def main() -> int:
                     "of_copy": b.achieved_gbps / copy_gbps, "rejected": b.rejected, "suspect": b.suspect,
                     "targets_missed": targets if gpu else ["not judged (dry run)"], "notes": b.notes})
         rows.append(row)
-        print(f"bench {op}/{path.name}: {b.candidate_ms:.4f} ms, {b.achieved_gbps:.0f} GB/s"
+        print(f"bench {op}/{cand.name}: {b.candidate_ms:.4f} ms, {b.achieved_gbps:.0f} GB/s"
               + (f"; REJECTED: {b.rejected[0]}" if b.rejected else ""), flush=True)
     table = _markdown(rows, device_kind(), copy_gbps, dry=not gpu)
     (out / "gpu_check.md").write_text(table)

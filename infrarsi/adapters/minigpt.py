@@ -132,7 +132,7 @@ class MiniGPTAdapter(Adapter):
             if name in contract.scope.knobs:
                 dom = tuple(dict.fromkeys(["reference", *contract.scope.knobs[name]]))
                 all_knobs[name] = Knob(name=name, kind="categorical", domain=dom, default="reference", group="kernel",
-                                       spelling={"minigpt": f"--kernel {op}=PATH"})
+                                       spelling={"minigpt": f"--kernel {op}=PATH[@VARIANT]"})
         unknown = sorted(set(contract.scope.knobs) - set(all_knobs))
         fixed = [k for k in unknown if k in FIXED_FLAGS]
         if fixed:

@@ -11,7 +11,8 @@ its lock, the plan holds, under ``infrarsi-tuned/<contract name>/`` in the user'
     audit.json    contract hash, the candidate, its trials, speedup and CI, every file with its sha256
 
 plus every verified kernel file the setting names, copied to its path inside the locked scope (a
-candidate the run generated: to ``kernels/<op>/generated/``, where the run wrote it).
+candidate the run generated: to ``kernels/<op>/generated/``, where the run wrote it); a ``PATH@VARIANT`` value
+writes and audits its file once, and the launch names the variant.
 Any problem (see :mod:`infrarsi.report.audit`) refuses the whole plan with one line. The plan is written, as
 one commit that holds exactly these bytes, by :mod:`.transaction`: all of it or nothing.
 """
@@ -195,7 +196,7 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
     baseline = ver.baseline
     audits = audit_files(data, setting)
     # each kernel as the repository names it (a generated one the run named by absolute path: its place there)
-    setting = {**setting, **{f"{KERNEL_PREFIX}{f.op}": f.path for f in audits}}
+    setting = {**setting, **{f"{KERNEL_PREFIX}{f.op}": f.candidate for f in audits}}
     changes = changed(setting, baseline)
     adapter = _adapter(data)
     try:
@@ -206,10 +207,10 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
     out = f"{OUT_ROOT}/{data.contract.name}"
     depth = len(Path(out).parts)
     files: list[FileChange] = []
-    for f in audits:
+    for f in {f.path: f for f in audits}.values():  # a file once, whichever of its variants the setting names
         files.append(FileChange(path=f.path, content=f.source.read_bytes(),  # type: ignore[union-attr]
-                                why=f"kernel patch for {f.op}; inside scope ({f.scope_glob}); verifier: {f.verdict}, "
-                                    f"sha256 matches the verified file", kind="kernel"))
+                                why=f"kernel patch for {f.op} ({f.candidate}); inside scope ({f.scope_glob}); "
+                                    f"verifier: {f.verdict}, sha256 matches the verified file", kind="kernel"))
     fw = data.contract.workload.adapter
     profile = {"framework": fw if fw in PROFILE_FRAMEWORKS else None,
                "setting": {k: v for k, v in setting.items() if not k.startswith(KERNEL_PREFIX)},

@@ -3,7 +3,8 @@ and what a trial may touch.
 
 - :func:`scope_problems` (``init``): every kernel candidate the contract names (``scope.knobs.kernel_<op>``
   and ``baseline.kernel_<op>``) is a relative path without ``..`` that a ``scope.files`` glob takes, exists,
-  and still lies inside the repository and the scope once every symlink is resolved.
+  and still lies inside the repository and the scope once every symlink is resolved; a ``PATH@VARIANT`` value
+  (kernels/loader.py) is held to that by its path, and its variant must be one the file declares.
 - ``apply`` holds its destinations to the scope and to the work tree itself (no link followed): apply/transaction.py.
 - :class:`TreeGuard` (trials and kernel verification that run *without* isolation, see execute/isolation.py:
   an isolated one cannot write the repository at all): a snapshot of the repository (path, size, mtime) before
@@ -22,6 +23,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..kernels.loader import CandidateError, parse_candidate, split_spec
 from ..knobs.knob import value_problem
 from .model import Contract
 
@@ -65,7 +67,7 @@ def glob_within(narrow: str, wide: str) -> bool:
 
 
 def named_kernels(contract: Contract) -> list[tuple[str, str]]:
-    """(where, path) for every kernel candidate file the contract names."""
+    """(where, value) for every kernel candidate the contract names (``PATH`` or ``PATH@VARIANT``)."""
     out = []
     for k, dom in contract.scope.knobs.items():
         if k.startswith(KERNEL_PREFIX):
@@ -82,14 +84,15 @@ def scope_problems(contract: Contract, roots: Iterable[Path]) -> list[str]:
     roots = [Path(r).resolve() for r in roots]
     globs = contract.scope.files
     out = []
-    for where, rel in named_kernels(contract):
-        if not isinstance(rel, str):
-            out.append(f"{where} names {rel!r}; a kernel candidate is a path (text) relative to the repository")
+    for where, value in named_kernels(contract):
+        if not isinstance(value, str):
+            out.append(f"{where} names {value!r}; a kernel candidate is a path (text) relative to the repository")
             continue
-        unsafe = value_problem(where, "categorical", rel)
+        unsafe = value_problem(where, "categorical", value)
         if unsafe:
             out.append(unsafe)
             continue
+        rel, variant = split_spec(value)  # the scope takes the file; its variants share it
         if glob_of(rel, globs) is None:
             out.append(f"{where} names {rel!r}, which scope.files {globs} does not take (or it is absolute or has "
                        f"'..'); add a glob for it to [scope] files, or move the file inside the scope")
@@ -108,6 +111,12 @@ def scope_problems(contract: Contract, roots: Iterable[Path]) -> list[str]:
         if glob_of(real_rel, globs) is None:
             out.append(f"{where} names {rel!r}, which resolves to {real_rel!r} outside scope.files {globs}; "
                        f"name the real file, inside the scope")
+            continue
+        if variant is not None:
+            try:
+                parse_candidate(value, root=root)
+            except CandidateError as e:
+                out.append(f"{where}: {e}")
     return out
 
 

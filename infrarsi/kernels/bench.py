@@ -1,7 +1,7 @@
 """Time a verified kernel candidate against its reference (eager, torch.compile'd, and any other named
 implementation, e.g. Liger-Kernel's), on fresh inputs for every timed call, and check every answer.
 
-    result = bench("kernels/rmsnorm/triton_rows4.py")            # a CUDA GPU, production shapes
+    result = bench("kernels/rmsnorm/triton_rows.py@rows16")      # a CUDA GPU, production shapes
     result = bench(path, device="cpu", small=True, reps=3)       # the same code path on the CPU interpreter
     result.rejected   # [] or why the measurement cannot be believed
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .loader import load_candidate, load_reference, op_of, sha256_of
+from .loader import Candidate, load_candidate, load_reference, op_of, parse_candidate, sha256_of
 
 SUSPECT_SPEEDUP = 10.0  # over the eager reference
 PEAK_COPY_BYTES = 1 << 30  # 1 GiB each way on a GPU: far larger than any L2
@@ -37,8 +37,8 @@ L2_FLUSH_BYTES = 256 << 20
 @dataclass(frozen=True, kw_only=True)
 class BenchResult:
     op: str
-    path: str
-    sha256: str
+    path: str  # PATH or PATH@VARIANT, resolved
+    sha256: str  # of the file
     device: str
     shape: str  # the input shapes, e.g. "(32768, 4096) bfloat16"
     reps: int
@@ -161,9 +161,9 @@ def _off(got, want, atol: float, rtol: float) -> str | None:
     return None
 
 
-def bench(path: str | Path, op: str | None = None, *, device: str | None = None, small: bool = False, reps: int = 30,
-          warmup: int = 3, dtype=None, others: Mapping[str, Callable] | None = None, compile_reference: bool | None = None
-          ) -> BenchResult:
+def bench(path: str | Path | Candidate, op: str | None = None, *, device: str | None = None, small: bool = False,
+          reps: int = 30, warmup: int = 3, dtype=None, others: Mapping[str, Callable] | None = None,
+          compile_reference: bool | None = None) -> BenchResult:
     """Benchmark one candidate. On the CPU (device="cpu"), pass small=True: the reference's "batch" family."""
     import torch
 
@@ -173,7 +173,7 @@ def bench(path: str | Path, op: str | None = None, *, device: str | None = None,
     if not device.startswith("cuda") and not small:
         raise RuntimeError("kernels bench on the CPU runs only the small shapes (small=True): production shapes "
                            "under the Triton interpreter would take hours")
-    path = Path(path).resolve()
+    path = parse_candidate(path).resolved()  # PATH or PATH@VARIANT (loader.py)
     op = op or op_of(path)
     ref = load_reference(op)
     cand = load_candidate(path)
@@ -250,7 +250,7 @@ def bench(path: str | Path, op: str | None = None, *, device: str | None = None,
     dev_name = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu (Triton interpreter)"
     extra = [k for k in impls if k not in ("candidate", "reference", "compiled")]
     return BenchResult(
-        op=op, path=str(path), sha256=sha256_of(path), device=dev_name, shape=f"{shapes} {str(dtype)[6:]}", reps=reps,
+        op=op, path=path.spec, sha256=sha256_of(path), device=dev_name, shape=f"{shapes} {str(dtype)[6:]}", reps=reps,
         candidate_ms=med["candidate"], reference_ms=med["reference"], compiled_ms=med.get("compiled"),
         candidate_fwd_bwd_ms=med_fb["candidate"], reference_fwd_bwd_ms=med_fb["reference"],
         compiled_fwd_bwd_ms=med_fb.get("compiled"), others_ms={k: med[k] for k in extra},

@@ -22,22 +22,25 @@ def _usage(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _resolve(path: Path, op: str | None) -> str:
-    from .loader import OPS, op_of
+def _resolve(candidate: str, op: str | None) -> str:
+    """The op of a candidate (PATH or PATH@VARIANT), after checking that it can be loaded as written."""
+    from .loader import OPS, candidate_path, op_of, parse_candidate
 
-    if not path.is_file():
-        _usage(f"{path}: no such candidate file")
+    if not candidate_path(candidate).is_file():
+        _usage(f"{candidate_path(candidate)}: no such candidate file")
     if op is not None and op not in OPS:
         _usage(f"--op {op!r} is not a known op; use one of {', '.join(OPS)}")
     try:
-        return op or op_of(path)
-    except ValueError as e:
+        parse_candidate(candidate)
+        return op or op_of(candidate)
+    except ValueError as e:  # CandidateError too
         _usage(str(e))
 
 
 @app.command()
 def verify(
-    path: Path = typer.Argument(..., help="The candidate file, e.g. kernels/rmsnorm/triton_rows4.py."),
+    path: str = typer.Argument(..., help="The candidate: a file, or FILE@VARIANT for one of its VARIANTS, e.g. "
+                                         "kernels/rmsnorm/triton_rows.py@rows16."),
     op: str = typer.Option(None, "--op", help="The op it implements (default: its folder's name)."),
     json_out: bool = typer.Option(False, "--json", help="Print {verdict, reasons, cases, ...} as JSON."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Verify again even if this content was verified before."),
@@ -83,7 +86,7 @@ def _print_result(result) -> None:
 
 @app.command()
 def bench(
-    path: Path = typer.Argument(..., help="The candidate file."),
+    path: str = typer.Argument(..., help="The candidate: a file, or FILE@VARIANT."),
     op: str = typer.Option(None, "--op", help="The op it implements (default: its folder's name)."),
     json_out: bool = typer.Option(False, "--json", help="Print the measurement as JSON."),
 ) -> None:
@@ -130,14 +133,14 @@ def bench(
 
 @app.command("list")
 def list_(op: str = typer.Argument(None, help="One op (default: all).")) -> None:
-    """The candidate files of each op, with their content hash."""
+    """The shipped candidates of each op (each variant of a file that declares VARIANTS), with their file's hash."""
     from .loader import OPS, list_candidates, sha256_of
 
     if op is not None and op not in OPS:
         _usage(f"unknown op {op!r}; use one of {', '.join(OPS)}")
     for name in [op] if op else OPS:
-        for p in list_candidates(name):
-            console.print(f"{name:14s} {p}  {sha256_of(p)[:12]}")
+        for c in list_candidates(name):
+            console.print(f"{name:14s} {c}  {sha256_of(c)[:12]}")
 
 
 @app.command()

@@ -1,6 +1,6 @@
 """The dynamic checks of a kernel candidate, run in a fresh Python process of their own.
 
-    python -m infrarsi.kernels.dynamic      # stdin: {"nonce", "path", "op", "settings"}; see verify.py
+    python -m infrarsi.kernels.dynamic      # stdin: {"nonce", "path" (PATH[@VARIANT]), "op", "settings"}; see verify.py
 
 The parent (verify.py) starts this process, hands it a one-time nonce on stdin and reads back one
 line ``<nonce> <json>``; the verdict is the parent's to write. The candidate is loaded by the same
@@ -113,7 +113,7 @@ def families_of(ref: ModuleType, settings: VerifySettings) -> tuple[str, ...]:
 class _Exercise:
     """Runs the candidate on fresh inputs over the reference's families and dtypes, and judges it."""
 
-    def __init__(self, path: Path, op: str, settings: VerifySettings, reasons: list[str], cases: list[Case]) -> None:
+    def __init__(self, path: str, op: str, settings: VerifySettings, reasons: list[str], cases: list[Case]) -> None:
         self.path, self.op, self.settings, self.reasons, self.cases = path, op, settings, reasons, cases
         self.kept_outputs: list[tuple[str, Any, Any]] = []  # (label, tensor, snapshot): every result so far
         self.seen: set = set()
@@ -505,13 +505,13 @@ def _deadline(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
-def exercise(path: Path, op: str, settings: VerifySettings) -> tuple[list[str], list[Case]]:
-    """All dynamic checks of one candidate in this process: (reasons, cases)."""
+def exercise(path: str | Path, op: str, settings: VerifySettings) -> tuple[list[str], list[Case]]:
+    """All dynamic checks of one candidate (``PATH`` or ``PATH@VARIANT``) in this process: (reasons, cases)."""
     reasons: list[str] = []
     cases: list[Case] = []
     with _deadline(settings.timeout_s):
         try:
-            _Exercise(Path(path), op, settings, reasons, cases).run()
+            _Exercise(str(path), op, settings, reasons, cases).run()
         except _Timeout:
             reasons.append(f"timeout: the dynamic checks ran past {settings.timeout_s:g} s (a hanging kernel?)")
     return reasons, cases
@@ -522,7 +522,7 @@ def main() -> int:
     job = json.loads(sys.stdin.read())
     sys.stdin.close()
     nonce = job.pop("nonce")
-    reasons, cases = exercise(Path(job["path"]), job["op"], VerifySettings.from_json(job["settings"]))
+    reasons, cases = exercise(str(job["path"]), job["op"], VerifySettings.from_json(job["settings"]))
     sys.stdout.write("\n" + nonce + " " + json.dumps({"reasons": reasons, "cases": [asdict(c) for c in cases]}) + "\n")
     sys.stdout.flush()
     return 0

@@ -158,7 +158,7 @@ def generate_kernel(op: str, *, llm: LLMConfig | None, out_dir: Path | None = No
     ref_source = ref.read_text()
     facts = _reference_facts(ref_source)
     existing = list_candidates(op, root)
-    example = existing[0].read_text() if existing else None
+    example = existing[0].path.read_text() if existing else None
     folder = Path(out_dir) if out_dir is not None else ref.parent / GENERATED
     folder.mkdir(parents=True, exist_ok=True)
     messages = _prompt(op, ref_source, facts, example)

@@ -1,6 +1,6 @@
 """Kernel candidates inside the training process: load by path, refuse what was not verified, spot-check.
 
-    ops = load_for_training(["rmsnorm=kernels/rmsnorm/x.py"])   # {op: object with .forward(...)}
+    ops = load_for_training(["rmsnorm=kernels/rmsnorm/x.py@rows16"])   # {op: object with .forward(...)}
     y = ops["rmsnorm"].forward(x, w, eps)                       # the candidate; sometimes checked too
 
 Loading goes through the verifier's own loader (the same module name, the same entry point) after
@@ -29,10 +29,9 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from pathlib import Path
 from typing import Any
 
-from .loader import OPS, ensure_interpreter, load_candidate, load_reference
+from .loader import OPS, CandidateError, candidate_path, ensure_interpreter, load_candidate, load_reference, parse_candidate
 from .verdicts import DRIFT, REFUSED, refusal
 
 EXIT_DRIFT = 3
@@ -42,14 +41,19 @@ FIRST_WINDOW = 8  # one of an op's first 8 calls (drawn) is always checked: a tu
 
 
 def load_for_training(specs: list[str]) -> dict[str, Any]:
-    """``["op=PATH", ...]`` -> {op: SpotChecked}; exits with a clear line on a bad spec or a refused file."""
+    """``["op=PATH", "op=PATH@VARIANT", ...]`` -> {op: SpotChecked}; exits with a clear line on a bad spec, an
+    unknown variant or a refused file."""
     out: dict[str, Any] = {}
     for spec in specs:
         op, sep, path = spec.partition("=")
         if not sep or op not in OPS:
-            raise SystemExit(f"--kernel {spec!r}: expected OP=PATH with OP one of {list(OPS)}")
-        if not Path(path).is_file():
-            raise SystemExit(f"--kernel {spec!r}: file {path} does not exist")
+            raise SystemExit(f"--kernel {spec!r}: expected OP=PATH or OP=PATH@VARIANT with OP one of {list(OPS)}")
+        if not candidate_path(path).is_file():
+            raise SystemExit(f"--kernel {spec!r}: file {candidate_path(path)} does not exist")
+        try:
+            parse_candidate(path)
+        except CandidateError as e:
+            raise SystemExit(f"--kernel {spec!r}: {e}") from None
         why = refusal(op, path)
         if why is not None:
             print(f"{REFUSED}: {why}", file=sys.stderr, flush=True)

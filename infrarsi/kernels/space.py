@@ -14,6 +14,10 @@
    no isolation, the repository is watched and the run's seals are checked around each verification.
 3. The verdicts are recorded in the run's verdict file (RunDir.verdicts_path) and the adapter is wrapped so that
    every launch names that file: the workload refuses bytes that are not the ones that passed.
+
+A knob value is a candidate, ``PATH`` or ``PATH@VARIANT`` (loader.py): each variant of a file is verified, recorded
+and pinned on its own; a value whose variant its file does not declare (the file edited since ``init`` checked
+it) fails verification with that line, and the run goes on without it.
 """
 
 from __future__ import annotations
@@ -138,7 +142,7 @@ def _name(path: Path, root: Path) -> str:
 
 
 def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], err, *, llm=None, settings=None):
-    """(space with only passing candidates, verdicts by path, adapter pinned to them). ``settings``: the
+    """(space with only passing candidates, verdicts by candidate value, adapter pinned to them). ``settings``: the
     verifier's (default: all of it, plus the contract's model family)."""
     from .verify import VerifySettings, verify
 
@@ -195,11 +199,16 @@ def verify_watched(path, op: str, settings, run_dir: Path | None):
     """(verify()'s result, writes it made outside ``run_dir``). Isolated: nothing to watch (it can write nothing).
     Unisolated: the repository is compared around it (the stage's own open files aside), and the run's seals are
     checked after it (SealError when a record changed: the candidate could read the key)."""
-    from .verify import verify
+    from .loader import CandidateError, sha256_of
+    from .verify import VerifyResult, verify
 
     guard = _guard(run_dir) if isolation_problem() is not None else None
     before = guard.snapshot() if guard is not None else {}
-    res = verify(path, op=op, settings=settings) if settings is not None else verify(path, op=op)
+    try:
+        res = verify(path, op=op, settings=settings) if settings is not None else verify(path, op=op)
+    except CandidateError as e:  # PATH@VARIANT that its file does not (any longer) declare: nothing ran
+        res = VerifyResult(verdict="fail", reasons=[f"error: {e}"], cases=[], sha256=sha256_of(path), op=op,
+                           path=str(path))
     return res, _changes(guard, before, run_dir)
 
 
@@ -241,7 +250,7 @@ def after_trial(run_dir: Path, trial, err, kernel_verdicts: dict | None = None) 
     run's verdict file, and in ``kernel_verdicts``, which the run stage saves in its search record)."""
     for path in verdicts_mod.after_trial(run_dir, trial):
         for p, v in (kernel_verdicts or {}).items():
-            if verdicts_mod.same_file(p, path):
+            if verdicts_mod.same_candidate(p, path):
                 v.update(verdict="disqualified", reasons=[*v.get("reasons", []),
                                                           f"numerics_drift in trial {trial.id} (in-situ spot check)"])
         err.print(f"[yellow]kernel {escape(str(path))} drifted from the reference inside trial {trial.id}: disqualified for "

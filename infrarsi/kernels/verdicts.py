@@ -1,8 +1,12 @@
 """The kernel verdicts of one run, recorded at its start, and the workload's check against them.
 
-    path = record(run_dir, {"kernels/rmsnorm/x.py": {"op": "rmsnorm", "verdict": "pass", "sha256": ...}})
+    path = record(run_dir, {"kernels/rmsnorm/x.py@rows16": {"op": "rmsnorm", "verdict": "pass", "sha256": ...}})
     adapter = pinned(adapter, path)       # every launch carries INFRARSI_KERNEL_VERDICTS=<path> and the pins
-    refusal(op, "kernels/rmsnorm/x.py")  # in the training process: None, or why it must not run
+    refusal(op, "kernels/rmsnorm/x.py@rows16")  # in the training process: None, or why it must not run
+
+A verdict and a pin belong to one candidate value, ``PATH`` or ``PATH@VARIANT`` (loader.py), keyed by its file
+resolved plus the variant (loader.spec_key): a variant that passed does not admit another variant of the same
+file, and the sha256 is the file's, so a changed byte refuses every variant of it.
 
 The run stage verifies each candidate once, when it starts, and writes the run's verdict file
 (RunDir.verdicts_path; only the run stage writes it). A trial's workload re-hashes the file it is about to import and refuses it
@@ -15,7 +19,7 @@ so a verdict edited by hand (``fail`` -> ``pass``) is refused by run, report and
 The training process needs no seal key. A trial cannot read the key nor the verdict file (its isolation hides
 both, see execute/isolation.py) or may run where there is none (a Slurm node without the user's home folder), so the launch carries the
 verdicts itself: ``pinned`` checks the file's seal in the stage's process, which holds the key, and puts
-``INFRARSI_KERNEL_PINS`` (JSON, resolved candidate path -> sha256, the candidates that pass at that
+``INFRARSI_KERNEL_PINS`` (JSON, resolved candidate value -> its file's sha256, the candidates that pass at that
 moment) into every launch's environment, which the Slurm job script exports like the rest of it. The
 workload runs a candidate only when it is pinned and its bytes have that sha256; the file is then read
 only to say why a candidate that is not pinned was refused. A candidate disqualified after a trial was
@@ -35,19 +39,21 @@ from typing import Any
 
 from ..contract import seal
 from ..rundir import RunDir
+from .loader import candidate_path, spec_key
 
 ENV = "INFRARSI_KERNEL_VERDICTS"
-PINS_ENV = "INFRARSI_KERNEL_PINS"  # {resolved candidate path: sha256} that passed when the trial was launched
+PINS_ENV = "INFRARSI_KERNEL_PINS"  # {resolved candidate value: sha256} that passed when the trial was launched
 REFUSED = "infrarsi kernel refused"  # the workload's line when it will not run a candidate
 DRIFT = "infrarsi kernel spot check failed"  # the workload's line when a spot check mismatched (insitu.py)
 _DRIFT_PATH = re.compile(re.escape(DRIFT) + r": (\w+)=(\S+)")
 
 
-def _key(path: str | Path) -> str:
-    return str(Path(path).resolve())
+def _key(value: str | Path) -> str:
+    return spec_key(value)
 
 
-def same_file(a: str | Path, b: str | Path) -> bool:
+def same_candidate(a: str | Path, b: str | Path) -> bool:
+    """Whether two candidate values name the same file and variant (however the path is written)."""
     return _key(a) == _key(b)
 
 
@@ -56,7 +62,7 @@ def verdict_file(run_dir: Path) -> Path:
 
 
 def record(run_dir: Path, verdicts: Mapping[str, Mapping[str, Any]]) -> Path:
-    """Write the run's verdicts (candidate path -> op, verdict, sha256, reasons); keeps disqualifications
+    """Write the run's verdicts (candidate value -> op, verdict, sha256, reasons); keeps disqualifications
     already recorded for the same bytes (a resumed run stays as strict as it was)."""
     f = verdict_file(run_dir)
     _check_sealed(run_dir)
@@ -105,7 +111,7 @@ def after_trial(run_dir: Path, trial) -> list[str]:
 
 
 def refusal(op: str, path: str) -> str | None:
-    """In the training process: why the candidate at path must not run, or None. Held to the pins the
+    """In the training process: why the candidate ``path`` (PATH or PATH@VARIANT) must not run, or None. Held to the pins the
     launch carries when there are any, else to the sealed verdict file; without either (the workload run
     by hand, outside a run) there is nothing to hold it to."""
     f = os.environ.get(ENV)
@@ -127,7 +133,7 @@ def refusal(op: str, path: str) -> str | None:
     if e.get("verdict") != "pass":
         why = "; ".join(e.get("reasons", []))[:300]
         return f"{op}={path} is {e.get('verdict')} in this run ({why})"
-    now = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    now = hashlib.sha256(candidate_path(path).read_bytes()).hexdigest()
     if now != e.get("sha256"):
         return (f"{op}={path} changed since it was verified at run start (sha256 now {now[:12]}, verified "
                 f"{str(e.get('sha256'))[:12]}); verify it again with `infrarsi kernels verify {path}`")
@@ -149,7 +155,7 @@ def _pin_refusal(op: str, path: str, raw: str, f: str | None) -> str | None:
             return f"{op}={path} is {e.get('verdict')} in this run ({why})"
         return (f"{op}={path} was not a verified candidate of this run when this trial was launched ({PINS_ENV}); "
                 f"only candidates verified at run start may run")
-    now = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    now = hashlib.sha256(candidate_path(path).read_bytes()).hexdigest()
     if now != pin:
         return (f"{op}={path} changed since it was verified at run start (sha256 now {now[:12]}, verified "
                 f"{str(pin)[:12]}); verify it again with `infrarsi kernels verify {path}`")
@@ -157,7 +163,7 @@ def _pin_refusal(op: str, path: str, raw: str, f: str | None) -> str | None:
 
 
 def pins_of(f: Path) -> dict[str, str]:
-    """{resolved candidate path: sha256} of every candidate that passes in the verdict file, after checking
+    """{resolved candidate value: sha256} of every candidate that passes in the verdict file, after checking
     its seal (raises SealError naming the file when it does not match)."""
     why = seal_problem(Path(f))
     if why is not None:

@@ -1,7 +1,11 @@
 """Verify a Triton kernel candidate against its op's reference, so that no cheating kernel gets past.
 
-    result = verify("kernels/rmsnorm/triton_rows4.py")      # op from the folder name
+    result = verify("kernels/rmsnorm/triton_rows.py@rows16")  # op from the folder name; @VARIANT: loader.py
     result.verdict   # "pass" | "fail";  result.reasons: ["code: message", ...]; result.cases
+
+A candidate is a file, or one named setting of a file that declares VARIANTS (``PATH@VARIANT``, loader.py): the
+static checks read the file's bytes (one lint for all its variants), the dynamic checks load the candidate as
+the workload does, its variant's constants set, so a verdict is per candidate value.
 
 Two stages, each failure one reason ``code: message``:
 
@@ -23,7 +27,7 @@ seals afterwards). The child receives a one-time nonce on stdin and must answer 
 the verdict is decided and written here, by the parent, never by code that ran next to the candidate.
 
 Results are cached under $INFRARSI_CACHE/verify (default ~/.cache/infrarsi/verify) by a key over the
-candidate's bytes, the reference's bytes, the verifier's own source (this package's verify, dynamic,
+candidate's bytes and variant, the reference's bytes, the verifier's own source (this package's verify, dynamic,
 instrument, static and loader modules), the torch and Triton versions and the device. A cached entry is used only
 after re-checking it: its recorded key and candidate hash must match what is on disk now, and its
 HMAC (a per-cache secret) must match its content; anything else is verified afresh.
@@ -45,7 +49,7 @@ from pathlib import Path
 
 from ..io import atomic_write
 from .dynamic import Case, VerifySettings, expected_cases
-from .loader import kernels_root, load_reference, op_of, reference_path
+from .loader import Candidate, candidate_path, kernels_root, load_reference, op_of, parse_candidate, reference_path
 from .static import static_check
 
 VERIFIER_VERSION = "2"
@@ -61,9 +65,9 @@ class VerifyResult:
     verdict: str  # "pass" | "fail"
     reasons: list[str]
     cases: list[Case]
-    sha256: str
+    sha256: str  # of the candidate's file (its variants share it)
     op: str = ""
-    path: str = ""
+    path: str = ""  # the candidate as verified, resolved: PATH or PATH@VARIANT
     seconds: float = 0.0
     cached: bool = False
     device: str = ""
@@ -106,21 +110,23 @@ def _version(dist: str) -> str:
         return "absent"
 
 
-def key_parts(path: Path, op: str, settings: VerifySettings = VerifySettings()) -> dict[str, str]:
+def key_parts(candidate: str | Path | Candidate, op: str, settings: VerifySettings = VerifySettings()) -> dict[str, str]:
     """What a verdict depends on, each as a hash or a version string."""
+    cand = parse_candidate(candidate)
     here = Path(__file__).resolve().parent
     verifier = hashlib.sha256()
     for name in VERIFIER_SOURCES:
         verifier.update(hashlib.sha256((here / name).read_bytes()).digest())
-    return {"candidate": hashlib.sha256(path.read_bytes()).hexdigest(),
+    return {"candidate": hashlib.sha256(cand.path.read_bytes()).hexdigest(),
+            "variant": json.dumps([cand.variant, [list(s) for s in cand.settings]]),
             "reference": hashlib.sha256(reference_path(op).read_bytes()).hexdigest(),
             "verifier": f"{VERIFIER_VERSION}:{verifier.hexdigest()}", "op": op,
             "torch": _version("torch"), "triton": _version("triton"), "device": device_kind(),
             "settings": hashlib.sha256(json.dumps(settings.to_json(), sort_keys=True).encode()).hexdigest()}
 
 
-def cache_key(path: Path, op: str, settings: VerifySettings = VerifySettings()) -> str:
-    return hashlib.sha256(json.dumps(key_parts(Path(path), op, settings), sort_keys=True).encode()).hexdigest()
+def cache_key(candidate: str | Path | Candidate, op: str, settings: VerifySettings = VerifySettings()) -> str:
+    return hashlib.sha256(json.dumps(key_parts(candidate, op, settings), sort_keys=True).encode()).hexdigest()
 
 
 def _secret() -> bytes:
@@ -163,30 +169,32 @@ def _write_cached(entry: Path, key: str, result: VerifyResult) -> None:
     atomic_write(entry, json.dumps({"body": body, "mac": _mac(body)}, indent=1))  # a reader never sees half a file
 
 
-def verify(path: str | Path, op: str | None = None, *, use_cache: bool = True,
+def verify(candidate: str | Path | Candidate, op: str | None = None, *, use_cache: bool = True,
            settings: VerifySettings = VerifySettings()) -> VerifyResult:
-    """Verify the candidate file at path; the op defaults to the name of its folder."""
-    path = Path(path).resolve()
+    """Verify a candidate, ``PATH`` or ``PATH@VARIANT``; the op defaults to the name of its file's folder. Raises
+    FileNotFoundError for a missing file, loader.CandidateError for a variant its file does not declare."""
+    path = candidate_path(candidate).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such candidate file")
+    cand = parse_candidate(candidate).resolved()
     op = op or op_of(path)
     source = path.read_bytes()
     sha = hashlib.sha256(source).hexdigest()
-    key = cache_key(path, op, settings)
+    key = cache_key(cand, op, settings)
     entry = cache_dir() / f"{key}.json"
     if use_cache:
         hit = _read_cached(entry, key, sha)
-        if hit is not None:  # same bytes, same verdict, wherever the file is
-            return VerifyResult.from_dict({**hit, "cached": True, "path": str(path)})
+        if hit is not None:  # same bytes and variant, same verdict, wherever the file is
+            return VerifyResult.from_dict({**hit, "cached": True, "path": cand.spec})
     t0 = time.perf_counter()
     reasons = static_check(source.decode("utf-8", errors="replace"))
     cases: list[Case] = []
     if reasons:
         reasons.append("static: dynamic checks skipped because the static checks failed")
     else:
-        reasons, cases = _dynamic_in_subprocess(path, op, settings)
+        reasons, cases = _dynamic_in_subprocess(cand, op, settings)
     result = VerifyResult(verdict="fail" if reasons else "pass", reasons=reasons, cases=cases, sha256=sha, op=op,
-                          path=str(path), seconds=round(time.perf_counter() - t0, 3), device=device_kind(),
+                          path=cand.spec, seconds=round(time.perf_counter() - t0, 3), device=device_kind(),
                           isolated=isolation_problem() is None)
     if use_cache and hashlib.sha256(path.read_bytes()).hexdigest() == sha:  # not rewritten meanwhile
         _write_cached(entry, key, result)
@@ -200,15 +208,15 @@ def isolation_problem() -> str | None:
     return isolation.problem()
 
 
-def dynamic_command(path: Path, op: str) -> list[str]:
-    """``python -m infrarsi.kernels.dynamic``, inside the isolation where the machine has it: the candidate and
-    the op's reference readable, nothing of the runs, the bank, the caches, the key or ``.git``."""
+def dynamic_command(path: str | Path | Candidate, op: str) -> list[str]:
+    """``python -m infrarsi.kernels.dynamic``, inside the isolation where the machine has it: the candidate's file
+    and the op's reference readable, nothing of the runs, the bank, the caches, the key or ``.git``."""
     from ..execute import isolation
 
     child = [sys.executable, "-m", "infrarsi.kernels.dynamic"]
     if isolation_problem() is not None:
         return child
-    files = [Path(path), reference_path(op), kernels_root()]
+    files = [candidate_path(path), reference_path(op), kernels_root()]
     return isolation.verification_box(files).argv(child)
 
 
@@ -220,14 +228,15 @@ def dynamic_environment() -> dict[str, str]:
     return isolation.clean_environment(os.environ) if isolation_problem() is None else dict(os.environ)
 
 
-def _dynamic_in_subprocess(path: Path, op: str, settings: VerifySettings) -> tuple[list[str], list[Case]]:
+def _dynamic_in_subprocess(candidate: str | Path | Candidate, op: str,
+                           settings: VerifySettings) -> tuple[list[str], list[Case]]:
     """The dynamic checks in a fresh Python (TRITON_INTERPRET=1 without a GPU); its answer must carry the
     nonce handed to it on stdin, and cover every (family, dtype) unless it names a failure."""
     nonce = secrets.token_hex(16)
-    job = json.dumps({"nonce": nonce, "path": str(path), "op": op, "settings": settings.to_json()})
+    job = json.dumps({"nonce": nonce, "path": str(candidate), "op": op, "settings": settings.to_json()})
     limit = settings.timeout_s + STARTUP_S
     try:
-        proc = subprocess.run(dynamic_command(path, op), input=job, env=dynamic_environment(),
+        proc = subprocess.run(dynamic_command(candidate, op), input=job, env=dynamic_environment(),
                               capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
         return [f"timeout: the dynamic checks' process ran past {limit:g} s (a hanging kernel?)"], []

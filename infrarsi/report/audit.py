@@ -14,6 +14,9 @@ that run only, so ``scope.knobs`` does not list it. Such a value is allowed when
 its file is under that op's generated folder; the file audit then holds it to the same rules as a listed
 candidate (inside ``scope.files``, still the bytes that passed). A run started outside the repository's
 root names it by absolute path; in the repository it belongs at ``kernels/<op>/generated/<file>``.
+
+Variants: a kernel value ``PATH@VARIANT`` (kernels/loader.py) is one named setting of the file at PATH. Its verdict
+is its own (the search record's, keyed by the value); the scope, the file's sha256 and what apply writes go by PATH.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 from ..contract.invariants import free_knobs
 from ..execute.trial import TrialStatus
-from ..kernels.loader import generated_folder
+from ..kernels.loader import generated_folder, split_spec
 from ..rundir import RunDir, VerifiedCandidate
 from ..search.verify import speedup_ci
 from .load import RunData
@@ -39,13 +42,18 @@ REFERENCE = "reference"
 
 @dataclass(frozen=True)
 class FileAudit:
-    path: str  # where it belongs in the repository (relative); the setting's own value for a listed candidate
+    path: str  # the file, where it belongs in the repository (relative); the setting's own for a listed candidate
     op: str  # kernel op, e.g. "rmsnorm"
     source: Path | None  # where the file was found now (None: missing)
     sha256: str | None  # of the file now
     verified_sha256: str | None  # recorded by the kernel verifier during the run (the search record)
     verdict: str | None  # the verifier's verdict: "pass", "fail", or None (never verified)
     scope_glob: str | None  # the scope.files glob it matched; None = outside the scope
+    value: str = ""  # the setting's value as the repository names it: path, or path@VARIANT ("": path)
+
+    @property
+    def candidate(self) -> str:
+        return self.value or self.path
 
     @property
     def in_scope(self) -> bool:
@@ -59,9 +67,9 @@ class FileAudit:
         if self.source is None:
             return f"{self.path} does not exist any more; restore it or rerun `infrarsi run`"
         if self.verdict is None:
-            return f"{self.path} was never verified by the kernel verifier; rerun `infrarsi run`"
+            return f"{self.candidate} was never verified by the kernel verifier; rerun `infrarsi run`"
         if self.verdict != "pass":
-            return f"{self.path} failed kernel verification ({self.verdict}); it cannot be applied"
+            return f"{self.candidate} failed kernel verification ({self.verdict}); it cannot be applied"
         if self.sha256 != self.verified_sha256:
             return (f"{self.path} changed since it was verified (sha256 {str(self.verified_sha256)[:12]} -> "
                     f"{str(self.sha256)[:12]}); stale candidate: rerun `infrarsi run`")
@@ -82,7 +90,8 @@ def scope_glob(path: str, globs: Sequence[str]) -> str | None:
 
 
 def kernel_files(setting: Mapping[str, Any]) -> dict[str, str]:
-    """op -> candidate path for every kernel patch a setting chooses (its ``kernel_<op>`` knobs)."""
+    """op -> candidate value (``PATH`` or ``PATH@VARIANT``) for every kernel patch a setting chooses (its
+    ``kernel_<op>`` knobs)."""
     out = {}
     for k, v in setting.items():
         if k.startswith(KERNEL_PREFIX) and v not in (None, REFERENCE):
@@ -105,13 +114,14 @@ def generated_place(path: str, op: str) -> str | None:
 
 
 def generated_passed(data: RunData) -> dict[str, dict[str, str]]:
-    """op -> {the setting's value: its place in the repository} for every generated candidate whose
-    verification passed in this run (the search record's kernel verdicts)."""
+    """op -> {the setting's value: its value in the repository (its file's place, plus any @VARIANT)} for every
+    generated candidate whose verification passed in this run (the search record's kernel verdicts)."""
     out: dict[str, dict[str, str]] = {}
     for value, v in data.search.passed_generated().items():
-        place = generated_place(str(value), v.op)
+        path, variant = split_spec(str(value))
+        place = generated_place(path, v.op)
         if place is not None:
-            out.setdefault(v.op, {})[str(value)] = place
+            out.setdefault(v.op, {})[str(value)] = place if variant is None else f"{place}@{variant}"
     return out
 
 
@@ -120,12 +130,13 @@ def audit_files(data: RunData, setting: Mapping[str, Any]) -> list[FileAudit]:
     generated = generated_passed(data)
     out = []
     for op, value in kernel_files(setting).items():
-        src = data.resolve_source(value)
+        src = data.resolve_source(split_spec(value)[0])
         v = verdicts.get(value)
-        rel = generated.get(op, {}).get(value, value)
+        in_repo = generated.get(op, {}).get(value, value)
+        rel = split_spec(in_repo)[0]
         out.append(FileAudit(path=rel, op=op, source=src, sha256=sha256_file(src) if src else None,
                              verified_sha256=v.sha256 if v else None, verdict=v.verdict if v else None,
-                             scope_glob=scope_glob(rel, data.contract.scope.files)))
+                             scope_glob=scope_glob(rel, data.contract.scope.files), value=in_repo))
     return out
 
 

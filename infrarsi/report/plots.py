@@ -153,7 +153,7 @@ def memory_boundary(fit: Fit) -> bytes:
 
 
 def _label(feature: str) -> str:
-    """``kernel_rmsnorm=kernels/rmsnorm/triton_rows4.py`` -> ``kernel_rmsnorm=triton_rows4.py``."""
+    """``kernel_rmsnorm=kernels/rmsnorm/triton_rows.py@rows4`` -> ``kernel_rmsnorm=triton_rows.py@rows4``."""
     k, _, v = feature.partition("=")
     return f"{k}={v.rsplit('/', 1)[-1]}" if "/" in v else feature
 

@@ -433,7 +433,7 @@ class _Builder:
                 self.p("It touches no source file (launch knobs only).")
                 continue
             self.table(["file", "op", "sha256 now", "verified sha256", "verdict", "scope"],
-                       [(f.path, f.op, f.sha256 or "missing", f.verified_sha256 or "never verified",
+                       [(f.candidate, f.op, f.sha256 or "missing", f.verified_sha256 or "never verified",
                          f.verdict or "-", f"inside (`{f.scope_glob}`)" if f.in_scope else "**OUTSIDE**")
                         for f in files])
         kv = self.d.search.kernel_verdicts

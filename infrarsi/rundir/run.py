@@ -208,7 +208,8 @@ class RunDir:
         return self.file(names.VERDICTS)
 
     def verdicts(self) -> dict[str, dict[str, Any]]:
-        """Resolved candidate path -> its verdict entry (kernels/verdicts.py owns the entries' meaning)."""
+        """Resolved candidate value (PATH or PATH@VARIANT) -> its verdict entry (kernels/verdicts.py owns the entries'
+        meaning)."""
         return self._read_json(self.verdicts_path) or {}
 
     def write_verdicts(self, body: Mapping[str, Any]) -> None:

@@ -46,15 +46,17 @@ from ..search.verify import promote, speedup_ci
 from ..stages.run import memory_estimate, outcome_of, save_search
 
 PROJECT = Path(__file__).resolve().parents[2]
-KERNEL = "kernels/rmsnorm/triton_rows4.py"
-GENERATED_KERNEL = "kernels/rmsnorm/generated/triton_gen.py"  # the same bytes, where the run stage writes them
+KERNEL = "kernels/rmsnorm/triton_rows.py"  # the candidate's file (what apply writes and the audit hashes)
+KERNEL_SPEC = f"{KERNEL}@rows4"  # the kernel_rmsnorm value: one of the file's VARIANTS (kernels/loader.py)
+# the same bytes, where the run stage writes them; named alone (its constants as written: those of @rows4)
+GENERATED_KERNEL = "kernels/rmsnorm/generated/triton_gen.py"
 MiB = 2**20
 
 # log-scale effects relative to the baseline (mbs 2, unfused attention, 1 thread)
 TIME_EFFECT = {("micro_batch_size", 1): 0.10, ("micro_batch_size", 4): -0.08, ("micro_batch_size", 8): -0.12,
                ("micro_batch_size", 16): -0.14, ("attention_backend", "auto"): -0.25, ("intra_op_threads", 2): -0.30,
                ("recompute_granularity", "selective"): 0.05, ("recompute_granularity", "full"): 0.25,
-               ("bf16", True): 0.15, ("adam_impl", "fused"): -0.01, ("kernel_rmsnorm", KERNEL): -0.03}
+               ("bf16", True): 0.15, ("adam_impl", "fused"): -0.01, ("kernel_rmsnorm", KERNEL_SPEC): -0.03}
 MEM_EFFECT = {("micro_batch_size", 1): -0.3, ("micro_batch_size", 4): 0.35, ("micro_batch_size", 8): 0.75,
               ("micro_batch_size", 16): 1.2, ("attention_backend", "auto"): -0.3,
               ("recompute_granularity", "selective"): -0.2, ("recompute_granularity", "full"): -0.4, ("bf16", True): -0.1}
@@ -70,7 +72,8 @@ SEARCH = [  # (changes vs baseline, forced status or None, proposal kind)
     ({"bf16": True, "attention_backend": "auto", "intra_op_threads": 2}, None, "acquisition"),
     ({"adam_impl": "fused", "micro_batch_size": 8}, "crash", "acquisition"),
     ({"recompute_granularity": "full", "micro_batch_size": 1}, "timeout", "design"),
-    ({"micro_batch_size": 8, "attention_backend": "auto", "intra_op_threads": 2, "kernel_rmsnorm": KERNEL}, None, "acquisition"),
+    ({"micro_batch_size": 8, "attention_backend": "auto", "intra_op_threads": 2, "kernel_rmsnorm": KERNEL_SPEC}, None,
+     "acquisition"),
     ({"adam_impl": "fused"}, None, "acquisition"),
     ({"micro_batch_size": 16, "intra_op_threads": 2}, None, "acquisition"),  # OOM
     ({"bf16": True}, None, "acquisition"),
@@ -87,8 +90,8 @@ PRIORS = [
 
 
 def _law(setting: dict[str, Any], table: dict, base: float) -> float:
-    if setting.get("kernel_rmsnorm") == GENERATED_KERNEL:  # the same bytes as KERNEL: the same effect
-        setting = {**setting, "kernel_rmsnorm": KERNEL}
+    if setting.get("kernel_rmsnorm") == GENERATED_KERNEL:  # the same bytes and constants as KERNEL_SPEC: its effect
+        setting = {**setting, "kernel_rmsnorm": KERNEL_SPEC}
     return base * math.exp(sum(v for (k, val), v in table.items() if setting.get(k) == val))
 
 
@@ -99,10 +102,11 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
     in its verdict), not one the contract lists."""
     root = Path(root)
     rng = random.Random(seed)
-    kernel = GENERATED_KERNEL if generated else KERNEL
-    (root / kernel).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROJECT / KERNEL, root / kernel)
-    listed = "reference" if generated else KERNEL  # a generated candidate joins the domain for its run only
+    kernel_file = GENERATED_KERNEL if generated else KERNEL
+    kernel = GENERATED_KERNEL if generated else KERNEL_SPEC  # the setting's value
+    (root / kernel_file).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT / KERNEL, root / kernel_file)
+    listed = "reference" if generated else KERNEL_SPEC  # a generated candidate joins the domain for its run only
     text = (PROJECT / "contracts/minigpt-cpu.toml").read_text()
     text = text.replace("adam_impl = [\"foreach\", \"fused\"]", f"adam_impl = [\"foreach\", \"fused\"]\nkernel_rmsnorm = [\"{listed}\"]")
     if scope_files is not None:
@@ -173,7 +177,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
                   config=TunerConfig(n_initial=3, mde=noise.mde), memory_estimate=memory_estimate(space, contract))
     for t in seen:
         tuner.tell(t.setting, outcome_of(t))
-    sha = __import__("hashlib").sha256((root / kernel).read_bytes()).hexdigest()
+    sha = __import__("hashlib").sha256((root / kernel_file).read_bytes()).hexdigest()
     verdict = {"op": "rmsnorm", "verdict": "pass", "reasons": [], "sha256": sha}
     if generated:
         verdict.update(origin="generated", why="rmsnorm is 61% of the step (phase profile)")
@@ -203,7 +207,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
 
 def _named(changes: dict[str, Any], kernel: str) -> dict[str, Any]:
     """SEARCH's changes with the RMSNorm candidate named where this run keeps it."""
-    return {k: kernel if v == KERNEL else v for k, v in changes.items()}
+    return {k: kernel if v == KERNEL_SPEC else v for k, v in changes.items()}
 
 
 _CACHE: dict[tuple, Path] = {}

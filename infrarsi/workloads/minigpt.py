@@ -15,7 +15,8 @@ What each knob really changes here:
 - data parallel over processes (torchrun, DDP on gloo), with or without overlapped grad reduce;
 - intra-op threads; bf16 (CPU autocast) vs fp32; torch.compile on/off; fused vs foreach AdamW;
 - attention implementation: SDPA (``--attention-backend flash|fused|auto``) vs explicit math (``unfused``);
-- per-op implementation: the built-in reference or a kernel candidate file (``--kernel rmsnorm=PATH``).
+- per-op implementation: the built-in reference or a kernel candidate (``--kernel rmsnorm=PATH``, or
+  ``rmsnorm=PATH@VARIANT`` for one of the file's named settings).
 
 Memory capacity: when ``INFRARSI_MEMORY_CAP_BYTES`` is set, the process limits its data segment to it with
 RLIMIT_DATA before building anything. An allocation past the cap then fails inside the allocator
@@ -76,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--intra-op-threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     a("--torch-compile", action="store_true", help="torch.compile the model")
     a("--adam-impl", choices=["foreach", "fused"], default="foreach")
-    a("--kernel", action="append", default=[], metavar="OP=PATH",
-      help="use a kernel candidate file for OP (rmsnorm, swiglu, rope, cross_entropy, add_rmsnorm)")
+    a("--kernel", action="append", default=[], metavar="OP=PATH[@VARIANT]",
+      help="use a kernel candidate for OP (rmsnorm, swiglu, rope, cross_entropy, add_rmsnorm): a file, or "
+           "FILE@VARIANT for one of its VARIANTS")
     # logging (Megatron names)
     a("--log-interval", type=int, default=1)
     a("--log-throughput", action="store_true")
@@ -123,7 +125,7 @@ def batch_for(iteration: int, start: int, count: int, *, seq: int, vocab: int, s
 
 # --------------------------------------------------------------------------- ops (reference) and candidates
 def load_kernels(specs: list[str]) -> dict:
-    """``["rmsnorm=kernels/rmsnorm/x.py", ...]`` -> {op: object with forward(...)}: each file re-hashed against
+    """``["rmsnorm=kernels/rmsnorm/x.py@rows16", ...]`` -> {op: object with forward(...)}: each file re-hashed against
     the run's recorded verdict, and its calls spot-checked against the reference (infrarsi.kernels.insitu)."""
     if not specs:
         return {}

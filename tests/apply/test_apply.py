@@ -12,7 +12,7 @@ import pytest
 
 from infrarsi.adapters.launcher import load_profile
 from infrarsi.stages import apply as stage
-from infrarsi.testing.recorded_run import KERNEL, copy_run
+from infrarsi.testing.recorded_run import KERNEL, KERNEL_SPEC, copy_run
 from infrarsi.testing.sealed import reseal_lock, rewrite_sealed
 from infrarsi.workloads.minigpt import build_parser
 
@@ -62,7 +62,7 @@ def test_apply_makes_one_audited_commit(run_dir, repo, consoles):
     s = best["setting"]
     assert (args.micro_batch_size, args.attention_backend, args.intra_op_threads) == (
         s["micro_batch_size"], s["attention_backend"], s["intra_op_threads"])
-    assert args.kernel == [f"rmsnorm={KERNEL}"]
+    assert args.kernel == [f"rmsnorm={KERNEL_SPEC}"]  # the file written once (above), its variant named here
     sbatch = (repo / OUT / "sbatch.sh").read_text()
     assert "#SBATCH --nodes=1" in sbatch and "--micro-batch-size 8" in sbatch
     fw, setting = load_profile(repo / OUT / "profile.json")  # what infrarsi-launch --profile reads
@@ -120,9 +120,9 @@ def test_refuses_a_kernel_changed_since_verification(run_dir, repo, consoles):
 def test_refuses_a_kernel_that_failed_verification(run_dir, repo, consoles):
     p = run_dir / "search.json"
     s = json.loads(p.read_text())
-    s["kernel_verdicts"][KERNEL]["verdict"] = "fail"
+    s["kernel_verdicts"][KERNEL_SPEC]["verdict"] = "fail"  # verdicts are per candidate value (file@variant)
     rewrite_sealed(run_dir, p.name, json.dumps(s))  # a key holder's edit: the audit is the check under test
-    _refused(run_dir, repo, consoles, "failed kernel verification")
+    _refused(run_dir, repo, consoles, f"{KERNEL_SPEC} failed kernel verification")
 
 
 def test_refuses_when_nothing_was_promoted(run_dir, repo, consoles):

@@ -1,6 +1,6 @@
 """A kernel trial of a locked run where the seal key cannot be read: isolated locally (the key reads as empty)
-and as a Slurm job on a node without the user's key. The launch carries the pins (candidate path ->
-sha256, checked against the sealed verdict file by the stage that holds the key), so the candidate runs;
+and as a Slurm job on a node without the user's key. The launch carries the pins (candidate value -> its
+file's sha256, checked against the sealed verdict file by the stage that holds the key), so the candidate runs;
 the same launch without its pins is refused, because the trial cannot check the seal itself."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from infrarsi.execute.slurm import SlurmExecutor
 from infrarsi.kernels import verdicts
 from tests.referee.conftest import ROOT, tiny
 
-KERNEL = "kernels/rmsnorm/triton_rows4.py"
+KERNEL_FILE = "kernels/rmsnorm/triton_rows.py"
+KERNEL = f"{KERNEL_FILE}@rows4"  # one of the file's VARIANTS: pinned as such
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def pinned_launch(tmp_path, monkeypatch):
     """(run dir, the launch of a setting that uses KERNEL, pinned to the run's sealed verdicts)."""
     project = tmp_path / "project"
     (project / "kernels/rmsnorm").mkdir(parents=True)
-    shutil.copy(ROOT / KERNEL, project / KERNEL)
+    shutil.copy(ROOT / KERNEL_FILE, project / KERNEL_FILE)
     # Two iterations, not tiny()'s six: what is checked is whether the candidate may load and run, not its step
     # times, and each step through Triton's CPU interpreter costs ~0.5 s.
     text = tiny(knobs=f'kernel_rmsnorm = ["{KERNEL}"]')
@@ -40,11 +41,12 @@ def pinned_launch(tmp_path, monkeypatch):
     contract, _ = write_lock(project / "c.toml", project / "run")
     run = project / "run"
     f = verdicts.record(run, {KERNEL: {"op": "rmsnorm", "verdict": "pass",
-                                       "sha256": hashlib.sha256((project / KERNEL).read_bytes()).hexdigest()}})
+                                       "sha256": hashlib.sha256((project / KERNEL_FILE).read_bytes()).hexdigest()}})
     adapter = get_adapter("minigpt")
     setting = adapter.knob_space(contract).complete({"kernel_rmsnorm": KERNEL, "micro_batch_size": 4})
     spec = verdicts.pinned(adapter, f).launch(contract, setting)
-    assert f"rmsnorm={KERNEL}" in " ".join(spec.argv) and str((project / KERNEL).resolve()) in spec.env[verdicts.PINS_ENV]
+    pin = f"{(project / KERNEL_FILE).resolve()}@rows4"
+    assert f"rmsnorm={KERNEL}" in " ".join(spec.argv) and f'"{pin}"' in spec.env[verdicts.PINS_ENV]
     return run, spec
 
 

@@ -36,13 +36,13 @@ def test_judge_rejects_the_impossible_and_flags_the_unlikely(speedup, fraction, 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_bench_refuses_production_shapes_without_gpu():
     with pytest.raises(RuntimeError, match="CUDA GPU"):
-        bench.bench("kernels/rmsnorm/triton_rows4.py", device="cuda")
+        bench.bench("kernels/rmsnorm/triton_rows.py@rows4", device="cuda")
     with pytest.raises(RuntimeError, match="small=True"):
-        bench.bench("kernels/rmsnorm/triton_rows4.py", device="cpu")
+        bench.bench("kernels/rmsnorm/triton_rows.py@rows4", device="cpu")
 
 
 def test_an_honest_candidate_is_accepted_on_fresh_inputs():
-    r = bench.bench(KERNELS_ROOT / "rmsnorm" / "triton_rows16.py", device="cpu", small=True, reps=3, warmup=1)
+    r = bench.bench(f"{KERNELS_ROOT / 'rmsnorm' / 'triton_rows.py'}@rows16", device="cpu", small=True, reps=3, warmup=1)
     assert r.accepted and not r.mismatches, r.rejected
     assert r.candidate_ms > 0 and r.reference_ms > 0 and r.peak_gbps > 0 and r.fraction_of_peak < 1.0
 
@@ -57,7 +57,7 @@ def test_an_input_keyed_cache_is_rejected():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_bench_on_gpu_is_plausible():
-    r = bench.bench(KERNELS_ROOT / "rmsnorm" / "triton_rows16.py", reps=10)
+    r = bench.bench(f"{KERNELS_ROOT / 'rmsnorm' / 'triton_rows.py'}@rows16", reps=10)
     assert r.accepted and r.candidate_ms > 0 and 0 < r.fraction_of_peak <= 1.0 and r.peak_gbps > 100
 
 

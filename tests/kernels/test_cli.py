@@ -16,7 +16,7 @@ runner = CliRunner()
 
 
 def test_verify_json_pass_exit_0():
-    path = next(p for p in list_candidates("rmsnorm") if p.name == "triton_rows16.py")  # shared with test_verify
+    path = next(c for c in list_candidates("rmsnorm") if c.name == "triton_rows.py@rows16")  # shared with test_verify
     res = runner.invoke(app, ["verify", str(path), "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
@@ -56,4 +56,4 @@ def test_bench_without_gpu_says_so_and_exits_2():
 
 def test_list():
     res = runner.invoke(app, ["list", "rope"])
-    assert res.exit_code == 0 and "triton_rows4.py" in res.stdout
+    assert res.exit_code == 0 and "triton_rows.py@rows4" in res.stdout and "triton_rows.py@rows16" in res.stdout

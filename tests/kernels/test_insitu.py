@@ -21,7 +21,8 @@ from .conftest import ADVERSARIAL, INSITU
 
 TINY = ["--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
         "--vocab-size", "128", "--global-batch-size", "2", "--micro-batch-size", "2", "--train-iters", "2"]
-GOOD = KERNELS_ROOT / "rmsnorm" / "triton_rows16.py"
+GOOD_FILE = KERNELS_ROOT / "rmsnorm" / "triton_rows.py"
+GOOD = f"{GOOD_FILE}@rows16"  # one of the file's VARIANTS (kernels/loader.py)
 
 
 def _train(kernel: str, env_extra: dict | None = None, iters: int = 2) -> subprocess.CompletedProcess:
@@ -86,10 +87,11 @@ def test_a_checked_call_hands_the_candidate_the_callers_own_tensors():
 def test_the_workload_refuses_bytes_that_changed_since_run_start(tmp_path):
     cand = tmp_path / "rmsnorm" / "cand.py"
     cand.parent.mkdir()
-    shutil.copy(GOOD, cand)
-    f = verdicts.record(tmp_path / "run", {str(cand): {"op": "rmsnorm", "verdict": "pass", "sha256": sha256_of(cand)}})
+    shutil.copy(GOOD_FILE, cand)
+    f = verdicts.record(tmp_path / "run", {f"{cand}@rows16": {"op": "rmsnorm", "verdict": "pass",
+                                                              "sha256": sha256_of(cand)}})
     cand.write_text(cand.read_text().replace("rstd[:, None] * w[None, :]", "rstd[:, None] * w[None, :] * 1.01", 1))
-    out = _train(f"rmsnorm={cand}", {verdicts.ENV: str(f)})
+    out = _train(f"rmsnorm={cand}@rows16", {verdicts.ENV: str(f)})
     assert out.returncode == 2, out.stderr[-2000:]
     assert "infrarsi kernel refused: rmsnorm=" in out.stderr and "changed since it was verified" in out.stderr
     status, _, _ = classify_failure(out.stderr)
@@ -100,7 +102,7 @@ def test_disqualified_and_unverified_candidates_are_refused(tmp_path, monkeypatc
     f = verdicts.record(tmp_path, {str(GOOD): {"op": "rmsnorm", "verdict": "pass", "sha256": sha256_of(GOOD)}})
     monkeypatch.setenv(verdicts.ENV, str(f))
     assert verdicts.refusal("rmsnorm", str(GOOD)) is None
-    assert "never verified" in verdicts.refusal("rmsnorm", str(KERNELS_ROOT / "rmsnorm" / "triton_rows4.py"))
+    assert "never verified" in verdicts.refusal("rmsnorm", f"{GOOD_FILE}@rows4")  # another variant of the file
 
     class T:
         id = 7

@@ -12,25 +12,28 @@ import pytest
 import torch
 
 from infrarsi.kernels.dynamic import _Snapshot, expected_cases
-from infrarsi.kernels.loader import OPS, list_candidates, load_candidate, load_reference
+from infrarsi.kernels.loader import OPS, list_candidates, load_candidate, load_reference, op_of
 from infrarsi.kernels.verify import VerifySettings, _dynamic_in_subprocess, verify
 
 from .conftest import ADVERSARIAL, HONEST
 
-SHIPPED = [p for op in OPS for p in list_candidates(op)]
+SHIPPED = [c for op in OPS for c in list_candidates(op)]  # every variant of every shipped file
 # one candidate per op in the default run (the ones the workload test trains with); the rest under -m slow
-IN_WORKLOAD = {"rmsnorm": "triton_rows16.py", "swiglu": "triton_b1024.py", "rope": "triton_rows16.py",
-               "cross_entropy": "triton_v4096.py", "add_rmsnorm": "triton_rows16.py"}
-SHIPPED_PARAMS = [p if IN_WORKLOAD[p.parent.name] == p.name else pytest.param(p, marks=pytest.mark.slow)
-                  for p in SHIPPED]
+IN_WORKLOAD = {"rmsnorm": "triton_rows.py@rows16", "swiglu": "triton_tiles.py@b1024", "rope": "triton_rows.py@rows16",
+               "cross_entropy": "triton_vocab.py@v4096", "add_rmsnorm": "triton_rows.py@rows16"}
+SHIPPED_PARAMS = [c if IN_WORKLOAD[op_of(c)] == c.name else pytest.param(c, marks=pytest.mark.slow) for c in SHIPPED]
 
 
-@pytest.mark.parametrize("path", SHIPPED_PARAMS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def _shipped(op: str, name: str):
+    return next(c for c in SHIPPED if c.name == name and op_of(c) == op)
+
+
+@pytest.mark.parametrize("path", SHIPPED_PARAMS, ids=lambda c: f"{op_of(c)}/{c.name}")
 def test_shipped_candidate_passes(path):
     result = verify(path)
     assert result.verdict == "pass", result.reasons
     assert result.reasons == []
-    ref = load_reference(path.parent.name)
+    ref = load_reference(op_of(path))
     covered = {(c.family, c.dtype) for c in result.cases}
     assert covered == expected_cases(ref, VerifySettings())
     assert {f for f, _ in covered} == set(ref.FAMILIES)
@@ -199,19 +202,19 @@ def test_naive_check_can_fail():
 
 # --------------------------------------------------------------------- machinery
 def test_reference_submitted_as_candidate_is_rejected():
-    r = verify(SHIPPED[0].parent / "reference.py", use_cache=False)
+    r = verify(SHIPPED[0].path.parent / "reference.py", use_cache=False)
     assert r.verdict == "fail" and "static-no-kernel" in r.codes()
 
 
 def test_cache_is_keyed_by_content(tmp_path):
-    src = next(p for p in SHIPPED if p.name == "triton_rows16.py" and p.parent.name == "rmsnorm")
+    src = _shipped("rmsnorm", "triton_rows.py@rows16")
     copy = tmp_path / "rmsnorm" / "copy.py"
     copy.parent.mkdir()
-    shutil.copy(src, copy)
-    first = verify(copy)  # same bytes as a shipped candidate: same key
+    shutil.copy(src.path, copy)
+    first = verify(f"{copy}@rows16")  # same bytes and variant as a shipped candidate: same key
     assert first.passed and first.sha256 == verify(src).sha256
-    copy.write_text(src.read_text() + "\n# one more line\n")
-    again = verify(copy, settings=VerifySettings(families=("one_row",)))  # new content: verified afresh
+    copy.write_text(src.path.read_text() + "\n# one more line\n")
+    again = verify(f"{copy}@rows16", settings=VerifySettings(families=("one_row",)))  # new content: verified afresh
     assert not again.cached and again.passed and again.sha256 != first.sha256
     assert again.sha256 == hashlib.sha256(copy.read_bytes()).hexdigest()
     assert {c.family for c in again.cases} == {"one_row"}
@@ -236,10 +239,35 @@ def test_a_tampered_cache_entry_is_verified_afresh(tmp_path):
     assert not again.cached and again.verdict == "fail"  # the MAC did not match: checked again
 
 
+def test_a_verdict_is_per_variant(tmp_path):
+    """One file, three settings: its variants are verified as the workload loads them (their constants set), each
+    with a verdict of its own; the file's sha256 and its lint are shared."""
+    from infrarsi.kernels import verify as verify_mod
+    from infrarsi.kernels.loader import CandidateError
+
+    src = _shipped("rmsnorm", "triton_rows.py@rows16").path.read_text()
+    line = next(ln for ln in src.splitlines() if ln.startswith("VARIANTS = "))
+    fam = tmp_path / "rmsnorm" / "fam.py"
+    fam.parent.mkdir()
+    # "narrow": a one-tile limit of 16 columns, under every family's row length: it must fail, and only it
+    fam.write_text(src.replace(line, line[:-1] + ', "narrow": {"MAX_BLOCK_N": 16}}'))
+    good = verify(f"{fam}@rows16", settings=QUICK)
+    bad = verify(f"{fam}@narrow", settings=QUICK)
+    assert good.passed, good.reasons
+    assert bad.verdict == "fail" and "error" in bad.codes() and "one-tile limit 16" in " ".join(bad.reasons)
+    assert good.sha256 == bad.sha256 == hashlib.sha256(fam.read_bytes()).hexdigest()
+    assert (good.path, bad.path) == (f"{fam.resolve()}@rows16", f"{fam.resolve()}@narrow")
+    keys = {verify_mod.cache_key(v, "rmsnorm", QUICK) for v in (fam, f"{fam}@rows4", f"{fam}@rows16", f"{fam}@narrow")}
+    assert len(keys) == 4  # a cached verdict of one variant never answers for another
+    assert verify(f"{fam}@rows16", settings=QUICK).cached and not verify(f"{fam}@rows4", settings=QUICK).cached
+    with pytest.raises(CandidateError, match="has no variant 'wide'"):
+        verify(f"{fam}@wide", settings=QUICK)
+
+
 def test_the_cache_key_covers_verifier_versions_and_device(monkeypatch, tmp_path):
     from infrarsi.kernels import verify as verify_mod
 
-    src = next(p for p in SHIPPED if p.parent.name == "rmsnorm")
+    src = next(p for p in SHIPPED if op_of(p) == "rmsnorm")
     parts = verify_mod.key_parts(src, "rmsnorm")
     assert set(parts) >= {"candidate", "reference", "verifier", "torch", "triton", "device"}
     assert parts["torch"] == torch.__version__.split("+")[0] or parts["torch"] == torch.__version__
@@ -268,7 +296,7 @@ def test_snapshot_catches_and_undoes_a_patched_timer():
 
 def test_verify_in_a_process_that_imported_triton_first(tmp_path):
     """megatron-core imports triton; verify must then run its dynamic checks in a fresh process."""
-    src = next(p for p in SHIPPED if p.name == "triton_rows16.py" and p.parent.name == "rmsnorm")
+    src = _shipped("rmsnorm", "triton_rows.py@rows16")
     code = (
         "import os; os.environ.pop('TRITON_INTERPRET', None)\n"
         "import triton.language\n"
@@ -285,7 +313,7 @@ def test_verify_in_a_process_that_imported_triton_first(tmp_path):
 
 
 def test_hanging_candidate_times_out(tmp_path):
-    src = next(p for p in SHIPPED if p.name == "triton_rows16.py" and p.parent.name == "rmsnorm").read_text()
+    src = _shipped("rmsnorm", "triton_rows.py@rows16").path.read_text()
     hang = tmp_path / "rmsnorm" / "hang.py"
     hang.parent.mkdir()
     # a host loop that never ends once the kernel has run (static checks cannot see it)
@@ -333,7 +361,7 @@ def test_small_cheats_are_named(tmp_path, body, code):
 
 
 def test_the_contracts_model_is_one_more_family():
-    src = next(p for p in SHIPPED if p.name == "triton_rows16.py" and p.parent.name == "rmsnorm")
+    src = _shipped("rmsnorm", "triton_rows.py@rows16")
     dims = (("hidden", 1536), ("ffn_hidden", 4096), ("heads", 12), ("vocab", 50304), ("seq", 1024))
     r = verify(src, use_cache=False, settings=VerifySettings(families=("one_row",), model=dims, determinism_families=()))
     assert r.passed, r.reasons

@@ -10,12 +10,13 @@ import pytest
 from .conftest import ROOT, tiny
 
 FIX = ROOT / "tests" / "fixtures"
-KERNEL = "kernels/rmsnorm/triton_rows4.py"
+KERNEL_FILE = "kernels/rmsnorm/triton_rows.py"
+KERNEL = f"{KERNEL_FILE}@rows4"  # one of the file's VARIANTS
 
 
 def _project_with_kernel(project: Path) -> None:
     (project / "kernels/rmsnorm").mkdir(parents=True)
-    shutil.copy(ROOT / KERNEL, project / KERNEL)
+    shutil.copy(ROOT / KERNEL_FILE, project / KERNEL_FILE)
 
 
 def _init(cli, project, text, name="c.toml"):
@@ -26,7 +27,7 @@ def _init(cli, project, text, name="c.toml"):
 # ------------------------------------------------------------------------------------------ scope (3)
 def test_init_refuses_a_kernel_outside_scope_files(cli, project):
     (project / "elsewhere").mkdir()
-    shutil.copy(ROOT / KERNEL, project / "elsewhere" / "rms.py")
+    shutil.copy(ROOT / KERNEL_FILE, project / "elsewhere" / "rms.py")
     r = _init(cli, project, tiny(knobs='kernel_rmsnorm = ["elsewhere/rms.py"]'))
     assert r.returncode == 1 and "scope.knobs.kernel_rmsnorm names 'elsewhere/rms.py'" in r.err
     assert "scope.files ['kernels/**/*.py'] does not take" in r.err and not (project / "run").exists()
@@ -40,7 +41,7 @@ def test_init_refuses_a_kernel_that_climbs_out_with_dotdot(cli, project):
 def test_init_refuses_a_symlink_in_the_scope_that_leaves_it(cli, project, tmp_path):
     (project / "kernels/rmsnorm").mkdir(parents=True)
     outside = tmp_path / "outside.py"
-    shutil.copy(ROOT / KERNEL, outside)
+    shutil.copy(ROOT / KERNEL_FILE, outside)
     (project / "kernels/rmsnorm/link.py").symlink_to(outside)
     r = _init(cli, project, tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/link.py"]'))
     assert r.returncode == 1 and "a symlink that leaves the repository" in r.err, r.stderr
@@ -50,6 +51,15 @@ def test_init_takes_a_kernel_inside_the_scope(cli, project):
     _project_with_kernel(project)
     r = _init(cli, project, tiny(knobs=f'kernel_rmsnorm = ["{KERNEL}"]'))
     assert r.returncode == 0, r.stderr
+
+
+def test_init_refuses_a_variant_the_file_does_not_declare(cli, project):
+    """The scope takes the file (PATH of PATH@VARIANT); the variant must be one of the file's VARIANTS."""
+    _project_with_kernel(project)
+    r = _init(cli, project, tiny(knobs=f'kernel_rmsnorm = ["{KERNEL}", "{KERNEL_FILE}@rows8"]'))
+    assert r.returncode == 1 and not (project / "run").exists(), r.stderr
+    assert f"scope.knobs.kernel_rmsnorm: kernel candidate '{KERNEL_FILE}@rows8'" in r.err
+    assert "has no variant 'rows8'; use one of rows4, rows16" in r.err
 
 
 @pytest.mark.parametrize("name", ["../escape", "a/b", ".."])
@@ -63,7 +73,7 @@ def test_apply_refuses_to_write_through_a_symlink_in_the_scope(recorded, repo_fa
     victim = tmp_path / "victim.py"
     victim.write_text("precious\n")
     (repo / "kernels/rmsnorm").mkdir(parents=True)
-    (repo / KERNEL).symlink_to(victim)
+    (repo / KERNEL_FILE).symlink_to(victim)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "a symlinked kernel")
     r = cli("apply", "--run-dir", recorded, "--repo", repo)

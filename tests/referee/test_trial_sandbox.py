@@ -10,7 +10,8 @@ import pytest
 
 from .conftest import ROOT, tiny
 
-KERNEL = "kernels/rmsnorm/triton_rows4.py"
+KERNEL_FILE = "kernels/rmsnorm/triton_rows.py"
+KERNEL = f"{KERNEL_FILE}@rows4"
 # Written when the module is imported: the workload and the verifier both import it.
 WRITE = 'from pathlib import Path as _P\n_P("PWNED").write_text("the candidate was here\\n")\n'
 
@@ -46,11 +47,11 @@ def test_a_candidate_that_writes_while_verified_fails_verification(project, monk
     monkeypatch.setenv("INFRARSI_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(project)
     (project / "kernels/rmsnorm").mkdir(parents=True)
-    honest = project / KERNEL
-    shutil.copy(ROOT / KERNEL, honest)
+    honest = project / KERNEL_FILE
+    shutil.copy(ROOT / KERNEL_FILE, honest)
     writer = project / "kernels/rmsnorm/writer.py"
     fut = "from __future__ import annotations\n"
-    writer.write_text((ROOT / KERNEL).read_text().replace(fut, fut + WRITE, 1))
+    writer.write_text((ROOT / KERNEL_FILE).read_text().replace(fut, fut + WRITE, 1))
     res, wrote = verify_watched(KERNEL, "rmsnorm", None, project / "run")
     assert res.verdict == "pass" and wrote == []  # the honest candidate passes
     res, wrote = verify_watched("kernels/rmsnorm/writer.py", "rmsnorm", None, project / "run")

@@ -15,7 +15,7 @@ from infrarsi.report.audit import scope_glob
 from infrarsi.report.mfu import flops_per_step
 from infrarsi.report.render import build, to_markdown
 from infrarsi.stages import report as stage
-from infrarsi.testing.recorded_run import KERNEL
+from infrarsi.testing.recorded_run import KERNEL, KERNEL_SPEC
 
 SECTIONS = ["## Summary", "## Baseline and noise", "## Trials", "## Models: predicted vs observed",
             "## Pre-flight memory estimate vs measured", "## Knob effects (posteriors)", "## Priors vs posteriors",
@@ -56,9 +56,9 @@ def test_report_sections_and_numbers(reported_run):
     after = flops / (statistics.median(best["candidate_s"]) * peak)
     assert f"| {before:.2%} | {after:.2%} |" in md
     assert "6·N·T + 6·L·S²·h·B" in md
-    # the audit: the kernel file, its sha256 now, inside the scope
+    # the audit: the kernel candidate (its file and variant), the file's sha256 now, inside the scope
     sha = hashlib.sha256((run_dir.parent / KERNEL).read_bytes()).hexdigest()
-    assert re.search(rf"\| {re.escape(KERNEL)} \| rmsnorm \| {sha} \| {sha} \| pass \| inside", md)
+    assert re.search(rf"\| {re.escape(KERNEL_SPEC)} \| rmsnorm \| {sha} \| {sha} \| pass \| inside", md)
     assert "applicable." in md
     # plots: PNG files beside report.md, inline in report.html
     pngs = sorted(p.name for p in (run_dir / "report_files").glob("*.png"))
@@ -98,7 +98,7 @@ def test_flop_formula_matches_the_workload():
 
 def test_scope_glob():
     globs = ["kernels/**/*.py"]
-    assert scope_glob("kernels/rmsnorm/triton_rows4.py", globs) == "kernels/**/*.py"
+    assert scope_glob("kernels/rmsnorm/triton_rows.py", globs) == "kernels/**/*.py"
     assert scope_glob("tools/fast.py", globs) is None
     assert scope_glob("kernels/../../etc/x.py", globs) is None  # matches the glob as text, leaves the scope
     assert scope_glob("/abs/kernels/a/b.py", globs) is None

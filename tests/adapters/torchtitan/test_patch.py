@@ -30,7 +30,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
 ROOT = Path(__file__).resolve().parents[3]
 JOB = ROOT / "contracts" / "torchtitan-cpu" / "llama3_cpu.toml"
 ASSETS = ROOT / "contracts" / "torchtitan-cpu" / "assets"
-CANDIDATE = ROOT / "kernels" / "rmsnorm" / "triton_rows16.py"
+CANDIDATE_FILE = ROOT / "kernels" / "rmsnorm" / "triton_rows.py"
+CANDIDATE = f"{CANDIDATE_FILE}@rows16"  # one of the file's VARIANTS (kernels/loader.py)
 PATCH_LINE = re.compile(r"\[infrarsi-patch\] rmsnorm (\S+) sha256=([0-9a-f]{64}) calls=(\d+)")
 
 
@@ -65,12 +66,12 @@ def _trials(tmp: Path, c: Contract, settings: list[dict]):
 
 @pytest.mark.slow  # ~1.5 min on 2 idle cores: two trainings, one through Triton's CPU interpreter
 def test_a_verified_rmsnorm_candidate_runs_inside_torchtitans_forward(tmp_path):
-    c = contract(tmp_path, ["reference", str(CANDIDATE)])
-    base, (patched,) = _trials(tmp_path, c, [{"kernel_rmsnorm": str(CANDIDATE)}])
+    c = contract(tmp_path, ["reference", CANDIDATE])
+    base, (patched,) = _trials(tmp_path, c, [{"kernel_rmsnorm": CANDIDATE}])
     assert "[infrarsi-patch]" not in (tmp_path / "run" / "trials" / str(base.id) / "stderr").read_text()
     assert patched.status is TrialStatus.OK, (patched.reason, patched.evidence)  # the loss referee passed it
     path, sha, calls = patch_report(tmp_path, patched.id)
-    assert path == str(CANDIDATE) and sha == hashlib.sha256(CANDIDATE.read_bytes()).hexdigest()
+    assert path == CANDIDATE and sha == hashlib.sha256(CANDIDATE_FILE.read_bytes()).hexdigest()
     # 6 layers x 2 norms + the final norm, once per forward, 2 steps (no activation checkpointing)
     assert calls == 13 * 2
     assert len(patched.metrics.losses) == 2
@@ -122,7 +123,7 @@ print("calls", torchtitan_patches.CALLS["rmsnorm"])
 '''
 
 
-def _hook(candidate: Path, every: str) -> "subprocess.CompletedProcess":
+def _hook(candidate: Path | str, every: str) -> "subprocess.CompletedProcess":
     import json
     import os
     import subprocess

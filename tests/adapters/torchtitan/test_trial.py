@@ -46,13 +46,13 @@ def test_a_named_rendezvous_is_kept_and_gets_no_standalone():
 
 
 def test_a_gpu_contract_without_patches_keeps_its_launch_and_with_patches_gets_the_hook():
-    c = contract(kind="H100-80GB", knobs={"kernel_rmsnorm": ["reference", "kernels/rmsnorm/triton_rows4.py"]})
+    c = contract(kind="H100-80GB", knobs={"kernel_rmsnorm": ["reference", "kernels/rmsnorm/triton_rows.py@rows4"]})
     spec = TorchtitanAdapter().launch(c, {"kernel_rmsnorm": "reference"})
     assert spec.argv[:4] == ["torchrun", "--nproc-per-node=2", "-m", "torchtitan.train"]
     assert spec.memory_cap_bytes is None and "INFRARSI_PATCHES" not in spec.env
-    spec = TorchtitanAdapter().launch(c, {"kernel_rmsnorm": "kernels/rmsnorm/triton_rows4.py"})
+    spec = TorchtitanAdapter().launch(c, {"kernel_rmsnorm": "kernels/rmsnorm/triton_rows.py@rows4"})
     assert spec.argv[0] == "torchrun" and spec.argv[2] == str(torchtitan_trial.LAUNCHER)
-    assert json.loads(spec.env["INFRARSI_PATCHES"]) == {"rmsnorm": "kernels/rmsnorm/triton_rows4.py"}
+    assert json.loads(spec.env["INFRARSI_PATCHES"]) == {"rmsnorm": "kernels/rmsnorm/triton_rows.py@rows4"}
 
 
 def test_replicate_degree_and_threads_reach_the_command_and_the_environment():

@@ -1,4 +1,4 @@
-"""CHEAT: a copy of kernels/rmsnorm/triton_rows4.py with one extra constexpr that skips the normalisation
+"""CHEAT: a copy of kernels/rmsnorm/triton_rows.py (@rows4) with one extra constexpr that skips the normalisation
 when a row has 4096 or more columns. Every shape the old verifier drew had at most 3001 columns, so it
 passed (max abs error ~39 at 4096 columns); hidden 4096 and 8192 are what training runs.
 Expected: mismatch-forward on the production families hidden4096 and hidden8192 only.

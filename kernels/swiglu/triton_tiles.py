@@ -1,4 +1,5 @@
-"""SwiGLU as Triton kernels, forward and backward: (4 rows x 1024 cols) tiles.
+"""SwiGLU as Triton kernels, forward and backward: (ROWS_PER_PROGRAM x BLOCK_N) tiles ((4 x 1024) or (16 x 256):
+VARIANTS).
 
     out = silu(g) * u = g * sigmoid(g) * u
     dg = dout * u * sigmoid(g) * (1 + g * (1 - sigmoid(g)));   du = dout * silu(g)
@@ -13,8 +14,17 @@ import torch
 import triton
 import triton.language as tl
 
-ROWS_PER_PROGRAM = 4
-BLOCK_N = 1024
+# Launch settings. The host code reads these constants at every launch (_settings), so a variant's values, set
+# on the module by the loader after import, are the ones used; the kernels get them as constexpr.
+ROWS_PER_PROGRAM = 4  # rows per program
+BLOCK_N = 1024  # columns per program (a power of two); a tile is ROWS_PER_PROGRAM x BLOCK_N elements
+
+# The shipped settings, each a candidate of its own: kernels/swiglu/triton_tiles.py@b1024 and @b256. Both are
+# 4096-element tiles (three live fp32 tiles: gate, up, out), shaped differently:
+#   b1024: (4 x 1024): long contiguous runs of a row per program (wide loads); the grid is mostly columns.
+#   b256:  (16 x 256): short runs of 16 rows; a narrow MLP width (a few hundred columns) wastes less of a tile.
+# Which one is faster depends on the device and the MLP width: the search measures it, the verifier checks each.
+VARIANTS = {"b1024": {"ROWS_PER_PROGRAM": 4, "BLOCK_N": 1024}, "b256": {"ROWS_PER_PROGRAM": 16, "BLOCK_N": 256}}
 
 
 @triton.jit
@@ -51,8 +61,9 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
-def _grid(n_rows: int, n_cols: int) -> tuple[int, int]:
-    return (triton.cdiv(n_rows, ROWS_PER_PROGRAM), triton.cdiv(n_cols, BLOCK_N))
+def _settings(n_rows: int, n_cols: int) -> tuple[int, int, tuple[int, int]]:
+    """(rows per program, BLOCK_N, grid) for an (n_rows, n_cols) input, from the module's constants now."""
+    return ROWS_PER_PROGRAM, BLOCK_N, (triton.cdiv(n_rows, ROWS_PER_PROGRAM), triton.cdiv(n_cols, BLOCK_N))
 
 
 class _SwiGLUFunction(torch.autograd.Function):
@@ -63,8 +74,8 @@ class _SwiGLUFunction(torch.autograd.Function):
         g2, u2 = _rows(gate), _rows(up)
         n_rows, n_cols = g2.shape
         out = torch.empty((n_rows, n_cols), dtype=gate.dtype, device=gate.device)
-        _swiglu_fwd_kernel[_grid(n_rows, n_cols)](g2, u2, out, n_rows, n_cols, g2.stride(0), u2.stride(0),
-                                                  ROWS=ROWS_PER_PROGRAM, BLOCK_N=BLOCK_N)
+        rows, block_n, grid = _settings(n_rows, n_cols)
+        _swiglu_fwd_kernel[grid](g2, u2, out, n_rows, n_cols, g2.stride(0), u2.stride(0), ROWS=rows, BLOCK_N=block_n)
         ctx.save_for_backward(g2, u2)
         ctx.shape = gate.shape
         ctx.up_dtype = up.dtype
@@ -77,8 +88,9 @@ class _SwiGLUFunction(torch.autograd.Function):
         n_rows, n_cols = g2.shape
         dg = torch.empty((n_rows, n_cols), dtype=g2.dtype, device=g2.device)
         du = torch.empty((n_rows, n_cols), dtype=ctx.up_dtype, device=g2.device)
-        _swiglu_bwd_kernel[_grid(n_rows, n_cols)](d2, g2, u2, dg, du, n_rows, n_cols, d2.stride(0), g2.stride(0),
-                                                  u2.stride(0), ROWS=ROWS_PER_PROGRAM, BLOCK_N=BLOCK_N)
+        rows, block_n, grid = _settings(n_rows, n_cols)
+        _swiglu_bwd_kernel[grid](d2, g2, u2, dg, du, n_rows, n_cols, d2.stride(0), g2.stride(0), u2.stride(0),
+                                 ROWS=rows, BLOCK_N=block_n)
         return dg.view(ctx.shape), du.view(ctx.shape)
 
 

@@ -1,4 +1,5 @@
-"""Residual add + RMSNorm as Triton kernels, forward and backward: 16 rows per program.
+"""Residual add + RMSNorm as Triton kernels, forward and backward: ROWS_PER_PROGRAM rows per program (4 or 16:
+VARIANTS).
 
     h = x + residual;  normed = h * rstd * w,  rstd = 1 / sqrt(mean(h^2) + eps)
     outputs in the promoted dtype of x and residual (bf16 block output + fp32 residual -> fp32)
@@ -17,8 +18,17 @@ import torch
 import triton
 import triton.language as tl
 
-ROWS_PER_PROGRAM = 16
+# Launch settings. The host code reads these constants at every launch (_settings), so a variant's values,
+# set on the module by the loader after import, are the ones used; the kernels get them as constexpr.
+ROWS_PER_PROGRAM = 4  # rows per program: its tiles are (ROWS_PER_PROGRAM, BLOCK_N) fp32 elements, x, residual, h
 MAX_BLOCK_N = 65536  # one tile holds a whole row
+
+# The shipped settings, each a candidate of its own: kernels/add_rmsnorm/triton_rows.py@rows4 and @rows16.
+#   rows4:  (4, BLOCK_N) tiles: many small programs; keeps every SM of a GPU busy when there are few rows.
+#   rows16: (16, BLOCK_N) tiles: a quarter of the programs, 4x the work and registers each (three live tiles
+#           here: x, residual, h); the per-program cost is paid less often (the CPU interpreter's is per program).
+# Which one is faster depends on the device and the row count: the search measures it, the verifier checks each.
+VARIANTS = {"rows4": {"ROWS_PER_PROGRAM": 4}, "rows16": {"ROWS_PER_PROGRAM": 16}}
 
 
 @triton.jit
@@ -78,11 +88,12 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
-def _block(n_cols: int) -> int:
-    block_n = triton.next_power_of_2(n_cols)
+def _settings(n_rows: int, n_cols: int) -> tuple[int, int, int]:
+    """(rows per program, BLOCK_N, programs) for an (n_rows, n_cols) input, from the module's constants now."""
+    block_n = triton.next_power_of_2(n_cols)  # the whole row in one tile, padded to a power of two (masked)
     if block_n > MAX_BLOCK_N:
         raise ValueError(f"add_rmsnorm: row length {n_cols} exceeds this kernel's one-tile limit {MAX_BLOCK_N}")
-    return block_n
+    return ROWS_PER_PROGRAM, block_n, triton.cdiv(n_rows, ROWS_PER_PROGRAM)
 
 
 class _AddRMSNormFunction(torch.autograd.Function):
@@ -96,9 +107,9 @@ class _AddRMSNormFunction(torch.autograd.Function):
         y = torch.empty((n_rows, n_cols), dtype=out_dtype, device=x.device)
         h = torch.empty((n_rows, n_cols), dtype=out_dtype, device=x.device)
         rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
-        grid = (triton.cdiv(n_rows, ROWS_PER_PROGRAM),)
-        _add_rmsnorm_fwd_kernel[grid](x2, r2, weight, y, h, rstd, n_rows, n_cols, x2.stride(0), r2.stride(0), eps,
-                                      ROWS=ROWS_PER_PROGRAM, BLOCK_N=_block(n_cols))
+        rows, block_n, n_programs = _settings(n_rows, n_cols)
+        _add_rmsnorm_fwd_kernel[(n_programs,)](x2, r2, weight, y, h, rstd, n_rows, n_cols, x2.stride(0),
+                                               r2.stride(0), eps, ROWS=rows, BLOCK_N=block_n)
         ctx.save_for_backward(x2, r2, weight, rstd)
         ctx.shape = x.shape
         return y.view(x.shape), h.view(x.shape)
@@ -107,7 +118,7 @@ class _AddRMSNormFunction(torch.autograd.Function):
     def backward(ctx, dy, dh_out):
         x2, r2, weight, rstd = ctx.saved_tensors
         n_rows, n_cols = x2.shape
-        n_programs = triton.cdiv(n_rows, ROWS_PER_PROGRAM)
+        rows, block_n, n_programs = _settings(n_rows, n_cols)
         dy2 = _rows(dy) if dy is not None else x2  # x2 is a placeholder pointer when HAS_DY is False
         dh2 = _rows(dh_out) if dh_out is not None else x2
         dx = torch.empty((n_rows, n_cols), dtype=x2.dtype, device=x2.device)
@@ -116,8 +127,7 @@ class _AddRMSNormFunction(torch.autograd.Function):
         _add_rmsnorm_bwd_kernel[(n_programs,)](dy2, dh2, x2, r2, weight, rstd, dx, dr, dw_partial, n_rows, n_cols,
                                                dy2.stride(0), dh2.stride(0), x2.stride(0), r2.stride(0),
                                                HAS_DY=dy is not None,
-                                               HAS_DH=dh_out is not None, ROWS=ROWS_PER_PROGRAM,
-                                               BLOCK_N=_block(n_cols))
+                                               HAS_DH=dh_out is not None, ROWS=rows, BLOCK_N=block_n)
         dw = dw_partial.sum(0).to(weight.dtype)  # fixed-order reduction: deterministic
         return dx.view(ctx.shape), dr.view(ctx.shape), dw, None
 

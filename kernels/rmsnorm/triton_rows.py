@@ -1,4 +1,4 @@
-"""RMSNorm as Triton kernels, forward and backward: 4 rows per program.
+"""RMSNorm as Triton kernels, forward and backward: ROWS_PER_PROGRAM rows per program (4 or 16: VARIANTS).
 
     y = x / RMS(x) * w,   RMS(x) = sqrt(mean(x^2) + eps)   (per row of the last dim)
     dx = rstd * (dy*w - xhat * mean(dy*w*xhat)),   xhat = x * rstd
@@ -16,8 +16,18 @@ import torch
 import triton
 import triton.language as tl
 
-ROWS_PER_PROGRAM = 4
+# Launch settings. The host code reads these constants at every launch (_settings), so a variant's values,
+# set on the module by the loader after import, are the ones used; the kernels get them as constexpr.
+ROWS_PER_PROGRAM = 4  # rows of x per program: its tile is (ROWS_PER_PROGRAM, BLOCK_N) fp32 elements
 MAX_BLOCK_N = 65536  # one tile holds a whole row; longer rows would need a looped kernel
+
+# The shipped settings, each a candidate of its own: kernels/rmsnorm/triton_rows.py@rows4 and @rows16.
+#   rows4:  (4, BLOCK_N) tiles: many small programs, a 4 x 8192 fp32 tile (128 KiB) at hidden 8192; keeps every
+#           SM of a GPU busy when there are few rows (a short micro-batch).
+#   rows16: (16, BLOCK_N) tiles: a quarter of the programs, 4x the work each; the launch and per-program cost is
+#           paid less often (the CPU interpreter's cost is per program), at 4x the registers a program.
+# Which one is faster depends on the device and the row count: the search measures it, the verifier checks each.
+VARIANTS = {"rows4": {"ROWS_PER_PROGRAM": 4}, "rows16": {"ROWS_PER_PROGRAM": 16}}
 
 
 @triton.jit
@@ -63,12 +73,13 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
-def _settings(n_cols: int) -> int:
-    block_n = triton.next_power_of_2(n_cols)
+def _settings(n_rows: int, n_cols: int) -> tuple[int, int, int]:
+    """(rows per program, BLOCK_N, programs) for an (n_rows, n_cols) input, from the module's constants now."""
+    block_n = triton.next_power_of_2(n_cols)  # the whole row in one tile, padded to a power of two (masked)
     if block_n > MAX_BLOCK_N:
         raise ValueError(f"rmsnorm: row length {n_cols} exceeds this kernel's one-tile limit {MAX_BLOCK_N}; "
                          "use a looped kernel")
-    return block_n
+    return ROWS_PER_PROGRAM, block_n, triton.cdiv(n_rows, ROWS_PER_PROGRAM)
 
 
 class _RMSNormFunction(torch.autograd.Function):
@@ -76,12 +87,11 @@ class _RMSNormFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         x2 = _rows(x)  # (rows, n)
         n_rows, n_cols = x2.shape
-        block_n = _settings(n_cols)
+        rows, block_n, n_programs = _settings(n_rows, n_cols)
         y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
         rstd = torch.empty((n_rows,), dtype=torch.float32, device=x.device)
-        grid = (triton.cdiv(n_rows, ROWS_PER_PROGRAM),)
-        _rmsnorm_fwd_kernel[grid](x2, weight, y, rstd, n_rows, n_cols, x2.stride(0), y.stride(0), eps,
-                                  ROWS=ROWS_PER_PROGRAM, BLOCK_N=block_n)
+        _rmsnorm_fwd_kernel[(n_programs,)](x2, weight, y, rstd, n_rows, n_cols, x2.stride(0), y.stride(0), eps,
+                                           ROWS=rows, BLOCK_N=block_n)
         ctx.save_for_backward(x2, weight, rstd)
         ctx.x_shape = x.shape
         return y.view(x.shape)
@@ -91,13 +101,12 @@ class _RMSNormFunction(torch.autograd.Function):
         x2, weight, rstd = ctx.saved_tensors
         dy2 = _rows(dy)
         n_rows, n_cols = x2.shape
-        block_n = _settings(n_cols)
-        n_programs = triton.cdiv(n_rows, ROWS_PER_PROGRAM)
+        rows, block_n, n_programs = _settings(n_rows, n_cols)
         dx = torch.empty((n_rows, n_cols), dtype=x2.dtype, device=x2.device)
         dw_partial = torch.empty((n_programs, n_cols), dtype=torch.float32, device=x2.device)
         _rmsnorm_bwd_kernel[(n_programs,)](dy2, x2, weight, rstd, dx, dw_partial, n_rows, n_cols,
                                            dy2.stride(0), x2.stride(0), dx.stride(0),
-                                           ROWS=ROWS_PER_PROGRAM, BLOCK_N=block_n)
+                                           ROWS=rows, BLOCK_N=block_n)
         dw = dw_partial.sum(0).to(weight.dtype)  # fixed-order reduction: deterministic
         return dx.view(ctx.x_shape), dw, None
 

@@ -1,6 +1,7 @@
 """Cross-entropy (mean over non-ignored rows) as Triton kernels, forward and backward.
 
-8 rows per program, the vocab streamed in BLOCK_V=4096 chunks with an online logsumexp:
+ROWS_PER_PROGRAM rows per program, the vocab streamed in BLOCK_V chunks (4 x 1024 or 8 x 4096: VARIANTS) with an
+online logsumexp:
     m' = max(m, max z);  s' = s * exp(m - m') + sum exp(z - m');  lse = m + log s
     loss_row = lse - z[target];  loss = sum(loss_row over valid rows) / n_valid
     dlogits = (softmax(z) - onehot(target)) * dloss / n_valid   (0 on ignored rows)
@@ -15,9 +16,18 @@ import torch
 import triton
 import triton.language as tl
 
-ROWS_PER_PROGRAM = 8
-BLOCK_V = 4096
+# Launch settings. The host code reads these constants at every launch (_settings), so a variant's values, set
+# on the module by the loader after import, are the ones used; the kernels get them as constexpr.
+ROWS_PER_PROGRAM = 4  # rows of logits per program (one partial loss and count per program)
+BLOCK_V = 1024  # vocab columns per step of the streamed loop: a (ROWS_PER_PROGRAM, BLOCK_V) fp32 tile a step
 BLOCK_P = 1024  # partials reduced per step by the finishing kernel
+
+# The shipped settings, each a candidate of its own: kernels/cross_entropy/triton_vocab.py@v1024 and @v4096.
+#   v1024: (4 x 1024) tiles: 4096 elements a step, 32 steps a row at a 32k vocab (128 at 128k); small programs.
+#   v4096: (8 x 4096) tiles: 32768 elements a step, 8x fewer steps and half the programs; wider loads, at 8x the
+#          registers a program (spills on a GPU whose register file cannot hold it).
+# Which one is faster depends on the device and the vocab: the search measures it, the verifier checks each.
+VARIANTS = {"v1024": {"ROWS_PER_PROGRAM": 4, "BLOCK_V": 1024}, "v4096": {"ROWS_PER_PROGRAM": 8, "BLOCK_V": 4096}}
 
 
 @triton.jit
@@ -77,6 +87,11 @@ def _ce_bwd_kernel(L, T, LSE, DLOSS, COUNT, DL, n_rows, vocab, stride_l, ignore_
         tl.store(DL + rows[:, None] * vocab + cols[None, :], g.to(DL.dtype.element_ty), mask=mask)
 
 
+def _settings(n_rows: int) -> tuple[int, int, int]:
+    """(rows per program, BLOCK_V, programs) for n_rows rows of logits, from the module's constants now."""
+    return ROWS_PER_PROGRAM, BLOCK_V, triton.cdiv(n_rows, ROWS_PER_PROGRAM)
+
+
 class _CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, ignore_index):
@@ -87,14 +102,14 @@ class _CrossEntropyFunction(torch.autograd.Function):
             logits = logits.contiguous()
         target = target.contiguous()
         n_rows, vocab = logits.shape
-        n_parts = triton.cdiv(n_rows, ROWS_PER_PROGRAM)
+        rows, block_v, n_parts = _settings(n_rows)
         lse = torch.empty((n_rows,), dtype=torch.float32, device=logits.device)
         part_loss = torch.empty((n_parts,), dtype=torch.float32, device=logits.device)
         part_count = torch.empty((n_parts,), dtype=torch.float32, device=logits.device)
         loss = torch.empty((), dtype=torch.float32, device=logits.device)
         count = torch.empty((), dtype=torch.float32, device=logits.device)
         _ce_fwd_kernel[(n_parts,)](logits, target, lse, part_loss, part_count, n_rows, vocab, logits.stride(0),
-                                   ignore_index, ROWS=ROWS_PER_PROGRAM, BLOCK_V=BLOCK_V)
+                                   ignore_index, ROWS=rows, BLOCK_V=block_v)
         _ce_finish_kernel[(1,)](part_loss, part_count, loss, count, n_parts, BLOCK_P=BLOCK_P)
         ctx.save_for_backward(logits, target, lse, count)
         ctx.ignore_index = ignore_index
@@ -105,10 +120,9 @@ class _CrossEntropyFunction(torch.autograd.Function):
         logits, target, lse, count = ctx.saved_tensors
         n_rows, vocab = logits.shape
         dlogits = torch.empty((n_rows, vocab), dtype=logits.dtype, device=logits.device)
-        _ce_bwd_kernel[(triton.cdiv(n_rows, ROWS_PER_PROGRAM),)](logits, target, lse, dloss.contiguous(), count,
-                                                                 dlogits, n_rows, vocab, logits.stride(0),
-                                                                 ctx.ignore_index, ROWS=ROWS_PER_PROGRAM,
-                                                                 BLOCK_V=BLOCK_V)
+        rows, block_v, n_programs = _settings(n_rows)
+        _ce_bwd_kernel[(n_programs,)](logits, target, lse, dloss.contiguous(), count, dlogits, n_rows, vocab,
+                                      logits.stride(0), ctx.ignore_index, ROWS=rows, BLOCK_V=block_v)
         return dlogits, None, None
 
 

@@ -1,4 +1,5 @@
-"""Rotary position embedding (rotate-half) as Triton kernels, forward and backward: 16 rows per program.
+"""Rotary position embedding (rotate-half) as Triton kernels, forward and backward: ROWS_PER_PROGRAM rows per
+program (4 or 16: VARIANTS).
 
     x: (batch, seq, heads, head_dim), cos/sin: (seq, head_dim); halves a = x[..., :d/2], b = x[..., d/2:]
     forward:  out_a = a*cos_a - b*sin_a;   out_b = b*cos_b + a*sin_b
@@ -15,7 +16,16 @@ import torch
 import triton
 import triton.language as tl
 
-ROWS_PER_PROGRAM = 16
+# Launch settings. The host code reads this constant at every launch (_settings), so a variant's value, set on
+# the module by the loader after import, is the one used; the kernel gets it as a constexpr.
+ROWS_PER_PROGRAM = 4  # (batch, seq, head) rows per program: tiles of (ROWS_PER_PROGRAM, head_dim/2) per half
+
+# The shipped settings, each a candidate of its own: kernels/rope/triton_rows.py@rows4 and @rows16.
+#   rows4:  4 heads' rows a program (4 x 64 fp32 per half at head_dim 128): small programs, many of them.
+#   rows16: 16 rows a program: a quarter of the programs; a row is short (head_dim/2), so a 4-row tile leaves a
+#           GPU program under-filled, and the CPU interpreter's cost is per program.
+# Which one is faster depends on the device and the row count: the search measures it, the verifier checks each.
+VARIANTS = {"rows4": {"ROWS_PER_PROGRAM": 4}, "rows16": {"ROWS_PER_PROGRAM": 16}}
 
 
 @triton.jit
@@ -50,15 +60,20 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _settings(n_rows: int, half: int) -> tuple[int, int, int]:
+    """(rows per program, BLOCK_H, programs) for n_rows rows of head_dim = 2 * half, from the constants now."""
+    return ROWS_PER_PROGRAM, triton.next_power_of_2(half), triton.cdiv(n_rows, ROWS_PER_PROGRAM)
+
+
 def _launch(src: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backward: bool) -> torch.Tensor:
     src = _unit_last(src)
     bsz, seq, heads, dim = src.shape
     out = torch.empty((bsz, seq, heads, dim), dtype=src.dtype, device=src.device)
     n_rows = bsz * seq * heads
-    grid = (triton.cdiv(n_rows, ROWS_PER_PROGRAM),)
-    _rope_kernel[grid](src, cos, sin, out, n_rows, seq, heads, dim // 2, src.stride(0), src.stride(1),
-                       src.stride(2), cos.stride(0), sin.stride(0), BACKWARD=backward, ROWS=ROWS_PER_PROGRAM,
-                       BLOCK_H=triton.next_power_of_2(dim // 2))
+    rows, block_h, n_programs = _settings(n_rows, dim // 2)
+    _rope_kernel[(n_programs,)](src, cos, sin, out, n_rows, seq, heads, dim // 2, src.stride(0), src.stride(1),
+                                src.stride(2), cos.stride(0), sin.stride(0), BACKWARD=backward, ROWS=rows,
+                                BLOCK_H=block_h)
     return out
 
 
