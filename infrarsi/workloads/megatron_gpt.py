@@ -88,6 +88,12 @@ def forward_step(data_iterator, model):
     return output, partial(loss_func, loss_mask)
 
 
+def say(line: str) -> None:
+    """One log line in one write: ranks share stdout, and a line must not be split by another rank's."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def memory_line(rank: int, iteration: int) -> str:
     import torch
 
@@ -172,21 +178,21 @@ def main(argv: list[str] | None = None) -> int:
                 lm = lm / dp
             lm_loss = float(lm)
             stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-            print(f" [{stamp}] iteration {it:8d}/{args.train_iters:8d} | consumed samples: {consumed:12d} | "
-                  f"elapsed time per iteration (ms): {step_ms:.1f} | learning rate: {args.lr:.6E} | "
-                  f"global batch size: {args.global_batch_size:5d} | lm loss: {lm_loss:.6E} | loss scale: 1.0 | "
-                  f"grad norm: {float(grad_norm or 0.0):.6E} | number of skipped iterations: {int(not ok):3d} | "
-                  f"number of nan iterations: {int(not math.isfinite(lm_loss)):3d} |", flush=True)
+            say(f" [{stamp}] iteration {it:8d}/{args.train_iters:8d} | consumed samples: {consumed:12d} | "
+                f"elapsed time per iteration (ms): {step_ms:.1f} | learning rate: {args.lr:.6E} | "
+                f"global batch size: {args.global_batch_size:5d} | lm loss: {lm_loss:.6E} | loss scale: 1.0 | "
+                f"grad norm: {float(grad_norm or 0.0):.6E} | number of skipped iterations: {int(not ok):3d} | "
+                f"number of nan iterations: {int(not math.isfinite(lm_loss)):3d} |")
             if args.timing_log_level > 0:
-                print("(min, max) time across ranks (ms):", flush=True)
+                say("(min, max) time across ranks (ms):")
                 for name, ms in (("forward-backward", (t_fb - t0) * 1000.0),
                                  ("optimizer", (time.perf_counter() - t_fb) * 1000.0)):
-                    print(f"    {name} {'.' * max(3, 48 - len(name))}: ({ms:.2f}, {ms:.2f})", flush=True)
+                    say(f"    {name} {'.' * max(3, 48 - len(name))}: ({ms:.2f}, {ms:.2f})")
         elif dp > 1 and ps.is_pipeline_last_stage(ignore_virtual=True) and it % args.log_interval == 0:
             lm = torch.stack([x["lm loss"] for x in losses]).mean() if losses else torch.zeros(())
             dist.all_reduce(lm, group=ps.get_data_parallel_group())  # the printing rank's all-reduce
         if it == 1 or it == args.train_iters:
-            print(memory_line(rank, it), flush=True)
+            say(memory_line(rank, it))
     dist.barrier()
     ps.destroy_model_parallel()
     dist.destroy_process_group()

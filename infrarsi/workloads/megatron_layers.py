@@ -50,21 +50,29 @@ class TorchNorm:
 
 
 class _FlashCore(torch.autograd.Function):
-    """out = softmax(q k^T * scale [causal]) v, saving (q, k, v, out, logsumexp) for backward."""
+    """out = softmax(q k^T * scale [causal]) v, saving (q, k, v, out, logsumexp) for backward.
+
+    torch's CPU kernel needs one head size for Q, K and V; where V's is smaller (MLA: qk 192, v 128), V is
+    zero-padded to it and the output sliced back, so V and the saved output are kept at the larger size."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, scale: float):  # [b, h, s, d], [b, g, s, d], [b, g, s, d]
+    def forward(ctx, q, k, v, causal: bool, scale: float):  # [b, h, s, d], [b, g, s, d], [b, g, s, dv]
+        dv = v.shape[-1]
+        if dv != q.shape[-1]:
+            v = torch.nn.functional.pad(v, (0, q.shape[-1] - dv))
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale = causal, scale
-        return out
+        ctx.causal, ctx.scale, ctx.dv = causal, scale, dv
+        return out[..., :dv] if dv != out.shape[-1] else out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
+        if ctx.dv != out.shape[-1]:
+            grad_out = torch.nn.functional.pad(grad_out, (0, out.shape[-1] - ctx.dv))
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             grad_out.contiguous(), q, k, v, out, lse, 0.0, ctx.causal, scale=ctx.scale)
-        return dq, dk, dv, None, None
+        return dq, dk, dv[..., :ctx.dv], None, None
 
 
 class FusedCoreAttention(MegatronModule):
@@ -72,16 +80,15 @@ class FusedCoreAttention(MegatronModule):
 
     def __init__(self, config, layer_number: int, attn_mask_type: AttnMaskType, attention_type: str,
                  attention_dropout: float | None = None, softmax_scale: float | None = None,
-                 cp_comm_type: str | None = None, pg_collection=None):
+                 k_channels: int | None = None, v_channels: int | None = None, cp_comm_type: str | None = None,
+                 pg_collection=None):
         super().__init__(config=config)
         if config.context_parallel_size != 1:
             raise ValueError("context parallelism needs Transformer Engine's attention; the local spec has none")
         if attn_mask_type not in (AttnMaskType.causal, AttnMaskType.no_mask):
             raise ValueError(f"attention mask type {attn_mask_type} is not supported by the fused core attention")
         self.causal = attn_mask_type == AttnMaskType.causal
-        head_dim = config.kv_channels
-        if getattr(config, "multi_latent_attention", False):  # MLA: softmax over q/k heads of qk + rope dims
-            head_dim = config.qk_head_dim + config.qk_pos_emb_head_dim
+        head_dim = k_channels or config.kv_channels  # MLA passes its q/k head size (qk + rope dims)
         self.scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
 
     def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,

@@ -251,11 +251,22 @@ def num_microbatches(args: argparse.Namespace, dp: int) -> int:
 
 # --------------------------------------------------------------------------- megatron-core objects
 def eager_fusions() -> None:
-    """Run megatron-core's ``torch.compile``'d fusion functions eagerly (same math and autograd structure), and
-    give ``moe_utils`` the names it tests without TE (megatron-core 0.16.1 imports ``te_general_gemm`` and the
-    fused MoE kernels only when TE imports, then tests ``te_general_gemm is not None`` in the router's gating
-    linear: a NameError without TE; None is the value the test means)."""
+    """Prepare megatron-core 0.16.1 to run without Transformer Engine (call before building a model):
+
+    - its ``torch.compile``'d fusion functions run eagerly (same math and autograd structure);
+    - ``moe_utils`` gets the names it tests: it imports ``te_general_gemm`` and the fused MoE kernels only when TE
+      imports, then tests ``te_general_gemm is not None`` in the router's gating linear (a NameError without TE;
+      None is the value the test means);
+    - modules that import ``megatron.core.extensions.transformer_engine`` set ``HAVE_TE = True`` even without TE
+      (that module imports, with mock classes), and ``MLASelfAttention`` then calls ``isinstance(..., TELinear)``
+      on a mock (a TypeError); their ``HAVE_TE`` is set to what it means, False.
+    """
+    import importlib.util
+    import sys
+
     import torch._dynamo
+    from megatron.core.models.gpt import gpt_model  # noqa: F401 - imports the modules patched below
+    from megatron.core.transformer import multi_latent_attention  # noqa: F401
     from megatron.core.transformer.moe import moe_utils
 
     torch._dynamo.config.disable = True
@@ -264,6 +275,10 @@ def eager_fusions() -> None:
                  "fused_topk_with_score_function", "fused_unpermute"):
         if not hasattr(moe_utils, name):
             setattr(moe_utils, name, None)
+    if importlib.util.find_spec("transformer_engine") is None:
+        for mod in list(sys.modules.values()):
+            if getattr(mod, "__name__", "").startswith("megatron.core") and getattr(mod, "HAVE_TE", False) is True:
+                mod.HAVE_TE = False
 
 
 def transformer_config(args: argparse.Namespace, *, initialize: bool = True):
