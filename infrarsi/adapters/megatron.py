@@ -239,7 +239,9 @@ class MegatronAdapter(Adapter):
         rejected = check_megatron(parsed, s)  # megatron-core's own word, before any launch
         if rejected:
             raise FrameworkRejected("; ".join(rejected))
-        return spec
+        from infrarsi.workloads.megatron_trial import cpu_trial  # a CPU contract: torchrun and the memory cap
+
+        return cpu_trial(spec, contract)
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         fixed = self.parsed(contract).fixed if (contract.workload.launch or contract.workload.entrypoint) else contract.fixed

@@ -75,6 +75,8 @@ def estimate(
     t.add_row("outside tensors", f"{e.unseen_bytes / GiB:.3f}")
     t.add_row("[bold]peak[/]", f"[bold]{e.peak_bytes / GiB:.3f}[/]")
     console.print(t)
+    if e.per_rank:
+        _per_rank_table(console, e)
     console.print(f"layout: {', '.join(f'{k}={v}' for k, v in e.layout.items())}")
     console.print(f"outside tensors: {e.unseen_source}")
     verdict = "[green]fits[/]" if fits else "[red]does not fit[/]"
@@ -88,6 +90,25 @@ def estimate(
         console.print(f"note: {n}")
     console.print(f"estimated in {e.wall_s:.1f} s; not seen by any tracker: allocator fragmentation, NCCL/gloo "
                   f"buffers, CUDA context / the CPU runtime (the 'outside tensors' line)")
+
+
+def _per_rank_table(console, e) -> None:
+    """The ranks a Megatron estimate stepped (first and last pipeline stage, most experts), each by category."""
+    from rich.table import Table
+
+    from .result import CATEGORY, CATEGORIES
+
+    t = Table(title="ranks estimated (GiB)")
+    for col in ("rank", "why", "layers", "experts", *CATEGORIES[:5], "outside tensors", "peak"):
+        t.add_column(col, justify="left" if col == "why" else "right")
+    for r in e.per_rank:
+        cat = dict.fromkeys(CATEGORIES, 0)
+        for k, v in r["tracked"].items():
+            cat[CATEGORY.get(k, "temporaries")] += v
+        t.add_row(str(r["rank"]), r["why"], str(r["layers"]), str(r["local_experts"]),
+                  *(f"{cat[c] / GiB:.3f}" for c in CATEGORIES[:5]), f"{r['unseen_bytes'] / GiB:.3f}",
+                  f"{r['peak_bytes'] / GiB:.3f}")
+    console.print(t)
 
 
 def _anchored(contract, path: Path):

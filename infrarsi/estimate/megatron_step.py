@@ -140,6 +140,14 @@ def fake_rank(world: int, rank: int):
         dist.destroy_process_group()
 
 
+def process_groups() -> int:
+    """How many process groups this rank is a member of (the default group included): on the CPU each gloo group
+    holds its own threads, whose stacks count in the process's data segment."""
+    from torch.distributed.distributed_c10d import _world
+
+    return len(_world.pg_map)
+
+
 def micro_cap(args) -> int:
     pp = args.pipeline_model_parallel_size
     if pp == 1:
@@ -193,6 +201,7 @@ def one_rank(args, world: int, rank: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     with fake_rank(world, rank):
         initialize_parallel(args)
+        groups = process_groups()
         dp = ps.get_data_parallel_world_size()
         n_micro = num_microbatches(args, dp)
         n_sim = min(n_micro, micro_cap(args))
@@ -236,7 +245,7 @@ def one_rank(args, world: int, rank: int) -> dict[str, Any]:
         out = {"rank": rank, "pp_rank": pp_rank, "peak": tracker.peak_snapshot, "state": state_bytes,
                "micro_batches": n_micro, "micro_batches_run": n_sim, "params": int(local_params),
                "layers": stages[pp_rank]["layers"], "moe_layers": stages[pp_rank]["moe_layers"],
-               "local_experts": experts, "data_parallel": dp, "stages": stages,
+               "local_experts": experts, "data_parallel": dp, "stages": stages, "process_groups": groups,
                "wall_s": round(time.perf_counter() - t0, 2)}
         del chunks, ddp, opt, tracker, params, grad_buffers
     return out

@@ -64,6 +64,8 @@ def _cuda_is_cpu_mode():
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
+            if func is torch.autograd.backward:
+                return _backward_in(self, *args, **kwargs)
             if "device" in kwargs:
                 kwargs["device"] = _cpu(kwargs["device"])
             if kwargs.get("pin_memory"):
@@ -78,6 +80,24 @@ def _cuda_is_cpu_mode():
             return func(*args, **kwargs)
 
     return CudaIsCpu()
+
+
+def _backward_in(mode, tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """``torch.autograd.backward`` run with ``mode`` active. A mode is off while it handles a call, and
+    megatron-core's full recompute calls ``torch.autograd.backward`` inside its checkpoint's backward, whose
+    recomputed forward allocates on ``torch.cuda.current_device()``; so the pass runs here, with the mode back on,
+    through the same steps as torch's own ``backward`` (tensors and gradients as tuples, default gradients, then
+    the engine)."""
+    import torch
+    from torch.autograd import _make_grads, _tensor_or_tensors_to_tuple
+    from torch.autograd.graph import _engine_run_backward
+
+    tensors = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
+    grads = _make_grads(tensors, _tensor_or_tensors_to_tuple(grad_tensors, len(tensors)), is_grads_batched=False)
+    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs) if inputs is not None else ()
+    with mode:
+        _engine_run_backward(tensors, grads, create_graph if retain_graph is None else retain_graph, create_graph,
+                             inputs, allow_unreachable=True, accumulate_grad=True)
 
 
 class _InOrder:

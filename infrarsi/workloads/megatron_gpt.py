@@ -146,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     except (MegatronArgsError, RuntimeError, AssertionError, ValueError) as e:
         print(f"pretrain_gpt.py: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    from torch.distributed.distributed_c10d import _world
+
+    # gloo groups hold threads whose stacks count in the data segment: the estimate's CPU constant counts them
+    say(f"[Rank {rank}] process groups: {len(_world.pg_map)}")
     init_num_microbatches_calculator(rank, None, args.global_batch_size, args.micro_batch_size, dp)
     torch.manual_seed(args.seed)
     model_parallel_cuda_manual_seed(args.seed)
