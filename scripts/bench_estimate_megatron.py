@@ -215,6 +215,69 @@ def run_small(args) -> int:
     return 0
 
 
+LLAMA = ROOT / "contracts/megatron-llama3-70b-h100x64.toml"
+DSV2 = ROOT / "contracts/megatron-deepseek-v2-lite-h100x64.toml"
+# (contract, nodes of 8 GPUs, setting over the contract's baseline)
+SCALE = [
+    (LLAMA, 8, {}),
+    (LLAMA, 8, {"tensor_parallel": 8}),
+    (LLAMA, 8, {"virtual_pipeline": 5, "recompute_granularity": "full"}),
+    (LLAMA, 16, {"tensor_parallel": 8, "recompute_granularity": "none"}),
+    (LLAMA, 32, {"tensor_parallel": 8, "pipeline_parallel": 8, "virtual_pipeline": 2}),
+    (LLAMA, 64, {"tensor_parallel": 8, "recompute_granularity": "full", "micro_batch_size": 2}),
+    (DSV2, 8, {}),
+    (DSV2, 8, {"recompute_granularity": "none"}),
+    (DSV2, 16, {"expert_parallel": 16, "recompute_granularity": "selective"}),
+    (DSV2, 32, {"expert_parallel": 32, "moe_token_dispatcher": "allgather"}),
+    (DSV2, 64, {"expert_parallel": 64, "micro_batch_size": 2}),
+]
+
+
+def scale_contract(path: Path, nodes: int):
+    c = anchored(load_contract(path), path.parent)
+    wl = c.workload
+    if wl.script_args:  # deepseek_v2_lite.sh NNODES EP ...
+        wl = wl.model_copy(update={"script_args": [str(nodes), *wl.script_args[1:]]})
+    else:  # llama3_70b_sbatch.sh reads NODES
+        wl = wl.model_copy(update={"script_env": {**wl.script_env, "NODES": str(nodes)}})
+    return c.model_copy(update={"workload": wl, "hardware": c.hardware.model_copy(update={"devices": 8 * nodes})})
+
+
+def run_scale(args) -> int:
+    """The estimate and Megatron-LM's theoretical formula for each SCALE row (busiest rank, GiB)."""
+    from infrarsi.estimate import estimate
+    from infrarsi.estimate.megatron import launch_argv
+    from infrarsi.estimate.megatron_formula import theoretical_memory
+    from infrarsi.workloads.megatron_model import parse
+
+    print("| model | ranks | layout | estimate: weights / grads / optim / act / temp | + outside | estimate | busiest | "
+          "formula: weights+optim / act | formula | formula / estimate | estimate s |")
+    print("|---|---:|---|---|---:|---:|---|---|---:|---:|---:|")
+    for path, nodes, change in SCALE:
+        c = scale_contract(path, nodes)
+        setting = {**c.baseline, **change}
+        if args.only and args.only not in f"{path.stem}:{8 * nodes}":
+            continue
+        t0 = time.time()
+        e = estimate(c, setting)
+        wall = time.time() - t0
+        argv, world, _ = launch_argv(c, setting)
+        f = theoretical_memory(parse(argv, strict=False).args, world)
+        cat = e.by_category()
+        lay = e.layout
+        layout = (f"TP{lay['tp']} PP{lay['pp']}" + (f" VP{lay['vp']}" if lay['vp'] > 1 else "") + f" DP{lay['dp']}"
+                  + (f" EP{lay['ep']} {lay['dispatcher']}" if "experts" in lay else "")
+                  + f" mbs{lay['micro_batch']} {lay['recompute']}" + (" DO" if lay["distributed_optimizer"] else ""))
+        top = max(e.per_rank, key=lambda r: r["peak_bytes"])
+        model = "DeepSeek-V2-Lite" if path == DSV2 else "Llama-3-70B"
+        print(f"| {model} | {world} | {layout} | " + " / ".join(f"{cat[k] / GiB:.1f}" for k in (
+            "parameters", "gradients", "optimizer", "activations", "temporaries")) + f" | {e.unseen_bytes / GiB:.2f} | "
+              f"{e.peak_bytes / GiB:.1f} | rank {top['rank']} ({top['why']}) | {f.weights_and_optimizer / GiB:.1f} / "
+              f"{f.activations / GiB:.1f} | {f.total / GiB:.1f} | {f.total / e.peak_bytes:.2f} | {wall:.0f} |",
+              flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--calibrate", action="store_true")
@@ -229,8 +292,6 @@ def main(argv=None) -> int:
     if args.small:
         run_small(args)
     if args.scale:
-        from scale_megatron import run_scale  # noqa: E402 - next to this script
-
         run_scale(args)
     return 0
 

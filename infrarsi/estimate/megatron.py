@@ -93,7 +93,8 @@ def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None
     from ..adapters.megatron import MegatronAdapter
 
     full = MegatronAdapter().knob_space(contract).complete(dict(setting))
-    argv, world, parsed = launch_argv(contract, full)
+    # data parallel is derived from the world size (Megatron has no flag for it): the launch derives it
+    argv, world, parsed = launch_argv(contract, {k: v for k, v in full.items() if k != "data_parallel"})
     out = run_step({"argv": argv, "world": world, "ranks": "auto"})
     return from_step(out, contract, argv=argv, world=world, unseen_gib=unseen_gib,
                      threads=int(full.get("intra_op_threads") or 1) if "intra_op_threads" in full else 1)

@@ -26,9 +26,11 @@ expert-parallel rank holds num_experts / EP experts per MoE layer); tensor, cont
 The shims of :mod:`infrarsi.workloads.megatron_cpu` are installed: fake tensors here are CPU tensors, so the
 step runs the code path the CPU training loop runs. One more is needed under fake tensors: ``Module._apply``
 (``Float16Module``'s ``.bfloat16()``, ``.cuda()``) swaps a fake parameter for its converted copy with
-``torch.utils.swap_tensors``, which refuses tensors that have weak references, and FakeTensorMode keeps one to
-every parameter it creates; where the swap is refused, the copy is set as the parameter's data (what ``_apply``
-does for real parameters), keeping the parameter object and the attributes megatron-core puts on it. And
+``torch.utils.swap_tensors``, which swaps the two objects' ``__dict__`` too (megatron-core's attributes on its
+parameters, ``allreduce``, ``tensor_model_parallel``, ``sequence_parallel``, ... were lost: expert parameters
+then landed in the dense gradient buffer) and refuses tensors with weak references (FakeTensorMode keeps one to
+many of them). For a fake tensor the converted copy is set as its data instead, what ``_apply`` does for real
+parameters: the parameter object and its attributes stay. And
 collectives of Python objects (``all_gather_object``, which megatron-core's optimizer uses to check that every
 rank has the same parameter groups) give every rank this rank's object: the fake group carries no data, and
 the ranks estimated are symmetric in what they exchange that way. megatron-core's local gradient norm without
@@ -51,20 +53,20 @@ from typing import Any
 
 
 def _set_data_where_swap_refused() -> None:
-    """See the module doc: swap_tensors, or set_data where a fake parameter's weak reference refuses the swap."""
+    """See the module doc: set_data instead of swap_tensors for fake tensors (and the other fake-world fixes)."""
     import torch
 
     swap = torch.utils.swap_tensors
     if getattr(swap, "infrarsi", False):
         return
 
+    from torch._subclasses.fake_tensor import FakeTensor
+
     def swap_or_set(t1, t2):
-        try:
-            return swap(t1, t2)
-        except RuntimeError as e:
-            if "weakref" not in str(e):
-                raise
+        if isinstance(t1, FakeTensor) and isinstance(t2, torch.Tensor):
             t1.data = t2.data
+            return None
+        return swap(t1, t2)
 
     swap_or_set.infrarsi = True
     torch.utils.swap_tensors = swap_or_set

@@ -1,5 +1,5 @@
-"""Two layers megatron-core's local spec lacks without Transformer Engine: a fused core attention and a
-sequence-parallel norm.
+"""Layers megatron-core's local spec lacks without Transformer Engine: a fused core attention, and norms that
+keep what TE's keep and support sequence parallelism.
 
 **FusedCoreAttention**: torch's flash attention in place of TE's.
 
@@ -19,8 +19,11 @@ CPU training loop refuses ``--attention-dropout`` > 0 with this backend.
 parallelism is off, because it does not mark its weights for it. With sequence parallelism each tensor-parallel
 rank normalizes its own slice of the sequence, so the norm weights' gradients are partial sums that
 ``finalize_model_grads`` must all-reduce over the tensor-parallel group; it does so for parameters with the
-attribute ``sequence_parallel = True``, which TE's and apex's norms set. ``TorchNorm`` is ``WrappedTorchNorm``
-with that attribute set (same module, same math).
+attribute ``sequence_parallel = True``, which TE's and apex's norms set. ``TorchNorm`` builds torch's LayerNorm
+(one fused op that keeps the input and a mean and 1/std per row, as TE's does) or :class:`RMSNorm`, with that
+attribute set. torch's own RMSNorm is composite when it trains: it keeps an fp32 copy of its input and the bf16
+normalized output (3x the input's bytes in bf16), where TE's fused RMSNorm keeps the input and 1/rms per row;
+:class:`RMSNorm` computes the same y = x / rms(x) * w (in fp32, like torch's) and keeps what TE's keeps.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class TorchNorm:
     def __new__(cls, config, hidden_size: int, eps: float = 1e-5, persist_layer_norm: bool = False,
                 zero_centered_gamma: bool = False, normalization: str = "LayerNorm"):
         if config.normalization == "RMSNorm":
-            norm = torch.nn.RMSNorm(normalized_shape=hidden_size, eps=eps)
+            norm = RMSNorm(hidden_size, eps=eps)
         elif config.normalization == "LayerNorm":
             norm = torch.nn.LayerNorm(normalized_shape=hidden_size, eps=eps)
         else:
@@ -47,6 +50,39 @@ class TorchNorm:
         for p in norm.parameters():
             p.sequence_parallel = bool(config.sequence_parallel)
         return norm
+
+
+class _RMSNormFn(torch.autograd.Function):
+    """y = x / sqrt(mean(x^2) + eps) * w over the last dimension, in fp32, saving (x, w, 1/rms per row)."""
+
+    @staticmethod
+    def forward(ctx, x, w, eps: float):
+        xf = x.float()
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)  # [..., 1] fp32
+        y = (xf * rstd).to(x.dtype) * w
+        ctx.save_for_backward(x, w, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, rstd = ctx.saved_tensors
+        xhat = x.float() * rstd
+        g = dy.float() * w.float()
+        dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+        dw = (dy.float() * xhat).reshape(-1, x.shape[-1]).sum(0)
+        return dx.to(x.dtype), dw.to(w.dtype), None
+
+
+class RMSNorm(torch.nn.Module):
+    """RMSNorm (weight initialised to ones) keeping what a fused RMSNorm keeps for backward."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+
+    def forward(self, x):
+        return _RMSNormFn.apply(x, self.weight, self.eps)
 
 
 class _FlashCore(torch.autograd.Function):

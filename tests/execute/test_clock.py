@@ -26,3 +26,25 @@ def test_paced_lines_are_invalid_and_computed_steps_are_ok(tmp_path):
         window_cpu = cpus[-1] - cpus[0]  # at least one step of 100 ms between the first and the last sample
         # a sleeping process spends a print and a wake-up per line (a few ms on a loaded machine)
         assert (window_cpu > 0.04) is busy and (window_cpu < MIN_CPU_FRACTION * 0.4) is not busy
+
+
+def test_group_scan_counts_a_child_started_in_a_session_of_its_own():
+    """torchrun starts each rank with start_new_session: the ranks that train are not in the trial's process group,
+    but their CPU time is the trial's (a Megatron-format log under torchrun was judged 'paced' without them)."""
+    import os
+    import subprocess
+    import sys
+
+    from infrarsi.execute.clock import group_pids
+
+    code = ("import subprocess, sys, time; p = subprocess.Popen(['sleep', '30'], start_new_session=True); "
+            "print(p.pid, flush=True); time.sleep(30)")
+    leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        rank = int(leader.stdout.readline())
+        assert os.getpgid(rank) != leader.pid  # the child leads a group of its own
+        assert set(group_pids(leader.pid)) >= {leader.pid, rank}
+    finally:
+        os.killpg(rank, 9)
+        os.killpg(leader.pid, 9)
+        leader.wait()

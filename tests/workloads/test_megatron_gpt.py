@@ -1,0 +1,54 @@
+"""A real megatron-core trial on this CPU (2 gloo processes, pipeline parallel 2) through the Megatron adapter, the
+runner and the local executor, and the run stage's memory offset for it: megatron-core's fake step, within 10% of
+the peak the trial measured. About 40 s on 2 cores; the shipped contracts' estimates and the micro-batch cap check
+run with ``-m slow`` (tests/estimate/test_megatron.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infrarsi.adapters.megatron import MegatronAdapter
+from infrarsi.contract.model import Contract
+from infrarsi.execute import make_executor
+from infrarsi.execute.record import RunRecord
+from infrarsi.execute.runner import Runner
+from infrarsi.execute.trial import TrialStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = ROOT / "tests" / "fixtures" / "megatron_cpu" / "tiny_pp2.sh"
+
+
+def tiny_contract() -> Contract:
+    return Contract.model_validate({
+        "name": "megatron-tiny",
+        "workload": {"adapter": "megatron", "launch": str(LAUNCH), "script_env": {"REPO": str(ROOT)}},
+        "hardware": {"kind": "cpu", "devices": 2, "memory_capacity_gib": 3.0},
+        "invariants": {"timing": {"warmup_steps": 1, "measured_steps": 2, "timeout_s": 240},
+                       "loss": {"compare_steps": 3, "rtol": 0.05}},
+        "scope": {"knobs": {"pipeline_parallel": [1, 2], "tensor_parallel": [1, 2], "data_parallel": [1, 2],
+                            "micro_batch_size": [1, 2]}},
+        "baseline": {"pipeline_parallel": 2, "tensor_parallel": 1, "data_parallel": 1, "micro_batch_size": 1}})
+
+
+def test_pipeline_parallel_trial_trains_and_the_offset_prices_it_within_ten_percent(tmp_path):
+    from infrarsi.stages.run import memory_estimate
+
+    contract = tiny_contract()
+    adapter = MegatronAdapter()
+    with Runner(RunRecord(tmp_path / "run"), make_executor(), adapter, contract) as r:
+        t = r.submit(dict(contract.baseline)).result()
+    assert t.status is TrialStatus.OK, (t.reason, t.evidence)
+    m = t.metrics
+    assert len(m.losses) == 3 and 5.0 < m.losses[0] < 6.0  # ln(256) = 5.55 at initialisation
+    assert m.step_time_s is not None and m.step_time_s > 0
+    assert set(m.peak_memory_by_rank) == {0, 1}  # both pipeline stages report their peak data segment
+    cmd = (tmp_path / "run" / "trials" / str(t.id) / "command").read_text()
+    assert "-m torch.distributed.run --standalone" in cmd and "launchers/pretrain_gpt_cpu.py" in cmd
+    assert "--pipeline-model-parallel-size 2" in cmd
+
+    space = adapter.knob_space(contract)
+    setting = space.complete(dict(contract.baseline))
+    offset = memory_estimate(space, contract)  # the run stage's memory offset for this contract
+    assert offset.basis(setting) == "fake step"
+    est = offset(setting)
+    assert abs(est / m.peak_memory_bytes - 1) < 0.10, (est / 2**20, m.peak_memory_bytes / 2**20)
