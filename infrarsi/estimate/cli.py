@@ -66,7 +66,7 @@ def estimate(
     if json_out:
         print(json.dumps({**e.to_dict(), "setting": setting.to_dict(), "capacity_bytes": cap, "fits": fits}, default=str))
         return
-    t = Table(title=f"{contract.name}: rank 0 of {e.world_size}, peak by category")
+    t = Table(title=f"{contract.name}: rank {e.layout.get('rank', 0)} of {e.world_size}, peak by category")
     t.add_column("category")
     t.add_column("GiB", justify="right")
     for k, v in e.by_category().items():
@@ -99,15 +99,15 @@ def _per_rank_table(console, e) -> None:
     from .result import CATEGORY, CATEGORIES
 
     t = Table(title="ranks estimated (GiB)")
-    for col in ("rank", "why", "layers", "experts", *CATEGORIES[:5], "outside tensors", "peak"):
-        t.add_column(col, justify="left" if col == "why" else "right")
+    for col in ("rank", "weights", "grads", "optim", "act", "temp", "outside", "peak", "holds"):
+        t.add_column(col, justify="left" if col == "holds" else "right")
     for r in e.per_rank:
         cat = dict.fromkeys(CATEGORIES, 0)
         for k, v in r["tracked"].items():
             cat[CATEGORY.get(k, "temporaries")] += v
-        t.add_row(str(r["rank"]), r["why"], str(r["layers"]), str(r["local_experts"]),
-                  *(f"{cat[c] / GiB:.3f}" for c in CATEGORIES[:5]), f"{r['unseen_bytes'] / GiB:.3f}",
-                  f"{r['peak_bytes'] / GiB:.3f}")
+        holds = f"{r['why']}: {r['layers']} layers" + (f", {r['local_experts']} experts" if r["local_experts"] else "")
+        t.add_row(str(r["rank"]), *(f"{cat[c] / GiB:.2f}" for c in CATEGORIES[:5]), f"{r['unseen_bytes'] / GiB:.2f}",
+                  f"{r['peak_bytes'] / GiB:.2f}", holds)
     console.print(t)
 
 

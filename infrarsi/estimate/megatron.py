@@ -147,8 +147,8 @@ def _rank_row(r: dict[str, Any]) -> dict[str, Any]:
 def _notes(args, out: dict[str, Any]) -> list[str]:
     from ..workloads.megatron_model import fused_attention
 
-    notes = ["megatron-core's local layer spec (no Transformer Engine here): norms unfused from the linears, "
-             "fusions eager, torch's fused AdamW for TE's FusedAdam"]
+    notes = ["megatron-core's local layer spec (no Transformer Engine here): norms as separate modules keeping what "
+             "TE's fused norms keep, fusions eager, torch's fused AdamW for TE's FusedAdam"]
     if fused_attention(args):
         notes.append(f"--attention-backend {args.attention_backend}: a flash attention core (Q, K, V, output and "
                      "fp32 log-sum-exp kept), as TE's flash/cuDNN kernels")

@@ -2,7 +2,8 @@
 
     python -m infrarsi.estimate.megatron_step < job.json > result.json
 
-The job is ``{"argv": [...pretrain_gpt.py arguments...], "world": N, "ranks": "auto" | [r, ...]}``. For each
+The job is ``{"argv": [...pretrain_gpt.py arguments...], "world": N, "ranks": "auto" | [r, ...]}`` (and
+``"all_micro_batches": true`` to run every micro-batch instead of the cap below). For each
 rank this process becomes that rank of a ``fake`` process group of N ranks (every collective returns at once
 with the right shapes; a p2p receive gives an empty tensor of the announced shape), builds the model exactly as
 the CPU training loop does (:mod:`infrarsi.workloads.megatron_model`: megatron-core's process groups,
@@ -188,7 +189,7 @@ def auto_ranks(args, world: int, stages: list[dict[str, int]]) -> dict[int, list
     return why
 
 
-def one_rank(args, world: int, rank: int) -> dict[str, Any]:
+def one_rank(args, world: int, rank: int, *, all_micro_batches: bool = False) -> dict[str, Any]:
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core.num_microbatches_calculator import init_num_microbatches_calculator
@@ -206,7 +207,7 @@ def one_rank(args, world: int, rank: int) -> dict[str, Any]:
         groups = process_groups()
         dp = ps.get_data_parallel_world_size()
         n_micro = num_microbatches(args, dp)
-        n_sim = min(n_micro, micro_cap(args))
+        n_sim = n_micro if all_micro_batches else min(n_micro, micro_cap(args))
         init_num_microbatches_calculator(rank, None, args.micro_batch_size * dp * n_sim, args.micro_batch_size, dp)
         get_cuda_rng_tracker().reset()
         model_parallel_cuda_manual_seed(args.seed)
@@ -306,14 +307,15 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"world size {world} is not divisible by TP {args.tensor_model_parallel_size} x PP "
                          f"{args.pipeline_model_parallel_size} x CP {args.context_parallel_size} = {inner}"}
     ranks = job.get("ranks", "auto")
+    full = bool(job.get("all_micro_batches"))  # every micro-batch of the step, not the capped count (tests)
     results, why = [], {}
     if ranks == "auto":
-        first = one_rank(args, world, 0)
+        first = one_rank(args, world, 0, all_micro_batches=full)
         results.append(first)
         why = auto_ranks(args, world, first["stages"])
         ranks = [r for r in why if r != 0]
     for r in ranks:
-        results.append(one_rank(args, world, int(r)))
+        results.append(one_rank(args, world, int(r), all_micro_batches=full))
     for res in results:
         res["why"] = why.get(res["rank"], [])
     return {"ranks": results, "unknown_flags": list(parsed.unknown), "vocab": args.vocab_source,

@@ -52,3 +52,13 @@ def test_pipeline_parallel_trial_trains_and_the_offset_prices_it_within_ten_perc
     assert offset.basis(setting) == "fake step"
     est = offset(setting)
     assert abs(est / m.peak_memory_bytes - 1) < 0.10, (est / 2**20, m.peak_memory_bytes / 2**20)
+
+    # what the report prints per trial: the figure the tuner priced the setting at, and its basis
+    from infrarsi.priors.offline import offline_priors
+    from infrarsi.report.effects import fitted
+    from infrarsi.search import Outcome, Tuner
+
+    tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, seed=0, memory_estimate=offset,
+                  priors=offline_priors(space, workload={}, hardware=contract.hardware.model_dump()))
+    tuner.tell(setting, Outcome("ok", step_time_s=m.step_time_s, peak_memory_bytes=m.peak_memory_bytes))
+    assert fitted(tuner)["estimate"][setting.key()] == [est, "fake step"]
