@@ -1,4 +1,4 @@
-"""Benchmark: the Megatron estimate (megatron-core's model, faked) vs real CPU peaks, and at scale vs Megatron's formula.
+"""Benchmark: the Megatron estimate (megatron-core's model, faked) vs real CPU peaks; at scale, vs Megatron's formula.
 
     python scripts/bench_estimate_megatron.py --calibrate   # the CPU constants for what tensors do not show
     python scripts/bench_estimate_megatron.py --small       # real 2- and 4-process CPU trials vs the estimate
@@ -156,13 +156,34 @@ def _measure_all(rows, cache_path: Path, fresh: bool) -> dict:
     return cache
 
 
+GROUP_PROBE = """
+import os, torch.distributed as dist
+from infrarsi.procmem import status_kib
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("PORT", "29561"))
+dist.init_process_group("gloo", rank=0, world_size=1)
+before = status_kib("VmData")["VmData"]
+groups = [dist.new_group([0]) for _ in range(16)]
+print((status_kib("VmData")["VmData"] - before) * 1024 / 16)
+"""
+
+
+def per_group_bytes() -> float:
+    """The data segment one more gloo process group adds to a process (its threads' stacks), measured directly."""
+    p = subprocess.run([sys.executable, "-c", GROUP_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return float(p.stdout.strip().splitlines()[-1])
+
+
 def run_calibrate(args) -> int:
-    """Least squares over the dense CALIBRATE runs: measured peak - tracked = base + per_group x groups +
-    fragmentation x transient; then, over the MoE runs, what is left per local expert (MoE layers x experts / EP
-    on the rank: oneDNN kernels and heap chunks for the experts' token counts, which change every step)."""
+    """The CPU constants of overhead.py: per gloo group, measured directly (GROUP_PROBE); then least squares over the
+    dense CALIBRATE runs: measured peak - tracked - per_group x groups = base + fragmentation x transient; then,
+    over the MoE runs, what is left per local expert (MoE layers x experts / EP on the rank: oneDNN kernels and
+    heap chunks for the experts' token counts, which change every step)."""
     import numpy as np
 
     cache = _measure_all(CALIBRATE, Path(args.cache).with_name("calibrate.json"), args.fresh)
+    per_group = per_group_bytes()
+    print(f"  one gloo process group: {per_group / MiB:.2f} MiB of data segment", flush=True)
     dense, moe = [], []
     for name, path, procs, setting, extra in CALIBRATE:
         e = estimated(contract_for(path, procs), setting, extra)
@@ -172,20 +193,22 @@ def run_calibrate(args) -> int:
                 continue
             tracked = sum(r["tracked"].values())
             transient = r["tracked"].get("Activation", 0) + r["tracked"].get("Temp", 0)
-            row = ([1.0, r["process_groups"], transient], m[str(r["rank"])] - tracked, r["local_experts"])
+            row = ([1.0, transient], m[str(r["rank"])] - tracked - per_group * r["process_groups"], r["local_experts"])
             (moe if r["local_experts"] else dense).append(row)
-            print(f"  {name} rank {r['rank']}: measured {m[str(r['rank'])] / MiB:.0f} MiB, tracked {tracked / MiB:.1f}, "
+            print(f"  {name} rank {r['rank']}: measured {m[str(r['rank'])] / MiB:.0f} MiB, "
+                  f"tracked {tracked / MiB:.1f}, "
                   f"groups {r['process_groups']}, transient {transient / MiB:.1f} MiB, local experts "
                   f"{r['local_experts']}", flush=True)
     xs, ys = np.array([x for x, _, _ in dense]), np.array([y for _, y, _ in dense])
     coef, *_ = np.linalg.lstsq(xs, ys, rcond=None)
-    base, per_group, frag = coef
+    base, frag = coef
     per_expert = sum(y - coef @ np.array(x) for x, y, _ in moe) / max(1, sum(n for *_, n in moe))
     print(f"base {base / MiB:.1f} MiB, per process group {per_group / MiB:.2f} MiB, fragmentation {frag:.3f} per byte "
           f"of activations + temporaries (least squares over {len(dense)} dense ranks); per local expert "
           f"{per_expert / MiB:.2f} MiB (over {len(moe)} MoE ranks)")
     for x, y, n in dense + moe:
-        print(f"  unseen measured {y / MiB:7.1f} MiB, fitted {(coef @ np.array(x) + per_expert * n) / MiB:7.1f} MiB")
+        print(f"  unseen beyond the groups: measured {y / MiB:7.1f} MiB, fitted "
+              f"{(coef @ np.array(x) + per_expert * n) / MiB:7.1f} MiB")
     return 0
 
 
@@ -197,8 +220,8 @@ def run_small(args) -> int:
         e = estimated(contract_for(path, procs), setting, [])
         m = max(cache[name]["ranks"].values())
         rows.append((name, m, e))
-    print(f"\n| setting | ranks | measured MiB (busiest rank) | estimate MiB | error | tracked: weights / grads / optim / "
-          f"act / temp MiB | outside tensors MiB | estimate s |")
+    print("\n| setting | ranks | measured MiB (busiest rank) | estimate MiB | error | tracked: weights / grads / "
+          "optim / act / temp MiB | outside tensors MiB | estimate s |")
     print("|---|---:|---:|---:|---:|---|---:|---:|")
     errs = []
     for name, m, e in rows:
@@ -207,7 +230,8 @@ def run_small(args) -> int:
         errs.append(err)
         print(f"| {name} | {e.world_size} | {m / MiB:.0f} | {e.peak_bytes / MiB:.0f} | {err:+.1%} | "
               f"{c['parameters'] / MiB:.0f} / {c['gradients'] / MiB:.0f} / {c['optimizer'] / MiB:.0f} / "
-              f"{c['activations'] / MiB:.0f} / {c['temporaries'] / MiB:.0f} | {e.unseen_bytes / MiB:.0f} | {e.wall_s:.1f} |")
+              f"{c['activations'] / MiB:.0f} / {c['temporaries'] / MiB:.0f} | {e.unseen_bytes / MiB:.0f} | "
+              f"{e.wall_s:.1f} |")
     r, t = pairs_right([e.peak_bytes for _, _, e in rows], [m for _, m, _ in rows])
     within = sum(abs(x) <= 0.10 for x in errs)
     print(f"\n{len(rows)} settings: {within} within 10%; median |error| {statistics.median(map(abs, errs)):.1%}, "
@@ -229,7 +253,7 @@ SCALE = [
     (DSV2, 8, {"recompute_granularity": "none"}),
     (DSV2, 16, {"expert_parallel": 16, "recompute_granularity": "selective"}),
     (DSV2, 32, {"expert_parallel": 32, "moe_token_dispatcher": "allgather"}),
-    (DSV2, 64, {"expert_parallel": 64, "micro_batch_size": 2}),
+    (DSV2, 64, {"expert_parallel": 64}),
 ]
 
 
@@ -250,8 +274,8 @@ def run_scale(args) -> int:
     from infrarsi.estimate.megatron_formula import theoretical_memory
     from infrarsi.workloads.megatron_model import parse
 
-    print("| model | ranks | layout | estimate: weights / grads / optim / act / temp | + outside | estimate | busiest | "
-          "formula: weights+optim / act | formula | formula / estimate | estimate s |")
+    print("| model | ranks | layout | estimate: weights / grads / optim / act / temp | + outside | estimate | "
+          "busiest | formula: weights+optim / act | formula | formula / estimate | estimate s |")
     print("|---|---:|---|---|---:|---:|---|---|---:|---:|---:|")
     for path, nodes, change in SCALE:
         c = scale_contract(path, nodes)

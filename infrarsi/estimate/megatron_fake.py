@@ -29,7 +29,6 @@ loss drives to. A skewed router makes some experts' inputs larger; the estimate 
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import weakref
@@ -150,10 +149,6 @@ def _caller() -> str:
         if "megatron/core" in f.filename:
             return f" (at {f.filename.split('site-packages/')[-1]}:{f.lineno}: {(f.line or '').strip()[:80]})"
     return ""
-
-
-def _numel(shape) -> int:
-    return int(math.prod(int(s) for s in shape))
 
 
 class Shadows(TorchDispatchMode):
@@ -279,7 +274,8 @@ class Shadows(TorchDispatchMode):
                 if self._set_inplace(packet, args):
                     return
         if _DEBUG and any(self._get(t) is not None for t in tensors):
-            print(f"[shadows] lost at {func}: {[self._get(t) is not None for t in tensors]}{_caller()}", file=sys.stderr)
+            known = [self._get(t) is not None for t in tensors]
+            print(f"[shadows] lost at {func}: {known}{_caller()}", file=sys.stderr)
         self._drop_mutated(func, args)
 
     def _set_inplace(self, packet, args) -> bool:

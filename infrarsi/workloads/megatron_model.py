@@ -160,8 +160,8 @@ def derive(a: argparse.Namespace) -> None:
         a.num_query_groups = 1
     if a.max_position_embeddings is None:
         a.max_position_embeddings = a.seq_length
-    if a.no_position_embedding:
-        a.position_embedding_type = "none" if a.position_embedding_type == "learned_absolute" else a.position_embedding_type
+    if a.no_position_embedding and a.position_embedding_type == "learned_absolute":
+        a.position_embedding_type = "none"
     if a.moe_ffn_hidden_size is None and a.num_experts:
         a.moe_ffn_hidden_size = a.ffn_hidden_size
     pp = a.pipeline_model_parallel_size
@@ -243,9 +243,10 @@ def params_dtype(args: argparse.Namespace):
 def num_microbatches(args: argparse.Namespace, dp: int) -> int:
     per = args.micro_batch_size * dp
     if args.global_batch_size % per:
+        per_dp = f"{args.global_batch_size // dp}" if args.global_batch_size % dp == 0 else "global batch / DP"
         raise MegatronArgsError(f"global batch size ({args.global_batch_size}) is not divisible by micro batch size "
                                 f"({args.micro_batch_size}) times data parallel size ({dp}); pick a micro batch "
-                                f"size that divides {args.global_batch_size // dp if args.global_batch_size % dp == 0 else 'it'}")
+                                f"size that divides {per_dp}")
     return args.global_batch_size // per
 
 
@@ -310,7 +311,8 @@ def transformer_config(args: argparse.Namespace, *, initialize: bool = True):
         recompute_num_layers=a.recompute_num_layers,
         # Megatron-LM: deallocate_pipeline_outputs always; batched p2p unless overlapped (interleaved schedule)
         deallocate_pipeline_outputs=True, batch_p2p_comm=a.virtual_pipeline_model_parallel_size is None,
-        bias_activation_fusion=a.bias_swiglu_fusion if a.swiglu else not a.disable_bias_linear, bias_dropout_fusion=a.bias_dropout_fusion,
+        bias_activation_fusion=a.bias_swiglu_fusion if a.swiglu else not a.disable_bias_linear,
+        bias_dropout_fusion=a.bias_dropout_fusion,
         masked_softmax_fusion=False, apply_rope_fusion=False, gradient_accumulation_fusion=False,
         persist_layer_norm=False, cross_entropy_loss_fusion=a.cross_entropy_loss_fusion,
         cross_entropy_fusion_impl="native", attention_backend=AttnBackend.local,

@@ -9,8 +9,9 @@ LLAMA3_70B = ["--num-layers", "80", "--hidden-size", "8192", "--ffn-hidden-size"
               "64", "--group-query-attention", "--num-query-groups", "8", "--seq-length", "8192", "--swiglu",
               "--normalization", "RMSNorm", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
               "--micro-batch-size", "1", "--global-batch-size", "128", "--bf16", "--vocab-size", "128256",
-              "--tokenizer-type", "NullTokenizer", "--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size",
-              "4", "--sequence-parallel", "--use-distributed-optimizer", "--recompute-activations"]
+              "--tokenizer-type", "NullTokenizer", "--tensor-model-parallel-size", "4",
+              "--pipeline-model-parallel-size", "4", "--sequence-parallel", "--use-distributed-optimizer",
+              "--recompute-activations"]
 
 
 def test_llama3_70b_on_64_ranks():
