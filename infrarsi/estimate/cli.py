@@ -18,8 +18,18 @@ import typer
 GiB = 2**30
 
 
+def _launch_setting(contract, space) -> dict:
+    """The knobs a Megatron launch sets itself (its flags), so that a contract without a [baseline] is estimated as
+    its launch is written rather than at the catalog's defaults."""
+    if contract.workload.adapter != "megatron":
+        return {}
+    from ..adapters.megatron import MegatronAdapter
+
+    return {k: v for k, v in MegatronAdapter().parsed(contract).setting.items() if k in space and v is not None}
+
+
 def _setting(contract, space, sets: list[str]) -> dict:
-    out = dict(contract.baseline)
+    out = {**_launch_setting(contract, space), **contract.baseline}
     by_name = {k.name: k for k in space.knobs}
     for item in sets:
         name, sep, raw = item.partition("=")

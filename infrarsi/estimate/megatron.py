@@ -95,6 +95,16 @@ def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None
     full = MegatronAdapter().knob_space(contract).complete(dict(setting))
     # data parallel is derived from the world size (Megatron has no flag for it): the launch derives it
     argv, world, parsed = launch_argv(contract, {k: v for k, v in full.items() if k != "data_parallel"})
+    from ..workloads.megatron_model import MegatronArgsError, parse
+
+    try:
+        args = parse(argv, strict=False).args
+    except MegatronArgsError as e:
+        raise EstimateError(str(e)) from None
+    if args.context_parallel_size > 1:
+        raise EstimateError(f"context parallelism (--context-parallel-size {args.context_parallel_size}) is not "
+                            "estimated: its attention is Transformer Engine's, which megatron-core's local spec lacks; "
+                            "estimate with --set context_parallel=1")
     out = run_step({"argv": argv, "world": world, "ranks": "auto"})
     return from_step(out, contract, argv=argv, world=world, unseen_gib=unseen_gib,
                      threads=int(full.get("intra_op_threads") or 1) if "intra_op_threads" in full else 1)
