@@ -87,3 +87,17 @@ def test_cli_estimates_the_shipped_gpu_contracts_per_rank(name, sets, want):
     assert d["per_rank"] and all(r["peak_bytes"] > 10 * 2**30 for r in d["per_rank"])  # tens of GiB per H100 rank
     if "ep" in want:  # 64 experts over EP 16 in each of the 26 MoE layers
         assert d["per_rank"][0]["local_experts"] == 26 * 64 // 16 and "most experts" in d["per_rank"][0]["why"]
+
+
+def test_the_ranks_estimated_are_the_first_and_last_stage_and_the_one_with_the_most_experts():
+    from infrarsi.estimate.megatron_step import auto_ranks
+    from infrarsi.workloads.megatron_model import parse
+
+    args = parse(TINY + ["--pipeline-model-parallel-size", "4", "--num-layers", "8", "--num-experts", "4",
+                         "--moe-layer-freq", "([0]*3+[1]*5)"], strict=True).args
+    stages = [{"layers": 2, "moe_layers": m} for m in (0, 1, 2, 2)]  # stage 0 dense, stage 1 mixed
+    assert auto_ranks(args, 16, stages) == {0: ["first pipeline stage"], 12: ["last pipeline stage"],
+                                            8: ["most experts"]}  # the first of the stages with 2 MoE layers
+    dense = parse(TINY, strict=True).args
+    assert auto_ranks(dense, 2, [{"layers": 4, "moe_layers": 0}]) == {0: ["first pipeline stage",
+                                                                          "last pipeline stage"]}
