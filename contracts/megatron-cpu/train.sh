@@ -30,6 +30,7 @@ TRAINING_ARGS=(
     --lr 3.0e-4
     --bf16
     --seed 1234
+    --use-cpu-initialization
     --log-interval 1
 )
 

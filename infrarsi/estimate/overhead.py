@@ -62,13 +62,13 @@ MEASURED_BY_TORCHTITAN = "scripts/bench_estimate.py --calibrate-torchtitan (torc
 # threads per group: their 8 MiB stacks count in the data segment; measured directly by creating 16 groups), plus the
 # process (torch, megatron-core, the training loop) and the allocator's share of the step's transient tensors (a
 # least-squares line over two bare and two activation-heavy runs).
-BASE[("cpu-megatron", 1, "bf16")] = 381.3 * MiB
+BASE[("cpu-megatron", 1, "bf16")] = 394.6 * MiB
 PER_GROUP: dict[str, float] = {"cpu-megatron": 24.00 * MiB}
 # MoE on the CPU: per local expert (MoE layers x experts / EP on the rank). A dropless router gives each expert a
 # new token count every step: oneDNN compiles a kernel per matmul shape (its cache bounded at 64 entries by the
 # launcher) and glibc's heap keeps chunks of many sizes. Measured on contracts/megatron-cpu-moe.toml's model.
-PER_LOCAL_EXPERT: dict[str, float] = {"cpu-megatron": 20.77 * MiB}
-FRAGMENTATION["cpu-megatron"] = 0.328
+PER_LOCAL_EXPERT: dict[str, float] = {"cpu-megatron": 20.92 * MiB}
+FRAGMENTATION["cpu-megatron"] = 0.337
 FRAGMENTING["cpu-megatron"] = ("Activation", "Temp")
 MEASURED_BY_MEGATRON = "scripts/bench_estimate_megatron.py --calibrate (megatron-core 0.16.1, torch 2.13.0 CPU, 2 cores)"
 

@@ -12,6 +12,13 @@ Megatron-LM's ``train_step``: zero the grad buffers, ``get_forward_backward_func
 data parallelism, the distributed optimizer, selective or full recompute, MoE with the allgather or alltoall
 token dispatcher), then ``optimizer.step()``.
 
+Initialisation: megatron-core draws each tensor-parallel shard from a stream of its own and each pipeline stage
+builds only its layers, so the initial weights depend on the layout, and so would the loss trace the contract's
+referee compares. With Megatron-LM's ``--use-cpu-initialization`` the full weights are drawn on the CPU and split
+(no dependence on TP); the loop then also draws each transformer layer after seeding the generator with the seed and
+the layer's global number (no dependence on PP or virtual stages: the embedding is drawn first and the output layer
+right after the last layer, as with one stage). Expert weights still depend on EP (a rank draws only its experts).
+
 Data: the embedded workload's learnable token stream (:func:`infrarsi.workloads.minigpt.batch_for`): the
 global batch of an iteration is the same samples whatever the layout; a data-parallel rank takes its slice.
 
@@ -75,6 +82,24 @@ def batches(args, *, iteration: int, n_micro: int, dp_rank: int):
         data = batch_for(iteration, start, args.micro_batch_size, seq=args.seq_length,
                          vocab=args.vocab_size_unpadded, seed=args.seed)
         yield data[:, :-1].contiguous(), data[:, 1:].contiguous(), torch.ones(data.shape[0], args.seq_length), pos
+
+
+def seed_each_layer(seed: int) -> None:
+    """Seed the CPU generator before each transformer layer is built, from ``seed`` and its global layer number."""
+    import torch
+    from megatron.core.transformer.transformer_layer import TransformerLayer, get_transformer_layer_offset
+
+    init = TransformerLayer.__init__
+
+    def __init__(self, config, submodules, layer_number: int = 1, hidden_dropout=None, pg_collection=None,
+                 vp_stage=None):
+        # megatron-core numbers layers within a stage and adds the stage's offset itself
+        number = layer_number + get_transformer_layer_offset(config, vp_stage=vp_stage)
+        torch.manual_seed(seed * 1_000_003 + number)
+        init(self, config, submodules, layer_number, hidden_dropout=hidden_dropout, pg_collection=pg_collection,
+             vp_stage=vp_stage)
+
+    TransformerLayer.__init__ = __init__
 
 
 def forward_step(data_iterator, model):
@@ -153,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     init_num_microbatches_calculator(rank, None, args.global_batch_size, args.micro_batch_size, dp)
     torch.manual_seed(args.seed)
     model_parallel_cuda_manual_seed(args.seed)
+    if args.use_cpu_initialization:
+        torch.manual_seed(args.seed)  # the tracker's seeding above drew on the CPU generator (shim 3)
+        seed_each_layer(args.seed)
     chunks = model_chunks(args, config)
     ddp, opt = wrap(args, config, chunks)
     for m in ddp:

@@ -64,6 +64,7 @@ _SWITCH = ("bf16", "fp16", "swiglu", "group-query-attention", "multi-latent-atte
            "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather", "recompute-activations",
            "moe-grouped-gemm", "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32",
            "cross-entropy-loss-fusion", "log-throughput", "no-position-embedding", "use-rope-scaling",
+           "use-cpu-initialization",
            "fp8-param-gather", "mock-data", "use-mcore-models", "manual-gc")
 _CHOICE = {
     "normalization": ("LayerNorm", "RMSNorm"),
@@ -316,7 +317,7 @@ def transformer_config(args: argparse.Namespace, *, initialize: bool = True):
         masked_softmax_fusion=False, apply_rope_fusion=False, gradient_accumulation_fusion=False,
         persist_layer_norm=False, cross_entropy_loss_fusion=a.cross_entropy_loss_fusion,
         cross_entropy_fusion_impl="native", attention_backend=AttnBackend.local,
-        use_cpu_initialization=False, perform_initialization=initialize,
+        use_cpu_initialization=bool(a.use_cpu_initialization) and initialize, perform_initialization=initialize,
     )
     if a.num_experts:
         kw.update(num_moe_experts=a.num_experts, moe_ffn_hidden_size=a.moe_ffn_hidden_size,
