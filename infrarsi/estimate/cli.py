@@ -18,8 +18,18 @@ import typer
 GiB = 2**30
 
 
+def _launch_setting(contract, space) -> dict:
+    """The knobs a Megatron launch sets itself (its flags), so that a contract without a [baseline] is estimated as
+    its launch is written rather than at the catalog's defaults."""
+    if contract.workload.adapter != "megatron":
+        return {}
+    from ..adapters.megatron import MegatronAdapter
+
+    return {k: v for k, v in MegatronAdapter().parsed(contract).setting.items() if k in space and v is not None}
+
+
 def _setting(contract, space, sets: list[str]) -> dict:
-    out = dict(contract.baseline)
+    out = {**_launch_setting(contract, space), **contract.baseline}
     by_name = {k.name: k for k in space.knobs}
     for item in sets:
         name, sep, raw = item.partition("=")
@@ -66,7 +76,7 @@ def estimate(
     if json_out:
         print(json.dumps({**e.to_dict(), "setting": setting.to_dict(), "capacity_bytes": cap, "fits": fits}, default=str))
         return
-    t = Table(title=f"{contract.name}: rank 0 of {e.world_size}, peak by category")
+    t = Table(title=f"{contract.name}: rank {e.layout.get('rank', 0)} of {e.world_size}, peak by category")
     t.add_column("category")
     t.add_column("GiB", justify="right")
     for k, v in e.by_category().items():
@@ -75,6 +85,8 @@ def estimate(
     t.add_row("outside tensors", f"{e.unseen_bytes / GiB:.3f}")
     t.add_row("[bold]peak[/]", f"[bold]{e.peak_bytes / GiB:.3f}[/]")
     console.print(t)
+    if e.per_rank:
+        _per_rank_table(console, e)
     console.print(f"layout: {', '.join(f'{k}={v}' for k, v in e.layout.items())}")
     console.print(f"outside tensors: {e.unseen_source}")
     verdict = "[green]fits[/]" if fits else "[red]does not fit[/]"
@@ -88,6 +100,25 @@ def estimate(
         console.print(f"note: {n}")
     console.print(f"estimated in {e.wall_s:.1f} s; not seen by any tracker: allocator fragmentation, NCCL/gloo "
                   f"buffers, CUDA context / the CPU runtime (the 'outside tensors' line)")
+
+
+def _per_rank_table(console, e) -> None:
+    """The ranks a Megatron estimate stepped (first and last pipeline stage, most experts), each by category."""
+    from rich.table import Table
+
+    from .result import CATEGORY, CATEGORIES
+
+    t = Table(title="ranks estimated (GiB)")
+    for col in ("rank", "weights", "grads", "optim", "act", "temp", "outside", "peak", "holds"):
+        t.add_column(col, justify="left" if col == "holds" else "right")
+    for r in e.per_rank:
+        cat = dict.fromkeys(CATEGORIES, 0)
+        for k, v in r["tracked"].items():
+            cat[CATEGORY.get(k, "temporaries")] += v
+        holds = f"{r['why']}: {r['layers']} layers" + (f", {r['local_experts']} experts" if r["local_experts"] else "")
+        t.add_row(str(r["rank"]), *(f"{cat[c] / GiB:.2f}" for c in CATEGORIES[:5]), f"{r['unseen_bytes'] / GiB:.2f}",
+                  f"{r['peak_bytes'] / GiB:.2f}", holds)
+    console.print(t)
 
 
 def _anchored(contract, path: Path):

@@ -42,6 +42,7 @@ class Estimate:
     step_time_note: str = ""
     wall_s: float = 0.0  # how long the estimate itself took here
     notes: tuple[str, ...] = field(default_factory=tuple)
+    per_rank: tuple[dict[str, Any], ...] = field(default_factory=tuple)  # Megatron: each estimated rank's peak
 
     @property
     def tracked_bytes(self) -> int:
@@ -62,4 +63,4 @@ class Estimate:
                 "tracked_bytes": self.tracked_bytes, "tracked": self.tracked, "by_category": self.by_category(),
                 "unseen_bytes": self.unseen_bytes, "unseen_source": self.unseen_source, "peak_bytes": self.peak_bytes,
                 "step_time_s": self.step_time_s, "step_time_note": self.step_time_note, "wall_s": round(self.wall_s, 2),
-                "notes": list(self.notes)}
+                "notes": list(self.notes), **({"per_rank": list(self.per_rank)} if self.per_rank else {})}

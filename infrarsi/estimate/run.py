@@ -12,11 +12,11 @@ from typing import Any
 
 from .result import Estimate, EstimateError
 
-FRAMEWORKS = ("minigpt", "torchtitan")
+FRAMEWORKS = ("minigpt", "torchtitan", "megatron")
 
 
 def estimate(contract: Any, setting: Mapping[str, Any], **kw: Any) -> Estimate:
-    """One rank's peak for ``setting`` of ``contract``'s job (minigpt or torchtitan)."""
+    """One rank's peak for ``setting`` of ``contract``'s job (minigpt, torchtitan or Megatron-LM)."""
     name = contract.workload.adapter
     if name == "minigpt":
         from . import minigpt
@@ -26,14 +26,19 @@ def estimate(contract: Any, setting: Mapping[str, Any], **kw: Any) -> Estimate:
         from . import torchtitan
 
         return torchtitan.estimate(contract, setting, **kw)
+    if name == "megatron":
+        from . import megatron
+
+        return megatron.estimate(contract, setting, **kw)
     raise EstimateError(f"workload.adapter = {name!r}: the estimate runs the real model of {list(FRAMEWORKS)} only")
 
 
 # Which offset the run stage's memory model refines: "estimate" (this package) or "analytical" (priors/offline.py).
-# Default: the estimate for torchtitan, whose trials cost minutes, and the analytical model for minigpt, whose
-# trials (seconds) cost about what its estimates do (~3 s per distinct memory layout on 2 cores).
+# Default: the estimate for torchtitan and Megatron-LM, whose trials cost minutes (or a GPU allocation), and the
+# analytical model for minigpt, whose trials (seconds) cost about what its estimates do (~3 s per distinct memory
+# layout on 2 cores).
 OFFSET_ENV = "INFRARSI_MEMORY_OFFSET"
-DEFAULT_OFFSET = {"torchtitan": "estimate", "minigpt": "analytical"}
+DEFAULT_OFFSET = {"torchtitan": "estimate", "minigpt": "analytical", "megatron": "estimate"}
 
 # Knobs that change no tensor of the step (the estimate runs eager reference ops; threads are OMP_NUM_THREADS):
 # left out of the cache key.
@@ -96,6 +101,8 @@ def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[s
     if contract.workload.adapter not in FRAMEWORKS or offset_kind(contract) != "estimate":
         return None
     if contract.workload.adapter == "torchtitan" and importlib.util.find_spec("torchtitan") is None:
+        return None
+    if contract.workload.adapter == "megatron" and importlib.util.find_spec("megatron.core") is None:
         return None
     cache: dict[tuple, float] = {}
     basis: dict[tuple, str] = {}  # how each cached figure was made

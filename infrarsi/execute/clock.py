@@ -62,7 +62,10 @@ RESCAN_S = 1.0  # how often the CPU sampler looks for new processes of the group
 
 
 def group_pids(pgid: int) -> list[int]:
-    """Every process in process group ``pgid`` (a scan of /proc)."""
+    """Every process in process group ``pgid``, and every descendant of one (a scan of /proc): torchrun starts
+    each rank in a session of its own (``start_new_session``), so the group alone holds the launcher but not the
+    ranks that train."""
+    parent: dict[int, int] = {}
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -70,10 +73,19 @@ def group_pids(pgid: int) -> list[int]:
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read()
-            if int(stat[stat.rindex(b")") + 2:].split()[2]) == pgid:  # fields after the name: state ppid pgrp
+            fields = stat[stat.rindex(b")") + 2:].split()  # fields after the name: state ppid pgrp
+            parent[int(name)] = int(fields[1])
+            if int(fields[2]) == pgid:
                 out.append(int(name))
         except (OSError, ValueError, IndexError):  # the process ended while we looked
             continue
+    members = set(out)
+    for pid in parent:
+        p, seen = parent.get(pid), 0
+        while p and p not in members and seen < 64:  # walk up to a member of the group, or to init
+            p, seen = parent.get(p), seen + 1
+        if p in members and pid not in members:
+            out.append(pid)
     return out
 
 

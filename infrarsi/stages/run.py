@@ -96,7 +96,15 @@ def memory_estimate(space: KnobSpace, contract, *, contract_dir: Path | None = N
     from ..estimate.run import anchored
     from ..priors.offline import memory_estimator
 
-    analytical = memory_estimator(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump())
+    workload = dict(contract.workload.args)
+    if contract.workload.adapter == "megatron" and contract.workload.launch:  # the model's shape is in the launch
+        from ..adapters.megatron import MegatronAdapter
+
+        try:
+            workload = {**MegatronAdapter(base_dir=contract_dir).parsed(contract).fixed, **workload}
+        except ValueError:  # an unreadable launch: the run reports it where it launches
+            pass
+    analytical = memory_estimator(space, workload=workload, hardware=contract.hardware.model_dump())
     return real_model_estimator(space, anchored(contract, contract_dir), fallback=analytical, budget_s=budget_s) or analytical
 
 

@@ -246,7 +246,10 @@ class MegatronAdapter(Adapter):
         if key not in self._before:
             self._before[key] = equivalence.reading(parsed.argv(), parsed.env)
         equivalence.check_equivalent(parsed, spec.argv, spec.env, s, before=self._before[key])
-        return spec
+
+        from infrarsi.workloads.megatron_trial import cpu_trial  # a CPU contract: torchrun and the memory cap
+
+        return cpu_trial(spec, contract)
 
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         return spec.model_copy(update={"argv": trial_outputs(spec.argv)})

@@ -1,0 +1,181 @@
+"""The pre-flight estimate for Megatron-LM: megatron-core's own model and training step, faked, per rank.
+
+For a contract's launch and a setting, the adapter emits the launch exactly as a trial's (``MegatronAdapter.
+launch``: the knob flags rewritten, megatron-core's ``TransformerConfig`` and process-group arithmetic checked, so
+a setting estimated is one the adapter emits), and the program arguments of that launch are what
+:mod:`.megatron_step` builds and steps, in a process of its own, as ranks of a fake process group of the job's
+world size: the first pipeline stage, the last, and for MoE the stage with the most experts. The estimate is the
+busiest of them; each one's peak by category is kept (``Estimate.per_rank``).
+
+What the model is built from (see :mod:`infrarsi.workloads.megatron_model` for the flags and defaults read): the
+launch's model and parallel flags; dtypes from ``--bf16``/``--fp16`` (fp32 main grads in bf16 unless
+``--grad-reduce-in-bf16``, fp32 main params and Adam state in the optimizer, sharded over data parallel with
+``--use-distributed-optimizer``); megatron-core's local layer spec, where Transformer Engine is absent (what it
+changes is listed in that module and in each estimate's notes). Not estimated: context parallelism (its attention
+is Transformer Engine's), fp8 (TE; estimated at bf16, said so), and anything a launch sets with flags this reader
+does not model (listed in the notes).
+
+What tensors do not show is added as measured constants (:mod:`.overhead`): on the CPU, the process's runtime,
+gloo's per-group threads and the allocator's share of the step's transient tensors, measured on real trials of the
+CPU training loop; on a GPU, the analytical 1.25 GiB (no GPU here to measure on).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .overhead import unseen_bytes
+from .result import Estimate, EstimateError
+from .track import Device
+
+STEP_MODULE = "infrarsi.estimate.megatron_step"
+TIMEOUT_S = 1800.0
+# Flags a launch may carry that change no tensor of a training step (data, tokenizer files, logging, checkpoints,
+# launch plumbing): not listed as "not modelled" in an estimate's notes.
+_NO_TENSORS = ("--data-path", "--vocab-file", "--merge-file", "--split", "--save", "--load", "--save-interval",
+               "--eval-interval", "--eval-iters", "--tensorboard-dir", "--wandb-project", "--wandb-exp-name",
+               "--data-cache-path", "--lr-decay-style", "--lr-warmup-iters", "--lr-warmup-fraction",
+               "--lr-decay-iters", "--train-samples", "--no-load-optim", "--no-load-rng", "--ckpt-format",
+               "--log-throughput", "--timing-log-level", "--distributed-timeout-minutes", "--rampup-batch-size",
+               "--eod-mask-loss", "--no-masked-softmax-fusion", "--exit-interval", "--tokenizer-type",
+               "--tokenizer-model", "--attention-backend", "--decoupled-lr", "--moe-router-load-balancing-type",
+               "--moe-aux-loss-coeff", "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--init-method-std",
+               "--no-position-embedding", "--use-mcore-models", "--empty-unused-memory-level", "--manual-gc")
+
+
+def launch_argv(contract: Any, setting: Mapping[str, Any]) -> tuple[list[str], int, Any]:
+    """(pretrain_gpt.py arguments of the emitted launch, world size, the parsed launch)."""
+    from ..adapters.base import FrameworkRejected
+    from ..adapters.megatron import MegatronAdapter, MegatronLaunchError
+
+    ad = MegatronAdapter()
+    try:
+        parsed = ad.parsed(contract)
+        spec = ad.launch(contract, setting)
+    except (FrameworkRejected, MegatronLaunchError) as e:
+        raise EstimateError(f"the launch for this setting is refused: {e}") from None
+    argv = list(spec.argv)
+    prog = parsed.launch.program[-1]  # the pretrain script (or module): its arguments follow it
+    at = len(argv) - 1 - argv[::-1].index(prog)
+    world = int(parsed.world_size or contract.hardware.devices)
+    return argv[at + 1:], world, parsed
+
+
+def run_step(job: dict[str, Any], *, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+    """:mod:`.megatron_step` in a process of its own (its shims and fake process group stay there)."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    try:
+        p = subprocess.run([sys.executable, "-m", STEP_MODULE], input=json.dumps(job), capture_output=True, text=True,
+                           env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise EstimateError(f"the fake step did not finish in {timeout_s:.0f} s") from None
+    lines = [ln for ln in p.stdout.strip().splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EstimateError(f"the fake step failed (exit {p.returncode}): {tail}")
+    out = json.loads(lines[-1])
+    if "error" in out:
+        raise EstimateError(f"megatron-core's fake step: {out['error']}")
+    return out
+
+
+def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None = None,
+             unseen_gib: float | None = None) -> Estimate:
+    """The busiest estimated rank's peak for ``setting`` (completed against the adapter's space)."""
+    from ..adapters.megatron import MegatronAdapter
+
+    full = MegatronAdapter().knob_space(contract).complete(dict(setting))
+    # data parallel is derived from the world size (Megatron has no flag for it): the launch derives it
+    argv, world, parsed = launch_argv(contract, {k: v for k, v in full.items() if k != "data_parallel"})
+    from ..workloads.megatron_model import MegatronArgsError, parse
+
+    try:
+        args = parse(argv, strict=False).args
+    except MegatronArgsError as e:
+        raise EstimateError(str(e)) from None
+    if args.context_parallel_size > 1:
+        raise EstimateError(f"context parallelism (--context-parallel-size {args.context_parallel_size}) is not "
+                            "estimated: its attention is Transformer Engine's, which megatron-core's local spec lacks; "
+                            "estimate with --set context_parallel=1")
+    out = run_step({"argv": argv, "world": world, "ranks": "auto"})
+    return from_step(out, contract, argv=argv, world=world, unseen_gib=unseen_gib,
+                     threads=int(full.get("intra_op_threads") or 1) if "intra_op_threads" in full else 1)
+
+
+def from_step(out: dict[str, Any], contract: Any, *, argv: list[str], world: int, unseen_gib: float | None = None,
+              threads: int = 1) -> Estimate:
+    """The Estimate for a fake step's result (the rank with the highest peak, every rank kept)."""
+    from ..workloads.megatron_model import fused_attention, parse
+
+    args = parse(argv, strict=False).args
+    per_rank = []
+    for r in out["ranks"]:
+        tracked = {k: int(v) for k, v in r["peak"].items() if v}
+        transient = tracked.get("Activation", 0) + tracked.get("Temp", 0)
+        unseen, source = unseen_bytes(contract, threads=threads, bf16=bool(args.bf16), transient_bytes=transient,
+                                      override_gib=unseen_gib, framework="megatron",
+                                      process_groups=int(r.get("process_groups", 0)),
+                                      local_experts=int(r.get("local_experts", 0)))
+        per_rank.append({**r, "tracked": tracked, "unseen_bytes": unseen, "unseen_source": source,
+                         "peak_bytes": sum(tracked.values()) + unseen})
+    top = max(per_rank, key=lambda r: r["peak_bytes"])
+    tp, pp, cp = (args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size)
+    layout = {"world": world, "tp": tp, "pp": pp, "vp": args.virtual_pipeline_model_parallel_size or 1, "cp": cp,
+              "dp": world // (tp * pp * cp), "ep": args.expert_model_parallel_size,
+              "sequence_parallel": bool(args.sequence_parallel), "micro_batch": args.micro_batch_size,
+              "micro_batches": top["micro_batches"], "recompute": args.recompute_granularity or "none",
+              "distributed_optimizer": bool(args.use_distributed_optimizer),
+              "dtype": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+              "attention": "fused (flash)" if fused_attention(args) else "local (unfused)",
+              "rank": top["rank"], "pp_rank": top["pp_rank"]}
+    if args.num_experts:
+        layout.update(experts=args.num_experts, top_k=args.moe_router_topk, dispatcher=args.moe_token_dispatcher_type,
+                      local_experts=top["local_experts"])
+    return Estimate(framework="megatron", world_size=world, layout=layout, tracked=top["tracked"],
+                    unseen_bytes=top["unseen_bytes"], unseen_source=top["unseen_source"], step_time_s=None,
+                    step_time_note="no roofline time for Megatron (the fake step runs in a process of its own)",
+                    wall_s=sum(r["wall_s"] for r in per_rank), notes=tuple(_notes(args, out)),
+                    per_rank=tuple(_rank_row(r) for r in per_rank))
+
+
+def _rank_row(r: dict[str, Any]) -> dict[str, Any]:
+    return {"rank": r["rank"], "pp_rank": r["pp_rank"], "why": ", ".join(r.get("why") or []) or "asked",
+            "tracked": r["tracked"], "unseen_bytes": r["unseen_bytes"], "peak_bytes": r["peak_bytes"],
+            "params": r["params"], "layers": r["layers"], "moe_layers": r["moe_layers"],
+            "local_experts": r["local_experts"], "micro_batches_run": r["micro_batches_run"],
+            "micro_batches": r["micro_batches"], "process_groups": r.get("process_groups", 0), "wall_s": r["wall_s"]}
+
+
+def _notes(args, out: dict[str, Any]) -> list[str]:
+    from ..workloads.megatron_model import fused_attention
+
+    notes = ["megatron-core's local layer spec (no Transformer Engine here): norms as separate modules keeping what "
+             "TE's fused norms keep, fusions eager, torch's fused AdamW for TE's FusedAdam"]
+    if fused_attention(args):
+        notes.append(f"--attention-backend {args.attention_backend}: a flash attention core (Q, K, V, output and "
+                     "fp32 log-sum-exp kept), as TE's flash/cuDNN kernels")
+    else:
+        notes.append(f"--attention-backend {args.attention_backend}: megatron-core's DotProductAttention (s x s "
+                     "scores and probabilities kept)")
+    if args.fp8_format or args.fp8_recipe:
+        notes.append("fp8 (Transformer Engine) is not modelled: estimated at the bf16 it runs in otherwise")
+    if args.moe_grouped_gemm:
+        notes.append("--moe-grouped-gemm estimated as megatron-core's SequentialMLP experts (same weights)")
+    if args.num_experts:
+        notes.append("MoE: tokens routed evenly (every expert gets tokens x top-k / experts); a skewed router "
+                     "takes more")
+    if args.multi_latent_attention:
+        notes.append("MLA: V padded to the Q/K head size inside the flash core (torch's kernel needs one size)")
+    odd = [f for f in out.get("unknown_flags", []) if f not in _NO_TENSORS]
+    if odd:
+        notes.append(f"flags not modelled (their memory is not estimated): {' '.join(odd)}")
+    notes.append(f"vocabulary: {out.get('vocab')}, padded to {out.get('padded_vocab')}")
+    return notes

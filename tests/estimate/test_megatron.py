@@ -1,0 +1,103 @@
+"""The Megatron estimate (estimate/megatron.py, megatron_step.py): megatron-core's own model and step on a fake
+process group, per rank, from the launch the adapter emits. The shipped GPU contracts and the micro-batch cap
+run with ``-m slow`` (about a minute each on 2 cores)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from infrarsi.contract.model import Contract
+from infrarsi.estimate import EstimateError, estimate
+from infrarsi.estimate.cli import estimate as estimate_cli
+from infrarsi.estimate.megatron_step import run
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
+        "--vocab-size", "128", "--global-batch-size", "16", "--micro-batch-size", "1", "--bf16", "--swiglu",
+        "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--disable-bias-linear",
+        "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+
+
+def cli(args: list[str]):
+    """``infrarsi estimate ARGS``."""
+    app = typer.Typer()
+    app.command()(estimate_cli)
+    return CliRunner().invoke(app, args)
+
+
+def test_cli_prints_each_pipeline_stages_peak_for_the_cpu_contract():
+    res = cli([str(ROOT / "contracts/megatron-cpu.toml"), "--json", "--set",
+                                   "tensor_parallel=1", "--set", "pipeline_parallel=2", "--set", "data_parallel=1",
+                                   "--set", "sequence_parallel=false"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output.strip().splitlines()[-1])
+    assert d["framework"] == "megatron" and d["layout"]["pp"] == 2 and d["layout"]["dp"] == 1
+    first, last = d["per_rank"]
+    assert (first["why"], last["why"]) == ("first pipeline stage", "last pipeline stage")
+    assert first["layers"] == last["layers"] == 3
+    # the last stage holds the output layer's logits (vocabulary 16384) and the loss: more activations
+    assert last["tracked"]["Activation"] > first["tracked"]["Activation"]
+    assert d["peak_bytes"] == max(first["peak_bytes"], last["peak_bytes"]) and d["fits"] is True
+
+
+def test_a_setting_megatron_core_refuses_is_refused_not_estimated(tmp_path):
+    c = Contract.model_validate({
+        "name": "refused", "workload": {"adapter": "megatron", "launch": str(ROOT / "contracts/megatron-cpu/train.sh"),
+                                        "script_env": {"NPROC": "3"}},
+        "hardware": {"kind": "cpu", "devices": 3, "memory_capacity_gib": 2.0},
+        "scope": {"knobs": {"tensor_parallel": [1, 3], "data_parallel": [1, 3]}}})
+    with pytest.raises(EstimateError, match="num_attention_heads \\(4\\) must be a multiple"):
+        estimate(c, {"tensor_parallel": 3, "data_parallel": 1})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra,world", [
+    ([], 2),  # no pipelining: 2 of 8 micro-batches
+    (["--pipeline-model-parallel-size", "2"], 2),  # 1F1B: PP + 1 = 3 of 16
+    (["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"], 2),  # 2 PP = 4 of 16
+])
+def test_the_capped_micro_batches_reach_the_full_steps_peak(extra, world):
+    capped = run({"argv": TINY + extra, "world": world, "ranks": "auto"})
+    full = run({"argv": TINY + extra, "world": world, "ranks": "auto", "all_micro_batches": True})
+    for a, b in zip(capped["ranks"], full["ranks"]):
+        assert a["micro_batches_run"] < b["micro_batches_run"] == b["micro_batches"]
+        # equal but for the loss scalars each micro-batch reports (4 bytes each, kept until the step ends)
+        assert a["peak"].keys() == b["peak"].keys()
+        assert all(abs(a["peak"][k] - b["peak"][k]) <= 64 * 4 for k in a["peak"]), (a["rank"], a["peak"], b["peak"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,sets,want", [
+    ("megatron-llama3-70b-h100x64.toml", ["tensor_parallel=8", "data_parallel=2"], {"tp": 8, "pp": 4, "dp": 2}),
+    ("megatron-deepseek-v2-lite-h100x64.toml", ["expert_parallel=16"], {"ep": 16, "dp": 64}),
+])
+def test_cli_estimates_the_shipped_gpu_contracts_per_rank(name, sets, want):
+    args = [str(ROOT / "contracts" / name), "--json"]
+    for s in sets:
+        args += ["--set", s]
+    res = cli(args)
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output.strip().splitlines()[-1])
+    assert {k: d["layout"][k] for k in want} == want and d["world_size"] == 64
+    assert d["per_rank"] and all(r["peak_bytes"] > 10 * 2**30 for r in d["per_rank"])  # tens of GiB per H100 rank
+    if "ep" in want:  # 64 experts over EP 16 in each of the 26 MoE layers
+        assert d["per_rank"][0]["local_experts"] == 26 * 64 // 16 and "most experts" in d["per_rank"][0]["why"]
+
+
+def test_the_ranks_estimated_are_the_first_and_last_stage_and_the_one_with_the_most_experts():
+    from infrarsi.estimate.megatron_step import auto_ranks
+    from infrarsi.workloads.megatron_model import parse
+
+    args = parse(TINY + ["--pipeline-model-parallel-size", "4", "--num-layers", "8", "--num-experts", "4",
+                         "--moe-layer-freq", "([0]*3+[1]*5)"], strict=True).args
+    stages = [{"layers": 2, "moe_layers": m} for m in (0, 1, 2, 2)]  # stage 0 dense, stage 1 mixed
+    assert auto_ranks(args, 16, stages) == {0: ["first pipeline stage"], 12: ["last pipeline stage"],
+                                            8: ["most experts"]}  # the first of the stages with 2 MoE layers
+    dense = parse(TINY, strict=True).args
+    assert auto_ranks(dense, 2, [{"layers": 4, "moe_layers": 0}]) == {0: ["first pipeline stage",
+                                                                          "last pipeline stage"]}
