@@ -6,7 +6,7 @@ Where things are: the five CLI verbs (init, doctor, run, report, apply; ``tune``
 ``execute`` (running trials), ``doctor`` (baseline and noise), ``priors``, ``models`` and ``search``
 (what to try next), ``bank`` (experience across runs), ``report`` and ``apply``, ``kernels`` (patch
 verification). ``infrarsi.transformer`` is the one model of the network being trained (shape, parameters,
-FLOPs, memory terms); ``infrarsi.io`` the one atomic write. README.md's Layout section has the map and
+FLOPs, memory terms); ``infrarsi.io`` the one atomic write. docs/architecture.md has the map and
 follows one setting from the contract to the report.
 """
 

@@ -84,7 +84,7 @@ def test_the_shipped_cpu_contract_reads_the_real_job_and_its_baseline_is_the_job
     assert parsed.fixed["global_batch_size"] == 16 and parsed.fixed["seq_length"] == 512
     assert parsed.fixed["model_flavor"] == "debugmodel" and parsed.fixed["vocab_size"] == 2048
     space = ad.knob_space(c)
-    assert "pipeline_parallel" not in space.names  # excluded: see README (0.2.2 back-propagates the sum under PP)
+    assert "pipeline_parallel" not in space.names  # excluded: see docs/torchtitan.md (0.2.2 back-propagates the sum under PP)
     base = space.complete(c.baseline)
     assert not space.validate(base)
     assert {k: v for k, v in base.to_dict().items() if parsed.setting.get(k, v) != v} == {}
