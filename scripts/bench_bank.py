@@ -40,6 +40,7 @@ from infrarsi.workloads import simulated as sim  # noqa: E402
 
 from infrarsi.search.outcome import Outcome  # noqa: E402
 from infrarsi.search.tuner import Tuner  # noqa: E402
+from infrarsi.status import TrialStatus  # noqa: E402
 
 TARGETS = (0.90, 0.95, 0.97)
 ERRORS: list[str] = []  # tuner failures met during the benchmark (printed after each table)
@@ -53,7 +54,7 @@ def _make_tuner(space: Any, w: Any, *, seed: int, initial: list[Any], priors: li
                  memory_estimate=memory_estimator(space, workload=w.model.model_dump(), hardware=hardware_of(w)))
 
 
-def _outcome(status: str, t: float | None = None, peak: float | None = None) -> Outcome:
+def _outcome(status: TrialStatus, t: float | None = None, peak: float | None = None) -> Outcome:
     return Outcome(status, t, peak)
 
 
@@ -89,18 +90,20 @@ def run(w: sim.SimWorkload, *, seed: int, budget: int, initial: list[Any], prior
             break
         r = sim.simulate(w, s, seed=seed * 1000 + i)
         if r.oom:
-            out, status = _outcome("oom"), "oom"
+            status = TrialStatus.OOM
+            out = _outcome(status)
             metrics = Metrics(peak_memory_bytes=r.peak_memory_bytes)
             true_t.append(None)
         else:
-            out, status = _outcome("ok", r.step_time_s, r.peak_memory_bytes), "ok"
+            status = TrialStatus.OK
+            out = _outcome(status, r.step_time_s, r.peak_memory_bytes)
             metrics = Metrics(step_time_s=r.step_time_s, peak_memory_bytes=r.peak_memory_bytes, mfu=r.mfu)
             true_t.append(r.noise_free_step_time_s)
         tuner.tell(s, out)
         trials.append(Trial(id=i, setting=dict(s), status=status, metrics=metrics,
                             cost=Cost(wall_s=10 * (r.step_time_s or 60.0), devices=w.world_size),
                             role="baseline" if i == 0 else "search",
-                            reason="" if status == "ok" else "simulated CUDA out of memory"))
+                            reason="" if status is TrialStatus.OK else "simulated CUDA out of memory"))
     return trials, true_t, tuner
 
 
@@ -111,7 +114,7 @@ def trials_to_target(trials: list[Trial], true_t: list[float | None], optimum_s:
     best_meas = math.inf
     best_true = math.inf
     for i, (t, tt) in enumerate(zip(trials, true_t)):
-        if t.status.value == "ok" and t.metrics.step_time_s < best_meas:
+        if t.status is TrialStatus.OK and t.metrics.step_time_s < best_meas:
             best_meas, best_true = t.metrics.step_time_s, tt
         if optimum_s / best_true >= target:
             return i + 1
@@ -207,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _best_ratio(trials: list[Trial], true_t: list[float | None], optimum_s: float, n: int) -> float:
     """optimum / noise-free time of the best measured ok trial among the first n (0 when none ran)."""
-    best = min(((t.metrics.step_time_s, tt) for t, tt in zip(trials[:n], true_t[:n]) if t.status.value == "ok"),
+    best = min(((t.metrics.step_time_s, tt) for t, tt in zip(trials[:n], true_t[:n]) if t.status is TrialStatus.OK),
                default=None)
     return 0.0 if best is None else optimum_s / best[1]
 

@@ -177,6 +177,7 @@ def run_replay(args) -> int:
     from infrarsi.estimate import memory_estimator as estimate_offset
     from infrarsi.priors.offline import memory_estimator, offline_priors
     from infrarsi.search import Outcome, Tuner, TunerConfig
+    from infrarsi.status import TrialStatus
 
     contract = load_contract(ROOT / "contracts/minigpt-cpu.toml")
     full = MiniGPTAdapter().knob_space(contract)
@@ -229,12 +230,12 @@ def run_replay(args) -> int:
                         break
                     o = outcome(batch[0])
                     tuner.tell(batch[0], o)
-                    ooms += o.status == "oom"
-                    if o.status == "oom":
+                    ooms += o.status is TrialStatus.OOM
+                    if o.status is TrialStatus.OOM:
                         x = batch[0]
                         label = f"mbs {x['micro_batch_size']} {x['recompute_granularity']} {x['attention_backend']}"
                         oom_at[label] = oom_at.get(label, 0) + 1
-                    if o.status == "ok":
+                    if o.status is TrialStatus.OK:
                         best_seen = min(best_seen, o.step_time_s)
                         if o.step_time_s <= best * 1.02 and first_best == math.inf:
                             first_best = i

@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_estimate import pairs_right  # noqa: E402  (pairs within 2% of each other are ties, skipped)
 from infrarsi.contract.model import load_contract  # noqa: E402
+from infrarsi.status import TrialStatus  # noqa: E402
 
 GiB = 2**30
 CONTRACT = ROOT / "contracts/torchtitan-cpu.toml"
@@ -61,7 +62,7 @@ def measure_all(contract, adapter, settings, cache_path: Path) -> dict[str, dict
         wall = time.monotonic() - t0
         run = adapter.parse(contract, p.stdout, p.stderr, p.returncode)
         m = run.metrics
-        if run.status.value != "ok" or not m.step_time_s or not m.peak_memory_bytes:
+        if run.status is not TrialStatus.OK or not m.step_time_s or not m.peak_memory_bytes:
             raise SystemExit(f"{s.to_dict()}: the uncapped trial did not finish ({run.status.value}: {run.reason}); "
                              f"last line: {(p.stderr.strip().splitlines() or [''])[-1]}")
         cache[key_of(s.to_dict())] = {"peak": m.peak_memory_bytes, "step_s": m.step_time_s, "wall_s": wall}
@@ -107,7 +108,7 @@ def replay(space, contract, truth, cap: float, offset, priors, seed: int, *, noi
         o = outcome(v)
         tuner.tell(s, o)
         trials += 1
-        if o.status == "oom":
+        if o.status is TrialStatus.OOM:
             ooms += 1
             oom_labels.append(label(s))
             continue

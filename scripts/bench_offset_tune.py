@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infrarsi.errors import RecordError  # noqa: E402
 from infrarsi.rundir import RunDir  # noqa: E402
+from infrarsi.status import TrialStatus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,7 +74,7 @@ def search_rows(run_dir: Path) -> list[dict]:
         if t is None or t.role != "search":
             continue
         prop = run.proposal(i) or {}
-        rows.append({"id": t.id, "status": t.status.value, "step_s": t.metrics.step_time_s,
+        rows.append({"id": t.id, "status": t.status, "step_s": t.metrics.step_time_s,
                      "peak": t.metrics.peak_memory_bytes, "p_oom": prop.get("p_oom"), "setting": t.setting})
     return rows
 
@@ -134,13 +135,13 @@ def main(argv: list[str] | None = None) -> int:
             bank.unlink(missing_ok=True)
             wall, out = search_only(run_dir, seed, off, bank)
             rows = search_rows(run_dir)
-            ok = [(r["step_s"], i + 1, r) for i, r in enumerate(rows) if r["status"] == "ok" and r["step_s"]]
+            ok = [(r["step_s"], i + 1, r) for i, r in enumerate(rows) if r["status"] is TrialStatus.OK and r["step_s"]]
             if not ok:
                 print(out, file=sys.stderr)
                 print(f"| {off} | {seed} | {len(rows)} | - | no trial ran | - | {wall:.0f} s |")
                 continue
             best_s, at, best = min(ok, key=lambda x: x[0])
-            ooms = sum(r["status"] == "oom" for r in rows)
+            ooms = sum(r["status"] is TrialStatus.OOM for r in rows)
             p = best["p_oom"]
             print(f"| {off} | {seed} | {len(rows)} | {ooms} | {best_s:.3f} (trial {at}) | "
                   f"{'-' if p is None else f'{p:.2f}'} | {wall:.0f} s |", flush=True)

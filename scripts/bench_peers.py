@@ -12,6 +12,7 @@ from pathlib import Path
 
 from infrarsi.knobs import Setting
 from infrarsi.search import Outcome
+from infrarsi.status import TrialStatus
 
 from bench_landscape import Bench
 
@@ -36,7 +37,7 @@ def run_greedy(b: Bench, budget: int) -> tuple[History, float]:
     o = b(cur)
     hist.append((cur, o))
     seen.add(cur)
-    best = o.step_time_s if o.status == "ok" else math.inf
+    best = o.step_time_s if o.status is TrialStatus.OK else math.inf
     order = {k.name: i for i, k in enumerate(b.space.knobs)}
     improved = True
     while len(hist) < budget and improved:
@@ -50,7 +51,7 @@ def run_greedy(b: Bench, budget: int) -> tuple[History, float]:
             seen.add(cand)
             o = b(cand)
             hist.append((cand, o))
-            if o.status == "ok" and o.step_time_s < best:
+            if o.status is TrialStatus.OK and o.step_time_s < best:
                 cur, best, improved = cand, o.step_time_s, True
                 break
             if len(hist) >= budget:
@@ -94,7 +95,7 @@ def _optuna(b: Bench, budget: int, kind: str) -> tuple[History, float]:
         o = b(st)
         hist.append((st, o))
         taken.add(st)
-        if o.status == "ok":
+        if o.status is TrialStatus.OK:
             worst = max(worst, o.step_time_s)
             trial.set_user_attr("c", (0.0,))
             study.tell(trial, math.log(o.step_time_s))
@@ -141,9 +142,9 @@ def run_smac(b: Bench, budget: int) -> tuple[History, float]:
         o = b(st)
         hist.append((st, o))
         taken.add(st)
-        if o.status == "ok":
+        if o.status is TrialStatus.OK:
             worst = max(worst, o.step_time_s)
-        cost = math.log(o.step_time_s) if o.status == "ok" else math.log(worst) + math.log(2.0)
+        cost = math.log(o.step_time_s) if o.status is TrialStatus.OK else math.log(worst) + math.log(2.0)
         smac.tell(info, TrialValue(cost=cost))
     return hist, (time.perf_counter() - t0) / max(1, len(hist))
 

@@ -81,6 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from infrarsi.knobs import Setting  # noqa: E402
 from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner  # noqa: E402
+from infrarsi.status import TrialStatus  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
 
 import bench_oracles  # noqa: E402  (the diagnosis tuners: cold-oracle-*)
@@ -186,8 +187,8 @@ TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
 
 def score(b: Bench, hist: History, budget: int, opt: float) -> dict[str, float]:
     h = hist[:budget]
-    ooms = sum(o.status == "oom" for _, o in h)
-    ok = [i for i, (_, o) in enumerate(h) if o.status == "ok"]
+    ooms = sum(o.status is TrialStatus.OOM for _, o in h)
+    ok = [i for i, (_, o) in enumerate(h) if o.status is TrialStatus.OK]
     if not ok:
         return {"frac": 0.0, "ooms": ooms, "found_at": budget}
     i_best = min(ok, key=lambda i: h[i][1].step_time_s)
@@ -204,7 +205,7 @@ def verified_pick(b: Bench, h: History, budget: int) -> Setting:
     when it has one, else the fastest measured), the one with the fastest mean over VERIFY_REPEATS fresh reruns."""
     cands = b.tops.get(budget)
     if not cands:
-        ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(h) if o.status == "ok")
+        ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(h) if o.status is TrialStatus.OK)
         cands = list(dict.fromkeys(h[i][0] for _, i in ok))[:VERIFY_TOP]
     means = [statistics.fmean(b.remeasure(s, r) for r in range(VERIFY_REPEATS)) for s in cands]
     return cands[means.index(min(means))]

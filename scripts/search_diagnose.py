@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_search as bs  # noqa: E402  (puts the repository root on sys.path)
 from infrarsi.search.acquisition import score  # noqa: E402
 from infrarsi.search.steps import Context, within_trust_radius  # noqa: E402
+from infrarsi.status import TrialStatus  # noqa: E402
 
 
 CONFIG: dict[str, Any] = {}  # TunerConfig overrides (--set), as bench_search.py takes them
@@ -83,9 +84,9 @@ def kinds(args: tuple[int, int]) -> dict[str, Any]:
     best, rows = math.inf, []
     for s, o in t.history:
         true = b.true_time(s)
-        better = o.status == "ok" and true is not None and true < best
+        better = o.status is TrialStatus.OK and true is not None and true < best
         best = min(best, true) if better else best
-        rows.append((t.why(s).get("kind", "?"), o.status == "oom", better))
+        rows.append((t.why(s).get("kind", "?"), o.status is TrialStatus.OOM, better))
     return {"name": b.land.name, "rows": rows}
 
 
@@ -160,7 +161,7 @@ def models(args: tuple[int, int]) -> dict[str, Any]:
     from infrarsi.search.structured import features
 
     b, t, cands, log_true = _fitting_pool(*args)
-    ran = [(s, o.step_time_s) for s, o in t.history if o.status == "ok"]
+    ran = [(s, o.step_time_s) for s, o in t.history if o.status is TrialStatus.OK]
     xs, y = [s for s, _ in ran], np.log([v for _, v in ran])
 
     def phi(ss: list[Any]) -> np.ndarray:
@@ -198,7 +199,7 @@ def neighbours(args: tuple[int, int]) -> dict[str, Any]:
     n = len(moves)
     sc = score(Context(**{**ctx.__dict__, "candidates": moves}), t.steps.p_pass)
     capped = sc.p_oom[:n] > ctx.cap
-    ok = [(s, o.step_time_s) for s, o in t.history if o.status == "ok"]
+    ok = [(s, o.step_time_s) for s, o in t.history if o.status is TrialStatus.OK]
     xs = [s for s, _ in ok]
     enc = lambda ss: np.hstack([t.encoder.codes(ss), t.time.design(ss)])  # noqa: E731
     forest = RandomForestRegressor(200, min_samples_leaf=2, random_state=0).fit(enc(xs), np.log([v for _, v in ok]))

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from ..knobs.setting import Setting
 from ..knobs.space import KnobSpace
 from ..priors.prior import Prior
+from ..status import TrialStatus
 from .fingerprint import HardwareFingerprint, fingerprint_from, hardware_distance
 from .signature import WorkloadSignature, signature_from, workload_distance
 from .transfer import combine, map_setting, transfer_prior
@@ -150,7 +151,7 @@ def seed_from_bank(bank: "Bank", space: KnobSpace, *, hardware: Any, workload: A
         seen: set[Setting] = set()
         every = bank.trials(run.run_id)
         tried = {(name, _k(v)) for st in every for name, v in st.trial.setting.items()}
-        ok = sorted((st for st in every if st.trial.status.value == "ok"), key=lambda st: st.trial.metrics.step_time_s)
+        ok = sorted((st for st in every if st.trial.status is TrialStatus.OK), key=lambda st: st.trial.metrics.step_time_s)
         for st in ok:
             s = map_setting(st.trial.setting, space)
             if s is None or s in seen:

@@ -340,7 +340,7 @@ class Bank:
             old_status, old_rec = row
             if old_rec == rec or t.status is TrialStatus.RUNNING:
                 return 0  # the same record, or a stale in-flight copy of a finished one
-            if old_status != TrialStatus.RUNNING.value:
+            if TrialStatus(old_status) is not TrialStatus.RUNNING:
                 raise BankConflictError(
                     f"run {run_id!r} trial {t.id}: already stored as a finished trial ({old_status}) with a different "
                     f"record; finished trials are immutable: give the new trial another id, or the run another run id"
@@ -364,7 +364,7 @@ class Bank:
             args.append(run_id)
         if status is not None:
             sql += " AND t.status = ?"
-            args.append(TrialStatus(status).value)
+            args.append(TrialStatus.parse(status).value)
         sql += " ORDER BY r.created_at, t.run_id, t.trial_id"
         hw_cache: dict[str, HardwareFingerprint] = {}
         wl_cache: dict[str, WorkloadSignature] = {}
@@ -386,11 +386,13 @@ class Bank:
             counts.setdefault(rid, {})[st] = n
         best: dict[str, tuple[float, str]] = {}
         for rid, step, skey in self._read(
-                "SELECT run_id, step_time_s, setting_key FROM trials WHERE status = 'ok' ORDER BY step_time_s DESC"):
+                "SELECT run_id, step_time_s, setting_key FROM trials WHERE status = ? ORDER BY step_time_s DESC",
+                (TrialStatus.OK.value,)):
             best[rid] = (step, skey)  # slowest first, so the last write per run is its fastest
         base: dict[str, tuple[list[float], list[float]]] = {}
         for rid, step, peak in self._read(
-                "SELECT run_id, step_time_s, peak_memory_bytes FROM trials WHERE status = 'ok' AND role = 'baseline'"):
+                "SELECT run_id, step_time_s, peak_memory_bytes FROM trials WHERE status = ? AND role = 'baseline'",
+                (TrialStatus.OK.value,)):
             steps, peaks = base.setdefault(rid, ([], []))
             steps.append(step)
             if peak is not None:
@@ -403,7 +405,7 @@ class Bank:
             out.append(RunSummary(
                 run_id=rid, hardware=HardwareFingerprint.model_validate_json(hrec),
                 workload=WorkloadSignature.model_validate_json(wrec), created_at=created,
-                n_trials=sum(c.values()), n_ok=c.get("ok", 0),
+                n_trials=sum(c.values()), n_ok=c.get(TrialStatus.OK.value, 0),
                 best_step_time_s=b[0] if b else None, best_setting=json.loads(b[1]) if b else None,
                 baseline_step_time_s=statistics.median(steps) if steps else None,
                 baseline_peak_bytes=statistics.median(peaks) if peaks else None, reference_peak_bytes=ref_peak,

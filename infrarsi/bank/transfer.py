@@ -40,6 +40,7 @@ import numpy as np
 from ..knobs.setting import Setting
 from ..knobs.space import KnobSpace
 from ..priors.prior import Z90, Prior
+from ..status import TrialStatus
 
 # Widening per unit of distance (log-scale sd added in quadrature); see the module docstring.
 TIME_SD_PER_HW = 0.15
@@ -170,7 +171,7 @@ def distill(trials: Sequence[Any], space: KnobSpace, *, prior_sd: float = 0.5, m
     ok = []
     for t in trials:
         t = getattr(t, "trial", t)
-        if t.status.value == "ok":
+        if t.status is TrialStatus.OK:
             ok.append(t)
     if not ok:
         return []

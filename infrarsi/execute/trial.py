@@ -7,29 +7,13 @@ keeps the evidence (the log lines that decided its status).
 
 from __future__ import annotations
 
-import math
-from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from ..status import TrialStatus  # re-exported: the one vocabulary of a trial's state lives in infrarsi/status.py
 
-class TrialStatus(str, Enum):
-    RUNNING = "running"  # launched, not finished (in-flight record)
-    OK = "ok"
-    OOM = "oom"  # out of memory: a censored memory observation, peak > capacity
-    TIMEOUT = "timeout"
-    CRASH = "crash"
-    CONTRACT_VIOLATION = "contract_violation"  # the setting would change the task; never launched
-    NUMERICS_DRIFT = "numerics_drift"  # ran, but its loss trace breaks the contract's tolerance
-    INVALID = "invalid"  # violates a knob-space constraint or the framework's own validation
-    CANCELLED = "cancelled"
-
-    def is_finished(self) -> bool:
-        return self is not TrialStatus.RUNNING
-
-    def is_failure(self) -> bool:
-        return self not in (TrialStatus.OK, TrialStatus.RUNNING)
+__all__ = ["Cost", "Metrics", "Trial", "TrialStatus"]
 
 
 class Metrics(BaseModel):
@@ -83,10 +67,6 @@ class Trial(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "Trial":
-        st = self.metrics.step_time_s
-        if self.status is TrialStatus.OK:
-            if st is None or not math.isfinite(st) or st <= 0:
-                raise ValueError(f"trial {self.id}: an ok trial needs a finite positive step time, got {st!r}")
-        elif self.status is TrialStatus.OOM and st is not None:
-            raise ValueError(f"trial {self.id}: an oom trial has no step time (got {st}); peak > capacity is all it says")
+        if why := self.status.step_time_error(self.metrics.step_time_s, field="metrics.step_time_s"):
+            raise ValueError(f"trial {self.id}: {why}")
         return self

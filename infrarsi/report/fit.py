@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..execute.trial import TrialStatus
 from ..knobs import Setting
 from ..priors.prior import Z90
+from ..status import TrialStatus
 from .load import RunData
 
 
@@ -31,7 +31,7 @@ class TimeRow:
 @dataclass(frozen=True)
 class MemoryRow:
     trial: int
-    status: str  # ok | oom
+    status: TrialStatus  # ok | oom
     observed_bytes: float | None  # None for an OOM: all it says is peak > capacity
     mean_bytes: float
     lo_bytes: float
@@ -70,7 +70,7 @@ def saved_fit(data: RunData) -> Fit | None:
                                      math.exp(m + Z90 * s), (proposals.get(str(t.id)) or {}).get("predicted_s")))
         if key in mf and (t.status is TrialStatus.OOM or t.metrics.peak_memory_bytes):
             m, s, p = mf[key]
-            mem_rows.append(MemoryRow(t.id, t.status.value,
+            mem_rows.append(MemoryRow(t.id, t.status,
                                       t.metrics.peak_memory_bytes if t.status is TrialStatus.OK else None,
                                       math.exp(m), math.exp(m - Z90 * s), math.exp(m + Z90 * s), float(p)))
     if not time_rows:

@@ -17,14 +17,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-from ..execute.trial import Trial, TrialStatus  # noqa: E402
+from ..execute.trial import Trial  # noqa: E402
+from ..status import TrialStatus  # noqa: E402
 from .fit import Fit  # noqa: E402
 
 MiB = 2**20
-STATUS_STYLE = {  # status -> (color, marker)
-    "ok": ("tab:blue", "o"), "oom": ("tab:red", "X"), "crash": ("tab:purple", "s"), "timeout": ("tab:orange", "v"),
-    "numerics_drift": ("tab:brown", "D"), "invalid": ("tab:gray", "P"), "contract_violation": ("black", "*"),
-    "cancelled": ("tab:olive", "h"), "running": ("tab:cyan", "."),
+STATUS_STYLE = {  # status -> (color, marker); a TrialStatus key also answers to its string ("oom")
+    TrialStatus.OK: ("tab:blue", "o"), TrialStatus.OOM: ("tab:red", "X"), TrialStatus.CRASH: ("tab:purple", "s"),
+    TrialStatus.TIMEOUT: ("tab:orange", "v"), TrialStatus.NUMERICS_DRIFT: ("tab:brown", "D"),
+    TrialStatus.INVALID: ("tab:gray", "P"), TrialStatus.CONTRACT_VIOLATION: ("black", "*"),
+    TrialStatus.CANCELLED: ("tab:olive", "h"), TrialStatus.RUNNING: ("tab:cyan", "."),
 }
 
 
@@ -60,16 +62,16 @@ def progress(trials: Sequence[Trial]) -> bytes:
             ax.scatter([t.id for t in sel], [t.metrics.step_time_s for t in sel], s=22, alpha=alpha,
                        color="tab:blue", label=f"ok ({role})")
     for st, (color, marker) in STATUS_STYLE.items():
-        sel = [t for t in trials if t.status.value == st and st != "ok"]
+        sel = [t for t in trials if t.status is st and st is not TrialStatus.OK]
         if sel:
-            ax.scatter([t.id for t in sel], [top] * len(sel), marker=marker, color=color, s=60, label=st.upper(),
+            ax.scatter([t.id for t in sel], [top] * len(sel), marker=marker, color=color, s=60, label=st.value.upper(),
                        clip_on=False)
     ax.set_ylabel("step time (s)")
     ax.set_title("Step time by trial (failed trials on the top edge)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: the points stay visible
     names = list(dict.fromkeys(t.status.value for t in trials))
     for t in trials:
-        color, marker = STATUS_STYLE.get(t.status.value, ("black", "o"))
+        color, marker = STATUS_STYLE.get(t.status, ("black", "o"))
         ax2.scatter([t.id], [names.index(t.status.value)], color=color, marker=marker, s=40)
     ax2.set_yticks(range(len(names)), names, fontsize=8)
     ax2.set_ylim(-0.6, len(names) - 0.4)
@@ -96,8 +98,8 @@ def predicted_vs_observed(fit: Fit) -> bytes:
     ax.set_ylabel("predicted step time (s)")
     ax.set_title("Time model")
     cap = fit.capacity_bytes / MiB
-    ok = [r for r in fit.memory if r.status == "ok"]
-    oom = [r for r in fit.memory if r.status == "oom"]
+    ok = [r for r in fit.memory if r.status is TrialStatus.OK]
+    oom = [r for r in fit.memory if r.status is TrialStatus.OOM]
     if ok:
         ax2.errorbar([r.observed_bytes / MiB for r in ok], [r.mean_bytes / MiB for r in ok],
                      yerr=[[(r.mean_bytes - r.lo_bytes) / MiB for r in ok], [(r.hi_bytes - r.mean_bytes) / MiB for r in ok]],
@@ -132,7 +134,7 @@ def memory_boundary(fit: Fit) -> bytes:
     ax.plot(x, [r.mean_bytes / MiB for r in rows], color="tab:blue", lw=1)
     n_oom = 0
     for i, r in enumerate(rows):
-        if r.status == "ok":
+        if r.status is TrialStatus.OK:
             ax.scatter([i], [r.observed_bytes / MiB], color="tab:blue", s=25)
         else:  # censored: drawn at capacity; labels alternate up and down so neighbours stay readable
             ax.scatter([i], [cap], marker="X", color="tab:red", s=70)

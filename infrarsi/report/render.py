@@ -23,10 +23,10 @@ from typing import Any
 
 from ..execute.record import cost_by_status
 from ..execute.runner import unisolated
-from ..execute.trial import TrialStatus
 from ..io import atomic_write
 from ..knobs import Setting
 from ..rundir import RunDir, VerifiedCandidate
+from ..status import TrialStatus
 from . import plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
 from .fit import saved_fit
@@ -211,7 +211,7 @@ class _Builder:
         inside = sum(1 for r in fit.time if r.lo_s <= r.observed_s <= r.hi_s)
         self.p(f"The tuner's own time model, as fitted at the end of the search, on {len(fit.time)} ok trials "
                f"{_ids([r.trial for r in fit.time])}: {inside} of {len(fit.time)} observed step times fall inside their "
-               f"90% predictive interval (in-sample). Its memory model on {len(fit.memory)} trials ({sum(r.status == 'oom' for r in fit.memory)} OOMs as censored "
+               f"90% predictive interval (in-sample). Its memory model on {len(fit.memory)} trials ({sum(r.status is TrialStatus.OOM for r in fit.memory)} OOMs as censored "
                f"observations, peak > capacity {fit.capacity_bytes / MiB:.0f} MiB)."
                + (f" Trials the tuner was not told, left out: {_ids(fit.skipped)}." if fit.skipped else ""))
         self.table(["trial", "observed s", "predicted s [90%]", "predicted before the trial"],
@@ -220,7 +220,7 @@ class _Builder:
         if fit.memory:
             self.img("memory_boundary", "Memory boundary against capacity", plots.memory_boundary(fit))
             self.table(["trial", "status", "observed MiB", "predicted MiB [90%]", "P(OOM)"],
-                       [(r.trial, r.status.upper() if r.status == "oom" else r.status,
+                       [(r.trial, r.status.value.upper() if r.status is TrialStatus.OOM else r.status.value,
                          _mib(r.observed_bytes) if r.observed_bytes else "> capacity",
                          f"{r.mean_bytes / MiB:.0f} [{r.lo_bytes / MiB:.0f}, {r.hi_bytes / MiB:.0f}]", f"{r.p_oom:.2f}")
                         for r in sorted(fit.memory, key=lambda r: r.trial)])

@@ -17,9 +17,8 @@ from collections.abc import Iterator, Sequence
 from typing import overload
 
 from ..knobs import Setting
+from ..status import TrialStatus
 from .outcome import Outcome
-
-RAN = ("ok", "numerics_drift")  # statuses of a trial that ran every step (its peak and verdict are data)
 
 
 class History(Sequence[tuple[Setting, Outcome]]):
@@ -64,17 +63,17 @@ class History(Sequence[tuple[Setting, Outcome]]):
 
     def ok(self) -> list[tuple[Setting, Outcome]]:
         """The trials that gave a step time (status ok)."""
-        return [(s, o) for s, o in self._rows if o.status == "ok"]
+        return [(s, o) for s, o in self._rows if o.status is TrialStatus.OK]
 
     def ran(self) -> list[tuple[Setting, Outcome]]:
         """The trials that ran every step (ok or numerics_drift)."""
-        return [(s, o) for s, o in self._rows if o.status in RAN]
+        return [(s, o) for s, o in self._rows if o.status.ran()]
 
     def memory_rows(self, *, from_runs_without_peak: bool = True) -> list[tuple[Setting, Outcome]]:
         """The trials that say something about memory: OOMs and every trial that ran (``from_runs_without_peak``
         False: only those that reported a peak)."""
-        return [(s, o) for s, o in self._rows
-                if o.status == "oom" or (o.status in RAN and (from_runs_without_peak or o.peak_memory_bytes))]
+        return [(s, o) for s, o in self._rows if o.status.is_memory_evidence()
+                and (o.status is TrialStatus.OOM or from_runs_without_peak or o.peak_memory_bytes)]
 
     def best(self) -> tuple[Setting, Outcome] | None:
         """The fastest trial that ran (status ok), the earlier one on a tie; None before any."""
@@ -83,7 +82,7 @@ class History(Sequence[tuple[Setting, Outcome]]):
 
     def fastest(self, k: int) -> list[Setting]:
         """The settings of the ``k`` fastest trials that ran, by measured step time (ties: the earlier trial)."""
-        ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(self._rows) if o.status == "ok")
+        ok = sorted((o.step_time_s, i) for i, (_, o) in enumerate(self._rows) if o.status is TrialStatus.OK)
         return [self._rows[i][0] for _, i in ok[:k]]
 
 

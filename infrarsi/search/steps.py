@@ -21,11 +21,12 @@ import numpy as np
 
 from ..knobs import KnobSpace, Setting
 from ..priors.prior import Prior
+from ..status import TrialStatus
 from .acquisition import hamming, score
 from .config import TunerConfig
 from .design import maximin
 from .encoder import Encoder
-from .history import RAN, History
+from .history import History
 from .parts import NUMERICS, Bound, MemoryPart, TimePart
 from .prior_check import untested_claim
 from .proposal import Proposal, Scored
@@ -106,14 +107,14 @@ class Steps(Bound):
         (no knob's meaning, few trials) is overconfident where it has seen nothing, and its own record says so. (The
         same factor above 1, a looser cap where the model was too careful, gained on the OOM-heavy arm with the
         catalog's names but cost OOMs where the model knew the knobs: BENCHMARKS.md.)"""
-        told = [(self.priced[s], o.status == "oom") for s, o in history if s in self.priced]
+        told = [(self.priced[s], o.status is TrialStatus.OOM) for s, o in history if s in self.priced]
         expected, observed = sum(p for p, _ in told), sum(oom for _, oom in told)
         return min(1.0, (expected + 1.0) / (observed + 1.0))
 
     def p_pass(self, history: History, cands: Sequence[Setting]) -> np.ndarray:
         """P(each candidate passes the loss check), from the trials that ran (:mod:`.tuner` docstring, step 5): all ones
         until one has broken it."""
-        ran = [(s, o.status == "numerics_drift") for s, o in history if o.status in RAN]
+        ran = [(s, o.status is TrialStatus.NUMERICS_DRIFT) for s, o in history if o.status.ran()]
         if not self.learn_drift or not any(d for _, d in ran):
             return np.ones(len(cands))
         return drift_p_pass(ran, [k.name for k in self.setup.model_space.knobs], cands)
@@ -153,7 +154,7 @@ class Steps(Bound):
         priors: list[Prior] = list(getattr(ctx.time, "priors", ()))
         if not priors:
             return None
-        ran = [s for s, o in ctx.history if o.status == "ok"]
+        ran = [s for s, o in ctx.history if o.status is TrialStatus.OK]
         inc = ctx.incumbent
         claim = untested_claim(priors, ctx.space, inc, ran, skip=self.probed, min_claim=ctx.config.prior_probe,
                                max_sd=ctx.config.prior_probe_sd)

@@ -27,6 +27,7 @@ import numpy as np
 from ..knobs import Setting
 from ..models import TimeModel
 from ..priors.prior import Prior
+from ..status import TrialStatus
 from .bubble import BubbleColumn
 from .history import History
 from .meaning import interactions
@@ -74,7 +75,7 @@ class _AdditiveBase(Bound):
         if not history.ok():
             return
         settings = history.settings
-        times = [o.step_time_s if o.status == "ok" else math.nan for _, o in history]
+        times = [o.step_time_s if o.status is TrialStatus.OK else math.nan for _, o in history]
         cfg = self.setup.config
         guarded(self.setup, "time model", lambda: self.additive.fit(settings, times))
         if self.given and (cfg.prior_conflict_z > 0 or cfg.prior_conflict_log_bf > 0):

@@ -19,11 +19,12 @@ from rich.markup import escape
 from ..adapters import run_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.numerics import reference_of
-from ..execute.trial import Trial, TrialStatus
+from ..execute.trial import Trial
 from ..knobs import KnobSpace, Setting
 from ..rundir import RunDir
 from ..search import Outcome, Tuner, TunerConfig
 from ..search.reverify import reverify
+from ..status import TrialStatus
 from . import run_state as state
 
 
@@ -31,10 +32,10 @@ def outcome_of(t: Trial) -> Outcome:
     """The tuner's view of a finished trial: ok with time and peak; oom censored; numerics_drift (it ran every
     step, its loss trace broke the referee) with its peak; the rest a bare status."""
     if t.status is TrialStatus.OK:
-        return Outcome("ok", step_time_s=t.metrics.step_time_s, peak_memory_bytes=t.metrics.peak_memory_bytes)
+        return Outcome(TrialStatus.OK, step_time_s=t.metrics.step_time_s, peak_memory_bytes=t.metrics.peak_memory_bytes)
     if t.status is TrialStatus.NUMERICS_DRIFT:
-        return Outcome("numerics_drift", peak_memory_bytes=t.metrics.peak_memory_bytes or None)
-    return Outcome(t.status.value)
+        return Outcome(TrialStatus.NUMERICS_DRIFT, peak_memory_bytes=t.metrics.peak_memory_bytes or None)
+    return Outcome(t.status)
 
 
 def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list:
@@ -245,9 +246,9 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
 def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Setting) -> None:
     """One line per finished trial: status, step time, peak, why it was proposed, what differs from the baseline."""
     st = t.status.value
-    color = {"ok": "green", "oom": "red"}.get(st, "yellow")
+    color = {TrialStatus.OK: "green", TrialStatus.OOM: "red"}.get(t.status, "yellow")
     ms = f"{t.metrics.step_time_s * 1000:.0f} ms" if t.metrics.step_time_s else "-"
-    mem = f"{t.metrics.peak_memory_bytes / 2**20:.0f} MiB" if t.metrics.peak_memory_bytes and st == "ok" else ""
+    mem = f"{t.metrics.peak_memory_bytes / 2**20:.0f} MiB" if t.metrics.peak_memory_bytes and t.status is TrialStatus.OK else ""
     changed = ", ".join(f"{k}={v}" for k, v in t.setting.items() if baseline.get(k) != v) or "the baseline"
     extra = f" with {' + '.join(why['savers'])}" if why.get("savers") else ""
     console.print(f"  trial {t.id:3d} [{color}]{st:8s}[/] {ms:>8s} {mem:>9s}  ({why.get('kind', '?')}{extra}) {changed}")

@@ -70,8 +70,8 @@ SEARCH = [  # (changes vs baseline, forced status or None, proposal kind)
     ({"micro_batch_size": 8, "attention_backend": "auto", "intra_op_threads": 2}, None, "acquisition"),
     ({"micro_batch_size": 16, "attention_backend": "auto", "recompute_granularity": "full"}, None, "paired"),
     ({"bf16": True, "attention_backend": "auto", "intra_op_threads": 2}, None, "acquisition"),
-    ({"adam_impl": "fused", "micro_batch_size": 8}, "crash", "acquisition"),
-    ({"recompute_granularity": "full", "micro_batch_size": 1}, "timeout", "design"),
+    ({"adam_impl": "fused", "micro_batch_size": 8}, TrialStatus.CRASH, "acquisition"),
+    ({"recompute_granularity": "full", "micro_batch_size": 1}, TrialStatus.TIMEOUT, "design"),
     ({"micro_batch_size": 8, "attention_backend": "auto", "intra_op_threads": 2, "kernel_rmsnorm": KERNEL_SPEC}, None,
      "acquisition"),
     ({"adam_impl": "fused"}, None, "acquisition"),
@@ -127,15 +127,15 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
 
     flops = flops_per_step(contract.workload.args, "minigpt")[0]
 
-    def run_one(setting: dict[str, Any], role: str, forced: str | None = None) -> Trial:
+    def run_one(setting: dict[str, Any], role: str, forced: TrialStatus | None = None) -> Trial:
         t = record.start(setting, role=role)
         mem = _law(setting, MEM_EFFECT, BASE_MEM) * math.exp(rng.gauss(0, 0.01))
         step = _law(setting, TIME_EFFECT, BASE_S) * math.exp(rng.gauss(0, 0.02))
         wall = 8 * step + 5.0
-        if forced == "crash":
+        if forced is TrialStatus.CRASH:
             st, m, reason, ev = TrialStatus.CRASH, Metrics(), "exit code -11", ["Segmentation fault (core dumped)"]
             wall = 7.5
-        elif forced == "timeout":
+        elif forced is TrialStatus.TIMEOUT:
             st, m, reason, ev = TrialStatus.TIMEOUT, Metrics(), "still running after 300 s", ["killed after 300 s"]
             wall = 300.0
         elif mem > cap:
