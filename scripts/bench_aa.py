@@ -11,7 +11,6 @@ CV and repeat count. Target: at most 5% of repetitions promote.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 

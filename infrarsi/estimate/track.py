@@ -149,7 +149,6 @@ def tracked_step(meta: Callable[[], Any], build: Callable[[Any], tuple[Any, Any]
     ``step(model, optimizer, hooks)`` under fake tensors with a
     memory tracker. Call inside ``fake_world``. Returns the peak snapshot of the busiest device, by category,
     and the roofline time of the priced step (None without a device)."""
-    import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker

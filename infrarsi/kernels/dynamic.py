@@ -453,8 +453,6 @@ class _Exercise:
                 self.fail("stale", f"{label} changed after it was returned (the buffer was reused by a later call)")
 
     def _deterministic(self, family: str, dtype, *, seed: int) -> bool:
-        import torch
-
         runs = []
         for _ in range(1 + self.settings.determinism_reruns):
             got = self._one(family, dtype, seed, compare=False)

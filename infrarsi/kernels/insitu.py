@@ -166,8 +166,6 @@ def _arm_backward(sc: SpotChecked, args, args64, diff: list[int], live, n_outs: 
     node with an edge into a differentiable argument's node records what it sends along that edge (the
     candidate's share of that argument's gradient). When every such edge has reported, the shares are compared
     with the reference's fp64 gradients given the same output gradients."""
-    import torch
-
     grad_outs: list = [None] * n_outs
     targets = {}  # id(node of argument i) -> i: its grad_fn, or for a leaf the AccumulateGrad holding it
     leaves = {}  # id(leaf tensor) -> i

@@ -144,7 +144,7 @@ def _name(path: Path, root: Path) -> str:
 def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], err, *, llm=None, settings=None):
     """(space with only passing candidates, verdicts by candidate value, adapter pinned to them). ``settings``: the
     verifier's (default: all of it, plus the contract's model family)."""
-    from .verify import VerifySettings, verify
+    from .verify import VerifySettings
 
     knobs = _kernel_knobs(space)
     if not knobs:
