@@ -125,7 +125,8 @@ def test_an_entrypoint_workload_still_gets_launch_and_sbatch(repo, consoles, tmp
 
 
 @pytest.mark.parametrize("fixture, devices", [("torchtitan/llama3_8b_hsdp.toml", 8),
-                                              ("torchtitan/deepseek_v3_16b_hsdp_v03.cmd", 16)])
+                                              pytest.param("torchtitan/deepseek_v3_16b_hsdp_v03.cmd", 16,
+                                                           marks=pytest.mark.slow)])  # 0.3's round trip: test_equivalence
 def test_apply_dry_run_of_an_hsdp_job_keeps_its_replicate_degree(fixture, devices, repo, consoles):
     name = Path(fixture).name
     project = repo / "train"

@@ -74,6 +74,7 @@ def test_an_isolated_trial_runs_its_pinned_kernel_without_the_key(pinned_launch)
 
 
 @pytest.mark.slurm
+@pytest.mark.slow  # the local pinned run: test_an_isolated_trial_runs_its_pinned_kernel_without_the_key
 def test_a_slurm_job_runs_its_pinned_kernel_on_a_node_without_the_key(pinned_launch, slurm, tmp_path):
     run, spec = pinned_launch
     node_key = tmp_path / "node-home" / ".infrarsi" / "seal.key"  # where a node without the user's home looks

@@ -366,6 +366,7 @@ def _doctor(cli, project, monkeypatch, isolation):
     return cli("doctor", "--run-dir", "run")
 
 
+@pytest.mark.slow  # the sibling write inside a trial: test_writes_to_git_pycache_and_a_sibling_run_fail_inside_the_trial
 def test_an_isolated_trial_finds_no_sibling_to_edit_through_the_cli(cli, project, monkeypatch):
     r = _doctor(cli, project, monkeypatch, "on")
     run = project / "run"
