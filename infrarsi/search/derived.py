@@ -13,13 +13,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from ..knobs import KnobSpace, Setting
+from ..knobs import Knob, KnobSpace, Setting
 
 
-def _order(space: KnobSpace) -> list:
+def _order(space: KnobSpace) -> list[Knob]:
     """The knobs in the order they are checked (the first of a coupled group checked is the derived one): most values
     first, then those whose default is their largest value, then the last listed first."""
-    def key(i_k):
+    def key(i_k: tuple[int, Knob]) -> tuple[int, bool, int]:
         i, k = i_k
         dom = list(k.domain)
         try:
