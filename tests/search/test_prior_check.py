@@ -5,6 +5,7 @@ import math
 import random
 
 import numpy as np
+import pytest
 from scipy.stats import multivariate_normal, norm
 
 from infrarsi.knobs import Knob, KnobSpace
@@ -81,6 +82,7 @@ def big_step_time(s):
         * (1 + 0.02 * abs(math.log2(s["bucket"] / 50))) * (1 - 0.03 * math.log2(s["threads"]))
 
 
+@pytest.mark.slow  # 12 s; wrong priors revised by the trials: tests/search/test_learning.py
 def test_the_tuner_sets_reversed_priors_aside_sooner_with_the_bayes_factor():
     """Seven knobs, two confident priors reversed (full recompute -40%, tp 8 -30%; really +30% and +24%). Told the
     same random trials one by one, the tuner with the evidence test sets both aside no later than with the
