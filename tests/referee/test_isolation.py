@@ -387,3 +387,26 @@ def test_without_isolation_a_sibling_edit_fails_the_trial_and_is_recorded(cli, p
     assert t1["status"] == "invalid" and t1["warnings"][0].startswith("ran without isolation: trial isolation is off")
     t0 = json.loads((run / "trials/0/trial.json").read_text())  # the first trial ran before any sibling existed
     assert "ran without isolation" in t0["warnings"][0]
+
+
+def test_a_repository_under_tmp_or_home_whose_venv_links_to_an_absolute_interpreter_runs(tmp_path):
+    """A repository under /tmp or the home folder (both an empty tmpfs in the trial, the repository bound back) with
+    a venv whose bin/python is a symlink with an absolute target (python3 -m venv over pyenv: -> ~/.pyenv/...): the
+    trial runs (bwrap failed with "Can't create file at .../bin/python" binding the link again under the repository)."""
+    from infrarsi.execute.isolation import bwrap_argv, trial_box
+
+    tool = tmp_path / "pyenv/versions/3.11/bin/python3"  # the interpreter, outside the repository, under a tmpfs root
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\necho ran in $(pwd)\n")
+    tool.chmod(0o755)
+    repo = tmp_path / "repo"
+    (repo / ".venv/bin").mkdir(parents=True)
+    (repo / ".venv/bin/python3").symlink_to(tool)  # absolute
+    (repo / ".venv/bin/python").symlink_to("python3")  # relative, as venv makes it
+    trial = tmp_path / "run/trials/0"
+    trial.mkdir(parents=True)
+    argv = [str(repo / ".venv/bin/python")]
+    box = trial_box(trial, tmp_path / "run", argv=argv, env={}, cwd=repo, repository=repo,
+                    readable=[tool.parent.parent])
+    r = subprocess.run(bwrap_argv(box, argv), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"ran in {repo}", r.stderr
