@@ -265,10 +265,11 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None,
         out += ["--tmpfs", str(t)]
     secret = [Path(os.path.abspath(p)) for p in box.hidden]
     back = [p for p in box.readable if _under(p, tmpfs) and not _under(p, secret)]
-    back += [p.resolve() for p in back if p.is_symlink()]  # a link bound on its own needs its target too
+    targets = [p.resolve() for p in back if p.is_symlink()]  # a link bound on its own needs its target too
+    back += [t for t in targets if _under(t, tmpfs) and not _under(t, secret)]
     bound: list[Path] = []
     for p in sorted(dict.fromkeys(back), key=lambda p: len(p.parts)):
-        if any(a in p.parents for a in bound) or not _under(p, tmpfs) or _under(p, secret):
+        if any(a in p.parents for a in bound):
             # shown by a folder bound before. Binding it again would change nothing, and fails where it is a
             # symlink with an absolute target (a venv's bin/python -> ~/.pyenv/...: bwrap resolves the link
             # against its own empty root while it builds the mounts)
