@@ -18,18 +18,16 @@ import typer
 GiB = 2**30
 
 
-def _launch_setting(contract, space) -> dict:
+def _launch_setting(contract, adapter, space) -> dict:
     """The knobs a Megatron launch sets itself (its flags), so that a contract without a [baseline] is estimated as
-    its launch is written rather than at the catalog's defaults."""
+    its launch is written rather than at the catalog's defaults (``adapter``: the one that read the space)."""
     if contract.workload.adapter != "megatron":
         return {}
-    from ..adapters.megatron import MegatronAdapter
-
-    return {k: v for k, v in MegatronAdapter().parsed(contract).setting.items() if k in space and v is not None}
+    return {k: v for k, v in adapter.parsed(contract).setting.items() if k in space and v is not None}
 
 
-def _setting(contract, space, sets: list[str]) -> dict:
-    out = {**_launch_setting(contract, space), **contract.baseline}
+def _setting(contract, adapter, space, sets: list[str]) -> dict:
+    out = {**_launch_setting(contract, adapter, space), **contract.baseline}
     by_name = {k.name: k for k in space.knobs}
     for item in sets:
         name, sep, raw = item.partition("=")
@@ -62,8 +60,9 @@ def estimate(
     try:
         contract = load_contract(contract_path)
         contract = _anchored(contract, contract_path)
-        space = get_adapter(contract.workload.adapter).knob_space(contract)
-        setting = space.complete(_setting(contract, space, sets))
+        adapter = get_adapter(contract.workload.adapter)
+        space = adapter.knob_space(contract)
+        setting = space.complete(_setting(contract, adapter, space, sets))
         kw = {"device": device_for(contract.hardware)}
         if unseen_gib is not None:
             kw["unseen_gib"] = unseen_gib

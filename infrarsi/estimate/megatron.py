@@ -49,12 +49,13 @@ _NO_TENSORS = ("--data-path", "--vocab-file", "--merge-file", "--split", "--save
                "--no-position-embedding", "--use-mcore-models", "--empty-unused-memory-level", "--manual-gc")
 
 
-def launch_argv(contract: Any, setting: Mapping[str, Any]) -> tuple[list[str], int, Any]:
-    """(pretrain_gpt.py arguments of the emitted launch, world size, the parsed launch)."""
+def launch_argv(contract: Any, setting: Mapping[str, Any], *, adapter: Any = None) -> tuple[list[str], int, Any]:
+    """(pretrain_gpt.py arguments of the emitted launch, world size, the parsed launch); ``adapter``: a
+    MegatronAdapter that has read this contract already (its parse is reused), else a new one."""
     from ..adapters.base import FrameworkRejected
     from ..adapters.megatron import MegatronAdapter, MegatronLaunchError
 
-    ad = MegatronAdapter()
+    ad = adapter or MegatronAdapter()
     try:
         parsed = ad.parsed(contract)
         spec = ad.launch(contract, setting)
@@ -92,9 +93,10 @@ def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None
     """The busiest estimated rank's peak for ``setting`` (completed against the adapter's space)."""
     from ..adapters.megatron import MegatronAdapter
 
-    full = MegatronAdapter().knob_space(contract).complete(dict(setting))
+    ad = MegatronAdapter()
+    full = ad.knob_space(contract).complete(dict(setting))
     # data parallel is derived from the world size (Megatron has no flag for it): the launch derives it
-    argv, world, parsed = launch_argv(contract, {k: v for k, v in full.items() if k != "data_parallel"})
+    argv, world, parsed = launch_argv(contract, {k: v for k, v in full.items() if k != "data_parallel"}, adapter=ad)
     from ..workloads.megatron_model import MegatronArgsError, parse
 
     try:
