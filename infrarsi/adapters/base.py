@@ -74,3 +74,60 @@ class Adapter(abc.ABC):
         the trial's directory with ``spec.TRIAL_DIR`` (the repository is read-only to a trial). Only the runner calls
         it: ``launch`` stays the launch a person runs (apply writes it)."""
         return spec
+
+
+class LaunchFileAdapter(Adapter):
+    """An adapter that reads the user's own launch file (``workload.launch``: a script or a job file) and can read
+    an edited copy back: what ``knobs`` describes, what ``apply`` edits in place and checks."""
+
+    extra_env_keys: frozenset[str] = frozenset()
+    """Environment variables an in-place edit may set besides the knobs' own (``ENV:`` spellings)."""
+
+    @abc.abstractmethod
+    def parsed(self, contract: Contract) -> Any:
+        """The user's launch as this framework reads it (cached per contract)."""
+
+    @abc.abstractmethod
+    def reread(self, contract: Contract, text: str) -> Any:
+        """``text`` read as the contract's launch file is read (its environment, arguments, working directory)."""
+
+    @abc.abstractmethod
+    def differences(self, contract: Contract, setting: Mapping[str, Any], text: str) -> list[str]:
+        """What differs, by the framework's reading, between the user's launch and the launch file ``text`` that
+        the complete ``setting`` does not explain ([] when it computes the user's job)."""
+
+    @abc.abstractmethod
+    def reading(self, contract: Contract, text: str) -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
+        """(program arguments, environment, setting, fixed) of ``text`` read as the launch file."""
+
+    def job_file_values(self, contract: Contract, spec: LaunchSpec) -> dict[str, Any] | None:
+        """For a launch that is a bare job file: the fields ``spec`` changes in it; None for a launch script."""
+        return None
+
+    def env_keys(self) -> set[str]:
+        """The environment variables the knobs of this framework are spelled as, and :attr:`extra_env_keys`."""
+        from ..knobs.catalog import ENV_PREFIX, knobs_for
+
+        keys = {k.spelling[self.name][len(ENV_PREFIX):] for k in knobs_for(self.name)
+                if k.spelling.get(self.name, "").startswith(ENV_PREFIX)}
+        return keys | set(self.extra_env_keys)
+
+    def describe(self, contract: Contract) -> dict[str, Any]:
+        """What ``infrarsi knobs`` shows for the contract's launch, as :meth:`describe_file` gives it."""
+        return self.describe_launch(self.parsed(contract))
+
+    @classmethod
+    def describe_file(cls, path: Path, text: str, *, world_size: int | None = None) -> dict[str, Any]:
+        """What ``infrarsi knobs`` shows for a bare launch file ``text`` at ``path`` (its relative paths from its
+        own folder; ``world_size`` where it does not say)."""
+        return cls.describe_launch(cls.read_file(path, text, world_size=world_size))
+
+    @classmethod
+    @abc.abstractmethod
+    def read_file(cls, path: Path, text: str, *, world_size: int | None = None) -> Any:
+        """A bare launch file read as this framework reads it (no contract)."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def describe_launch(parsed: Any) -> dict[str, Any]:
+        """framework, fixed, setting (one key per knob of the space), violations, world_size, space, notes."""

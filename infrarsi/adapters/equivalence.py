@@ -92,38 +92,3 @@ def raise_if_different(diffs: list[str], what: str) -> None:
 def _short(v: Any, n: int = 80) -> str:
     s = repr(v) if not isinstance(v, str) or v == MISSING else repr(v)
     return s if len(s) <= n else s[:n - 3] + "..."
-
-
-def launch_file_differences(adapter, contract, setting: Mapping[str, Any], text: str) -> list[str]:
-    """The differences, by the framework's own reading, between the user's launch and the launch file ``text``
-    (the contract's ``workload.launch`` as ``apply`` would write it) that the tuned ``setting`` does not explain."""
-    import tempfile
-    from pathlib import Path
-
-    w = contract.workload
-    if w.adapter not in ("megatron", "torchtitan") or not w.launch:
-        return []
-    parsed = adapter.parsed(contract)
-    p = Path(w.launch)
-    if not p.is_absolute() and adapter.base_dir is not None:
-        p = Path(adapter.base_dir) / p
-    s = {**parsed.setting, **adapter.knob_space(contract).complete({**contract.baseline, **dict(setting)})}
-    rw = parsed.read_with
-    if w.adapter == "megatron":
-        from .megatron import parse_megatron
-        from .megatron.equivalence import compare as mcompare
-
-        q = parse_megatron(text, path=str(p), env=rw.get("env"), args=rw.get("args"), cwd=rw.get("cwd"))
-        return mcompare(parsed, q.argv(), q.env, s)
-    from .torchtitan import parse_torchtitan
-    from .torchtitan.equivalence import compare as tcompare
-
-    world = parsed.world_size or contract.hardware.devices
-    if parsed.launch is None:  # a bare job file: read the edited copy as torchtitan would
-        with tempfile.TemporaryDirectory() as d:
-            job = Path(d) / p.name
-            job.write_text(text)
-            return tcompare(parsed, ["--job.config_file", str(job)], parsed.env, s, world=world)
-    q = parse_torchtitan(text, path=str(p), env=rw.get("env"), base_dir=p.parent, args=rw.get("args"),
-                         cwd=rw.get("cwd"), world_size=world)
-    return tcompare(parsed, q.launch.argv() if q.launch else [], q.env, s, world=world)

@@ -286,45 +286,25 @@ def changed_lines(a: str, b: str) -> int:
 
 
 # --------------------------------------------------------------------------- the contract's launch file
-def _env_keys(framework: str) -> set[str]:
-    from ..knobs.catalog import ENV_PREFIX, knobs_for
-
-    keys = {k.spelling[framework][len(ENV_PREFIX):] for k in knobs_for(framework)
-            if k.spelling.get(framework, "").startswith(ENV_PREFIX)}
-    return keys | ({"CUDA_DEVICE_MAX_CONNECTIONS"} if framework == "megatron" else set())
-
-
 def edit_launch_file(adapter, contract, spec) -> tuple[Path, Edit] | None:
     """(path, edit) of the contract's launch file (``workload.launch``) that makes it the launch ``spec`` (the
     adapter's launch for the tuned setting); None when the workload names no launch file. EditError when the
     change cannot be made as a minimal edit."""
-    w = contract.workload
-    if w.adapter not in ("megatron", "torchtitan") or not w.launch:
+    from ..adapters.workload import Workload
+
+    workload = Workload(contract, adapter.base_dir, adapter)
+    if not workload.reads_launch_file:
         return None
-    p = Path(w.launch)
-    if not p.is_absolute() and adapter.base_dir is not None:
-        p = Path(adapter.base_dir) / p
+    p = workload.path
     text = p.read_text()
-    parsed = adapter.parsed(contract)
-    rw = parsed.read_with
-    if w.adapter == "megatron":
-        from ..adapters.megatron import parse_megatron
+    parsed = workload.parsed()
+    values = adapter.job_file_values(contract, spec)
+    if values is not None:  # a bare job file: the changed fields go into it
+        return p, edit_toml(text, values, path=str(p))
 
-        def read(t: str) -> Reading:
-            q = parse_megatron(t, path=str(p), env=rw.get("env"), args=rw.get("args"), cwd=rw.get("cwd"))
-            return q.args, q.env, q.setting, q.fixed
-    else:
-        from ..adapters import torchtitan as tt
+    def read(t: str) -> Reading:
+        return adapter.reading(contract, t)
 
-        if parsed.launch is None:  # a bare job file: the changed fields go into it
-            got = tt.parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=p.parent)
-            values = {k: v for k, v in got.values.items() if parsed.values.get(k) != v and k != "job.config_file"}
-            return p, edit_toml(text, values, path=str(p))
-
-        def read(t: str) -> Reading:
-            q = tt.parse_torchtitan(t, path=str(p), env=rw.get("env"), base_dir=p.parent, args=rw.get("args"),
-                                    cwd=rw.get("cwd"), world_size=contract.hardware.devices)
-            return q.launch.args if q.launch else [], q.env, q.setting, q.fixed
     la = parsed.launch
     n = len(la.launcher) + len(la.program)
     if spec.argv[:n] != la.launcher + la.program:
@@ -336,4 +316,4 @@ def edit_launch_file(adapter, contract, spec) -> tuple[Path, Edit] | None:
                         "by hand: set converters = [] in its [model] table")
     line = la.line or 1
     return p, edit_script(text, read, target_args=target, target_env=spec.env, launch_line=line,
-                          env_keys=_env_keys(w.adapter), path=str(p))
+                          env_keys=adapter.env_keys(), path=str(p))

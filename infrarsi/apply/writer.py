@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..adapters import contract_adapter
-from ..adapters.equivalence import launch_file_differences
+from ..adapters.workload import Workload
 from ..execute.spec import LaunchSpec
 from ..launch.command import shell_join
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
@@ -220,7 +220,8 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
                "notes": ("infrarsi-launch --profile rewrites Megatron and torchtitan commands" if fw in PROFILE_FRAMEWORKS
                          else f"{fw}: run launch.sh (infrarsi-launch rewrites Megatron and torchtitan commands only)")}
     own, fallback = _in_place(data, adapter, spec, repo)
-    if own is not None and (differs := launch_file_differences(adapter, data.contract, setting, own.content.decode())):
+    workload = Workload(data.contract, data.contract_path.parent, adapter)
+    if own is not None and (differs := workload.differences(setting, own.content.decode())):
         raise ApplyRefused(f"the edited {own.path} does not compute the user's job: {'; '.join(differs[:3])}")
     if own is not None:  # the user's launch, edited where each knob is written: a diff a person reviews
         files.append(own)

@@ -40,6 +40,10 @@ class Workload(_Section):
     """The command before the arguments, e.g. "python -m infrarsi.workloads.minigpt"."""
     launch: str = ""
     """A launch script or config file the adapter parses (Megatron/torchtitan), relative to the contract."""
+    cwd: str = ""
+    """The folder the launch runs from, relative to the contract (default: the git repository that holds the
+    contract, else the contract's folder). Relative paths inside the launch (a job file, ``$PWD``) resolve against
+    it, as the shell would, in knobs, estimate, trials and apply."""
     args: dict[str, Any] = {}
     """Fixed workload arguments (Megatron names with underscores): never changed by a setting."""
     env: dict[str, str] = {}
@@ -49,7 +53,7 @@ class Workload(_Section):
     take the checkpoint, vocab and data paths this way)."""
     script_env: dict[str, str] = {}
     """Variables the launch script reads from the job's environment (PWD, SLURM_NNODES, SLURM_JOB_ID, ...):
-    used to read the script, never set for trials. PWD defaults to the contract's folder."""
+    used to read the script, never set for trials. PWD defaults to ``cwd``."""
 
 
 class Hardware(_Section):

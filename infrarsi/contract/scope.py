@@ -17,7 +17,6 @@ and what a trial may touch.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
@@ -26,25 +25,13 @@ from typing import Any
 from ..kernels.loader import CandidateError, parse_candidate, split_spec
 from ..knobs.knob import value_problem
 from .model import Contract
+from .place import repository_root  # noqa: F401 -- its old home, still imported from here by execute/ and stages/
 
 KERNEL_PREFIX = "kernel_"
 REFERENCE = "reference"
 # Folders never watched: version control, run directories, environments, bytecode caches.
 UNWATCHED = frozenset({".git", ".hg", ".infrarsi", ".venv", "venv", "__pycache__", "node_modules", ".pytest_cache",
                        ".mypy_cache", ".ruff_cache"})
-
-
-def repository_root(start: Path | None = None) -> Path:
-    """The git work tree that holds ``start`` (default: the working directory), else ``start`` itself."""
-    start = Path(start or Path.cwd()).resolve()
-    try:
-        out = subprocess.run(["git", "-C", str(start), "rev-parse", "--show-toplevel"], capture_output=True,
-                             text=True, timeout=10)
-        if out.returncode == 0 and out.stdout.strip():
-            return Path(out.stdout.strip()).resolve()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return start
 
 
 def glob_of(rel: str, globs: Sequence[str]) -> str | None:

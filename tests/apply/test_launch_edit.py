@@ -7,7 +7,9 @@ import pytest
 
 from infrarsi.adapters import megatron as mg
 from infrarsi.adapters import torchtitan as tt
-from infrarsi.apply.launch_edit import EditError, _env_keys, edit_script, edit_toml
+from infrarsi.adapters.megatron import MegatronAdapter
+from infrarsi.adapters.torchtitan import TorchtitanAdapter
+from infrarsi.apply.launch_edit import EditError, edit_script, edit_toml
 
 FIX = Path(__file__).parents[1] / "fixtures"
 
@@ -29,7 +31,7 @@ def _edit_megatron(name: str, change: dict) -> tuple[str, str, mg.MegatronLaunch
 
     text = path.read_text()
     e = edit_script(text, read, target_args=spec.argv[n:], target_env=spec.env, launch_line=p.launch.line,
-                    env_keys=_env_keys("megatron"), path=name)
+                    env_keys=MegatronAdapter().env_keys(), path=name)
     return text, e.text, mg.parse_megatron(e.text, path=str(path))
 
 
@@ -73,7 +75,7 @@ def _edit_torchtitan(name: str, world: int, change: dict):
 
     text = path.read_text()
     e = edit_script(text, read, target_args=spec.argv[n:], target_env=spec.env, launch_line=p.launch.line or 1,
-                    env_keys=_env_keys("torchtitan"), path=name)
+                    env_keys=TorchtitanAdapter().env_keys(), path=name)
     return text, e.text
 
 

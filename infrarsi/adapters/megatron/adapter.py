@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ...contract.model import Contract
+from ...contract.place import launch_cwd, launch_path
 from ...execute.spec import LaunchSpec
 from ...execute.trial import Metrics, TrialStatus
 from ...knobs import KnobSpace
@@ -41,7 +42,7 @@ from ...transformer import data_parallel
 from . import equivalence
 from . import log as megatron_log
 from .check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
-from ..base import Adapter, ParsedRun, scoped_space
+from ..base import LaunchFileAdapter, ParsedRun, scoped_space
 from ...launch.bash import ScriptError, interpret_script
 from ...launch.command import KEPT, Launch, split_launcher, unfilled_flags, world_from_variables
 from .args import (_ENTRY, COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError, _read_fixed,
@@ -147,6 +148,15 @@ def parse_megatron_file(path: str | Path, *, env: Mapping[str, str] | None = Non
     return parse_megatron(p.read_text(), path=str(p), env=env, args=args, cwd=cwd)
 
 
+def with_world(parsed: MegatronLaunch, world: int) -> MegatronLaunch:
+    """``parsed`` for ``world`` ranks, for a launch that does not say its world size: the data parallel degree
+    follows (world / (tp x pp x cp)); changes ``parsed`` and returns it."""
+    parsed.world_size = world
+    st = parsed.setting
+    st["data_parallel"] = data_parallel(world, st["tensor_parallel"], st["pipeline_parallel"], st["context_parallel"])
+    return parsed
+
+
 # --------------------------------------------------------------------------- validation
 def knob_space_for(parsed: MegatronLaunch, *, include_current: bool = True) -> KnobSpace:
     """The catalog space for this launch's workload, world size and device."""
@@ -181,14 +191,11 @@ def violations(parsed: MegatronLaunch, setting: Mapping[str, Any] | None = None,
 def _launch_from_contract(contract: Contract, base_dir: Path | None) -> MegatronLaunch:
     w = contract.workload
     if w.launch:
-        p = Path(w.launch)
-        if not p.is_absolute() and base_dir is not None:
-            p = base_dir / p
+        p = launch_path(w, base_dir)
         if not p.is_file():
             raise MegatronLaunchError(f"workload.launch {w.launch!r} does not exist (looked at {p}); give the "
-                                      "launch script's path relative to where infrarsi runs")
-        return parse_megatron_file(p, env={**w.script_env, **w.env}, args=w.script_args,
-                                   cwd=base_dir if base_dir is not None else Path.cwd())
+                                      "launch script's path relative to the contract's folder")
+        return parse_megatron_file(p, env={**w.script_env, **w.env}, args=w.script_args, cwd=launch_cwd(w, base_dir))
     if not w.entrypoint:
         raise MegatronLaunchError("workload: set launch (a Megatron launch script) or entrypoint "
                                   "(e.g. \"torchrun --nproc-per-node 8 pretrain_gpt.py\") with [workload.args]")
@@ -204,10 +211,11 @@ def _launch_from_contract(contract: Contract, base_dir: Path | None) -> Megatron
     return parse_megatron_argv(argv, env=w.env, source="contract workload")
 
 
-class MegatronAdapter(Adapter):
+class MegatronAdapter(LaunchFileAdapter):
     """Megatron-LM through its launch script: catalog knobs, rewritten launches, log parsing."""
 
     name = FRAMEWORK
+    extra_env_keys = frozenset({"CUDA_DEVICE_MAX_CONNECTIONS"})
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
         super().__init__(base_dir)
@@ -220,10 +228,7 @@ class MegatronAdapter(Adapter):
             parsed = _launch_from_contract(contract, self.base_dir)
             parsed.device = contract.hardware.kind
             if parsed.world_size is None:  # the launch does not say: the contract's devices do
-                parsed.world_size = contract.hardware.devices
-                st = parsed.setting
-                st["data_parallel"] = data_parallel(parsed.world_size, st["tensor_parallel"], st["pipeline_parallel"],
-                                                    st["context_parallel"])
+                with_world(parsed, contract.hardware.devices)
             self._cache[key] = parsed
         return self._cache[key]
 
@@ -249,10 +254,45 @@ class MegatronAdapter(Adapter):
 
         from infrarsi.workloads.megatron_trial import cpu_trial  # a CPU contract: torchrun and the memory cap
 
+        if contract.workload.launch:  # it runs where its relative paths were read from
+            spec = spec.model_copy(update={"cwd": str(launch_cwd(contract.workload, self.base_dir))})
         return cpu_trial(spec, contract)
 
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         return spec.model_copy(update={"argv": trial_outputs(spec.argv)})
+
+    @classmethod
+    def read_file(cls, path: Path, text: str, *, world_size: int | None = None) -> MegatronLaunch:
+        parsed = parse_megatron(text, path=str(path))
+        if world_size and not parsed.world_size:
+            with_world(parsed, world_size)
+        return parsed
+
+    @staticmethod
+    def describe_launch(parsed: MegatronLaunch) -> dict[str, Any]:
+        space = knob_space_for(parsed)
+        return {"framework": FRAMEWORK, "fixed": dict(parsed.fixed),
+                "setting": {k.name: parsed.setting.get(k.name) for k in space.knobs}, "violations": violations(parsed),
+                "world_size": parsed.world_size, "space": space, "notes": list(parsed.notes)}
+
+    def reread(self, contract: Contract, text: str) -> MegatronLaunch:
+        """``text`` read as the contract's launch file is (the same environment, arguments and working directory):
+        what ``apply`` would write, read back."""
+        rw = self.parsed(contract).read_with
+        return parse_megatron(text, path=str(launch_path(contract.workload, self.base_dir)), env=rw.get("env"),
+                              args=rw.get("args"), cwd=rw.get("cwd"))
+
+    def differences(self, contract: Contract, setting: Mapping[str, Any], text: str) -> list[str]:
+        """What differs, by Megatron's reading, between the user's launch and the launch file ``text`` that the
+        complete ``setting`` does not explain."""
+        q = self.reread(contract, text)
+        return equivalence.compare(self.parsed(contract), q.argv(), q.env, setting)
+
+    def reading(self, contract: Contract, text: str) -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
+        """(program arguments, environment, setting, fixed) of ``text`` read as the launch file: what an in-place
+        edit compares."""
+        q = self.reread(contract, text)
+        return q.args, q.env, q.setting, q.fixed
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         fixed = self.parsed(contract).fixed if (contract.workload.launch or contract.workload.entrypoint) else contract.fixed

@@ -29,21 +29,23 @@ names callers use.
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ...contract.model import Contract
+from ...contract.place import launch_cwd, launch_path
 from ...execute.spec import LaunchSpec
 from ...knobs import Constraint, Derived, Knob, KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
 from . import trial as torchtitan_trial
-from ..base import Adapter, ParsedRun, scoped_space
+from ..base import LaunchFileAdapter, ParsedRun, scoped_space
 from ..equivalence import raise_if_different
 from .check import FrameworkRejected, check_torchtitan
 from .configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK
 from .emit import JOBS_DIR, emit_torchtitan, emit_torchtitan_args
-from .equivalence import check_launch
+from .equivalence import check_launch, compare
 from .launch import (
     Override, TorchtitanLaunch, TorchtitanLaunchError, parse_toml_job, parse_torchtitan, parse_torchtitan_argv,
     parse_torchtitan_file, split_overrides, with_world,
@@ -207,7 +209,7 @@ def violations(parsed: TorchtitanLaunch, setting: Mapping[str, Any] | None = Non
 
 
 # --------------------------------------------------------------------------- adapter
-class TorchtitanAdapter(Adapter):
+class TorchtitanAdapter(LaunchFileAdapter):
     """torchtitan through its job file or config function and command-line overrides."""
 
     name = FRAMEWORK
@@ -217,24 +219,16 @@ class TorchtitanAdapter(Adapter):
         self._cache: dict[str, TorchtitanLaunch] = {}
         self._before: dict[int, dict[str, Any]] = {}  # the user's launch as the framework reads it, per parse
 
-    def launch_path(self, contract: Contract) -> Path:
-        """``workload.launch``: relative to the contract's folder (``base_dir``) when it is there, else to the
-        working directory (where torchtitan runs; the stages build adapters without a base_dir)."""
-        p = Path(contract.workload.launch)
-        if not p.is_absolute() and self.base_dir is not None and (self.base_dir / p).is_file():
-            return self.base_dir / p
-        return p
-
     def parsed(self, contract: Contract) -> TorchtitanLaunch:
         key = contract.model_dump_json(include={"workload", "hardware"})
         if key not in self._cache:
             w = contract.workload
             if w.launch:
-                p = self.launch_path(contract)
+                p = launch_path(w, self.base_dir)
                 if not p.is_file():
                     raise TorchtitanLaunchError(f"workload.launch {w.launch!r} does not exist (looked at {p})")
                 out = parse_torchtitan_file(p, env={**w.script_env, **w.env}, world_size=contract.hardware.devices,
-                                            args=w.script_args, cwd=self.base_dir or Path.cwd())
+                                            args=w.script_args, cwd=launch_cwd(w, self.base_dir))
             elif w.entrypoint:
                 out = parse_torchtitan(w.entrypoint, env=w.env, base_dir=self.base_dir,
                                        world_size=contract.hardware.devices)
@@ -267,11 +261,61 @@ class TorchtitanAdapter(Adapter):
         if refused:
             raise FrameworkRejected("; ".join(refused))
         raise_if_different(diffs, "the emitted torchtitan launch")  # computes the user's job, or no launch
+        if contract.workload.launch:  # it runs where its relative paths were read from
+            spec = spec.model_copy(update={"cwd": str(launch_cwd(contract.workload, self.base_dir))})
         return torchtitan_trial.trial_spec(spec, contract, full)  # the launcher, the cap, the threads
 
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         """``job.dump_folder`` (checkpoints, TensorBoard, profiles) is the trial's own ``outputs`` folder."""
         return spec.model_copy(update={"argv": torchtitan_trial.dump_folder_in_trial(list(spec.argv))})
+
+    @classmethod
+    def read_file(cls, path: Path, text: str, *, world_size: int | None = None) -> TorchtitanLaunch:
+        return parse_torchtitan(text, path=str(path), base_dir=path.parent, world_size=world_size)
+
+    @staticmethod
+    def describe_launch(parsed: TorchtitanLaunch) -> dict[str, Any]:
+        space = knob_space_for(parsed)
+        return {"framework": FRAMEWORK, "fixed": dict(parsed.fixed),
+                "setting": {k.name: parsed.setting.get(k.name) for k in space.knobs}, "violations": violations(parsed),
+                "world_size": parsed.world_size, "space": space, "notes": list(parsed.notes)}
+
+    def reread(self, contract: Contract, text: str) -> TorchtitanLaunch:
+        """``text`` read as the contract's launch script is (the same environment, arguments, working directory
+        and job-file folder): what ``apply`` would write, read back."""
+        parsed = self.parsed(contract)
+        rw = parsed.read_with
+        return parse_torchtitan(text, path=str(launch_path(contract.workload, self.base_dir)), env=rw.get("env"),
+                                base_dir=parsed.base_dir, args=rw.get("args"), cwd=rw.get("cwd"),
+                                world_size=contract.hardware.devices)
+
+    def differences(self, contract: Contract, setting: Mapping[str, Any], text: str) -> list[str]:
+        """What differs, by torchtitan's reading, between the user's launch and the launch file ``text`` (a
+        script, or the job file itself) that the complete ``setting`` does not explain."""
+        parsed = self.parsed(contract)
+        world = parsed.world_size or contract.hardware.devices
+        if parsed.launch is None:  # a bare job file: read the edited copy as torchtitan would
+            with tempfile.TemporaryDirectory() as d:
+                job = Path(d) / launch_path(contract.workload, self.base_dir).name
+                job.write_text(text)
+                return compare(parsed, ["--job.config_file", str(job)], parsed.env, setting, world=world)
+        q = self.reread(contract, text)
+        return compare(parsed, q.launch.argv() if q.launch else [], q.env, setting, world=world)
+
+    def reading(self, contract: Contract, text: str) -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
+        """(program arguments, environment, setting, fixed) of ``text`` read as the launch script: what an
+        in-place edit compares."""
+        q = self.reread(contract, text)
+        return q.launch.args if q.launch else [], q.env, q.setting, q.fixed
+
+    def job_file_values(self, contract: Contract, spec: LaunchSpec) -> dict[str, Any] | None:
+        """For a launch that is a bare job file: the job-file fields ``spec`` changes (what an in-place edit
+        writes into it); None for a launch script."""
+        parsed = self.parsed(contract)
+        if parsed.launch is not None:
+            return None
+        got = parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=launch_path(contract.workload, self.base_dir).parent)
+        return {k: v for k, v in got.values.items() if parsed.values.get(k) != v and k != "job.config_file"}
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         parsed = self.parsed(contract)

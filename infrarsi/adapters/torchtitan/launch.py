@@ -399,8 +399,11 @@ def with_world(p: TorchtitanLaunch, world: int) -> TorchtitanLaunch:
 def parse_torchtitan_file(path: str | Path, *, env: Mapping[str, str] | None = None,
                           world_size: int | None = None, args: list[str] | None = None,
                           cwd: str | Path | None = None) -> TorchtitanLaunch:
+    """A launch file: a job file (read by its absolute path), or a script whose relative paths (the job file it
+    names) resolve against ``cwd``, the folder it runs from, as the shell resolves them (default: its own folder)."""
     p = Path(path)
     if p.suffix == ".toml":
         p = p.resolve()  # a bare job file is launched by its absolute path, from wherever the trial runs
-    return parse_torchtitan(p.read_text(), path=str(p), env=env, base_dir=p.parent, world_size=world_size,
+    base = p.parent if p.suffix == ".toml" or cwd is None else Path(cwd)
+    return parse_torchtitan(p.read_text(), path=str(p), env=env, base_dir=base, world_size=world_size,
                             args=args, cwd=cwd)

@@ -11,6 +11,7 @@ import pytest
 
 from infrarsi.adapters.torchtitan import trial as torchtitan_trial
 from infrarsi.adapters.torchtitan import TorchtitanAdapter
+from infrarsi.adapters.workload import Workload
 from infrarsi.contract.model import Contract, load_contract
 from infrarsi.execute.spec import TRIAL_DIR
 
@@ -132,12 +133,13 @@ def test_a_trial_command_reads_back_as_the_same_torchtitan_setting():
 
 def test_the_launch_file_is_found_from_the_contracts_folder_or_the_working_directory(monkeypatch):
     c = load_contract(CPU_CONTRACT)
-    assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).launch_path(c) == JOB
+    assert Workload(c, CPU_CONTRACT.parent).path == JOB
     assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).parsed(c).fixed["seq_length"] == 512
     monkeypatch.chdir(ROOT)
     from_root = c.model_copy(update={"workload": c.workload.model_copy(
         update={"launch": "contracts/torchtitan-cpu/llama3_cpu.toml"})})
-    assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).launch_path(from_root) == Path(from_root.workload.launch)
+    assert Workload(from_root, CPU_CONTRACT.parent).path == ROOT / from_root.workload.launch
+    assert TorchtitanAdapter(base_dir=CPU_CONTRACT.parent).parsed(from_root).fixed["seq_length"] == 512
 
 
 def test_a_locked_runs_adapter_reads_launch_files_from_the_contracts_folder(tmp_path):
