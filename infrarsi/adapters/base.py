@@ -53,6 +53,15 @@ class Adapter(abc.ABC):
     """False when the step times a trial prints are modelled, not measured (the simulated clusters): the
     harness then does not hold them against its own clock (execute/clock.py)."""
 
+    estimate_module: str = ""
+    """The module of ``infrarsi.estimate`` whose ``estimate(contract, setting)`` runs one fake step of this
+    framework's real model ("": no pre-flight estimate)."""
+    estimate_needs: str = ""
+    """The package that estimate imports ("": none beyond torch); without it the run uses the analytical offset."""
+    memory_offset: str = "analytical"
+    """What the run stage's memory model refines by default: "estimate" (the fake step, for trials that cost
+    minutes or a GPU allocation) or "analytical" (for trials that cost about what an estimate does)."""
+
     def __init__(self, base_dir: str | Path | None = None) -> None:
         self.base_dir = Path(base_dir) if base_dir else None
         """The folder the contract's launch files are relative to (None: the working directory)."""
@@ -99,6 +108,11 @@ class LaunchFileAdapter(Adapter):
     @abc.abstractmethod
     def reading(self, contract: Contract, text: str) -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
         """(program arguments, environment, setting, fixed) of ``text`` read as the launch file."""
+
+    def model_shape(self, contract: Contract) -> dict[str, Any]:
+        """The model's shape as the analytical memory estimate reads it (Megatron's names), from the launch; {}
+        when the framework's launch does not speak those names."""
+        return {}
 
     def job_file_values(self, contract: Contract, spec: LaunchSpec) -> dict[str, Any] | None:
         """For a launch that is a bare job file: the fields ``spec`` changes in it; None for a launch script."""

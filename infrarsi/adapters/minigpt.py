@@ -124,6 +124,7 @@ def constraints(contract: Contract) -> list[Constraint]:
 
 class MiniGPTAdapter(Adapter):
     name = "minigpt"
+    estimate_module = "minigpt"
 
     def knob_space(self, contract: Contract) -> KnobSpace:
         all_knobs = {k.name: k for k in knobs()}

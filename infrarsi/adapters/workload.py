@@ -93,6 +93,11 @@ class Workload:
         complete = self.knob_space().complete({**self.contract.baseline, **dict(setting)})
         return self._launch_file_adapter().differences(self.contract, {**self.parsed().setting, **complete}, text)
 
+    def model_shape(self) -> dict[str, Any]:
+        """The model's shape from the launch, in the names the analytical memory estimate reads ({} when the
+        launch does not state it in those names)."""
+        return self.adapter.model_shape(self.contract) if self.reads_launch_file else {}
+
     def describe(self) -> dict[str, Any]:
         """What ``infrarsi knobs`` shows: framework, fixed, setting, violations, world_size, space, notes."""
         return self._launch_file_adapter().describe(self.contract)

@@ -21,10 +21,20 @@ from typing import Any
 
 from .. import __version__
 from .model import Contract, ContractError, load_contract
+from .place import launch_cwd, launch_path
+
+
+# Fields added after runs were locked, left out of the normalized contract (and so of its hash) while they hold
+# their default: a run locked before they existed still resumes, and its contract still hashes the same.
+LATER_FIELDS = (("workload", "cwd", ""),)
 
 
 def normalized(contract: Contract) -> dict[str, Any]:
-    return json.loads(json.dumps(contract.model_dump(mode="json"), sort_keys=True))
+    out = json.loads(json.dumps(contract.model_dump(mode="json"), sort_keys=True))
+    for section, key, default in LATER_FIELDS:
+        if out.get(section, {}).get(key) == default:
+            del out[section][key]
+    return out
 
 
 def contract_hash(contract: Contract) -> str:
@@ -82,8 +92,7 @@ def workload_files(contract: Contract, base: Path) -> dict[str, Path]:
 
     w = contract.workload
     if w.launch:
-        launch = Path(w.launch).expanduser()
-        launch = launch if launch.is_absolute() else base / launch
+        launch = launch_path(w, base)
         if launch.is_dir():
             raise ContractError(f"workload.launch {w.launch!r} is a directory ({launch}); name the launch script or "
                                 f"job file inside it")
@@ -96,6 +105,7 @@ def workload_files(contract: Contract, base: Path) -> dict[str, Path]:
         except OSError:
             text = ""
         for tok in _CONFIG_TOKEN.findall(text):
+            add(tok, launch_cwd(w, base))  # where the launch runs: the shell's reading
             add(tok, launch.parent)
             add(tok, base)
     for v in [*w.args.values(), *w.env.values()]:

@@ -12,25 +12,24 @@ from typing import Any
 
 from .result import Estimate, EstimateError
 
-FRAMEWORKS = ("minigpt", "torchtitan", "megatron")
+def _adapter(contract: Any) -> Any:
+    """The adapter class of ``contract``'s framework: it names its estimate module, what that needs, its offset."""
+    from ..adapters import adapter_class
+
+    return adapter_class(contract.workload.adapter)
 
 
 def estimate(contract: Any, setting: Mapping[str, Any], **kw: Any) -> Estimate:
-    """One rank's peak for ``setting`` of ``contract``'s job (minigpt, torchtitan or Megatron-LM)."""
-    name = contract.workload.adapter
-    if name == "minigpt":
-        from . import minigpt
+    """One rank's peak for ``setting`` of ``contract``'s job (minigpt, torchtitan or Megatron-LM: the adapters
+    that name an ``estimate_module``)."""
+    from ..adapters import ADAPTERS, adapter_class
 
-        return minigpt.estimate(contract, setting, **kw)
-    if name == "torchtitan":
-        from . import torchtitan
-
-        return torchtitan.estimate(contract, setting, **kw)
-    if name == "megatron":
-        from . import megatron
-
-        return megatron.estimate(contract, setting, **kw)
-    raise EstimateError(f"workload.adapter = {name!r}: the estimate runs the real model of {list(FRAMEWORKS)} only")
+    cls = _adapter(contract)
+    if not cls.estimate_module:
+        able = [n for n in ADAPTERS if adapter_class(n).estimate_module]
+        raise EstimateError(f"workload.adapter = {contract.workload.adapter!r}: the estimate runs the real model of "
+                            f"{able} only")
+    return importlib.import_module(f".{cls.estimate_module}", __package__).estimate(contract, setting, **kw)
 
 
 # Which offset the run stage's memory model refines: "estimate" (this package) or "analytical" (priors/offline.py).
@@ -38,7 +37,6 @@ def estimate(contract: Any, setting: Mapping[str, Any], **kw: Any) -> Estimate:
 # analytical model for minigpt, whose trials (seconds) cost about what its estimates do (~3 s per distinct memory
 # layout on 2 cores).
 OFFSET_ENV = "INFRARSI_MEMORY_OFFSET"
-DEFAULT_OFFSET = {"torchtitan": "estimate", "minigpt": "analytical", "megatron": "estimate"}
 
 # Knobs that change no tensor of the step (the estimate runs eager reference ops; threads are OMP_NUM_THREADS):
 # left out of the cache key.
@@ -46,12 +44,16 @@ _NOT_MEMORY = ("torch_compile", "nccl_", "kernel_", "num_workers", "manual_gc", 
 
 
 def anchored(contract: Any, contract_dir: str | Path | None) -> Any:
-    """``contract`` with ``workload.launch`` made absolute when it is a file relative to ``contract_dir`` (the
-    contract's folder, where init found it); otherwise unchanged (relative to the working directory, as trials run)."""
-    launch = contract.workload.launch
-    if not launch or contract_dir is None or Path(launch).is_absolute() or not (Path(contract_dir) / launch).is_file():
+    """``contract`` with ``workload.launch`` and ``workload.cwd`` made absolute where they are found from
+    ``contract_dir`` (the contract's folder: ``contract/place.py``'s rule), so that an adapter bound to no folder
+    reads the launch as the run does; unchanged when ``contract_dir`` is None or the workload names no launch."""
+    from ..contract.place import launch_cwd, launch_path
+
+    w = contract.workload
+    if not w.launch or contract_dir is None:
         return contract
-    wl = contract.workload.model_copy(update={"launch": str((Path(contract_dir) / launch).resolve())})
+    wl = w.model_copy(update={"launch": str(launch_path(w, contract_dir).resolve()),
+                              "cwd": str(launch_cwd(w, contract_dir))})
     return contract.model_copy(update={"workload": wl})
 
 
@@ -59,7 +61,7 @@ def offset_kind(contract: Any) -> str:
     raw = os.environ.get(OFFSET_ENV, "").strip().lower()
     if raw and raw not in ("estimate", "analytical"):
         raise EstimateError(f"{OFFSET_ENV}={raw!r}: expected 'estimate' or 'analytical'")
-    return raw or DEFAULT_OFFSET.get(contract.workload.adapter, "analytical")
+    return raw or _adapter(contract).memory_offset
 
 
 # How far the memory model may move a setting's peak away from this estimate (log scale), for the tuner's priors
@@ -98,11 +100,10 @@ def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[s
     ``peak.residual_sd`` and ``peak.interaction_sd`` (log scale) say how far the memory model may move a peak
     from it (FAKE_STEP_RESIDUAL_SD, FAKE_STEP_INTERACTION_SD)."""
     budget = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S)) if budget_s is None else budget_s
-    if contract.workload.adapter not in FRAMEWORKS or offset_kind(contract) != "estimate":
+    cls = _adapter(contract)
+    if not cls.estimate_module or offset_kind(contract) != "estimate":
         return None
-    if contract.workload.adapter == "torchtitan" and importlib.util.find_spec("torchtitan") is None:
-        return None
-    if contract.workload.adapter == "megatron" and importlib.util.find_spec("megatron.core") is None:
+    if cls.estimate_needs and importlib.util.find_spec(cls.estimate_needs) is None:
         return None
     cache: dict[tuple, float] = {}
     basis: dict[tuple, str] = {}  # how each cached figure was made

@@ -18,7 +18,6 @@ from typing import Any
 
 import typer
 
-from ..transformer import data_parallel
 
 
 class DetectError(ValueError):
@@ -47,8 +46,9 @@ def detect_framework(path: Path, text: str) -> str:
                       "pretrain_gpt.py) or a torchtitan one (-m torchtitan.train, run_train.sh, or a .toml job file)")
 
 
-def _contract_launch(path: Path, text: str) -> tuple[Path, int | None] | None:
-    """For a contract TOML: (its launch file, its device count); None for any other file."""
+def _contract_workload(path: Path, text: str) -> Any:
+    """For a contract TOML: its Workload (the launch read as the run reads it: the same folder, environment and
+    world size); None for any other file."""
     import tomllib
 
     if path.suffix != ".toml":
@@ -59,48 +59,26 @@ def _contract_launch(path: Path, text: str) -> tuple[Path, int | None] | None:
         return None
     if not isinstance(data.get("workload"), dict):
         return None
-    from ..contract.model import load_contract
+    from ..adapters.workload import Workload
 
-    c = load_contract(path)
-    if c.workload.adapter not in ("megatron", "torchtitan") or not c.workload.launch:
-        raise DetectError(f"{path}: a contract for adapter {c.workload.adapter!r} without workload.launch; "
+    w = Workload.of_file(path)
+    if not w.reads_launch_file:
+        raise DetectError(f"{path}: a contract for adapter {w.contract.workload.adapter!r} without workload.launch; "
                           "pass the Megatron or torchtitan launch file itself")
-    launch = Path(c.workload.launch)
-    return (launch if launch.is_absolute() else path.parent / launch), c.hardware.devices
+    return w
 
 
 def describe(path: Path, *, world_size: int | None = None) -> dict[str, Any]:
     """What `infrarsi knobs` reports, as data: framework, fixed, setting, violations, space, notes.
-    A contract TOML is followed to its workload.launch (world size: the contract's devices)."""
+    A contract TOML is followed to its workload.launch, read as its trials read it (world size: the contract's
+    devices)."""
+    from ..adapters import adapter_class
+
     text = path.read_text()
-    via = _contract_launch(path, text)
+    via = _contract_workload(path, text)
     if via is not None:
-        return describe(via[0], world_size=world_size or via[1])
-    fw = detect_framework(path, text)
-    if fw == "megatron":
-        from ..adapters import megatron as mg
-
-        parsed = mg.parse_megatron(text, path=str(path))
-        if world_size and not parsed.world_size:
-            parsed.world_size = world_size
-            s = parsed.setting
-            s["data_parallel"] = data_parallel(world_size, s["tensor_parallel"], s["pipeline_parallel"],
-                                               s["context_parallel"])
-        space = mg.knob_space_for(parsed)
-        viol = mg.violations(parsed)
-        notes = list(parsed.notes)
-        world = parsed.world_size
-    else:
-        from ..adapters import torchtitan as tt
-
-        parsed = tt.parse_torchtitan(text, path=str(path), base_dir=path.parent, world_size=world_size)
-        space = tt.knob_space_for(parsed)
-        viol = tt.violations(parsed)
-        notes = list(parsed.notes)
-        world = parsed.world_size
-    setting = {k.name: parsed.setting.get(k.name) for k in space.knobs}
-    return {"framework": fw, "fixed": dict(parsed.fixed), "setting": setting, "violations": viol,
-            "world_size": world, "space": space, "notes": notes}
+        return via.describe()
+    return adapter_class(detect_framework(path, text)).describe_file(path, text, world_size=world_size)
 
 
 def knobs(file: Path = typer.Argument(..., help="A launch script, command file or config."),

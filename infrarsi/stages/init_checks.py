@@ -16,7 +16,8 @@ import importlib.util
 import shlex
 from pathlib import Path
 
-from ..contract.model import Contract, ContractError
+from ..contract.model import Contract, ContractError, Workload
+from ..contract.place import launch_cwd, launch_path, launch_places
 from ..execute.local import resolve_argv, resolve_program
 
 
@@ -25,9 +26,12 @@ def check_files(contract: Contract, contract_path: Path) -> None:
     base = Path(contract_path).resolve().parent
     w = contract.workload
     if w.launch:
-        _check_launch_file(Path(contract_path), base, w.launch)
+        _check_launch_file(Path(contract_path), base, w)
     if w.entrypoint:
         _check_entrypoint(Path(contract_path), base, w.entrypoint)
+    if w.cwd and not launch_cwd(w, base).is_dir():
+        raise ContractError(f"{contract_path}: workload.cwd {w.cwd!r} is not a folder (looked at {launch_cwd(w, base)}); "
+                            "name the folder the launch runs from, relative to the contract")
 
 
 def check_launch(contract: Contract, contract_path: Path) -> None:
@@ -50,10 +54,10 @@ def check_launch(contract: Contract, contract_path: Path) -> None:
                                 f"launches `{shlex.join(argv[:3])}`; remove entrypoint or set it to that command")
 
 
-def _check_launch_file(contract_path: Path, base: Path, launch: str) -> None:
-    places = [Path(launch)] if Path(launch).is_absolute() else [base / launch, Path.cwd() / launch]
-    p = next((q for q in places if q.exists()), places[0])
-    key = f"{contract_path}: workload.launch {launch}"
+def _check_launch_file(contract_path: Path, base: Path, workload: Workload) -> None:
+    places = launch_places(workload, base)
+    p = launch_path(workload, base)
+    key = f"{contract_path}: workload.launch {workload.launch}"
     if p.is_dir():
         raise ContractError(f"{key} is a directory; name the launch script or job file inside it")
     if not p.is_file():

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ..adapters import run_adapter
+from ..adapters import Adapter, run_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.numerics import reference_of
 from ..execute.trial import Trial
@@ -89,22 +89,23 @@ def _workload_sig(contract) -> dict[str, Any]:
     return {"framework": contract.workload.adapter, **contract.workload.args}
 
 
-def memory_estimate(space: KnobSpace, contract, *, contract_dir: Path | None = None, budget_s: float | None = None):
+def memory_estimate(space: KnobSpace, contract, *, contract_dir: Path | None = None, budget_s: float | None = None,
+                    adapter: Adapter | None = None):
     """The peak-memory estimate the memory model refines: the real model's fake step where it runs (estimate/),
     else the analytical one. ``contract_dir``: the locked contract's folder, which ``workload.launch`` is
-    relative to; ``budget_s``: seconds of fake steps (None: the estimate's own default)."""
+    relative to; ``budget_s``: seconds of fake steps (None: the estimate's own default); ``adapter``: the run's,
+    bound to ``contract_dir`` (None: one is built)."""
     from ..estimate import memory_estimator as real_model_estimator
     from ..estimate.run import anchored
     from ..priors.offline import memory_estimator
 
-    workload = dict(contract.workload.args)
-    if contract.workload.adapter == "megatron" and contract.workload.launch:  # the model's shape is in the launch
-        from ..adapters.megatron import MegatronAdapter
+    from ..adapters.workload import Workload
 
-        try:
-            workload = {**MegatronAdapter(base_dir=contract_dir).parsed(contract).fixed, **workload}
-        except ValueError:  # an unreadable launch: the run reports it where it launches
-            pass
+    workload = dict(contract.workload.args)
+    try:  # the model's shape, where the launch states it
+        workload = {**Workload(contract, contract_dir, adapter).model_shape(), **workload}
+    except ValueError:  # an unreadable launch: the run reports it where it launches
+        pass
     analytical = memory_estimator(space, workload=workload, hardware=contract.hardware.model_dump())
     return real_model_estimator(space, anchored(contract, contract_dir), fallback=analytical, budget_s=budget_s) or analytical
 

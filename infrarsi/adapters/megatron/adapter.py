@@ -215,6 +215,9 @@ class MegatronAdapter(LaunchFileAdapter):
     """Megatron-LM through its launch script: catalog knobs, rewritten launches, log parsing."""
 
     name = FRAMEWORK
+    estimate_module = "megatron"
+    estimate_needs = "megatron.core"
+    memory_offset = "estimate"
     extra_env_keys = frozenset({"CUDA_DEVICE_MAX_CONNECTIONS"})
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
@@ -260,6 +263,9 @@ class MegatronAdapter(LaunchFileAdapter):
 
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         return spec.model_copy(update={"argv": trial_outputs(spec.argv)})
+
+    def model_shape(self, contract: Contract) -> dict[str, Any]:
+        return dict(self.parsed(contract).fixed)
 
     @classmethod
     def read_file(cls, path: Path, text: str, *, world_size: int | None = None) -> MegatronLaunch:

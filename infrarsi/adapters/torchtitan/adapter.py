@@ -213,6 +213,9 @@ class TorchtitanAdapter(LaunchFileAdapter):
     """torchtitan through its job file or config function and command-line overrides."""
 
     name = FRAMEWORK
+    estimate_module = "torchtitan"
+    estimate_needs = "torchtitan"
+    memory_offset = "estimate"
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
         super().__init__(base_dir)
