@@ -53,6 +53,9 @@ class Adapter(abc.ABC):
     """False when the step times a trial prints are modelled, not measured (the simulated clusters): the
     harness then does not hold them against its own clock (execute/clock.py)."""
 
+    runs_own_program: bool = False
+    """The adapter launches its own program (minigpt, the simulated cluster): a ``workload.entrypoint`` must name
+    what it launches, or it would be ignored."""
     estimate_module: str = ""
     """The module of ``infrarsi.estimate`` whose ``estimate(contract, setting)`` runs one fake step of this
     framework's real model ("": no pre-flight estimate)."""
@@ -85,6 +88,12 @@ class Adapter(abc.ABC):
         return spec
 
 
+def full_setting(own: Mapping[str, Any], contract: Contract, setting: Mapping[str, Any]) -> dict[str, Any]:
+    """The one merge of a trial's values: the launch's ``own`` (what the user's launch sets), then the contract's
+    baseline, then ``setting`` (later wins)."""
+    return {**own, **contract.baseline, **dict(setting)}
+
+
 class LaunchFileAdapter(Adapter):
     """An adapter that reads the user's own launch file (``workload.launch``: a script or a job file) and can read
     an edited copy back: what ``knobs`` describes, what ``apply`` edits in place and checks."""
@@ -113,6 +122,15 @@ class LaunchFileAdapter(Adapter):
         """The model's shape as the analytical memory estimate reads it (Megatron's names), from the launch; {}
         when the framework's launch does not speak those names."""
         return {}
+
+    launch_setting_is_baseline: bool = False
+    """A contract without a ``[baseline]`` is estimated at the knobs its launch sets (its flags), not at the
+    catalog's defaults."""
+
+    def batch_launch(self, contract: Contract, setting: Mapping[str, Any], spec: LaunchSpec) -> LaunchSpec:
+        """The launch of ``setting`` inside a batch job (what ``apply`` writes into job.sbatch); ``spec``, the
+        launch as a person runs it, by default."""
+        return spec
 
     def job_file_values(self, contract: Contract, spec: LaunchSpec) -> dict[str, Any] | None:
         """For a launch that is a bare job file: the fields ``spec`` changes in it; None for a launch script."""

@@ -124,6 +124,7 @@ def constraints(contract: Contract) -> list[Constraint]:
 
 class MiniGPTAdapter(Adapter):
     name = "minigpt"
+    runs_own_program = True
     estimate_module = "minigpt"
 
     def knob_space(self, contract: Contract) -> KnobSpace:

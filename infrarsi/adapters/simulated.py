@@ -50,6 +50,7 @@ def workload_for(contract: Contract) -> sim.SimWorkload:
 
 class SimulatedAdapter(Adapter):
     name = "simulated"
+    runs_own_program = True
     measured_time = False  # the step times are the analytical model's, printed in a fraction of a second
 
     def __init__(self, base_dir=None) -> None:

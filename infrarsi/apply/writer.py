@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..adapters import contract_adapter
+from ..adapters import Adapter, contract_adapter
 from ..adapters.workload import Workload
 from ..execute.spec import LaunchSpec
 from ..launch.command import shell_join
@@ -136,15 +136,10 @@ def sbatch_script(data: RunData, spec: LaunchSpec, cand: VerifiedCandidate, chan
     return "\n".join(lines) + "\n"
 
 
-def _sbatch_spec(data: RunData, adapter, setting: dict[str, Any], spec: LaunchSpec) -> LaunchSpec:
-    """Megatron rebuilds its launcher as srun for batch jobs; every other launch is wrapped as it is."""
-    if data.contract.workload.adapter == "megatron":
-        from ..adapters.megatron import emit_megatron
-
-        parsed = adapter.parsed(data.contract)
-        s = {**parsed.setting, **data.contract.baseline, **setting}
-        return emit_megatron(parsed, s, launcher="srun", time_limit_s=spec.time_limit_s)
-    return spec
+def _sbatch_spec(data: RunData, adapter: Adapter, setting: dict[str, Any], spec: LaunchSpec) -> LaunchSpec:
+    """The launch inside job.sbatch, as the adapter builds it (Megatron rebuilds its launcher as srun; every other
+    launch is wrapped as it is)."""
+    return adapter.batch_launch(data.contract, setting, spec)
 
 
 def _knobs(d: dict[str, Any]) -> str:

@@ -21,7 +21,9 @@ GiB = 2**30
 def _launch_setting(contract, adapter, space) -> dict:
     """The knobs a Megatron launch sets itself (its flags), so that a contract without a [baseline] is estimated as
     its launch is written rather than at the catalog's defaults (``adapter``: the one that read the space)."""
-    if contract.workload.adapter != "megatron":
+    from ..adapters.base import LaunchFileAdapter
+
+    if not (isinstance(adapter, LaunchFileAdapter) and adapter.launch_setting_is_baseline):
         return {}
     return {k: v for k, v in adapter.parsed(contract).setting.items() if k in space and v is not None}
 

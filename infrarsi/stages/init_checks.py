@@ -16,6 +16,7 @@ import importlib.util
 import shlex
 from pathlib import Path
 
+from ..adapters import adapter_class
 from ..contract.model import Contract, ContractError, Workload
 from ..contract.place import launch_cwd, launch_path, launch_places
 from ..execute.local import resolve_argv, resolve_program
@@ -47,7 +48,7 @@ def check_launch(contract: Contract, contract_path: Path) -> None:
         raise ContractError(f"{contract_path}: {where} runs `{prog}`, which is not installed here (not on PATH, not "
                             f"beside {resolve_argv(['python'])[0]}); install it"
                             f"{' (it comes with torch)' if Path(prog).name == 'torchrun' else ''} or fix the command")
-    if w.entrypoint and w.adapter in ("minigpt", "simulated"):
+    if w.entrypoint and adapter_class(w.adapter).runs_own_program:
         target = _target(shlex.split(w.entrypoint))
         if target is not None and target not in argv:
             raise ContractError(f"{contract_path}: workload.entrypoint names {target!r}, but the {w.adapter} adapter "

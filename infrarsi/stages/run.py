@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ..adapters import Adapter, run_adapter
+from ..adapters import Adapter, adapter_class, run_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.numerics import reference_of
 from ..execute.trial import Trial
@@ -56,7 +56,7 @@ def run_id(contract, run_dir: Path) -> str:
 
 def evidence_of(contract) -> str:
     """The kind of evidence this run's trials are: "simulated" (a what-if cluster) or "measured"."""
-    return "simulated" if contract.workload.adapter == "simulated" else "measured"
+    return "measured" if adapter_class(contract.workload.adapter).measured_time else "simulated"
 
 
 def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console,

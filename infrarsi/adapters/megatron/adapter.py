@@ -42,7 +42,7 @@ from ...transformer import data_parallel
 from . import equivalence
 from . import log as megatron_log
 from .check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
-from ..base import LaunchFileAdapter, ParsedRun, scoped_space
+from ..base import LaunchFileAdapter, ParsedRun, full_setting, scoped_space
 from ...launch.bash import ScriptError, interpret_script
 from ...launch.command import KEPT, Launch, split_launcher, unfilled_flags, world_from_variables
 from .args import (_ENTRY, COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError, _read_fixed,
@@ -219,6 +219,7 @@ class MegatronAdapter(LaunchFileAdapter):
     estimate_needs = "megatron.core"
     memory_offset = "estimate"
     extra_env_keys = frozenset({"CUDA_DEVICE_MAX_CONNECTIONS"})
+    launch_setting_is_baseline = True
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
         super().__init__(base_dir)
@@ -240,7 +241,7 @@ class MegatronAdapter(LaunchFileAdapter):
 
     def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         parsed = self.parsed(contract)
-        s = {**parsed.setting, **contract.baseline, **dict(setting)}
+        s = full_setting(parsed.setting, contract, setting)
         if parsed.world_size and "data_parallel" not in setting:  # None when it does not divide (checked below)
             s["data_parallel"] = data_parallel(parsed.world_size, s["tensor_parallel"], s["pipeline_parallel"],
                                                s["context_parallel"])
@@ -263,6 +264,12 @@ class MegatronAdapter(LaunchFileAdapter):
 
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         return spec.model_copy(update={"argv": trial_outputs(spec.argv)})
+
+    def batch_launch(self, contract: Contract, setting: Mapping[str, Any], spec: LaunchSpec) -> LaunchSpec:
+        """Megatron's launcher rebuilt as ``srun`` for a batch job."""
+        parsed = self.parsed(contract)
+        return emit_megatron(parsed, full_setting(parsed.setting, contract, setting), launcher="srun",
+                             time_limit_s=spec.time_limit_s)
 
     def model_shape(self, contract: Contract) -> dict[str, Any]:
         return dict(self.parsed(contract).fixed)
