@@ -10,30 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from ..contract.model import Contract
-from ..execute.spec import LaunchSpec
-from ..execute.trial import Metrics, TrialStatus
 from ..knobs import KnobSpace
+from ..trial.launch import LaunchSpec
+from ..trial.parsed import ParsedRun
 
 
 class FrameworkRejected(ValueError):
     """The framework's config code refused the setting; the message is the framework's own."""
-
-
-class ParsedRun(BaseModel):
-    """What an adapter read from a finished trial's output."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    status: TrialStatus
-    metrics: Metrics = Metrics()
-    evidence: list[str] = []
-    reason: str = ""
-    exit_explained: str = ""
-    """With status ok: why the process's abnormal end (a signal, an exit status) came after a complete run and
-    is not a failure, in the adapter's own words; empty otherwise, and such an end makes the trial a crash."""
 
 
 def scoped_space(space: KnobSpace, contract: Contract, framework: str) -> KnobSpace:
@@ -56,6 +40,9 @@ class Adapter(abc.ABC):
     runs_own_program: bool = False
     """The adapter launches its own program (minigpt, the simulated cluster): a ``workload.entrypoint`` must name
     what it launches, or it would be ignored."""
+    fixed_flags: tuple[str, ...] = ()
+    """Program arguments besides the contract's ``FIXED_WORKLOAD_KEYS`` that define the task (a contract draft
+    locks them)."""
     estimate_module: str = ""
     """The module of ``infrarsi.estimate`` whose ``estimate(contract, setting)`` runs one fake step of this
     framework's real model ("": no pre-flight estimate)."""
@@ -68,6 +55,12 @@ class Adapter(abc.ABC):
     def __init__(self, base_dir: str | Path | None = None) -> None:
         self.base_dir = Path(base_dir) if base_dir else None
         """The folder the contract's launch files are relative to (None: the working directory)."""
+
+    @classmethod
+    def own_knobs(cls) -> list[Any] | None:
+        """The knobs of an adapter that runs its own program, whatever the launch (a contract draft offers them);
+        None: the catalog's knobs for the launch's workload."""
+        return None
 
     @abc.abstractmethod
     def knob_space(self, contract: Contract) -> KnobSpace:
@@ -157,7 +150,17 @@ class LaunchFileAdapter(Adapter):
     @classmethod
     @abc.abstractmethod
     def read_file(cls, path: Path, text: str, *, world_size: int | None = None) -> Any:
-        """A bare launch file read as this framework reads it (no contract)."""
+        """A bare launch file's ``text`` read as this framework reads it (no contract; paths from its folder)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def read_path(cls, path: Path) -> Any:
+        """The launch file at ``path`` read as this framework reads it, with no environment and no contract."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def launch_space(parsed: Any) -> KnobSpace:
+        """The catalog's space for a launch read by :meth:`read_file` or :meth:`read_path`."""
 
     @staticmethod
     @abc.abstractmethod

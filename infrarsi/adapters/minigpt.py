@@ -125,7 +125,12 @@ def constraints(contract: Contract) -> list[Constraint]:
 class MiniGPTAdapter(Adapter):
     name = "minigpt"
     runs_own_program = True
+    fixed_flags = FIXED_FLAGS
     estimate_module = "minigpt"
+
+    @classmethod
+    def own_knobs(cls) -> list[Knob]:
+        return list(knobs())
 
     def knob_space(self, contract: Contract) -> KnobSpace:
         all_knobs = {k.name: k for k in knobs()}

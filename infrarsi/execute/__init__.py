@@ -1,35 +1,23 @@
 """Executors (local subprocess, torchrun, Slurm), the trial runner, the crash-safe run record,
 failure classification and cost accounting.
 
-Entry points (imported lazily, so ``infrarsi.execute.trial`` stays cheap to import):
+Entry points, each imported from its module (``infrarsi.execute.trial`` stays cheap to import):
 
-- ``RunRecord(run_dir)``: ``trials()``, ``finished()``, ``running()``, ``matching()``, ``next_id()``,
+- ``RunRecord(run_dir)`` (``record``): ``trials()``, ``finished()``, ``running()``, ``matching()``, ``next_id()``,
   ``start()``, ``finish()``, ``trial_dir()``, ``cost_by_status()``
-- ``Runner(record, executor, adapter, contract, config=Runner.Config(parallel=N))``: ``submit()``,
+- ``Runner(record, executor, adapter, contract, config=Runner.Config(parallel=N))`` (``runner``): ``submit()``,
   ``run()``, ``resume()``, ``cancel()``, ``close()``
 - ``make_executor(kind)``: ``LocalExecutor`` / ``TorchrunExecutor`` / ``SlurmExecutor``
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import shlex
 from typing import Any
 
 from ..errors import SettingError
-
-_EXPORTS = {
-    "Executor": "executor", "Handle": "executor", "LaunchEnd": "executor",
-    "LocalExecutor": "local", "TorchrunExecutor": "torchrun",
-    "SlurmExecutor": "slurm", "SlurmUnreachable": "slurm", "SlurmError": "slurm",
-    "RunRecord": "record", "cost_by_status": "record",
-    "Runner": "runner", "local_parallel_limit": "runner",
-    "classify": "classify", "loss_drift": "classify",
-    "Trial": "trial", "TrialStatus": "trial", "Metrics": "trial", "Cost": "trial",
-    "LaunchSpec": "spec",
-}
 
 EXECUTOR_ENV = "INFRARSI_EXECUTOR"
 ISOLATION_ENV = "INFRARSI_ISOLATION"  # "off": trials run without isolation (each record says so)
@@ -83,10 +71,4 @@ def make_executor(kind: str | None = None) -> Any:
     raise SettingError(f"unknown executor {kind!r}; set {EXECUTOR_ENV} to local or slurm")
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [*_EXPORTS, "make_executor"]
+__all__ = ["EXECUTOR_ENV", "ISOLATION_ENV", "PARTITION_ENV", "SBATCH_ENV", "make_executor", "sbatch_args", "slurm_partition"]

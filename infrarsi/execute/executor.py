@@ -14,47 +14,10 @@ import time
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
-
 from ..rundir.names import STDERR, STDOUT  # noqa: F401 - the executors' output files, named where the run's are
-from .spec import LaunchSpec
+from ..trial.launch import Handle, LaunchEnd, LaunchSpec
 
-
-class Handle(BaseModel):
-    """Enough to find a started trial again, also from another process after a restart."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: str  # "local" | "slurm"
-    trial_dir: str
-    token: str  # unique per launch attempt; in the process environment or the Slurm job name
-    job_id: str  # local: the process id (= its process group id); Slurm: the job id
-    submitted_at: float  # unix seconds
-    time_limit_s: float
-    devices: int = 1
-    pending_timeout_s: float | None = None  # Slurm: how long the job may wait in the queue
-    sandboxed: bool = False  # the trial ran isolated (isolation.py: bubblewrap, locally or inside the Slurm job)
-    unsandboxed_why: str = ""  # why a trial of a run was not isolated ("" when it was, or had no run around it)
-
-
-class LaunchEnd(BaseModel):
-    """How a launch ended, as the executor saw it. Times in seconds."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    state: str  # the executor's own word: "exited", "killed", Slurm's JobState ("COMPLETED", "OUT_OF_MEMORY", ...)
-    returncode: int | None = None  # exit status when the process exited by itself
-    signal: int | None = None  # the signal that ended it, when one did
-    timed_out: bool = False  # killed (or ended by Slurm) at its time limit
-    cancelled: bool = False  # someone cancelled it (not the time limit)
-    oom: bool = False  # the executor itself saw a memory kill (e.g. Slurm OUT_OF_MEMORY)
-    lost: bool = False  # the executor no longer knows the job (purged, or never started)
-    relaunch: bool = False  # it never ran to an end through no fault of the setting (a held job): launch it again
-    wall_s: float = 0.0  # time from start to end of the process (not queue time)
-    time_limit_s: float | None = None  # the limit it ran under (the contract's timeout_s or the launch's, the smaller)
-    kill_grace_s: float | None = None  # at a time-out: seconds allowed between SIGTERM and SIGKILL (wall_s includes them)
-    leftovers: int = 0  # processes of an isolated trial still alive after it ended (killed; never expected)
-    evidence: list[str] = []  # lines that say how it ended
+__all__ = ["Executor", "Handle", "LaunchEnd", "LaunchSpec", "tail", "wait"]
 
 
 @runtime_checkable

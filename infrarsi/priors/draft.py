@@ -136,21 +136,18 @@ def _args_to_dict(args: list[str]) -> dict[str, Any]:
 def parse_launch(path: Path) -> ParsedLaunch:
     """The launch read by its adapter's own parser (Megatron, torchtitan) when that succeeds, else by
     :func:`parse_command` (the last training command's ``--flag value`` pairs)."""
+    from ..adapters import adapter_class
+    from ..adapters.base import LaunchFileAdapter
+
     generic = parse_command(path)
+    cls = adapter_class(generic.adapter)
+    if not issubclass(cls, LaunchFileAdapter):
+        return generic
     try:
-        if generic.adapter == "megatron":
-            from ..adapters.megatron import knob_space_for, parse_megatron_file
-
-            mp = parse_megatron_file(path)
-        elif generic.adapter == "torchtitan":
-            from ..adapters.torchtitan import knob_space_for, parse_torchtitan_file
-
-            mp = parse_torchtitan_file(path)
-        else:
-            return generic
+        mp = cls.read_path(path)
         return ParsedLaunch(adapter=generic.adapter, program=generic.program, fixed=dict(mp.fixed), flags=generic.flags,
                             world_size=mp.world_size, notes=list(mp.notes), setting=dict(mp.setting),
-                            knobs=list(knob_space_for(mp).knobs))
+                            knobs=list(cls.launch_space(mp).knobs))
     except (ValueError, OSError) as e:  # the adapter's parser refused the script: say why, keep the generic read
         generic.notes.append(f"the {generic.adapter} adapter could not read the launch ({e}); args read literally")
         return generic
@@ -195,11 +192,9 @@ def parse_command(path: Path) -> ParsedLaunch:
         adapter = "torchtitan"
     else:
         adapter = "megatron"
-    fixed_keys = set(FIXED_WORKLOAD_KEYS)
-    if adapter == "minigpt":
-        from ..adapters.minigpt import FIXED_FLAGS
+    from ..adapters import adapter_class
 
-        fixed_keys |= set(FIXED_FLAGS)
+    fixed_keys = set(FIXED_WORKLOAD_KEYS) | set(adapter_class(adapter).fixed_flags)
     fixed = {k: v for k, v in flags.items() if k in fixed_keys}
     notes = [] if program else [f"no training command found in {path}; fill [workload] by hand"]
     return ParsedLaunch(adapter=adapter, program=program, fixed=fixed,
@@ -212,10 +207,11 @@ def adapter_knobs(parsed: ParsedLaunch) -> list[Knob]:
     (``infrarsi.knobs.catalog.space_for_fixed``) or ``infrarsi.adapters.minigpt.knobs``."""
     if parsed.knobs is not None:
         return list(parsed.knobs)
-    if parsed.adapter == "minigpt":
-        from ..adapters.minigpt import knobs
+    from ..adapters import adapter_class
 
-        return list(knobs())
+    own = adapter_class(parsed.adapter).own_knobs()
+    if own is not None:
+        return own
     from ..knobs.catalog import space_for_fixed
 
     return list(space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=parsed.adapter).knobs)
@@ -347,8 +343,10 @@ def offline_draft(request: str, launch: Path) -> str:
         budget["max_device_hours"] = float(m.group(1))
     launch_ref = str(Path(launch).resolve())  # absolute: the adapters resolve a relative path from where infrarsi runs
     workload: dict[str, Any] = {"adapter": parsed.adapter, "launch": launch_ref}
-    if parsed.adapter == "minigpt":
-        workload = {"adapter": "minigpt", "entrypoint": "python " + parsed.program}
+    from ..adapters import adapter_class
+
+    if adapter_class(parsed.adapter).runs_own_program:
+        workload = {"adapter": parsed.adapter, "entrypoint": "python " + parsed.program}
     workload["args"] = parsed.fixed
     data: dict[str, Any] = {
         "name": re.sub(r"[^A-Za-z0-9_-]+", "-", Path(launch).stem).strip("-") or "draft",

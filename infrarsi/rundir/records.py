@@ -14,8 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..execute.executor import Handle
-from ..execute.spec import LaunchSpec
+from ..trial.launch import Handle, LaunchSpec
 
 Pair = tuple[int, int]
 

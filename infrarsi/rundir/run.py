@@ -28,7 +28,7 @@ from .records import ClockRecord, LaunchRecord, LockRecord, SearchRecord, Stages
 
 if TYPE_CHECKING:
     from ..doctor.noise import NoiseProfile
-    from ..execute.trial import Trial
+    from ..trial.record import Trial
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -225,7 +225,7 @@ class RunDir:
 
     # -------------------------------------------------------------------------------- trials
     def trial(self, trial_id: int) -> Trial | None:
-        from ..execute.trial import Trial
+        from ..trial.record import Trial
 
         return self._read(self.trial_file(trial_id, names.TRIAL), Trial)
 

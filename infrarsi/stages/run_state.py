@@ -122,8 +122,6 @@ def proposals(record: RunRecord, trials: list[Trial]) -> dict[str, dict[str, Any
 def settle_interrupted(record: RunRecord, executor, *, roles: set[str]) -> list[Trial]:
     """End the trials of ``roles`` left running by a dead runner and record them as cancelled: their
     leftover processes (found by token) or Slurm jobs are stopped first, so nothing keeps running."""
-    from .. import execute
-
     out = []
     for t in record.running():
         if t.role not in roles:
@@ -134,7 +132,9 @@ def settle_interrupted(record: RunRecord, executor, *, roles: set[str]) -> list[
         ended = []
         if handle is not None and handle.kind == "slurm" and handle.job_id:
             if executor.kind == "slurm":
-                with contextlib.suppress(execute.SlurmError):  # a job Slurm no longer knows has ended already
+                from ..execute.slurm import SlurmError
+
+                with contextlib.suppress(SlurmError):  # a job Slurm no longer knows has ended already
                     executor.cancel(handle)
                     ended.append(f"slurm job {handle.job_id} cancelled")
         elif token:

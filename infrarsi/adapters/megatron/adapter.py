@@ -281,6 +281,14 @@ class MegatronAdapter(LaunchFileAdapter):
             with_world(parsed, world_size)
         return parsed
 
+    @classmethod
+    def read_path(cls, path: Path) -> MegatronLaunch:
+        return parse_megatron_file(path)
+
+    @staticmethod
+    def launch_space(parsed: MegatronLaunch) -> KnobSpace:
+        return knob_space_for(parsed)
+
     @staticmethod
     def describe_launch(parsed: MegatronLaunch) -> dict[str, Any]:
         space = knob_space_for(parsed)

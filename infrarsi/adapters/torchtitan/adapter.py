@@ -276,6 +276,14 @@ class TorchtitanAdapter(LaunchFileAdapter):
     def read_file(cls, path: Path, text: str, *, world_size: int | None = None) -> TorchtitanLaunch:
         return parse_torchtitan(text, path=str(path), base_dir=path.parent, world_size=world_size)
 
+    @classmethod
+    def read_path(cls, path: Path) -> TorchtitanLaunch:
+        return parse_torchtitan_file(path)
+
+    @staticmethod
+    def launch_space(parsed: TorchtitanLaunch) -> KnobSpace:
+        return knob_space_for(parsed)
+
     @staticmethod
     def describe_launch(parsed: TorchtitanLaunch) -> dict[str, Any]:
         space = knob_space_for(parsed)

@@ -1,0 +1,18 @@
+"""The types floor: the values every layer passes a trial around as, in one package that imports nothing else
+of the project's (pydantic only), so that any package may import it.
+
+- :mod:`.status`: :class:`TrialStatus`, the one vocabulary of a trial's state;
+- :mod:`.launch`: :class:`LaunchSpec` (what an executor starts), :class:`Handle`, :class:`LaunchEnd`;
+- :mod:`.record`: :class:`Trial`, :class:`Metrics`, :class:`Cost`;
+- :mod:`.parsed`: :class:`ParsedRun`, what an adapter read from a trial's output.
+"""
+
+from __future__ import annotations
+
+from .launch import TRIAL_DIR, Handle, LaunchEnd, LaunchSpec
+from .parsed import ParsedRun
+from .record import Cost, Metrics, Trial
+from .status import FINISHED, TrialStatus
+
+__all__ = ["FINISHED", "TRIAL_DIR", "Cost", "Handle", "LaunchEnd", "LaunchSpec", "Metrics", "ParsedRun", "Trial",
+           "TrialStatus"]
