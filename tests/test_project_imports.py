@@ -45,3 +45,93 @@ def test_no_test_skips_on_the_projects_own_modules():
         for m in pat.finditer(text):
             offenders.append(f"{p.relative_to(TESTS)}:{text[:m.start()].count(chr(10)) + 1}")
     assert offenders == []
+
+
+# ------------------------------------------------------------------ the import graph, read from the source
+ROOT = TESTS.parent
+PKG = ROOT / "infrarsi"
+
+
+def _module(path: Path) -> tuple[str, bool]:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        return ".".join(parts[:-1]), True
+    return ".".join(parts), False
+
+
+def _imports(path: Path) -> set[str]:
+    """Every infrarsi module ``path`` imports, at the top or inside a function (an ``if TYPE_CHECKING:`` block too)."""
+    import ast
+
+    mod, is_pkg = _module(path)
+    out: set[str] = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Import):
+            out |= {a.name for a in n.names}
+        elif isinstance(n, ast.ImportFrom):
+            if n.level:
+                base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                base = base[:len(base) - (n.level - 1)]
+                stem = ".".join(base + ([n.module] if n.module else []))
+                out |= {stem} if n.module else {f"{stem}.{a.name}" for a in n.names}
+            else:
+                out.add(n.module or "")
+    return {m for m in out if m == "infrarsi" or m.startswith("infrarsi.")}
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_the_types_floor_imports_nothing_else_of_the_projects():
+    out = {f"{p.relative_to(ROOT)} -> {m}" for p in (PKG / "trial").rglob("*.py") for m in _imports(p)
+           if _package(m) != "trial"}
+    assert out == set()
+
+
+@pytest.mark.parametrize("package, never", [
+    ("rundir", "execute"),  # the records are the floor's types; the executors write through RunDir
+    ("trial", "execute"),
+])
+def test_a_lower_package_does_not_import_a_higher_one(package, never):
+    out = {f"{p.relative_to(ROOT)} -> {m}" for p in (PKG / package).rglob("*.py") for m in _imports(p)
+           if _package(m) == never}
+    assert out == set()
+
+
+def test_the_framework_neutral_equivalence_rules_import_no_framework():
+    """adapters/equivalence.py holds the comparison every framework's check uses: it imports none of them (they
+    import it), so adapters/equivalence, megatron/ and torchtitan/ form no circle."""
+    got = _imports(PKG / "adapters" / "equivalence.py")
+    assert not {m for m in got if m.startswith(("infrarsi.adapters.megatron", "infrarsi.adapters.torchtitan"))}
+
+
+FRAMEWORKS = {"megatron", "torchtitan", "minigpt", "simulated"}
+# Modules that hold per-framework data or conventions, not launch behaviour: FLOPs counted by each framework's
+# convention and minigpt's own shape rule (transformer.py), memory constants measured per framework
+# (estimate/overhead.py), the bank's default evidence for a simulated run (bank/store.py).
+CONVENTIONS = {"infrarsi/transformer.py", "infrarsi/estimate/overhead.py", "infrarsi/bank/store.py"}
+
+
+def test_no_framework_name_is_compared_outside_the_adapters():
+    """What differs per framework is asked of its adapter (adapters/<framework>/, the Workload): a stage that
+    compares ``workload.adapter`` (or a ``framework``) with a framework's name is a second registry."""
+    import ast
+
+    found = []
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(ROOT).as_posix()
+        if rel.startswith("infrarsi/adapters/") or rel in CONVENTIONS:
+            continue
+        for n in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(n, ast.Compare):
+                continue
+            sides = [n.left, *n.comparators]
+            names = [c for c in sides if isinstance(c, ast.Constant) and c.value in FRAMEWORKS] + [
+                e for c in sides if isinstance(c, (ast.Tuple, ast.List, ast.Set)) for e in c.elts
+                if isinstance(e, ast.Constant) and e.value in FRAMEWORKS]
+            about = any(re.search(r"\b(adapter|framework)\b", ast.unparse(c)) for c in sides)
+            if names and about:
+                found.append(f"{rel}:{n.lineno}: {ast.unparse(n)}")
+    assert found == []
