@@ -27,6 +27,7 @@ from typing import Any
 from ..transformer import canonical
 from .hardware import fp8_unsupported
 from .knob import Knob
+from .rules import WorkloadShape, constraints
 from .space import Constraint, Derived, KnobSpace, Violation
 
 FRAMEWORKS = ("megatron", "torchtitan", "minigpt")
@@ -367,187 +368,14 @@ def workload_constraints(
     defaults: Mapping[str, Any] | None = None,
     extra_stage_layers: int = 0,
 ) -> list[Constraint]:
-    """The cross-knob rules for one workload, each a named :class:`Constraint` whose message shows
-    the arithmetic. A knob missing from a setting (or None) reads as its default."""
-    d = dict(defaults or DEFAULTS)
-    L, H, G, E, S, B, W = num_layers, num_attention_heads, num_query_groups, num_experts, seq_length, global_batch_size, world_size
-    out: list[Constraint] = []
-
-    def rule(fn):  # register under the function's name
-        out.append(Constraint(fn.__name__, fn))
-        return fn
-
-    def v(s: Mapping[str, Any], name: str) -> Any:
-        return _g(s, name, d)
-
-    @rule
-    def world_size_product(s):
-        if not W or s.get("data_parallel") is None:
-            return None
-        tp, pp, cp, dp = v(s, "tensor_parallel"), v(s, "pipeline_parallel"), v(s, "context_parallel"), s["data_parallel"]
-        prod = tp * pp * cp * dp
-        if prod != W:
-            return (f"tp({tp}) * pp({pp}) * cp({cp}) * dp({dp}) = {prod} != world_size({W}); "
-                    f"choose data_parallel = {W} / (tp * pp * cp)")
-        return None
-
-    @rule
-    def expert_grid(s):
-        ep = v(s, "expert_parallel")
-        if ep <= 1:
-            return None
-        tp, cp = v(s, "tensor_parallel"), v(s, "context_parallel")
-        dp = s.get("data_parallel")
-        if dp is None:
-            if not W:
-                return None
-            dp = W // max(1, tp * v(s, "pipeline_parallel") * cp)
-        etp = expert_tensor_parallel if expert_tensor_parallel is not None else tp
-        inner = tp * cp * dp
-        if inner % (ep * etp):
-            return (f"expert grid: ep({ep}) * etp({etp}) = {ep * etp} does not divide tp*cp*dp = "
-                    f"{tp}*{cp}*{dp} = {inner}; lower expert_parallel or raise data_parallel")
-        return None
-
-    @rule
-    def tp_divides_heads(s):
-        tp = v(s, "tensor_parallel")
-        if H and H % tp:
-            return f"tensor parallel {tp} does not divide {H} attention heads ({H} % {tp} = {H % tp})"
-        return None
-
-    @rule
-    def tp_divides_query_groups(s):
-        tp = v(s, "tensor_parallel")
-        if G and G % tp:
-            return f"tensor parallel {tp} does not divide {G} query groups ({G} % {tp} = {G % tp})"
-        return None
-
-    @rule
-    def pp_divides_layers(s):
-        pp = v(s, "pipeline_parallel")
-        if L and not stage_layers_given and (L + extra_stage_layers) % pp:
-            n = L + extra_stage_layers
-            counted = f"{L} layers" + (f" + {extra_stage_layers} (embedding/loss)" if extra_stage_layers else "")
-            return (f"pipeline parallel {pp} does not divide {counted} ({n} % {pp} = {n % pp}); give "
-                    f"--decoder-first/last-pipeline-num-layers for uneven stages")
-        if L and pp > L:
-            return f"pipeline parallel {pp} is more than the {L} layers"
-        return None
-
-    @rule
-    def ep_divides_experts(s):
-        ep = v(s, "expert_parallel")
-        if ep > 1 and not E:
-            return f"expert parallel {ep} needs a MoE model (num_experts is not set)"
-        if E and E % ep:
-            return f"expert parallel {ep} does not divide {E} experts ({E} % {ep} = {E % ep})"
-        return None
-
-    @rule
-    def cp_divides_seq(s):
-        cp = v(s, "context_parallel")
-        if cp > 1 and S and S % (2 * cp):
-            return (f"context parallel {cp} needs seq_length divisible by 2*cp = {2 * cp} "
-                    f"({S} % {2 * cp} = {S % (2 * cp)})")
-        return None
-
-    @rule
-    def global_batch_divisible(s):
-        mbs, dp = v(s, "micro_batch_size"), s.get("data_parallel")
-        if not B or dp is None:
-            return None
-        x = mbs * dp
-        if B % x:
-            return (f"global batch {B} is not divisible by micro batch {mbs} * data parallel {dp} = {x} "
-                    f"({B} % {x} = {B % x})")
-        return None
-
-    @rule
-    def sequence_parallel_needs_tp(s):
-        if v(s, "sequence_parallel") and v(s, "tensor_parallel") <= 1:
-            return "sequence_parallel needs tensor_parallel > 1 (tp = 1); turn sequence_parallel off"
-        return None
-
-    @rule
-    def virtual_pipeline_fits(s):
-        vp, pp = v(s, "virtual_pipeline"), v(s, "pipeline_parallel")
-        if vp <= 1:
-            return None
-        if pp <= 1:
-            return f"virtual_pipeline {vp} needs pipeline_parallel > 1 (pp = {pp})"
-        if L and not stage_layers_given and L % (pp * vp):
-            return (f"virtual pipeline: {L} layers are not divisible by pp * vp = {pp} * {vp} = {pp * vp} "
-                    f"({L} % {pp * vp} = {L % (pp * vp)})")
-        return None
-
-    @rule
-    def recompute_layers_fit(s):
-        # uniform walks the chunk's layers recompute_num_layers at a time and indexes past the last one
-        # (megatron-core TransformerBlock._checkpointed_forward); block recomputes the first n, so a larger n
-        # recomputes them all and is accepted
-        if v(s, "recompute_granularity") != "full" or not L or v(s, "recompute_method") == "block":
-            return None
-        n, pp, vp = v(s, "recompute_num_layers"), v(s, "pipeline_parallel"), v(s, "virtual_pipeline")
-        per = L // max(1, pp * vp)
-        if n > per:
-            return (f"recompute_num_layers {n} is more than the {per} layers per (virtual) pipeline stage "
-                    f"({L} layers / (pp {pp} * vp {vp}))")
-        return None
-
-    @rule
-    def recompute_options_need_full(s):
-        # without any recompute they are inert (megatron-core reads them only with a granularity; the space maps
-        # them to their defaults); with selective recompute Megatron refuses both: validate_args asserts "recompute
-        # method is not yet supported for selective recomputing granularity", TransformerConfig "recompute_num_layers
-        # must be None"
-        if v(s, "recompute_granularity") != "selective":
-            return None
-        moved = [n for n in ("recompute_method", "recompute_num_layers") if n in s and s[n] != d[n]]
-        if moved:
-            return (f"{' and '.join(moved)} with selective recompute is refused by Megatron; they act with "
-                    f"recompute_granularity full; keep {', '.join(f'{n} = {d[n]!r}' for n in moved)}")
-        return None
-
-    @rule
-    def overlap_param_gather_needs(s):
-        if not v(s, "overlap_param_gather"):
-            return None
-        if not v(s, "distributed_optimizer"):
-            return "overlap_param_gather needs distributed_optimizer (--use-distributed-optimizer)"
-        if not v(s, "overlap_grad_reduce"):
-            return "overlap_param_gather needs overlap_grad_reduce (--overlap-grad-reduce)"
-        return None
-
-    @rule
-    def tp_comm_overlap_needs(s):
-        if v(s, "tp_comm_overlap") and (v(s, "tensor_parallel") <= 1 or not v(s, "sequence_parallel")):
-            return (f"tp_comm_overlap needs tensor_parallel > 1 and sequence_parallel "
-                    f"(tp = {v(s, 'tensor_parallel')}, sequence_parallel = {v(s, 'sequence_parallel')})")
-        return None
-
-    # fp8 does not need bf16: Megatron and torchtitan both accept fp8 GEMMs with --fp16 or fp32 params.
-
-    @rule
-    def fp8_supported_by_device(s):
-        return fp8_unsupported(v(s, "fp8_recipe"), device)
-
-    @rule
-    def attention_backend_local_needs_local_spec(s):
-        if v(s, "attention_backend") == "local" and not local_spec:
-            return ("attention_backend 'local' needs the local layer spec (Megatron: \"--attention-backend local "
-                    "requires --spec local\"); keep attention_backend auto, flash, fused or unfused")
-        return None
-
-    @rule
-    def bf16_not_with_fp16(s):
-        if fp16 and v(s, "bf16"):
-            return "bf16 cannot be combined with the workload's fp16 (--fp16); keep bf16 = false"
-        return None
-
-    # async_tp's rules depend on torchtitan's version and compile components: torchtitan.knob_space_for holds them.
-
-    return out
+    """The cross-knob rules for one workload (:mod:`.rules`), each a named :class:`Constraint` whose message
+    shows the arithmetic. A knob missing from a setting (or None) reads as its default."""
+    return constraints(WorkloadShape(
+        num_layers=num_layers, num_attention_heads=num_attention_heads, num_query_groups=num_query_groups,
+        num_experts=num_experts, seq_length=seq_length, global_batch_size=global_batch_size, world_size=world_size,
+        expert_tensor_parallel=expert_tensor_parallel, stage_layers_given=stage_layers_given, fp16=fp16,
+        device=device, local_spec=local_spec, defaults=dict(defaults or DEFAULTS),
+        extra_stage_layers=extra_stage_layers))
 
 
 def check_setting(space: KnobSpace, setting: Mapping[str, Any]) -> list[Violation]:
