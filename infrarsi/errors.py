@@ -12,6 +12,7 @@ An exception that is not known here is a bug: it keeps its traceback.
 - Slurm: ``SlurmUnreachable`` (controller down, no configuration) and ``SlurmError`` (refused).
 - ``RunDirBusy``: another process holds the run directory (``infrarsi.runlock``).
 - ``SettingError``: an environment variable with a value the tool cannot use; the message names it and the fix.
+- ``ContractError``: a contract that cannot be used (raised by ``infrarsi.contract``); one line naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ class RecordError(RuntimeError):
         self.fix = fix or (f"restore it from a copy, or move it aside (`mv {shlex.quote(str(path))} "
                            f"{shlex.quote(str(path))}.bad`) to run that part again")
         super().__init__(f"{self.path}: {problem}; it was left untouched: {self.fix}")
+
+
+class ContractError(ValueError):
+    """A contract that cannot be used; the message names the field and the fix."""
 
 
 class SettingError(ValueError):

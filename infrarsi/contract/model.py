@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..errors import ContractError
+
 GiB = 2**30
 
 # Workload arguments that define the task. A setting may never change them (Megatron spelling).
@@ -187,10 +189,6 @@ class Contract(_Section):
     def fixed(self) -> dict[str, Any]:
         """The fixed workload arguments: these never change."""
         return dict(self.workload.args)
-
-
-class ContractError(ValueError):
-    """A contract that cannot be used; the message names the field and the fix."""
 
 
 def load_contract(path: str | Path) -> Contract:

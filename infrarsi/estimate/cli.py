@@ -52,23 +52,21 @@ def estimate(
     from rich.console import Console
     from rich.table import Table
 
-    from ..adapters import get_adapter
-    from ..contract.model import ContractError, load_contract
+    from ..adapters.workload import Workload
+    from ..contract.model import ContractError
     from . import EstimateError
-    from . import estimate as run_estimate
     from .devices import device_for
 
     console, err = Console(highlight=False), Console(stderr=True, highlight=False)
     try:
-        contract = load_contract(contract_path)
-        contract = _anchored(contract, contract_path)
-        adapter = get_adapter(contract.workload.adapter)
-        space = adapter.knob_space(contract)
+        workload = Workload.of_file(contract_path)  # the launch read from the contract's folder, as trials read it
+        contract, adapter = workload.contract, workload.adapter
+        space = workload.knob_space()
         setting = space.complete(_setting(contract, adapter, space, sets))
         kw = {"device": device_for(contract.hardware)}
         if unseen_gib is not None:
             kw["unseen_gib"] = unseen_gib
-        e = run_estimate(contract, setting, **kw)
+        e = workload.estimate(setting, **kw)
     except (ContractError, EstimateError, ValueError, OSError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(1)
@@ -120,10 +118,3 @@ def _per_rank_table(console, e) -> None:
         t.add_row(str(r["rank"]), *(f"{cat[c] / GiB:.2f}" for c in CATEGORIES[:5]), f"{r['unseen_bytes'] / GiB:.2f}",
                   f"{r['peak_bytes'] / GiB:.2f}", holds)
     console.print(t)
-
-
-def _anchored(contract, path: Path):
-    """workload.launch is relative to the contract file (else to the working directory, as trials run)."""
-    from .run import anchored
-
-    return anchored(contract, Path(path).parent)
