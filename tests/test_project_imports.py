@@ -93,6 +93,9 @@ def test_the_types_floor_imports_nothing_else_of_the_projects():
 @pytest.mark.parametrize("package, never", [
     ("rundir", "execute"),  # the records are the floor's types; the executors write through RunDir
     ("trial", "execute"),
+    ("contract", "execute"),  # the referee and the bank read trials as the floor's values
+    ("bank", "execute"),
+    ("contract", "adapters"),  # where a launch is (contract/place.py) needs no framework
 ])
 def test_a_lower_package_does_not_import_a_higher_one(package, never):
     out = {f"{p.relative_to(ROOT)} -> {m}" for p in (PKG / package).rglob("*.py") for m in _imports(p)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..execute.trial import Trial
+from ..trial.record import Trial
 from ..io import atomic_write
 from ..priors.prior import Prior
 from ._schema import SCHEMA_VERSION, _dumps

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..execute.trial import Trial, TrialStatus
+from ..trial.record import Trial, TrialStatus
 from ..knobs.setting import Setting
 from ..priors.prior import Prior
 from . import _export

@@ -94,7 +94,7 @@ class Referee:
 
     def judge(self, verdict: Any, setting: Mapping[str, Any]) -> Any:
         """An ok verdict that leaves its band becomes numerics_drift (metrics kept, evidence: the steps)."""
-        from ..execute.trial import TrialStatus
+        from ..trial.status import TrialStatus
 
         if verdict.status is not TrialStatus.OK:
             return verdict

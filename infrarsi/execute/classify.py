@@ -19,7 +19,7 @@ import math
 import signal as _signal
 from collections.abc import Sequence
 
-from ..adapters.base import ParsedRun
+from ..trial.parsed import ParsedRun
 from .executor import LaunchEnd
 from .torchrun import root_cause
 from .trial import Metrics, TrialStatus
