@@ -138,3 +138,32 @@ def test_no_framework_name_is_compared_outside_the_adapters():
             if names and about:
                 found.append(f"{rel}:{n.lineno}: {ast.unparse(n)}")
     assert found == []
+
+
+TYPED = {"contract", "adapter", "tuner", "record"}
+# Modules whose such parameters are still untyped, being changed elsewhere when this check came (type them, then
+# take the module off this list; no other module may gain one).
+NOT_YET_TYPED = {"infrarsi/stages/run.py", "infrarsi/report/effects.py", "infrarsi/kernels/space.py",
+                 "infrarsi/kernels/verdicts.py", "infrarsi/search/reverify.py", "infrarsi/estimate/megatron.py",
+                 "infrarsi/workloads/megatron_trial.py"}
+
+
+def _untyped() -> dict[str, list[str]]:
+    import ast
+
+    out: dict[str, list[str]] = {}
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(ROOT).as_posix()
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for a in [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs]:
+                    note = ast.unparse(a.annotation) if a.annotation is not None else ""
+                    if a.arg in TYPED and (not note or "Any" in note.replace("|", " ").split()):
+                        out.setdefault(rel, []).append(f"{n.name}({a.arg}: {note or '-'})")
+    return out
+
+
+def test_a_contract_adapter_tuner_or_record_parameter_says_its_type():
+    """A parameter named contract, adapter, tuner or record is typed (``Any``, or nothing, hid import cycles)."""
+    got = _untyped()
+    assert {k: v for k, v in got.items() if k not in NOT_YET_TYPED} == {}

@@ -26,9 +26,14 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..launch.toml_edit import TomlEditError, set_values
+
+if TYPE_CHECKING:
+    from ..adapters.base import LaunchFileAdapter
+    from ..contract.model import Contract
+    from ..trial.launch import LaunchSpec
 
 # A script "reading": program arguments and environment of its launch command, and the setting and workload.
 Reading = tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]
@@ -286,7 +291,7 @@ def changed_lines(a: str, b: str) -> int:
 
 
 # --------------------------------------------------------------------------- the contract's launch file
-def edit_launch_file(adapter, contract, spec) -> tuple[Path, Edit] | None:
+def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract, spec: LaunchSpec) -> tuple[Path, Edit] | None:
     """(path, edit) of the contract's launch file (``workload.launch``) that makes it the launch ``spec`` (the
     adapter's launch for the tuned setting); None when the workload names no launch file. EditError when the
     change cannot be made as a minimal edit."""

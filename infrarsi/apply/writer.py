@@ -146,7 +146,7 @@ def _knobs(d: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items()) or "(none)"
 
 
-def _in_place(data: RunData, adapter, spec: LaunchSpec, repo: Path | None) -> tuple[FileChange | None, str]:
+def _in_place(data: RunData, adapter: Adapter, spec: LaunchSpec, repo: Path | None) -> tuple[FileChange | None, str]:
     """The user's own launch file (``workload.launch``) edited to the tuned setting, as a change inside
     ``repo`` (a file outside it is written as an edited copy under infrarsi-tuned/); (None, why) when the
     workload names no launch file or the edit cannot be made minimally (then launch.sh is written)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .model import FIXED_WORKLOAD_KEYS, Contract
 
@@ -49,15 +49,23 @@ def loss_violation(contract: Contract, baseline: Sequence[float], losses: Sequen
     return None
 
 
-def env_violations(contract: Contract, adapter: Any) -> list[str]:
+@runtime_checkable
+class ReadsLaunch(Protocol):
+    """An adapter that reads the contract's launch file (Megatron, torchtitan: ``LaunchFileAdapter``)."""
+
+    def parsed(self, contract: Contract) -> Any:
+        """The launch as the framework reads it; ``.fixed``: its fixed workload arguments."""
+
+
+def env_violations(contract: Contract, adapter: object) -> list[str]:
     """Where ``workload.script_env`` or ``workload.env`` changes what the workload fixes: the launch, as the adapter
     reads it with them, gives a fixed workload argument another value than ``[workload.args]`` locks it to (the
     same rule as a knob that would: the variable a launch script reads for the global batch is such a knob).
     [] for adapters that read no launch file."""
-    parsed = getattr(adapter, "parsed", None)
     w = contract.workload
-    if parsed is None or not w.launch or not w.args:
+    if not isinstance(adapter, ReadsLaunch) or not w.launch or not w.args:
         return []
+    parsed = adapter.parsed
     got = dict(parsed(contract).fixed)
     bad = {k: got[k] for k, v in w.args.items() if k in got and got[k] != v}
     out = []

@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from .model import Contract
 
 SERIES = ("loss", "grad_norm")
 
@@ -147,7 +148,7 @@ def reference_of(noise: Any) -> "Referee | list[float]":
     return Referee.from_dict(noise.numerics) if getattr(noise, "numerics", None) else list(noise.reference_losses)
 
 
-def drift_of(reference: "Referee | Sequence[float]", contract: Any, setting: Mapping[str, Any], metrics: Any) -> str | None:
+def drift_of(reference: "Referee | Sequence[float]", contract: Contract, setting: Mapping[str, Any], metrics: Any) -> str | None:
     """None when the trial's numerics match the baseline, else one line saying where they left the band."""
     if isinstance(reference, Referee):
         worst, bad = reference.violations(setting, metrics)

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from ..adapters.base import Adapter
+    from ..contract.model import Contract
+    from ..knobs import KnobSpace
 
 GiB = 2**30
 
 
-def _launch_setting(contract, adapter, space) -> dict:
+def _launch_setting(contract: Contract, adapter: Adapter, space: KnobSpace) -> dict:
     """The knobs a Megatron launch sets itself (its flags), so that a contract without a [baseline] is estimated as
     its launch is written rather than at the catalog's defaults (``adapter``: the one that read the space)."""
     from ..adapters.base import LaunchFileAdapter
@@ -28,7 +34,7 @@ def _launch_setting(contract, adapter, space) -> dict:
     return {k: v for k, v in adapter.parsed(contract).setting.items() if k in space and v is not None}
 
 
-def _setting(contract, adapter, space, sets: list[str]) -> dict:
+def _setting(contract: Contract, adapter: Adapter, space: KnobSpace, sets: list[str]) -> dict:
     out = {**_launch_setting(contract, adapter, space), **contract.baseline}
     by_name = {k.name: k for k in space.knobs}
     for item in sets:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .result import EstimateError
 
+if TYPE_CHECKING:
+    from ..contract.model import Contract
 
-def minigpt_argv(contract: Any, setting: Mapping[str, Any], *, iters: int = 2) -> tuple[list[str], dict[str, str]]:
+
+def minigpt_argv(contract: Contract, setting: Mapping[str, Any], *, iters: int = 2) -> tuple[list[str], dict[str, str]]:
     from ..adapters.minigpt import MiniGPTAdapter
 
     ad = MiniGPTAdapter()
@@ -29,12 +32,12 @@ def minigpt_argv(contract: Any, setting: Mapping[str, Any], *, iters: int = 2) -
     return argv, env
 
 
-def measured_peak_minigpt(contract: Any, setting: Mapping[str, Any], *, iters: int = 2, timeout_s: float = 600) -> float:
+def measured_peak_minigpt(contract: Contract, setting: Mapping[str, Any], *, iters: int = 2, timeout_s: float = 600) -> float:
     """Peak bytes (the busiest rank's) of a real, uncapped minigpt run of ``setting``."""
     return measured_minigpt(contract, setting, iters=iters, timeout_s=timeout_s)[0]
 
 
-def measured_minigpt(contract: Any, setting: Mapping[str, Any], *, iters: int = 2,
+def measured_minigpt(contract: Contract, setting: Mapping[str, Any], *, iters: int = 2,
                      timeout_s: float = 600) -> tuple[float, float]:
     """(peak bytes, median step seconds after the first two iterations, or of all when fewer) of a real run."""
     import statistics

@@ -33,7 +33,10 @@ under the contract's 2.25 GiB cap.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract
 
 MiB = 2**20
 
@@ -78,7 +81,7 @@ MEASURED_BY_MEGATRON = "scripts/bench_estimate_megatron.py --calibrate (megatron
 GPU_UNMEASURED = 1.25 * 2**30
 
 
-def unseen_bytes(contract: Any, *, threads: int | None = None, bf16: bool = False, transient_bytes: float = 0.0,
+def unseen_bytes(contract: Contract, *, threads: int | None = None, bf16: bool = False, transient_bytes: float = 0.0,
                  override_gib: float | None = None, framework: str = "minigpt",
                  process_groups: int = 0, local_experts: int = 0) -> tuple[float, str]:
     """(bytes, where they come from) to add to the tracked peak of one rank of ``contract``'s hardware;
@@ -120,12 +123,12 @@ MEDIUM = {"num_layers": 2, "hidden_size": 192, "num_attention_heads": 6, "seq_le
           "global_batch_size": 8}
 
 
-def _resized(contract: Any, args: dict[str, Any]) -> Any:
+def _resized(contract: Contract, args: dict[str, Any]) -> Any:
     wl = contract.workload.model_copy(update={"args": {**contract.workload.args, **args}})
     return contract.model_copy(update={"workload": wl})
 
 
-def calibrate(contract: Any = None, threads: tuple[int, ...] = (1, 2)) -> dict[str, float]:
+def calibrate(contract: Contract = None, threads: tuple[int, ...] = (1, 2)) -> dict[str, float]:
     """Measure ``BASE`` (per threads and dtype) and ``FRAGMENTATION`` on this machine; returns them by name."""
     from pathlib import Path
 

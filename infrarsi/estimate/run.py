@@ -8,18 +8,24 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .result import Estimate, EstimateError
 
-def _adapter(contract: Any) -> Any:
+if TYPE_CHECKING:
+    from ..adapters.base import Adapter
+    from ..contract.model import Contract
+    from ..knobs import KnobSpace
+
+
+def _adapter(contract: Contract) -> type[Adapter]:
     """The adapter class of ``contract``'s framework: it names its estimate module, what that needs, its offset."""
     from ..adapters import adapter_class
 
     return adapter_class(contract.workload.adapter)
 
 
-def estimate(contract: Any, setting: Mapping[str, Any], **kw: Any) -> Estimate:
+def estimate(contract: Contract, setting: Mapping[str, Any], **kw: Any) -> Estimate:
     """One rank's peak for ``setting`` of ``contract``'s job (minigpt, torchtitan or Megatron-LM: the adapters
     that name an ``estimate_module``)."""
     from ..adapters import ADAPTERS, adapter_class
@@ -43,7 +49,7 @@ OFFSET_ENV = "INFRARSI_MEMORY_OFFSET"
 _NOT_MEMORY = ("torch_compile", "nccl_", "kernel_", "num_workers", "manual_gc", "intra_op_threads")
 
 
-def anchored(contract: Any, contract_dir: str | Path | None) -> Any:
+def anchored(contract: Contract, contract_dir: str | Path | None) -> Contract:
     """``contract`` with ``workload.launch`` and ``workload.cwd`` made absolute where they are found from
     ``contract_dir`` (the contract's folder: ``contract/place.py``'s rule), so that an adapter bound to no folder
     reads the launch as the run does; unchanged when ``contract_dir`` is None or the workload names no launch."""
@@ -57,7 +63,7 @@ def anchored(contract: Any, contract_dir: str | Path | None) -> Any:
     return contract.model_copy(update={"workload": wl})
 
 
-def offset_kind(contract: Any) -> str:
+def offset_kind(contract: Contract) -> str:
     raw = os.environ.get(OFFSET_ENV, "").strip().lower()
     if raw and raw not in ("estimate", "analytical"):
         raise EstimateError(f"{OFFSET_ENV}={raw!r}: expected 'estimate' or 'analytical'")
@@ -80,7 +86,7 @@ BUDGET_ENV = "INFRARSI_ESTIMATE_BUDGET_S"
 DEFAULT_BUDGET_S = 300.0
 
 
-def memory_estimator(space: Any, contract: Any, *, fallback: Callable[[Mapping[str, Any]], float] | None = None,
+def memory_estimator(space: KnobSpace, contract: Contract, *, fallback: Callable[[Mapping[str, Any]], float] | None = None,
                      on_error: Callable[[str], None] | None = None,
                      budget_s: float | None = None) -> Callable[[Mapping[str, Any]], float] | None:
     """setting -> per-rank peak bytes from the real model's fake step, for the run stage's memory model (the

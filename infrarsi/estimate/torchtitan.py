@@ -25,11 +25,14 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .overhead import FRAGMENTING, unseen_bytes
 from .result import Estimate, EstimateError
 from .track import Device, Hooks, fake_world, tracked_step
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract
 
 TRAIN_MODULE = "torchtitan.train"
 
@@ -42,7 +45,7 @@ def _require():
                             "(torchtitan==0.2.2)") from None
 
 
-def job_args(contract: Any, setting: Mapping[str, Any]) -> list[str]:
+def job_args(contract: Contract, setting: Mapping[str, Any]) -> list[str]:
     """The torchtitan arguments a trial of ``setting`` runs with (after ``-m torchtitan.train``)."""
     from ..adapters.torchtitan import TorchtitanAdapter
 
@@ -66,7 +69,7 @@ def job_config(args: list[str]):
     return ConfigManager().parse_args(list(args))
 
 
-def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None = None,
+def estimate(contract: Contract, setting: Mapping[str, Any], *, device: Device | None = None,
              unseen_gib: float | None = None) -> Estimate:
     cfg = job_config(job_args(contract, setting))
     e = estimate_job(cfg, world_size=int(contract.hardware.devices), device=device)
