@@ -164,5 +164,14 @@ class LaunchFileAdapter(Adapter):
 
     @staticmethod
     @abc.abstractmethod
-    def describe_launch(parsed: Any) -> dict[str, Any]:
+    def launch_violations(parsed: Any) -> list[str]:
+        """Every problem with a launch's own setting: the catalog's rules, then the framework's own checks."""
+
+    @classmethod
+    def describe_launch(cls, parsed: Any) -> dict[str, Any]:
         """framework, fixed, setting (one key per knob of the space), violations, world_size, space, notes."""
+        space = cls.launch_space(parsed)
+        return {"framework": cls.name, "fixed": dict(parsed.fixed),
+                "setting": {k.name: parsed.setting.get(k.name) for k in space.knobs},
+                "violations": cls.launch_violations(parsed), "world_size": parsed.world_size, "space": space,
+                "notes": list(parsed.notes)}

@@ -103,20 +103,20 @@ def expert_grid(w: WorkloadShape, s: Mapping[str, Any], v: Reader) -> str | None
     return None
 
 
+def _tp_divides(tp: int, n: int | None, what: str) -> str | None:
+    if n and n % tp:
+        return f"tensor parallel {tp} does not divide {n} {what} ({n} % {tp} = {n % tp})"
+    return None
+
+
 @rule
 def tp_divides_heads(w: WorkloadShape, s: Mapping[str, Any], v: Reader) -> str | None:
-    tp, h = v(s, "tensor_parallel"), w.num_attention_heads
-    if h and h % tp:
-        return f"tensor parallel {tp} does not divide {h} attention heads ({h} % {tp} = {h % tp})"
-    return None
+    return _tp_divides(v(s, "tensor_parallel"), w.num_attention_heads, "attention heads")
 
 
 @rule
 def tp_divides_query_groups(w: WorkloadShape, s: Mapping[str, Any], v: Reader) -> str | None:
-    tp, g = v(s, "tensor_parallel"), w.num_query_groups
-    if g and g % tp:
-        return f"tensor parallel {tp} does not divide {g} query groups ({g} % {tp} = {g % tp})"
-    return None
+    return _tp_divides(v(s, "tensor_parallel"), w.num_query_groups, "query groups")
 
 
 @rule

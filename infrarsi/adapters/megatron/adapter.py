@@ -290,11 +290,8 @@ class MegatronAdapter(LaunchFileAdapter):
         return knob_space_for(parsed)
 
     @staticmethod
-    def describe_launch(parsed: MegatronLaunch) -> dict[str, Any]:
-        space = knob_space_for(parsed)
-        return {"framework": FRAMEWORK, "fixed": dict(parsed.fixed),
-                "setting": {k.name: parsed.setting.get(k.name) for k in space.knobs}, "violations": violations(parsed),
-                "world_size": parsed.world_size, "space": space, "notes": list(parsed.notes)}
+    def launch_violations(parsed: MegatronLaunch) -> list[str]:
+        return violations(parsed)
 
     def reread(self, contract: Contract, text: str) -> MegatronLaunch:
         """``text`` read as the contract's launch file is (the same environment, arguments and working directory):

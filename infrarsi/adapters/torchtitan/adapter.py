@@ -285,11 +285,8 @@ class TorchtitanAdapter(LaunchFileAdapter):
         return knob_space_for(parsed)
 
     @staticmethod
-    def describe_launch(parsed: TorchtitanLaunch) -> dict[str, Any]:
-        space = knob_space_for(parsed)
-        return {"framework": FRAMEWORK, "fixed": dict(parsed.fixed),
-                "setting": {k.name: parsed.setting.get(k.name) for k in space.knobs}, "violations": violations(parsed),
-                "world_size": parsed.world_size, "space": space, "notes": list(parsed.notes)}
+    def launch_violations(parsed: TorchtitanLaunch) -> list[str]:
+        return violations(parsed)
 
     def reread(self, contract: Contract, text: str) -> TorchtitanLaunch:
         """``text`` read as the contract's launch script is (the same environment, arguments, working directory
