@@ -17,7 +17,7 @@ from ..contract.model import Contract, ContractError
 from ..contract.place import launch_cwd, launch_path
 from ..execute.spec import LaunchSpec
 from ..knobs import KnobSpace
-from .base import Adapter, LaunchFileAdapter
+from .base import Adapter, LaunchFileAdapter, full_setting
 
 
 class Workload:
@@ -73,8 +73,7 @@ class Workload:
     def full_setting(self, setting: Mapping[str, Any]) -> dict[str, Any]:
         """The launch's own values, then the contract's baseline, then ``setting`` (later wins): every knob a
         trial of ``setting`` runs with, the ones the space leaves out included."""
-        own = self.parsed().setting if self.reads_launch_file else {}
-        return {**own, **self.contract.baseline, **dict(setting)}
+        return full_setting(self.parsed().setting if self.reads_launch_file else {}, self.contract, setting)
 
     def launch(self, setting: Mapping[str, Any]) -> LaunchSpec:
         return self.adapter.launch(self.contract, setting)

@@ -40,7 +40,7 @@ from ...execute.spec import LaunchSpec
 from ...knobs import Constraint, Derived, Knob, KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
 from . import trial as torchtitan_trial
-from ..base import LaunchFileAdapter, ParsedRun, scoped_space
+from ..base import LaunchFileAdapter, ParsedRun, full_setting, scoped_space
 from ..equivalence import raise_if_different
 from .check import FrameworkRejected, check_torchtitan
 from .configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK
@@ -249,7 +249,7 @@ class TorchtitanAdapter(LaunchFileAdapter):
 
     def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         parsed = self.parsed(contract)
-        full = {**contract.baseline, **dict(setting)}
+        full = full_setting({}, contract, setting)  # emit_torchtitan puts the launch's own values under it
         spec = emit_torchtitan(parsed, full, world_size=contract.hardware.devices,
                                time_limit_s=contract.invariants.timing.timeout_s)
         if parsed.problems:
