@@ -74,6 +74,11 @@ class Adapter(abc.ABC):
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         """Status, metrics and evidence from a finished trial's output."""
 
+    def batch_launch(self, contract: Contract, setting: Mapping[str, Any], spec: LaunchSpec) -> LaunchSpec:
+        """The launch of ``setting`` inside a batch job (what ``apply`` writes into job.sbatch); ``spec``, the
+        launch as a person runs it, by default."""
+        return spec
+
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         """The launch as a trial runs it: where the framework writes (checkpoints, TensorBoard, logs) pointed into
         the trial's directory with ``spec.TRIAL_DIR`` (the repository is read-only to a trial). Only the runner calls
@@ -119,11 +124,6 @@ class LaunchFileAdapter(Adapter):
     launch_setting_is_baseline: bool = False
     """A contract without a ``[baseline]`` is estimated at the knobs its launch sets (its flags), not at the
     catalog's defaults."""
-
-    def batch_launch(self, contract: Contract, setting: Mapping[str, Any], spec: LaunchSpec) -> LaunchSpec:
-        """The launch of ``setting`` inside a batch job (what ``apply`` writes into job.sbatch); ``spec``, the
-        launch as a person runs it, by default."""
-        return spec
 
     def job_file_values(self, contract: Contract, spec: LaunchSpec) -> dict[str, Any] | None:
         """For a launch that is a bare job file: the fields ``spec`` changes in it; None for a launch script."""
