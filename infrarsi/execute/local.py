@@ -206,11 +206,11 @@ class LocalExecutor:
             info_r, info_w = os.pipe()
             cgroup = isolation.PidsCgroup(token, pids_max=self.config.pids_max)
         try:
-            with open(trial_dir / STDERR, "wb") as err:
-                # stdout through a pipe: the harness stamps each line's arrival (clock.py), outside the trial's reach
-                proc = subprocess.Popen(self.command(spec, trial_dir, info_fd=info_w, cgroup=cgroup), cwd=spec.cwd,
-                                        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                        start_new_session=True, pass_fds=() if info_w is None else (info_w,))
+            # stdout and stderr through pipes: the harness stamps each line's arrival (clock.py), outside the
+            # trial's reach, on both streams the parsers read
+            proc = subprocess.Popen(self.command(spec, trial_dir, info_fd=info_w, cgroup=cgroup), cwd=spec.cwd,
+                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True, pass_fds=() if info_w is None else (info_w,))
         except BaseException:
             for fd in (info_r, info_w):
                 if fd is not None:
@@ -221,7 +221,8 @@ class LocalExecutor:
         if info_w is not None:
             os.close(info_w)
         members = cgroup.members if cgroup is not None and cgroup.path is not None else None
-        clock = LineClock(proc.stdout, trial_dir / STDOUT, pgid=proc.pid, members=members)
+        clock = LineClock(proc.stdout, trial_dir / STDOUT, pgid=proc.pid, members=members, err_pipe=proc.stderr,
+                          err_path=trial_dir / STDERR)
         with self._lock:
             self._procs[token] = proc
             self._started[token] = time.monotonic()

@@ -21,7 +21,8 @@ class Metrics(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    step_time_s: float | None = None  # median steady-state step time (contract's window)
+    step_time_s: float | None = None  # median steady-state step time (contract's window), as the harness measured it
+    reported_step_time_s: float | None = None  # the same as the trial's log reports it (evidence; None: not clocked)
     step_times_s: list[float] = []  # every step's time, warm-up included
     tokens_per_s: float | None = None
     mfu: float | None = None  # fraction in [0, 1]; None when peak FLOP/s is unknown

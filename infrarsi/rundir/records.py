@@ -206,3 +206,5 @@ class ClockRecord(BaseModel):
     arrivals_s: list[float] = []
     cpu_s: list[float | None] = []
     cpu_t_s: list[float | None] = []
+    chunks: list[int] = []  # per stdout line, the number of the pipe read that completed it
+    stderr: dict[str, Any] | None = None  # the same for stderr: sha256, arrivals_s, chunks, cpu_s, cpu_t_s

@@ -4,6 +4,9 @@ Modes: ok, drift (loss 10% off), hang (never finishes), garbage (unparseable byt
 alloc (allocates --alloc-mb MiB, then trains), signal (kills itself with --signal after one step),
 exit (raises; exit status 1), paced (sleeps its steps: lines at the claimed pace, nothing computed), gloo (two ranks under torchrun: all_reduce, then rank 1 kills itself),
 progress (an honest run that draws a progress bar with carriage returns, as tqdm does, before and between its steps).
+Trials that lie about their time (each computes its steps, then misreports them): slowclock (times its steps with a
+clock running at 80%), stderr (the same, its iteration lines on stderr), buffered (claims half its real step time and
+holds its iteration lines until it exits).
 """
 
 import argparse
@@ -53,6 +56,7 @@ def bar(label: str) -> None:
 
 if a.mode == "progress":
     bar("loading data")
+held: list[str] = []
 for i in range(1, a.steps + 1):
     if a.mode == "progress":
         bar(f"step {i}")
@@ -62,12 +66,19 @@ for i in range(1, a.steps + 1):
     while time.perf_counter() - t0 < a.step_ms / 1000:  # a step computes (the harness holds idle steps as paced lines)
         pass
     ms = (time.perf_counter() - t0) * 1000
+    ms *= {"slowclock": 0.8, "stderr": 0.8, "buffered": 0.5}.get(a.mode, 1.0)
     loss = 5.0 - 0.1 * i
     if a.mode == "drift":
         loss *= 1.1
-    print(f" iteration {i:8d}/{a.steps:8d} | elapsed time per iteration (ms): {ms:.1f} | lm loss: {loss:.6E} |", flush=True)
+    line = f" iteration {i:8d}/{a.steps:8d} | elapsed time per iteration (ms): {ms:.1f} | lm loss: {loss:.6E} |"
+    if a.mode == "buffered":
+        held.append(line)
+    else:
+        print(line, file=sys.stderr if a.mode == "stderr" else sys.stdout, flush=True)
     if a.mode == "signal":
         os.kill(os.getpid(), a.signal)
     if a.mode == "hang":
         time.sleep(3600)
+if held:
+    print("\n".join(held), flush=True)
 print("toy done", flush=True)
