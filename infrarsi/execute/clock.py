@@ -432,6 +432,15 @@ def _step_lines(trial_dir: Path, clock: dict[str, Any]):
     return steps, twice
 
 
+def own_cpu_s(trial_dir: Path) -> float | None:
+    """CPU seconds the trial's processes had used at the clock's last sample (None without a sampled clock)."""
+    clock = read_clock(trial_dir)
+    if clock is None:
+        return None
+    xs = [c for c in (clock.get("cpu_s") or []) + ((clock.get("stderr") or {}).get("cpu_s") or []) if c is not None]
+    return max(xs) if xs else None
+
+
 def harness_line(trial_dir: Path, *, warmup_steps: int, measured_steps: int) -> str | None:
     """What the harness's own clock measured over the contract's window, as one evidence line (None without it)."""
     try:

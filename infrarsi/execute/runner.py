@@ -35,7 +35,8 @@ from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..contract.seal import settled_problems
 from .classify import Verdict, apply_loss_check, classify
-from .clock import ClockProblem, disagreement, measure, referee
+from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
+from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from .local import kill_token, resolve_argv, trial_env
 from .record import RunRecord
@@ -249,6 +250,7 @@ class Runner:
         guard = None if callable(isolates) and isolates(self.record.trial_dir(trial.id)) else \
             TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
         before = guard.snapshot() if guard is not None else {}
+        watch = Watch()  # the machine's conditions over the trial (execute/conditions.py)
         try:
             while True:
                 if adopted is not None:
@@ -271,6 +273,7 @@ class Runner:
             self._gate.release(procs, mem)
             with self._lock:
                 self._handles.pop(trial.id, None)
+        conditions = watch.end(own_cpu_s=own_cpu_s(Path(handle.trial_dir)))
         verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting)
         if relaunched:
             verdict = verdict.model_copy(update={"evidence": relaunched + verdict.evidence})
@@ -295,7 +298,7 @@ class Runner:
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
             "cost": Cost(wall_s=end.wall_s, devices=spec.devices), "finished_at": ended_at,
-            "warnings": warnings}))
+            "warnings": warnings, "conditions": conditions}))
 
     def _repo(self, spec: LaunchSpec) -> Path:
         """The repository a trial must leave alone: the git work tree of its working directory (cached)."""

@@ -65,6 +65,7 @@ class Trial(BaseModel):
     finished_at: float | None = None
     path: str | None = None  # the trial's directory
     warnings: list[str] = []  # what the harness could not guarantee for this trial (e.g. it ran without isolation)
+    conditions: dict[str, Any] = {}  # the machine while it ran: load averages, others' CPU, GPUs (execute/conditions.py)
 
     @model_validator(mode="after")
     def _check(self) -> "Trial":

@@ -6,7 +6,8 @@ exit (raises; exit status 1), paced (sleeps its steps: lines at the claimed pace
 progress (an honest run that draws a progress bar with carriage returns, as tqdm does, before and between its steps).
 Trials that lie about their time (each computes its steps, then misreports them): slowclock (times its steps with a
 clock running at 80%), stderr (the same, its iteration lines on stderr), buffered (claims half its real step time and
-holds its iteration lines until it exits).
+holds its iteration lines until it exits). noisy: an honest run whose steps take 0.5x to 2x --step-ms, drawn per
+run (a machine with a noisy neighbour).
 """
 
 import argparse
@@ -57,6 +58,10 @@ def bar(label: str) -> None:
 if a.mode == "progress":
     bar("loading data")
 held: list[str] = []
+if a.mode == "noisy":
+    import random
+
+    a.step_ms *= random.Random(os.getpid() ^ time.time_ns()).choice((0.5, 1.0, 2.0))
 for i in range(1, a.steps + 1):
     if a.mode == "progress":
         bar(f"step {i}")
