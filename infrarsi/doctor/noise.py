@@ -71,14 +71,12 @@ def confirmable(cv_: float, repeats: int, verify_pairs: int) -> float:
     ``verify_pairs`` A/B pairs under the sequential rule (search/verify.py): the pairs' log ratios have sd
     cv * sqrt(2), the last look spends alpha = ALPHA / pairs, so a true speedup S is confirmed when
     log S >= log(1 + mde) + (t_{1 - alpha, pairs - 1} + z_0.80) * cv * sqrt(2) / sqrt(pairs)."""
-    from scipy.stats import t as student_t
-
-    from ..search.verify import ALPHA
+    from ..search.verify import ALPHA, t_quantile
 
     if not math.isfinite(cv_):
         return math.inf
     n = max(verify_pairs, 3)
-    t = float(student_t.ppf(1 - ALPHA / n, n - 1))
+    t = t_quantile(1 - ALPHA / n, n - 1)
     return (1 + mde(cv_, repeats)) * math.exp((t + Z_POWER) * cv_ * math.sqrt(2.0 / n)) - 1
 
 

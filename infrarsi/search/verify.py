@@ -20,6 +20,7 @@ log-normal noise, the lower bound exceeds 0 with probability 2.5%, and exceeds l
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -86,8 +87,14 @@ def interval(baseline_s: Sequence[float], candidate_s: Sequence[float], alpha: f
     r = [math.log(a / b) for a, b in zip(baseline_s, candidate_s)]
     n = len(r)
     m = statistics.fmean(r)
-    half = float(student_t.ppf(1 - alpha, n - 1)) * statistics.stdev(r) / math.sqrt(n)
+    half = t_quantile(1 - alpha, n - 1) * statistics.stdev(r) / math.sqrt(n)
     return Speedup(math.exp(m), math.exp(m - half), math.exp(m + half), n)
+
+
+@functools.lru_cache(maxsize=1024)
+def t_quantile(p: float, df: int) -> float:
+    """Student t's ``p`` quantile with ``df`` degrees of freedom (scipy; cached: a run asks the same few)."""
+    return float(student_t.ppf(p, df))
 
 
 @dataclass(frozen=True)
