@@ -441,15 +441,6 @@ def own_cpu_s(trial_dir: Path) -> float | None:
     return max(xs) if xs else None
 
 
-def harness_line(trial_dir: Path, *, warmup_steps: int, measured_steps: int) -> str | None:
-    """What the harness's own clock measured over the contract's window, as one evidence line (None without it)."""
-    try:
-        t = measure(trial_dir, warmup_steps=warmup_steps, measured_steps=measured_steps)
-    except ClockProblem:
-        return None
-    return None if t is None else t.line()
-
-
 def _window_cpu(seen: dict[int, Line], warmup: int, measured: int):
     its = [i for i in range(max(1, warmup), warmup + measured + 1) if i in seen and seen[i].cpu is not None]
     if len(its) < 2:
