@@ -9,6 +9,7 @@ import pytest
 from toy import ToyAdapter, toy_contract
 
 from infrarsi.adapters.megatron.adapter import parse_megatron_output
+from infrarsi.adapters.torchtitan.log import parse_torchtitan_output
 from infrarsi.execute.clock import read_clock, step_of
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
@@ -67,6 +68,25 @@ def test_honest_short_steps_under_cpu_burners_are_ok(tmp_path, burners):
     for t in trials:
         assert t.status is TrialStatus.OK, (t.reason, t.evidence)
         assert t.metrics.step_time_s > 0 and t.metrics.reported_step_time_s >= 0.02
+
+
+class TorchtitanToy(ToyAdapter):
+    """The toy workload's torchtitan mode read by torchtitan's own parser (1,000 tokens a step, one rank)."""
+
+    def parse(self, contract, stdout, stderr, returncode):
+        t = contract.invariants.timing
+        return parse_torchtitan_output(stdout, stderr, returncode, warmup_steps=t.warmup_steps,
+                                       measured_steps=t.measured_steps, world_size=1, tokens_per_step=1000, cpu=True)
+
+
+def test_torchtitan_step_lines_on_stderr_are_scored_by_the_harness(tmp_path):
+    rec = RunRecord(tmp_path)
+    with Runner(rec, LocalExecutor(), TorchtitanToy(), toy_contract()) as runner:
+        (t,) = runner.run([{"mode": "titan", "step_ms": 100}])
+    assert t.status is TrialStatus.OK, (t.reason, t.evidence)
+    assert 0.07 < t.metrics.reported_step_time_s < 0.09  # its throughput claims 80 ms steps
+    assert t.metrics.step_time_s > 0.095 and t.metrics.tokens_per_s < 1000 / 0.095  # throughput follows the harness
+    assert any("on stderr arrived every" in e for e in t.evidence), t.evidence
 
 
 def test_step_lines_of_every_framework():
