@@ -61,8 +61,8 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
             ok_pairs = [(a, b) for a, b in used if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
             d = decide([a.metrics.step_time_s for a, _ in ok_pairs], [b.metrics.step_time_s for _, b in ok_pairs],
                        mde=noise.mde, max_pairs=max_pairs)
-            if d.done or len(used) >= max_pairs:
-                break
+            if d.done or len(used) >= max_pairs or len(used) - len(ok_pairs) >= FIRST_LOOK:
+                break  # decided, out of pairs, or a candidate (or baseline) that keeps failing
             # A then B, back to back: drifts of the machine cancel in the pair
             a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
             b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
