@@ -68,6 +68,9 @@ def test_honest_short_steps_under_cpu_burners_are_ok(tmp_path, burners):
     for t in trials:
         assert t.status is TrialStatus.OK, (t.reason, t.evidence)
         assert t.metrics.step_time_s > 0 and t.metrics.reported_step_time_s >= 0.02
+        # its conditions name the burners: other processes kept more than half a core busy while it ran
+        c = t.conditions
+        assert c["others_cores"] > 0.5 and c["load_start"] is not None and c["cores"] >= 1, c
 
 
 class TorchtitanToy(ToyAdapter):
