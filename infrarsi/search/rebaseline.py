@@ -20,6 +20,7 @@ from ..execute.conditions import load, shifted
 from ..execute.trial import Trial, TrialStatus
 
 ROLE = "rebaseline"
+MIN_BETWEEN = 2  # search trials between two baseline runs a load shift asks for (a load that swings costs no more)
 BASE_ROLES = ("doctor", ROLE)
 
 
@@ -63,7 +64,7 @@ def due(trials: list[Trial], every: int) -> str | None:
     if since >= every:
         return f"{since} search trials since the baseline last ran"
     now = load()
-    if since and shifted(_load_avg(bases, last), now):
+    if since >= MIN_BETWEEN and shifted(_load_avg(bases, last), now):
         return f"the load average moved from {_load_avg(bases, last):.1f} to {now:.1f}"
     return None
 
