@@ -128,8 +128,12 @@ POLITE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def inner(status_file: str, command: list) -> None:
-    """The first process inside the isolation: run the command, record how it ended, end the same way."""
+    """The first process inside the isolation: run the command, record how it ended, end the same way.
+    ``status_file``: a path, or ``fd:N`` (a pipe the runner reads; the command does not inherit it)."""
     state = {"child": 0, "pending": []}
+    status_fd = int(status_file[3:]) if status_file.startswith("fd:") else None
+    if status_fd is not None:
+        os.set_inheritable(status_fd, False)
 
     def forward(sig, frame):  # a polite signal is the command's to act on; this wrapper outlives it to report
         if state["child"]:
@@ -175,8 +179,11 @@ def inner(status_file: str, command: list) -> None:
             continue
     how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
     try:
-        with open(status_file, "w") as f:
-            f.write(how + "\n")
+        if status_fd is not None:
+            os.write(status_fd, (how + "\n").encode())
+        else:
+            with open(status_file, "w") as f:
+                f.write(how + "\n")
     except OSError:
         pass
     if os.WIFSIGNALED(status):
