@@ -83,7 +83,7 @@ ENV_NAMES = frozenset({
 ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NVTE_", "NCCL_", "OMP_", "MKL_", "KMP_", "OPENBLAS_",
                 "TORCH", "PYTORCH_", "TRITON", "HF_", "TRANSFORMERS_", "PYTHON", "SLURM_")
 # ... less the names that say they hold a secret (HF_TOKEN, SLURM_JWT, ...) and values with a password in a URL
-_SECRET = re.compile(r"(^|_)(API_?KEY|SECRET|SECRET_ACCESS_KEY|PASSWORD|PASSWD|TOKEN|CREDENTIALS?|JWT|KEY)$", re.I)
+SECRET_NAME = re.compile(r"(^|_)(API_?KEY|SECRET|SECRET_ACCESS_KEY|PASSWORD|PASSWD|TOKEN|CREDENTIALS?|JWT|KEY)$", re.I)
 _URL_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]*@")
 PIDS_MAX = 4096  # processes + threads of one trial (torch starts a few dozen threads per process)
 
@@ -503,7 +503,7 @@ def clean_environment(env: Mapping[str, str], *, pass_env: Iterable[str] = ()) -
     def allowed(k: str, v: str) -> bool:
         if k in listed or k in ENV_NAMES:
             return True
-        return k.startswith(ENV_PREFIXES) and not _SECRET.search(k) and not _URL_PASSWORD.search(v)
+        return k.startswith(ENV_PREFIXES) and not SECRET_NAME.search(k) and not _URL_PASSWORD.search(v)
 
     return {k: v for k, v in env.items() if allowed(k, v)}
 
