@@ -8,7 +8,7 @@ root and :func:`bwrap_argv` adds, in this order::
     /tmp /var/tmp /dev/shm /run, $HOME   fresh, empty and writable (tmpfs), each at most ``scratch_bytes``
     readable paths         read-only: the repository, the working directory, the Python environment and
                            sys.path, the files and folders the command names, INFRARSI_READABLE, the Hugging
-                           Face cache (HOME_CACHES, its token files hidden)
+                           Face caches (hub/, datasets/: not the token files beside them)
     hidden paths           then covered again (an empty read-only tmpfs; over a file, /dev/null): every run
                            directory under what it can read, at any depth (found by its marker files,
                            RUN_MARKERS), the experience bank, the verifier's cache, the seal key, every ``.git``
@@ -64,10 +64,10 @@ MACHINE = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc
 MACHINE_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh", "/etc/munge",
                    "/etc/ssl/private", "/etc/sudoers", "/etc/sudoers.d", "/etc/slurm/jwt_hs256.key")
 SCRATCH_BYTES = 4 * 2**30  # each tmpfs of a box (scratch_gib in the contract's invariants.isolation)
-# Caches of the frameworks in the home folder: shown read-only (a tokenizer or model read offline); their token
-# files stay hidden. Relative to the home folder; HF_HOME / HF_HUB_CACHE name others.
-HOME_CACHES = (".cache/huggingface",)
-CACHE_SECRETS = ("token", "stored_tokens")  # in the Hugging Face cache: the user's access tokens
+# Caches of the frameworks in the home folder: shown read-only (a tokenizer or model read offline). Only the
+# cache folders of the Hugging Face home: its token files (token, stored_tokens) beside them stay out of the box.
+HF_HOME_DEFAULT = ".cache/huggingface"  # relative to the home folder; HF_HOME names another
+HF_CACHES = ("hub", "datasets")  # in the Hugging Face home; HF_HUB_CACHE / HF_DATASETS_CACHE name others
 # A cache folder the launch names: an empty, writable tmpfs of its own in every trial (no trial reaches another's).
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "CUDA_CACHE_PATH")
 # The kernel keyring's calls: refused (EPERM) by the seccomp filter; the keyring would carry data between trials.
@@ -442,10 +442,17 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None, 
     return [*out, "--", *command]
 
 
+def hf_homes(env: Mapping[str, str]) -> list[Path]:
+    """The Hugging Face home folders (HF_HOME, or the default under each home folder): only their caches are shown."""
+    named = env.get("HF_HOME", "")
+    return [Path(named)] if named.startswith("/") else [h / HF_HOME_DEFAULT for h in home_folders()]
+
+
 def home_caches(env: Mapping[str, str]) -> list[Path]:
-    """The frameworks' caches under the home folders, shown read-only (HOME_CACHES, HF_HOME, HF_HUB_CACHE)."""
-    out = [h / c for h in home_folders() for c in HOME_CACHES]
-    out += [Path(env[k]) for k in ("HF_HOME", "HF_HUB_CACHE") if env.get(k, "").startswith("/")]
+    """The frameworks' caches, shown read-only: the Hugging Face home's ``hub`` and ``datasets`` (not its token
+    files), HF_HUB_CACHE, HF_DATASETS_CACHE."""
+    out = [h / c for h in hf_homes(env) for c in HF_CACHES]
+    out += [Path(env[k]) for k in ("HF_HUB_CACHE", "HF_DATASETS_CACHE") if env.get(k, "").startswith("/")]
     return [p for p in out if p.is_dir()]
 
 
@@ -470,11 +477,12 @@ def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mappi
         return [p for p in paths if not any(Path(p) == r or Path(p) in r.parents for r in roots)]
 
     caches = cache_folders(env)
-    named = [p for p in not_a_root(named_paths(argv, env, cwd)) if not _under(Path(p), caches)]
+    homes = hf_homes(env)  # named by HF_HOME: its caches are shown below, its token files are not
+    named = [p for p in not_a_root(named_paths(argv, env, cwd)) if not _under(Path(p), caches) and p not in homes]
     shown = [repository, cwd, *not_a_root([*extra, *readable]), *(p for p in named if p.is_dir())]
     read = [repository, cwd, *not_a_root([*python_paths(), *extra, *readable]), *named, *home_caches(env)]
     hidden = [run_dir, *run_dirs_within([run_dir.parent, *shown]), *git_dirs({repository, cwd}),
-              *secret_paths(), *(c / t for c in home_caches(env) for t in CACHE_SECRETS), *map(Path, MACHINE_SECRETS)]
+              *secret_paths(), *map(Path, MACHINE_SECRETS)]
     return Box(readable=read, hidden=hidden, writable=[Path(trial_dir).resolve() / OUTPUTS], named=named, cwd=cwd,
                shared=shared, node_devices=node_devices, network=network, scratch_bytes=scratch_bytes,
                caches=caches)
