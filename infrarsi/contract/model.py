@@ -46,7 +46,8 @@ class Workload(_Section):
     args: dict[str, Any] = {}
     """Fixed workload arguments (Megatron names with underscores): never changed by a setting."""
     env: dict[str, str] = {}
-    """Environment every trial gets."""
+    """Environment every trial gets, whatever its adapter (the runner sets it; a variable the adapter sets for a
+    setting wins)."""
     script_args: list[str] = []
     """The launch script's positional arguments ($1, $2, ...), as the job passes them (Megatron's examples
     take the checkpoint, vocab and data paths this way)."""
@@ -110,7 +111,7 @@ class Loss(_Section):
 
 
 class Isolation(_Section):
-    """What promotion accepts as evidence, as to where the trials ran (execute/isolation.py)."""
+    """Where the trials run (execute/isolation.py): the size of their scratch, and what promotion accepts as evidence."""
 
     allow_unisolated: bool = False
     """Promote a candidate whose verification pairs include trials that ran without isolation (a Slurm node

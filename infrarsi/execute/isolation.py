@@ -366,7 +366,9 @@ def _existing(paths: Iterable[Path]) -> list[Path]:
 
 
 def _under(p: Path, roots: Iterable[Path]) -> bool:
-    return any(p == r or r in p.parents for r in roots)
+    """``p`` is one of ``roots`` or inside one (absolute paths; by their text: pathlib's parents are slow)."""
+    s = str(p)
+    return any(s == r or s.startswith(r if r.endswith("/") else r + "/") for r in map(str, roots))
 
 
 def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None, seccomp_fd: int | None = None,
@@ -401,7 +403,7 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None, 
     back += [t for t in targets if not shown(t) and not _under(t, secret) and t not in specials]
     bound: list[Path] = []
     for p in sorted(dict.fromkeys(back), key=lambda p: len(p.parts)):
-        if any(a in p.parents for a in bound):
+        if _under(p.parent, bound):
             # shown by a folder bound before. Binding it again would change nothing, and fails where it is a
             # symlink with an absolute target (a venv's bin/python -> ~/.pyenv/...: bwrap resolves the link
             # against its own empty root while it builds the mounts)
@@ -411,8 +413,9 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None, 
     visible = [*bound, *(m for m in machine if not _under(m, tmpfs))]
 
     emptied = []  # hidden folders: an empty tmpfs each, made read-only once the mount points in it exist
+    hidden_dirs = [h for h in box.hidden if h.is_dir()]
     for p in sorted(box.hidden, key=lambda p: len(p.parts)):
-        if not _under(p, visible) or any(h in p.parents for h in box.hidden if h.is_dir()):
+        if not _under(p, visible) or _under(p.parent, hidden_dirs):
             continue  # not in the box, or under an empty tmpfs already
         if p.is_dir() and not p.is_symlink():
             out += ["--tmpfs", str(p)]
@@ -463,10 +466,12 @@ def cache_folders(env: Mapping[str, str]) -> list[Path]:
 
 def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
               repository: Path, readable: Iterable[Path] = (), shared: bool = False, node_devices: bool = False,
-              network: bool = False, scratch_bytes: int = SCRATCH_BYTES) -> Box:
+              network: bool = False, scratch_bytes: int = SCRATCH_BYTES, inherited: Mapping[str, str] = {}) -> Box:
     """A trial of a run: its ``outputs/`` read-write; the repository, the working directory, the Python
     environment, the frameworks' caches and what the command names read-only; every run directory under them (its
-    own included), the bank, the caches, the key and ``.git`` hidden. ``env``: the trial's whole environment."""
+    own included), the bank, the caches, the key and ``.git`` hidden. ``env``: what the launch sets (its values
+    name paths to show); ``inherited``: what the trial inherits besides (HF_HOME, TRITON_CACHE_DIR, ... there
+    count too)."""
     from .local import OUTPUTS
 
     cwd, repository, run_dir = Path(cwd).resolve(), Path(repository).resolve(), Path(run_dir).resolve()
@@ -476,11 +481,14 @@ def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mappi
     def not_a_root(paths):  # a path that would bring a whole home folder or /tmp back
         return [p for p in paths if not any(Path(p) == r or Path(p) in r.parents for r in roots)]
 
-    caches = cache_folders(env)
-    homes = hf_homes(env)  # named by HF_HOME: its caches are shown below, its token files are not
+    whole = {**inherited, **env}
+    caches = cache_folders(whole)
+    homes = hf_homes(whole)  # named by HF_HOME: its caches are shown below, its token files are not
     named = [p for p in not_a_root(named_paths(argv, env, cwd)) if not _under(Path(p), caches) and p not in homes]
+    machine = [Path(m) for m in MACHINE]
     shown = [repository, cwd, *not_a_root([*extra, *readable]), *(p for p in named if p.is_dir())]
-    read = [repository, cwd, *not_a_root([*python_paths(), *extra, *readable]), *named, *home_caches(env)]
+    shown = [p for p in shown if not _under(p, machine)]  # walked for run directories (not the machine's folders)
+    read = [repository, cwd, *not_a_root([*python_paths(), *extra, *readable]), *named, *home_caches(whole)]
     hidden = [run_dir, *run_dirs_within([run_dir.parent, *shown]), *git_dirs({repository, cwd}),
               *secret_paths(), *map(Path, MACHINE_SECRETS)]
     return Box(readable=read, hidden=hidden, writable=[Path(trial_dir).resolve() / OUTPUTS], named=named, cwd=cwd,

@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -70,6 +71,13 @@ def run_dir_of(trial_dir: Path) -> Path | None:
 
     run = RunDir.of_trial_dir(Path(trial_dir).resolve())
     return run.path if run is not None else None
+
+
+@functools.lru_cache(maxsize=64)
+def _repository(cwd: Path) -> Path:
+    """The git work tree of a trial's working directory (asked of git once per folder: a process start per trial
+    is a tenth of the box's cost on a loaded machine)."""
+    return repository_root(cwd)
 
 
 def resolve_argv(argv: list[str]) -> list[str]:
@@ -173,8 +181,8 @@ class LocalExecutor:
         cwd = Path(spec.cwd or Path.cwd()).resolve()
         env = env if env is not None else {**isolation.clean_environment(os.environ, pass_env=spec.pass_env),
                                            **spec.env}
-        return isolation.trial_box(Path(trial_dir), run_dir_of(trial_dir), argv=resolve_argv(spec.argv), env=env,
-                                   cwd=cwd, repository=repository_root(cwd),
+        return isolation.trial_box(Path(trial_dir), run_dir_of(trial_dir), argv=resolve_argv(spec.argv),
+                                   env=spec.env, inherited=env, cwd=cwd, repository=_repository(cwd),
                                    readable=[Path(p) for p in self.config.readable],
                                    scratch_bytes=spec.scratch_bytes or isolation.SCRATCH_BYTES)
 

@@ -229,6 +229,7 @@ class SlurmExecutor:
         # NCCL's shared memory and CUDA IPC between the ranks of one node need them; Slurm's step cgroup ends them.
         # A job of several nodes keeps the node's network (its ranks meet over it); its record says "shared".
         return isolation.trial_box(trial_dir, run_dir_of(trial_dir), argv=argv, env=spec.env, cwd=cwd,
+                                   inherited=isolation.clean_environment(os.environ, pass_env=spec.pass_env),
                                    repository=repository_root(cwd), shared=bool(self._srun(spec)), node_devices=True,
                                    network=_needs_network(spec, self._srun(spec)),
                                    scratch_bytes=spec.scratch_bytes or isolation.SCRATCH_BYTES)
