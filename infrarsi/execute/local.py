@@ -12,9 +12,11 @@
   SIGKILLs the group when the runner process ends (kill -9 included), so no training process is
   left holding cores and memory (see ``trial_wrapper.py``).
 - ``python`` as argv[0] means the interpreter running infrarsi (the venv's), everywhere.
-- A trial of a run is isolated (``isolation.py``: bubblewrap): it reads the machine, the repository and its
-  data read-only, writes its own ``RUN_DIR/trials/<n>`` only, and sees no run directory, bank, cache, seal key,
-  ``.git`` or home folder; a PID namespace ends every process it started when it ends (checked after each
+- A trial of a run is isolated (``isolation.py``: bubblewrap, an allowlist): it reads the machine, the repository
+  and its data read-only, writes its own ``RUN_DIR/trials/<n>/outputs`` (new for each attempt) and size-limited
+  scratch only, and sees no run directory, bank, cache, seal key, ``.git``, home folder or host network; the rest
+  of its directory (stdout, stderr, records) is the runner's, made anew for each attempt and read without
+  following links; a PID namespace ends every process it started when it ends (checked after each
   trial, with the trial's cgroup). Where this machine cannot isolate (no bwrap, ``Config.isolation`` off,
   ``INFRARSI_ISOLATION=off``), the trial runs without it: the executor logs why once, and the handle says so,
   which the runner records as a warning on every such trial (promotion on such evidence needs the contract's

@@ -16,9 +16,10 @@ Runs as the leader of the trial's own process group (the executor starts it in a
 4. ``execvp`` s the command (for an isolated trial ``bwrap ... -- python trial_wrapper.py --inner ...``): it
    keeps the leader's pid, its exit status and signals.
 
-``python trial_wrapper.py --inner STATUS_FILE COMMAND...`` is the first process inside the isolation: bwrap
+``python trial_wrapper.py --inner STATUS COMMAND...`` is the first process inside the isolation: bwrap
 reports a command killed by signal N as exit status 128 + N, so the inner wrapper runs the command as its
-child, writes how it ended (``exit N`` / ``signal N``) to STATUS_FILE and ends the same way; the executor
+child, writes how it ended (``exit N`` / ``signal N``) to STATUS (``fd:N``: a pipe the runner reads, which the
+command does not inherit; else a file) and ends the same way; the executor
 believes the file only where it agrees with bwrap's status. It forwards SIGTERM, SIGINT and SIGHUP to the
 command rather than die of them (the executor sends a polite signal to every process of the namespace: the command
 decides, and this wrapper outlives it to report); one that comes while the command starts is delivered to it once
