@@ -1,6 +1,6 @@
 """Instruments around a candidate's call: which torch functions its host code ran (and on how many
 elements), how many Triton kernels it launched, which namespaces it patched; and small tensor helpers.
-Used by dynamic.py (the checks) only.
+Used by dynamic.py (the candidate's process in verification) and insitu.py (every call in training).
 """
 
 from __future__ import annotations
