@@ -15,7 +15,8 @@ one line ``infrarsi kernel spot check failed: op=PATH ...`` and ends the process
 classifier turns into ``numerics_drift``; the run stage then disqualifies the candidate for the rest of the run.
 This catches a candidate that behaves differently on the real tensors than on any verifier's.
 
-Every call (not only the checked ones) runs under the verifier's watch (instrument.py): a forward that launches no
+While spot checks are on (``INFRARSI_SPOT_EVERY`` > 0, the default), every call -- not only the checked ones -- also
+runs under the verifier's watch (instrument.py): a forward that launches no
 Triton kernel, or computes with torch on the host (O(rows x cols) work), ends the process the same way. Right values
 computed some other way in training -- torch math on training-sized batches -- are caught by how they were made.
 
@@ -108,8 +109,8 @@ class SpotChecked:
 
         from .instrument import _count_launches, _rows_of, _watch_mode
 
-        if torch.compiler.is_compiling():  # traced by torch.compile: the graph, not a call, is what runs
-            return self.module.forward(*args)
+        if self.every <= 0 or torch.compiler.is_compiling():  # checks off (INFRARSI_SPOT_EVERY=0: the loss referee
+            return self.module.forward(*args)                   # alone), or traced by torch.compile (the graph runs)
         watch = _watch_mode(row_budget=_rows_of([a for a in args if torch.is_tensor(a)]), poison=False)
         with _count_launches(watch), watch:
             outs = self.module.forward(*args)
