@@ -52,8 +52,6 @@ class _Plan:
     (the fp64 truth, the native shapes)."""
 
     def __init__(self, op: str, settings: VerifySettings) -> None:
-        import torch
-
         self.ref = load_reference(op)
         self.settings = settings
         self.names = list(inspect.signature(self.ref.forward).parameters)
@@ -79,7 +77,6 @@ class _Plan:
                     seed = rng.randrange(1, 2**31)
                     for _ in range(1 + settings.determinism_reruns):
                         self._case(family, dtype, seed, poison=True, role="rerun")
-        del torch
 
     def _inputs(self, family: str, dtype, seed: int):
         args, kwargs = self.ref.inputs(family, dtype, seed=seed, device="cpu")
@@ -183,6 +180,7 @@ class _Judge:
         self.plan, self.ref, self.reasons = plan, plan.ref, reasons
         self.cases: list[Case] = []
         self.seen: set = set()
+        self.named = bool(reasons)  # the child named a failure (an exception, a patch): items without outputs follow
 
     def fail(self, code: str, message: str, key: Any = None) -> None:
         key = (code, key if key is not None else message)
@@ -235,7 +233,9 @@ class _Judge:
         label = _label(kept["family"], kept["dtype"])
         outs = got.get("outs")
         if outs is None:
-            return None  # the child named the failure (an exception)
+            if not self.named:
+                self.fail("error", f"the candidate's process sent no outputs for a case and named no failure [{label}]")
+            return None
         native = kept["native"]
         if len(outs) != len(native) or not all(torch.is_tensor(o) for o in outs):
             self.fail("shape-dtype", f"forward returned {len(outs)} value(s); the reference returns {len(native)} "
@@ -305,7 +305,10 @@ class _Judge:
         label = _label(kept["family"], kept["dtype"])
         first, second = got.get("outs"), got.get("outs2")
         if first is None or second is None:
-            return  # an exception: the child named it; the main cases say the rest
+            if not self.named:
+                self.fail("error", f"the candidate's process sent no outputs for the refill check and named no "
+                                   f"failure [{label}]")
+            return
         atol, rtol = self.ref.TOLERANCES[kept["dtype"]]
 
         def close(outs, want) -> bool:
