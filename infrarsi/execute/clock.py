@@ -52,6 +52,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from ..rundir import RunDir
+from .executor import create_new
 
 # A reported median step time may differ from the harness's by this fraction of the larger before the record says
 # they disagree (the harness's time is scored either way, so this only decides what the evidence mentions): the gap
@@ -146,7 +147,9 @@ class _Stream:
         self.cpu_s: list[float | None] = []
         self.cpu_t_s: list[float | None] = []
         self.sha = hashlib.sha256()
-        self.out = open(self.out_path, "wb")  # exists from the launch on (tail -f it), not from the first line
+        # exists from the launch on (tail -f it), not from the first line; a new file (O_EXCL | O_NOFOLLOW): nothing a
+        # trial put there is followed
+        self.out = os.fdopen(create_new(self.out_path), "wb")
         self.thread: threading.Thread | None = None
 
     def body(self) -> dict[str, Any]:
