@@ -254,6 +254,36 @@ def one_rank(args, world: int, rank: int, *, all_micro_batches: bool = False) ->
     return out
 
 
+_MODULE_KINDS = (  # parameter name -> module kind, first match (megatron-core's GPTModel names)
+    ("embedding.", "embedding"), ("output_layer.", "output_layer"), (".router.", "router"),
+    (".shared_experts.", "shared_experts"), (".experts.", "experts"), (".self_attention.", "attention"),
+    (".mlp.", "mlp"), ("", "norms"),
+)
+
+
+def module_params(args, world: int = 1) -> dict[str, int]:
+    """This model's parameters by module kind (embedding, attention, mlp, router, experts, shared experts,
+    output layer, norms) on rank 0 of ``world``: megatron-core's GPTModel chunks built under FakeTensorMode (shapes
+    only, no memory), as the estimate and the CPU loop build them."""
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker, model_parallel_cuda_manual_seed
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ..workloads.megatron_model import initialize_parallel, model_chunks, transformer_config
+
+    out = {kind: 0 for _, kind in _MODULE_KINDS}
+    with fake_rank(world, 0):
+        initialize_parallel(args)
+        get_cuda_rng_tracker().reset()
+        model_parallel_cuda_manual_seed(args.seed)
+        config = transformer_config(args, initialize=False)
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            for chunk in model_chunks(args, config):
+                for name, p in chunk.named_parameters():
+                    kind = next(k for pat, k in _MODULE_KINDS if pat in f".{name}")
+                    out[kind] += p.numel()
+    return out
+
+
 def _ddp_buffers(ddp: list) -> list:
     """megatron-core DDP's param-and-grad buffers (its instance attribute ``buffers`` shadows Module.buffers)."""
     return [b for m in ddp for b in (*m.__dict__.get("buffers", []), *m.__dict__.get("expert_parallel_buffers", []))]
@@ -306,6 +336,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if world % inner:
         return {"error": f"world size {world} is not divisible by TP {args.tensor_model_parallel_size} x PP "
                          f"{args.pipeline_model_parallel_size} x CP {args.context_parallel_size} = {inner}"}
+    if job.get("params_only"):
+        return {"params": module_params(args, world)}
     ranks = job.get("ranks", "auto")
     full = bool(job.get("all_micro_batches"))  # every micro-batch of the step, not the capped count (tests)
     results, why = [], {}
