@@ -103,10 +103,21 @@ def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None
         args = parse(argv, strict=False).args
     except MegatronArgsError as e:
         raise EstimateError(str(e)) from None
+    if str(contract.hardware.kind).lower() == "cpu":
+        from ..workloads.megatron_gpt import cpu_refusal
+
+        why = cpu_refusal(args)
+        if why:  # the CPU launcher refuses it: no trial of it could run, so it does not "fit"
+            raise EstimateError(f"the CPU launcher refuses this setting: {why}")
     if args.context_parallel_size > 1:
-        raise EstimateError(f"context parallelism (--context-parallel-size {args.context_parallel_size}) is not "
-                            "estimated: its attention is Transformer Engine's, which megatron-core's local spec lacks; "
-                            "estimate with --set context_parallel=1")
+        cp = args.context_parallel_size
+        knob = "context_parallel" in ad.knob_space(contract)
+        fix = ("estimate with --set context_parallel=1" if knob else
+               "context_parallel is not a knob of this contract: estimate a copy of the launch without "
+               f"--context-parallel-size {cp}")
+        raise EstimateError(f"context parallelism (--context-parallel-size {cp}) is not estimated: its attention is "
+                            f"Transformer Engine's, which megatron-core's local spec lacks; {fix} (each rank then "
+                            f"holds the full sequence: an upper bound of its activations, {cp}x the CP share)")
     out = run_step({"argv": argv, "world": world, "ranks": "auto"})
     return from_step(out, contract, argv=argv, world=world, unseen_gib=unseen_gib,
                      threads=int(full.get("intra_op_threads") or 1) if "intra_op_threads" in full else 1)
