@@ -154,3 +154,17 @@ def test_a_world_size_that_does_not_divide_names_the_product_and_what_divides():
 
     msg, = megatron_parallel_check({"tensor_parallel": 8, "pipeline_parallel": 2}, world_size=24)
     assert "TP 8 x PP 2 x CP 1 = 16" in msg and "TP 1, 2, 3, 4, 6 or 12; PP 1 or 3" in msg
+
+
+@pytest.mark.slow  # the default run's test_cli_prints_each_pipeline_stages_peak_for_the_cpu_contract covers one process
+def test_two_step_processes_side_by_side_give_the_one_process_result():
+    from infrarsi.estimate.megatron import run_step, start_steps
+
+    job = {"argv": TINY + ["--pipeline-model-parallel-size", "2"], "world": 2, "ranks": "auto"}
+    lines: list[str] = []
+    two = run_step(job, started=start_steps(side_by_side=True), progress=lines.append)
+    one = run_step(job, started=start_steps(side_by_side=False))
+    assert [r["rank"] for r in two["ranks"]] == [r["rank"] for r in one["ranks"]] == [0, 1]
+    assert [r["peak"] for r in two["ranks"]] == [r["peak"] for r in one["ranks"]]
+    assert [r["why"] for r in two["ranks"]] == [r["why"] for r in one["ranks"]]
+    assert any(ln.startswith("rank 1: done") for ln in lines)
