@@ -153,7 +153,7 @@ def test_a_world_size_that_does_not_divide_names_the_product_and_what_divides():
     from infrarsi.adapters.megatron.check import megatron_parallel_check
 
     msg, = megatron_parallel_check({"tensor_parallel": 8, "pipeline_parallel": 2}, world_size=24)
-    assert "TP 8 x PP 2 x CP 1 = 16" in msg and "TP 1, 2, 3, 4, 6 or 12; PP 1 or 3" in msg
+    assert "is not divisible by 16 (TP 8 x PP 2 x CP 1)" in msg and "TP 1, 2, 3, 4, 6 or 12; PP 1 or 3" in msg
 
 
 @pytest.mark.slow  # the default run's test_cli_prints_each_pipeline_stages_peak_for_the_cpu_contract covers one process

@@ -144,8 +144,8 @@ def megatron_parallel_check(setting: Mapping[str, Any], *, world_size: int | Non
     vp = int(s.get("virtual_pipeline", 1))
     dp = data_parallel(world_size, tp, pp, cp)
     if dp is None:
-        return [f"megatron-core parallel_state: world_size ({world_size}) is not divisible by TP {tp} x PP {pp} x "
-                f"CP {cp} = {tp * pp * cp}; {_dividing(world_size, {'TP': tp, 'PP': pp, 'CP': cp})}"]
+        return [f"megatron-core parallel_state: world_size ({world_size}) is not divisible by {tp * pp * cp} (TP {tp} "
+                f"x PP {pp} x CP {cp}); {_dividing(world_size, {'TP': tp, 'PP': pp, 'CP': cp})}"]
     if vp > 1 and pp <= 1:
         return ["megatron-core parallel_state: pipeline-model-parallel size should be greater than 1 with "
                 "interleaved schedule"]
@@ -153,7 +153,7 @@ def megatron_parallel_check(setting: Mapping[str, Any], *, world_size: int | Non
     etmp = etp * ep * pp
     if world_size % etmp:
         return [f"megatron-core parallel_state: world_size ({world_size}) is not divisible by "
-                f"expert_tensor_model_pipeline_parallel size: expert TP {etp} x EP {ep} x PP {pp} = {etmp}; "
+                f"expert_tensor_model_pipeline_parallel size ({etmp}) (expert TP {etp} x EP {ep} x PP {pp}); "
                 f"{_dividing(world_size, {'EP': ep, 'expert TP': etp, 'PP': pp})}"]
     order = "tp-cp-ep-dp-pp"
     try:
