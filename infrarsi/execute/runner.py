@@ -19,7 +19,9 @@ under the same id (local processes left over from the dead runner are ended firs
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -37,7 +39,7 @@ from ..contract.seal import settled_problems
 from .classify import Verdict, apply_loss_check, classify
 from .clock import harness_line, referee
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
-from .local import kill_token, resolve_argv, trial_env
+from .local import OUTPUTS, kill_token, resolve_argv, trial_env
 from .record import RunRecord
 from .spec import LaunchSpec
 from .trial import Cost, Trial, TrialStatus
@@ -237,11 +239,20 @@ class Runner:
                 "status": TrialStatus.INVALID, "evidence": [f"launch needs {spec.nodes} nodes; the local executor has one"],
                 "reason": f"needs {spec.nodes} nodes: run it with INFRARSI_EXECUTOR=slurm", "finished_at": time.time()}))
         limit = min(spec.time_limit_s, self.contract.invariants.timing.timeout_s)
+        w = self.contract.workload
         spec = spec.model_copy(update={"time_limit_s": limit,
-                                       "pending_timeout_s": self.contract.invariants.timing.pending_timeout_s})
+                                       "pending_timeout_s": self.contract.invariants.timing.pending_timeout_s,
+                                       # workload.env reaches every trial of every adapter (the adapter's own win)
+                                       "env": {**w.env, **spec.env}, "pass_env": list(w.pass_env),
+                                       "scratch_bytes": int(self.contract.invariants.isolation.scratch_gib * 2**30)})
         procs = spec.processes * spec.nodes
         mem = (spec.memory_cap_bytes or 0) * procs
         self._gate.acquire(procs, mem)
+        try:
+            _check_reserve(self.record.run_dir)  # no launch that could leave the records without room
+        except OSError:
+            self._gate.release(procs, mem)
+            raise
         relaunched: list[str] = []  # evidence of launches the scheduler held (each cancelled and launched again)
         # An isolated trial cannot write outside its directory (the repository is read-only to it): nothing to watch.
         # An unisolated one is watched: the repository is compared before and after it.
@@ -271,7 +282,10 @@ class Runner:
             self._gate.release(procs, mem)
             with self._lock:
                 self._handles.pop(trial.id, None)
+        freed = _keep_reserve(self.record.run_dir, Path(handle.trial_dir))
         verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting)
+        if freed:
+            verdict = verdict.model_copy(update={"evidence": verdict.evidence + [freed]})
         if relaunched:
             verdict = verdict.model_copy(update={"evidence": relaunched + verdict.evidence})
         # the runner's own output (`infrarsi tune ... > tune.log` in the repository) is not the trial's
@@ -300,7 +314,7 @@ class Runner:
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
             "cost": Cost(wall_s=end.wall_s, devices=spec.devices), "finished_at": ended_at,
-            "warnings": warnings}))
+            "warnings": warnings, "network": handle.network}))
 
     def _repo(self, spec: LaunchSpec) -> Path:
         """The repository a trial must leave alone: the git work tree of its working directory (cached)."""
@@ -360,8 +374,9 @@ UNISOLATED = "ran without isolation"  # the start of the warning an unisolated t
 def _unsandboxed(handle: Handle) -> list[str]:
     """The warning a trial's record carries when it ran without isolation ([] when it ran isolated, or had no run
     around it): it could read the run's records and write outside its directory."""
-    if handle.sandboxed:
-        return []
+    if handle.sandboxed:  # isolated, but perhaps without a class the machine could not give (the keyring's filter)
+        return [f"{UNISOLATED} from {c}; promoting on its evidence needs invariants.isolation.allow_unisolated = true "
+                f"in the contract" for c in handle.unisolated]
     if handle.kind == "local" and not handle.unsandboxed_why:
         return []  # a bare trial directory: no run around it
     why = handle.unsandboxed_why or f"{handle.kind} jobs run without it"
@@ -392,6 +407,41 @@ def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: P
     return v.model_copy(update={"status": TrialStatus.INVALID, "reason": why, "evidence": v.evidence + [why],
                                 "metrics": v.metrics.model_copy(update={"step_time_s": None, "tokens_per_s": None,
                                                                         "mfu": None, "tflops_per_device": None})})
+
+
+RESERVE_BYTES = 512 * 2**20  # free space the runner keeps on the run directory's disk for its own records
+
+
+def _free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _check_reserve(run_dir: Path) -> None:
+    """ENOSPC (the run stops with one line; the trial stays recorded as running, for a resume) when the run
+    directory's disk has less than RESERVE_BYTES free: a trial launched now could leave the runner no room."""
+    free = _free_bytes(run_dir)
+    if free < RESERVE_BYTES:
+        raise OSError(errno.ENOSPC, f"{free / 2**20:.0f} MiB free, under the {RESERVE_BYTES / 2**20:.0f} MiB the "
+                                    f"runner keeps for its records; no trial was launched", str(run_dir))
+
+
+def _keep_reserve(run_dir: Path, trial_dir: Path) -> str:
+    """After a trial: when the disk has less than RESERVE_BYTES free, the trial's outputs (checkpoints, TensorBoard:
+    never records) are removed (links not followed) so that its record is written; evidence of it, or ""."""
+    try:
+        free = _free_bytes(run_dir)
+    except OSError:
+        return ""
+    if free >= RESERVE_BYTES:
+        return ""
+    for d in sorted(Path(trial_dir).glob(f"{OUTPUTS}*")):
+        if d.is_dir() and not d.is_symlink():
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            d.unlink(missing_ok=True)
+    return (f"outputs removed: the disk held {free / 2**20:.0f} MiB free after the trial, under the "
+            f"{RESERVE_BYTES / 2**20:.0f} MiB kept for the run's records")
 
 
 def _wait(executor: Executor, handle: Handle) -> LaunchEnd:

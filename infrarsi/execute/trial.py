@@ -64,6 +64,7 @@ class Trial(BaseModel):
     finished_at: float | None = None
     path: str | None = None  # the trial's directory
     warnings: list[str] = []  # what the harness could not guarantee for this trial (e.g. it ran without isolation)
+    network: str = ""  # "own": its own network namespace; "shared": the node's (a Slurm job); "": not isolated
 
     @model_validator(mode="after")
     def _check(self) -> "Trial":
