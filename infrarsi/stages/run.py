@@ -183,7 +183,9 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
                                                   budget_s=estimate_budget_s(base_trials)))
     for t in base_trials:
         tuner.tell(t.setting, outcome_of(t))
-    done = [t for t in record.finished() if t.role == "search"]
+    outside = set(state.refuse_outside_space(record, space, roles={"search"},
+                                             say=lambda line: err.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)))
+    done = [t for t in record.finished() if t.role == "search" and t.id not in outside]
     for t in done:  # resume: everything already measured is data again
         tuner.tell(t.setting, outcome_of(t))
     if more is not None:
