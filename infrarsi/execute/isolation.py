@@ -80,8 +80,9 @@ ENV_NAMES = frozenset({
     "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "XDG_CACHE_HOME",
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
     "INFRARSI_TRIAL_TOKEN"})
-ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NVTE_", "NCCL_", "OMP_", "MKL_", "KMP_", "OPENBLAS_",
-                "TORCH", "PYTORCH_", "TRITON", "HF_", "TRANSFORMERS_", "PYTHON", "SLURM_")
+ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NVTE_", "NCCL_", "GLOO_", "UCX_", "FI_", "NVSHMEM_",
+                "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "TRITON", "HF_", "TRANSFORMERS_",
+                "TOKENIZERS_", "PYTHON", "SLURM_")
 # ... less the names that say they hold a secret (HF_TOKEN, SLURM_JWT, ...) and values with a password in a URL
 SECRET_NAME = re.compile(r"(^|_)(API_?KEY|SECRET|SECRET_ACCESS_KEY|PASSWORD|PASSWD|TOKEN|CREDENTIALS?|JWT|KEY)$", re.I)
 _URL_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]*@")
