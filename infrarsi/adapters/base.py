@@ -48,6 +48,8 @@ class Adapter(abc.ABC):
     framework's real model ("": no pre-flight estimate)."""
     estimate_needs: str = ""
     """The package that estimate imports ("": none beyond torch); without it the run uses the analytical offset."""
+    estimate_progress: bool = False
+    """Its estimate takes minutes and takes a ``progress`` callback (one line per step of the fake step)."""
     memory_offset: str = "analytical"
     """What the run stage's memory model refines by default: "estimate" (the fake step, for trials that cost
     minutes or a GPU allocation) or "analytical" (for trials that cost about what an estimate does)."""
@@ -124,6 +126,11 @@ class LaunchFileAdapter(Adapter):
     launch_setting_is_baseline: bool = False
     """A contract without a ``[baseline]`` is estimated at the knobs its launch sets (its flags), not at the
     catalog's defaults."""
+
+    def is_trial_form(self, contract: Contract, argv: list[str], spec: LaunchSpec) -> bool:
+        """Whether ``spec`` is the launch ``argv`` as a trial of this contract runs it (a launcher rewritten for
+        this machine): an in-place edit then keeps the user's launcher. False by default."""
+        return False
 
     def job_file_values(self, contract: Contract, spec: LaunchSpec) -> dict[str, Any] | None:
         """For a launch that is a bare job file: the fields ``spec`` changes in it; None for a launch script."""
