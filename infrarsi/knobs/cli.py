@@ -103,7 +103,7 @@ def describe(path: Path, *, world_size: int | None = None) -> dict[str, Any]:
             "world_size": world, "space": space, "notes": notes}
 
 
-def knobs(file: Path = typer.Argument(..., help="A launch script, command file or config."),
+def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script, command file or config."),
           json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
           world_size: int = typer.Option(None, "--world-size", help="World size when the file does not state it (a TOML job file).")) -> None:
     """Show the fixed workload arguments, the knob space, the current setting and its violations."""

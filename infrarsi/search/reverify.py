@@ -14,6 +14,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..contract import contract_hash
@@ -30,10 +31,11 @@ if TYPE_CHECKING:
 
 
 def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Setting, base_losses, noise,
-              console: Console) -> Verification:
+              console: Console, on_pair: Callable[[str], None] = lambda subject: None) -> Verification:
     """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out); promotion by the CI rule
     and the loss invariant. Resumable: the pairs run so far are kept in the verification progress record. Writes
-    and returns the verification record."""
+    and returns the verification record. Each pair is printed as it finishes; ``on_pair(subject)`` is told which
+    pair runs next (the live progress line)."""
     repeats = max(2, min(noise.repeats_for_target, 4))
     top = to_verify(tuner.top(3), baseline)
     out: dict[str, Any] = {"repeats": repeats, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
@@ -44,7 +46,7 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
     progress = account(recorded.model_copy(deep=True), record.trials(), baseline)  # key -> [(baseline, candidate)]
     if progress != recorded:
         run.write_progress(progress)
-    for cand in top:
+    for n_cand, cand in enumerate(top, 1):
         ids = progress.pairs.setdefault(cand.key(), [])
         pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
@@ -52,8 +54,11 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
         while True:
             used = [p for p in pairs if p not in disturbed]
             while len(used) < repeats:  # A then B, back to back: drifts of the machine cancel in the pair
+                on_pair(f"verify: candidate {n_cand} of {len(top)}, pair {len(used) + 1} of {repeats}")
                 a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
                 b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
+                console.print(f"  verify candidate {n_cand} of {len(top)}, pair {len(used) + 1} of {repeats}: "
+                              f"baseline {_ms(a)}, candidate {_ms(b)} (trials {a.id}, {b.id})", highlight=False)
                 pairs.append((a, b))
                 used.append((a, b))
                 ids.append((a.id, b.id))
@@ -166,6 +171,12 @@ def _ids(ids: list[int]) -> str:
 def _median(xs: list) -> float | None:
     xs = sorted(x for x in xs if x is not None)
     return xs[len(xs) // 2] if xs else None
+
+
+def _ms(t: Trial) -> str:
+    """A verify trial's step time for the progress line, or its status when it did not run ok."""
+    return f"{t.metrics.step_time_s * 1000:.0f} ms/step" if t.status is TrialStatus.OK and t.metrics.step_time_s \
+        else t.status.value
 
 
 def to_verify(ranked: list[Setting], baseline: Setting, k: int = 2) -> list[Setting]:

@@ -18,8 +18,15 @@ from pathlib import Path
 from rich.console import Console
 
 
-def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Console) -> int:
+def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Console, out: dict | None = None) -> int:
+    """Exit 0 applied (or shown, with ``dry_run``), 3 no promoted candidate, 1 refused. ``out`` (a dict, for
+    ``--json``) is filled with what happened: docs/cli.md#apply."""
     from rich.markup import escape
+
+    from .. import exitcodes
+
+    out = {} if out is None else out
+    out.update(applied=False, dry_run=dry_run, repo=str(repo), commit=None, files=[], candidate=None, refused=None)
 
     from ..apply import ApplyRefused, GitError, commit, diff, make_plan, problems
     from ..apply.gitops import dirty, toplevel
@@ -27,9 +34,10 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
     from ..contract.seal import SealError
     from ..report import RunDataError, load_run
 
-    def refuse(msg: str) -> int:
+    def refuse(msg: str, code: int = exitcodes.ERROR) -> int:
         err.print(f"[bold red]apply refused:[/] {escape(msg)}", highlight=False, soft_wrap=True)
-        return 1
+        out["refused"] = msg
+        return code
 
     try:
         data = load_run(run_dir)
@@ -49,11 +57,20 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         unclean = []
         is_git = False
     else:
+        from .init import keep_out_of_git
+
+        keep_out_of_git(run_dir, err)  # a run directory made before init listed it: never the user's change
         unclean = dirty(root)
         is_git = True
     if unclean and not dry_run:
-        return refuse(f"the git tree {root} is dirty ({len(unclean)} changed or untracked: {unclean[0].strip()}); "
-                      f"commit or stash first, so the tuned change is one clean commit")
+        return refuse(f"the git tree {root} has {len(unclean)} change(s) of its own, not committed "
+                      f"(first: {unclean[0].strip()}); commit or stash them first, so the tuned change is one clean "
+                      f"commit")
+    out["repo"] = str(root)
+    if data.verification is not None and not data.verification.promoted():
+        n = len(data.verification.candidates)
+        return refuse(f"no promoted candidate: the run finished without one ({n} verified, none faster than the "
+                      f"baseline by more than its noise); nothing to apply", exitcodes.NO_PROMOTION)
     try:
         plan = make_plan(data, repo=root)
     except ApplyRefused as e:
@@ -67,6 +84,8 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         return refuse(f"unsafe destination: {bad[0]}{more}; nothing was written")
     cand = plan.candidate
     lo, hi = cand.ci95 or (float("nan"), float("nan"))
+    out["candidate"] = {"changes": dict(plan.changes), "speedup": cand.speedup, "ci95": list(cand.ci95 or []),
+                        "trials": [list(p) for p in cand.trials], "promoted": plan.n_promoted}
     which = (f"best of {plan.n_promoted} promoted candidate(s): {', '.join(f'{k}={v}' for k, v in plan.changes.items())} "
              f"({cand.speedup:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}], trials {[list(p) for p in cand.trials]})")
     if dry_run:
@@ -80,15 +99,18 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
                       soft_wrap=True)
         console.print("--- commit message that would be made ---", highlight=False)
         console.print(plan.message, markup=False, highlight=False, soft_wrap=True)
-        return 0
+        out["diff"] = text
+        return exitcodes.OK
     try:
         sha, written = commit(plan, root)
     except (ApplyRefused, GitError, OSError) as e:
         return refuse(f"{e}; the repository was left as it was")
     if sha is None:
         console.print(f"apply: nothing to commit, {root} already holds this tuned launch", highlight=False)
-        return 0
+        out["applied"] = True
+        return exitcodes.OK
     console.print(f"apply: committed {sha[:12]} in {root}: {which}; {len(written)} file(s): {', '.join(written)} "
                   f"(the repository's git hooks were not run: the commit holds exactly the audited files)",
                   highlight=False, soft_wrap=True)
-    return 0
+    out.update(applied=True, commit=sha, files=list(written))
+    return exitcodes.OK
