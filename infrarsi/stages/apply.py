@@ -1,5 +1,7 @@
 """apply stage: write the best promoted, audited candidate into the user's git tree as ONE commit.
 
+Exit codes (infrarsi/exitcodes.py): 0 applied (or shown), 3 the run promoted nothing (nothing to apply), 1 refused.
+A run directory inside the repository is listed in its git info/exclude (stages/init.py): never the user's change.
 Refuses with one line and exit 1 (writing nothing): a contract that changed since the lock or does not
 match the verification, a record that does not match its seal, stale or missing verification, no promoted
 candidate, a candidate whose trials no longer give its numbers, a kernel file outside the locked scope / never
@@ -63,14 +65,13 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         unclean = dirty(root)
         is_git = True
     if unclean and not dry_run:
-        return refuse(f"the git tree {root} has {len(unclean)} change(s) of its own, not committed "
-                      f"(first: {unclean[0].strip()}); commit or stash them first, so the tuned change is one clean "
-                      f"commit")
+        return refuse(f"the git tree {root} is dirty: {len(unclean)} change(s) of your own not committed (first: "
+                      f"{unclean[0].strip()}); commit or stash them first, so the tuned change is one clean commit")
     out["repo"] = str(root)
     if data.verification is not None and not data.verification.promoted():
         n = len(data.verification.candidates)
         return refuse(f"no promoted candidate: the run finished without one ({n} verified, none faster than the "
-                      f"baseline by more than its noise); nothing to apply", exitcodes.NO_PROMOTION)
+                      f"baseline by more than its noise); nothing to apply (exit 3)", exitcodes.NO_PROMOTION)
     try:
         plan = make_plan(data, repo=root)
     except ApplyRefused as e:

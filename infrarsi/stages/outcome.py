@@ -23,7 +23,7 @@ def run_outcome(run_dir: Path, exit_code: int) -> dict[str, Any]:
     run = RunDir(run_dir)
     stages = run.stages() if run.has_lock() else None
     search = stages.search if stages else None
-    ver = run.verification() if stages and stages.verify else None
+    ver = run.verification() if stages else None
     cands = []
     for c in ver.candidates if ver else []:
         changes = {k: v for k, v in c.setting.items() if ver.baseline.get(k) != v}
