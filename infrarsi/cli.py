@@ -203,7 +203,9 @@ def tune(
 
 
 def _register_tools() -> None:
-    """Tool sub-commands live beside the code they drive."""
+    """Tool sub-commands live beside the code they drive (registered once per process)."""
+    if any(c.name == "knobs" for c in app.registered_commands):
+        return
     from .bank.cli import app as bank_app
     from .estimate.cli import estimate
     from .kernels.cli import app as kernels_app

@@ -49,6 +49,10 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         return refuse(f"contract mismatch: {e}")
     except RunDataError as e:
         return refuse(str(e))
+    if data.verification is not None and not data.verification.promoted():
+        n = len(data.verification.candidates)
+        return refuse(f"no promoted candidate: the run finished without one ({n} verified, none faster than the "
+                      f"baseline by more than its noise); nothing to apply (exit 3)", exitcodes.NO_PROMOTION)
     root = toplevel(Path(repo))
     notes = []
     if root is None:
@@ -68,10 +72,6 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         return refuse(f"the git tree {root} is dirty: {len(unclean)} change(s) of your own not committed (first: "
                       f"{unclean[0].strip()}); commit or stash them first, so the tuned change is one clean commit")
     out["repo"] = str(root)
-    if data.verification is not None and not data.verification.promoted():
-        n = len(data.verification.candidates)
-        return refuse(f"no promoted candidate: the run finished without one ({n} verified, none faster than the "
-                      f"baseline by more than its noise); nothing to apply (exit 3)", exitcodes.NO_PROMOTION)
     try:
         plan = make_plan(data, repo=root)
     except ApplyRefused as e:

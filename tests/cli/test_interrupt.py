@@ -6,6 +6,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from tests.faults.conftest import cli, sim_contract, sim_env, start, trials
 
 
@@ -24,6 +26,7 @@ def _interrupt_during_a_search_trial(args, run_dir, env):
     return p.returncode, out, err
 
 
+@pytest.mark.slow  # ~90 s; the default run: test_cli.py::test_a_cancelled_setting_is_run_again_and_costs_nothing
 def test_ctrl_c_prints_the_resume_command_and_the_cut_trial_reruns_without_costing_budget(tmp_path):
     env = sim_env(tmp_path)
     contract, run_dir = sim_contract(tmp_path, max_trials=5), tmp_path / "run"
