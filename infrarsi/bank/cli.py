@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from .errors import BankError
 from .path import bank_path
-from .store import Bank, BankError
+
+if TYPE_CHECKING:
+    from .store import Bank
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="The experience bank: stats, show, export, import.")
@@ -27,6 +30,8 @@ BankOpt = typer.Option(None, "--bank", help="Bank file (default: $INFRARSI_BANK,
 
 
 def _open(opt: Path | None, *, create: bool) -> Bank:
+    from .store import Bank  # the store (numpy, the knob space) only when a bank command runs
+
     try:
         return Bank(bank_path(opt), create=create)
     except BankError as e:
