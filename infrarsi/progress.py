@@ -36,8 +36,10 @@ def eta(done: int, total: int, elapsed_s: float) -> str:
 class Heartbeat:
     """See the module docstring. The subject and its ETA may change from any thread (``note``)."""
 
-    def __init__(self, console: Console, subject: str, *, plain_every_s: float = 60.0, tick_s: float = 1.0) -> None:
-        self.console, self.subject, self.eta = console, subject, ""
+    def __init__(self, console: Console, subject: str, *, plain_every_s: float = 60.0, tick_s: float = 1.0,
+                 announce: bool = False) -> None:
+        """``announce``: without a terminal, print the subject at once too (a long single step, e.g. estimate)."""
+        self.console, self.subject, self.eta, self.announce = console, subject, "", announce
         self.plain_every_s, self.tick_s = plain_every_s, tick_s
         self.started = self.since = time.monotonic()
         self._stop = threading.Event()
@@ -57,6 +59,8 @@ class Heartbeat:
         if self.console.is_terminal:
             self._status = self.console.status(escape(self.line()))
             self._status.start()
+        elif self.announce:
+            self.console.print(f"{escape(self.subject)} ...", highlight=False, soft_wrap=True)
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
         self._thread.start()
         return self

@@ -52,6 +52,7 @@ def estimate(
 
     from ..adapters import get_adapter
     from ..contract.model import ContractError, load_contract
+    from ..progress import Heartbeat
     from . import EstimateError
     from . import estimate as run_estimate
     from .devices import device_for
@@ -66,7 +67,9 @@ def estimate(
         kw = {"device": device_for(contract.hardware)}
         if unseen_gib is not None:
             kw["unseen_gib"] = unseen_gib
-        e = run_estimate(contract, setting, **kw)
+        with Heartbeat(err, f"estimate: stepping {contract.name}'s real model on fake tensors (per-rank memory "
+                            f"by category; a minute or two for a large job)", plain_every_s=30.0, announce=True):
+            e = run_estimate(contract, setting, **kw)
     except (ContractError, EstimateError, ValueError, OSError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(1)
