@@ -97,3 +97,28 @@ def test_a_cancelled_setting_is_run_again_and_costs_nothing():
     done = [x for x in t if x.status.value != "cancelled"]
     again = interrupted_settings(t, done, space, {space.complete({"mbs": 2}).key(): {"kind": "acquisition"}})
     assert [(s.to_dict(), why) for s, why in again] == [({"mbs": 2}, {"kind": "acquisition", "rerun_of": 0})]
+
+
+def test_slurm_flags_are_kept_in_the_run_and_shape_every_job(run_dir, monkeypatch, tmp_path):
+    """`--partition --account --qos --time` on run: validated, kept in the run directory (a resume with no flags
+    submits the same way), written as #SBATCH lines after the environment's, which they override."""
+    from infrarsi.execute import make_executor
+    from infrarsi.execute.spec import LaunchSpec
+
+    state.mark_done(run_dir, "search", stop_reason="budget spent", trials=12, budget=12)
+    state.mark_done(run_dir, "verify", promoted=1)  # a finished run: `run` only says so
+    r = invoke("run", "--run-dir", run_dir, "--partition", "gpu-h100", "--account", "ml", "--qos", "high",
+               "--time", "4:00:00")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((run_dir / "stages.json").read_text())["slurm"] == {
+        "partition": "gpu-h100", "account": "ml", "qos": "high", "time": "4:00:00"}
+    assert invoke("run", "--run-dir", run_dir, "--qos", "low").exit_code == 0  # one flag again: only it changes
+    monkeypatch.setenv("INFRARSI_SLURM_PARTITION", "cpu")  # the fallback loses to the flag kept in the run
+    monkeypatch.setenv("INFRARSI_SLURM_ARGS", "--gres=gpu:8")
+    monkeypatch.setenv("INFRARSI_ISOLATION", "off")
+    ex = make_executor("slurm", run_dir=run_dir)
+    lines = ex.script(LaunchSpec(argv=["python", "-c", "pass"], time_limit_s=600), tmp_path / "t", token="tok").splitlines()
+    for line in ("#SBATCH --partition=gpu-h100", "#SBATCH --account=ml", "#SBATCH --qos=low", "#SBATCH --gres=gpu:8"):
+        assert line in lines, lines
+    times = [ln for ln in lines if ln.startswith("#SBATCH --time=")]
+    assert times[-1] == "#SBATCH --time=4:00:00"  # sbatch keeps the last: the flag caps the contract's limit
