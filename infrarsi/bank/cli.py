@@ -26,7 +26,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
-BankOpt = typer.Option(None, "--bank", help="Bank file (default: $INFRARSI_BANK, else ~/.infrarsi/bank.sqlite).")
+BankOpt = typer.Option(None, "--bank", metavar="FILE", help="Bank file (default: $INFRARSI_BANK, else ~/.infrarsi/bank.sqlite).")
 
 
 def _open(opt: Path | None, *, create: bool) -> Bank:

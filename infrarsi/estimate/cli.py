@@ -41,9 +41,9 @@ def _setting(contract, adapter, space, sets: list[str]) -> dict:
 
 def estimate(
     contract_path: Path = typer.Argument(..., metavar="CONTRACT", help="The contract TOML file."),
-    sets: list[str] = typer.Option([], "--set", help="KNOB=VALUE over the contract's baseline (repeatable)."),
+    sets: list[str] = typer.Option([], "--set", metavar="KNOB=VALUE", help="KNOB=VALUE over the contract's baseline (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print the estimate as one JSON object."),
-    unseen_gib: float = typer.Option(None, "--unseen-gib", help="Bytes outside tensors per rank (GiB), measured on "
+    unseen_gib: float = typer.Option(None, "--unseen-gib", metavar="GIB", help="Bytes outside tensors per rank (GiB), measured on "
                                                                 "your device; default: the measured constant."),
 ) -> None:
     """Pre-flight estimate: per-rank peak memory by category and a roofline step time, before launching."""

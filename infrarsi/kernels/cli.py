@@ -41,7 +41,7 @@ def _resolve(candidate: str, op: str | None) -> str:
 def verify(
     path: str = typer.Argument(..., metavar="CANDIDATE", help="The candidate: a file, or FILE@VARIANT for one of its VARIANTS, e.g. "
                                          "kernels/rmsnorm/triton_rows.py@rows16."),
-    op: str = typer.Option(None, "--op", help="The op it implements (default: its folder's name)."),
+    op: str = typer.Option(None, "--op", metavar="OP", help="The op it implements (default: its folder's name)."),
     json_out: bool = typer.Option(False, "--json", help="Print {verdict, reasons, cases, ...} as JSON."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Verify again even if this content was verified before."),
 ) -> None:
@@ -87,7 +87,7 @@ def _print_result(result) -> None:
 @app.command()
 def bench(
     path: str = typer.Argument(..., metavar="CANDIDATE", help="The candidate: a file, or FILE@VARIANT."),
-    op: str = typer.Option(None, "--op", help="The op it implements (default: its folder's name)."),
+    op: str = typer.Option(None, "--op", metavar="OP", help="The op it implements (default: its folder's name)."),
     json_out: bool = typer.Option(False, "--json", help="Print the measurement as JSON."),
 ) -> None:
     """Median GPU time vs the reference and torch.compile, bandwidth vs the measured peak (needs a GPU)."""
@@ -146,7 +146,7 @@ def list_(op: str = typer.Argument(None, metavar="OP", help="One op (default: al
 @app.command()
 def generate(
     op: str = typer.Argument(..., metavar="OP", help="The op: rmsnorm, swiglu, rope, cross_entropy or add_rmsnorm."),
-    out_dir: Path = typer.Option(None, "--out-dir", help="Where to write it (default: kernels/<op>/generated/)."),
+    out_dir: Path = typer.Option(None, "--out-dir", metavar="DIR", help="Where to write it (default: kernels/<op>/generated/)."),
 ) -> None:
     """Ask the configured LLM for a Triton candidate of OP, write it and verify it (one repair round)."""
     from ..priors import LLMConfig

@@ -19,11 +19,13 @@ def test_version():
 
 def test_help_reads_like_click():
     """Flags print as `--json` (no `<bool>`), arguments as upper-case names, the same way in every verb."""
-    for verb in ["tune", "run", "doctor", "report", "apply", "init", "knobs", "estimate", "bank show", "kernels verify"]:
+    for verb in ["tune", "run", "doctor", "report", "apply", "init", "knobs", "estimate", "bank show", "bank export",
+                 "kernels verify", "kernels generate"]:
         r = invoke(*verb.split(), "--help")
         assert r.exit_code == 0, r.output
         text = r.output
-        assert "<bool>" not in text and "{contract}" not in text and "[contract]" not in text, (verb, text)
+        assert "{contract}" not in text and "[contract]" not in text, (verb, text)
+        assert "<" not in text.split("Options:")[1], (verb, text)  # `--json`, `--seed N`: no `<bool>`, `<int>`
         usage = text.splitlines()[0]
         assert usage == usage.replace(usage.split("[OPTIONS]")[-1], usage.split("[OPTIONS]")[-1].upper()), usage
         if verb in ("run", "report", "apply", "tune", "doctor"):
