@@ -146,7 +146,7 @@ def list_(op: str = typer.Argument(None, metavar="OP", help="One op (default: al
 @app.command()
 def generate(
     op: str = typer.Argument(..., metavar="OP", help="The op: rmsnorm, swiglu, rope, cross_entropy or add_rmsnorm."),
-    out_dir: Path = typer.Option(None, "--out-dir", metavar="DIR", help="Where to write it (default: kernels/<op>/generated/)."),
+    out_dir: Path = typer.Option(None, "--out-dir", metavar="DIR", help="Where to write it (default: kernels/OP/generated/)."),
 ) -> None:
     """Ask the configured LLM for a Triton candidate of OP, write it and verify it (one repair round)."""
     from ..priors import LLMConfig
