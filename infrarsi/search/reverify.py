@@ -10,7 +10,6 @@ until the interval clears."""
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
@@ -98,7 +97,10 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
                          mfu=_median([b.metrics.mfu for _, b in ok_pairs]),
                          baseline_mfu=_median([a.metrics.mfu for a, _ in ok_pairs]))
         out["candidates"].append(entry)
-        console.print(f"  verify {json.dumps(cand.to_dict())}: {entry['reason']}")
+        changes = ", ".join(f"{k}={v}" for k, v in cand.items() if baseline.get(k) != v) or "the baseline"
+        console.print(f"  verified candidate {n_cand} of {len(top)} ({changes}): "
+                      f"{'[green]promoted[/]' if entry['promoted'] else 'not promoted'}: {entry['reason']}",
+                      highlight=False)
     out["contract_sha256"] = contract_hash(contract)
     out["finished_at"] = time.time()
     out["rerun"] = progress.rerun
