@@ -29,6 +29,11 @@ endef
 # torch==2.13.0 first: it is the CPU build; an unpinned torch would pull a multi-GB CUDA build.
 $(VENV)/.installed: pyproject.toml
 	$(call need,bwrap,bubblewrap,trials run isolated in it,trials will be recorded unisolated and the isolation tests skipped)
+	@# libseccomp: the filter that refuses the kernel keyring's calls inside the box (pyseccomp loads it)
+	@ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || { [ "$$(id -u)" = 0 ] && \
+		echo "installing libseccomp2 with apt-get: the filter that refuses the kernel keyring's calls inside a trial" && \
+		apt-get install -y -q libseccomp2 >/dev/null 2>&1; } || \
+		echo "not installing libseccomp2 (needs root; ask an administrator: apt-get install libseccomp2): trials will share the kernel keyring"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0

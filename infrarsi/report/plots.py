@@ -43,7 +43,7 @@ def pct(x: float) -> float:
     return 100.0 * math.expm1(x)
 
 
-ROLE_STYLE = {"doctor": ("tab:gray", "baseline (doctor)"), "search": ("tab:blue", "search"),
+ROLE_STYLE = {"doctor": ("tab:gray", "baseline (doctor, again)"), "search": ("tab:blue", "search"),
               "verify": ("tab:orange", "verification re-run")}  # the three stages, told apart at a glance
 
 
@@ -77,7 +77,7 @@ def progress(trials: Sequence[Trial], verified: tuple[float, Sequence[int]] | No
         ax.hlines(v_s, min(ids) - 0.5, max(ids) + 0.5, color="tab:green", lw=3, ls="--",
                   label=f"verified: {v_s:.3g} s (median of its re-runs)")
     for role, (color, label) in ROLE_STYLE.items():
-        sel = [t for t in ok if t.role.startswith(role) or (role == "doctor" and t.role == "warmup")]
+        sel = [t for t in ok if t.role.startswith(role) or (role == "doctor" and t.role in ("warmup", "rebaseline"))]
         if sel:
             ax.scatter([t.id for t in sel], [t.metrics.step_time_s for t in sel], s=24, color=color, label=label,
                        alpha=0.85, zorder=3)

@@ -27,7 +27,7 @@ from ..io import atomic_write
 from ..knobs import Setting
 from ..rundir import RunDir, VerifiedCandidate
 from ..status import TrialStatus
-from . import plots
+from . import conditions, plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
 from .fit import saved_fit
 from .load import RunData
@@ -311,6 +311,12 @@ class _Builder:
                + (f" Memory effects are whole effects: the pre-flight estimate's effect (its additive projection, "
                   f"RMS misfit {s.estimate_projection_rms or 0:.3f} log) plus the correction the memory model "
                   f"learned on top of it, whose interval they carry." if s.memory_estimate else ""))
+        cands = self.d.verification.candidates if self.d.verification is not None else []
+        flagged = conditions.unreproduced_effects(te, cands, self.baseline)
+        if flagged:
+            self.p("**Measured under other conditions than verification:** "
+                   + "; ".join(f"**{f}** ({why})" for f, why in flagged.items())
+                   + ". These effects are the search's; verification did not bear them out.")
         self.img("effects", "Per-knob effect posteriors, time and memory", plots.effects(te, me))
         for name, es in (("time", te), ("memory", me)):
             self.table([f"{name} effect", "mean %", "90% interval %", "prior mean %", "prior source"],
@@ -342,12 +348,13 @@ class _Builder:
             self.p(f"Not verified yet (`{V}` is missing).")
             return
         cands = ver.candidates
-        self.p(f"In words: the best settings of the search were re-run alternately with the baseline ({ver.repeats} "
-               f"back-to-back pairs each, so a slow drift of the machine hits both sides); a candidate is promoted "
-               f"when even the pessimistic end of its 95% confidence interval is faster than the baseline by more than "
-               f"the noise floor, the minimum detectable effect (mde) of {ver.mde:.2%}, and its loss trace matches the "
-               f"baseline's. Rule as recorded: {ver.rule}; finished {_when(ver.finished_at)}. Speedup = exp(mean of "
-               f"log(t_baseline / t_candidate) over the pairs), 95% t-interval.")
+        self.p(f"In words: the best settings of the search were re-run alternately with the baseline (at most "
+               f"{ver.repeats} back-to-back pairs each, so a slow drift of the machine hits both sides); a candidate is "
+               f"promoted when even the pessimistic end of its confidence interval is faster than the baseline by more "
+               f"than the noise floor, the minimum detectable effect (mde) of {ver.mde:.2%}, and its loss trace matches "
+               f"the baseline's. Rule as recorded: {ver.rule}; finished {_when(ver.finished_at)}. Speedup = exp(mean "
+               f"of log(t_baseline / t_candidate) over the pairs); the interval is the sequential one of the look that "
+               f"decided (its level in the reason, 95% or more).")
         rows = []
         for i, c in enumerate(cands, 1):
             pairs = ", ".join(f"{a}/{b}" for a, b in c.trials)
@@ -357,6 +364,11 @@ class _Builder:
                          "**yes**" if c.promoted else "no", c.reason))
         self.table(["#", "knobs vs baseline", "pairs (baseline/candidate trials)", "speedup", "95% CI", "promoted",
                     "reason"], rows)
+        for line in conditions.drift_lines(self.d.trials):
+            self.p(f"**The machine changed:** {line}")
+        for i, c in enumerate(cands, 1):
+            if c.explanation:
+                self.p(f"Candidate #{i} ({_knobs(changed(c.setting, self.baseline))}): {c.explanation}.")
         if cands:
             self.img("verification", "Speedup with its 95% CI per candidate",
                      plots.verification(cands, ver.mde))
