@@ -98,6 +98,9 @@ class LaunchFileAdapter(Adapter):
     """An adapter that reads the user's own launch file (``workload.launch``: a script or a job file) and can read
     an edited copy back: what ``knobs`` describes, what ``apply`` edits in place and checks."""
 
+    has_framework_check: bool = False
+    """:meth:`launch_violations` with ``core`` also puts the setting to the framework's own config code (seconds:
+    it imports torch), beyond the catalog's rules."""
     extra_env_keys: frozenset[str] = frozenset()
     """Environment variables an in-place edit may set besides the knobs' own (``ENV:`` spellings)."""
 
@@ -144,15 +147,15 @@ class LaunchFileAdapter(Adapter):
                 if k.spelling.get(self.name, "").startswith(ENV_PREFIX)}
         return keys | set(self.extra_env_keys)
 
-    def describe(self, contract: Contract) -> dict[str, Any]:
+    def describe(self, contract: Contract, *, core: bool = True) -> dict[str, Any]:
         """What ``infrarsi knobs`` shows for the contract's launch, as :meth:`describe_file` gives it."""
-        return self.describe_launch(self.parsed(contract))
+        return self.describe_launch(self.parsed(contract), core=core)
 
     @classmethod
-    def describe_file(cls, path: Path, text: str, *, world_size: int | None = None) -> dict[str, Any]:
+    def describe_file(cls, path: Path, text: str, *, world_size: int | None = None, core: bool = True) -> dict[str, Any]:
         """What ``infrarsi knobs`` shows for a bare launch file ``text`` at ``path`` (its relative paths from its
         own folder; ``world_size`` where it does not say)."""
-        return cls.describe_launch(cls.read_file(path, text, world_size=world_size))
+        return cls.describe_launch(cls.read_file(path, text, world_size=world_size), core=core)
 
     @classmethod
     @abc.abstractmethod
@@ -171,14 +174,15 @@ class LaunchFileAdapter(Adapter):
 
     @staticmethod
     @abc.abstractmethod
-    def launch_violations(parsed: Any) -> list[str]:
-        """Every problem with a launch's own setting: the catalog's rules, then the framework's own checks."""
+    def launch_violations(parsed: Any, *, core: bool = True) -> list[str]:
+        """Every problem with a launch's own setting: the catalog's rules, then (``core``, where
+        :attr:`has_framework_check`) the framework's own config code."""
 
     @classmethod
-    def describe_launch(cls, parsed: Any) -> dict[str, Any]:
-        """framework, fixed, setting (one key per knob of the space), violations, world_size, space, notes."""
+    def describe_launch(cls, parsed: Any, *, core: bool = True) -> dict[str, Any]:
+        """framework, fixed, setting (one key per knob of the space), violations, world_size, space, notes, parsed."""
         space = cls.launch_space(parsed)
         return {"framework": cls.name, "fixed": dict(parsed.fixed),
                 "setting": {k.name: parsed.setting.get(k.name) for k in space.knobs},
-                "violations": cls.launch_violations(parsed), "world_size": parsed.world_size, "space": space,
-                "notes": list(parsed.notes)}
+                "violations": cls.launch_violations(parsed, core=core), "world_size": parsed.world_size,
+                "space": space, "notes": list(parsed.notes), "parsed": parsed}

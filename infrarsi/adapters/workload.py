@@ -112,6 +112,7 @@ class Workload:
         launch does not state it in those names)."""
         return self.adapter.model_shape(self.contract) if self.reads_launch_file else {}
 
-    def describe(self) -> dict[str, Any]:
-        """What ``infrarsi knobs`` shows: framework, fixed, setting, violations, world_size, space, notes."""
-        return self._launch_file_adapter().describe(self.contract)
+    def describe(self, *, core: bool = True) -> dict[str, Any]:
+        """What ``infrarsi knobs`` shows: framework, fixed, setting, violations, world_size, space, notes, parsed
+        (``core=False``: the catalog's rules only, not the framework's own config code)."""
+        return self._launch_file_adapter().describe(self.contract, core=core)

@@ -12,6 +12,7 @@ has the framework's default); ``data_parallel`` is null when the launch does not
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -68,22 +69,26 @@ def _contract_workload(path: Path, text: str) -> Any:
     return w
 
 
-def describe(path: Path, *, world_size: int | None = None) -> dict[str, Any]:
-    """What `infrarsi knobs` reports, as data: framework, fixed, setting, violations, space, notes.
+def describe(path: Path, *, world_size: int | None = None, core: bool = True) -> dict[str, Any]:
+    """What `infrarsi knobs` reports, as data: framework, fixed, setting, violations, space, notes, parsed.
     A contract TOML is followed to its workload.launch, read as its trials read it (world size: the contract's
-    devices)."""
+    devices). ``core=False`` leaves out the framework's own check (megatron-core's imports torch: seconds), keeping
+    the catalog's."""
     from ..adapters import adapter_class
 
     text = path.read_text()
     via = _contract_workload(path, text)
     if via is not None:
-        return via.describe()
-    return adapter_class(detect_framework(path, text)).describe_file(path, text, world_size=world_size)
+        return via.describe(core=core)
+    return adapter_class(detect_framework(path, text)).describe_file(path, text, world_size=world_size, core=core)
 
 
-def knobs(file: Path = typer.Argument(..., help="A launch script, command file or config."),
+def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script, command file or config."),
           json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-          world_size: int = typer.Option(None, "--world-size", help="World size when the file does not state it (a TOML job file).")) -> None:
+          world_size: int = typer.Option(None, "--world-size", metavar="N", help="World size when the file does not state it (a TOML job file)."),
+          framework_check: bool = typer.Option(True, "--framework-check/--no-framework-check",
+                                               help="Also put the setting to megatron-core's own config code "
+                                                    "(imports torch: seconds; the catalog's rules are always checked).")) -> None:
     """Show the fixed workload arguments, the knob space, the current setting and its violations."""
     from rich.console import Console
     from rich.table import Table
@@ -91,12 +96,22 @@ def knobs(file: Path = typer.Argument(..., help="A launch script, command file o
     if not file.is_file():
         typer.echo(f"error: {file} does not exist; pass a launch script, command file or TOML job file", err=True)
         raise typer.Exit(1)
-    try:
-        d = describe(file, world_size=world_size)
+    try:  # the catalog's rules first (no torch import): the tables print in well under a second
+        d = describe(file, world_size=world_size, core=False)
     except (DetectError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)  # one line, never wrapped
         raise typer.Exit(1) from None
+    from ..adapters import adapter_class
+
+    fw = adapter_class(d["framework"])
+    check = framework_check and fw.has_framework_check
+
+    def framework_word() -> None:  # the framework's own check replaces the catalog-only list (it includes it)
+        d["violations"] = fw.launch_violations(d["parsed"], core=True)
+
     if json_out:
+        if check:
+            framework_word()
         typer.echo(json.dumps({k: d[k] for k in ("framework", "fixed", "setting", "violations")}, default=str))
         raise typer.Exit(0)
     out = Console(highlight=False)
@@ -120,6 +135,14 @@ def knobs(file: Path = typer.Argument(..., help="A launch script, command file o
     out.print(kt)
     for n in d["notes"]:
         out.print(f"[yellow]note:[/] {n}")
+    if check:
+        err = Console(stderr=True, highlight=False)
+        say = ("checking the setting with megatron-core's own config code (imports torch: a few seconds; "
+               "--no-framework-check skips it)")
+        if not err.is_terminal:
+            err.print(f"{say} ...", soft_wrap=True)
+        with err.status(say) if err.is_terminal else contextlib.nullcontext():
+            framework_word()
     if d["violations"]:
         out.print(f"[bold red]{len(d['violations'])} violation(s):[/]")
         for v in d["violations"]:

@@ -222,6 +222,7 @@ class MegatronAdapter(LaunchFileAdapter):
     estimate_progress = True
     extra_env_keys = frozenset({"CUDA_DEVICE_MAX_CONNECTIONS"})
     launch_setting_is_baseline = True
+    has_framework_check = True
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
         super().__init__(base_dir)
@@ -307,8 +308,8 @@ class MegatronAdapter(LaunchFileAdapter):
         return knob_space_for(parsed)
 
     @staticmethod
-    def launch_violations(parsed: MegatronLaunch) -> list[str]:
-        return violations(parsed)
+    def launch_violations(parsed: MegatronLaunch, *, core: bool = True) -> list[str]:
+        return violations(parsed, core=core)
 
     def reread(self, contract: Contract, text: str) -> MegatronLaunch:
         """``text`` read as the contract's launch file is (the same environment, arguments and working directory):

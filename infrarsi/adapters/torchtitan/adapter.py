@@ -285,7 +285,7 @@ class TorchtitanAdapter(LaunchFileAdapter):
         return knob_space_for(parsed)
 
     @staticmethod
-    def launch_violations(parsed: TorchtitanLaunch) -> list[str]:
+    def launch_violations(parsed: TorchtitanLaunch, *, core: bool = True) -> list[str]:
         return violations(parsed)
 
     def reread(self, contract: Contract, text: str) -> TorchtitanLaunch:
