@@ -373,6 +373,8 @@ def _doctor(cli, project, monkeypatch, isolation):
                 baseline='kernel_rmsnorm = "kernels/rmsnorm/sibling.py"')
     # no seed run: the warm-up and the two repeats are trials enough with siblings to attack (one launch less)
     assert "compare_steps = 6\n" in text
+    # its plain-torch RMSNorm would be refused by the in-trial kernel watch first: the watch is off here
+    text = text.replace('adapter = "minigpt"', 'adapter = "minigpt"\nenv = { INFRARSI_SPOT_EVERY = "0" }')
     (project / "c.toml").write_text(text.replace("compare_steps = 6\n", "compare_steps = 6\nseed_runs = 0\n"))
     assert cli("init", "c.toml", "--run-dir", "run").returncode == 0
     return cli("doctor", "--run-dir", "run")
