@@ -150,6 +150,19 @@ class Budget(_Section):
     """Trials in flight at once (the executor must have room for them)."""
     doctor_repeats: int = Field(5, ge=2)
     """How many times doctor runs the baseline to measure noise."""
+    doctor_max_repeats: int = Field(10, ge=2)
+    """How far doctor may raise its baseline repeats (each lowers the minimum detectable effect) when the noise hides
+    the speedup ``confirm_speedup`` asks for; past this it stops the run with the noise named."""
+    confirm_speedup: float = Field(1.0, gt=0)
+    """The relative speedup (1.0 = 2x, 0.2 = 1.2x) the run must be able to confirm: when the measured noise means
+    verification could, within ``verify_pairs``, confirm only a larger one, doctor raises its repeats or stops the run
+    early, with the figures and the fix. The default stops only a run that could not confirm even 2x."""
+    verify_pairs: int = Field(12, ge=3)
+    """The most interleaved A/B pairs one candidate's verification runs: pairs are added one by one until the
+    sequential interval clears 1 + mde, falls below it, or these run out (search/verify.py)."""
+    rebaseline_every: int = Field(6, ge=0)
+    """Search trials between two runs of the baseline during the search (0: never), so each setting is compared to a
+    baseline measured close in time; the baseline also runs again when the machine's load shifts."""
 
 
 class Contract(_Section):

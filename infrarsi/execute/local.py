@@ -225,15 +225,12 @@ class LocalExecutor:
             cgroup = isolation.PidsCgroup(token, pids_max=self.config.pids_max)
         passed = tuple(fd for fd in (info_w, status_w, sec) if fd is not None)
         try:
-            err = create_new(trial_dir / STDERR)
-            try:
-                # stdout through a pipe: the harness stamps each line's arrival (clock.py), outside the trial's reach
-                argv = self.command(spec, trial_dir, info_fd=info_w, cgroup=cgroup, status_fd=status_w,
-                                    seccomp_fd=sec, env=env)
-                proc = subprocess.Popen(argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=err, start_new_session=True, pass_fds=passed)
-            finally:
-                os.close(err)
+            # stdout and stderr through pipes: the harness stamps each line's arrival (clock.py), outside the
+            # trial's reach, on both streams the parsers read; the clock creates both files (O_EXCL | O_NOFOLLOW)
+            argv = self.command(spec, trial_dir, info_fd=info_w, cgroup=cgroup, status_fd=status_w,
+                                seccomp_fd=sec, env=env)
+            proc = subprocess.Popen(argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True, pass_fds=passed)
         except BaseException:
             for fd in (info_r, status_r, *passed):
                 if fd is not None:
@@ -244,7 +241,8 @@ class LocalExecutor:
         for fd in passed:
             os.close(fd)
         members = cgroup.members if cgroup is not None and cgroup.path is not None else None
-        clock = LineClock(proc.stdout, trial_dir / STDOUT, pgid=proc.pid, members=members)
+        clock = LineClock(proc.stdout, trial_dir / STDOUT, pgid=proc.pid, members=members, err_pipe=proc.stderr,
+                          err_path=trial_dir / STDERR)
         with self._lock:
             self._procs[token] = proc
             self._started[token] = time.monotonic()

@@ -37,7 +37,8 @@ from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..contract.seal import settled_problems
 from .classify import Verdict, apply_loss_check, classify
-from .clock import harness_line, referee
+from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
+from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from .local import OUTPUTS, kill_token, resolve_argv, trial_env
 from .record import RunRecord
@@ -260,6 +261,7 @@ class Runner:
         guard = None if callable(isolates) and isolates(self.record.trial_dir(trial.id)) else \
             TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
         before = guard.snapshot() if guard is not None else {}
+        watch = Watch()  # the machine's conditions over the trial (execute/conditions.py)
         try:
             while True:
                 if adopted is not None:
@@ -282,6 +284,7 @@ class Runner:
             self._gate.release(procs, mem)
             with self._lock:
                 self._handles.pop(trial.id, None)
+        conditions = watch.end(own_cpu_s=own_cpu_s(Path(handle.trial_dir)))
         freed = _keep_reserve(self.record.run_dir, Path(handle.trial_dir))
         verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting)
         if freed:
@@ -292,21 +295,16 @@ class Runner:
         wrote = guard.changes(before, ignore=open_for_writing(guard.root)) if guard is not None else []
         if wrote and not end.cancelled:  # a trial writes only its own directory (contract/scope.py)
             why = f"wrote outside its trial directory: {wrote[0]}" + (f" (and {len(wrote) - 1} more)" if len(wrote) > 1 else "")
-            verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why,
-                                                 "evidence": verdict.evidence + wrote[:10],
-                                                 "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
+            verdict = invalidate(verdict, why, wrote[:10])
         if end.leftovers and not end.cancelled:  # by construction never (a PID namespace): checked all the same
-            why = next((e for e in end.evidence if "still running after it ended" in e), "left processes running")
-            verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why[:300],
-                                                 "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
+            verdict = invalidate(verdict, next((e for e in end.evidence if "still running after it ended" in e),
+                                               "left processes running"))
         warnings = _unsandboxed(handle)
         if warnings:  # the run directory was writable to the trial: check every sealed record after it
             broken = settled_problems(self.record.run_dir)
             if broken and not end.cancelled:
-                why = f"the run's records changed while it ran without isolation: {broken[0]}"
-                verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why[:300],
-                                                     "evidence": verdict.evidence + broken[:10],
-                                                     "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
+                verdict = invalidate(verdict, f"the run's records changed while it ran without isolation: {broken[0]}",
+                                     broken[:10])
         if attempt and adopted is None:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
                 f"launch attempt {attempt + 1}: an earlier attempt was interrupted by a restart"]})
@@ -314,7 +312,7 @@ class Runner:
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
             "cost": Cost(wall_s=end.wall_s, devices=spec.devices), "finished_at": ended_at,
-            "warnings": warnings, "network": handle.network}))
+            "warnings": warnings, "conditions": conditions, "network": handle.network}))
 
     def _repo(self, spec: LaunchSpec) -> Path:
         """The repository a trial must leave alone: the git work tree of its working directory (cached)."""
@@ -392,21 +390,41 @@ def unisolated(trial: Trial) -> bool:
 MAX_RELAUNCHES = 2  # launches of one trial the scheduler may hold before it counts as a failed trial
 
 
+def invalidate(v: Verdict, why: str, evidence: Sequence[str] = ()) -> Verdict:
+    """``v`` turned invalid: the one-line reason (also the last evidence line unless ``evidence`` is given), and no
+    step time or throughput (nothing an invalid trial measured is scored)."""
+    return v.model_copy(update={
+        "status": TrialStatus.INVALID, "reason": why[:300], "evidence": v.evidence + (list(evidence) or [why]),
+        "metrics": v.metrics.model_copy(update={"step_time_s": None, "tokens_per_s": None, "mfu": None,
+                                                "tflops_per_device": None})})
+
+
 def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: Path, end: LaunchEnd) -> Verdict:
-    """An ok verdict whose reported step times the harness's own clock contradicts becomes invalid (clock.py)."""
+    """An ok verdict scored by the harness's clock (clock.py): its step time becomes the one the harness measured over
+    the contract's window (the log's is kept as ``reported_step_time_s``, a disagreement in the evidence); throughput
+    and MFU follow. Invalid only for what load cannot cause (a tampered log, repeated lines, sleeping steps)."""
     if v.status is not TrialStatus.OK:
         return v
     t = contract.invariants.timing
-    why = referee(trial_dir / STDOUT, step_time_s=v.metrics.step_time_s, step_times_s=v.metrics.step_times_s,
+    measured = getattr(adapter, "measured_time", True)
+    why = referee(trial_dir, step_time_s=v.metrics.step_time_s, step_times_s=v.metrics.step_times_s,
                   warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, wall_s=end.wall_s,
-                  measured_time=getattr(adapter, "measured_time", True))
-    if why is None:
-        seen = harness_line(trial_dir / STDOUT, warmup_steps=t.warmup_steps, measured_steps=t.measured_steps) \
-            if getattr(adapter, "measured_time", True) else None
-        return v if seen is None else v.model_copy(update={"evidence": v.evidence + [seen]})
-    return v.model_copy(update={"status": TrialStatus.INVALID, "reason": why, "evidence": v.evidence + [why],
-                                "metrics": v.metrics.model_copy(update={"step_time_s": None, "tokens_per_s": None,
-                                                                        "mfu": None, "tflops_per_device": None})})
+                  measured_time=measured)
+    if why is not None:
+        return invalidate(v, why)
+    try:
+        timing = measure(trial_dir, warmup_steps=t.warmup_steps, measured_steps=t.measured_steps) if measured else None
+    except ClockProblem as e:
+        return invalidate(v, str(e))
+    if timing is None:
+        return v
+    m, reported = v.metrics, v.metrics.step_time_s
+    scale = reported / timing.step_s  # the throughput figures are the log's, per its step time
+    metrics = m.model_copy(update={
+        "step_time_s": timing.step_s, "reported_step_time_s": reported,
+        **{k: getattr(m, k) * scale for k in ("tokens_per_s", "mfu", "tflops_per_device") if getattr(m, k) is not None}})
+    note = disagreement(reported, timing)
+    return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [timing.line()] + ([note] if note else [])})
 
 
 RESERVE_BYTES = 512 * 2**20  # free space the runner keeps on the run directory's disk for its own records

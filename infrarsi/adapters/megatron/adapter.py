@@ -38,7 +38,7 @@ from ...execute.trial import Metrics, TrialStatus
 from ...knobs import KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
 from ...transformer import data_parallel
-from . import equivalence
+from . import equivalence, flags
 from . import log as megatron_log
 from .check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
 from ..base import Adapter, ParsedRun, scoped_space
@@ -219,6 +219,9 @@ class MegatronAdapter(Adapter):
         key = contract.model_dump_json(include={"workload", "hardware"})
         if key not in self._cache:
             parsed = _launch_from_contract(contract, self.base_dir)
+            bad = flags.refusal(parsed.launch.program[-1], parsed.args, source=parsed.source)
+            if bad:  # the program's own parser would refuse the launch: neither estimated nor tuned
+                raise MegatronLaunchError(bad)
             parsed.device = contract.hardware.kind
             if parsed.world_size is None:  # the launch does not say: the contract's devices do
                 parsed.world_size = contract.hardware.devices
