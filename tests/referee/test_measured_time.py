@@ -59,8 +59,11 @@ def _no_spot_check(monkeypatch):
 def _doctor_with(cli, project, source):
     (project / "kernels/rmsnorm").mkdir(parents=True)
     (project / "kernels/rmsnorm/fast.py").write_text(f"FORGED = {FORGED!r}\n" + source)
-    (project / "c.toml").write_text(tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/fast.py"]',
-                                         baseline='kernel_rmsnorm = "kernels/rmsnorm/fast.py"'))
+    # The candidates compute with plain torch: the in-trial kernel watch is off (INFRARSI_SPOT_EVERY=0), so the
+    # harness's clock is what judges them, as the loss referee's tests do for theirs.
+    text = tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/fast.py"]', baseline='kernel_rmsnorm = "kernels/rmsnorm/fast.py"')
+    (project / "c.toml").write_text(text.replace('adapter = "minigpt"',
+                                                 'adapter = "minigpt"\nenv = { INFRARSI_SPOT_EVERY = "0" }'))
     assert cli("init", "c.toml", "--run-dir", "run").returncode == 0
     return cli("doctor", "--run-dir", "run")
 
