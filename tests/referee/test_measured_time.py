@@ -50,12 +50,6 @@ def forward(x, w, eps):
 '''
 
 
-@pytest.fixture(autouse=True)
-def _no_spot_check(monkeypatch):
-    """The forgeries are the point: their kernels are plain torch, which the in-training spot check stops at call 1."""
-    monkeypatch.setenv("INFRARSI_SPOT_EVERY", "0")
-
-
 def _doctor_with(cli, project, source):
     (project / "kernels/rmsnorm").mkdir(parents=True)
     (project / "kernels/rmsnorm/fast.py").write_text(f"FORGED = {FORGED!r}\n" + source)
