@@ -367,6 +367,7 @@ def forward(x, w, eps):
 
 def _doctor(cli, project, monkeypatch, isolation):
     monkeypatch.setenv("INFRARSI_ISOLATION", isolation)
+    monkeypatch.setenv("INFRARSI_SPOT_EVERY", "0")  # the attack is the point: a plain-torch kernel, no spot check
     (project / "kernels/rmsnorm").mkdir(parents=True)
     (project / "kernels/rmsnorm/sibling.py").write_text(SIBLING)
     text = tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/sibling.py"]',
