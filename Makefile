@@ -17,6 +17,9 @@ $(VENV)/.installed: pyproject.toml
 	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q bubblewrap >/dev/null \
 		|| { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; } || \
 		echo "warning: bubblewrap (bwrap) is not installed: trials will run unisolated"
+	# libseccomp: the filter that refuses the kernel keyring's calls inside the box (pyseccomp loads it)
+	ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || { [ "$$(id -u)" = 0 ] && apt-get install -y -q libseccomp2 \
+		>/dev/null; } || echo "warning: libseccomp2 is not installed: trials will share the kernel keyring"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0

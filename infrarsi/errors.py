@@ -23,6 +23,11 @@ import sys
 from pathlib import Path
 
 
+# Exit status of a command that ran to its end and promoted nothing (no speedup found, or the noise means this
+# budget cannot confirm one: a plain early stop), told apart from 1 (an error) and 2 (bad usage).
+EXIT_NO_PROMOTION = 3
+
+
 class RecordError(RuntimeError):
     """A record file exists but cannot be read; it is left as it is."""
 

@@ -11,11 +11,14 @@ and a roofline step time where the device's peaks are known. ``--json`` prints o
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import typer
 
 GiB = 2**30
+_IMPORTED = time.monotonic()
 
 
 def _launch_setting(contract, adapter, space) -> dict:
@@ -66,6 +69,10 @@ def estimate(
         kw = {"device": device_for(contract.hardware)}
         if unseen_gib is not None:
             kw["unseen_gib"] = unseen_gib
+        if contract.workload.adapter == "megatron":  # a step of minutes: say how far it is, on stderr
+            err.print(f"launch read, setting completed ({since_start():.0f} s); the fake step runs in a process "
+                      "of its own", style="dim")
+            kw["progress"] = lambda line: err.print(f"  {line} [{since_start():.0f} s]", style="dim")
         e = run_estimate(contract, setting, **kw)
     except (ContractError, EstimateError, ValueError, OSError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
@@ -73,7 +80,8 @@ def estimate(
     cap = contract.hardware.memory_capacity_bytes
     fits = e.peak_bytes <= cap
     if json_out:
-        print(json.dumps({**e.to_dict(), "setting": setting.to_dict(), "capacity_bytes": cap, "fits": fits}, default=str))
+        print(json.dumps({**e.to_dict(), "setting": setting.to_dict(), "capacity_bytes": cap, "fits": fits,
+                          "end_to_end_s": round(since_start(), 1)}, default=str))
         return
     t = Table(title=f"{contract.name}: rank {e.layout.get('rank', 0)} of {e.world_size}, peak by category")
     t.add_column("category")
@@ -97,8 +105,20 @@ def estimate(
         console.print(f"step time: {e.step_time_note}")
     for n in e.notes:
         console.print(f"note: {n}")
-    console.print(f"estimated in {e.wall_s:.1f} s; not seen by any tracker: allocator fragmentation, NCCL/gloo "
+    console.print(f"estimated in {since_start():.1f} s end to end (start-up and reading the launch included; the "
+                  f"ranks' fake steps {e.wall_s:.1f} s, summed); not seen by any tracker: allocator fragmentation, NCCL/gloo "
                   f"buffers, CUDA context / the CPU runtime (the 'outside tensors' line)")
+
+
+def since_start() -> float:
+    """Seconds since this process started (Linux: /proc/self/stat's start time against /proc/uptime), so that the
+    time printed includes the interpreter's start-up and the imports; else since this module was imported."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
 
 
 def _per_rank_table(console, e) -> None:

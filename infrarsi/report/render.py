@@ -27,7 +27,7 @@ from ..io import atomic_write
 from ..knobs import Setting
 from ..rundir import RunDir, VerifiedCandidate
 from ..status import TrialStatus
-from . import plots
+from . import conditions, plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
 from .fit import saved_fit
 from .load import RunData
@@ -289,6 +289,12 @@ class _Builder:
                + (f" Memory effects are whole effects: the pre-flight estimate's effect (its additive projection, "
                   f"RMS misfit {s.estimate_projection_rms or 0:.3f} log) plus the correction the memory model "
                   f"learned on top of it, whose interval they carry." if s.memory_estimate else ""))
+        cands = self.d.verification.candidates if self.d.verification is not None else []
+        flagged = conditions.unreproduced_effects(te, cands, self.baseline)
+        if flagged:
+            self.p("**Measured under other conditions than verification:** "
+                   + "; ".join(f"**{f}** ({why})" for f, why in flagged.items())
+                   + ". These effects are the search's; verification did not bear them out.")
         self.img("effects", "Per-knob effect posteriors, time and memory", plots.effects(te, me))
         for name, es in (("time", te), ("memory", me)):
             self.table([f"{name} effect", "mean %", "90% interval %", "prior mean %", "prior source"],
@@ -320,9 +326,10 @@ class _Builder:
             self.p(f"Not verified yet (`{V}` is missing).")
             return
         cands = ver.candidates
-        self.p(f"Rule: {ver.rule}. {ver.repeats} interleaved pairs per candidate; mde "
+        self.p(f"Rule: {ver.rule}. At most {ver.repeats} interleaved pairs per candidate; mde "
                f"{ver.mde:.2%}; finished {_when(ver.finished_at)}. Speedup = exp(mean of "
-               f"log(t_baseline / t_candidate) over the pairs), 95% t-interval.")
+               f"log(t_baseline / t_candidate) over the pairs); the interval is the sequential one of the look that "
+               f"decided (its level in the reason, 95% or more).")
         rows = []
         for i, c in enumerate(cands, 1):
             pairs = ", ".join(f"{a}/{b}" for a, b in c.trials)
@@ -332,6 +339,11 @@ class _Builder:
                          "**yes**" if c.promoted else "no", c.reason))
         self.table(["#", "knobs vs baseline", "pairs (baseline/candidate trials)", "speedup", "95% CI", "promoted",
                     "reason"], rows)
+        for line in conditions.drift_lines(self.d.trials):
+            self.p(f"**The machine changed:** {line}")
+        for i, c in enumerate(cands, 1):
+            if c.explanation:
+                self.p(f"Candidate #{i} ({_knobs(changed(c.setting, self.baseline))}): {c.explanation}.")
         if cands:
             self.img("verification", "Speedup with its 95% CI per candidate",
                      plots.verification(cands, ver.mde))

@@ -1,6 +1,8 @@
 """doctor: run the baseline ``budget.doctor_repeats`` times; record the noise; print CV, CI, MDE, phases.
 
-Exit codes: 0 measured (a noise warning is still 0), 1 the baseline failed or does not reproduce.
+Exit codes: 0 measured (a noise warning is still 0), 1 the baseline failed or does not reproduce, 3
+(``EXIT_NO_PROMOTION``) the noise means this budget cannot confirm the speedup the contract asks for (one sentence
+with the figures and the fix; the noise record is written).
 ``--json`` prints only {"cv", "median_step_s", "ci95", "mde", "repeats", "phases"} on stdout.
 The executor is local (torchrun for multi-process baselines) unless $INFRARSI_EXECUTOR=slurm.
 """
@@ -15,7 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..contract import ContractError, load_locked
-from ..doctor import DoctorError, run_doctor
+from ..doctor import DoctorError, DoctorStop, run_doctor
+from ..errors import EXIT_NO_PROMOTION
 from ..doctor.noise import noise_warning
 from ..execute.slurm import SlurmError, SlurmUnreachable
 from ..rundir import RunDir
@@ -32,6 +35,9 @@ def run(run_dir: Path, *, json_out: bool, console: Console, err: Console) -> int
               f"(warm-up {contract.invariants.timing.warmup_steps} steps, measure {contract.invariants.timing.measured_steps})")
     try:
         result = run_doctor(run_dir, contract, progress=lambda s: say.print(f"  {s}"))
+    except DoctorStop as e:
+        err.print(f"[bold yellow]stopped:[/] {escape(str(e))}", soft_wrap=True)
+        return EXIT_NO_PROMOTION
     except (DoctorError, ContractError, SlurmUnreachable, SlurmError) as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 1

@@ -23,6 +23,7 @@ from ..execute.trial import Trial
 from ..knobs import KnobSpace, Setting
 from ..rundir import RunDir
 from ..search import Outcome, Tuner, TunerConfig
+from ..search import rebaseline
 from ..search.reverify import reverify
 from ..status import TrialStatus
 from . import run_state as state
@@ -183,11 +184,12 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
                                                   budget_s=estimate_budget_s(base_trials)))
     for t in base_trials:
         tuner.tell(t.setting, outcome_of(t))
+    ref_s = noise.median_step_s  # search trials are told on the doctor's scale (search/rebaseline.py)
     outside = set(state.refuse_outside_space(record, space, roles={"search"},
                                              say=lambda line: err.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)))
     done = [t for t in record.finished() if t.role == "search" and t.id not in outside]
     for t in done:  # resume: everything already measured is data again
-        tuner.tell(t.setting, outcome_of(t))
+        tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, record.trials(), ref_s)))
     if more is not None:
         budget = state.extend(run_dir, len(done) + more)  # on purpose: past the contract's budget and stopping rule
     budget = max(budget, state.extended_budget(run_dir) or 0)  # a killed --more resumes with its budget
@@ -203,11 +205,11 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     proposals = state.proposals(record, done)
     in_flight = state.pending(run_dir)
     stop_reason = (search_done.stop_reason or "budget spent") if search_done else "budget spent"
-    state.settle_interrupted(record, executor, roles={"verify"})  # before anything new starts
+    state.settle_interrupted(record, executor, roles={"verify", rebaseline.ROLE})  # before anything new starts
     with Runner(record, executor, adapter, contract, config=Runner.Config(parallel=par)) as runner:
         for fut in runner.resume(roles={"search"}, reference_losses=base_losses):
             t = fut.result()
-            tuner.tell(t.setting, outcome_of(t))
+            tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, record.trials(), ref_s)))
             done.append(t)
             proposals[str(t.id)] = why = in_flight.get(space.complete(t.setting).key(), {"kind": "resumed"})
             state.write_proposal(record, t.id, why)
@@ -218,6 +220,13 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
             if not extended and tuner.should_stop():
                 stop_reason = f"expected improvement {tuner.last_best_ei:.4f} below log(1 + mde {noise.mde:.3f})"
                 break
+            again = rebaseline.due(record.trials(), contract.budget.rebaseline_every)
+            if again:  # a baseline close in time: each search trial is compared with the latest one before it
+                b = runner.submit(baseline, role=rebaseline.ROLE, reference_losses=base_losses).result()
+                used_s += b.cost.device_s
+                console.print(f"  baseline again ({again}): " + (
+                    f"{b.metrics.step_time_s:.4g} s/step against the doctor's {ref_s:.4g} s (trial {b.id})"
+                    if b.status is TrialStatus.OK else f"{b.status.value}: {b.reason} (trial {b.id})"))
             batch = tuner.ask(min(par, budget - len(done)))
             if not batch:
                 stop_reason = "search space exhausted"
@@ -227,7 +236,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
             for s, fut in futs:
                 t = fut.result()
                 kernel_after_trial(run_dir, t, err, kernel_verdicts)  # drifted in situ: refused from now on
-                tuner.tell(s, outcome_of(t))
+                tuner.tell(s, outcome_of(rebaseline.rescaled(t, record.trials(), ref_s)))
                 done.append(t)
                 used_s += t.cost.device_s
                 proposals[str(t.id)] = why = tuner.why(s)
