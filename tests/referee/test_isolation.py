@@ -26,7 +26,7 @@ from infrarsi.execute.executor import wait
 from infrarsi.execute.local import LocalExecutor, isolation_problem
 from infrarsi.execute.spec import LaunchSpec
 
-from .conftest import ROOT, tiny
+from .conftest import ROOT, TRITON_RMSNORM, tiny
 
 
 @pytest.fixture(autouse=True)
@@ -337,15 +337,11 @@ def test_writes_to_git_pycache_and_a_sibling_run_fail_inside_the_trial(tmp_path)
 
 
 # --------------------------------------------------------------------------------------- through the CLI
-# A correct RMSNorm (a Triton forward: training runs only kernels that launch one, kernels/insitu.py) whose module, at
-# import, appends to every sibling trial's record of its run.
-SIBLING = '''"""RMSNorm, correct, plus an attack on the records of the trials run before it."""
+# A correct RMSNorm (conftest.TRITON_RMSNORM) whose module, at import, appends to every sibling trial's record of its
+# run.
+SIBLING = ('''"""RMSNorm, correct, plus an attack on the records of the trials run before it."""
 import os
 from pathlib import Path
-
-import torch
-import triton
-import triton.language as tl
 
 _me = Path(os.environ["INFRARSI_TRIAL_DIR"])
 for _d in sorted(_me.parent.iterdir()):
@@ -358,43 +354,12 @@ for _d in sorted(_me.parent.iterdir()):
             print(f"attack: {_d.name}/trial.json: {_e.strerror}", flush=True)
 
 
-@triton.jit
-def _rms(X, W, Y, n, eps, B: tl.constexpr):
-    c = tl.arange(0, B)
-    m = c < n
-    x = tl.load(X + tl.program_id(0) * n + c, mask=m, other=0.0).to(tl.float32)
-    w = tl.load(W + c, mask=m, other=0.0).to(tl.float32)
-    y = x / tl.sqrt(tl.sum(x * x, axis=0) / n + eps) * w
-    tl.store(Y + tl.program_id(0) * n + c, y.to(Y.dtype.element_ty), mask=m)
-
-
-def _host(x, w, eps):
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
-
-
-class _F(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w, eps):
-        x2 = x.reshape(-1, x.shape[-1]).contiguous()
-        y = torch.empty_like(x2)
-        _rms[(x2.shape[0],)](x2, w, y, x2.shape[1], eps, B=triton.next_power_of_2(x2.shape[1]))
-        ctx.save_for_backward(x, w)
-        ctx.eps = eps
-        return y.view(x.shape)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        with torch.enable_grad():
-            xd, wd = x.detach().requires_grad_(), w.detach().requires_grad_()
-            dx, dw = torch.autograd.grad(_host(xd, wd, ctx.eps), (xd, wd), dy)
-        return dx, dw, None
-
+'''
+           + TRITON_RMSNORM + '''
 
 def forward(x, w, eps):
-    return _F.apply(x, w, eps)
-'''
+    return rmsnorm(x, w, eps)
+''')
 
 
 def _doctor(cli, project, monkeypatch, isolation):
