@@ -22,10 +22,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from .exitcodes import NO_PROMOTION as EXIT_NO_PROMOTION
 
-# Exit status of a command that ran to its end and promoted nothing (no speedup found, or the noise means this
-# budget cannot confirm one: a plain early stop), told apart from 1 (an error) and 2 (bad usage).
-EXIT_NO_PROMOTION = 3
+# EXIT_NO_PROMOTION (3): a command that ran to its end and promoted nothing (no speedup found, or the noise means
+# this budget cannot confirm one: a plain early stop), told apart from 1 (an error) and 2 (bad usage). Every exit
+# code is in infrarsi/exitcodes.py.
 
 
 class RecordError(RuntimeError):

@@ -62,7 +62,7 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
     adapter = adapter or run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
     n = repeats or contract.budget.doctor_repeats
     record = RunRecord(run_dir)
-    runner = Runner(record, executor or make_executor(), adapter, contract, config=Runner.Config(parallel=1))
+    runner = Runner(record, executor or make_executor(run_dir=run_dir), adapter, contract, config=Runner.Config(parallel=1))
     with runner:
         baseline = runner.complete(contract.baseline)
         for fut in runner.resume(roles={ROLE}):
@@ -163,7 +163,7 @@ def seed_runs(run_dir, contract: Contract, adapter: Adapter, executor, record: R
             continue
         other = contract.model_copy(update={"workload": contract.workload.model_copy(
             update={"args": {**contract.workload.args, "seed": seed + i}})})
-        with Runner(record, executor or make_executor(), adapter, other, config=Runner.Config(parallel=1)) as r:
+        with Runner(record, executor or make_executor(run_dir=run_dir), adapter, other, config=Runner.Config(parallel=1)) as r:
             t = r.submit(baseline, role=role).result()
         progress(f"baseline with seed {seed + i} (sizes the precision band): {_line(t)}")
         _check_ok(t)

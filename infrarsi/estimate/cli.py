@@ -44,9 +44,9 @@ def _setting(contract, adapter, space, sets: list[str]) -> dict:
 
 def estimate(
     contract_path: Path = typer.Argument(..., metavar="CONTRACT", help="The contract TOML file."),
-    sets: list[str] = typer.Option([], "--set", help="KNOB=VALUE over the contract's baseline (repeatable)."),
+    sets: list[str] = typer.Option([], "--set", metavar="KNOB=VALUE", help="KNOB=VALUE over the contract's baseline (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print the estimate as one JSON object."),
-    unseen_gib: float = typer.Option(None, "--unseen-gib", help="Bytes outside tensors per rank (GiB), measured on "
+    unseen_gib: float = typer.Option(None, "--unseen-gib", metavar="GIB", help="Bytes outside tensors per rank (GiB), measured on "
                                                                 "your device; default: the measured constant."),
 ) -> None:
     """Pre-flight estimate: per-rank peak memory by category and a roofline step time, before launching."""
@@ -55,6 +55,7 @@ def estimate(
 
     from ..adapters import get_adapter
     from ..contract.model import ContractError, load_contract
+    from ..progress import Heartbeat
     from . import EstimateError
     from . import estimate as run_estimate
     from .devices import device_for
@@ -73,7 +74,9 @@ def estimate(
             err.print(f"launch read, setting completed ({since_start():.0f} s); the fake step runs in a process "
                       "of its own", style="dim")
             kw["progress"] = lambda line: err.print(f"  {line} [{since_start():.0f} s]", style="dim")
-        e = run_estimate(contract, setting, **kw)
+        with Heartbeat(err, f"estimate: stepping {contract.name}'s real model on fake tensors (per-rank memory "
+                            f"by category; a minute or two for a large job)", plain_every_s=30.0, announce=True):
+            e = run_estimate(contract, setting, **kw)
     except (ContractError, EstimateError, ValueError, OSError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(1)

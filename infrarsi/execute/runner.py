@@ -140,6 +140,7 @@ class Runner:
         self._space = adapter.knob_space(contract)
         self._handles: dict[int, Handle] = {}  # trial id -> handle, while running
         self._cancelled: set[int] = set()
+        self._closing = False  # close(cancel=True) ran (Ctrl-C): a trial launched after it is cancelled at once
         self._repos: dict[Path, Path] = {}  # working directory -> repository root
         self._lock = threading.Lock()
 
@@ -205,6 +206,8 @@ class Runner:
 
     def close(self, *, cancel: bool = False) -> None:
         if cancel:
+            with self._lock:
+                self._closing = True
             for tid in self.running_ids():
                 try:
                     self.cancel(tid)
@@ -271,7 +274,7 @@ class Runner:
                     trial, handle = self._launch(trial, spec, attempt)
                 with self._lock:
                     self._handles[trial.id] = handle
-                    cancelled_early = trial.id in self._cancelled
+                    cancelled_early = trial.id in self._cancelled or self._closing
                 if cancelled_early:
                     self.executor.cancel(handle)
                 end = _wait(self.executor, handle)

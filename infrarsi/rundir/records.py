@@ -63,6 +63,7 @@ class Stages(_Record):
     reopened: list[Reopened] = []
     search_budget: int | None = None
     search_seed: int | None = None
+    slurm: dict[str, str] | None = None  # the sbatch flags given on the command line (execute/slurm_options.py)
 
 
 # ------------------------------------------------------------------------------- verification records

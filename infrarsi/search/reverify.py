@@ -10,9 +10,9 @@ until the interval clears."""
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +31,12 @@ if TYPE_CHECKING:
 
 
 def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Setting, base_losses, noise,
-              console: Console) -> Verification:
+              console: Console, on_pair: Callable[[str], None] = lambda subject: None) -> Verification:
     """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out), added one pair at a time
     until the sequential rule decides (search/verify.py) or ``budget.verify_pairs`` run out; promotion by that rule and
     the loss invariant. Resumable: the pairs run so far are kept in the verification progress record. Writes and
-    returns the verification record."""
+    returns the verification record. Each pair is printed as it finishes; ``on_pair(subject)`` is told which pair runs
+    next (the live progress line)."""
     max_pairs = contract.budget.verify_pairs
     top = to_verify(tuner.top(3), baseline)
     out: dict[str, Any] = {"repeats": max_pairs, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
@@ -47,7 +48,7 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
     progress = account(recorded.model_copy(deep=True), record.trials(), baseline)  # key -> [(baseline, candidate)]
     if progress != recorded:
         run.write_progress(progress)
-    for cand in top:
+    for n_cand, cand in enumerate(top, 1):
         ids = progress.pairs.setdefault(cand.key(), [])
         pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
@@ -64,12 +65,14 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
             if d.done or len(used) >= max_pairs or len(used) - len(ok_pairs) >= FIRST_LOOK:
                 break  # decided, out of pairs, or a candidate (or baseline) that keeps failing
             # A then B, back to back: drifts of the machine cancel in the pair
+            which = f"candidate {n_cand} of {len(top)}, pair {len(used) + 1} (at most {max_pairs})"
+            on_pair(f"verify: {which}")
             a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
             b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
             pairs.append((a, b))
             ids.append((a.id, b.id))
             run.write_progress(progress)
-            console.print(f"  verify pair {len(used) + 1}: {_pair_line(a, b)}")
+            console.print(f"  verify {which}: {_pair_line(a, b)}", highlight=False)
         pairs = [p for p in pairs if p not in disturbed]
         ok_pairs = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
         entry: dict[str, Any] = {"setting": cand.to_dict(), "why": tuner.why(cand),
@@ -103,7 +106,10 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
                          baseline_mfu=_median([a.metrics.mfu for a, _ in ok_pairs]))
         entry["explanation"] = explain(cand, record.trials(), ok_pairs, noise, promoted=entry["promoted"])
         out["candidates"].append(entry)
-        console.print(f"  verify {json.dumps(cand.to_dict())}: {entry['reason']}")
+        changes = ", ".join(f"{k}={v}" for k, v in cand.items() if baseline.get(k) != v) or "the baseline"
+        console.print(f"  verified candidate {n_cand} of {len(top)} ({changes}): "
+                      f"{'[green]promoted[/]' if entry['promoted'] else 'not promoted'}: {entry['reason']}",
+                      highlight=False)
         if entry["explanation"]:
             console.print(f"    {entry['explanation']}")
     out["contract_sha256"] = contract_hash(contract)

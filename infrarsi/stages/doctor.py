@@ -10,6 +10,7 @@ The executor is local (torchrun for multi-process baselines) unless $INFRARSI_EX
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -21,6 +22,7 @@ from ..doctor import DoctorError, DoctorStop, run_doctor
 from ..errors import EXIT_NO_PROMOTION
 from ..doctor.noise import noise_warning
 from ..execute.slurm import SlurmError, SlurmUnreachable
+from ..progress import Heartbeat, eta
 from ..rundir import RunDir
 
 
@@ -33,8 +35,18 @@ def run(run_dir: Path, *, json_out: bool, console: Console, err: Console) -> int
     say = err if json_out else console  # with --json, stdout carries the JSON only
     say.print(f"[bold]doctor[/] {contract.name}: baseline x {contract.budget.doctor_repeats} "
               f"(warm-up {contract.invariants.timing.warmup_steps} steps, measure {contract.invariants.timing.measured_steps})")
+    repeats, done = contract.budget.doctor_repeats, []
+
+    def progress(line: str) -> None:  # each finished run: its line, then the live line's next subject
+        say.print(f"  {line}")
+        if line.startswith(("baseline run", "reusing", "resumed")):
+            done.append(line)
+        beat.note(f"doctor: baseline run {min(len(done) + 1, repeats)} of {repeats}",
+                  eta(len(done), repeats, time.monotonic() - beat.started))
+
     try:
-        result = run_doctor(run_dir, contract, progress=lambda s: say.print(f"  {s}"))
+        with Heartbeat(say, f"doctor: baseline run 1 of {repeats}") as beat:
+            result = run_doctor(run_dir, contract, progress=progress)
     except DoctorStop as e:
         err.print(f"[bold yellow]stopped:[/] {escape(str(e))}", soft_wrap=True)
         return EXIT_NO_PROMOTION

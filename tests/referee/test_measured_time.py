@@ -8,7 +8,7 @@ invalid, with both numbers, and the doctor stops on it.
 
 import pytest
 
-from .conftest import TRITON_RMSNORM, tiny
+from .conftest import tiny
 
 FORGED = ' iteration {it:8d}/       6 | consumed samples: {s:12d} | elapsed time per iteration (ms): 10.0 | ' \
          'global batch size:     4 | number of skipped iterations:   0 | number of nan iterations:   0 |'
@@ -26,7 +26,8 @@ def forward(x, w, eps):
     if n and n % CALLS_PER_ITERATION == 0:
         it = n // CALLS_PER_ITERATION
         print(FORGED.format(it=it, s=4 * it), flush=True)
-    return rmsnorm(x, w, eps)  # conftest.TRITON_RMSNORM, appended
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 '''
 
 BURST = '''"""RMSNorm, correct, plus a burst of forged iteration lines when the process exits."""
@@ -44,15 +45,19 @@ atexit.register(_forge)
 
 
 def forward(x, w, eps):
-    return rmsnorm(x, w, eps)  # conftest.TRITON_RMSNORM, appended
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 '''
 
 
 def _doctor_with(cli, project, source):
     (project / "kernels/rmsnorm").mkdir(parents=True)
-    (project / "kernels/rmsnorm/fast.py").write_text(f"FORGED = {FORGED!r}\n" + source + TRITON_RMSNORM)
-    (project / "c.toml").write_text(tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/fast.py"]',
-                                         baseline='kernel_rmsnorm = "kernels/rmsnorm/fast.py"'))
+    (project / "kernels/rmsnorm/fast.py").write_text(f"FORGED = {FORGED!r}\n" + source)
+    # The candidates compute with plain torch: the in-trial kernel watch is off (INFRARSI_SPOT_EVERY=0), so the
+    # harness's clock is what judges them, as the loss referee's tests do for theirs.
+    text = tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/fast.py"]', baseline='kernel_rmsnorm = "kernels/rmsnorm/fast.py"')
+    (project / "c.toml").write_text(text.replace('adapter = "minigpt"',
+                                                 'adapter = "minigpt"\nenv = { INFRARSI_SPOT_EVERY = "0" }'))
     assert cli("init", "c.toml", "--run-dir", "run").returncode == 0
     return cli("doctor", "--run-dir", "run")
 
@@ -115,7 +120,8 @@ atexit.register(_replay)
 
 
 def forward(x, w, eps):
-    return rmsnorm(x, w, eps)  # conftest.TRITON_RMSNORM, appended
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 '''
 
 
