@@ -145,3 +145,17 @@ def test_a_cold_search_where_almost_nothing_fits_finds_what_does():
     statuses = [o.status for _, o in run_tuner(t, run, 12)]
     assert statuses[:4] == ["oom"] * 4  # the design ran its course with nothing that ran
     assert "ok" in statuses[4:7], statuses
+
+
+def test_a_named_knob_is_measured_from_its_first_value_an_unnamed_one_from_its_domains_middle():
+    """The structured model's term sizes are stated where its features are 0: for knobs with a meaning, the setting
+    with every knob at its first value (nothing split, nothing saved); for opaque knobs, the middle of the space."""
+    named = _space()
+    first = named.complete({k.name: k.domain[0] for k in named.knobs})
+    assert np.allclose(Tuner(named, memory_capacity_bytes=CAP).memory.phi([first]), 0.0)
+    opaque = KnobSpace([Knob(name=f"k{i}", kind=k.kind, domain=k.domain, default=k.default) for i, k in
+                        enumerate(named.knobs)])
+    grid = [opaque.complete(dict(zip([f"k{i}" for i in range(5)], v)))
+            for v in __import__("itertools").product(*[k.domain for k in opaque.knobs])]
+    phi = Tuner(opaque, memory_capacity_bytes=CAP).memory.phi(grid)
+    assert np.allclose(phi.mean(axis=0), 0.0) and not np.allclose(phi[0], 0.0)
