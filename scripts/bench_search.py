@@ -414,7 +414,7 @@ ABLATIONS: dict[str, Any] = {"residual": True, "joint": True, "memory_gp": True,
                              "memory_structure": True, "memory_savers": True, "memory_gp_min_peaks": 3,
                              "time_bubble": False, "time_bubble_mean": 1.0, "time_bubble_sd": 0.5,
                              "memory_from_ok": True, "learn_drift": True, "thompson_every": 0,
-                             "time_interactions": True}
+                             "time_interactions": True, "local_by_evidence": False}
 
 
 def ablated_parts(ablations: dict[str, Any], *, estimate: bool) -> dict[str, Any]:
@@ -439,7 +439,8 @@ def ablated_parts(ablations: dict[str, Any], *, estimate: bool) -> dict[str, Any
     else:
         memory = AdditivePeak(from_runs_without_peak=ok)
     return {"time": time_part, "memory": memory,
-            "steps": Steps(thompson_every=a["thompson_every"], learn_drift=a["learn_drift"])}
+            "steps": Steps(thompson_every=a["thompson_every"], learn_drift=a["learn_drift"],
+                           local_by_evidence=a["local_by_evidence"])}
 
 
 def config_overrides(ap: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:

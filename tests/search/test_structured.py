@@ -3,6 +3,7 @@ measured peaks, OOMs and runs that fit; its gradient is exact; the tuner prices 
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -156,6 +157,6 @@ def test_a_named_knob_is_measured_from_its_first_value_an_unnamed_one_from_its_d
     opaque = KnobSpace([Knob(name=f"k{i}", kind=k.kind, domain=k.domain, default=k.default) for i, k in
                         enumerate(named.knobs)])
     grid = [opaque.complete(dict(zip([f"k{i}" for i in range(5)], v)))
-            for v in __import__("itertools").product(*[k.domain for k in opaque.knobs])]
+            for v in itertools.product(*[k.domain for k in opaque.knobs])]
     phi = Tuner(opaque, memory_capacity_bytes=CAP).memory.phi(grid)
     assert np.allclose(phi.mean(axis=0), 0.0) and not np.allclose(phi[0], 0.0)
