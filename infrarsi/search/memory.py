@@ -151,22 +151,22 @@ class StructuredPeak(_PeakBase):
     terms: StructuredMemory | None = None
 
     def __init__(self, *, structure: tuple[dict[str, float], ...] = STRUCTURE_WITH_SAVERS,
-                 from_runs_without_peak: bool = True) -> None:
+                 from_runs_without_peak: bool = True, anchored: bool = False) -> None:
         """``structure``: the powers' prior means per term, by meaning (:data:`.structured.STRUCTURE_WITH_SAVERS`;
-        ``()``: every power starts at 0)."""
+        ``()``: every power starts at 0). ``anchored``: a knob with a meaning is measured from its first value (a size
+        of 1 splits nothing, a flag off saves nothing), as before 4044059, and only a knob with none from the middle of
+        its domain; off (every column centred): cold, catalog names, variants 0-15 at 20 trials, anchored was +0.042
+        [+0.006, +0.085] on one seed set and -0.034 [-0.089, +0.018] on another (docs/notes/search.md), not told
+        apart from noise."""
         super().__init__(from_runs_without_peak=from_runs_without_peak)
-        self.structure = structure
+        self.structure, self.anchored = structure, anchored
 
     def _bound(self) -> None:
         super()._bound()
         su = self.setup
         self.prior = structure_prior(su.model_space, self.structure, meanings=su.meanings) if self.structure else None
-        # A knob with a meaning is measured from its first value (a size of 1 splits nothing, a flag off saves
-        # nothing), where the prior's term sizes are stated; a knob with none from the middle of its domain, where no
-        # corner is favoured. Centring the named knobs too put the prior's term sizes at the middle of the space, which
-        # priced more of it above the capacity before the trials said so: cold, catalog names, 16 family variants,
-        # -0.07 of the optimum at 20 trials (docs/notes/search.md).
-        self.anchor = anchors(su.model_space, [k for k in su.meanings if k in su.model_space])
+        named = [k for k in su.meanings if k in su.model_space] if self.anchored else []
+        self.anchor = anchors(su.model_space, named)  # (q,): added to the centred features; 0 for opaque knobs
 
     def phi(self, settings: Sequence[Setting]) -> np.ndarray:
         """The structured model's features, (n, q): :func:`.structured.features` plus :attr:`anchor`."""
