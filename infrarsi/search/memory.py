@@ -156,7 +156,7 @@ class StructuredPeak(_PeakBase):
         ``()``: every power starts at 0). ``anchored``: a knob with a meaning is measured from its first value (a size
         of 1 splits nothing, a flag off saves nothing), as before 4044059, and only a knob with none from the middle of
         its domain; off (every column centred): cold, catalog names, variants 0-15 at 20 trials, anchored was +0.042
-        [+0.006, +0.085] on one seed set and -0.034 [-0.089, +0.018] on another (docs/notes/search.md), not told
+        [+0.006, +0.085] on one seed set and -0.025 [-0.071, +0.019] on another (docs/notes/search.md), not told
         apart from noise."""
         super().__init__(from_runs_without_peak=from_runs_without_peak)
         self.structure, self.anchored = structure, anchored
