@@ -10,13 +10,30 @@ RUN    ?= .infrarsi/demo
 
 install: $(VENV)/.installed
 
+# System packages, each installed with apt-get only when missing and only as root (CI, a fresh container), with one
+# line saying what and why; not root, one line says what is left out and what that skips (pytest -ra lists it):
+#   bubblewrap  (demo, test) trials and kernel checks run isolated in it (infrarsi/execute/isolation.py)
+#   chromium    (test) the report's HTML is rendered in it (tests/report/test_html.py)
+#   slurm + munge (test) a one-node Slurm on localhost for the Slurm executor's tests (installed by the tests
+#               themselves as root, with the package scripts kept from starting daemons: infrarsi/testing/slurm.py)
+define need
+	@if command -v $(1) >/dev/null 2>&1 || [ -x /usr/sbin/$(1) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing $(2) with apt-get: $(3)"; \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(2) >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		    --no-install-recommends $(2) >/dev/null 2>&1; }; } || echo "  could not install $(2); $(4)"; \
+	else echo "not installing $(2) (needs root; ask an administrator: apt-get install $(2)): $(4)"; fi
+endef
+
 # torch==2.13.0 first: it is the CPU build; an unpinned torch would pull a multi-GB CUDA build.
-# bubblewrap: trials and kernel verification run isolated in it (infrarsi/execute/isolation.py); as root (CI) it is
-# installed here, elsewhere ask an administrator (without it every trial is recorded as unisolated).
 $(VENV)/.installed: pyproject.toml
-	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q bubblewrap >/dev/null \
-		|| { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; } || \
-		echo "warning: bubblewrap (bwrap) is not installed: trials will run unisolated"
+	$(call need,bwrap,bubblewrap,trials run isolated in it,trials will be recorded unisolated and the isolation tests skipped)
+	@# libseccomp: the filter that refuses the kernel keyring's calls inside the box (pyseccomp loads it)
+	@ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || { [ "$$(id -u)" = 0 ] && \
+		echo "installing libseccomp2 with apt-get: the filter that refuses the kernel keyring's calls inside a trial" && \
+		apt-get install -y -q libseccomp2 >/dev/null 2>&1; } || \
+		echo "not installing libseccomp2 (needs root; ask an administrator: apt-get install libseccomp2): trials will share the kernel keyring"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
@@ -31,6 +48,10 @@ demo: install
 	$(VENV)/bin/infrarsi tune contracts/minigpt-cpu.toml --run-dir $(RUN)
 
 test: install
+	$(call need,chromium,chromium,the report test renders the HTML report in it,the report's rendering test is skipped)
+	@command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || { [ "$$(id -u)" = 0 ] && \
+		echo "slurmctld slurmd slurm-client munge: the Slurm tests install them with apt-get when they start (daemons kept from starting), for a one-node Slurm on localhost"; } || \
+		echo "not installing slurmctld slurmd slurm-client munge (needs root; ask an administrator): the Slurm tests are skipped"
 	$(PY) -m pytest -q
 
 test-slow: install

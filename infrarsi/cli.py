@@ -1,14 +1,18 @@
 """The `infrarsi` command line: thin. It parses, calls a stage, prints with rich.
 
-Stages: init -> doctor -> run -> report -> apply (`tune` runs all five). Tools: knobs, kernels, bank.
-Every command returns 0 on success, 1 on a failure it explains in one line, 2 on bad usage or a
-stage that is not built yet. Known failures (a full disk, an unreadable record, Slurm down, a run
+Stages: init -> doctor -> run -> report -> apply (`tune` runs all five). Tools: knobs, estimate, kernels, bank.
+Exit codes (infrarsi/exitcodes.py, docs/cli.md): 0 done (promoted, applied), 1 a failure it explains in one line,
+2 bad usage, 3 finished without a promotion (run, tune, apply), 130 interrupted (Ctrl-C; the resume command is
+printed). ``--json`` on doctor, run, tune, report, apply (and the tools) prints one JSON object on stdout and
+moves every other line to stderr. Known failures (a full disk, an unreadable record, Slurm down, a run
 directory in use: ``infrarsi.errors``) end in one line naming the file or service and the next
 command; ``--debug`` (anywhere on the line) shows the traceback instead.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
 from pathlib import Path
 
@@ -16,12 +20,22 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Make distributed LLM training faster without changing what it computes.")
+from . import exitcodes
+
+# Plain click-style help (`--json`, `--max-trials INTEGER`, `CONTRACT`): what scripts and other CLIs print.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Make distributed LLM training faster without changing what it computes.")
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 DEFAULT_RUN_DIR = Path(".infrarsi/run")
-RunDir = typer.Option(DEFAULT_RUN_DIR, "--run-dir", help="The run's directory (lock, trials, reports).")
+RunDir = typer.Option(DEFAULT_RUN_DIR, "--run-dir", metavar="DIR", help="The run's directory (lock, trials, reports).")
+Json = typer.Option(False, "--json", help="Print one JSON object on stdout (shape: docs/cli.md); other lines go to stderr.")
+# sbatch flags (doctor, run, tune): validated here, kept in the run directory, used again on resume
+Partition = typer.Option(None, "--partition", metavar="NAME", help="Slurm: the partition trials are submitted to.")
+Account = typer.Option(None, "--account", metavar="NAME", help="Slurm: the account trials are charged to.")
+Qos = typer.Option(None, "--qos", metavar="NAME", help="Slurm: the quality of service of the trials' jobs.")
+Time = typer.Option(None, "--time", metavar="TIME", help="Slurm: the most a trial's job may run (90, 4:00:00, 1-12).")
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -36,17 +50,47 @@ def locked(run_dir: Path, command: str):
     return hold(run_dir, command, on_takeover=lambda line: err.print(f"[yellow]{line}[/]"))
 
 
-def not_implemented(stage: str) -> None:
-    err.print(f"{stage}: not implemented yet")
-    raise typer.Exit(2)
+@contextlib.contextmanager
+def interruptible(resume: str):
+    """Ctrl-C ends the command with the line that resumes it and exit 130. What finished is recorded; a trial cut
+    short is recorded cancelled and costs no budget: the resume runs its setting again."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        err.print(f"\n[yellow]interrupted[/]; resume with: {escape(resume)}", soft_wrap=True)
+        raise typer.Exit(exitcodes.INTERRUPTED) from None
+
+
+def out_consoles(json_out: bool) -> tuple[Console, Console]:
+    """(where the stage's lines go, where errors go): with --json, stdout carries the JSON only."""
+    return (err if json_out else console), err
+
+
+def print_json(body: dict) -> None:
+    print(json.dumps(body, indent=2, default=str), flush=True)
+
+
+def slurm_flags(run_dir: Path | None, **flags: str | None):
+    """Validate the sbatch flags (one line naming the flag, exit 2) and keep those given in ``run_dir``'s record."""
+    from .errors import SettingError
+    from .execute.slurm_options import from_flags, remember
+    from .rundir import RunDir as _RunDir
+
+    try:
+        opts = from_flags(**flags)
+    except SettingError as e:
+        fail(str(e), exitcodes.USAGE)
+    if run_dir is not None and opts.given() and _RunDir(run_dir).has_lock():
+        remember(run_dir, opts)
+    return opts
 
 
 @app.command()
 def init(
-    contract: Path = typer.Argument(None, help="The contract TOML file (or draft one with --from-request)."),
+    contract: Path = typer.Argument(None, metavar="CONTRACT", help="The contract TOML file (or draft one with --from-request)."),
     run_dir: Path = RunDir,
-    from_request: str = typer.Option(None, "--from-request", help="Draft a contract from this request (needs --launch)."),
-    launch: Path = typer.Option(None, "--launch", help="The launch script the request is about."),
+    from_request: str = typer.Option(None, "--from-request", metavar="TEXT", help="Draft a contract from this request (needs --launch)."),
+    launch: Path = typer.Option(None, "--launch", metavar="SCRIPT", help="The launch script the request is about."),
     yes: bool = typer.Option(False, "--yes", help="Lock the drafted contract without reviewing it first."),
 ) -> None:
     """Lock the task contract (workload, invariants, scope) into the run directory."""
@@ -62,11 +106,13 @@ def init(
 
 
 @app.command()
-def doctor(run_dir: Path = RunDir, json_out: bool = typer.Option(False, "--json", help="Print the noise profile as JSON.")) -> None:
+def doctor(run_dir: Path = RunDir, json_out: bool = typer.Option(False, "--json", help="Print the noise profile as JSON."),
+           partition: str = Partition, account: str = Account, qos: str = Qos, time: str = Time) -> None:
     """Run the baseline, profile its phases and measure run-to-run noise."""
     from .stages import doctor as stage
 
-    with locked(run_dir, "doctor"):
+    slurm_flags(run_dir, partition=partition, account=account, qos=qos, time=time)
+    with locked(run_dir, "doctor"), interruptible(f"infrarsi doctor --run-dir {run_dir}"):
         code = stage.run(run_dir, json_out=json_out, console=console, err=err)
     raise typer.Exit(code)
 
@@ -74,62 +120,92 @@ def doctor(run_dir: Path = RunDir, json_out: bool = typer.Option(False, "--json"
 @app.command("run")
 def run_(
     run_dir: Path = RunDir,
-    max_trials: int = typer.Option(None, "--max-trials", help="Override the contract's budget.max_trials (lower only)."),
-    parallel: int = typer.Option(None, "--parallel", help="Trials at once (default: the contract's budget.parallel_trials)."),
+    max_trials: int = typer.Option(None, "--max-trials", metavar="N", help="Override the contract's budget.max_trials (lower only)."),
+    parallel: int = typer.Option(None, "--parallel", metavar="N", help="Trials at once (default: the contract's budget.parallel_trials)."),
     seed_from_simulated: bool = typer.Option(False, "--seed-from-simulated",
                                              help="Let simulated (what-if) runs in the bank seed this measured run."),
-    more: int = typer.Option(None, "--more", help="Extend a finished search by N more trials, then re-verify.", min=1),
-    seed: int = typer.Option(None, "--seed", min=0, help="The search's random seed (default 0; kept in the run "
-                             "directory, so a resume continues with it)."),
+    more: int = typer.Option(None, "--more", metavar="N", help="Extend a finished search by N more trials, then re-verify.", min=1),
+    seed: int = typer.Option(None, "--seed", metavar="N", min=0, help="The search's random seed (default 0; kept in the "
+                             "run directory, so a resume continues with it)."),
+    partition: str = Partition, account: str = Account, qos: str = Qos, time: str = Time,
+    json_out: bool = Json,
 ) -> None:
-    """Search launch knobs and kernel patches; re-verify the best against the baseline."""
+    """Search launch knobs and kernel patches; re-verify the best against the baseline. Exit 0 promoted, 3 none."""
     from .stages import run as stage
+    from .stages.outcome import run_outcome
 
-    with locked(run_dir, "run"):
-        code = stage.run(run_dir, max_trials=max_trials, parallel=parallel, more=more, console=console, err=err,
+    slurm_flags(run_dir, partition=partition, account=account, qos=qos, time=time)
+    say, _ = out_consoles(json_out)
+    with locked(run_dir, "run"), interruptible(f"infrarsi run --run-dir {run_dir}"):
+        code = stage.run(run_dir, max_trials=max_trials, parallel=parallel, more=more, console=say, err=err,
                          seed_from_simulated=seed_from_simulated, seed=seed)
+    if json_out:
+        print_json(run_outcome(run_dir, code))
     raise typer.Exit(code)
 
 
 @app.command()
-def report(run_dir: Path = RunDir) -> None:
+def report(run_dir: Path = RunDir, json_out: bool = Json) -> None:
     """Write the report (markdown and HTML, into the run directory): speedup, knob costs, wrong priors, failed-trial costs."""
     from .stages import report as stage
 
-    raise typer.Exit(stage.run(run_dir, console=console, err=err))
+    out: dict = {}
+    say, _ = out_consoles(json_out)
+    code = stage.run(run_dir, console=say, err=err, out=out)
+    if json_out:
+        print_json({"run_dir": str(run_dir), "exit_code": code, **out})
+    raise typer.Exit(code)
 
 
 @app.command()
 def apply(
     run_dir: Path = RunDir,
-    repo: Path = typer.Option(Path("."), "--repo", help="The git tree to write the promoted changes into."),
+    repo: Path = typer.Option(Path("."), "--repo", metavar="DIR", help="The git tree to write the promoted changes into."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff; write nothing."),
+    json_out: bool = Json,
 ) -> None:
-    """Write the promoted, audited changes inside the locked scope, as one git commit."""
+    """Write the promoted, audited changes inside the locked scope, as one git commit. Exit 0 applied, 3 nothing
+    promoted, 1 refused."""
     from .stages import apply as stage
 
-    raise typer.Exit(stage.run(run_dir, repo=repo, dry_run=dry_run, console=console, err=err))
+    out: dict = {}
+    say, _ = out_consoles(json_out)
+    code = stage.run(run_dir, repo=repo, dry_run=dry_run, console=say, err=err, out=out)
+    if json_out:
+        print_json({"run_dir": str(run_dir), "exit_code": code, **out})
+    raise typer.Exit(code)
 
 
 @app.command()
 def tune(
-    contract: Path = typer.Argument(..., help="The contract TOML file."),
+    contract: Path = typer.Argument(..., metavar="CONTRACT", help="The contract TOML file."),
     run_dir: Path = RunDir,
-    max_trials: int = typer.Option(None, "--max-trials", help="Override the contract's budget.max_trials (lower only)."),
-    apply_to: Path = typer.Option(None, "--apply-to", help="Commit the promoted changes into this git tree (default: apply --dry-run)."),
-    seed: int = typer.Option(None, "--seed", min=0, help="The search's random seed (default 0), as `infrarsi run --seed`."),
+    max_trials: int = typer.Option(None, "--max-trials", metavar="N", help="Override the contract's budget.max_trials (lower only)."),
+    apply_to: Path = typer.Option(None, "--apply-to", metavar="DIR", help="Commit the promoted changes into this git tree (default: apply --dry-run)."),
+    seed: int = typer.Option(None, "--seed", metavar="N", min=0, help="The search's random seed (default 0), as `infrarsi run --seed`."),
+    partition: str = Partition, account: str = Account, qos: str = Qos, time: str = Time,
+    json_out: bool = Json,
 ) -> None:
-    """Run all five stages in order: init, doctor, run, report, apply."""
+    """Run all five stages in order: init, doctor, run, report, apply. Exit 0 promoted, 3 none, 130 interrupted."""
     from .stages import tune as stage
+    from .stages.outcome import run_outcome
 
+    slurm = slurm_flags(None, partition=partition, account=account, qos=qos, time=time)
+    out: dict = {}
+    say, _ = out_consoles(json_out)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with locked(run_dir, "tune"):
-        code = stage.run(contract, run_dir, max_trials=max_trials, apply_to=apply_to, console=console, err=err, seed=seed)
+    with locked(run_dir, "tune"), interruptible(f"infrarsi tune {contract} --run-dir {run_dir}"):
+        code = stage.run(contract, run_dir, max_trials=max_trials, apply_to=apply_to, console=say, err=err, seed=seed,
+                         slurm=slurm, out=out)
+    if json_out:
+        print_json({**run_outcome(run_dir, code), **out})
     raise typer.Exit(code)
 
 
 def _register_tools() -> None:
-    """Tool sub-commands live beside the code they drive."""
+    """Tool sub-commands live beside the code they drive (registered once per process)."""
+    if any(c.name == "knobs" for c in app.registered_commands):
+        return
     from .bank.cli import app as bank_app
     from .estimate.cli import estimate
     from .kernels.cli import app as kernels_app
@@ -142,8 +218,18 @@ def _register_tools() -> None:
     app.add_typer(bank_app, name="bank", help="The experience bank: stats, show, export, import.")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        print(f"infrarsi {__version__}")
+        raise typer.Exit(exitcodes.OK)
+
+
 @app.callback()
-def _options(debug: bool = typer.Option(False, "--debug", help="Show the traceback of a failure instead of one line.")) -> None:
+def _options(debug: bool = typer.Option(False, "--debug", help="Show the traceback of a failure instead of one line."),
+             version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
     """Make distributed LLM training faster without changing what it computes."""
 
 
@@ -161,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
         if line is None:
             raise
         err.print(f"[bold red]error:[/] {escape(line)}", soft_wrap=True)
-        raise SystemExit(1) from None
+        raise SystemExit(exitcodes.ERROR) from None
 
 
 if __name__ == "__main__":

@@ -22,6 +22,12 @@ import shlex
 import sys
 from pathlib import Path
 
+from .exitcodes import NO_PROMOTION as EXIT_NO_PROMOTION
+
+# EXIT_NO_PROMOTION (3): a command that ran to its end and promoted nothing (no speedup found, or the noise means
+# this budget cannot confirm one: a plain early stop), told apart from 1 (an error) and 2 (bad usage). Every exit
+# code is in infrarsi/exitcodes.py.
+
 
 class RecordError(RuntimeError):
     """A record file exists but cannot be read; it is left as it is."""

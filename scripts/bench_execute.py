@@ -5,7 +5,10 @@
 Rows (median over repeats, seconds):
   direct subprocess      `python -c pass` with subprocess.run (the floor)
   LocalExecutor          the same through submit + wait (RLIMIT wrapper, process group, log files)
-  LocalExecutor isolated the same as a trial of a run: inside bubblewrap (execute/isolation.py), pids cgroup
+  LocalExecutor isolated the same as a trial of a run: inside bubblewrap (execute/isolation.py), pids cgroup,
+                         seccomp filter, the walk for run directories under the working directory (run it from
+                         the repository's root: that walk is part of the cost)
+  isolation overhead     isolated - LocalExecutor (target: under 0.2 s per trial)
   record start+finish    RunRecord.start + finish of one trial (two fsync'd atomic writes)
   slurm submit->done     sbatch of `python -c pass` until its outcome is read back (needs root: starts a cluster)
   slurm 8 jobs parallel  8 such jobs submitted together, until all are done (node declares 4 CPUs)
@@ -27,6 +30,7 @@ from infrarsi.execute.record import RunRecord
 from infrarsi.execute.spec import LaunchSpec
 from infrarsi.execute.trial import Metrics, TrialStatus
 
+FINE = {"interval_s": 0.005, "max_interval_s": 0.01}
 SPEC = LaunchSpec(argv=["python", "-c", "pass"], time_limit_s=120, memory_cap_bytes=512 * 2**20)
 
 
@@ -48,13 +52,17 @@ def main() -> None:
     rows = []
     rows.append(("direct subprocess", timed(lambda i: subprocess.run([sys.executable, "-c", "pass"], check=True), a.repeats)))
     ex = LocalExecutor()
-    rows.append(("LocalExecutor", timed(lambda i: wait(ex, ex.submit(SPEC, tmp / f"l{i}", token=f"b{i}")), a.repeats)))
+    # polled every 5-10 ms: the default back-off (to 0.5 s) would round each launch up to its next poll
+    rows.append(("LocalExecutor", timed(lambda i: wait(ex, ex.submit(SPEC, tmp / f"l{i}", token=f"b{i}"), **FINE),
+                                        a.repeats)))
     run = tmp / "isolated"
     run.mkdir()
     (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
     assert ex.isolates(run / "trials" / "0"), "this machine cannot isolate trials"
     rows.append(("LocalExecutor isolated", timed(lambda i: wait(ex, ex.submit(SPEC, run / "trials" / str(i),
-                                                                              token=f"i{i}")), a.repeats)))
+                                                                              token=f"i{i}"), **FINE), a.repeats)))
+    # the cost of the box per trial: what isolation adds to the same launch (target: under 0.2 s)
+    rows.append(("isolation overhead (isolated - bare)", rows[-1][1] - rows[-2][1]))
     rec = RunRecord(tmp / "run")
 
     def record(i: int) -> None:

@@ -8,8 +8,15 @@ own config code (the launch's own setting, every valid one-knob neighbour and a 
 field by field) and the false-invalid count (settings the space refuses that the framework accepts, among
 ``--refused`` draws the space refuses): :mod:`infrarsi.adapters.fidelity`.
 
+``--apply`` prints, per Megatron launch (the fixtures, contracts/megatron-jobs and the CPU contracts' scripts),
+how many valid settings (every one-knob neighbour of the launch's own setting plus a sample; valid: the adapter
+emits a launch for it) ``infrarsi apply``'s in-place edit (:func:`infrarsi.apply.launch_edit.edit_launch_file`)
+writes so that the edited script reads back as the tuned launch, how many it refuses (then apply writes
+launch.sh) and how many raise anything else (a crash of apply).
+
     python scripts/check_launch_space.py [--sample 30]
     python scripts/check_launch_space.py --equivalence [--sample 10] [--refused 20]
+    python scripts/check_launch_space.py --apply [--sample 30]
 """
 
 from __future__ import annotations
@@ -64,12 +71,71 @@ def equivalence(n: int, n_refused: int) -> int:
     return 0
 
 
+def _apply_launches() -> list[tuple[Path, list[str] | None, str, int]]:
+    """(script, positional args, device kind, devices) of every shipped and example Megatron launch script."""
+    root = FIX.parents[1]
+    out = [(path, POSITIONAL.get(path.name), "H100-80GB", 0) for path in sorted((FIX / "megatron").glob("*.sh"))]
+    out += [(root / "contracts/megatron-jobs/llama3_70b_sbatch.sh", None, "H100-80GB", 64),
+            (root / "contracts/megatron-jobs/deepseek_v2_lite.sh", ["8", "8"], "H100-80GB", 64),
+            (root / "contracts/megatron-cpu/train.sh", None, "cpu", 2),
+            (root / "contracts/megatron-cpu/train_moe.sh", None, "cpu", 2)]
+    return out
+
+
+def apply_edits(n: int) -> int:
+    from infrarsi.adapters.base import FrameworkRejected
+    from infrarsi.apply.launch_edit import EditError, edit_launch_file
+    from infrarsi.contract.model import Contract
+
+    rows, examples = [], []
+    for path, args, kind, devices in _apply_launches():
+        p = mg.parse_megatron_file(path, args=args)
+        devices = devices or p.world_size or 8
+        c = Contract.model_validate({
+            "name": path.stem, "workload": {"adapter": "megatron", "launch": str(path), "script_args": args or []},
+            "hardware": {"kind": kind, "devices": devices, "memory_capacity_gib": 80 if kind != "cpu" else 2}})
+        ad = mg.MegatronAdapter()
+        space = ad.knob_space(c)
+        own = space.complete({k: v for k, v in ad.parsed(c).setting.items() if k in space})
+        sets = space.neighbors(own) + space.sample(random.Random(0), n=n)
+        valid = edited = refused = crashed = 0
+        for s in sets:
+            try:
+                spec = ad.launch(c, s)
+            except (FrameworkRejected, ValueError):
+                continue  # not a valid setting: apply never gets it
+            valid += 1
+            try:
+                _, edit = edit_launch_file(ad, c, spec)
+                edited += 1
+            except EditError as e:
+                refused += 1
+                examples.append(f"{path.name}: refused: {str(e)[:160]}")
+            except Exception as e:  # noqa: BLE001 - counted: apply crashed
+                crashed += 1
+                examples.append(f"{path.name}: {type(e).__name__}: {str(e)[:160]}")
+        rows.append((str(path.relative_to(root)) if (root := FIX.parents[1]) in path.parents else path.name,
+                     valid, edited, refused, crashed))
+    for ex in dict.fromkeys(examples):
+        print(" ", ex)
+    w = max(len(r[0]) for r in rows)
+    print(f"{'launch':<{w}}  valid settings  edited in place  refused  crashed")
+    for r in rows:
+        print(f"{r[0]:<{w}}  {r[1]:>14}  {r[2]:>15}  {r[3]:>7}  {r[4]:>7}")
+    print(f"{'total':<{w}}  {sum(r[1] for r in rows):>14}  {sum(r[2] for r in rows):>15}  "
+          f"{sum(r[3] for r in rows):>7}  {sum(r[4] for r in rows):>7}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sample", type=int, default=None)
     ap.add_argument("--refused", type=int, default=20)
     ap.add_argument("--equivalence", action="store_true")
+    ap.add_argument("--apply", action="store_true")
     a = ap.parse_args()
+    if a.apply:
+        return apply_edits(30 if a.sample is None else a.sample)
     if a.equivalence:
         return equivalence(10 if a.sample is None else a.sample, a.refused)
     n = 30 if a.sample is None else a.sample

@@ -16,7 +16,7 @@ GPUS_PER_NODE=8
 MODEL_ARGS=(
     --num-layers 27 --hidden-size 2048 --ffn-hidden-size 10944 --num-attention-heads 16
     --seq-length 4096 --max-position-embeddings 4096
-    --multi-latent-attention --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128
+    --multi-latent-attention --qk-layernorm --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128
     --swiglu --normalization RMSNorm --norm-epsilon 1e-06 --position-embedding-type rope
     --untie-embeddings-and-output-weights --disable-bias-linear --attention-dropout 0.0 --hidden-dropout 0.0
 )

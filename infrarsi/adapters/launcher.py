@@ -3,7 +3,8 @@
     infrarsi-launch [--profile FILE] [--dry-run] -- torchrun --nproc-per-node 8 pretrain_gpt.py ...
 
 The profile is a JSON file ``{"framework": "megatron" | "torchtitan", "setting": {knob: value}}``
-(catalog knob names; knobs it omits keep the command's values). The command is read by the
+(catalog knob names; knobs it omits keep the command's values; a knob torchtitan takes from the environment,
+``intra_op_threads``, is set as ``OMP_NUM_THREADS``). The command is read by the
 framework's adapter, its knob flags and environment are rewritten, every other argument is kept as
 written, and the result is exec'd (``--dry-run``: printed as one shell line, not run). A setting that
 breaks a rule of the knob space is refused with the rule's message (exit 2). Without ``--profile``
@@ -80,16 +81,21 @@ def apply_profile(argv: list[str], framework: str | None, setting: Mapping[str, 
                                                  new["context_parallel"])
         return mg.emit_megatron(parsed, new), mg.violations(parsed, new, core=False)
     from . import torchtitan as tt
+    from .torchtitan.trial import ENV_KNOBS
 
     parsed_t = tt.parse_torchtitan_argv(argv, env=base_env, base_dir=cwd)
+    env_set = {ENV_KNOBS[k]: str(int(v)) for k, v in setting.items() if k in ENV_KNOBS}  # e.g. OMP_NUM_THREADS
+    setting = {k: v for k, v in setting.items() if k not in ENV_KNOBS}
     unknown = [k for k in setting if k not in parsed_t.setting]
     if unknown:
-        raise ProfileError(f"profile names knob(s) {unknown} that torchtitan cannot set; known: {', '.join(parsed_t.setting)}")
+        raise ProfileError(f"profile names knob(s) {unknown} that torchtitan cannot set; known: "
+                           f"{', '.join([*parsed_t.setting, *ENV_KNOBS])}")
     new = {**parsed_t.setting, **dict(setting)}
     if parsed_t.world_size and "data_parallel" not in setting:
         new["data_parallel"] = data_parallel(parsed_t.world_size, new["tensor_parallel"], new["pipeline_parallel"],
                                              new["context_parallel"])
-    return tt.emit_torchtitan(parsed_t, new), tt.violations(parsed_t, new)
+    spec = tt.emit_torchtitan(parsed_t, new)
+    return spec.model_copy(update={"env": {**spec.env, **env_set}}), tt.violations(parsed_t, new)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,3 +38,32 @@ def commit(repo: Path, paths: list[str], message: str) -> str:
     git(repo, "add", "--", *paths)
     git(repo, "commit", "--quiet", "--file", "-", stdin=message)
     return git(repo, "rev-parse", "HEAD").stdout.strip()
+
+
+def exclude(path: Path) -> tuple[Path, str] | None:
+    """Keep ``path`` (the run directory) out of ``git status`` of the work tree it sits in: one line ``/rel/path/``
+    in that repository's ``info/exclude`` (local to the clone, never committed, unlike .gitignore). Returns (the
+    exclude file, the line) when it added the line; None when ``path`` is in no work tree or is listed already."""
+    path = Path(path).resolve()
+    if not path.is_dir():
+        return None
+    root = toplevel(path)
+    if root is None:
+        return None
+    rel = path.relative_to(root.resolve()).as_posix()
+    if rel == ".":
+        return None  # the run directory is the repository's root: nothing to leave out
+    line = f"/{rel}/"
+    r = git(root, "rev-parse", "--git-path", "info/exclude", check=False)
+    if r.returncode != 0:
+        return None
+    target = Path(r.stdout.strip())
+    target = target if target.is_absolute() else root / target
+    have = target.read_text().splitlines() if target.exists() else []
+    if line in have:
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a") as f:
+        f.write(("\n" if have and have[-1] else "") + "# the InfraRSI run directory: its records are not a change\n"
+                + line + "\n")
+    return target, line

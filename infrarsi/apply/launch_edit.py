@@ -178,9 +178,14 @@ def _insert_point(text: str, line: int, first: str | None) -> int:
 
 
 def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[str], target_env: Mapping[str, str],
-                launch_line: int, env_keys: set[str], path: str = "launch") -> Edit:
+                launch_line: int, env_keys: set[str], path: str = "launch",
+                line_of: Callable[[str], int | None] | None = None) -> Edit:
     """``text`` edited so that ``read`` gives ``target_args`` and ``target_env`` (for ``env_keys``). Raises
-    EditError when no minimal edit reads back as the target."""
+    EditError when no minimal edit reads back as the target (also when the edited text cannot be read at all).
+
+    ``line_of`` gives the 1-based line the launch command starts on in an edited text: new flags and ``export``
+    lines go by the command's place after the edits before them (a flag removed with its line above the command
+    moves it up); without it, ``launch_line`` is used throughout."""
     args0, env0, _, fixed0 = read(text)
     new = text
     before = dict(_items(args0))
@@ -189,44 +194,82 @@ def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[
     def state(t: str) -> dict[str, list[str]]:
         return dict(_items(read(t)[0]))
 
-    # 1. values that change and flags that go, where the user wrote them
-    for flag, vals in _items(args0):
-        if not flag.startswith("--"):
-            continue  # positional words stay; the 0.3 subcommand is step 2's
-        want = after.get(flag)
-        if want == vals:
-            continue
-        options = []
-        for pos in reversed(_occurrences(new, flag)):
-            if want is None:
-                options.append(_remove(new, pos, flag, len(vals)))
-                continue
-            if len(vals) != 1 or len(want) != 1:
-                continue
-            span = _value_span(new, pos, flag)
-            if span is None:
-                continue
-            a, b, raw = span
-            var = _VAR.match(raw)
-            if var:
-                asg = _assignment(new, var.group(1), vals[0])
-                if asg:
-                    options.append(new[:asg[0]] + _bare(want[0], f"{path}: {var.group(1)}") + new[asg[1]:])
-                options.append(new[:a] + _quote(want[0]) + new[b:])
+    def line(t: str) -> int:
+        try:
+            got = line_of(t) if line_of is not None else None
+        except ValueError:
+            got = None
+        return got or launch_line
+
+    # 1. values that change and flags that go, where the user wrote them. A change whose text cannot be read on
+    # its own (PP 4 -> 16 before --num-layers-per-virtual-pipeline-stage follows) waits for the others.
+    todo = [(flag, vals) for flag, vals in _items(args0) if flag.startswith("--") and after.get(flag) != vals]
+    while todo:
+        waiting = []
+        for flag, vals in todo:
+            got = _change(new, flag, vals, after.get(flag), state, path)
+            if got is None:
+                waiting.append((flag, vals))
             else:
-                options.append(new[:a] + (_quote(want[0]) if raw[:1] not in "\"'" else raw[0] + _bare(want[0], path) + raw[0])
-                               + new[b:])
-        for cand in options:
-            try:
-                got = state(cand)
-            except ValueError:
-                continue
-            if got.get(flag) == want and all(got.get(f) == v for f, v in state(new).items() if f != flag):
-                new = cand
-                break
-        else:
+                new = got
+        if len(waiting) == len(todo):
+            flag, vals = waiting[0]
+            want = after.get(flag)
             raise EditError(f"{path}: cannot change {flag} {' '.join(vals)} -> "
                             f"{' '.join(want) if want is not None else '(removed)'} where it is written")
+        todo = waiting
+    new = _add_and_export(new, read, args0, env0, target_args, target_env, env_keys, before, line, path)
+    try:
+        args1, env1, _, fixed1 = read(new)
+    except ValueError as e:  # the reader's own refusal (e.g. no launch command left): one line, nothing written
+        raise EditError(f"{path}: the edited script cannot be read back ({' '.join(str(e).split())})") from None
+    if args1 != target_args and sorted(args1) != sorted(target_args):
+        raise EditError(f"{path}: the edited script reads back as `{shlex.join(args1)}`, not the tuned launch")
+    if any(env1.get(k) != target_env.get(k) for k in env_keys):
+        raise EditError(f"{path}: the edited script's environment does not read back as the tuned one")
+    if fixed1 != fixed0:
+        raise EditError(f"{path}: the edit would change the workload ({sorted(k for k in fixed0 if fixed0[k] != fixed1.get(k))})")
+    return Edit(text=new, changed_lines=changed_lines(text, new))
+
+
+def _change(new: str, flag: str, vals: list[str], want: list[str] | None, state, path: str) -> str | None:
+    """``new`` with ``flag``'s values ``vals`` changed to ``want`` (None: removed) where it is written, the rest of
+    the launch as it was; None when no such edit reads back."""
+    options = []
+    for pos in reversed(_occurrences(new, flag)):
+        if want is None:
+            options.append(_remove(new, pos, flag, len(vals)))
+            continue
+        if len(vals) != 1 or len(want) != 1:
+            continue
+        span = _value_span(new, pos, flag)
+        if span is None:
+            continue
+        a, b, raw = span
+        var = _VAR.match(raw)
+        if var:
+            asg = _assignment(new, var.group(1), vals[0])
+            if asg:
+                options.append(new[:asg[0]] + _bare(want[0], f"{path}: {var.group(1)}") + new[asg[1]:])
+            options.append(new[:a] + _quote(want[0]) + new[b:])
+        else:
+            options.append(new[:a] + (_quote(want[0]) if raw[:1] not in "\"'" else raw[0] + _bare(want[0], path) + raw[0])
+                           + new[b:])
+    try:
+        now = state(new)
+    except ValueError:
+        now = None
+    for cand in options:
+        try:
+            got = state(cand)
+        except ValueError:
+            continue
+        if got.get(flag) == want and (now is None or all(got.get(f) == v for f, v in now.items() if f != flag)):
+            return cand
+    return None
+
+
+def _add_and_export(new: str, read, args0, env0, target_args, target_env, env_keys, before, line, path) -> str:
     # 2. flags the setting adds: at the end of the launch command (torchtitan 0.3's AC choice stays last)
     added = [(f, v) for f, v in _items(target_args) if f.startswith("--") and f not in before]
     old_sub = next((f for f, _ in _items(args0) if _SUB.match(f)), None)
@@ -238,7 +281,7 @@ def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[
         new = new[:at[0]] + (new_sub or "") + new[at[0] + len(old_sub):]
     words = [w for f, v in added for w in (f, *v)] + ([new_sub] if new_sub is not None and old_sub is None else [])
     if words:
-        at = _insert_point(new, launch_line, new_sub if old_sub is not None else None)
+        at = _insert_point(new, line(new), new_sub if old_sub is not None else None)
         new = new[:at] + " " + " ".join(_quote(w) for w in words) + new[at:]
     # 3. the environment knobs
     for key in sorted(env_keys):
@@ -256,19 +299,11 @@ def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[
             if asg is None:
                 raise EditError(f"{path}: cannot change {key} where it is set ({m.group(0).strip()})")
             new = new[:asg[0]] + _bare(want, f"{path}: {key}") + new[asg[1]:]
-        else:
+        else:  # a new export line just above the launch command, where it stands now
             lines = new.split("\n")
-            lines.insert(launch_line - 1, f"export {key}={_quote(want)}")
+            lines.insert(line(new) - 1, f"export {key}={_quote(want)}")
             new = "\n".join(lines)
-            launch_line += 1
-    args1, env1, _, fixed1 = read(new)
-    if args1 != target_args and sorted(args1) != sorted(target_args):
-        raise EditError(f"{path}: the edited script reads back as `{shlex.join(args1)}`, not the tuned launch")
-    if any(env1.get(k) != target_env.get(k) for k in env_keys):
-        raise EditError(f"{path}: the edited script's environment does not read back as the tuned one")
-    if fixed1 != fixed0:
-        raise EditError(f"{path}: the edit would change the workload ({sorted(k for k in fixed0 if fixed0[k] != fixed1.get(k))})")
-    return Edit(text=new, changed_lines=changed_lines(text, new))
+    return new
 
 
 def edit_toml(text: str, values: Mapping[str, Any], *, path: str = "job.toml") -> Edit:
@@ -310,8 +345,11 @@ def edit_launch_file(adapter, contract, spec) -> tuple[Path, Edit] | None:
     if w.adapter == "megatron":
         from ..adapters.megatron import parse_megatron
 
+        def parse(t: str):
+            return parse_megatron(t, path=str(p), env=rw.get("env"), args=rw.get("args"), cwd=rw.get("cwd"))
+
         def read(t: str) -> Reading:
-            q = parse_megatron(t, path=str(p), env=rw.get("env"), args=rw.get("args"), cwd=rw.get("cwd"))
+            q = parse(t)
             return q.args, q.env, q.setting, q.fixed
     else:
         from ..adapters import torchtitan as tt
@@ -321,19 +359,47 @@ def edit_launch_file(adapter, contract, spec) -> tuple[Path, Edit] | None:
             values = {k: v for k, v in got.values.items() if parsed.values.get(k) != v and k != "job.config_file"}
             return p, edit_toml(text, values, path=str(p))
 
+        def parse(t: str):
+            return tt.parse_torchtitan(t, path=str(p), env=rw.get("env"), base_dir=p.parent, args=rw.get("args"),
+                                       cwd=rw.get("cwd"), world_size=contract.hardware.devices)
+
         def read(t: str) -> Reading:
-            q = tt.parse_torchtitan(t, path=str(p), env=rw.get("env"), base_dir=p.parent, args=rw.get("args"),
-                                    cwd=rw.get("cwd"), world_size=contract.hardware.devices)
+            q = parse(t)
             return q.launch.args if q.launch else [], q.env, q.setting, q.fixed
     la = parsed.launch
     n = len(la.launcher) + len(la.program)
-    if spec.argv[:n] != la.launcher + la.program:
-        raise EditError(f"{p}: the tuned launch changes the launcher itself; nothing to edit in place")
     target = spec.argv[n:]
+    if spec.argv[:n] != la.launcher + la.program:
+        prog = la.program[-1] if la.program else None  # a CPU trial's launcher: the arguments follow the program
+        at = len(spec.argv) - 1 - spec.argv[::-1].index(prog) if prog in spec.argv else None
+        target = spec.argv[at + 1:] if at is not None else target
+        if at is None or not _cpu_trial_of(la, target, spec, contract):
+            raise EditError(f"{p}: the tuned launch changes the launcher itself; nothing to edit in place")
     if any(a.endswith(".toml") and "/.infrarsi/jobs/" in a for a in target) or \
             "/.infrarsi/jobs/" in spec.env.get("CONFIG_FILE", ""):
         raise EditError(f"{p}: the tuned setting changes the job file itself (an empty model.converters); edit it "
                         "by hand: set converters = [] in its [model] table")
     line = la.line or 1
-    return p, edit_script(text, read, target_args=target, target_env=spec.env, launch_line=line,
-                          env_keys=_env_keys(w.adapter), path=str(p))
+    try:
+        return p, edit_script(text, read, target_args=target, target_env=spec.env, launch_line=line,
+                              env_keys=_env_keys(w.adapter), path=str(p),
+                              line_of=lambda t: (parse(t).launch or la).line)
+    except EditError:
+        raise
+    except ValueError as e:  # the launch reader's refusal of a text on the way: one line, the caller falls back
+        raise EditError(f"{p}: {' '.join(str(e).split())}") from None
+
+
+def _cpu_trial_of(la, target: list[str], spec, contract) -> bool:
+    """Whether ``spec`` is the launch ``la.launcher + la.program + target`` as a CPU trial runs it (a Megatron CPU
+    contract's trials run ``torchrun`` as this interpreter's ``-m torch.distributed.run``): the user's launcher is
+    then the one to keep."""
+    if contract.workload.adapter != "megatron" or str(contract.hardware.kind).lower() != "cpu":
+        return False
+    from ..workloads.megatron_trial import cpu_trial
+
+    try:
+        again = cpu_trial(spec.model_copy(update={"argv": [*la.launcher, *la.program, *target]}), contract)
+    except ValueError:
+        return False
+    return again.argv == spec.argv

@@ -189,12 +189,12 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
     if cand is None:
         raise ApplyRefused(f"unverified: no promoted candidate in {RunDir.VERIFICATION} ({len(ver.candidates)} "
                            f"verified, none promoted); nothing to apply")
-    probs = candidate_problems(data, cand)
+    audits = audit_files(data, cand.setting)  # each kernel file read once: these bytes are checked and committed
+    probs = candidate_problems(data, cand, audits)
     if probs:
         raise ApplyRefused(probs[0])
     setting = dict(cand.setting)
     baseline = ver.baseline
-    audits = audit_files(data, setting)
     # each kernel as the repository names it (a generated one the run named by absolute path: its place there)
     setting = {**setting, **{f"{KERNEL_PREFIX}{f.op}": f.candidate for f in audits}}
     changes = changed(setting, baseline)
@@ -208,7 +208,7 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
     depth = len(Path(out).parts)
     files: list[FileChange] = []
     for f in {f.path: f for f in audits}.values():  # a file once, whichever of its variants the setting names
-        files.append(FileChange(path=f.path, content=f.source.read_bytes(),  # type: ignore[union-attr]
+        files.append(FileChange(path=f.path, content=f.content,  # type: ignore[arg-type] (checked: not None)
                                 why=f"kernel patch for {f.op} ({f.candidate}); inside scope ({f.scope_glob}); "
                                     f"verifier: {f.verdict}, sha256 matches the verified file", kind="kernel"))
     fw = data.contract.workload.adapter

@@ -9,24 +9,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from .errors import BankError
 from .path import bank_path
-from .store import Bank, BankError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+if TYPE_CHECKING:
+    from .store import Bank
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="The experience bank: stats, show, export, import.")
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
-BankOpt = typer.Option(None, "--bank", help="Bank file (default: $INFRARSI_BANK, else ~/.infrarsi/bank.sqlite).")
+BankOpt = typer.Option(None, "--bank", metavar="FILE", help="Bank file (default: $INFRARSI_BANK, else ~/.infrarsi/bank.sqlite).")
 
 
 def _open(opt: Path | None, *, create: bool) -> Bank:
+    from .store import Bank  # the store (numpy, the knob space) only when a bank command runs
+
     try:
         return Bank(bank_path(opt), create=create)
     except BankError as e:
@@ -62,7 +67,7 @@ def stats(bank: Path = BankOpt, json_out: bool = typer.Option(False, "--json", h
 
 
 @app.command()
-def show(run: str = typer.Argument(None, help="A run id; omit to list every run."), bank: Path = BankOpt,
+def show(run: str = typer.Argument(None, metavar="RUN", help="A run id; omit to list every run."), bank: Path = BankOpt,
          json_out: bool = typer.Option(False, "--json", help="Print JSON lines.")) -> None:
     """List runs, or one run's trials and learned knob effects."""
     b = _open(bank, create=False)
@@ -115,7 +120,7 @@ def show(run: str = typer.Argument(None, help="A run id; omit to list every run.
 
 
 @app.command("export")
-def export_(file: Path = typer.Argument(..., help="The JSON-lines file to write."), bank: Path = BankOpt) -> None:
+def export_(file: Path = typer.Argument(..., metavar="FILE", help="The JSON-lines file to write."), bank: Path = BankOpt) -> None:
     """Write every record of the bank to FILE (JSON lines), for another cluster's `bank import`."""
     b = _open(bank, create=False)
     try:
@@ -126,7 +131,7 @@ def export_(file: Path = typer.Argument(..., help="The JSON-lines file to write.
 
 
 @app.command("import")
-def import_(file: Path = typer.Argument(..., help="A file written by `infrarsi bank export`."), bank: Path = BankOpt) -> None:
+def import_(file: Path = typer.Argument(..., metavar="FILE", help="A file written by `infrarsi bank export`."), bank: Path = BankOpt) -> None:
     """Merge FILE into the bank (created when missing). Importing the same file twice adds nothing."""
     b = _open(bank, create=True)
     try:

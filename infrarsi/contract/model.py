@@ -28,6 +28,9 @@ FIXED_WORKLOAD_KEYS = (
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 class _Section(BaseModel):
     # the docstring under each field is its description (docs/contract.md is generated from them)
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
@@ -43,13 +46,18 @@ class Workload(_Section):
     args: dict[str, Any] = {}
     """Fixed workload arguments (Megatron names with underscores): never changed by a setting."""
     env: dict[str, str] = {}
-    """Environment every trial gets."""
+    """Environment every trial gets, whatever its adapter (the runner sets it; a variable the adapter sets for a
+    setting wins)."""
     script_args: list[str] = []
     """The launch script's positional arguments ($1, $2, ...), as the job passes them (Megatron's examples
     take the checkpoint, vocab and data paths this way)."""
     script_env: dict[str, str] = {}
     """Variables the launch script reads from the job's environment (PWD, SLURM_NNODES, SLURM_JOB_ID, ...):
     used to read the script, never set for trials. PWD defaults to the contract's folder."""
+    pass_env: list[str] = []
+    """Names of variables of the environment infrarsi runs in that every trial inherits as they are (an isolated
+    trial otherwise gets only what the frameworks need: PATH, CUDA_*, NCCL_*, OMP_*, TORCH*, TRITON*, HF_*, SLURM_*,
+    ...; docs/isolation.md). Their values are read at each launch and never recorded."""
 
 
 class Hardware(_Section):
@@ -103,7 +111,7 @@ class Loss(_Section):
 
 
 class Isolation(_Section):
-    """What promotion accepts as evidence, as to where the trials ran (execute/isolation.py)."""
+    """Where the trials run (execute/isolation.py): the size of their scratch, and what promotion accepts as evidence."""
 
     allow_unisolated: bool = False
     """Promote a candidate whose verification pairs include trials that ran without isolation (a Slurm node
@@ -111,6 +119,10 @@ class Isolation(_Section):
     and the seal key and write outside its directory; the repository and the seals are checked after it, but
     what it read cannot be taken back. Off (the default): such a candidate is not promoted, and the report says
     why."""
+    scratch_gib: float = Field(4.0, gt=0)
+    """Size of each writable scratch folder of an isolated trial, in GiB (/tmp, /dev/shm, the home folder, a cache
+    folder the launch names: each a tmpfs of this size, in memory as it fills). A trial that fills one gets ENOSPC
+    there; the disk the runner records on stays free."""
 
 
 class Invariants(_Section):
@@ -138,6 +150,19 @@ class Budget(_Section):
     """Trials in flight at once (the executor must have room for them)."""
     doctor_repeats: int = Field(5, ge=2)
     """How many times doctor runs the baseline to measure noise."""
+    doctor_max_repeats: int = Field(10, ge=2)
+    """How far doctor may raise its baseline repeats (each lowers the minimum detectable effect) when the noise hides
+    the speedup ``confirm_speedup`` asks for; past this it stops the run with the noise named."""
+    confirm_speedup: float = Field(1.0, gt=0)
+    """The relative speedup (1.0 = 2x, 0.2 = 1.2x) the run must be able to confirm: when the measured noise means
+    verification could, within ``verify_pairs``, confirm only a larger one, doctor raises its repeats or stops the run
+    early, with the figures and the fix. The default stops only a run that could not confirm even 2x."""
+    verify_pairs: int = Field(12, ge=3)
+    """The most interleaved A/B pairs one candidate's verification runs: pairs are added one by one until the
+    sequential interval clears 1 + mde, falls below it, or these run out (search/verify.py)."""
+    rebaseline_every: int = Field(6, ge=0)
+    """Search trials between two runs of the baseline during the search (0: never), so each setting is compared to a
+    baseline measured close in time; the baseline also runs again when the machine's load shifts."""
 
 
 class Contract(_Section):
@@ -174,6 +199,10 @@ class Contract(_Section):
                     f"{where} names fixed workload argument(s) {bad}: they define the task and cannot be tuned; "
                     f"set them under [workload.args]"
                 )
+        for name in self.workload.pass_env:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"workload.pass_env lists {name!r}, which is no environment variable's name: use "
+                                 f"letters, digits and '_' (not starting with a digit), e.g. pass_env = [\"WANDB_ENTITY\"]")
         for k, dom in self.scope.knobs.items():
             if not dom:
                 raise ValueError(f"scope.knobs.{k} is empty; list at least one allowed value")

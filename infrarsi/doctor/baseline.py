@@ -24,13 +24,19 @@ from ..execute.record import RunRecord
 from ..execute.runner import Runner
 from ..execute.trial import Trial, TrialStatus
 from ..rundir import RunDir
-from .noise import NoiseProfile, profile
+from ..execute.conditions import cores, load_of
+from .noise import NoiseProfile, confirmable, cv, profile, repeats_to_confirm
 
 ROLE = "doctor"
 
 
 class DoctorError(RuntimeError):
     """The baseline could not be measured; one line saying why and where the evidence is."""
+
+
+class DoctorStop(DoctorError):
+    """The baseline was measured, and its noise means this budget cannot confirm the speedup the contract asks for:
+    one plain sentence with the figures and the fix (the run finishes without a promotion, not with an error)."""
 
 
 class DoctorResult(BaseModel):
@@ -56,7 +62,7 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
     adapter = adapter or run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
     n = repeats or contract.budget.doctor_repeats
     record = RunRecord(run_dir)
-    runner = Runner(record, executor or make_executor(), adapter, contract, config=Runner.Config(parallel=1))
+    runner = Runner(record, executor or make_executor(run_dir=run_dir), adapter, contract, config=Runner.Config(parallel=1))
     with runner:
         baseline = runner.complete(contract.baseline)
         for fut in runner.resume(roles={ROLE}):
@@ -72,11 +78,19 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
             t = runner.submit(baseline, role=WARMUP_ROLE).result()
             progress(f"warm-up run (not measured): {_line(t)}")
             _check_ok(t)
-        while len(ok) < n:
-            t = runner.submit(baseline, role=ROLE).result()
-            progress(f"baseline run {len(ok) + 1}/{n}: {_line(t)}")
-            _check_ok(t)
-            ok.append(t)
+        while True:
+            while len(ok) < n:
+                t = runner.submit(baseline, role=ROLE).result()
+                progress(f"baseline run {len(ok) + 1}/{n}: {_line(t)}")
+                _check_ok(t)
+                ok.append(t)
+            more = _more_repeats(contract, ok[:n] if n < len(ok) else ok)
+            if more is None or more <= n:
+                break
+            progress(f"step time varies {cv([t.metrics.step_time_s for t in ok]):.1%} run to run: {more} baseline runs "
+                     f"(budget.doctor_max_repeats {contract.budget.doctor_max_repeats}) let verification confirm a "
+                     f"{contract.budget.confirm_speedup:.0%} speedup")
+            n = more
     ok = sorted(ok, key=lambda t: t.id)[:n]
     seeds = seed_runs(run_dir, contract, adapter, executor, record, baseline, progress)
     loss = contract.invariants.loss
@@ -94,7 +108,38 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
         raise DoctorError(f"the baseline does not reproduce its own loss trace within rtol {loss.rtol} over "
                           f"{loss.compare_steps} steps ({bad[0]}); the workload is not deterministic enough for "
                           f"[invariants.loss] -- fix its seeding or raise rtol in the contract")
+    stop = noise_stop(contract, noise, ok)
+    if stop:
+        raise DoctorStop(stop)
     return DoctorResult(noise=noise, trials=ok, reused=reused)
+
+
+def _more_repeats(contract: Contract, ok: list[Trial]) -> int | None:
+    """The baseline runs that would let verification confirm ``budget.confirm_speedup`` at the noise measured so far,
+    when more than ``ok`` and within ``budget.doctor_max_repeats``; None otherwise."""
+    b = contract.budget
+    c = cv([t.metrics.step_time_s for t in ok])
+    if confirmable(c, len(ok), b.verify_pairs) <= b.confirm_speedup:
+        return None
+    need = repeats_to_confirm(c, b.confirm_speedup, b.verify_pairs)
+    return need if need is not None and len(ok) < need <= b.doctor_max_repeats else None
+
+
+def noise_stop(contract: Contract, noise: NoiseProfile, ok: list[Trial]) -> str | None:
+    """One plain sentence when the measured noise means this budget cannot confirm ``budget.confirm_speedup``: the
+    figures, the machine's load, and the fix; None when it can."""
+    b = contract.budget
+    can = confirmable(noise.cv, noise.repeats, b.verify_pairs)
+    if can <= b.confirm_speedup:
+        return None
+    la = load_of(t.conditions for t in ok)
+    where = f" (load average {la:.1f} on {cores()} cores)" if la is not None else ""
+    need = repeats_to_confirm(noise.cv, b.confirm_speedup, b.verify_pairs)
+    fix = (f"raise budget.doctor_max_repeats to {need}" if need is not None else
+           f"raise budget.verify_pairs above {b.verify_pairs}, or lower budget.confirm_speedup")
+    return (f"step time varies {noise.cv:.1%} run to run{where}; with {noise.repeats} baseline runs and at most "
+            f"{b.verify_pairs} A/B pairs this budget can confirm only a {can:.0%} speedup (the contract asks for "
+            f"{b.confirm_speedup:.0%}, budget.confirm_speedup); run on an idle machine or {fix}")
 
 
 SEED_ROLE = "doctor-seed"
@@ -118,7 +163,7 @@ def seed_runs(run_dir, contract: Contract, adapter: Adapter, executor, record: R
             continue
         other = contract.model_copy(update={"workload": contract.workload.model_copy(
             update={"args": {**contract.workload.args, "seed": seed + i}})})
-        with Runner(record, executor or make_executor(), adapter, other, config=Runner.Config(parallel=1)) as r:
+        with Runner(record, executor or make_executor(run_dir=run_dir), adapter, other, config=Runner.Config(parallel=1)) as r:
             t = r.submit(baseline, role=role).result()
         progress(f"baseline with seed {seed + i} (sizes the precision band): {_line(t)}")
         _check_ok(t)

@@ -66,6 +66,28 @@ def repeats_for(effect: float, cv_: float) -> int:
     return max(2, math.ceil(2.0 * (Z_SUM * cv_ / effect) ** 2))
 
 
+def confirmable(cv_: float, repeats: int, verify_pairs: int) -> float:
+    """The smallest relative speedup verification can confirm (80% power) with the bar 1 + mde(cv, repeats) and at most
+    ``verify_pairs`` A/B pairs under the sequential rule (search/verify.py): the pairs' log ratios have sd
+    cv * sqrt(2), the last look spends alpha = ALPHA / pairs, so a true speedup S is confirmed when
+    log S >= log(1 + mde) + (t_{1 - alpha, pairs - 1} + z_0.80) * cv * sqrt(2) / sqrt(pairs)."""
+    from ..search.verify import ALPHA, t_quantile
+
+    if not math.isfinite(cv_):
+        return math.inf
+    n = max(verify_pairs, 3)
+    t = t_quantile(1 - ALPHA / n, n - 1)
+    return (1 + mde(cv_, repeats)) * math.exp((t + Z_POWER) * cv_ * math.sqrt(2.0 / n)) - 1
+
+
+def repeats_to_confirm(cv_: float, speedup: float, verify_pairs: int, *, most: int = 200) -> int | None:
+    """The fewest doctor repeats with which ``speedup`` is confirmable (None: not even with ``most``)."""
+    for n in range(2, most + 1):
+        if confirmable(cv_, n, verify_pairs) <= speedup:
+            return n
+    return None
+
+
 def median_phases(phases: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Per phase, the median over runs of its seconds per step (phases missing in a run are skipped)."""
     names: dict[str, None] = {}

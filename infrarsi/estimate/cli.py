@@ -11,11 +11,14 @@ and a roofline step time where the device's peaks are known. ``--json`` prints o
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import typer
 
 GiB = 2**30
+_IMPORTED = time.monotonic()
 
 
 def _launch_setting(contract, adapter, space) -> dict:
@@ -41,9 +44,9 @@ def _setting(contract, adapter, space, sets: list[str]) -> dict:
 
 def estimate(
     contract_path: Path = typer.Argument(..., metavar="CONTRACT", help="The contract TOML file."),
-    sets: list[str] = typer.Option([], "--set", help="KNOB=VALUE over the contract's baseline (repeatable)."),
+    sets: list[str] = typer.Option([], "--set", metavar="KNOB=VALUE", help="KNOB=VALUE over the contract's baseline (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print the estimate as one JSON object."),
-    unseen_gib: float = typer.Option(None, "--unseen-gib", help="Bytes outside tensors per rank (GiB), measured on "
+    unseen_gib: float = typer.Option(None, "--unseen-gib", metavar="GIB", help="Bytes outside tensors per rank (GiB), measured on "
                                                                 "your device; default: the measured constant."),
 ) -> None:
     """Pre-flight estimate: per-rank peak memory by category and a roofline step time, before launching."""
@@ -52,6 +55,7 @@ def estimate(
 
     from ..adapters import get_adapter
     from ..contract.model import ContractError, load_contract
+    from ..progress import Heartbeat
     from . import EstimateError
     from . import estimate as run_estimate
     from .devices import device_for
@@ -66,14 +70,21 @@ def estimate(
         kw = {"device": device_for(contract.hardware)}
         if unseen_gib is not None:
             kw["unseen_gib"] = unseen_gib
-        e = run_estimate(contract, setting, **kw)
+        if contract.workload.adapter == "megatron":  # a step of minutes: say how far it is, on stderr
+            err.print(f"launch read, setting completed ({since_start():.0f} s); the fake step runs in a process "
+                      "of its own", style="dim")
+            kw["progress"] = lambda line: err.print(f"  {line} [{since_start():.0f} s]", style="dim")
+        with Heartbeat(err, f"estimate: stepping {contract.name}'s real model on fake tensors (per-rank memory "
+                            f"by category; a minute or two for a large job)", plain_every_s=30.0, announce=True):
+            e = run_estimate(contract, setting, **kw)
     except (ContractError, EstimateError, ValueError, OSError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(1)
     cap = contract.hardware.memory_capacity_bytes
     fits = e.peak_bytes <= cap
     if json_out:
-        print(json.dumps({**e.to_dict(), "setting": setting.to_dict(), "capacity_bytes": cap, "fits": fits}, default=str))
+        print(json.dumps({**e.to_dict(), "setting": setting.to_dict(), "capacity_bytes": cap, "fits": fits,
+                          "end_to_end_s": round(since_start(), 1)}, default=str))
         return
     t = Table(title=f"{contract.name}: rank {e.layout.get('rank', 0)} of {e.world_size}, peak by category")
     t.add_column("category")
@@ -97,8 +108,20 @@ def estimate(
         console.print(f"step time: {e.step_time_note}")
     for n in e.notes:
         console.print(f"note: {n}")
-    console.print(f"estimated in {e.wall_s:.1f} s; not seen by any tracker: allocator fragmentation, NCCL/gloo "
+    console.print(f"estimated in {since_start():.1f} s end to end (start-up and reading the launch included; the "
+                  f"ranks' fake steps {e.wall_s:.1f} s, summed); not seen by any tracker: allocator fragmentation, NCCL/gloo "
                   f"buffers, CUDA context / the CPU runtime (the 'outside tensors' line)")
+
+
+def since_start() -> float:
+    """Seconds since this process started (Linux: /proc/self/stat's start time against /proc/uptime), so that the
+    time printed includes the interpreter's start-up and the imports; else since this module was imported."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
 
 
 def _per_rank_table(console, e) -> None:

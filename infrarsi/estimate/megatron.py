@@ -22,11 +22,14 @@ CPU training loop; on a GPU, the analytical 1.25 GiB (no GPU here to measure on)
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,48 +71,147 @@ def launch_argv(contract: Any, setting: Mapping[str, Any], *, adapter: Any = Non
     return argv[at + 1:], world, parsed
 
 
-def run_step(job: dict[str, Any], *, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
-    """:mod:`.megatron_step` in a process of its own (its shims and fake process group stay there)."""
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+PROGRESS = "progress: "  # the step process's stderr lines that say how far it is (:func:`run_step` passes them on)
+
+
+class StepProcess:
+    """:mod:`.megatron_step` in a process of its own (its shims and fake process group stay there), started
+    before its job is known: it imports torch and megatron-core while the caller still reads the launch."""
+
+    def __init__(self) -> None:
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
+               "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        self.proc = subprocess.Popen([sys.executable, "-m", STEP_MODULE], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.tail: collections.deque[str] = collections.deque(maxlen=20)
+        self.readers: list[threading.Thread] = []
+        self.stdout = ""
+
+    def send(self, job: dict[str, Any], progress: Callable[[str], None] | None) -> None:
+        self.proc.stdin.write(json.dumps(job))
+        self.proc.stdin.close()
+        self.readers = [threading.Thread(target=self._read_stderr, args=(progress,), daemon=True),
+                        threading.Thread(target=self._read_stdout, daemon=True)]
+        for t in self.readers:
+            t.start()
+
+    def _read_stdout(self) -> None:
+        self.stdout = self.proc.stdout.read()
+
+    def _read_stderr(self, progress: Callable[[str], None] | None) -> None:
+        for line in self.proc.stderr:  # as it comes: progress lines passed on, the rest kept for an error
+            if line.startswith(PROGRESS):
+                if progress is not None:
+                    progress(line[len(PROGRESS):].strip())
+            elif line.strip():
+                self.tail.append(line.strip())
+
+    def result(self, deadline: float) -> dict[str, Any]:
+        try:
+            self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise EstimateError(f"the fake step did not finish in {TIMEOUT_S:.0f} s") from None
+        for t in self.readers:
+            t.join(timeout=10)
+        lines = [ln for ln in self.stdout.strip().splitlines() if ln.startswith("{")]
+        if not lines:
+            tail = (list(self.tail) or ["no output"])[-1]
+            raise EstimateError(f"the fake step failed (exit {self.proc.returncode}): {tail}")
+        out = json.loads(lines[-1])
+        if "error" in out:
+            raise EstimateError(f"megatron-core's fake step: {out['error']}")
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_steps(side_by_side: bool | None = None) -> list[StepProcess]:
+    """The step processes of an "auto" job, started now: two side by side (rank 0; the other ranks) when two
+    cores are idle (``side_by_side`` None: 1-minute load average + 1.5 <= cores), else one that steps the ranks in
+    turn (on a busy machine a second process only competes for the same cores, and pays its own start-up)."""
+    if side_by_side is None:
+        cores = os.cpu_count() or 1
+        side_by_side = hasattr(os, "getloadavg") and os.getloadavg()[0] + 1.5 <= cores
+    return [StepProcess(), StepProcess()] if side_by_side else [StepProcess()]
+
+
+def run_step(job: dict[str, Any], *, timeout_s: float = TIMEOUT_S, progress: Callable[[str], None] | None = None,
+             started: list[StepProcess] | None = None) -> dict[str, Any]:
+    """The fake step's result for ``job``. An "auto" job runs as two processes side by side (rank 0; the other
+    ranks it names, from the model config), merged as one result; ``started``: those two, already started by
+    :func:`start_steps`. ``progress`` gets each line they report while they run."""
+    deadline = time.monotonic() + timeout_s
+    procs = started or start_steps()
+    if job.get("ranks", "auto") != "auto" or len(procs) == 1:
+        for extra in procs[1:]:
+            extra.stop()
+        procs[0].send(job, progress)
+        try:
+            return procs[0].result(deadline)
+        finally:
+            procs[0].stop()
     try:
-        p = subprocess.run([sys.executable, "-m", STEP_MODULE], input=json.dumps(job), capture_output=True, text=True,
-                           env=env, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise EstimateError(f"the fake step did not finish in {timeout_s:.0f} s") from None
-    lines = [ln for ln in p.stdout.strip().splitlines() if ln.startswith("{")]
-    if not lines:
-        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EstimateError(f"the fake step failed (exit {p.returncode}): {tail}")
-    out = json.loads(lines[-1])
-    if "error" in out:
-        raise EstimateError(f"megatron-core's fake step: {out['error']}")
-    return out
+        for proc, half in zip(procs, ("auto-first", "auto-others")):
+            proc.send({**job, "ranks": half}, progress)
+        first, others = (proc.result(deadline) for proc in procs)
+    finally:
+        for proc in procs:
+            proc.stop()
+    return {**first, "ranks": first["ranks"] + others["ranks"]}
 
 
 def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None = None,
-             unseen_gib: float | None = None) -> Estimate:
-    """The busiest estimated rank's peak for ``setting`` (completed against the adapter's space)."""
+             unseen_gib: float | None = None, progress: Callable[[str], None] | None = None) -> Estimate:
+    """The busiest estimated rank's peak for ``setting`` (completed against the adapter's space); ``progress`` gets
+    a line as each rank is built and stepped."""
     from ..adapters.megatron import MegatronAdapter
 
-    ad = MegatronAdapter()
-    full = ad.knob_space(contract).complete(dict(setting))
-    # data parallel is derived from the world size (Megatron has no flag for it): the launch derives it
-    argv, world, parsed = launch_argv(contract, {k: v for k, v in full.items() if k != "data_parallel"}, adapter=ad)
+    started = start_steps()  # they import torch and megatron-core while the launch is read and checked here
+    try:
+        ad = MegatronAdapter()
+        full = ad.knob_space(contract).complete(dict(setting))
+        # data parallel is derived from the world size (Megatron has no flag for it): the launch derives it
+        argv, world, parsed = launch_argv(contract, {k: v for k, v in full.items() if k != "data_parallel"},
+                                          adapter=ad)
+        args = _refused_here(contract, ad, argv)
+    except BaseException:
+        for proc in started:
+            proc.stop()
+        raise
+    out = run_step({"argv": argv, "world": world, "ranks": "auto"}, progress=progress, started=started)
+    return from_step(out, contract, argv=argv, world=world, unseen_gib=unseen_gib,
+                     threads=int(full.get("intra_op_threads") or 1) if "intra_op_threads" in full else 1)
+
+
+def _refused_here(contract: Any, ad: Any, argv: list[str]):
+    """The launch's arguments as read (Megatron-LM's derivations), or EstimateError for what is not estimated."""
     from ..workloads.megatron_model import MegatronArgsError, parse
 
     try:
         args = parse(argv, strict=False).args
     except MegatronArgsError as e:
         raise EstimateError(str(e)) from None
+    if str(contract.hardware.kind).lower() == "cpu":
+        from ..workloads.megatron_gpt import cpu_refusal
+
+        why = cpu_refusal(args)
+        if why:  # the CPU launcher refuses it: no trial of it could run, so it does not "fit"
+            raise EstimateError(f"the CPU launcher refuses this setting: {why}")
     if args.context_parallel_size > 1:
-        raise EstimateError(f"context parallelism (--context-parallel-size {args.context_parallel_size}) is not "
-                            "estimated: its attention is Transformer Engine's, which megatron-core's local spec lacks; "
-                            "estimate with --set context_parallel=1")
-    out = run_step({"argv": argv, "world": world, "ranks": "auto"})
-    return from_step(out, contract, argv=argv, world=world, unseen_gib=unseen_gib,
-                     threads=int(full.get("intra_op_threads") or 1) if "intra_op_threads" in full else 1)
+        cp = args.context_parallel_size
+        knob = "context_parallel" in ad.knob_space(contract)
+        fix = ("estimate with --set context_parallel=1" if knob else
+               "context_parallel is not a knob of this contract: estimate a copy of the launch without "
+               f"--context-parallel-size {cp}")
+        raise EstimateError(f"context parallelism (--context-parallel-size {cp}) is not estimated: its attention is "
+                            f"Transformer Engine's, which megatron-core's local spec lacks; {fix} (each rank then "
+                            f"holds the full sequence: an upper bound of its activations, {cp}x the CP share)")
+    return args
 
 
 def from_step(out: dict[str, Any], contract: Any, *, argv: list[str], world: int, unseen_gib: float | None = None,

@@ -117,6 +117,12 @@ def _set_data_where_swap_refused() -> None:
     FakeTensorMode._validate_cache_key = validate_cache_key
 
 
+def say(text: str) -> None:
+    """A progress line for the parent (``infrarsi estimate`` shows it while the step runs)."""
+    sys.stderr.write(f"progress: {text}\n")
+    sys.stderr.flush()
+
+
 def _quiet() -> None:
     warnings.filterwarnings("ignore")
     import logging
@@ -202,6 +208,7 @@ def one_rank(args, world: int, rank: int, *, all_micro_batches: bool = False) ->
     from .megatron_fake import Shadows, StorageTracker
 
     t0 = time.perf_counter()
+    say(f"rank {rank} of {world}: building megatron-core's model, DDP and optimizer (fake tensors)")
     with fake_rank(world, rank):
         initialize_parallel(args)
         groups = process_groups()
@@ -228,6 +235,8 @@ def one_rank(args, world: int, rank: int, *, all_micro_batches: bool = False) ->
             tracker.register("Parameter", [b.param_data for b in grad_buffers if b.param_data is not None])
             tracker.register("Optstate", _optimizer_tensors(opt))
             state_bytes = dict(tracker.current)
+            say(f"rank {rank}: stepping {n_sim} of {n_micro} micro-batches and the optimizer "
+                f"({time.perf_counter() - t0:.0f} s so far)")
             fwd_bwd = get_forward_backward_func()
             with tracker:
                 for m in ddp:
@@ -251,6 +260,37 @@ def one_rank(args, world: int, rank: int, *, all_micro_batches: bool = False) ->
                "local_experts": experts, "data_parallel": dp, "stages": stages, "process_groups": groups,
                "wall_s": round(time.perf_counter() - t0, 2)}
         del chunks, ddp, opt, tracker, params, grad_buffers
+    say(f"rank {rank}: done in {out['wall_s']:.0f} s")
+    return out
+
+
+_MODULE_KINDS = (  # parameter name -> module kind, first match (megatron-core's GPTModel names)
+    ("embedding.", "embedding"), ("output_layer.", "output_layer"), (".router.", "router"),
+    (".shared_experts.", "shared_experts"), (".experts.", "experts"), (".self_attention.", "attention"),
+    (".mlp.", "mlp"), ("", "norms"),
+)
+
+
+def module_params(args, world: int = 1) -> dict[str, int]:
+    """This model's parameters by module kind (embedding, attention, mlp, router, experts, shared experts,
+    output layer, norms) on rank 0 of ``world``: megatron-core's GPTModel chunks built under FakeTensorMode (shapes
+    only, no memory), as the estimate and the CPU loop build them."""
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker, model_parallel_cuda_manual_seed
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ..workloads.megatron_model import initialize_parallel, model_chunks, transformer_config
+
+    out = {kind: 0 for _, kind in _MODULE_KINDS}
+    with fake_rank(world, 0):
+        initialize_parallel(args)
+        get_cuda_rng_tracker().reset()
+        model_parallel_cuda_manual_seed(args.seed)
+        config = transformer_config(args, initialize=False)
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            for chunk in model_chunks(args, config):
+                for name, p in chunk.named_parameters():
+                    kind = next(k for pat, k in _MODULE_KINDS if pat in f".{name}")
+                    out[kind] += p.numel()
     return out
 
 
@@ -289,14 +329,33 @@ def _forward_step(data_iterator, model):
     return forward_step(data_iterator, model)
 
 
-def run(job: dict[str, Any]) -> dict[str, Any]:
+def prepare() -> None:
+    """The imports and shims every job needs (the slow part of a start: done before the job is read, so that a
+    parent can start this process while it still reads the launch)."""
     _quiet()
     from ..workloads.megatron_cpu import install_cpu_fixes
-    from ..workloads.megatron_model import MegatronArgsError, eager_fusions, parse
+    from ..workloads.megatron_model import eager_fusions
 
     install_cpu_fixes()
     eager_fusions()
     _set_data_where_swap_refused()
+
+
+def other_ranks(args, world: int) -> dict[int, list[str]]:
+    """The "auto" ranks (:func:`auto_ranks`) from the model config alone, no step run."""
+    from ..workloads.megatron_model import initialize_parallel, transformer_config
+
+    with fake_rank(world, 0):
+        initialize_parallel(args)
+        return auto_ranks(args, world, stage_layers(args, transformer_config(args, initialize=False)))
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's result. ``"ranks"``: a list, ``"auto"`` (rank 0, then the others :func:`auto_ranks` names),
+    or its two halves for two processes side by side: ``"auto-first"`` (rank 0) and ``"auto-others"``."""
+    from ..workloads.megatron_model import MegatronArgsError, parse
+
+    prepare()
     try:
         parsed = parse(list(job["argv"]), strict=False)
     except MegatronArgsError as e:
@@ -306,14 +365,21 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if world % inner:
         return {"error": f"world size {world} is not divisible by TP {args.tensor_model_parallel_size} x PP "
                          f"{args.pipeline_model_parallel_size} x CP {args.context_parallel_size} = {inner}"}
+    if job.get("params_only"):
+        return {"params": module_params(args, world)}
     ranks = job.get("ranks", "auto")
     full = bool(job.get("all_micro_batches"))  # every micro-batch of the step, not the capped count (tests)
     results, why = [], {}
-    if ranks == "auto":
+    if ranks in ("auto-first", "auto-others"):
+        why = other_ranks(args, world)
+        ranks = [0] if ranks == "auto-first" else [r for r in why if r != 0]
+    elif ranks == "auto":
         first = one_rank(args, world, 0, all_micro_batches=full)
         results.append(first)
         why = auto_ranks(args, world, first["stages"])
         ranks = [r for r in why if r != 0]
+        if ranks:
+            say(f"{len(ranks)} more rank(s) to step: " + "; ".join(f"{r} ({', '.join(why[r])})" for r in ranks))
     for r in ranks:
         results.append(one_rank(args, world, int(r), all_micro_batches=full))
     for res in results:
@@ -323,8 +389,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
-    job = json.load(sys.stdin)
     try:
+        prepare()
+        job = json.load(sys.stdin)
         out = run(job)
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         import traceback

@@ -16,6 +16,7 @@ import importlib
 import os
 import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 from ..errors import SettingError
@@ -59,12 +60,13 @@ def slurm_partition(text: str) -> str | None:
     return text or None
 
 
-def make_executor(kind: str | None = None) -> Any:
+def make_executor(kind: str | None = None, *, run_dir: Path | None = None) -> Any:
     """``local`` (default; multi-process specs go through torchrun) or ``slurm`` (SLURM_CONF from the
     environment). ``kind`` defaults to $INFRARSI_EXECUTOR; ``INFRARSI_ISOLATION=off`` runs trials without
     isolation (execute/isolation.py; every such trial's record says so); ``INFRARSI_BWRAP`` names the bwrap
     binary (here, and on the Slurm nodes); ``INFRARSI_SLURM_PARTITION`` and ``INFRARSI_SLURM_ARGS`` (more
-    #SBATCH options: account, GPUs, constraints) shape every Slurm job."""
+    #SBATCH options: account, GPUs, constraints) shape every Slurm job, after the flags ``run_dir`` keeps
+    (``--partition --account --qos --time``: execute/slurm_options.py), which win over them."""
     kind = kind or os.environ.get(EXECUTOR_ENV) or "local"
     box = os.environ.get(ISOLATION_ENV, "on").lower()
     if box not in ("on", "off"):
@@ -75,11 +77,13 @@ def make_executor(kind: str | None = None) -> Any:
         return TorchrunExecutor(TorchrunExecutor.Config(isolation=box == "on"))
     if kind == "slurm":
         from .slurm import SlurmExecutor
+        from .slurm_options import stored
 
+        flags = stored(run_dir)
         return SlurmExecutor(SlurmExecutor.Config(isolation="auto" if box == "on" else "off",
                                                   bwrap=os.environ.get("INFRARSI_BWRAP") or "bwrap",
-                                                  partition=slurm_partition(os.environ.get(PARTITION_ENV, "")),
-                                                  extra_args=sbatch_args(os.environ.get(SBATCH_ENV, ""))))
+                                                  partition=flags.partition or slurm_partition(os.environ.get(PARTITION_ENV, "")),
+                                                  extra_args=sbatch_args(os.environ.get(SBATCH_ENV, "")) + flags.sbatch_args()))
     raise SettingError(f"unknown executor {kind!r}; set {EXECUTOR_ENV} to local or slurm")
 
 

@@ -1,35 +1,41 @@
-"""Time measured by the harness, not by the measured process.
+"""Time measured by the harness, not by the measured process: the harness's time is the step time a trial is scored by.
 
-A trial's step time is read from what its process prints ("elapsed time per iteration (ms): 812.3").
-A process can print anything, so the harness keeps its own clock:
+A trial's log reports step times ("elapsed time per iteration (ms): 812.3", torchtitan's "step: 12 loss: ..."). A
+process can print anything and time itself with any clock, so the harness keeps its own:
 
-- the local executor reads the trial's stdout through a pipe (:class:`LineClock`), stamps each line with
-  the moment it arrived (monotonic seconds since the launch) and writes it to ``trial_dir/stdout``;
-- when the process has ended, the trial's clock record (RunDir.write_clock_at) gets the wall time, every line's arrival time and
-  the sha256 of the bytes that came through the pipe. It is written after the process group is gone,
-  so nothing the trial ran can write it.
+- the local executor reads the trial's stdout AND stderr through pipes (:class:`LineClock`), stamps each line with
+  the moment it arrived (monotonic seconds since the launch) and the read that brought it (``chunks``: lines written
+  together arrive in one read), and copies each stream to ``trial_dir/stdout`` / ``trial_dir/stderr``;
+- when the process has ended, the trial's clock record (RunDir.write_clock_at) gets the wall time, every line's
+  arrival time and read, and the sha256 of the bytes that came through each pipe. It is written after the process
+  group is gone, so nothing the trial ran can write it.
 
-:func:`referee` then compares, for the contract's measured window, the step time the log reports with
-the median gap between the arrivals of consecutive iteration lines. A report off by more than
-``TOLERANCE`` (relative to the larger) fails the trial as ``invalid`` with both numbers. There is no absolute
-slack: any slack would let a log claim steps shorter than it and print its lines in a burst.
-So does a stdout rewritten during the trial (its sha256 is not what came through the pipe), an
-iteration line printed twice (a forged line after the real one), a process that left children holding
-its stdout, and a log whose step times add up to more than the process ran.
+:func:`measure` then times the contract's measured window from the arrivals of the step lines (every framework's
+spelling, :func:`step_of`, on every stream the parsers read): the median gap between consecutive step lines that
+arrived in different reads. That is the step time the trial is scored by (execute/runner.py); the log's own number
+is kept beside it as evidence, and a disagreement is reported, never held against an honest trial (a loaded
+machine delays lines; it does not make a log lie). So:
 
-A forger that paces its own lines (prints its forged iteration lines at the claimed pace, after or instead of
-the real steps) passes the gap check. The clock also samples the CPU time of the trial's process group
-right after each iteration line arrives (a sampler thread, each sample stamped with its own time;
-nanoseconds on a CPU, ``/proc/<pid>/task/<tid>/schedstat``, summed over every thread of every process in the
-group). A measured window whose processes spent less than
-``MIN_CPU_FRACTION`` of one core is a window of sleeping, not of training steps: invalid, with both numbers.
-What is left: a forger that burns CPU while it paces its lines (a busy loop between forged lines, with the
-real steps skipped or replayed) is not told apart by this clock; the loss referee still holds its losses
-against the baseline's, and its measured wall time (cost) is its real one.
+- a trial that slows its own clock reports shorter steps, and is scored by the harness's gaps all the same;
+- a trial that prints its step lines on stderr is clocked there;
+- a trial whose step lines arrive in bursts (buffered output, or held back and let go together) cannot be timed
+  step by step: it is scored by the arrival of its last measured step line over that step's number (start-up
+  included: an upper bound, never faster than the truth), with why in its evidence.
 
-Slurm trials have no clock file (the job writes its own output): only the wall-time bound applies.
-Adapters whose step time is modelled, not measured (``Adapter.measured_time = False``, the simulated
-clusters), are not checked against the clock.
+A trial is invalid only for what the machine's load cannot cause: a stdout or stderr rewritten during the trial
+(its sha256 is not what came through the pipe), a step line printed twice (a forged line after the real one), a
+process that left children holding a pipe, a log whose step times add up to more than the process ran, and a
+measured window whose processes slept. The clock samples the CPU time of the trial's process group right after each
+step line arrives (a sampler thread, each sample stamped with its own time; nanoseconds on a CPU,
+``/proc/<pid>/task/<tid>/schedstat``, summed over every thread of every process in the group). A measured window
+whose processes spent less than ``MIN_CPU_FRACTION`` of one core is a window of sleeping, not of training steps.
+What is left: a forger that computes every step silently, then prints its lines quickly one by one while it burns
+CPU, is scored by its fast lines; the loss referee still holds its losses against the baseline's, its measured wall
+time (cost) is its real one, and the verification's A/B pairs rerun it.
+
+Slurm trials have no clock file (the job writes its own output): the log's time is kept, with the wall-time bound.
+Adapters whose step time is modelled, not measured (``Adapter.measured_time = False``, the simulated clusters),
+keep the model's time (their lines are clocked all the same).
 """
 
 from __future__ import annotations
@@ -40,22 +46,48 @@ import re
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
 from typing import IO, Any
 
 from ..rundir import RunDir
-# A reported median step time may differ from the median arrival gap by this fraction of the larger: the gap
-# also holds the printing of the timer and memory lines (well under a millisecond), and a loaded machine
-# delays a line now and then (the median of the window's gaps absorbs one). The forgeries it is there
-# for are off by factors (a log that claims 8.9x), not by percent.
-TOLERANCE = 0.25
+from .executor import create_new
+
+# A reported median step time may differ from the harness's by this fraction of the larger before the record says
+# they disagree (the harness's time is scored either way, so this only decides what the evidence mentions): the gap
+# also holds the printing of the timer and memory lines (well under a millisecond), and a loaded machine delays a line
+# now and then. A clock slowed by 20% is mentioned.
+TOLERANCE = 0.10
 # A training step keeps at least this fraction of one core busy in its own processes: the Python that launches
 # the kernels, the optimizer, the timers' synchronize (a CUDA wait spins by default). A process that sleeps
 # between its lines spends well under 1% (a print and a wake-up per line). Summed over all the trial's processes.
 MIN_CPU_FRACTION = 0.05
+STREAMS = ("stdout", "stderr")  # the files the parsers read, each copied from its own pipe
+
+# The step lines the parsers read: Megatron's (and minigpt's) "iteration N/ M | ... elapsed time per iteration",
+# torchtitan's "step: N  loss: ..." (colour codes between the words; "validate step:" is not a training step);
+# either may carry torchrun's "[rankK]:" prefix.
 _ITER = re.compile(rb"iteration\s+(\d+)\s*/\s*\d+\s*\|")
 _ITER_LINE = b"elapsed time per iteration"
+_TT_STEP = re.compile(rb"(?<!validate )step:\s*(\d+)\s+loss:")
+_RANK = re.compile(rb"^\[(?:rank|default)(\d+)\]:")
+_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
+
+
+def step_of(line: bytes) -> tuple[int, int] | None:
+    """(rank, step) of a training-step line in any framework's spelling, or None (rank 0 without a prefix)."""
+    if _ITER_LINE in line:
+        m = _ITER.search(line)
+    elif b"step:" in line:
+        line = _ANSI.sub(b"", line)
+        m = _TT_STEP.search(line)
+    else:
+        return None
+    if m is None:
+        return None
+    r = _RANK.match(line)
+    return (int(r.group(1)) if r else 0), int(m.group(1))
 
 
 RESCAN_S = 1.0  # how often the CPU sampler looks for new processes of the group in /proc (a full scan costs ms)
@@ -103,52 +135,91 @@ def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
     return out
 
 
-class LineClock:
-    """Copies a pipe to a file line by line, stamping each line's arrival (a daemon thread)."""
+class _Stream:
+    """One pipe copied to one file, each line stamped with its arrival and the read that brought it."""
 
-    def __init__(self, pipe: IO[bytes], out_path: Path, *, pgid: int | None = None,
-                 members: Callable[[], list[int]] | None = None) -> None:
-        # members: the trial's processes (its cgroup's list, which setsid cannot leave); else the process group
-        self.pipe, self.out_path, self.pgid, self.members = pipe, Path(out_path), pgid, members
-        self.t0 = time.monotonic()
-        self.started_unix = time.time()
-        self.arrivals: list[float] = []  # seconds since the launch, one per line
+    def __init__(self, pipe: IO[bytes], out_path: Path) -> None:
+        self.pipe, self.out_path = pipe, Path(out_path)
+        self.arrivals: list[float] = []  # seconds since the launch, one per line (when its \n came)
+        self.chunks: list[int] = []  # per line, the number of the read that completed it (same number: same burst)
         # Per line: seconds of CPU the group had used, and when that was sampled (seconds since the launch), for
-        # iteration lines (None for other lines, and for an iteration line that came while the sampler was busy).
-        # The CPU is the sum, over samples, of each thread's increase since the previous sample (a thread that
-        # ended takes its last part with it). A sampler thread takes the samples, so the reader's stamps never
-        # wait for a /proc scan.
+        # step lines (None for other lines, and for a step line that came while the sampler was busy).
         self.cpu_s: list[float | None] = []
         self.cpu_t_s: list[float | None] = []
+        self.sha = hashlib.sha256()
+        # exists from the launch on (tail -f it), not from the first line; a new file (O_EXCL | O_NOFOLLOW): nothing a
+        # trial put there is followed
+        self.out = os.fdopen(create_new(self.out_path), "wb")
+        self.thread: threading.Thread | None = None
+
+    def body(self) -> dict[str, Any]:
+        return {"sha256": self.sha.hexdigest(), "arrivals_s": [round(t, 6) for t in self.arrivals],
+                "chunks": self.chunks, "cpu_s": self.cpu_s, "cpu_t_s": self.cpu_t_s}
+
+
+class LineClock:
+    """Copies the trial's pipes (stdout, and stderr when given) to files line by line, stamping each line's arrival
+    (a daemon thread per pipe, raw reads: a line's read number tells lines written together from lines paced)."""
+
+    def __init__(self, pipe: IO[bytes], out_path: Path, *, pgid: int | None = None,
+                 members: Callable[[], list[int]] | None = None, err_pipe: IO[bytes] | None = None,
+                 err_path: Path | None = None) -> None:
+        # members: the trial's processes (its cgroup's list, which setsid cannot leave); else the process group
+        self.out_path, self.pgid, self.members = Path(out_path), pgid, members
+        self.t0 = time.monotonic()
+        self.started_unix = time.time()
+        self._streams = [_Stream(pipe, out_path)]
+        if err_pipe is not None and err_path is not None:
+            self._streams.append(_Stream(err_pipe, err_path))
+        # The CPU is the sum, over samples, of each thread's increase since the previous sample (a thread that ended
+        # takes its last part with it). A sampler thread takes the samples, so the readers' stamps never wait for a
+        # /proc scan.
         self._cpu_total_ns = 0
         self._cpu_prev: dict[int, int] = {}
         self._pids: list[int] = []
         self._scanned = -RESCAN_S
-        self._want: int | None = None  # the line waiting for a sample
+        self._want: tuple[_Stream, int] | None = None  # the line waiting for a sample
         self._done = False
         self._cv = threading.Condition()
         self._sampler = threading.Thread(target=self._sample, daemon=True, name="cpu-sampler")
         if pgid is not None:
             self._sampler.start()
-        self._sha = hashlib.sha256()
-        self._out = open(self.out_path, "wb")  # exists from the launch on (tail -f it), not from the first line
-        self._thread = threading.Thread(target=self._copy, daemon=True, name="line-clock")
-        self._thread.start()
+        for st in self._streams:
+            st.thread = threading.Thread(target=self._copy, args=(st,), daemon=True, name="line-clock")
+            st.thread.start()
 
-    def _copy(self) -> None:
-        with self._out as out:
-            for line in iter(self.pipe.readline, b""):
-                self.arrivals.append(time.monotonic() - self.t0)
-                self.cpu_s.append(None)
-                self.cpu_t_s.append(None)
-                if _ITER_LINE in line and self.pgid is not None:
-                    with self._cv:
-                        self._want = len(self.arrivals) - 1
-                        self._cv.notify()
-                self._sha.update(line)
-                out.write(line)
+    @property
+    def arrivals(self) -> list[float]:
+        return self._streams[0].arrivals
+
+    def _copy(self, st: _Stream) -> None:
+        fd, n, rest = st.pipe.fileno(), 0, b""
+        with st.out as out:
+            while True:
+                data = os.read(fd, 1 << 16)
+                now = time.monotonic() - self.t0
+                if not data:
+                    break
+                n += 1
+                st.sha.update(data)
+                out.write(data)
                 out.flush()
-        self.pipe.close()
+                *lines, rest = (rest + data).split(b"\n")
+                for line in lines:
+                    self._stamp(st, line, now, n)
+            if rest:  # the last line, without its \n
+                self._stamp(st, rest, time.monotonic() - self.t0, n)
+        st.pipe.close()
+
+    def _stamp(self, st: _Stream, line: bytes, now: float, chunk: int) -> None:
+        st.arrivals.append(now)
+        st.chunks.append(chunk)
+        st.cpu_s.append(None)
+        st.cpu_t_s.append(None)
+        if self.pgid is not None and step_of(line) is not None:
+            with self._cv:
+                self._want = (st, len(st.arrivals) - 1)
+                self._cv.notify()
 
     def _sample(self) -> None:
         while True:
@@ -157,7 +228,7 @@ class LineClock:
                     self._cv.wait()
                 if self._want is None:
                     return
-                i, self._want = self._want, None
+                (st, i), self._want = self._want, None
             now = time.monotonic() - self.t0
             if now - self._scanned >= RESCAN_S:
                 self._pids = self.members() if self.members is not None else group_pids(self.pgid)
@@ -167,19 +238,30 @@ class LineClock:
                 continue
             self._cpu_total_ns += sum(max(0, ns - self._cpu_prev.get(tid, 0)) for tid, ns in cpu.items())
             self._cpu_prev = cpu
-            self.cpu_s[i], self.cpu_t_s[i] = round(self._cpu_total_ns / 1e9, 6), round(now, 6)
+            st.cpu_s[i], st.cpu_t_s[i] = round(self._cpu_total_ns / 1e9, 6), round(now, 6)
+
+    def cpu_total_s(self) -> float:
+        """Seconds of CPU the trial's processes had used at the last sample."""
+        return self._cpu_total_ns / 1e9
 
     def finish(self, wall_s: float, *, grace_s: float = 5.0) -> dict[str, Any]:
-        """Wait for the pipe to close (every writer gone), then write the clock record; returns its body."""
-        self._thread.join(grace_s)
+        """Wait for the pipes to close (every writer gone), then write the clock record; returns its body."""
+        deadline = time.monotonic() + grace_s
+        for st in self._streams:
+            st.thread.join(max(0.0, deadline - time.monotonic()))
         with self._cv:
             self._done = True
             self._cv.notify()
         if self.pgid is not None:
             self._sampler.join(grace_s)
-        body = {"wall_s": wall_s, "started_unix": self.started_unix, "complete": not self._thread.is_alive(),
-                "stdout_sha256": self._sha.hexdigest(), "arrivals_s": [round(t, 6) for t in self.arrivals],
-                "cpu_s": self.cpu_s, "cpu_t_s": self.cpu_t_s}
+        out, *err = self._streams
+        o = out.body()
+        body = {"wall_s": wall_s, "started_unix": self.started_unix,
+                "complete": not any(st.thread.is_alive() for st in self._streams),
+                "stdout_sha256": o["sha256"], "arrivals_s": o["arrivals_s"], "chunks": o["chunks"],
+                "cpu_s": o["cpu_s"], "cpu_t_s": o["cpu_t_s"]}
+        if err:
+            body["stderr"] = err[0].body()
         # Sealed into the run's chain when the trial lives in a locked run (RUN_DIR/trials/<n>/).
         RunDir.write_clock_at(self.out_path.parent, body)
         return body
@@ -199,9 +281,86 @@ def read_clock(trial_dir: Path) -> dict[str, Any] | None:
     return clock.model_dump() if clock is not None else None
 
 
-def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[float], warmup_steps: int,
+@dataclass(frozen=True)
+class Line:
+    """A step line as the harness saw it."""
+
+    arrival_s: float  # seconds since the launch
+    chunk: tuple[str, int]  # (stream, read number): lines with the same one came together
+    cpu: tuple[float, float] | None  # (sampled at, the group's CPU seconds) right after it, or None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What the harness's clock says of a trial's measured window. Seconds."""
+
+    step_s: float  # the step time the trial is scored by: ``gap_s``, or ``bound_s`` when the lines came in bursts
+    gap_s: float | None  # median gap between consecutive step lines that arrived in different reads
+    bound_s: float | None  # when not timed step by step: last window line's arrival / its step (start-up included)
+    first: int  # the window's first and last step
+    last: int
+    stream: str
+    paced: int  # gaps measured (consecutive lines in different reads) of ``gaps``
+    gaps: int
+    cpu_fraction: float | None  # cores the trial's processes kept busy over the window
+
+    @property
+    def timed(self) -> bool:
+        return self.gap_s is not None
+
+    def line(self) -> str:
+        """One evidence line: what the harness measured."""
+        cpu = "" if self.cpu_fraction is None else f"; its processes ran {self.cpu_fraction:.0%} of a core"
+        if self.timed:
+            return (f"harness clock: step lines {self.first - 1}..{self.last} on {self.stream} arrived every "
+                    f"{self.gap_s * 1000:.1f} ms (median of {self.paced} gaps){cpu}")
+        return (f"harness clock: step lines {self.first - 1}..{self.last} on {self.stream} arrived in bursts "
+                f"({self.gaps - self.paced} of {self.gaps} gaps inside one read: buffered output), so the steps "
+                f"cannot be timed one by one; scored by the arrival of step {self.last}'s line over its "
+                f"{self.last} steps, {self.bound_s * 1000:.1f} ms (start-up included: an upper bound){cpu}")
+
+
+class ClockProblem(ValueError):
+    """What the machine's load cannot cause: the log or its pipes were tampered with (the trial is invalid)."""
+
+
+def measure(trial_dir: Path, *, warmup_steps: int, measured_steps: int) -> Timing | None:
+    """The harness's timing of the window ``warmup+1 .. warmup+measured`` (None without a clock, or without the
+    window's step lines); raises :class:`ClockProblem` for a tampered record."""
+    clock = read_clock(trial_dir)
+    if clock is None:
+        return None
+    steps, twice = _step_lines(Path(trial_dir), clock)
+    if twice:
+        (rank, it), a, b = twice[0]
+        raise ClockProblem(f"iteration {it} was reported twice (at {a:.3f} s and {b:.3f} s after the launch): a "
+                           f"second line overrides the first, so the log's times are not the process's")
+    first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
+    last = warmup_steps + measured_steps
+    for rank in sorted({r for r, _ in steps}):
+        seen = {i: ln for (r, i), ln in steps.items() if r == rank}
+        have = [i for i in range(first, last + 1) if i in seen and i - 1 in seen]
+        if not have:
+            continue
+        gaps = [(seen[i].arrival_s - seen[i - 1].arrival_s, seen[i].chunk != seen[i - 1].chunk) for i in have]
+        paced = [g for g, apart in gaps if apart]
+        cpu = _cpu_fraction(seen, max(1, warmup_steps), last)
+        stream = seen[have[-1]].chunk[0]
+        if len(paced) * 2 >= len(gaps):  # most gaps came read by read: a stalled reader merges a few, no more
+            gap = statistics.median(paced)
+            return Timing(step_s=gap, gap_s=gap, bound_s=None, first=have[0], last=have[-1], stream=stream,
+                          paced=len(paced), gaps=len(gaps), cpu_fraction=cpu)
+        bound = seen[have[-1]].arrival_s / have[-1]
+        return Timing(step_s=bound, gap_s=None, bound_s=bound, first=have[0], last=have[-1], stream=stream,
+                      paced=len(paced), gaps=len(gaps), cpu_fraction=cpu)
+    return None
+
+
+def referee(trial_dir: Path, *, step_time_s: float | None, step_times_s: list[float], warmup_steps: int,
             measured_steps: int, wall_s: float, measured_time: bool = True) -> str | None:
-    """Why the reported step times cannot be believed (one line with both numbers), or None.
+    """Why the trial's record cannot be believed at all (one line with the numbers), or None. Only what the
+    machine's load cannot cause: a disagreement between the log's step time and the harness's is not here (the
+    harness's is scored, :func:`measure`).
 
     ``step_time_s`` is the reported median over iterations ``warmup+1 .. warmup+measured``; ``step_times_s``
     every reported step; ``wall_s`` the process's wall time as the executor measured it."""
@@ -210,106 +369,106 @@ def referee(stdout_path: Path, *, step_time_s: float | None, step_times_s: list[
     if measured_time and step_times_s and sum(step_times_s) > wall_s * 1.05 + 1.0:
         return (f"the log reports {sum(step_times_s):.3f} s of steps but the process ran {wall_s:.3f} s "
                 f"(harness wall time): the reported step times are not this process's")
-    clock = read_clock(stdout_path.parent)
+    clock = read_clock(trial_dir)
     if clock is None or not measured_time:
         return None
-    data = stdout_path.read_bytes() if stdout_path.is_file() else b""
-    if hashlib.sha256(data).hexdigest() != clock["stdout_sha256"]:
-        return ("stdout was rewritten during the trial: its bytes are not what the process printed through the "
-                "harness's pipe (sha256 differs)")
+    try:
+        steps, twice = _step_lines(Path(trial_dir), clock)
+    except ClockProblem as e:
+        return str(e)
     if not clock.get("complete", True):
-        return "a process of the trial outlived it and kept its stdout open (left running outside its process group)"
-    lines = pipe_lines(data)
-    arrivals = clock["arrivals_s"]
-    if len(lines) != len(arrivals):
-        return f"stdout has {len(lines)} lines but {len(arrivals)} came through the harness's pipe"
-    seen, cpu_at, twice = _iterations(lines, clock)
-    first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
-    have = [i for i in range(first, warmup_steps + measured_steps + 1) if i in seen and i - 1 in seen]
-    gaps = [seen[i] - seen[i - 1] for i in have]
-    if gaps:
-        # Two harness measures of the same window: the median gap, and the window's span over its steps. A loaded
-        # reader stamps lines in bursts now and then, which moves the median gap but not the span; a log that prints
-        # its lines in a burst moves both. Either agreeing with the report is enough: a forger able to fake the span
-        # paces its lines, which the CPU check below is for.
-        measured = statistics.median(gaps)
-        span = (seen[have[-1]] - seen[have[0] - 1]) / (have[-1] - have[0] + 1)
-
-        def off(m: float) -> bool:
-            return abs(step_time_s - m) > TOLERANCE * max(step_time_s, m)
-
-        if off(measured) and off(span):
-            return (f"reported step time {step_time_s * 1000:.1f} ms, measured by the harness {measured * 1000:.1f} "
-                    f"ms (median gap between iteration lines {warmup_steps + 1}..{warmup_steps + measured_steps}; "
-                    f"{span * 1000:.1f} ms over the window's span); they differ by more than {TOLERANCE:.0%}: "
-                    f"the log's times are not the process's")
-    why = _cpu_check(seen, cpu_at, warmup_steps, measured_steps)
+        return "a process of the trial outlived it and kept its stdout or stderr open (left running outside its group)"
+    why = _cpu_check(steps, warmup_steps, measured_steps)
     if why:
         return why
     if twice:
-        it, a, b = twice[0]
+        (rank, it), a, b = twice[0]
         return (f"iteration {it} was reported twice (at {a:.3f} s and {b:.3f} s after the launch): a second line "
                 f"overrides the first, so the log's times are not the process's")
     return None
 
 
-def _iterations(lines: list[bytes], clock: dict[str, Any]):
-    """(iteration -> arrival of its line (the last one, as the parser reads it), iteration -> (sampled at, the
-    group's CPU s) after its line or None, [(iteration, first arrival, second arrival)] for repeated lines)."""
-    arrivals = clock["arrivals_s"]
-    cpus = clock.get("cpu_s") or [None] * len(arrivals)
-    cpu_ts = clock.get("cpu_t_s") or [None] * len(arrivals)
-    seen: dict[int, float] = {}
-    cpu_at: dict[int, tuple[float, float] | None] = {}
-    twice: list[tuple[int, float, float]] = []
-    for line, t, c, ct in zip(lines, arrivals, cpus, cpu_ts):
-        m = _ITER.search(line)
-        if m and _ITER_LINE in line:
-            it = int(m.group(1))
-            if it in seen:
-                twice.append((it, seen[it], t))
-            seen[it], cpu_at[it] = t, (None if c is None or ct is None else (ct, c))
-    return seen, cpu_at, twice
+def disagreement(reported_s: float, t: Timing) -> str | None:
+    """One line when the log's step time and the harness's differ by more than ``TOLERANCE`` (the harness's is
+    scored; this is evidence, never a verdict), or None."""
+    if abs(reported_s - t.step_s) <= TOLERANCE * max(reported_s, t.step_s):
+        return None
+    return (f"the log reports {reported_s * 1000:.1f} ms per step, the harness measured {t.step_s * 1000:.1f} ms "
+            f"({t.step_s / reported_s - 1:+.0%}): the harness's time is the trial's record")
 
 
-def harness_line(stdout_path: Path, *, warmup_steps: int, measured_steps: int) -> str | None:
-    """What the harness's own clock measured over the contract's window, as one evidence line for the trial's
-    record (None without a clock): the step time as the runner saw it, beside the one the log reports."""
-    clock = read_clock(stdout_path.parent)
+def _stream_lines(trial_dir: Path, name: str, sha: str, arrivals: list[float]) -> list[bytes]:
+    path = trial_dir / name
+    data = path.read_bytes() if path.is_file() else b""
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise ClockProblem(f"{name} was rewritten during the trial: its bytes are not what the process printed "
+                           f"through the harness's pipe (sha256 differs)")
+    lines = pipe_lines(data)
+    if len(lines) != len(arrivals):
+        raise ClockProblem(f"{name} has {len(lines)} lines but {len(arrivals)} came through the harness's pipe")
+    return lines
+
+
+def _step_lines(trial_dir: Path, clock: dict[str, Any]):
+    """((rank, step) -> its :class:`Line` (the last one, as the parsers read it), [((rank, step), first arrival,
+    second arrival)] for repeated lines), over every clocked stream."""
+    streams = [("stdout", clock["stdout_sha256"], clock)]
+    if clock.get("stderr"):
+        streams.append(("stderr", clock["stderr"]["sha256"], clock["stderr"]))
+    found: list[tuple[float, tuple[int, int], Line]] = []
+    for name, sha, st in streams:
+        arrivals = st["arrivals_s"]
+        lines = _stream_lines(trial_dir, name, sha, arrivals)
+        n = len(arrivals)
+        chunks = st.get("chunks") or list(range(1, n + 1))  # a clock before reads were numbered: every line apart
+        cpus, cpu_ts = st.get("cpu_s") or [None] * n, st.get("cpu_t_s") or [None] * n
+        for line, t, k, c, ct in zip(lines, arrivals, chunks, cpus, cpu_ts):
+            key = step_of(line)
+            if key is not None:
+                found.append((t, key, Line(t, (name, k), None if c is None or ct is None else (ct, c))))
+    steps: dict[tuple[int, int], Line] = {}
+    twice = []
+    for t, key, ln in sorted(found, key=lambda x: x[0]):
+        if key in steps:
+            twice.append((key, steps[key].arrival_s, t))
+        steps[key] = ln
+    return steps, twice
+
+
+def own_cpu_s(trial_dir: Path) -> float | None:
+    """CPU seconds the trial's processes had used at the clock's last sample (None without a sampled clock)."""
+    clock = read_clock(trial_dir)
     if clock is None:
         return None
-    data = stdout_path.read_bytes() if stdout_path.is_file() else b""
-    lines = pipe_lines(data)
-    if len(lines) != len(clock["arrivals_s"]):
-        return None
-    seen, cpu_at, _ = _iterations(lines, clock)
-    first = warmup_steps + 1 if warmup_steps > 0 else 2
-    have = [i for i in range(first, warmup_steps + measured_steps + 1) if i in seen and i - 1 in seen]
-    if not have:
-        return None
-    gap = statistics.median(seen[i] - seen[i - 1] for i in have)
-    span = (seen[have[-1]] - seen[have[0] - 1]) / (have[-1] - have[0] + 1)
-    its = [i for i in range(max(1, warmup_steps), warmup_steps + measured_steps + 1) if cpu_at.get(i) is not None]
-    cpu = ""
-    if len(its) >= 2 and cpu_at[its[-1]][0] > cpu_at[its[0]][0]:
-        (ta, ca), (tb, cb) = cpu_at[its[0]], cpu_at[its[-1]]
-        cpu = f"; its processes ran {(cb - ca) / (tb - ta):.0%} of a core"
-    return (f"harness clock: iteration lines {have[0] - 1}..{have[-1]} arrived every {gap * 1000:.1f} ms (median; "
-            f"{span * 1000:.1f} ms over the span){cpu}; wall {clock['wall_s']:.2f} s")
+    xs = [c for c in (clock.get("cpu_s") or []) + ((clock.get("stderr") or {}).get("cpu_s") or []) if c is not None]
+    return max(xs) if xs else None
 
 
-def _cpu_check(seen: dict[int, float], cpu_at: dict[int, tuple[float, float] | None], warmup: int,
-               measured: int) -> str | None:
-    """Why the measured window's lines were paced rather than computed (its processes barely ran), or None.
-    The window runs from the first to the last iteration line in ``warmup .. warmup + measured`` that carry a
-    CPU sample (timed by the sample itself); fewer than two: nothing to check."""
-    its = [i for i in range(max(1, warmup), warmup + measured + 1) if i in seen and cpu_at.get(i) is not None]
+def _window_cpu(seen: dict[int, Line], warmup: int, measured: int):
+    its = [i for i in range(max(1, warmup), warmup + measured + 1) if i in seen and seen[i].cpu is not None]
     if len(its) < 2:
         return None
-    (ta, ca), (tb, cb) = cpu_at[its[0]], cpu_at[its[-1]]
-    wall, cpu = tb - ta, cb - ca
-    if wall <= 0 or cpu >= MIN_CPU_FRACTION * wall:
-        return None
-    return (f"between iteration lines {its[0]} and {its[-1]} the trial's processes ran {cpu * 1000:.1f} ms on a CPU "
-            f"in {wall * 1000:.1f} ms ({cpu / wall:.1%} of one core, under the {MIN_CPU_FRACTION:.0%} a training "
-            f"step keeps busy): its lines were paced, not computed")
+    (ta, ca), (tb, cb) = seen[its[0]].cpu, seen[its[-1]].cpu
+    return its[0], its[-1], tb - ta, cb - ca
+
+
+def _cpu_fraction(seen: dict[int, Line], first: int, last: int) -> float | None:
+    w = _window_cpu(seen, first, last - first)
+    return None if w is None or w[2] <= 0 else w[3] / w[2]
+
+
+def _cpu_check(steps: dict[tuple[int, int], Line], warmup: int, measured: int) -> str | None:
+    """Why the measured window's lines were paced rather than computed (its processes barely ran), or None.
+    The window runs from the first to the last step line in ``warmup .. warmup + measured`` that carry a
+    CPU sample (timed by the sample itself); fewer than two: nothing to check."""
+    for rank in sorted({r for r, _ in steps}):
+        w = _window_cpu({i: ln for (r, i), ln in steps.items() if r == rank}, warmup, measured)
+        if w is None:
+            continue
+        a, b, wall, cpu = w
+        if wall <= 0 or cpu >= MIN_CPU_FRACTION * wall:
+            return None
+        return (f"between iteration lines {a} and {b} the trial's processes ran {cpu * 1000:.1f} ms on a CPU "
+                f"in {wall * 1000:.1f} ms ({cpu / wall:.1%} of one core, under the {MIN_CPU_FRACTION:.0%} a training "
+                f"step keeps busy): its lines were paced, not computed")
+    return None

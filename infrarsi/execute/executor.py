@@ -10,6 +10,8 @@ Files an executor writes into the trial directory: STDOUT, STDERR (and ``job.sba
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -35,6 +37,8 @@ class Handle(BaseModel):
     pending_timeout_s: float | None = None  # Slurm: how long the job may wait in the queue
     sandboxed: bool = False  # the trial ran isolated (isolation.py: bubblewrap, locally or inside the Slurm job)
     unsandboxed_why: str = ""  # why a trial of a run was not isolated ("" when it was, or had no run around it)
+    unisolated: list[str] = []  # classes an isolated trial went without ("kernel keyring: ..."): recorded as such
+    network: str = ""  # "own" (a network namespace of its own), "shared" (the node's), "" (no isolation)
 
 
 class LaunchEnd(BaseModel):
@@ -94,13 +98,60 @@ def wait(executor: Executor, handle: Handle, *, timeout_s: float | None = None, 
         pause = min(max_interval_s, pause * 1.5)
 
 
-def tail(path: Path, max_bytes: int = 64_000) -> str:
-    """The last ``max_bytes`` of a text file ("" when missing), decoded leniently."""
+def open_regular(path: Path) -> int | None:
+    """A read-only descriptor of ``path`` when it is a regular file, else None: never follows a link, never waits
+    on a FIFO or a device a trial may have put in its place (O_NOFOLLOW | O_NONBLOCK, then fstat)."""
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def tail(path: Path, max_bytes: int = 64_000) -> str:
+    """The last ``max_bytes`` of a regular text file ("" when missing or anything else: :func:`open_regular`),
+    decoded leniently."""
+    fd = open_regular(path)
+    if fd is None:
+        return ""
+    try:
+        with open(fd, "rb") as f:
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - max_bytes))
-            return f.read().decode("utf-8", errors="replace")
+            return f.read(max_bytes).decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def fresh_trial_dir(trial_dir: Path, names: tuple[str, ...], outputs: str) -> None:
+    """Make ``trial_dir`` ready for a launch attempt: the runner's files of an earlier attempt (``names``) removed
+    (the entries themselves: a link or FIFO put there is not followed), and ``outputs`` a new, empty folder; an
+    earlier attempt's outputs move to ``<outputs>.<k>`` (renamed, not followed)."""
+    trial_dir = Path(trial_dir)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        try:
+            os.unlink(trial_dir / name)
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            os.rename(trial_dir / name, trial_dir / f"{name}.{time.time_ns()}")
+    out = trial_dir / outputs
+    if os.path.lexists(out):
+        k = 1
+        while os.path.lexists(trial_dir / f"{outputs}.{k}"):
+            k += 1
+        os.rename(out, trial_dir / f"{outputs}.{k}")
+    out.mkdir()
+
+
+def create_new(path: Path) -> int:
+    """A write descriptor of a new file at ``path`` (O_EXCL | O_NOFOLLOW: nothing a trial put there is followed)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)

@@ -1,36 +1,45 @@
 """The isolation every trial and every kernel verification runs in: bubblewrap (``bwrap``), plus a cgroup v1
-``pids`` limit where the machine lets us make one.
+``pids`` limit where the machine lets us make one. What a process sees is an allowlist: bwrap starts from an empty
+root and :func:`bwrap_argv` adds, in this order::
 
-What the isolated process sees (:func:`bwrap_argv` builds the command line, in this order)::
-
-    /                      the machine, read-only (system, the Python environment, the workload's code and data)
+    /usr /bin /lib* /etc /opt /sys   the machine, read-only (MACHINE), less the files that hold its secrets
+                                     (MACHINE_SECRETS: /etc/shadow, /etc/ssh, /etc/munge, ...)
     /proc, /dev            its own: a PID namespace (it sees its own processes only), a minimal /dev (+ GPUs)
-    /tmp, $HOME, /root     fresh, empty and writable (tmpfs): nothing of the user's home, caches or keys
-    readable paths         back on top, read-only: the repository, the working directory, the Python
-                           environment and sys.path, the files the command names, INFRARSI_READABLE
-    hidden paths           then covered again (an empty read-only tmpfs; over a file, /dev/null on a nodev mount,
-                           which cannot be opened): every run directory
-                           (the trial's own run, its siblings, ``.infrarsi``), the experience bank, the
-                           verifier's cache, the seal key, every ``.git``
-    writable paths         the trial's own directory, read-write (kernel verification: none)
+    /tmp /var/tmp /dev/shm /run, $HOME   fresh, empty and writable (tmpfs), each at most ``scratch_bytes``
+    readable paths         read-only: the repository, the working directory, the Python environment and
+                           sys.path, the files and folders the command names, INFRARSI_READABLE, the Hugging
+                           Face caches (hub/, datasets/: not the token files beside them)
+    hidden paths           then covered again (an empty read-only tmpfs; over a file, /dev/null): every run
+                           directory under what it can read, at any depth (found by its marker files,
+                           RUN_MARKERS), the experience bank, the verifier's cache, the seal key, every ``.git``
+    writable paths         the trial's ``outputs/`` (kernel verification: none); cache folders the launch names
+                           (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR: CACHE_ENV) an empty tmpfs of their own
 
-A read-only mount refuses every write (EROFS): nothing in the repository, ``.git`` (hooks), ``__pycache__`` or a
-sibling run needs checking afterwards. The process has no capabilities and ``no_new_privs``, so it cannot
-remount, unmount or gain them back; bwrap's own init is PID 1 of the namespace, and when it ends (the command
-ended, or bwrap was killed, or bwrap's parent -- the runner -- died: ``--die-with-parent``) the kernel kills
-every process left in the namespace, ``setsid`` and an empty environment included. :func:`leftovers` checks
-that none is left, by the namespace's inode, after each trial; a trial's processes also sit in a cgroup of
-their own (:class:`PidsCgroup`, ``pids.max``: a fork bomb stops there), whose member list is checked too.
+Nothing else of the machine exists inside: no /home, /srv, /mnt, /var, nor the sockets under /run (Slurm's munge,
+a desktop bus). A read-only mount refuses every write (EROFS), the root included. The process has no capabilities
+and ``no_new_privs``, so it cannot remount, unmount or gain them back; it runs in a session of its own
+(``--new-session``: no terminal to push input into, TIOCSTI), in a network namespace of its own (``--unshare-net``:
+only its own loopback, which torchrun's rendezvous uses; no abstract unix socket or service of the host), and
+under a seccomp filter (built by libseccomp, :func:`seccomp_fd`) that refuses the kernel keyring's calls
+(DENIED_SYSCALLS), which would otherwise carry data from one trial to the next. bwrap's own init is PID 1 of the
+namespace, and when it ends (the command ended, or bwrap was killed, or bwrap's parent -- the runner -- died:
+``--die-with-parent``) the kernel kills every process left in the namespace, ``setsid`` and an empty environment
+included. :func:`leftovers` checks that none is left, by the namespace's inode, after each trial; a trial's
+processes also sit in a cgroup of their own (:class:`PidsCgroup`, ``pids.max``: a fork bomb stops there), whose
+member list is checked too.
 
-The network is shared (torchrun's rendezvous, NCCL and Slurm need it); so is the machine's view of other
-users' files outside the hidden paths, read-only. The environment a trial inherits loses the runner's
-secrets (:func:`clean_environment`): API keys, tokens, passwords; the contract's ``workload.env`` can set what
-a workload needs. ``problem()`` says why this machine cannot isolate (no bwrap, a kernel without user or PID
-namespaces, ...); callers then run unisolated and say so on every record (see ``runner.py``).
+The environment is an allowlist too (:func:`clean_environment`): what the frameworks need (ENV_NAMES,
+ENV_PREFIXES: PATH, CUDA_*, NCCL_*, OMP_*, TORCH*, TRITON*, HF_*, SLURM_*, ...), less any name that says it holds a
+secret and any value with a password in a URL, plus the names the contract's ``workload.pass_env`` lists; the
+contract's ``workload.env`` is set on top. Slurm jobs of several tasks or nodes keep the node's network, PID and IPC
+namespaces (``shared``), and their records say so. ``problem()`` says why this machine cannot isolate (no bwrap, a
+kernel without user or PID namespaces, ...); callers then run unisolated and say so on every record (see
+``runner.py``).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
@@ -48,12 +57,35 @@ BWRAP_ENV = "INFRARSI_BWRAP"  # the bwrap binary (default: bwrap on PATH)
 READABLE_ENV = "INFRARSI_READABLE"  # more paths a trial may read (os.pathsep-separated): data outside the repository
 # A run directory: what makes a folder one (its lock, its seal chain).
 RUN_MARKERS = (names.LOCK, names.SEALS)
-TMPFS_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+TMPFS_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/run")  # a fresh tmpfs each (scratch; /run: no host socket)
+# The machine a process sees, read-only; nothing else of it exists inside (no /home, /srv, /mnt, /var, /run).
+MACHINE = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
+# Files of the machine that hold its secrets (a trial runs as its runner's user: root owns /etc/shadow)
+MACHINE_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh", "/etc/munge",
+                   "/etc/ssl/private", "/etc/sudoers", "/etc/sudoers.d", "/etc/slurm/jwt_hs256.key")
+SCRATCH_BYTES = 4 * 2**30  # each tmpfs of a box (scratch_gib in the contract's invariants.isolation)
+# Caches of the frameworks in the home folder: shown read-only (a tokenizer or model read offline). Only the
+# cache folders of the Hugging Face home: its token files (token, stored_tokens) beside them stay out of the box.
+HF_HOME_DEFAULT = ".cache/huggingface"  # relative to the home folder; HF_HOME names another
+HF_CACHES = ("hub", "datasets")  # in the Hugging Face home; HF_HUB_CACHE / HF_DATASETS_CACHE name others
+# A cache folder the launch names: an empty, writable tmpfs of its own in every trial (no trial reaches another's).
+CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "CUDA_CACHE_PATH")
+# The kernel keyring's calls: refused (EPERM) by the seccomp filter; the keyring would carry data between trials.
+DENIED_SYSCALLS = ("keyctl", "add_key", "request_key")
 # Device nodes a training process needs beside /dev's minimal set (GPUs, RDMA); bound only where present.
 DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri", "/dev/kfd", "/dev/infiniband", "/dev/accel*")
-# Variables of the runner's environment a trial does not inherit: they hold secrets (the LLM's key, a cloud's).
-_SECRET = re.compile(r"(^|_)(API_?KEY|SECRET|SECRET_ACCESS_KEY|PASSWORD|PASSWD|TOKEN|CREDENTIALS?)$", re.I)
-KEEP_ENV = frozenset({"INFRARSI_TRIAL_TOKEN"})
+# The runner's variables a trial inherits (an allowlist): what the frameworks and the launchers need.
+ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "HOSTNAME",
+    "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "XDG_CACHE_HOME",
+    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+    "INFRARSI_TRIAL_TOKEN"})
+ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NVTE_", "NCCL_", "GLOO_", "UCX_", "FI_", "NVSHMEM_",
+                "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "TRITON", "HF_", "TRANSFORMERS_",
+                "TOKENIZERS_", "PYTHON", "SLURM_")
+# ... less the names that say they hold a secret (HF_TOKEN, SLURM_JWT, ...) and values with a password in a URL
+SECRET_NAME = re.compile(r"(^|_)(API_?KEY|SECRET|SECRET_ACCESS_KEY|PASSWORD|PASSWD|TOKEN|CREDENTIALS?|JWT|KEY)$", re.I)
+_URL_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]*@")
 PIDS_MAX = 4096  # processes + threads of one trial (torch starts a few dozen threads per process)
 
 
@@ -73,9 +105,9 @@ def problem() -> str | None:
         return "bubblewrap (bwrap) is not installed; install it (Debian/Ubuntu: apt-get install bubblewrap)"
     probe = "import os; open('/infrarsi-isolation-probe', 'w')"
     try:
-        out = subprocess.run([b, *base_options(), "--", sys.executable, "-I", "-S", "-c",
-                              f"import os, sys\ntry:\n    {probe}\nexcept OSError as e:\n    print(e.errno, os.getpid())"],
-                             capture_output=True, text=True, timeout=30)
+        code = f"import os, sys\ntry:\n    {probe}\nexcept OSError as e:\n    print(e.errno, os.getpid())"
+        argv = bwrap_argv(Box(readable=python_paths()), [sys.executable, "-I", "-S", "-c", code], bwrap_path=b)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"bwrap did not run: {e}"
     if out.returncode != 0:
@@ -87,11 +119,74 @@ def problem() -> str | None:
     return None
 
 
-def base_options(*, shared: bool = False) -> list[str]:
+def base_options(*, shared: bool = False, network: bool = False) -> list[str]:
     """bwrap's options before the file system layers. ``shared``: keep the node's PID and IPC namespaces (the tasks
-    of one Slurm job step, each in a bwrap of its own, must see each other: NCCL's shared memory and CUDA IPC)."""
+    of one Slurm job step, each in a bwrap of its own, must see each other: NCCL's shared memory and CUDA IPC).
+    ``network``: keep the node's network (a job of several nodes); otherwise a network namespace of its own, whose
+    loopback bwrap brings up (torchrun's rendezvous on 127.0.0.1 works, nothing of the host is reachable)."""
     ns = [] if shared else ["--unshare-pid", "--unshare-ipc"]
-    return ["--die-with-parent", *ns, "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    net = [] if network or shared else ["--unshare-net"]
+    return ["--die-with-parent", "--new-session", *ns, *net, "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev"]
+
+
+def machine_options() -> list[str]:
+    """The machine's folders, read-only (a link such as /bin -> usr/bin as the same link)."""
+    out = []
+    for m in MACHINE:
+        if os.path.islink(m):
+            out += ["--symlink", os.readlink(m), m]
+        elif os.path.isdir(m):
+            out += ["--ro-bind", m, m]
+    return out
+
+
+@functools.cache
+def _seccomp_program() -> bytes | None:
+    """The seccomp filter (BPF, built by libseccomp) that refuses DENIED_SYSCALLS with EPERM; None where pyseccomp
+    (or libseccomp) is missing."""
+    try:
+        import pyseccomp
+    except (ImportError, OSError):
+        return None
+    f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    for name in DENIED_SYSCALLS:
+        f.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+    fd = os.memfd_create("infrarsi-seccomp")
+    try:
+        with open(fd, "wb", closefd=False) as out:
+            f.export_bpf(out)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return os.read(fd, 1 << 20)
+    finally:
+        os.close(fd)
+
+
+def seccomp_problem() -> str | None:
+    """Why no seccomp filter can be made here (one line), or None."""
+    return None if _seccomp_program() is not None else \
+        "no seccomp filter: pyseccomp (pip install pyseccomp) or libseccomp (apt-get install libseccomp2) is missing"
+
+
+def seccomp_fd() -> int | None:
+    """A fresh file descriptor holding the filter, for bwrap's ``--seccomp FD`` (one per bwrap: it reads it to the
+    end); the caller passes it to the child and closes it. None where no filter can be made."""
+    prog = _seccomp_program()
+    if prog is None:
+        return None
+    fd = os.memfd_create("infrarsi-seccomp", 0)  # not close-on-exec: bwrap inherits it
+    os.write(fd, prog)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def write_seccomp(path: Path) -> bool:
+    """The filter written to ``path`` (a Slurm job's bwrap reads it through ``--seccomp 9 9<path``); False where no
+    filter can be made."""
+    prog = _seccomp_program()
+    if prog is None:
+        return False
+    Path(path).write_bytes(prog)
+    return True
 
 
 NODE_DEVICES = "@INFRARSI_NODE_DEVICES@"  # in a Slurm job's bwrap line: the node's own GPU and RDMA devices
@@ -139,27 +234,49 @@ def is_run_dir(p: Path) -> bool:
     return any((p / m).is_file() for m in RUN_MARKERS)
 
 
-def run_dirs_near(bases: Iterable[Path]) -> list[Path]:
-    """Run directories a process working in ``bases`` would find: ``.infrarsi`` folders, and every child of a
-    base that is a run directory (``--run-dir run`` beside the contract), and each base that is one itself."""
+SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules"})  # never hold a run directory worth a walk
+MAX_WALK = 100_000  # folders one walk reads at most (a dataset of many folders ends the walk there)
+
+
+def run_dirs_within(roots: Iterable[Path], *, max_dirs: int = MAX_WALK) -> list[Path]:
+    """Every run directory under ``roots``, at any depth (a folder holding a RUN_MARKERS file; a ``.infrarsi``
+    folder whole), each root included. Links are not followed (what a link points to outside the box's paths is
+    not in the box); Python environments (``pyvenv.cfg``), ``.git`` and ``__pycache__`` are not walked."""
     out: list[Path] = []
-    for base in bases:
-        base = Path(base)
-        if not base.is_dir():
+    seen: set[Path] = set()
+    stack = [Path(r) for r in dict.fromkeys(roots)]
+    walked = 0
+    while stack and walked < max_dirs:
+        d = stack.pop()
+        if d in seen:
             continue
-        if is_run_dir(base):
-            out.append(base)
+        seen.add(d)
         try:
-            children = list(base.iterdir())
+            with os.scandir(d) as it:
+                entries = list(it)
         except OSError:
             continue
-        for c in children:
+        walked += 1
+        names = {e.name for e in entries}
+        if any(m in names for m in RUN_MARKERS) and is_run_dir(d):
+            out.append(d)
+            continue
+        if "pyvenv.cfg" in names:
+            continue
+        for e in entries:
             try:
-                if c.name == ".infrarsi" or (c.is_dir() and not c.is_symlink() and is_run_dir(c)):
-                    out.append(c)
+                if e.name == ".infrarsi" and e.is_dir(follow_symlinks=False):
+                    out.append(Path(e.path))
+                elif e.name not in SKIP_DIRS and e.is_dir(follow_symlinks=False):
+                    stack.append(Path(e.path))
             except OSError:
                 continue
     return out
+
+
+def run_dirs_near(bases: Iterable[Path]) -> list[Path]:
+    """Run directories a process working in ``bases`` would find, at any depth (:func:`run_dirs_within`)."""
+    return run_dirs_within(Path(b) for b in bases if Path(b).is_dir())
 
 
 def git_dirs(repos: Iterable[Path]) -> list[Path]:
@@ -208,21 +325,28 @@ def _glob_escape(name: str) -> str:
 
 # ------------------------------------------------------------------------------------------------- the box
 class Box:
-    """What one isolated process may read and write (absolute paths), and where it starts."""
+    """What one isolated process may read and write (absolute paths), and where it starts. ``network``: keep the
+    host's network (a Slurm job of several nodes); ``scratch_bytes``: the size of each of its tmpfs folders;
+    ``caches``: folders that are an empty, writable tmpfs of their own."""
 
     def __init__(self, *, readable: Iterable[Path] = (), hidden: Iterable[Path] = (), writable: Iterable[Path] = (),
                  named: Iterable[Path] = (), cwd: Path | None = None, shared: bool = False,
-                 node_devices: bool = False) -> None:
+                 node_devices: bool = False, network: bool = False, scratch_bytes: int = SCRATCH_BYTES,
+                 caches: Iterable[Path] = ()) -> None:
         self.shared = shared  # base_options(shared=...): the tasks of one job step see each other
         self.node_devices = node_devices  # devices named on the node by the job script (NODE_DEVICES)
+        self.network = network or shared
+        self.scratch_bytes = int(scratch_bytes)
         self.readable = _existing(readable)
         self.hidden = _existing(hidden)
         self.writable = _existing(writable)
         self.named = _existing(named)
+        self.caches = list(dict.fromkeys(Path(os.path.abspath(c)) for c in caches if Path(c).is_absolute()))
         self.cwd = Path(cwd).resolve() if cwd is not None else None
 
-    def argv(self, command: Sequence[str], *, info_fd: int | None = None, bwrap_path: str | None = None) -> list[str]:
-        return bwrap_argv(self, command, info_fd=info_fd, bwrap_path=bwrap_path)
+    def argv(self, command: Sequence[str], *, info_fd: int | None = None, seccomp_fd: int | None = None,
+             bwrap_path: str | None = None) -> list[str]:
+        return bwrap_argv(self, command, info_fd=info_fd, seccomp_fd=seccomp_fd, bwrap_path=bwrap_path)
 
 
 def _existing(paths: Iterable[Path]) -> list[Path]:
@@ -243,13 +367,16 @@ def _existing(paths: Iterable[Path]) -> list[Path]:
 
 
 def _under(p: Path, roots: Iterable[Path]) -> bool:
-    return any(p == r or r in p.parents for r in roots)
+    """``p`` is one of ``roots`` or inside one (absolute paths; by their text: pathlib's parents are slow)."""
+    s = str(p)
+    return any(s == r or s.startswith(r if r.endswith("/") else r + "/") for r in map(str, roots))
 
 
-def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None,
+def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None, seccomp_fd: int | None = None,
                bwrap_path: str | None = None) -> list[str]:
     """The bwrap command line that runs ``command`` in ``box`` (see the module docstring for the layers)."""
-    out = [bwrap_path or bwrap() or "bwrap", *base_options(shared=box.shared)]
+    out = [bwrap_path or bwrap() or "bwrap", *base_options(shared=box.shared, network=box.network),
+           *machine_options()]
     if box.node_devices:
         out.append(NODE_DEVICES)
     else:
@@ -258,33 +385,39 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None,
                 out += ["--dev-bind", str(dev), str(dev)]
     if box.shared:
         out += ["--dev-bind", "/dev/shm", "/dev/shm"]  # one node's tasks share their NCCL segments
-    tmpfs = [Path(t) for t in TMPFS_ROOTS if Path(t).is_dir() and not (box.shared and t == "/dev/shm")]
+    tmpfs = [Path(t) for t in TMPFS_ROOTS if not (box.shared and t == "/dev/shm")]
     tmpfs += home_folders()
     tmpfs = [t for t in dict.fromkeys(tmpfs)]
     for t in sorted(tmpfs, key=lambda p: len(p.parts)):
-        out += ["--tmpfs", str(t)]
+        out += ["--size", str(box.scratch_bytes), "--tmpfs", str(t)]
+    machine = [Path(m) for m in MACHINE]
+    specials = [Path("/"), Path("/proc"), Path("/dev")]  # never bound over
     secret = [Path(os.path.abspath(p)) for p in box.hidden]
-    back = [p for p in box.readable if _under(p, tmpfs) and not _under(p, secret)]
+    caches = [c for c in box.caches if not _under(c, secret) and c not in specials]
+
+    def shown(p: Path) -> bool:  # what the box shows of the machine without binding it
+        return _under(p, machine) and not _under(p, tmpfs)
+
+    back = [p for p in box.readable if not shown(p) and not _under(p, secret) and not _under(p, caches)
+            and p not in specials and not _under(p, specials[1:])]
     targets = [p.resolve() for p in back if p.is_symlink()]  # a link bound on its own needs its target too
-    back += [t for t in targets if _under(t, tmpfs) and not _under(t, secret)]
+    back += [t for t in targets if not shown(t) and not _under(t, secret) and t not in specials]
     bound: list[Path] = []
     for p in sorted(dict.fromkeys(back), key=lambda p: len(p.parts)):
-        if any(a in p.parents for a in bound):
+        if _under(p.parent, bound):
             # shown by a folder bound before. Binding it again would change nothing, and fails where it is a
             # symlink with an absolute target (a venv's bin/python -> ~/.pyenv/...: bwrap resolves the link
             # against its own empty root while it builds the mounts)
             continue
         bound.append(p)
         out += ["--ro-bind", str(p), str(p)]
-    visible = [p for p in box.readable]
-
-    def shown(p: Path) -> bool:
-        return not _under(p, tmpfs) or _under(p, visible)
+    visible = [*bound, *(m for m in machine if not _under(m, tmpfs))]
 
     emptied = []  # hidden folders: an empty tmpfs each, made read-only once the mount points in it exist
+    hidden_dirs = [h for h in box.hidden if h.is_dir()]
     for p in sorted(box.hidden, key=lambda p: len(p.parts)):
-        if not shown(p) or any(h in p.parents for h in box.hidden if h.is_dir()):
-            continue  # under an empty tmpfs already
+        if not _under(p, visible) or _under(p.parent, hidden_dirs):
+            continue  # not in the box, or under an empty tmpfs already
         if p.is_dir() and not p.is_symlink():
             out += ["--tmpfs", str(p)]
             emptied.append(p)
@@ -297,22 +430,51 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None,
         if (p.is_file() and _under(p, secret) and not _under(p, secrets)
                 and not any(is_run_dir(a) or a.name == ".git" for a in p.parents)):
             out += ["--ro-bind", str(p), str(p)]
+    for c in sorted(caches, key=lambda p: len(p.parts)):
+        out += ["--size", str(box.scratch_bytes), "--tmpfs", str(c)]
     for p in sorted(box.writable, key=lambda p: len(p.parts)):
         out += ["--bind", str(p), str(p)]
     for p in emptied:  # a write there fails (EROFS) instead of vanishing with the tmpfs
         out += ["--remount-ro", str(p)]
+    out += ["--remount-ro", "/"]  # the root's own folders (mount points) refuse writes too
     if box.cwd is not None:
         out += ["--chdir", str(box.cwd)]
     if info_fd is not None:
         out += ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        out += ["--seccomp", str(seccomp_fd)]
     return [*out, "--", *command]
 
 
+def hf_homes(env: Mapping[str, str]) -> list[Path]:
+    """The Hugging Face home folders (HF_HOME, or the default under each home folder): only their caches are shown."""
+    named = env.get("HF_HOME", "")
+    return [Path(named)] if named.startswith("/") else [h / HF_HOME_DEFAULT for h in home_folders()]
+
+
+def home_caches(env: Mapping[str, str]) -> list[Path]:
+    """The frameworks' caches, shown read-only: the Hugging Face home's ``hub`` and ``datasets`` (not its token
+    files), HF_HUB_CACHE, HF_DATASETS_CACHE."""
+    out = [h / c for h in hf_homes(env) for c in HF_CACHES]
+    out += [Path(env[k]) for k in ("HF_HUB_CACHE", "HF_DATASETS_CACHE") if env.get(k, "").startswith("/")]
+    return [p for p in out if p.is_dir()]
+
+
+def cache_folders(env: Mapping[str, str]) -> list[Path]:
+    """Cache folders the launch names (CACHE_ENV): each an empty, writable tmpfs of its own inside the box."""
+    return [Path(env[k]) for k in CACHE_ENV if env.get(k, "").startswith("/")]
+
+
 def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
-              repository: Path, readable: Iterable[Path] = (), shared: bool = False, node_devices: bool = False) -> Box:
-    """A trial of a run: its own directory read-write; the repository, the working directory, the Python
-    environment and what the command names read-only; every run directory, the bank, the caches, the key and
-    ``.git`` hidden."""
+              repository: Path, readable: Iterable[Path] = (), shared: bool = False, node_devices: bool = False,
+              network: bool = False, scratch_bytes: int = SCRATCH_BYTES, inherited: Mapping[str, str] = {}) -> Box:
+    """A trial of a run: its ``outputs/`` read-write; the repository, the working directory, the Python
+    environment, the frameworks' caches and what the command names read-only; every run directory under them (its
+    own included), the bank, the caches, the key and ``.git`` hidden. ``env``: what the launch sets (its values
+    name paths to show); ``inherited``: what the trial inherits besides (HF_HOME, TRITON_CACHE_DIR, ... there
+    count too)."""
+    from .local import OUTPUTS
+
     cwd, repository, run_dir = Path(cwd).resolve(), Path(repository).resolve(), Path(run_dir).resolve()
     extra = [Path(p) for p in os.environ.get(READABLE_ENV, "").split(os.pathsep) if p]
     roots = [Path("/"), *(Path(t) for t in TMPFS_ROOTS), *home_folders()]
@@ -320,31 +482,47 @@ def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mappi
     def not_a_root(paths):  # a path that would bring a whole home folder or /tmp back
         return [p for p in paths if not any(Path(p) == r or Path(p) in r.parents for r in roots)]
 
-    named = not_a_root(named_paths(argv, env, cwd))
-    read = [repository, cwd, *not_a_root([*python_paths(), *extra, *readable]), *named]
-    hidden = [run_dir, *run_dirs_near([run_dir.parent, cwd, repository]), *git_dirs({repository, cwd}),
-              *secret_paths()]
-    return Box(readable=read, hidden=hidden, writable=[Path(trial_dir).resolve()], named=named, cwd=cwd,
-               shared=shared, node_devices=node_devices)
+    whole = {**inherited, **env}
+    caches = cache_folders(whole)
+    homes = hf_homes(whole)  # named by HF_HOME: its caches are shown below, its token files are not
+    named = [p for p in not_a_root(named_paths(argv, env, cwd)) if not _under(Path(p), caches) and p not in homes]
+    machine = [Path(m) for m in MACHINE]
+    shown = [repository, cwd, *not_a_root([*extra, *readable]), *(p for p in named if p.is_dir())]
+    shown = [p for p in shown if not _under(p, machine)]  # walked for run directories (not the machine's folders)
+    read = [repository, cwd, *not_a_root([*python_paths(), *extra, *readable]), *named, *home_caches(whole)]
+    hidden = [run_dir, *run_dirs_within([run_dir.parent, *shown]), *git_dirs({repository, cwd}),
+              *secret_paths(), *map(Path, MACHINE_SECRETS)]
+    return Box(readable=read, hidden=hidden, writable=[Path(trial_dir).resolve() / OUTPUTS], named=named, cwd=cwd,
+               shared=shared, node_devices=node_devices, network=network, scratch_bytes=scratch_bytes,
+               caches=caches)
 
 
 def verification_box(files: Iterable[Path], *, cwd: Path | None = None) -> Box:
     """Kernel verification: the candidate and reference files and the Python environment read-only, nothing
-    writable but the empty tmpfs folders; every run directory near the working directory, the bank, the caches,
-    the key and ``.git`` hidden."""
+    writable but the empty tmpfs folders; every run directory under the working directory and the repository,
+    the bank, the caches, the key and ``.git`` hidden."""
     from ..contract.scope import repository_root
 
     cwd = Path(cwd or Path.cwd()).resolve()
     repo = repository_root(cwd)
     files = [Path(f).resolve() for f in files]
-    hidden = [*run_dirs_near([cwd, repo, *(f.parent for f in files)]), *git_dirs({repo, cwd}), *secret_paths()]
+    hidden = [*run_dirs_within([cwd, repo, *(f.parent for f in files)]), *git_dirs({repo, cwd}), *secret_paths(),
+              *map(Path, MACHINE_SECRETS)]
     return Box(readable=[repo, cwd, *python_paths(), *files], hidden=hidden, cwd=cwd)
 
 
-def clean_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without the variables that hold secrets (``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY``,
-    ``HF_TOKEN``, ...)."""
-    return {k: v for k, v in env.items() if k in KEEP_ENV or not _SECRET.search(k)}
+def clean_environment(env: Mapping[str, str], *, pass_env: Iterable[str] = ()) -> dict[str, str]:
+    """What of ``env`` an isolated process inherits: the names the frameworks need (ENV_NAMES, ENV_PREFIXES), less
+    those that say they hold a secret (``HF_TOKEN``, ``SLURM_JWT``) and values with a password in a URL; plus the
+    names the user lists (``pass_env``: the contract's ``workload.pass_env``), as they are. Nothing else."""
+    listed = set(pass_env)
+
+    def allowed(k: str, v: str) -> bool:
+        if k in listed or k in ENV_NAMES:
+            return True
+        return k.startswith(ENV_PREFIXES) and not SECRET_NAME.search(k) and not _URL_PASSWORD.search(v)
+
+    return {k: v for k, v in env.items() if allowed(k, v)}
 
 
 # ------------------------------------------------------------------------------------------ none left behind

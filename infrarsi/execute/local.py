@@ -12,9 +12,11 @@
   SIGKILLs the group when the runner process ends (kill -9 included), so no training process is
   left holding cores and memory (see ``trial_wrapper.py``).
 - ``python`` as argv[0] means the interpreter running infrarsi (the venv's), everywhere.
-- A trial of a run is isolated (``isolation.py``: bubblewrap): it reads the machine, the repository and its
-  data read-only, writes its own ``RUN_DIR/trials/<n>`` only, and sees no run directory, bank, cache, seal key,
-  ``.git`` or home folder; a PID namespace ends every process it started when it ends (checked after each
+- A trial of a run is isolated (``isolation.py``: bubblewrap, an allowlist): it reads the machine, the repository
+  and its data read-only, writes its own ``RUN_DIR/trials/<n>/outputs`` (new for each attempt) and size-limited
+  scratch only, and sees no run directory, bank, cache, seal key, ``.git``, home folder or host network; the rest
+  of its directory (stdout, stderr, records) is the runner's, made anew for each attempt and read without
+  following links; a PID namespace ends every process it started when it ends (checked after each
   trial, with the trial's cgroup). Where this machine cannot isolate (no bwrap, ``Config.isolation`` off,
   ``INFRARSI_ISOLATION=off``), the trial runs without it: the executor logs why once, and the handle says so,
   which the runner records as a warning on every such trial (promotion on such evidence needs the contract's
@@ -26,6 +28,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -42,7 +45,7 @@ from ..contract.scope import repository_root
 from . import isolation
 from .isolation import PIDS_MAX
 from .clock import LineClock
-from .executor import STDERR, STDOUT, Handle, LaunchEnd
+from .executor import STDERR, STDOUT, Handle, LaunchEnd, create_new, fresh_trial_dir
 from .spec import LaunchSpec
 
 TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"
@@ -52,7 +55,10 @@ CAP_ENV = "INFRARSI_MEMORY_CAP_BYTES"
 # lowers RLIMIT_DATA, starts the watchdog that ends the group when the runner dies, joins the trial's cgroup, then
 # becomes the command (an isolated one: bwrap ... -- python trial_wrapper.py --inner STATUS command...).
 WRAPPER = str(Path(__file__).with_name("trial_wrapper.py"))
-EXIT_STATUS = "exit.status"  # written by the inner wrapper: how the command ended (bwrap says 128+N for signal N)
+EXIT_STATUS = "exit.status"  # a Slurm trial's inner wrapper writes how the command ended (bwrap says 128+N)
+# A trial's directory belongs to the runner (stdout, stderr, its records): an isolated trial writes only OUTPUTS;
+# the local inner wrapper reports how the command ended through a pipe (``fd:N``), not a file.
+RUNNER_FILES = (STDOUT, STDERR, EXIT_STATUS)
 log = logging.getLogger(__name__)
 
 
@@ -67,6 +73,13 @@ def run_dir_of(trial_dir: Path) -> Path | None:
 
     run = RunDir.of_trial_dir(Path(trial_dir).resolve())
     return run.path if run is not None else None
+
+
+@functools.lru_cache(maxsize=64)
+def _repository(cwd: Path) -> Path:
+    """The git work tree of a trial's working directory (asked of git once per folder: a process start per trial
+    is a tenth of the box's cost on a loaded machine)."""
+    return repository_root(cwd)
 
 
 def resolve_argv(argv: list[str]) -> list[str]:
@@ -165,29 +178,33 @@ class LocalExecutor:
     def isolates(self, trial_dir: Path) -> bool:
         return self.isolation_why(trial_dir) is None
 
-    def box(self, spec: LaunchSpec, trial_dir: Path) -> isolation.Box:
-        """What an isolated trial of ``spec`` in ``trial_dir`` may read and write."""
+    def box(self, spec: LaunchSpec, trial_dir: Path, env: dict[str, str] | None = None) -> isolation.Box:
+        """What an isolated trial of ``spec`` in ``trial_dir`` may read and write (``env``: its whole environment)."""
         cwd = Path(spec.cwd or Path.cwd()).resolve()
-        return isolation.trial_box(Path(trial_dir), run_dir_of(trial_dir), argv=resolve_argv(spec.argv), env=spec.env,
-                                   cwd=cwd, repository=repository_root(cwd),
-                                   readable=[Path(p) for p in self.config.readable])
+        env = env if env is not None else {**isolation.clean_environment(os.environ, pass_env=spec.pass_env),
+                                           **spec.env}
+        return isolation.trial_box(Path(trial_dir), run_dir_of(trial_dir), argv=resolve_argv(spec.argv),
+                                   env=spec.env, inherited=env, cwd=cwd, repository=_repository(cwd),
+                                   readable=[Path(p) for p in self.config.readable],
+                                   scratch_bytes=spec.scratch_bytes or isolation.SCRATCH_BYTES)
 
     def command(self, spec: LaunchSpec, trial_dir: Path | None = None, *, info_fd: int | None = None,
-                cgroup: isolation.PidsCgroup | None = None) -> list[str]:
+                cgroup: isolation.PidsCgroup | None = None, status_fd: int | None = None,
+                seccomp_fd: int | None = None, env: dict[str, str] | None = None) -> list[str]:
         """The exact argv started (the wrapper, bwrap and the inner wrapper when isolated, then the spec's command)."""
         cap = "none" if spec.memory_cap_bytes is None else str(spec.memory_cap_bytes)
         procs = cgroup.procs_file if cgroup is not None else "none"
         argv = resolve_argv(spec.argv)
         if trial_dir is None or not self.isolates(trial_dir):
             return [sys.executable, WRAPPER, cap, str(os.getpid()), procs, *argv]
-        status = str(Path(trial_dir).resolve() / EXIT_STATUS)
+        status = f"fd:{status_fd}" if status_fd is not None else "/dev/null"
         inner = [sys.executable, "-I", "-S", WRAPPER, "--inner", status, *argv]
         return [sys.executable, WRAPPER, cap, str(os.getpid()), procs,
-                *self.box(spec, trial_dir).argv(inner, info_fd=info_fd)]
+                *self.box(spec, trial_dir, env).argv(inner, info_fd=info_fd, seccomp_fd=seccomp_fd)]
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         trial_dir = Path(trial_dir)
-        trial_dir.mkdir(parents=True, exist_ok=True)
+        fresh_trial_dir(trial_dir, RUNNER_FILES, OUTPUTS)  # every attempt: new runner files, a new outputs/
         spec = spec.for_trial(trial_dir)
         why = self.isolation_why(trial_dir)
         if why:
@@ -197,40 +214,46 @@ class LocalExecutor:
                     log.warning("%s: trials can read and write outside their directory; the repository and the "
                                 "run's seals are checked after each trial", why)
         isolated = why is None
-        env = {**(isolation.clean_environment(os.environ) if isolated else os.environ),
+        env = {**(isolation.clean_environment(os.environ, pass_env=spec.pass_env) if isolated else os.environ),
                **trial_env(spec, token, trial_dir)}
-        info_r = info_w = None
+        info_r = info_w = status_r = status_w = sec = None
         cgroup = None
         if isolated:
-            (trial_dir / EXIT_STATUS).unlink(missing_ok=True)
             info_r, info_w = os.pipe()
+            status_r, status_w = os.pipe()
+            sec = isolation.seccomp_fd()
             cgroup = isolation.PidsCgroup(token, pids_max=self.config.pids_max)
+        passed = tuple(fd for fd in (info_w, status_w, sec) if fd is not None)
         try:
-            with open(trial_dir / STDERR, "wb") as err:
-                # stdout through a pipe: the harness stamps each line's arrival (clock.py), outside the trial's reach
-                proc = subprocess.Popen(self.command(spec, trial_dir, info_fd=info_w, cgroup=cgroup), cwd=spec.cwd,
-                                        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                        start_new_session=True, pass_fds=() if info_w is None else (info_w,))
+            # stdout and stderr through pipes: the harness stamps each line's arrival (clock.py), outside the
+            # trial's reach, on both streams the parsers read; the clock creates both files (O_EXCL | O_NOFOLLOW)
+            argv = self.command(spec, trial_dir, info_fd=info_w, cgroup=cgroup, status_fd=status_w,
+                                seccomp_fd=sec, env=env)
+            proc = subprocess.Popen(argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True, pass_fds=passed)
         except BaseException:
-            for fd in (info_r, info_w):
+            for fd in (info_r, status_r, *passed):
                 if fd is not None:
                     os.close(fd)
             if cgroup is not None:
                 cgroup.close()
             raise
-        if info_w is not None:
-            os.close(info_w)
+        for fd in passed:
+            os.close(fd)
         members = cgroup.members if cgroup is not None and cgroup.path is not None else None
-        clock = LineClock(proc.stdout, trial_dir / STDOUT, pgid=proc.pid, members=members)
+        clock = LineClock(proc.stdout, trial_dir / STDOUT, pgid=proc.pid, members=members, err_pipe=proc.stderr,
+                          err_path=trial_dir / STDERR)
         with self._lock:
             self._procs[token] = proc
             self._started[token] = time.monotonic()
             self._clocks[token] = clock
             if isolated:
-                self._boxes[token] = _Isolated(info_r, cgroup, trial_dir)
+                self._boxes[token] = _Isolated(info_r, cgroup, trial_dir, status_r)
+        missing = isolation.seccomp_problem() if isolated else None
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=str(proc.pid),
                       submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
-                      sandboxed=isolated, unsandboxed_why=why or "")
+                      sandboxed=isolated, unsandboxed_why=why or "", network="own" if isolated else "",
+                      unisolated=[f"the kernel keyring ({missing})"] if missing else [])
 
     # -------------------------------------------------------------------- poll
     def poll(self, handle: Handle) -> LaunchEnd | None:
@@ -308,12 +331,14 @@ SETTLE_S = 5.0  # seconds an ended isolated trial's processes get to be gone bef
 
 
 class _Isolated:
-    """An isolated trial's ends: bwrap's info pipe (its PID namespace), its cgroup, its directory."""
+    """An isolated trial's ends: bwrap's info pipe (its PID namespace), its cgroup, its directory, the pipe the inner
+    wrapper says how the command ended through."""
 
-    def __init__(self, info_r: int, cgroup: isolation.PidsCgroup, trial_dir: Path) -> None:
-        self.info_r, self.cgroup, self.trial_dir = info_r, cgroup, trial_dir
+    def __init__(self, info_r: int, cgroup: isolation.PidsCgroup, trial_dir: Path, status_r: int) -> None:
+        self.info_r, self.cgroup, self.trial_dir, self.status_r = info_r, cgroup, trial_dir, status_r
         self.info = ""
         os.set_blocking(info_r, False)
+        os.set_blocking(status_r, False)
 
     def namespace(self) -> int | None:
         """The trial's PID namespace (bwrap writes it to the pipe once it is made), or None before that."""
@@ -352,9 +377,10 @@ class _Isolated:
         lines = [f"{len(left)} process(es) of the trial were still running after it ended "
                  f"({', '.join(map(str, left[:8]))}): killed"] if left else []
         try:
-            said = (self.trial_dir / EXIT_STATUS).read_text().strip()
+            said = os.read(self.status_r, 64).decode(errors="replace").strip()  # "exit N" / "signal N"
         except OSError:
             said = ""
+        os.close(self.status_r)
         if rc > 128 and said in ("", f"signal {rc - 128}"):
             rc = -(rc - 128)
         elif stopped and rc == -signal.SIGKILL and said in (f"signal {s}" for s in (signal.SIGTERM, signal.SIGINT)):

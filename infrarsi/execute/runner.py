@@ -19,7 +19,9 @@ under the same id (local processes left over from the dead runner are ended firs
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -35,9 +37,10 @@ from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..contract.seal import settled_problems
 from .classify import Verdict, apply_loss_check, classify
-from .clock import harness_line, referee
+from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
+from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
-from .local import kill_token, resolve_argv, trial_env
+from .local import OUTPUTS, kill_token, resolve_argv, trial_env
 from .record import RunRecord
 from .spec import LaunchSpec
 from .trial import Cost, Trial, TrialStatus
@@ -137,6 +140,7 @@ class Runner:
         self._space = adapter.knob_space(contract)
         self._handles: dict[int, Handle] = {}  # trial id -> handle, while running
         self._cancelled: set[int] = set()
+        self._closing = False  # close(cancel=True) ran (Ctrl-C): a trial launched after it is cancelled at once
         self._repos: dict[Path, Path] = {}  # working directory -> repository root
         self._lock = threading.Lock()
 
@@ -202,6 +206,8 @@ class Runner:
 
     def close(self, *, cancel: bool = False) -> None:
         if cancel:
+            with self._lock:
+                self._closing = True
             for tid in self.running_ids():
                 try:
                     self.cancel(tid)
@@ -237,11 +243,20 @@ class Runner:
                 "status": TrialStatus.INVALID, "evidence": [f"launch needs {spec.nodes} nodes; the local executor has one"],
                 "reason": f"needs {spec.nodes} nodes: run it with INFRARSI_EXECUTOR=slurm", "finished_at": time.time()}))
         limit = min(spec.time_limit_s, self.contract.invariants.timing.timeout_s)
+        w = self.contract.workload
         spec = spec.model_copy(update={"time_limit_s": limit,
-                                       "pending_timeout_s": self.contract.invariants.timing.pending_timeout_s})
+                                       "pending_timeout_s": self.contract.invariants.timing.pending_timeout_s,
+                                       # workload.env reaches every trial of every adapter (the adapter's own win)
+                                       "env": {**w.env, **spec.env}, "pass_env": list(w.pass_env),
+                                       "scratch_bytes": int(self.contract.invariants.isolation.scratch_gib * 2**30)})
         procs = spec.processes * spec.nodes
         mem = (spec.memory_cap_bytes or 0) * procs
         self._gate.acquire(procs, mem)
+        try:
+            _check_reserve(self.record.run_dir)  # no launch that could leave the records without room
+        except OSError:
+            self._gate.release(procs, mem)
+            raise
         relaunched: list[str] = []  # evidence of launches the scheduler held (each cancelled and launched again)
         # An isolated trial cannot write outside its directory (the repository is read-only to it): nothing to watch.
         # An unisolated one is watched: the repository is compared before and after it.
@@ -249,6 +264,7 @@ class Runner:
         guard = None if callable(isolates) and isolates(self.record.trial_dir(trial.id)) else \
             TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
         before = guard.snapshot() if guard is not None else {}
+        watch = Watch()  # the machine's conditions over the trial (execute/conditions.py)
         try:
             while True:
                 if adopted is not None:
@@ -258,7 +274,7 @@ class Runner:
                     trial, handle = self._launch(trial, spec, attempt)
                 with self._lock:
                     self._handles[trial.id] = handle
-                    cancelled_early = trial.id in self._cancelled
+                    cancelled_early = trial.id in self._cancelled or self._closing
                 if cancelled_early:
                     self.executor.cancel(handle)
                 end = _wait(self.executor, handle)
@@ -271,28 +287,27 @@ class Runner:
             self._gate.release(procs, mem)
             with self._lock:
                 self._handles.pop(trial.id, None)
+        conditions = watch.end(own_cpu_s=own_cpu_s(Path(handle.trial_dir)))
+        freed = _keep_reserve(self.record.run_dir, Path(handle.trial_dir))
         verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting)
+        if freed:
+            verdict = verdict.model_copy(update={"evidence": verdict.evidence + [freed]})
         if relaunched:
             verdict = verdict.model_copy(update={"evidence": relaunched + verdict.evidence})
         # the runner's own output (`infrarsi tune ... > tune.log` in the repository) is not the trial's
         wrote = guard.changes(before, ignore=open_for_writing(guard.root)) if guard is not None else []
         if wrote and not end.cancelled:  # a trial writes only its own directory (contract/scope.py)
             why = f"wrote outside its trial directory: {wrote[0]}" + (f" (and {len(wrote) - 1} more)" if len(wrote) > 1 else "")
-            verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why,
-                                                 "evidence": verdict.evidence + wrote[:10],
-                                                 "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
+            verdict = invalidate(verdict, why, wrote[:10])
         if end.leftovers and not end.cancelled:  # by construction never (a PID namespace): checked all the same
-            why = next((e for e in end.evidence if "still running after it ended" in e), "left processes running")
-            verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why[:300],
-                                                 "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
+            verdict = invalidate(verdict, next((e for e in end.evidence if "still running after it ended" in e),
+                                               "left processes running"))
         warnings = _unsandboxed(handle)
         if warnings:  # the run directory was writable to the trial: check every sealed record after it
             broken = settled_problems(self.record.run_dir)
             if broken and not end.cancelled:
-                why = f"the run's records changed while it ran without isolation: {broken[0]}"
-                verdict = verdict.model_copy(update={"status": TrialStatus.INVALID, "reason": why[:300],
-                                                     "evidence": verdict.evidence + broken[:10],
-                                                     "metrics": verdict.metrics.model_copy(update={"step_time_s": None})})
+                verdict = invalidate(verdict, f"the run's records changed while it ran without isolation: {broken[0]}",
+                                     broken[:10])
         if attempt and adopted is None:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
                 f"launch attempt {attempt + 1}: an earlier attempt was interrupted by a restart"]})
@@ -300,7 +315,7 @@ class Runner:
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
             "cost": Cost(wall_s=end.wall_s, devices=spec.devices), "finished_at": ended_at,
-            "warnings": warnings}))
+            "warnings": warnings, "conditions": conditions, "network": handle.network}))
 
     def _repo(self, spec: LaunchSpec) -> Path:
         """The repository a trial must leave alone: the git work tree of its working directory (cached)."""
@@ -360,8 +375,9 @@ UNISOLATED = "ran without isolation"  # the start of the warning an unisolated t
 def _unsandboxed(handle: Handle) -> list[str]:
     """The warning a trial's record carries when it ran without isolation ([] when it ran isolated, or had no run
     around it): it could read the run's records and write outside its directory."""
-    if handle.sandboxed:
-        return []
+    if handle.sandboxed:  # isolated, but perhaps without a class the machine could not give (the keyring's filter)
+        return [f"{UNISOLATED} from {c}; promoting on its evidence needs invariants.isolation.allow_unisolated = true "
+                f"in the contract" for c in handle.unisolated]
     if handle.kind == "local" and not handle.unsandboxed_why:
         return []  # a bare trial directory: no run around it
     why = handle.unsandboxed_why or f"{handle.kind} jobs run without it"
@@ -377,21 +393,76 @@ def unisolated(trial: Trial) -> bool:
 MAX_RELAUNCHES = 2  # launches of one trial the scheduler may hold before it counts as a failed trial
 
 
+def invalidate(v: Verdict, why: str, evidence: Sequence[str] = ()) -> Verdict:
+    """``v`` turned invalid: the one-line reason (also the last evidence line unless ``evidence`` is given), and no
+    step time or throughput (nothing an invalid trial measured is scored)."""
+    return v.model_copy(update={
+        "status": TrialStatus.INVALID, "reason": why[:300], "evidence": v.evidence + (list(evidence) or [why]),
+        "metrics": v.metrics.model_copy(update={"step_time_s": None, "tokens_per_s": None, "mfu": None,
+                                                "tflops_per_device": None})})
+
+
 def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: Path, end: LaunchEnd) -> Verdict:
-    """An ok verdict whose reported step times the harness's own clock contradicts becomes invalid (clock.py)."""
+    """An ok verdict scored by the harness's clock (clock.py): its step time becomes the one the harness measured over
+    the contract's window (the log's is kept as ``reported_step_time_s``, a disagreement in the evidence); throughput
+    and MFU follow. Invalid only for what load cannot cause (a tampered log, repeated lines, sleeping steps)."""
     if v.status is not TrialStatus.OK:
         return v
     t = contract.invariants.timing
-    why = referee(trial_dir / STDOUT, step_time_s=v.metrics.step_time_s, step_times_s=v.metrics.step_times_s,
+    measured = getattr(adapter, "measured_time", True)
+    why = referee(trial_dir, step_time_s=v.metrics.step_time_s, step_times_s=v.metrics.step_times_s,
                   warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, wall_s=end.wall_s,
-                  measured_time=getattr(adapter, "measured_time", True))
-    if why is None:
-        seen = harness_line(trial_dir / STDOUT, warmup_steps=t.warmup_steps, measured_steps=t.measured_steps) \
-            if getattr(adapter, "measured_time", True) else None
-        return v if seen is None else v.model_copy(update={"evidence": v.evidence + [seen]})
-    return v.model_copy(update={"status": TrialStatus.INVALID, "reason": why, "evidence": v.evidence + [why],
-                                "metrics": v.metrics.model_copy(update={"step_time_s": None, "tokens_per_s": None,
-                                                                        "mfu": None, "tflops_per_device": None})})
+                  measured_time=measured)
+    if why is not None:
+        return invalidate(v, why)
+    try:
+        timing = measure(trial_dir, warmup_steps=t.warmup_steps, measured_steps=t.measured_steps) if measured else None
+    except ClockProblem as e:
+        return invalidate(v, str(e))
+    if timing is None:
+        return v
+    m, reported = v.metrics, v.metrics.step_time_s
+    scale = reported / timing.step_s  # the throughput figures are the log's, per its step time
+    metrics = m.model_copy(update={
+        "step_time_s": timing.step_s, "reported_step_time_s": reported,
+        **{k: getattr(m, k) * scale for k in ("tokens_per_s", "mfu", "tflops_per_device") if getattr(m, k) is not None}})
+    note = disagreement(reported, timing)
+    return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [timing.line()] + ([note] if note else [])})
+
+
+RESERVE_BYTES = 512 * 2**20  # free space the runner keeps on the run directory's disk for its own records
+
+
+def _free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _check_reserve(run_dir: Path) -> None:
+    """ENOSPC (the run stops with one line; the trial stays recorded as running, for a resume) when the run
+    directory's disk has less than RESERVE_BYTES free: a trial launched now could leave the runner no room."""
+    free = _free_bytes(run_dir)
+    if free < RESERVE_BYTES:
+        raise OSError(errno.ENOSPC, f"{free / 2**20:.0f} MiB free, under the {RESERVE_BYTES / 2**20:.0f} MiB the "
+                                    f"runner keeps for its records; no trial was launched", str(run_dir))
+
+
+def _keep_reserve(run_dir: Path, trial_dir: Path) -> str:
+    """After a trial: when the disk has less than RESERVE_BYTES free, the trial's outputs (checkpoints, TensorBoard:
+    never records) are removed (links not followed) so that its record is written; evidence of it, or ""."""
+    try:
+        free = _free_bytes(run_dir)
+    except OSError:
+        return ""
+    if free >= RESERVE_BYTES:
+        return ""
+    for d in sorted(Path(trial_dir).glob(f"{OUTPUTS}*")):
+        if d.is_dir() and not d.is_symlink():
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            d.unlink(missing_ok=True)
+    return (f"outputs removed: the disk held {free / 2**20:.0f} MiB free after the trial, under the "
+            f"{RESERVE_BYTES / 2**20:.0f} MiB kept for the run's records")
 
 
 def _wait(executor: Executor, handle: Handle) -> LaunchEnd:

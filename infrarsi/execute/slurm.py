@@ -47,8 +47,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..rundir.names import JOB_SCRIPT
 from ..contract.scope import repository_root
 from . import isolation
-from .executor import STDERR, STDOUT, Handle, LaunchEnd
-from .local import CAP_ENV, EXIT_STATUS, WRAPPER, resolve_argv, run_dir_of, trial_env
+from .executor import STDERR, STDOUT, Handle, LaunchEnd, fresh_trial_dir
+from .local import CAP_ENV, EXIT_STATUS, OUTPUTS, WRAPPER, resolve_argv, run_dir_of, trial_env
 from .spec import LaunchSpec
 from .torchrun import is_torchrun
 
@@ -190,7 +190,7 @@ class SlurmExecutor:
         trial_dir.mkdir(parents=True, exist_ok=True)
         out = (trial_dir / "isolation-probe.out").resolve()
         b = shlex.quote(self.config.bwrap)
-        opts = " ".join(shlex.quote(o) for o in isolation.base_options())
+        opts = " ".join(shlex.quote(o) for o in [*isolation.base_options(), *isolation.machine_options()])
         wrap = (f"command -v {b} >/dev/null || {{ echo 'no {self.config.bwrap} on '$(hostname); exit 3; }}; "
                 f"{b} {opts} -- true && echo isolation-ok")
         args = ["sbatch", "--parsable", "--wait", "--job-name=infrarsi-isolation-probe", "--time=1", "--mem=64M",
@@ -216,15 +216,23 @@ class SlurmExecutor:
         argv = resolve_argv(spec.argv)
         box = self._box(spec, trial_dir, cwd, argv)
         srun = self._srun(spec)
-        status = str(trial_dir / EXIT_STATUS) if not srun else "/dev/null"
+        status = str(_status_file(trial_dir)) if not srun else "/dev/null"
         inner = [sys.executable, "-I", "-S", WRAPPER, "--inner", status, *argv]
-        return srun + box.argv(inner, bwrap_path=self.config.bwrap)
+        if not (trial_dir / SECCOMP_FILE).is_file():
+            return srun + box.argv(inner, bwrap_path=self.config.bwrap)
+        # each task opens the filter for its own bwrap (srun hands its tasks no descriptor of the script's)
+        opened = ["/bin/sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"', str(trial_dir / SECCOMP_FILE)]
+        return srun + opened + box.argv(inner, bwrap_path=self.config.bwrap, seccomp_fd=SECCOMP_FD)
 
     def _box(self, spec: LaunchSpec, trial_dir: Path, cwd: Path, argv: list[str]) -> isolation.Box:
         # Several tasks (srun, each in a bwrap of its own) keep the node's PID and IPC namespaces and /dev/shm:
         # NCCL's shared memory and CUDA IPC between the ranks of one node need them; Slurm's step cgroup ends them.
+        # A job of several nodes keeps the node's network (its ranks meet over it); its record says "shared".
         return isolation.trial_box(trial_dir, run_dir_of(trial_dir), argv=argv, env=spec.env, cwd=cwd,
-                                   repository=repository_root(cwd), shared=bool(self._srun(spec)), node_devices=True)
+                                   inherited=isolation.clean_environment(os.environ, pass_env=spec.pass_env),
+                                   repository=repository_root(cwd), shared=bool(self._srun(spec)), node_devices=True,
+                                   network=_needs_network(spec, self._srun(spec)),
+                                   scratch_bytes=spec.scratch_bytes or isolation.SCRATCH_BYTES)
 
     def script(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> str:
         """The sbatch script for one trial."""
@@ -252,7 +260,7 @@ class SlurmExecutor:
         lines.append("")
         isolated = self.isolation_why(trial_dir, spec) is None
         if isolated:  # the submitting shell's secrets (sbatch exports its environment) stay out of the job
-            for k in sorted(set(os.environ) - set(isolation.clean_environment(os.environ))):
+            for k in sorted(set(os.environ) - set(isolation.clean_environment(os.environ, pass_env=spec.pass_env))):
                 lines.append(f"unset {k}")
         for k, v in sorted(trial_env(spec, token, trial_dir).items()):
             lines.append(f"export {k}={shlex.quote(v)}")
@@ -262,7 +270,7 @@ class SlurmExecutor:
         if not isolated:
             lines.append("exec " + " ".join(shlex.quote(a) for a in self.command_line(spec)))
             return "\n".join(lines) + "\n"
-        status = shlex.quote(str(trial_dir / EXIT_STATUS))
+        status = shlex.quote(str(_status_file(trial_dir)))
         lines += [
             f"rm -f {status}",
             "# bwrap ends the command's namespace when it ends: a polite signal goes to the command, which decides",
@@ -281,9 +289,12 @@ class SlurmExecutor:
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         trial_dir = Path(trial_dir)
-        trial_dir.mkdir(parents=True, exist_ok=True)
+        fresh_trial_dir(trial_dir, (STDOUT, STDERR, EXIT_STATUS, JOB_SCRIPT, SECCOMP_FILE), OUTPUTS)
         spec = spec.for_trial(trial_dir)
         why = self.isolation_why(trial_dir, spec)
+        missing = None
+        if why is None and not isolation.write_seccomp(trial_dir / SECCOMP_FILE):
+            missing = isolation.seccomp_problem()
         path = trial_dir / JOB_SCRIPT
         path.write_text(self.script(spec, trial_dir, token=token))
         r = self._call("sbatch", "--parsable", str(path.resolve()))
@@ -292,7 +303,9 @@ class SlurmExecutor:
             raise SlurmError(f"sbatch printed no job id: {r.stdout.strip()!r}")
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=job_id,
                       submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
-                      pending_timeout_s=spec.pending_timeout_s, sandboxed=why is None, unsandboxed_why=why or "")
+                      pending_timeout_s=spec.pending_timeout_s, sandboxed=why is None, unsandboxed_why=why or "",
+                      network="" if why is not None else "shared" if _needs_network(spec, self._srun(spec)) else "own",
+                      unisolated=[f"the kernel keyring ({missing})"] if missing else [])
 
     # ------------------------------------------------------------------- state
     def job_info(self, job_id: str) -> dict[str, str] | None:
@@ -453,3 +466,18 @@ def _read(path: Path, max_bytes: int = 256_000) -> str:
 
 __all__ = ["CAP_ENV", "SlurmError", "SlurmExecutor", "SlurmPendingTimeout", "SlurmUnreachable", "is_held",
            "parse_scontrol"]
+
+
+SECCOMP_FILE = "seccomp.bpf"  # in the trial's folder: each task's bwrap reads the filter from it (--seccomp 9 9<file)
+SECCOMP_FD = 9
+
+
+def _status_file(trial_dir: Path) -> Path:
+    """Where a job's inner wrapper says how the command ended: in outputs/, the one folder the trial may write (the
+    job script believes it only where bwrap's own status agrees)."""
+    return Path(trial_dir) / OUTPUTS / EXIT_STATUS
+
+
+def _needs_network(spec: LaunchSpec, srun: list[str]) -> bool:
+    """A job whose ranks meet over the network (several nodes, or tasks started by srun) keeps the node's."""
+    return spec.nodes > 1 or bool(srun)

@@ -29,6 +29,12 @@ class LaunchSpec(BaseModel):
     """Slurm: seconds the job may wait in the queue (the contract's invariants.timing.pending_timeout_s)."""
     memory_cap_bytes: int | None = None
     """Per-process memory cap; None = no cap."""
+    pass_env: list[str] = []
+    """Names of the runner's environment an isolated trial inherits beyond the frameworks' (the contract's
+    ``workload.pass_env``); their values are read at launch and never recorded."""
+    scratch_bytes: int | None = Field(None, gt=0)
+    """Size of each writable tmpfs of an isolated trial (/tmp, /dev/shm, the home folder, a named cache folder);
+    None: isolation.SCRATCH_BYTES (the contract's ``invariants.isolation.scratch_gib``)."""
 
     def for_trial(self, trial_dir: str | Path) -> "LaunchSpec":
         """This spec with :data:`TRIAL_DIR` replaced by ``trial_dir`` (absolute) in its argv and env values."""

@@ -21,7 +21,8 @@ class Metrics(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    step_time_s: float | None = None  # median steady-state step time (contract's window)
+    step_time_s: float | None = None  # median steady-state step time (contract's window), as the harness measured it
+    reported_step_time_s: float | None = None  # the same as the trial's log reports it (evidence; None: not clocked)
     step_times_s: list[float] = []  # every step's time, warm-up included
     tokens_per_s: float | None = None
     mfu: float | None = None  # fraction in [0, 1]; None when peak FLOP/s is unknown
@@ -64,6 +65,8 @@ class Trial(BaseModel):
     finished_at: float | None = None
     path: str | None = None  # the trial's directory
     warnings: list[str] = []  # what the harness could not guarantee for this trial (e.g. it ran without isolation)
+    conditions: dict[str, Any] = {}  # the machine while it ran: load averages, others' CPU, GPUs (execute/conditions.py)
+    network: str = ""  # "own": its own network namespace; "shared": the node's (a Slurm job); "": not isolated
 
     @model_validator(mode="after")
     def _check(self) -> "Trial":

@@ -16,9 +16,10 @@ Runs as the leader of the trial's own process group (the executor starts it in a
 4. ``execvp`` s the command (for an isolated trial ``bwrap ... -- python trial_wrapper.py --inner ...``): it
    keeps the leader's pid, its exit status and signals.
 
-``python trial_wrapper.py --inner STATUS_FILE COMMAND...`` is the first process inside the isolation: bwrap
+``python trial_wrapper.py --inner STATUS COMMAND...`` is the first process inside the isolation: bwrap
 reports a command killed by signal N as exit status 128 + N, so the inner wrapper runs the command as its
-child, writes how it ended (``exit N`` / ``signal N``) to STATUS_FILE and ends the same way; the executor
+child, writes how it ended (``exit N`` / ``signal N``) to STATUS (``fd:N``: a pipe the runner reads, which the
+command does not inherit; else a file) and ends the same way; the executor
 believes the file only where it agrees with bwrap's status. It forwards SIGTERM, SIGINT and SIGHUP to the
 command rather than die of them (the executor sends a polite signal to every process of the namespace: the command
 decides, and this wrapper outlives it to report); one that comes while the command starts is delivered to it once
@@ -128,8 +129,12 @@ POLITE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def inner(status_file: str, command: list) -> None:
-    """The first process inside the isolation: run the command, record how it ended, end the same way."""
+    """The first process inside the isolation: run the command, record how it ended, end the same way.
+    ``status_file``: a path, or ``fd:N`` (a pipe the runner reads; the command does not inherit it)."""
     state = {"child": 0, "pending": []}
+    status_fd = int(status_file[3:]) if status_file.startswith("fd:") else None
+    if status_fd is not None:
+        os.set_inheritable(status_fd, False)
 
     def forward(sig, frame):  # a polite signal is the command's to act on; this wrapper outlives it to report
         if state["child"]:
@@ -175,8 +180,11 @@ def inner(status_file: str, command: list) -> None:
             continue
     how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
     try:
-        with open(status_file, "w") as f:
-            f.write(how + "\n")
+        if status_fd is not None:
+            os.write(status_fd, (how + "\n").encode())
+        else:
+            with open(status_file, "w") as f:
+                f.write(how + "\n")
     except OSError:
         pass
     if os.WIFSIGNALED(status):

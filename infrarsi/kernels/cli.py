@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Verify and benchmark Triton kernel candidates.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, help="Verify and benchmark Triton kernel candidates.")
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
@@ -39,9 +39,9 @@ def _resolve(candidate: str, op: str | None) -> str:
 
 @app.command()
 def verify(
-    path: str = typer.Argument(..., help="The candidate: a file, or FILE@VARIANT for one of its VARIANTS, e.g. "
+    path: str = typer.Argument(..., metavar="CANDIDATE", help="The candidate: a file, or FILE@VARIANT for one of its VARIANTS, e.g. "
                                          "kernels/rmsnorm/triton_rows.py@rows16."),
-    op: str = typer.Option(None, "--op", help="The op it implements (default: its folder's name)."),
+    op: str = typer.Option(None, "--op", metavar="OP", help="The op it implements (default: its folder's name)."),
     json_out: bool = typer.Option(False, "--json", help="Print {verdict, reasons, cases, ...} as JSON."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Verify again even if this content was verified before."),
 ) -> None:
@@ -86,8 +86,8 @@ def _print_result(result) -> None:
 
 @app.command()
 def bench(
-    path: str = typer.Argument(..., help="The candidate: a file, or FILE@VARIANT."),
-    op: str = typer.Option(None, "--op", help="The op it implements (default: its folder's name)."),
+    path: str = typer.Argument(..., metavar="CANDIDATE", help="The candidate: a file, or FILE@VARIANT."),
+    op: str = typer.Option(None, "--op", metavar="OP", help="The op it implements (default: its folder's name)."),
     json_out: bool = typer.Option(False, "--json", help="Print the measurement as JSON."),
 ) -> None:
     """Median GPU time vs the reference and torch.compile, bandwidth vs the measured peak (needs a GPU)."""
@@ -132,7 +132,7 @@ def bench(
 
 
 @app.command("list")
-def list_(op: str = typer.Argument(None, help="One op (default: all).")) -> None:
+def list_(op: str = typer.Argument(None, metavar="OP", help="One op (default: all).")) -> None:
     """The shipped candidates of each op (each variant of a file that declares VARIANTS), with their file's hash."""
     from .loader import OPS, list_candidates, sha256_of
 
@@ -145,8 +145,8 @@ def list_(op: str = typer.Argument(None, help="One op (default: all).")) -> None
 
 @app.command()
 def generate(
-    op: str = typer.Argument(..., help="The op: rmsnorm, swiglu, rope, cross_entropy or add_rmsnorm."),
-    out_dir: Path = typer.Option(None, "--out-dir", help="Where to write it (default: kernels/<op>/generated/)."),
+    op: str = typer.Argument(..., metavar="OP", help="The op: rmsnorm, swiglu, rope, cross_entropy or add_rmsnorm."),
+    out_dir: Path = typer.Option(None, "--out-dir", metavar="DIR", help="Where to write it (default: kernels/OP/generated/)."),
 ) -> None:
     """Ask the configured LLM for a Triton candidate of OP, write it and verify it (one repair round)."""
     from ..priors import LLMConfig

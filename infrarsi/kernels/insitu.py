@@ -15,6 +15,11 @@ one line ``infrarsi kernel spot check failed: op=PATH ...`` and ends the process
 classifier turns into ``numerics_drift``; the run stage then disqualifies the candidate for the rest of the run.
 This catches a candidate that behaves differently on the real tensors than on any verifier's.
 
+While spot checks are on (``INFRARSI_SPOT_EVERY`` > 0, the default), every call -- not only the checked ones -- also
+runs under the verifier's watch (instrument.py): a forward that launches no
+Triton kernel, or computes with torch on the host (O(rows x cols) work), ends the process the same way. Right values
+computed some other way in training -- torch math on training-sized batches -- are caught by how they were made.
+
 A checked call cannot be told apart from another while it runs: every call is the same ``module.forward(*args)``
 from the same frame, on the caller's own tensors, and returns the candidate's own outputs; whether it is checked
 is drawn *after* it returned (``secrets.SystemRandom``: no generator state in the process to read and predict).
@@ -90,10 +95,30 @@ class SpotChecked:
 
     def forward(self, *args):
         self.calls += 1
-        outs = self.module.forward(*args)  # the same call, checked or not
+        outs = self._watched(args)  # the same call, checked or not
         if self._chosen():
             self.checked += 1
             _check(self, args, outs)
+        return outs
+
+    def _watched(self, args):
+        """The candidate's forward under the verifier's watch, every call: it must launch a Triton kernel and do no
+        O(rows x cols) torch math on the host (instrument.py), on training's own tensors as on the verifier's.
+        A candidate that computes its answer some other way in training (right values, no kernel) ends here."""
+        import torch
+
+        from .instrument import _count_launches, _rows_of, _watch_mode
+
+        if self.every <= 0 or torch.compiler.is_compiling():  # checks off (INFRARSI_SPOT_EVERY=0: the loss referee
+            return self.module.forward(*args)                   # alone), or traced by torch.compile (the graph runs)
+        watch = _watch_mode(row_budget=_rows_of([a for a in args if torch.is_tensor(a)]), poison=False)
+        with _count_launches(watch), watch:
+            outs = self.module.forward(*args)
+        if watch.launches == 0:
+            self.fail("forward launched no Triton kernel on training's tensors (a fallback?)")
+        if watch.host_ops:
+            ops = ", ".join(f"{k} x{v}" for k, v in sorted(watch.host_ops.items()))
+            self.fail(f"forward computed with torch on the host, outside Triton, on training's tensors: {ops}")
         return outs
 
     def _chosen(self) -> bool:

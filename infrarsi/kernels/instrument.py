@@ -1,6 +1,6 @@
 """Instruments around a candidate's call: which torch functions its host code ran (and on how many
 elements), how many Triton kernels it launched, which namespaces it patched; and small tensor helpers.
-Used by dynamic.py (the checks) only.
+Used by dynamic.py (the candidate's process in verification) and insitu.py (every call in training).
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ HOST_ALLOWED = frozenset(
     "view view_as reshape reshape_as contiguous flatten unflatten unsqueeze squeeze expand expand_as "
     "transpose permute t unbind chunk split narrow select __getitem__ detach "
     "to float bfloat16 half double "
-    "sum".split()
+    "sum "
+    # attribute stores (autograd.Function.apply sets tensor attributes on a non-leaf input the second time it sees
+    # it): no arithmetic
+    "__set__".split()
 )
 _EMPTY_FUNCS = frozenset("empty empty_like empty_strided new_empty new_empty_strided".split())
 # Output tensors reached through these autograd nodes still come from the candidate's Function.

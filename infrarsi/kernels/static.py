@@ -16,6 +16,9 @@ a module or builtin that reaches the interpreter's internals (``DENIED_ATTRS``: 
 chain rooted at an import that, resolved on the real module, lands on a module off the allowlist or a builtin
 off ``ALLOWED_BUILTINS``.
 
+Strings are never evaluated as code: typing's hint evaluation (``get_type_hints``, ``ForwardRef``) and
+``functools.singledispatch`` (which evaluates string annotations) are refused (``STRING_EVAL``).
+
 Besides: a ``@triton.jit`` kernel and a module-level ``forward``; no try/except fallbacks; no
 assignment to attributes of imported modules (monkeypatching). Each finding is one line
 ``code: message``. The dynamic checks (dynamic.py) catch what the AST cannot see: torch math run on
@@ -60,6 +63,11 @@ DENIED_ATTRS = frozenset(
     "sys os builtins inspect modules importlib subprocess exec eval compile open globals locals vars getattr "
     "setattr delattr environ ctypes stack currentframe system popen pathlib shutil socket signal gc marshal "
     "pickle runpy tempfile threading multiprocessing io posix".split())
+
+# Names that evaluate a string as code: typing's hint evaluation (get_type_hints and ForwardRef evaluate string
+# annotations with eval), functools.singledispatch's register (it calls get_type_hints), inspect's eval_str.
+STRING_EVAL = frozenset("get_type_hints ForwardRef evaluate_forward_ref get_annotations singledispatch "
+                        "singledispatchmethod eval_str".split())
 
 _ALLOWED_MSG = ("a candidate may import " + ", ".join(sorted(ALLOWED_IMPORTS)) + " (and triton.language.*) only")
 
@@ -165,6 +173,9 @@ def static_check(source: str) -> list[str]:
             if node.attr.startswith("_") or node.attr in FRAME_ATTRS:
                 add(f"static-attribute: line {line}: reads .{node.attr}; private, dunder and frame attributes are "
                     "off limits (no attribute access by computed or hidden name)")
+            elif node.attr in STRING_EVAL:
+                add(f"static-eval: line {line}: reads .{node.attr}; it evaluates strings as code (string "
+                    f"annotations are eval'd); a candidate never needs it")
             elif node.attr in DENIED_ATTRS:
                 add(f"static-attribute: line {line}: reads .{node.attr}; a route from an allowed module to the "
                     f"interpreter, the process or the files (static.DENIED_ATTRS are off limits)")
@@ -259,6 +270,10 @@ def _check_import(module: str, name: str | None, line: int, add) -> None:
     if name is None:
         return
     full = f"{module}.{name}"
+    if name in STRING_EVAL:
+        add(f"static-eval: line {line}: imports {full}; it evaluates strings as code (string annotations are "
+            f"eval'd); a candidate never needs it")
+        return
     if name in DENIED_ATTRS:
         add(f"static-import: line {line}: imports {full}; a route from an allowed module to the interpreter")
         return

@@ -11,20 +11,24 @@ Two stages, each failure one reason ``code: message``:
 
 static (static.py, in this process, before anything of the candidate runs)
     a lint: an allowlist of imports, builtins and torch/triton attributes; no attribute access by computed
-    name, no try/except fallbacks, no monkeypatching, a @triton.jit kernel and a module-level forward. It
-    refuses what an honest kernel never needs; safety does not rest on it.
-dynamic (dynamic.py, in a fresh Python process per candidate, isolated: execute/isolation.py)
-    outputs and gradients against the fp64 reference on fresh seeds over the shape families (production
-    widths and the contract's model shape included) in fp32, bf16 and fp16; host-op, alias, stale,
-    input-cache, mutated-input, nondeterministic, no-triton, autograd, patched, timeout. See dynamic.py.
+    name, no string evaluation, no try/except fallbacks, no monkeypatching, a @triton.jit kernel and a
+    module-level forward. It refuses what an honest kernel never needs; safety does not rest on it.
+dynamic (two processes: the checker here, checker.py; the candidate in a fresh Python of its own, dynamic.py,
+    isolated: execute/isolation.py)
+    the checker makes the inputs (fresh seeds over the shape families, production widths and the contract's model
+    shape included, in fp32, bf16 and fp16), sends them to the candidate's process, gets back only tensors (the
+    outputs and the gradients the candidate gave, on training-like inputs: non-leaf activations, Parameter
+    weights) and compares them here with its own fp64 reference: element-wise, and the mean signed error (bias);
+    non-finite, shape-dtype, same-output, input-cache, nondeterministic. The candidate's process adds what its
+    watch sees (host-op, no-triton, autograd, alias, stale, mutated-input, patched, timeout): reasons to fail only.
 
 The child process runs inside the same isolation as a trial (bubblewrap): the machine read-only, the candidate,
 its reference and the Python environment readable, nothing writable but empty scratch folders, and no run
 directory, experience bank, verifier cache (nor its secret), seal key, ``.git`` or home folder visible; the
 runner's secrets are not in its environment; its PID namespace ends with it. Where the machine cannot isolate,
 it runs unisolated (``VerifyResult.isolated`` is False and the run stage checks the repository and the run's
-seals afterwards). The child receives a one-time nonce on stdin and must answer with one line carrying it;
-the verdict is decided and written here, by the parent, never by code that ran next to the candidate.
+seals afterwards). Nothing it prints is read: its answer is tensors, judged here; the verdict is decided and
+written here, never by code that ran next to the candidate.
 
 Results are cached under $INFRARSI_CACHE/verify (default ~/.cache/infrarsi/verify) by a key over the
 candidate's bytes and variant, the reference's bytes, the verifier's own source (this package's verify, dynamic,
@@ -40,7 +44,6 @@ import hmac
 import json
 import os
 import secrets
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -48,14 +51,14 @@ from importlib import metadata
 from pathlib import Path
 
 from ..io import atomic_write
+from .checker import check
 from .dynamic import Case, VerifySettings, expected_cases
 from .loader import Candidate, candidate_path, kernels_root, load_reference, op_of, parse_candidate, reference_path
 from .static import static_check
 
 VERIFIER_VERSION = "2"
 # the modules whose source decides a verdict: a change to any of them invalidates every cached verdict
-VERIFIER_SOURCES = ("verify.py", "dynamic.py", "instrument.py", "static.py", "loader.py")
-STARTUP_S = 120.0  # the child's own start (importing torch and triton) on top of VerifySettings.timeout_s
+VERIFIER_SOURCES = ("verify.py", "checker.py", "dynamic.py", "instrument.py", "static.py", "loader.py")
 
 __all__ = ["Case", "VerifySettings", "VerifyResult", "cache_dir", "cache_key", "verify"]
 
@@ -230,23 +233,10 @@ def dynamic_environment() -> dict[str, str]:
 
 def _dynamic_in_subprocess(candidate: str | Path | Candidate, op: str,
                            settings: VerifySettings) -> tuple[list[str], list[Case]]:
-    """The dynamic checks in a fresh Python (TRITON_INTERPRET=1 without a GPU); its answer must carry the
-    nonce handed to it on stdin, and cover every (family, dtype) unless it names a failure."""
-    nonce = secrets.token_hex(16)
-    job = json.dumps({"nonce": nonce, "path": str(candidate), "op": op, "settings": settings.to_json()})
-    limit = settings.timeout_s + STARTUP_S
-    try:
-        proc = subprocess.run(dynamic_command(candidate, op), input=job, env=dynamic_environment(),
-                              capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired:
-        return [f"timeout: the dynamic checks' process ran past {limit:g} s (a hanging kernel?)"], []
-    answers = [ln[len(nonce) + 1:] for ln in proc.stdout.splitlines() if ln.startswith(nonce + " ")]
-    if proc.returncode != 0 or len(answers) != 1:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        why = f"exited with {proc.returncode}" if proc.returncode != 0 else f"gave {len(answers)} answers, not 1"
-        return [f"error: the dynamic checks' process {why} (the candidate ended or forged it?): {tail}"], []
-    d = json.loads(answers[0])
-    reasons, cases = list(d["reasons"]), [Case(**c) for c in d["cases"]]
+    """The dynamic checks: the candidate in a fresh Python of its own (TRITON_INTERPRET=1 without a GPU), isolated
+    where the machine can; this process makes the inputs and compares what comes back (checker.py). Every
+    (family, dtype) must be covered unless a failure is named."""
+    reasons, cases = check(candidate, op, settings, command=dynamic_command(candidate, op), env=dynamic_environment())
     if not reasons:
         want = expected_cases(load_reference(op), settings)
         got = {(c.family, c.dtype) for c in cases}

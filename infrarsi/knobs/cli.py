@@ -12,6 +12,7 @@ has the framework's default); ``data_parallel`` is null when the launch does not
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -69,13 +70,14 @@ def _contract_launch(path: Path, text: str) -> tuple[Path, int | None] | None:
     return (launch if launch.is_absolute() else path.parent / launch), c.hardware.devices
 
 
-def describe(path: Path, *, world_size: int | None = None) -> dict[str, Any]:
-    """What `infrarsi knobs` reports, as data: framework, fixed, setting, violations, space, notes.
-    A contract TOML is followed to its workload.launch (world size: the contract's devices)."""
+def describe(path: Path, *, world_size: int | None = None, core: bool = True) -> dict[str, Any]:
+    """What `infrarsi knobs` reports, as data: framework, fixed, setting, violations, space, notes, parsed.
+    A contract TOML is followed to its workload.launch (world size: the contract's devices). ``core=False``
+    leaves out megatron-core's own check (it imports torch and megatron-core: seconds), keeping the catalog's."""
     text = path.read_text()
     via = _contract_launch(path, text)
     if via is not None:
-        return describe(via[0], world_size=world_size or via[1])
+        return describe(via[0], world_size=world_size or via[1], core=core)
     fw = detect_framework(path, text)
     if fw == "megatron":
         from ..adapters import megatron as mg
@@ -87,7 +89,7 @@ def describe(path: Path, *, world_size: int | None = None) -> dict[str, Any]:
             s["data_parallel"] = data_parallel(world_size, s["tensor_parallel"], s["pipeline_parallel"],
                                                s["context_parallel"])
         space = mg.knob_space_for(parsed)
-        viol = mg.violations(parsed)
+        viol = mg.violations(parsed, core=core)
         notes = list(parsed.notes)
         world = parsed.world_size
     else:
@@ -100,12 +102,15 @@ def describe(path: Path, *, world_size: int | None = None) -> dict[str, Any]:
         world = parsed.world_size
     setting = {k.name: parsed.setting.get(k.name) for k in space.knobs}
     return {"framework": fw, "fixed": dict(parsed.fixed), "setting": setting, "violations": viol,
-            "world_size": world, "space": space, "notes": notes}
+            "world_size": world, "space": space, "notes": notes, "parsed": parsed}
 
 
-def knobs(file: Path = typer.Argument(..., help="A launch script, command file or config."),
+def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script, command file or config."),
           json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-          world_size: int = typer.Option(None, "--world-size", help="World size when the file does not state it (a TOML job file).")) -> None:
+          world_size: int = typer.Option(None, "--world-size", metavar="N", help="World size when the file does not state it (a TOML job file)."),
+          framework_check: bool = typer.Option(True, "--framework-check/--no-framework-check",
+                                               help="Also put the setting to megatron-core's own config code "
+                                                    "(imports torch: seconds; the catalog's rules are always checked).")) -> None:
     """Show the fixed workload arguments, the knob space, the current setting and its violations."""
     from rich.console import Console
     from rich.table import Table
@@ -113,12 +118,21 @@ def knobs(file: Path = typer.Argument(..., help="A launch script, command file o
     if not file.is_file():
         typer.echo(f"error: {file} does not exist; pass a launch script, command file or TOML job file", err=True)
         raise typer.Exit(1)
-    try:
-        d = describe(file, world_size=world_size)
+    try:  # the catalog's rules first (no torch import): the tables print in well under a second
+        d = describe(file, world_size=world_size, core=False)
     except (DetectError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)  # one line, never wrapped
         raise typer.Exit(1) from None
+    check = framework_check and d["framework"] == "megatron"
+
+    def framework_word() -> None:  # megatron-core's own check replaces the catalog-only list (it includes it)
+        from ..adapters import megatron as mg
+
+        d["violations"] = mg.violations(d["parsed"])
+
     if json_out:
+        if check:
+            framework_word()
         typer.echo(json.dumps({k: d[k] for k in ("framework", "fixed", "setting", "violations")}, default=str))
         raise typer.Exit(0)
     out = Console(highlight=False)
@@ -142,6 +156,14 @@ def knobs(file: Path = typer.Argument(..., help="A launch script, command file o
     out.print(kt)
     for n in d["notes"]:
         out.print(f"[yellow]note:[/] {n}")
+    if check:
+        err = Console(stderr=True, highlight=False)
+        say = ("checking the setting with megatron-core's own config code (imports torch: a few seconds; "
+               "--no-framework-check skips it)")
+        if not err.is_terminal:
+            err.print(f"{say} ...", soft_wrap=True)
+        with err.status(say) if err.is_terminal else contextlib.nullcontext():
+            framework_word()
     if d["violations"]:
         out.print(f"[bold red]{len(d['violations'])} violation(s):[/]")
         for v in d["violations"]:

@@ -105,6 +105,16 @@ KEPT = "${PWD}"
 where the launch starts): the directory a script runs from is the launch's, not the reading machine's."""
 
 
+def user_environment() -> dict[str, str]:
+    """The environment infrarsi runs in, as a launch script reads it (``$HOME/data``, a ``$DATA_DIR`` the user
+    exported): without PWD and OLDPWD (the script's folder is the contract's, see KEPT) and without the names that
+    hold secrets (their values would land in the recorded command line). Only what the script exports reaches a
+    trial."""
+    from ..execute.isolation import SECRET_NAME
+
+    return {k: v for k, v in os.environ.items() if k not in ("PWD", "OLDPWD") and not SECRET_NAME.search(k)}
+
+
 def expand_kept(argv: list[str], cwd: str | None = None) -> list[str]:
     """``argv`` with each kept ``${PWD}`` made the directory the command starts in (``cwd``, default this
     process's working directory), as the shell that runs the user's script would make it."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -50,6 +50,9 @@ class FileAudit:
     verdict: str | None  # the verifier's verdict: "pass", "fail", or None (never verified)
     scope_glob: str | None  # the scope.files glob it matched; None = outside the scope
     value: str = ""  # the setting's value as the repository names it: path, or path@VARIANT ("": path)
+    # the bytes read once, the ones sha256 is of: apply commits these, never a second read of the file (which
+    # could have been swapped since)
+    content: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def candidate(self) -> str:
@@ -74,10 +77,6 @@ class FileAudit:
             return (f"{self.path} changed since it was verified (sha256 {str(self.verified_sha256)[:12]} -> "
                     f"{str(self.sha256)[:12]}); stale candidate: rerun `infrarsi run`")
         return ""
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def scope_glob(path: str, globs: Sequence[str]) -> str | None:
@@ -134,7 +133,9 @@ def audit_files(data: RunData, setting: Mapping[str, Any]) -> list[FileAudit]:
         v = verdicts.get(value)
         in_repo = generated.get(op, {}).get(value, value)
         rel = split_spec(in_repo)[0]
-        out.append(FileAudit(path=rel, op=op, source=src, sha256=sha256_file(src) if src else None,
+        content = src.read_bytes() if src else None
+        out.append(FileAudit(path=rel, op=op, source=src, content=content,
+                             sha256=hashlib.sha256(content).hexdigest() if content is not None else None,
                              verified_sha256=v.sha256 if v else None, verdict=v.verdict if v else None,
                              scope_glob=scope_glob(rel, data.contract.scope.files), value=in_repo))
     return out
@@ -221,8 +222,9 @@ def recomputed_speedup(data: RunData, cand: VerifiedCandidate) -> tuple[Any, lis
     return sp, problems
 
 
-def candidate_problems(data: RunData, cand: VerifiedCandidate) -> list[str]:
-    """Everything that makes a candidate unfit to apply; [] for a promoted, verified, fresh one."""
+def candidate_problems(data: RunData, cand: VerifiedCandidate, audits: list[FileAudit] | None = None) -> list[str]:
+    """Everything that makes a candidate unfit to apply; [] for a promoted, verified, fresh one. ``audits``: its
+    files as already read (apply checks and commits the same bytes); default: read now."""
     if not cand.promoted:
         return [f"candidate {_short(cand.setting)} was not promoted: {cand.reason}"]
     sp, out = recomputed_speedup(data, cand)
@@ -236,7 +238,7 @@ def candidate_problems(data: RunData, cand: VerifiedCandidate) -> list[str]:
         if not sp.lo > bar:
             out.append(f"unverified candidate: CI lower bound {sp.lo:.3f} <= 1 + mde = {bar:.3f}")
     out += knob_problems(data, cand.setting)
-    out += [f.problem for f in audit_files(data, cand.setting) if f.problem]
+    out += [f.problem for f in (audit_files(data, cand.setting) if audits is None else audits) if f.problem]
     return out
 
 

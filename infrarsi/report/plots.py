@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.patches  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 from ..execute.trial import Trial  # noqa: E402
@@ -33,7 +34,7 @@ STATUS_STYLE = {  # status -> (color, marker); a TrialStatus key also answers to
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=90)
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", pad_inches=0.15)  # long labels are never cut
     plt.close(fig)
     return buf.getvalue()
 
@@ -42,25 +43,44 @@ def pct(x: float) -> float:
     return 100.0 * math.expm1(x)
 
 
-def progress(trials: Sequence[Trial]) -> bytes:
-    """Top: step time of every ok trial and the best-so-far line; failed trials as markers on the top
-    edge. Bottom: every trial's status by id."""
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8.5, 5.2), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
-    ok = [t for t in trials if t.status is TrialStatus.OK]
-    top = max((t.metrics.step_time_s for t in ok), default=1.0) * 1.15
+ROLE_STYLE = {"doctor": ("tab:gray", "baseline (doctor, again)"), "search": ("tab:blue", "search"),
+              "verify": ("tab:orange", "verification re-run")}  # the three stages, told apart at a glance
+
+
+def best_so_far(trials: Sequence[Trial]) -> tuple[list[int], list[float]]:
+    """(trial ids, the fastest step time a baseline or search trial had reached by then). Verification re-runs are
+    left out: one fast re-run is not a result (the verified median is drawn on its own)."""
     best, xs, ys = math.inf, [], []
     for t in trials:
-        if t.status is TrialStatus.OK:
+        if t.role.startswith("verify"):
+            continue
+        if t.status is TrialStatus.OK and t.role in ("doctor", "search"):
             best = min(best, t.metrics.step_time_s)
         if math.isfinite(best):
             xs.append(t.id)
             ys.append(best)
-    ax.step(xs, ys, where="post", color="tab:green", lw=2, label="best so far")
-    for role, alpha in (("doctor", 0.5), ("search", 1.0), ("verify", 0.35)):
-        sel = [t for t in ok if t.role == role]
+    return xs, ys
+
+
+def progress(trials: Sequence[Trial], verified: tuple[float, Sequence[int]] | None = None) -> bytes:
+    """Top: step time of every ok trial, coloured by stage; the best a *search* trial found so far (a single fast
+    re-run of verification is not a result); ``verified``: (the promoted candidate's median step time, its verify
+    trial ids), drawn as the verified result. Bottom: a strip of every trial's status, one cell per trial."""
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 5.0), sharex=True, gridspec_kw={"height_ratios": [4, 0.7]})
+    ok = [t for t in trials if t.status is TrialStatus.OK]
+    top = max((t.metrics.step_time_s for t in ok), default=1.0) * 1.15
+    xs, ys = best_so_far(trials)
+    if xs:
+        ax.step(xs, ys, where="post", color="tab:green", lw=2, label="best found by the search")
+    if verified is not None:
+        v_s, ids = verified
+        ax.hlines(v_s, min(ids) - 0.5, max(ids) + 0.5, color="tab:green", lw=3, ls="--",
+                  label=f"verified: {v_s:.3g} s (median of its re-runs)")
+    for role, (color, label) in ROLE_STYLE.items():
+        sel = [t for t in ok if t.role.startswith(role) or (role == "doctor" and t.role in ("warmup", "rebaseline"))]
         if sel:
-            ax.scatter([t.id for t in sel], [t.metrics.step_time_s for t in sel], s=22, alpha=alpha,
-                       color="tab:blue", label=f"ok ({role})")
+            ax.scatter([t.id for t in sel], [t.metrics.step_time_s for t in sel], s=24, color=color, label=label,
+                       alpha=0.85, zorder=3)
     for st, (color, marker) in STATUS_STYLE.items():
         sel = [t for t in trials if t.status is st and st is not TrialStatus.OK]
         if sel:
@@ -69,12 +89,17 @@ def progress(trials: Sequence[Trial]) -> bytes:
     ax.set_ylabel("step time (s)")
     ax.set_title("Step time by trial (failed trials on the top edge)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: the points stay visible
-    names = list(dict.fromkeys(t.status.value for t in trials))
-    for t in trials:
-        color, marker = STATUS_STYLE.get(t.status, ("black", "o"))
-        ax2.scatter([t.id], [names.index(t.status.value)], color=color, marker=marker, s=40)
-    ax2.set_yticks(range(len(names)), names, fontsize=8)
-    ax2.set_ylim(-0.6, len(names) - 0.4)
+    counts: dict[TrialStatus, int] = {}
+    strip = {**STATUS_STYLE, TrialStatus.OK: ("tab:green", "o")}  # the strip: ok green, failures their colour
+    for t in trials:  # one coloured cell per trial
+        color, _ = strip.get(t.status, ("black", "o"))
+        ax2.bar(t.id, 1, width=1.0, color=color, edgecolor="white", linewidth=0.5)
+        counts[t.status] = counts.get(t.status, 0) + 1
+    ax2.set_yticks([])
+    ax2.set_ylabel("status", fontsize=8)
+    ax2.legend(handles=[matplotlib.patches.Patch(color=strip.get(st, ("black", "o"))[0], label=f"{st.value} {n}")
+                        for st, n in counts.items()], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.2))
+    ax2.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax2.set_xlabel("trial id")
     return _png(fig)
 

@@ -27,7 +27,7 @@ from ..io import atomic_write
 from ..knobs import Setting
 from ..rundir import RunDir, VerifiedCandidate
 from ..status import TrialStatus
-from . import plots
+from . import conditions, plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
 from .fit import saved_fit
 from .load import RunData
@@ -79,6 +79,7 @@ class _Builder:
         self.blocks: list[Block] = []
         self.baseline = ((data.verification.baseline if data.verification else None)
                          or (data.noise.baseline if data.noise else {}) or data.contract.baseline)
+        self.sim = data.contract.workload.adapter == "simulated"  # a what-if cluster: its trials use no devices
 
     def h1(self, t: str) -> None:
         self.blocks.append(Block("h1", t))
@@ -128,17 +129,24 @@ class _Builder:
                    "(invariants.isolation.allow_unisolated)." if allowed else "Promotion on such evidence needs "
                    "invariants.isolation.allow_unisolated = true in the contract."))
         best = best_promoted(d)
-        if best is not None:
+        mde = d.verification.mde if d.verification is not None else (d.noise.mde if d.noise else math.nan)
+        if best is not None:  # what won, by how much, how sure
             pairs = ", ".join(f"{a}/{b}" for a, b in best.trials)
             lo, hi = best.ci95 or (math.nan, math.nan)
             note = (f" {len(best.unisolated)} of its trials ran without isolation (allowed by the contract)."
                     if best.unisolated else "")
-            self.p(f"**Best promoted candidate:** {_knobs(changed(best.setting, self.baseline))}: speedup "
-                   f"**{best.speedup:.3f}x**, 95% CI [{lo:.3f}, {hi:.3f}] over {best.pairs} interleaved "
-                   f"baseline/candidate pairs (trials {pairs}).{note}")
+            times = (f" ({statistics.median(best.baseline_s):.4g} s -> {statistics.median(best.candidate_s):.4g} s "
+                     f"per step, medians)" if best.baseline_s and best.candidate_s else "")
+            self.p(f"**Result:** {_knobs(changed(best.setting, self.baseline))} makes a training step "
+                   f"**{best.speedup:.3f}x** as fast as the baseline{times}. How sure: 95% confidence that the "
+                   f"speedup lies between {lo:.3f}x and {hi:.3f}x, from {best.pairs} back-to-back runs of baseline "
+                   f"and candidate (trials {pairs}); it is promoted because even {lo:.3f}x beats the noise floor "
+                   f"(+{mde:.1%}: the smallest change this machine's run-to-run noise lets us tell from chance)."
+                   f"{note}")
         elif d.verification is not None:
-            self.p("**No candidate was promoted**: none re-verified with a 95% CI lower bound above 1 + mde "
-                   "(see Verification).")
+            self.p(f"**No candidate was promoted**: no setting re-ran faster than the baseline by more than the noise "
+                   f"floor (+{mde:.1%}, the smallest change the run-to-run noise lets us tell from chance) at the "
+                   f"pessimistic end of its 95% confidence interval (see Verification). The launch stays as it is.")
         else:
             self.p(f"No verification yet (`{V}` is missing): run `infrarsi run`.")
         ts = d.trials
@@ -146,9 +154,19 @@ class _Builder:
         for t in ts:
             by_status.setdefault(t.status.value, []).append(t.id)
         counts = "; ".join(f"{k} {len(v)} {_ids(v, 12)}" for k, v in by_status.items())
-        total = sum(t.cost.device_s for t in ts if t.status.is_finished())
-        self.p(f"{len(ts)} trials on disk ({counts}); {total:.0f} device-seconds in all. "
-               f"Search stopped: {d.search.stop_reason}.")
+        roles = {r: sum(t.role.startswith(r) for t in ts) for r in ("search", "verify")}
+        self.p(f"What was tried: {roles['search']} settings in the search, {roles['verify']} verification re-runs, "
+               f"{len(ts) - roles['search'] - roles['verify']} baseline runs; {len(ts)} trials in all ({counts}). "
+               f"The search stopped because {_stop_in_words(d.search.stop_reason)}. What it cost: {self.cost(ts)}.")
+
+    def cost(self, ts) -> str:
+        """The run's cost in words: device time for measured trials; a simulated cluster's trials spent none."""
+        wall = sum(t.cost.wall_s for t in ts if t.status.is_finished())
+        if self.d.contract.workload.adapter == "simulated":
+            return (f"{wall:.0f} s on this machine; the cluster is simulated, so its step times are the model's "
+                    f"what-if answers and no accelerator time was spent")
+        dev = sum(t.cost.device_s for t in ts if t.status.is_finished())
+        return f"{dev / 3600:.2f} device-hours ({wall / 3600:.2f} h of wall time, each trial times its devices)"
 
     def noise(self) -> None:
         self.h2("Baseline and noise")
@@ -178,7 +196,11 @@ class _Builder:
         if not ts:
             self.p("No trials on disk.")
             return
-        self.img("progress", "Best-so-far step time by trial and every trial by status", plots.progress(ts))
+        best = best_promoted(self.d)
+        verified = ((statistics.median(best.candidate_s), [b for _, b in best.trials])
+                    if best is not None and best.candidate_s and best.trials else None)
+        self.img("progress", "Step time by trial: the best the search found, the verified result, every trial's status",
+                 plots.progress(ts, verified))
         ok = [t for t in ts if t.status is TrialStatus.OK]
         if ok:
             b = min(ok, key=lambda t: t.metrics.step_time_s)
@@ -194,10 +216,10 @@ class _Builder:
             rows.append((t.id, t.role, t.status.value.upper() if t.status.is_failure() else t.status.value,
                          f"{t.metrics.step_time_s:.4g}" if t.metrics.step_time_s else "-",
                          _mib(t.metrics.peak_memory_bytes) if t.status is TrialStatus.OK else "-",
-                         f"{t.cost.device_s:.1f}", _knobs(changed(t.setting, self.baseline)), kind,
-                         (t.reason or "")[:90]))
-        self.table(["trial", "role", "status", "step s", "peak MiB", "device-s", "knobs vs baseline", "proposal",
-                    "reason"], rows)
+                         f"{t.cost.wall_s if self.sim else t.cost.device_s:.1f}",
+                         _knobs(changed(t.setting, self.baseline)), kind, t.reason or ""))
+        self.table(["trial", "role", "status", "step s", "peak MiB", "wall s here" if self.sim else "device-s",
+                    "knobs vs baseline", "proposal", "reason"], rows)
 
     def models(self) -> None:
         self.h2("Models: predicted vs observed")
@@ -289,6 +311,12 @@ class _Builder:
                + (f" Memory effects are whole effects: the pre-flight estimate's effect (its additive projection, "
                   f"RMS misfit {s.estimate_projection_rms or 0:.3f} log) plus the correction the memory model "
                   f"learned on top of it, whose interval they carry." if s.memory_estimate else ""))
+        cands = self.d.verification.candidates if self.d.verification is not None else []
+        flagged = conditions.unreproduced_effects(te, cands, self.baseline)
+        if flagged:
+            self.p("**Measured under other conditions than verification:** "
+                   + "; ".join(f"**{f}** ({why})" for f, why in flagged.items())
+                   + ". These effects are the search's; verification did not bear them out.")
         self.img("effects", "Per-knob effect posteriors, time and memory", plots.effects(te, me))
         for name, es in (("time", te), ("memory", me)):
             self.table([f"{name} effect", "mean %", "90% interval %", "prior mean %", "prior source"],
@@ -311,7 +339,7 @@ class _Builder:
                      f"{pct(r['prior_mean']):+.1f} [{pct(r['prior_lo']):+.1f}, {pct(r['prior_hi']):+.1f}]",
                      f"{pct(r['post_mean']):+.1f} [{pct(r['post_lo']):+.1f}, {pct(r['post_hi']):+.1f}]",
                      f"**MISCALIBRATED** ({r['direction']})" if r["miscalibrated"] else "consistent",
-                     (r.get("rationale") or "")[:80]) for r in revs])
+                     r.get("rationale") or "") for r in revs])  # whole: the page wraps it
 
     def verification(self) -> None:
         self.h2("Verification")
@@ -320,9 +348,13 @@ class _Builder:
             self.p(f"Not verified yet (`{V}` is missing).")
             return
         cands = ver.candidates
-        self.p(f"Rule: {ver.rule}. {ver.repeats} interleaved pairs per candidate; mde "
-               f"{ver.mde:.2%}; finished {_when(ver.finished_at)}. Speedup = exp(mean of "
-               f"log(t_baseline / t_candidate) over the pairs), 95% t-interval.")
+        self.p(f"In words: the best settings of the search were re-run alternately with the baseline (at most "
+               f"{ver.repeats} back-to-back pairs each, so a slow drift of the machine hits both sides); a candidate is "
+               f"promoted when even the pessimistic end of its confidence interval is faster than the baseline by more "
+               f"than the noise floor, the minimum detectable effect (mde) of {ver.mde:.2%}, and its loss trace matches "
+               f"the baseline's. Rule as recorded: {ver.rule}; finished {_when(ver.finished_at)}. Speedup = exp(mean "
+               f"of log(t_baseline / t_candidate) over the pairs); the interval is the sequential one of the look that "
+               f"decided (its level in the reason, 95% or more).")
         rows = []
         for i, c in enumerate(cands, 1):
             pairs = ", ".join(f"{a}/{b}" for a, b in c.trials)
@@ -332,6 +364,11 @@ class _Builder:
                          "**yes**" if c.promoted else "no", c.reason))
         self.table(["#", "knobs vs baseline", "pairs (baseline/candidate trials)", "speedup", "95% CI", "promoted",
                     "reason"], rows)
+        for line in conditions.drift_lines(self.d.trials):
+            self.p(f"**The machine changed:** {line}")
+        for i, c in enumerate(cands, 1):
+            if c.explanation:
+                self.p(f"Candidate #{i} ({_knobs(changed(c.setting, self.baseline))}): {c.explanation}.")
         if cands:
             self.img("verification", "Speedup with its 95% CI per candidate",
                      plots.verification(cands, ver.mde))
@@ -362,6 +399,12 @@ class _Builder:
             self.p(f"**Verify trials no pair accounts for: {_ids(stray)}** (run for a candidate that is no longer "
                    f"verified, or a pair whose record is missing).")
 
+    def devices(self, trials) -> int:
+        """Devices a step time is spread over: the trials' own; a simulated cluster's step is the contract's."""
+        if self.sim:
+            return self.d.contract.hardware.devices
+        return max((t.cost.devices for t in trials), default=1)
+
     def mfu(self, cands: list[VerifiedCandidate]) -> None:
         self.h2("MFU")
         c = self.d.contract
@@ -384,8 +427,8 @@ class _Builder:
                 continue
             b_ids = [a for a, _ in cd.trials]
             c_ids = [b for _, b in cd.trials]
-            b_dev = max((by[a].cost.devices for a in b_ids if a in by), default=1)
-            c_dev = max((by[b].cost.devices for b in c_ids if b in by), default=1)
+            b_dev = self.devices([by[a] for a in b_ids if a in by])
+            c_dev = self.devices([by[b] for b in c_ids if b in by])
             tb, tc = statistics.median(cd.baseline_s), statistics.median(cd.candidate_s)
             mb, mc = mfu(flops, tb, b_dev, peak), mfu(flops, tc, c_dev, peak)
             rows.append((i, f"{tb:.4g} s x {b_dev} dev", f"{tc:.4g} s x {c_dev} dev",
@@ -441,7 +484,7 @@ class _Builder:
             self.p(f"Every kernel candidate the run verified ({S}); generated ones say why their op was chosen:")
             self.table(["file", "origin", "verdict", "sha256", "reasons"],
                        [(p, v.origin + (f" ({v.why})" if v.why else ""), v.verdict or "-", v.sha256 or "",
-                         "; ".join(v.reasons)[:100]) for p, v in sorted(kv.items())])
+                         "; ".join(v.reasons)) for p, v in sorted(kv.items())])
 
 
 def build(data: RunData, step: Callable[[str], None] = lambda s: None, *,
@@ -452,6 +495,17 @@ def build(data: RunData, step: Callable[[str], None] = lambda s: None, *,
 
 
 # ---------------------------------------------------------------------- writers
+def _stop_in_words(reason: str | None) -> str:
+    """The search's recorded stop reason, said plainly ("expected improvement 0.21 below log(1 + mde 0.36)")."""
+    if not reason:
+        return "it did not record why"
+    if reason.startswith("expected improvement"):
+        return ("no setting left untried was expected to beat the best one by more than the noise floor "
+                f"({reason})")
+    return {"budget spent": "its trial budget was spent",
+            "search space exhausted": "every valid setting had been tried"}.get(reason, reason)
+
+
 def _md_cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
@@ -475,16 +529,26 @@ def to_markdown(blocks: Sequence[Block], files_dir: str = FILES_DIR) -> str:
     return "\n".join(out)
 
 
+def _strong(m: re.Match) -> str:
+    """Bold text: green for a success, red for an alarm (Warning, MISCALIBRATED, OUTSIDE...), else plain bold."""
+    text = m.group(1)
+    if text.startswith(("Result", "yes")) or re.fullmatch(r"[0-9.]+x", text):
+        return f"<strong class='good'>{text}</strong>"
+    if text.startswith(("Warning", "Isolation", "No candidate")) or (text.isupper() and len(text) > 2):
+        return f"<strong class='bad'>{text}</strong>"
+    return f"<strong>{text}</strong>"
+
+
 def _inline(s: str) -> str:
     s = html.escape(s)
-    s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
+    s = re.sub(r"\*\*(.+?)\*\*", _strong, s)
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
 
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:0.6em 0 1.4em;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;
 text-align:left;vertical-align:top}th{background:#f2f2f2}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
-strong{color:#a40000}code{background:#f4f4f4;padding:0 3px}h2{border-bottom:1px solid #ddd;padding-bottom:3px}"""
+strong.good{color:#17702a}strong.bad{color:#a40000}code{background:#f4f4f4;padding:0 3px}h2{border-bottom:1px solid #ddd;padding-bottom:3px}"""
 
 
 def to_html(blocks: Sequence[Block]) -> str:

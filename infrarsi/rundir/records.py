@@ -63,6 +63,7 @@ class Stages(_Record):
     reopened: list[Reopened] = []
     search_budget: int | None = None
     search_seed: int | None = None
+    slurm: dict[str, str] | None = None  # the sbatch flags given on the command line (execute/slurm_options.py)
 
 
 # ------------------------------------------------------------------------------- verification records
@@ -121,6 +122,9 @@ class VerifiedCandidate(_Record):
     baseline_peak_memory_bytes: float | None = None
     mfu: float | None = None
     baseline_mfu: float | None = None
+    level: float | None = None  # the interval's level at the look that decided (sequential: above 95%)
+    decision: str | None = None  # "promote" | "reject" | "budget" (search/verify.py's Decision.state)
+    explanation: str = ""  # a candidate that did not reproduce, in words: search and A/B figures, conditions of each
 
 
 class Verification(_Record):
@@ -206,3 +210,5 @@ class ClockRecord(BaseModel):
     arrivals_s: list[float] = []
     cpu_s: list[float | None] = []
     cpu_t_s: list[float | None] = []
+    chunks: list[int] = []  # per stdout line, the number of the pipe read that completed it
+    stderr: dict[str, Any] | None = None  # the same for stderr: sha256, arrivals_s, chunks, cpu_s, cpu_t_s

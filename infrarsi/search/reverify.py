@@ -10,58 +10,69 @@ until the interval clears."""
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..contract import contract_hash
 from ..contract.numerics import drift_of
+from ..execute.conditions import drift, load_of
 from ..execute.runner import unisolated
 from ..execute.trial import Trial, TrialStatus
 from ..knobs import Setting
 from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
 from .tuner import Tuner
-from .verify import promote, speedup_ci
+from .verify import FIRST_LOOK, decide
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
 def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Setting, base_losses, noise,
-              console: Console) -> Verification:
-    """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out); promotion by the CI rule
-    and the loss invariant. Resumable: the pairs run so far are kept in the verification progress record. Writes
-    and returns the verification record."""
-    repeats = max(2, min(noise.repeats_for_target, 4))
+              console: Console, on_pair: Callable[[str], None] = lambda subject: None) -> Verification:
+    """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out), added one pair at a time
+    until the sequential rule decides (search/verify.py) or ``budget.verify_pairs`` run out; promotion by that rule and
+    the loss invariant. Resumable: the pairs run so far are kept in the verification progress record. Writes and
+    returns the verification record. Each pair is printed as it finishes; ``on_pair(subject)`` is told which pair runs
+    next (the live progress line)."""
+    max_pairs = contract.budget.verify_pairs
     top = to_verify(tuner.top(3), baseline)
-    out: dict[str, Any] = {"repeats": repeats, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
-                           "rule": "promote when the 95% CI lower bound of the paired speedup > 1 + mde and the loss "
-                                   "trace matches the baseline within the contract"}
+    out: dict[str, Any] = {"repeats": max_pairs, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
+                           "rule": f"pairs added one at a time (at most {max_pairs}); promote when the sequential "
+                                   f"interval's lower bound (alpha spent over the looks) > 1 + mde and the loss trace "
+                                   f"matches the baseline within the contract; stop when its upper bound < 1 + mde"}
     run = RunDir(run_dir)
     recorded = run.progress()
     progress = account(recorded.model_copy(deep=True), record.trials(), baseline)  # key -> [(baseline, candidate)]
     if progress != recorded:
         run.write_progress(progress)
-    for cand in top:
+    for n_cand, cand in enumerate(top, 1):
         ids = progress.pairs.setdefault(cand.key(), [])
         pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
         disturbed: list[tuple[Trial, Trial]] = []
         while True:
             used = [p for p in pairs if p not in disturbed]
-            while len(used) < repeats:  # A then B, back to back: drifts of the machine cancel in the pair
-                a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
-                b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
-                pairs.append((a, b))
-                used.append((a, b))
-                ids.append((a.id, b.id))
-                run.write_progress(progress)
-            bad = disturbed_pairs(used)
-            if not bad or len(disturbed) >= MAX_DISTURBED:
-                break
-            disturbed += bad[: MAX_DISTURBED - len(disturbed)]
+            bad = [p for p in disturbed_pairs(used) if len(disturbed) < MAX_DISTURBED]
+            if bad:
+                disturbed += bad[: MAX_DISTURBED - len(disturbed)]
+                continue
+            ok_pairs = [(a, b) for a, b in used if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
+            d = decide([a.metrics.step_time_s for a, _ in ok_pairs], [b.metrics.step_time_s for _, b in ok_pairs],
+                       mde=noise.mde, max_pairs=max_pairs)
+            if d.done or len(used) >= max_pairs or len(used) - len(ok_pairs) >= FIRST_LOOK:
+                break  # decided, out of pairs, or a candidate (or baseline) that keeps failing
+            # A then B, back to back: drifts of the machine cancel in the pair
+            which = f"candidate {n_cand} of {len(top)}, pair {len(used) + 1} (at most {max_pairs})"
+            on_pair(f"verify: {which}")
+            a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
+            b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
+            pairs.append((a, b))
+            ids.append((a.id, b.id))
+            run.write_progress(progress)
+            console.print(f"  verify {which}: {_pair_line(a, b)}", highlight=False)
         pairs = [p for p in pairs if p not in disturbed]
         ok_pairs = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
         entry: dict[str, Any] = {"setting": cand.to_dict(), "why": tuner.why(cand),
@@ -70,11 +81,12 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
             entry["disturbed"] = {"trials": [[a.id, b.id] for a, b in disturbed],
                                   "reason": f"a run took over {DISTURBED_FACTOR:g}x the median of its side: another job "
                                             f"shared the machine; the pair was run again"}
-        if len(ok_pairs) < 2:
-            entry.update(promoted=False, reason=f"only {len(ok_pairs)} of {len(pairs)} pairs ran ok")
+        if d.speedup is None:
+            entry.update(promoted=False, reason=f"only {len(ok_pairs)} of {len(pairs)} pairs ran ok (the rule needs "
+                                                f"{FIRST_LOOK})")
         else:
-            sp = speedup_ci([a.metrics.step_time_s for a, _ in ok_pairs], [b.metrics.step_time_s for _, b in ok_pairs])
-            passed, why = promote(sp, noise.mde)
+            sp = d.speedup
+            passed, why = d.promoted, d.reason
             drift = drift_of(base_losses, contract, cand, ok_pairs[0][1].metrics)
             if drift:
                 passed, why = False, f"loss invariant broken: {drift}"
@@ -85,19 +97,67 @@ def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Se
                     passed, why = False, refused
                 elif passed:
                     why = f"{why} (on evidence from {len(bare)} unisolated trials: the contract allows it)"
-            entry.update(sp.to_dict(), promoted=passed, reason=why,
+            entry.update(sp.to_dict(), promoted=passed, reason=why, level=1 - 2 * d.alpha, decision=d.state,
                          baseline_s=[a.metrics.step_time_s for a, _ in ok_pairs],
                          candidate_s=[b.metrics.step_time_s for _, b in ok_pairs],
                          peak_memory_bytes=max((b.metrics.peak_memory_bytes or 0) for _, b in ok_pairs) or None,
                          baseline_peak_memory_bytes=max((a.metrics.peak_memory_bytes or 0) for a, _ in ok_pairs) or None,
                          mfu=_median([b.metrics.mfu for _, b in ok_pairs]),
                          baseline_mfu=_median([a.metrics.mfu for a, _ in ok_pairs]))
+        entry["explanation"] = explain(cand, record.trials(), ok_pairs, noise, promoted=entry["promoted"])
         out["candidates"].append(entry)
-        console.print(f"  verify {json.dumps(cand.to_dict())}: {entry['reason']}")
+        changes = ", ".join(f"{k}={v}" for k, v in cand.items() if baseline.get(k) != v) or "the baseline"
+        console.print(f"  verified candidate {n_cand} of {len(top)} ({changes}): "
+                      f"{'[green]promoted[/]' if entry['promoted'] else 'not promoted'}: {entry['reason']}",
+                      highlight=False)
+        if entry["explanation"]:
+            console.print(f"    {entry['explanation']}")
     out["contract_sha256"] = contract_hash(contract)
     out["finished_at"] = time.time()
     out["rerun"] = progress.rerun
     return run.write_verification(out)
+
+
+def _pair_line(a: Trial, b: Trial) -> str:
+    def one(t: Trial) -> str:
+        return f"{t.metrics.step_time_s:.4g} s" if t.status is TrialStatus.OK else t.status.value
+    return f"baseline {one(a)}, candidate {one(b)} (trials {a.id}/{b.id})"
+
+
+def _span(xs: list[float]) -> str:
+    lo, hi = min(xs), max(xs)
+    return f"{lo:.3g} s" if abs(hi - lo) < 0.005 * hi else f"{lo:.3g}-{hi:.3g} s"
+
+
+def _load_words(ts: list[Trial]) -> str:
+    la = load_of(t.conditions for t in ts)
+    return "" if la is None else f" at load average {la:.1f}"
+
+
+def explain(cand: Setting, trials: list[Trial], ok_pairs: list[tuple[Trial, Trial]], noise, *,
+            promoted: bool) -> str:
+    """A candidate that did not reproduce, in words: its search figures and its A/B figures side by side, with the
+    conditions of each ("" for a promoted candidate, or one without a search trial or pairs to compare)."""
+    if promoted or not ok_pairs:
+        return ""
+    seen = [t for t in trials if t.role == "search" and t.status is TrialStatus.OK and t.setting == cand.to_dict()]
+    base = [t for t in trials if t.role in ("doctor", "rebaseline") and t.status is TrialStatus.OK]
+    if not seen or not base:
+        return ""
+    s_c = [t.metrics.step_time_s for t in seen]
+    s_b = [t.metrics.step_time_s for t in base]
+    v_b = [a.metrics.step_time_s for a, _ in ok_pairs]
+    v_c = [b.metrics.step_time_s for _, b in ok_pairs]
+    search_x = statistics.median(s_b) / statistics.median(s_c)
+    ab_x = statistics.median(v_b) / statistics.median(v_c)
+    verdict = ("it did not reproduce" if ab_x < 1 + 0.5 * (search_x - 1) else
+               "its pairs agree with the search, but the interval could not clear the bar")
+    words = (f"{verdict}: in the search it ran at {_span(s_c)}/step against the baseline's {_span(s_b)}"
+             f"{_load_words(seen + base)} ({search_x:.2f}x); in the A/B pairs it ran at {_span(v_c)}/step against "
+             f"the baseline's {_span(v_b)}{_load_words([t for p in ok_pairs for t in p])} ({ab_x:.2f}x)")
+    shift = drift("during the search", load_of(t.conditions for t in seen + base), "during verification",
+                  load_of(t.conditions for p in ok_pairs for t in p))
+    return words + (f"; the machine changed: {shift}" if shift else "")
 
 
 def account(progress: VerificationProgress, trials: list[Trial], baseline: Setting) -> VerificationProgress:

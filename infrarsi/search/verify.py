@@ -1,35 +1,38 @@
 """Re-verification: the top candidates are rerun interleaved with the baseline (A B A B ...), and promoted
-only when the lower bound of the speedup's 95% CI exceeds 1 + the minimum detectable effect.
+only when the lower bound of the speedup's interval exceeds 1 + the minimum detectable effect.
+
+Sequential (:func:`decide`): pairs are added one at a time and the rule looks after each, from ``FIRST_LOOK`` pairs
+up to the contract's ``budget.verify_pairs`` (N). Looking after every pair at a fixed-n 95% CI would promote an A/A
+candidate far more often than 2.5% (each look is another chance). So each look k (n_k pairs) spends part of a
+one-sided ``ALPHA`` = 2.5%: alpha_k = ALPHA * (n_k - n_{k-1}) / N, the first look ALPHA * FIRST_LOOK / N (the linear
+alpha-spending function), and its interval is exp(mean r +- t_{1 - alpha_k, n_k - 1} sd(r) / sqrt(n_k)). The
+alphas add up to ALPHA over every look the budget allows, so by the union bound the chance that ANY look's lower
+bound clears 1 (let alone 1 + mde) under an A/A test is <= 2.5%, however the run stops (conservative: the looks are
+correlated). The rule stops at the first look whose lower bound clears 1 + mde (promoted), whose upper bound falls
+below it (it cannot be shown: stopping for that never raises the false promotions), or when N pairs ran.
 
 Statistic: each A/B pair ran back to back, so slow drifts of the machine cancel in the pair's log ratio
 r_i = log(t_baseline_i / t_candidate_i). The speedup is exp(mean r); its CI is the t-interval
-exp(mean r +- t_{0.975, n-1} sd(r) / sqrt(n)). Under an A/A test (candidate == baseline) with
+exp(mean r +- t_{0.975, n-1} sd(r) / sqrt(n)) for one look (:func:`speedup_ci`). Under an A/A test (candidate == baseline) with
 log-normal noise, the lower bound exceeds 0 with probability 2.5%, and exceeds log(1 + mde) far less:
 ``scripts/bench_aa.py`` measures the false-promotion rate.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# Two-sided 95% Student t quantiles t_{0.975, df}, df = 1..30 (beyond: 1.96 + small correction).
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
-
-
-def t975(df: int) -> float:
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    return _T975[df - 1] if df <= 30 else 1.96 + 2.4 / df
+from scipy.stats import t as student_t
 
 
 @dataclass(frozen=True)
 class Speedup:
     speedup: float  # baseline time / candidate time (> 1 = faster)
-    lo: float  # 95% CI
+    lo: float  # the interval (95% for one look; the sequential rule's level for a look among many)
     hi: float
     pairs: int
 
@@ -38,14 +41,9 @@ class Speedup:
 
 
 def speedup_ci(baseline_s: Sequence[float], candidate_s: Sequence[float]) -> Speedup:
-    """Paired speedup and its 95% CI from interleaved runs: baseline_s[i] and candidate_s[i] ran as pair i."""
-    if len(baseline_s) != len(candidate_s) or len(baseline_s) < 2:
-        raise ValueError(f"need >= 2 interleaved pairs of equal length, got {len(baseline_s)} and {len(candidate_s)}")
-    r = [math.log(a / b) for a, b in zip(baseline_s, candidate_s)]
-    n = len(r)
-    m = statistics.fmean(r)
-    half = t975(n - 1) * statistics.stdev(r) / math.sqrt(n)
-    return Speedup(math.exp(m), math.exp(m - half), math.exp(m + half), n)
+    """Paired speedup and its fixed-n 95% CI from interleaved runs: baseline_s[i] and candidate_s[i] ran as pair i
+    (one look; the verify step's looks use :func:`decide`)."""
+    return interval(baseline_s, candidate_s, 0.025)
 
 
 def promote(s: Speedup, mde: float) -> tuple[bool, str]:
@@ -54,3 +52,71 @@ def promote(s: Speedup, mde: float) -> tuple[bool, str]:
     if s.lo > bar:
         return True, f"speedup {s.speedup:.3f}x, CI [{s.lo:.3f}, {s.hi:.3f}]: lower bound > 1 + mde = {bar:.3f}"
     return False, f"speedup {s.speedup:.3f}x, CI [{s.lo:.3f}, {s.hi:.3f}]: lower bound <= 1 + mde = {bar:.3f}, not promoted"
+
+
+ALPHA = 0.025  # one-sided: the same 2.5% a fixed-n 95% CI's lower bound spends
+FIRST_LOOK = 3  # pairs before the first look: two give a t interval with df = 1 (t = 12.7 at 2.5%)
+
+
+def look_alpha(pairs: int, max_pairs: int) -> float:
+    """The one-sided alpha the look at ``pairs`` pairs spends (linear spending over ``max_pairs``; see module doc)."""
+    if not FIRST_LOOK <= pairs <= max_pairs:
+        raise ValueError(f"looks run from {FIRST_LOOK} to {max_pairs} pairs, got {pairs}")
+    return ALPHA * (FIRST_LOOK if pairs == FIRST_LOOK else 1) / max_pairs
+
+
+def interval(baseline_s: Sequence[float], candidate_s: Sequence[float], alpha: float) -> Speedup:
+    """The paired speedup with its two-sided interval at level 1 - 2 alpha (pairs as in :func:`speedup_ci`)."""
+    if len(baseline_s) != len(candidate_s) or len(baseline_s) < 2:
+        raise ValueError(f"need >= 2 interleaved pairs of equal length, got {len(baseline_s)} and {len(candidate_s)}")
+    r = [math.log(a / b) for a, b in zip(baseline_s, candidate_s)]
+    n = len(r)
+    m = statistics.fmean(r)
+    half = t_quantile(1 - alpha, n - 1) * statistics.stdev(r) / math.sqrt(n)
+    return Speedup(math.exp(m), math.exp(m - half), math.exp(m + half), n)
+
+
+@functools.lru_cache(maxsize=1024)
+def t_quantile(p: float, df: int) -> float:
+    """Student t's ``p`` quantile with ``df`` degrees of freedom (scipy; cached: a run asks the same few)."""
+    return float(student_t.ppf(p, df))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where the sequential rule stands after the pairs so far."""
+
+    state: str  # "promote" | "reject" (cannot clear the bar) | "budget" (pairs ran out) | "continue"
+    speedup: Speedup | None  # None before the first look
+    alpha: float  # the one-sided alpha of this look (0 before the first)
+    reason: str
+
+    @property
+    def done(self) -> bool:
+        return self.state != "continue"
+
+    @property
+    def promoted(self) -> bool:
+        return self.state == "promote"
+
+
+def decide(baseline_s: Sequence[float], candidate_s: Sequence[float], *, mde: float, max_pairs: int) -> Decision:
+    """The sequential rule after ``len(baseline_s)`` ok pairs (module doc), with the arithmetic in the reason."""
+    n = len(baseline_s)
+    max_pairs = max(max_pairs, FIRST_LOOK)
+    if n < FIRST_LOOK:
+        return Decision("continue", None, 0.0, f"{n} of at least {FIRST_LOOK} pairs")
+    a = look_alpha(min(n, max_pairs), max_pairs)
+    s = interval(baseline_s, candidate_s, a)
+    bar = 1.0 + mde
+    figs = (f"speedup {s.speedup:.3f}x, {1 - 2 * a:.2%} interval [{s.lo:.3f}, {s.hi:.3f}] after {n} pairs "
+            f"(sequential: look {n - FIRST_LOOK + 1} of {max_pairs - FIRST_LOOK + 1}, alpha {a:.4f})")
+    if s.lo > bar:
+        return Decision("promote", s, a, f"{figs}: lower bound > 1 + mde = {bar:.3f}")
+    if s.hi < bar:
+        return Decision("reject", s, a, f"{figs}: upper bound < 1 + mde = {bar:.3f}, not promoted (it cannot clear "
+                                       f"the bar)")
+    if n >= max_pairs:
+        return Decision("budget", s, a, f"{figs}: the interval still holds 1 + mde = {bar:.3f} after the contract's "
+                                       f"{max_pairs} pairs (budget.verify_pairs), not promoted")
+    return Decision("continue", s, a, figs)

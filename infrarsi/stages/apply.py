@@ -1,5 +1,7 @@
 """apply stage: write the best promoted, audited candidate into the user's git tree as ONE commit.
 
+Exit codes (infrarsi/exitcodes.py): 0 applied (or shown), 3 the run promoted nothing (nothing to apply), 1 refused.
+A run directory inside the repository is listed in its git info/exclude (stages/init.py): never the user's change.
 Refuses with one line and exit 1 (writing nothing): a contract that changed since the lock or does not
 match the verification, a record that does not match its seal, stale or missing verification, no promoted
 candidate, a candidate whose trials no longer give its numbers, a kernel file outside the locked scope / never
@@ -18,8 +20,15 @@ from pathlib import Path
 from rich.console import Console
 
 
-def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Console) -> int:
+def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Console, out: dict | None = None) -> int:
+    """Exit 0 applied (or shown, with ``dry_run``), 3 no promoted candidate, 1 refused. ``out`` (a dict, for
+    ``--json``) is filled with what happened: docs/cli.md#apply."""
     from rich.markup import escape
+
+    from .. import exitcodes
+
+    out = {} if out is None else out
+    out.update(applied=False, dry_run=dry_run, repo=str(repo), commit=None, files=[], candidate=None, refused=None)
 
     from ..apply import ApplyRefused, GitError, commit, diff, make_plan, problems
     from ..apply.gitops import dirty, toplevel
@@ -27,9 +36,10 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
     from ..contract.seal import SealError
     from ..report import RunDataError, load_run
 
-    def refuse(msg: str) -> int:
+    def refuse(msg: str, code: int = exitcodes.ERROR) -> int:
         err.print(f"[bold red]apply refused:[/] {escape(msg)}", highlight=False, soft_wrap=True)
-        return 1
+        out["refused"] = msg
+        return code
 
     try:
         data = load_run(run_dir)
@@ -39,6 +49,10 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         return refuse(f"contract mismatch: {e}")
     except RunDataError as e:
         return refuse(str(e))
+    if data.verification is not None and not data.verification.promoted():
+        n = len(data.verification.candidates)
+        return refuse(f"no promoted candidate: the run finished without one ({n} verified, none faster than the "
+                      f"baseline by more than its noise); nothing to apply (exit 3)", exitcodes.NO_PROMOTION)
     root = toplevel(Path(repo))
     notes = []
     if root is None:
@@ -49,11 +63,15 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         unclean = []
         is_git = False
     else:
+        from .init import keep_out_of_git
+
+        keep_out_of_git(run_dir, err)  # a run directory made before init listed it: never the user's change
         unclean = dirty(root)
         is_git = True
     if unclean and not dry_run:
-        return refuse(f"the git tree {root} is dirty ({len(unclean)} changed or untracked: {unclean[0].strip()}); "
-                      f"commit or stash first, so the tuned change is one clean commit")
+        return refuse(f"the git tree {root} is dirty: {len(unclean)} change(s) of your own not committed (first: "
+                      f"{unclean[0].strip()}); commit or stash them first, so the tuned change is one clean commit")
+    out["repo"] = str(root)
     try:
         plan = make_plan(data, repo=root)
     except ApplyRefused as e:
@@ -67,6 +85,8 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         return refuse(f"unsafe destination: {bad[0]}{more}; nothing was written")
     cand = plan.candidate
     lo, hi = cand.ci95 or (float("nan"), float("nan"))
+    out["candidate"] = {"changes": dict(plan.changes), "speedup": cand.speedup, "ci95": list(cand.ci95 or []),
+                        "trials": [list(p) for p in cand.trials], "promoted": plan.n_promoted}
     which = (f"best of {plan.n_promoted} promoted candidate(s): {', '.join(f'{k}={v}' for k, v in plan.changes.items())} "
              f"({cand.speedup:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}], trials {[list(p) for p in cand.trials]})")
     if dry_run:
@@ -80,15 +100,18 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
                       soft_wrap=True)
         console.print("--- commit message that would be made ---", highlight=False)
         console.print(plan.message, markup=False, highlight=False, soft_wrap=True)
-        return 0
+        out["diff"] = text
+        return exitcodes.OK
     try:
         sha, written = commit(plan, root)
     except (ApplyRefused, GitError, OSError) as e:
         return refuse(f"{e}; the repository was left as it was")
     if sha is None:
         console.print(f"apply: nothing to commit, {root} already holds this tuned launch", highlight=False)
-        return 0
+        out["applied"] = True
+        return exitcodes.OK
     console.print(f"apply: committed {sha[:12]} in {root}: {which}; {len(written)} file(s): {', '.join(written)} "
                   f"(the repository's git hooks were not run: the commit holds exactly the audited files)",
                   highlight=False, soft_wrap=True)
-    return 0
+    out.update(applied=True, commit=sha, files=list(written))
+    return exitcodes.OK

@@ -63,4 +63,20 @@ def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int
     scope = ", ".join(f"{k}{v}" for k, v in c.scope.knobs.items()) or "(the adapter's whole space)"
     console.print(escape(f"  scope: knobs {scope}; files {c.scope.files or '(none)'}"))
     console.print(f"  capacity {c.hardware.memory_capacity_gib} GiB per device x {c.hardware.devices}; budget {c.budget.max_trials} trials")
+    keep_out_of_git(run_dir, console)
     return 0
+
+
+def keep_out_of_git(run_dir: Path, console: Console) -> None:
+    """A run directory inside a git work tree is listed in that repository's info/exclude (local, never committed):
+    its records never count as the user's change, so ``apply`` finds the tree clean."""
+    from ..apply.gitops import GitError, exclude
+
+    try:
+        added = exclude(run_dir)
+    except (GitError, OSError) as e:  # the run goes on; apply names the entry if it is ever in the way
+        console.print(f"  note: could not list {escape(str(run_dir))} in git's info/exclude ({escape(str(e))})")
+        return
+    if added:
+        console.print(f"  the run directory is inside a git tree: {escape(added[1])} added to {escape(str(added[0]))} "
+                      f"(local to this clone), so it never counts as a change")

@@ -12,7 +12,8 @@ SECTIONS = ("loading", "summary", "noise", "trials", "models", "estimate", "effe
             "failures", "audit", "writing")
 
 
-def run(run_dir: Path, *, console: Console, err: Console) -> int:
+def run(run_dir: Path, *, console: Console, err: Console, out: dict | None = None) -> int:
+    """Exit 0 written, 1 the run's records could not be read. ``out`` (for ``--json``) gets the files written."""
     from ..contract import ContractError
     from ..report import RunDataError, load_run, write_report
 
@@ -32,4 +33,6 @@ def run(run_dir: Path, *, console: Console, err: Console) -> int:
         md, page = write_report(data, step)
         bar.update(task, completed=len(SECTIONS))
     console.print(f"report: wrote {md} and {page} ({len(data.trials)} trials)")
+    if out is not None:
+        out.update(markdown=str(md), html=str(page), trials=len(data.trials))
     return 0

@@ -10,19 +10,23 @@ are told to the tuner again, in-flight ones are re-queued (or adopted, on Slurm)
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
+from .. import exitcodes
 from ..adapters import run_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.numerics import reference_of
 from ..execute.trial import Trial
 from ..knobs import KnobSpace, Setting
+from ..progress import Heartbeat, eta
 from ..rundir import RunDir
 from ..search import Outcome, Tuner, TunerConfig
+from ..search import rebaseline
 from ..search.reverify import reverify
 from ..status import TrialStatus
 from . import run_state as state
@@ -147,7 +151,8 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
         return 2
     if more is None and state.done(run_dir, "verify"):  # a finished stage is finished
         console.print(state.finished_line(run_dir))
-        return 0
+        ver = RunDir(run_dir).verification()
+        return exitcodes.OK if ver and ver.promoted() else exitcodes.NO_PROMOTION
     if more is not None:
         state.reopen(run_dir, "search", "verify")
     adapter = run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
@@ -183,9 +188,14 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
                                                   budget_s=estimate_budget_s(base_trials)))
     for t in base_trials:
         tuner.tell(t.setting, outcome_of(t))
-    done = [t for t in record.finished() if t.role == "search"]
+    ref_s = noise.median_step_s  # search trials are told on the doctor's scale (search/rebaseline.py)
+    outside = set(state.refuse_outside_space(record, space, roles={"search"},
+                                             say=lambda line: err.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)))
+    finished = [t for t in record.finished() if t.role == "search" and t.id not in outside]
+    done = [t for t in finished if t.status is not TrialStatus.CANCELLED]  # a cancelled trial costs no budget
     for t in done:  # resume: everything already measured is data again
-        tuner.tell(t.setting, outcome_of(t))
+        tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, record.trials(), ref_s)))
+    rerun = interrupted_settings(finished, done, space, state.pending(run_dir))  # cut short by Ctrl-C: run again
     if more is not None:
         budget = state.extend(run_dir, len(done) + more)  # on purpose: past the contract's budget and stopping rule
     budget = max(budget, state.extended_budget(run_dir) or 0)  # a killed --more resumes with its budget
@@ -194,18 +204,26 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
                   f"noise CV {noise.cv:.2%}, mde {noise.mde:.2%}; {len(priors)} priors; "
                   f"{len(bank_initial)} settings seeded from the bank")
 
-    executor = make_executor()
+    executor = make_executor(run_dir=run_dir)
     cap_s = contract.budget.max_device_hours * 3600.0
-    used_s = sum(t.cost.device_s for t in record.finished())
+    used_s = sum(t.cost.device_s for t in record.finished() if t.status is not TrialStatus.CANCELLED)
     RunDir(run_dir).search()  # refuses a search record it could not read: never rewritten over
     proposals = state.proposals(record, done)
     in_flight = state.pending(run_dir)
     stop_reason = (search_done.stop_reason or "budget spent") if search_done else "budget spent"
-    state.settle_interrupted(record, executor, roles={"verify"})  # before anything new starts
-    with Runner(record, executor, adapter, contract, config=Runner.Config(parallel=par)) as runner:
+    state.settle_interrupted(record, executor, roles={"verify", rebaseline.ROLE})  # before anything new starts
+    started, done_before = time.monotonic(), len(done)
+
+    def progress(n_batch: int) -> None:  # the live line: which trial of the budget, the ETA from this session's pace
+        first = len(done) + 1
+        which = f"trial {first} of {budget}" if n_batch <= 1 else f"trials {first}-{first + n_batch - 1} of {budget}"
+        beat.note(f"run: {which}", eta(len(done) - done_before, budget - done_before, time.monotonic() - started))
+
+    with Runner(record, executor, adapter, contract, config=Runner.Config(parallel=par)) as runner, \
+            Heartbeat(console, f"run: trial {len(done) + 1} of {budget}") as beat:
         for fut in runner.resume(roles={"search"}, reference_losses=base_losses):
             t = fut.result()
-            tuner.tell(t.setting, outcome_of(t))
+            tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, record.trials(), ref_s)))
             done.append(t)
             proposals[str(t.id)] = why = in_flight.get(space.complete(t.setting).key(), {"kind": "resumed"})
             state.write_proposal(record, t.id, why)
@@ -216,31 +234,63 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
             if not extended and tuner.should_stop():
                 stop_reason = f"expected improvement {tuner.last_best_ei:.4f} below log(1 + mde {noise.mde:.3f})"
                 break
-            batch = tuner.ask(min(par, budget - len(done)))
+            again = rebaseline.due(record.trials(), contract.budget.rebaseline_every)
+            if again:  # a baseline close in time: each search trial is compared with the latest one before it
+                beat.note(f"run: the baseline again ({again})")
+                b = runner.submit(baseline, role=rebaseline.ROLE, reference_losses=base_losses).result()
+                used_s += b.cost.device_s
+                console.print(f"  baseline again ({again}): " + (
+                    f"{b.metrics.step_time_s:.4g} s/step against the doctor's {ref_s:.4g} s (trial {b.id})"
+                    if b.status is TrialStatus.OK else f"{b.status.value}: {b.reason} (trial {b.id})"))
+            if rerun:  # the settings a Ctrl-C cut short, with the reasons they were proposed for
+                batch, whys = rerun[:par], {s.key(): why for s, why in rerun[:par]}
+                batch = [s for s, _ in batch]
+                del rerun[:par]
+            else:
+                batch = tuner.ask(min(par, budget - len(done)))
+                whys = {s.key(): tuner.why(s) for s in batch}
             if not batch:
                 stop_reason = "search space exhausted"
                 break
-            state.write_pending(run_dir, {s.key(): tuner.why(s) for s in batch})
+            state.write_pending(run_dir, whys)
+            progress(len(batch))
             futs = [(s, runner.submit(s, role="search", reference_losses=base_losses)) for s in batch]
             for s, fut in futs:
                 t = fut.result()
                 kernel_after_trial(run_dir, t, err, kernel_verdicts)  # drifted in situ: refused from now on
-                tuner.tell(s, outcome_of(t))
+                tuner.tell(s, outcome_of(rebaseline.rescaled(t, record.trials(), ref_s)))
                 done.append(t)
                 used_s += t.cost.device_s
-                proposals[str(t.id)] = why = tuner.why(s)
+                proposals[str(t.id)] = why = whys[s.key()]
                 state.write_proposal(record, t.id, why)  # provenance survives a kill
                 _print_trial(console, t, why, baseline)
+                progress(len(futs))
         if not search_done:
             save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
             state.mark_done(run_dir, "search", stop_reason=stop_reason, trials=len(done), budget=budget)
         console.print(f"search stopped: {stop_reason}" + (" (earlier)" if search_done else ""))
-        verification = reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console)
+        beat.note("verify: A/B pairs against the baseline")
+        verification = reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console,
+                                on_pair=beat.note)
         state.mark_done(run_dir, "verify", promoted=len(verification.promoted()))
     _bank_record(run_dir, contract, record, tuner, err)
     n_prom = len(verification.promoted())
     console.print(f"[bold]{n_prom} candidate(s) promoted[/]; see {RunDir(run_dir).file(RunDir.VERIFICATION)}")
-    return 0
+    return exitcodes.OK if n_prom else exitcodes.NO_PROMOTION
+
+
+def interrupted_settings(finished: list[Trial], done: list[Trial], space: KnobSpace,
+                         pending: dict[str, dict]) -> list[tuple[Setting, dict]]:
+    """The settings of search trials a Ctrl-C cancelled and that no later trial measured, in trial order, each with
+    why it was proposed (from the pending proposals: a re-run keeps its provenance). They cost no budget and are run again before the search
+    asks for anything new."""
+    measured = {space.complete(t.setting).key() for t in done}
+    out: dict[str, tuple[Setting, dict]] = {}
+    for t in finished:
+        s = space.complete(t.setting)
+        if t.status is TrialStatus.CANCELLED and s.key() not in measured and s.key() not in out:
+            out[s.key()] = (s, {**pending.get(s.key(), {"kind": "rerun"}), "rerun_of": t.id})
+    return list(out.values())
 
 
 def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Setting) -> None:

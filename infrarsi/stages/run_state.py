@@ -148,3 +148,39 @@ def settle_interrupted(record: RunRecord, executor, *, roles: set[str]) -> list[
             "reason": "interrupted by a restart of the runner; its A/B pair is run again (pairs run back to back)",
             "evidence": [*t.evidence, "recorded running when the runner was restarted", *ended]})))
     return out
+
+
+# ------------------------------------------------------------------ records outside the run's space
+def outside_space(space, setting: Mapping[str, Any]) -> str | None:
+    """Why a recorded setting is not one of this run's (one line: the knob, its value, the domain), or None. A
+    kernel candidate that failed this run's verification has left its knob's domain; a record this run never
+    proposed (written by hand) may name any value."""
+    try:
+        full = {**space.complete(setting), **setting}
+    except (ValueError, TypeError) as e:
+        return str(e).splitlines()[0]
+    bad = [v.message for v in space.validate(full) if v.constraint in ("unknown_knob", "domain", "type")]
+    return bad[0] if bad else None
+
+
+def refuse_outside_space(record: RunRecord, space, *, roles: set[str], say) -> list[int]:
+    """Trials of ``roles`` whose setting is outside ``space``: an in-flight one is recorded invalid and never
+    launched again, a finished one is left as recorded; neither is told to the search. ``say`` gets one line per
+    trial. Returns their ids (for the caller to skip)."""
+    out = []
+    for t in record.trials():
+        if t.role not in roles:
+            continue
+        why = outside_space(space, t.setting)
+        if why is None:
+            continue
+        out.append(t.id)
+        if t.status is TrialStatus.RUNNING:
+            record.finish(t.model_copy(update={
+                "status": TrialStatus.INVALID, "finished_at": time.time(), "reason": f"not resumed: {why}"[:200],
+                "evidence": [*t.evidence, f"recorded running with a setting outside this run's space: {why}"]}))
+            say(f"trial {t.id} refused, not resumed: {why} (a candidate that failed verification, or a record this "
+                f"run did not propose); the run goes on without it")
+        else:
+            say(f"trial {t.id} skipped: {why}; its result is not told to the search")
+    return out

@@ -55,6 +55,12 @@ def _refuse(args) -> str | None:
 
     if torch.cuda.is_available():
         return None
+    return cpu_refusal(args)
+
+
+def cpu_refusal(args) -> str | None:
+    """Why this command line cannot train on the CPU (gloo, no Transformer Engine), or None. The estimate of a CPU
+    contract and the adapter's launch of a CPU trial refuse the same settings up front."""
     if args.context_parallel_size > 1:
         return ("--context-parallel-size > 1 needs Transformer Engine's attention (megatron-core's local "
                 "DotProductAttention asserts context_parallel_size == 1); it cannot train on the CPU")
@@ -62,6 +68,13 @@ def _refuse(args) -> str | None:
         return "--fp8-format needs Transformer Engine and an fp8 GPU; drop it to train on the CPU"
     if args.moe_grouped_gemm:
         return "--moe-grouped-gemm needs Transformer Engine or the grouped_gemm package; drop it on the CPU"
+    etp = args.expert_tensor_parallel_size or args.tensor_model_parallel_size  # megatron-core: expert TP = TP
+    if args.num_experts and args.moe_token_dispatcher_type == "alltoall" and etp > 1:
+        # the alltoall dispatcher gathers each expert-TP rank's routed tokens, a different count per rank: an
+        # uneven all_gather, which gloo refuses ("ProcessGroupGloo::allgather: invalid tensor size")
+        return (f"--moe-token-dispatcher-type alltoall with expert tensor parallelism {etp} gathers uneven token "
+                "counts, which gloo cannot; on the CPU use --moe-token-dispatcher-type allgather or "
+                "--expert-tensor-parallel-size 1")
     from .megatron_model import fused_attention
 
     if fused_attention(args) and args.attention_dropout > 0:

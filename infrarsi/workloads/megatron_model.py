@@ -58,7 +58,7 @@ _INT = ("num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "
         "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "num-workers", "intra-op-threads")
 _FLOAT = ("lr", "min-lr", "weight-decay", "clip-grad", "adam-beta1", "adam-beta2", "adam-eps", "hidden-dropout",
           "attention-dropout", "init-method-std", "norm-epsilon", "rotary-base", "rotary-percent",
-          "moe-aux-loss-coeff", "rotary-scaling-factor")
+          "moe-aux-loss-coeff", "rotary-scaling-factor", "mscale", "mscale-all-dim")
 _SWITCH = ("bf16", "fp16", "swiglu", "group-query-attention", "multi-latent-attention", "disable-bias-linear",
            "add-qkv-bias", "qk-layernorm", "untie-embeddings-and-output-weights", "sequence-parallel",
            "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather", "recompute-activations",
@@ -75,6 +75,7 @@ _CHOICE = {
     "moe-token-dispatcher-type": ("allgather", "alltoall", "flex"),
     "moe-router-load-balancing-type": ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"),
     "optimizer": ("adam", "sgd"),
+    "rope-type": ("rope", "yarn"),
 }
 _STR = ("tokenizer-type", "tokenizer-model", "moe-layer-freq", "fp8-format", "fp8-recipe", "transformer-impl")
 _DEFAULTS = {"init-method-std": 0.02, "hidden-dropout": 0.1, "attention-dropout": 0.1, "norm-epsilon": 1e-5,
@@ -85,7 +86,11 @@ _DEFAULTS = {"init-method-std": 0.02, "hidden-dropout": 0.1, "attention-dropout"
              "pipeline-model-parallel-size": 1, "context-parallel-size": 1, "expert-model-parallel-size": 1,
              "normalization": "LayerNorm", "position-embedding-type": "learned_absolute", "attention-backend": "auto",
              "moe-token-dispatcher-type": "allgather", "moe-router-load-balancing-type": "aux_loss",
-             "optimizer": "adam", "train-iters": 1, "recompute-num-layers": None, "moe-layer-freq": "1"}
+             "optimizer": "adam", "train-iters": 1, "recompute-num-layers": None, "moe-layer-freq": "1",
+             # multi-latent attention (Megatron-LM's _add_mla_args); --q-lora-rank's default is None: no q down/up
+             # projections (DeepSeek-V2-Lite), where megatron-core's MLATransformerConfig defaults to 512
+             "kv-lora-rank": 32, "qk-head-dim": 128, "qk-pos-emb-head-dim": 64, "v-head-dim": 128,
+             "rotary-scaling-factor": 1.0, "mscale": 1.0, "mscale-all-dim": 0.0}
 
 # Vocabulary sizes of tokenizers named by launches (their published sizes), for launches with no --vocab-size.
 TOKENIZER_VOCAB = (
@@ -326,16 +331,22 @@ def transformer_config(args: argparse.Namespace, *, initialize: bool = True):
                   moe_aux_loss_coeff=a.moe_aux_loss_coeff, moe_token_dispatcher_type=a.moe_token_dispatcher_type,
                   moe_grouped_gemm=False, moe_layer_freq=a.moe_layer_pattern, moe_permute_fusion=False)
     if a.multi_latent_attention:
-        kw.update(q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank or 512, qk_head_dim=a.qk_head_dim or 128,
-                  qk_pos_emb_head_dim=a.qk_pos_emb_head_dim or 64, v_head_dim=a.v_head_dim or 128,
-                  rotary_base=a.rotary_base, rope_type="rope")
-        if a.rotary_scaling_factor:
-            kw["rotary_scaling_factor"] = a.rotary_scaling_factor
+        # every MLA field as Megatron-LM passes it, None included (q_lora_rank=None: no q down/up projections)
+        kw.update(q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank, qk_head_dim=a.qk_head_dim,
+                  qk_pos_emb_head_dim=a.qk_pos_emb_head_dim, v_head_dim=a.v_head_dim, rotary_base=a.rotary_base,
+                  rotary_scaling_factor=a.rotary_scaling_factor, mscale=a.mscale, mscale_all_dim=a.mscale_all_dim)
+        # Megatron-LM leaves MLA's default rope type (yarn) unless --rope-type is given; megatron-core's yarn
+        # embedding builds its tables on torch.cuda.current_device() (no CPU path), so plain rope stands in for
+        # it here: the same tensor shapes (yarn only rescales frequencies and the softmax scale)
+        kw["rope_type"] = a.rope_type or "rope"
         cls = MLATransformerConfig
     else:
+        if a.rope_type not in (None, "rope"):
+            raise MegatronArgsError(f"--rope-type {a.rope_type}: common attention only supports rope (Megatron-LM); "
+                                    "drop it or add --multi-latent-attention")
         cls = TransformerConfig
-    kw = {k: v for k, v in kw.items() if v is not None or k in ("recompute_granularity", "recompute_method",
-                                                                 "recompute_num_layers")}
+    # Every field is passed as Megatron-LM's core_transformer_config_from_args passes it, None included: a None
+    # dropped here would become megatron-core's own default, which is not always None (q_lora_rank: 512).
     try:
         return cls(**kw)
     except (ValueError, AssertionError, TypeError) as e:

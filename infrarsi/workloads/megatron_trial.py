@@ -7,6 +7,8 @@ a trial runs, as the torchtitan adapter does for its CPU trials:
 - ``torchrun`` becomes this interpreter's ``-m torch.distributed.run`` (the ``torchrun`` on PATH may belong to
   another environment), and a single-node launch that names no rendezvous gets ``--standalone`` (a free port per
   trial, so a trial left behind by a killed run cannot block the next);
+- a setting the CPU launcher would refuse (:func:`~.megatron_gpt.cpu_refusal`: fp8, context parallelism, the
+  alltoall dispatcher with expert TP > 1 on gloo, ...) is refused here, before anything starts;
 - the memory cap is the contract's capacity per process (RLIMIT_DATA, set by the executor), and
   ``OMP_NUM_THREADS`` is 1 unless the launch sets it (torchrun's own default).
 
@@ -27,6 +29,11 @@ def cpu_trial(spec: Any, contract: Any) -> Any:
     """``spec`` (a LaunchSpec) as a CPU trial runs it; unchanged for a GPU contract."""
     if str(contract.hardware.kind).lower() != "cpu":
         return spec
+    why = cpu_refusal_of(list(spec.argv))
+    if why:
+        from ..adapters.base import FrameworkRejected
+
+        raise FrameworkRejected(f"the CPU launcher refuses this setting: {why}")
     argv, env = list(spec.argv), dict(spec.env)
     if argv and os.path.basename(argv[0]) == "torchrun":
         launcher = argv[1:]
@@ -36,3 +43,17 @@ def cpu_trial(spec: Any, contract: Any) -> Any:
     env.setdefault("OMP_NUM_THREADS", "1")
     return spec.model_copy(update={"argv": argv, "env": env,
                                    "memory_cap_bytes": contract.hardware.memory_capacity_bytes})
+
+
+def cpu_refusal_of(argv: list[str]) -> str | None:
+    """What the CPU launcher would refuse in the command ``argv`` (launcher, program, arguments), or None."""
+    from .megatron_gpt import cpu_refusal
+    from .megatron_model import MegatronArgsError, parse
+
+    at = [i for i, a in enumerate(argv) if os.path.basename(a).startswith("pretrain_") and a.endswith(".py")]
+    if not at:
+        return None
+    try:
+        return cpu_refusal(parse(argv[at[-1] + 1:], strict=False).args)
+    except MegatronArgsError as e:
+        return str(e)

@@ -84,11 +84,11 @@ def test_dry_run_shows_the_diff_and_writes_nothing(run_dir, repo, consoles):
     assert not (repo / "infrarsi-tuned").exists()
 
 
-def _refused(run_dir, repo, consoles, *needles):
+def _refused(run_dir, repo, consoles, *needles, code_is=1):
     before = _head(repo)
     code, out, err = _apply(run_dir, repo, consoles)
     line = err.strip()
-    assert code == 1, (out, err)
+    assert code == code_is, (out, err)
     assert line.startswith("apply refused:") and "\n" not in line, line
     for n in needles:
         assert n in line, line
@@ -131,7 +131,7 @@ def test_refuses_when_nothing_was_promoted(run_dir, repo, consoles):
     for c in v["candidates"]:
         c["promoted"] = False
     rewrite_sealed(run_dir, p.name, json.dumps(v))  # a key holder's edit: the audit is the check under test
-    _refused(run_dir, repo, consoles, "unverified", "no promoted candidate")
+    _refused(run_dir, repo, consoles, "no promoted candidate", "nothing to apply", code_is=3)  # 3: nothing promoted
 
 
 def test_refuses_numbers_the_trials_do_not_give(run_dir, repo, consoles):

@@ -141,3 +141,37 @@ def test_an_empty_repository_gets_its_first_commit(run_dir, tmp_path, consoles):
     assert code == 0, err
     assert git(repo, "rev-list", "--count", "HEAD").strip() == "1" and git(repo, "status", "--porcelain") == ""
     assert KERNEL in git(repo, "ls-files").split()
+
+
+def test_a_kernel_file_swapped_between_the_audit_and_the_commit_cannot_change_what_is_committed(run_dir, repo, consoles,
+                                                                                                monkeypatch):
+    """The audit hashes the kernel file; the file is then swapped for other bytes (at the moment the audit's checks
+    returned, and again after the plan is made): the commit holds the bytes the audit hashed and the verifier
+    passed, never the swapped ones."""
+    from infrarsi.apply import writer
+
+    source = run_dir.parent / KERNEL
+    verified = source.read_bytes()
+    swapped = verified + b"\ndef forward(*a):  # swapped in after the audit\n    return a[0]\n"
+    real_problems, real_plan = writer.candidate_problems, writer.make_plan
+
+    def problems_then_swap(*a, **k):
+        out = real_problems(*a, **k)
+        source.write_bytes(swapped)  # between the audit's hash and any later read
+        return out
+
+    def plan_then_swap(*a, **k):
+        plan = real_plan(*a, **k)
+        source.write_bytes(swapped + b"# and again\n")  # between the plan and the commit
+        return plan
+
+    monkeypatch.setattr(writer, "candidate_problems", problems_then_swap)
+    monkeypatch.setattr("infrarsi.apply.make_plan", plan_then_swap)
+    code, out, err = _apply(run_dir, repo, consoles)
+    assert code == 0, err
+    blob = subprocess.run(["git", "-C", str(repo), "cat-file", "blob", f"HEAD:{KERNEL}"], check=True,
+                          capture_output=True).stdout
+    assert blob == verified and (repo / KERNEL).read_bytes() == verified
+    assert source.read_bytes() != verified  # the swap did happen
+    audit = json.loads(git(repo, "show", f"HEAD:{OUT}/audit.json"))
+    assert {f["path"]: f["sha256"] for f in audit["files"]}[KERNEL] == hashlib.sha256(verified).hexdigest()

@@ -145,3 +145,22 @@ def test_apply_dry_run_of_an_hsdp_job_keeps_its_replicate_degree(fixture, device
     got = parse_torchtitan_file(project / name, world_size=devices)
     assert got.setting["data_parallel_replicate"] == 2 and got.setting["recompute_granularity"] == "full"
     assert got.values["parallelism.data_parallel_replicate_degree"] == 2
+
+
+def test_infrarsi_launch_runs_the_torchtitan_profile_apply_writes(repo, consoles, tmp_path):
+    """A torchtitan profile whose setting holds intra_op_threads (set through OMP_NUM_THREADS, not a torchtitan
+    flag): infrarsi-launch runs it, with the thread count in the environment and the tuned degree in the command."""
+    fixture = "torchtitan/llama3_8b.toml"
+    scope = {"tensor_parallel": [1, 2], "intra_op_threads": [1, 4]}
+    cand = {"tensor_parallel": 2, "intra_op_threads": 4}
+    run_dir = write_verified_run(tmp_path / "elsewhere", _contract("threads", fixture, 8, scope), cand,
+                                 files={"llama3_8b.toml": (FIX / fixture).read_text()})
+    con, err, out, errbuf = consoles
+    assert stage.run(run_dir, repo=repo, dry_run=False, console=con, err=err) == 0, errbuf.getvalue()
+    fw, setting = load_profile(repo / "infrarsi-tuned" / "threads" / "profile.json")
+    assert fw == "torchtitan" and setting["intra_op_threads"] == 4  # what apply writes...
+    cmd = ["torchrun", "--nproc-per-node", "8", "-m", "torchtitan.train", "--job.config_file",
+           str(tmp_path / "elsewhere" / "llama3_8b.toml")]
+    spec, problems = apply_profile(cmd, fw, setting, cwd=tmp_path)  # ...the launcher runs
+    assert problems == [] and spec.env["OMP_NUM_THREADS"] == "4"
+    assert any("tensor_parallel_degree" in a and a.endswith("2") or a == "2" for a in spec.argv), spec.argv

@@ -112,3 +112,63 @@ def test_an_edit_that_does_not_read_back_is_refused():
     with pytest.raises(EditError, match="--expert-model-parallel-size 8 -> 4"):
         edit_script(path.read_text(), read, target_args=target, target_env=p.env, launch_line=p.launch.line,
                     env_keys=set())
+
+
+def _through_apply(path: Path, setting: dict, *, kind: str = "H100-80GB", devices: int = 64):
+    """apply's in-place edit (edit_launch_file) of ``path`` for ``setting``, as `infrarsi apply` makes it."""
+    from infrarsi.apply.launch_edit import edit_launch_file
+    from infrarsi.contract.model import Contract
+
+    c = Contract.model_validate({"name": path.stem, "workload": {"adapter": "megatron", "launch": str(path)},
+                                 "hardware": {"kind": kind, "devices": devices, "memory_capacity_gib": 80}})
+    ad = mg.MegatronAdapter()
+    spec = ad.launch(c, setting)
+    _, e = edit_launch_file(ad, c, spec)
+    return e.text, mg.parse_megatron(e.text, path=str(path)), spec
+
+
+def test_exports_and_flags_go_by_the_commands_place_after_lines_above_it_were_removed():
+    # --recompute-activations stood alone on a line of the option string above the multi-line srun command: the
+    # export went in at the command's old line, inside the continued command ("no ... pretrain_*.py command found")
+    path = FIX / "megatron" / "llama2_70b_slurm.sh"
+    new, back, spec = _through_apply(path, {"recompute_granularity": "none", "nccl_algo": "Tree", "manual_gc": True})
+    lines = new.splitlines()
+    assert lines[lines.index("export NCCL_ALGO=Tree") + 1].startswith("srun -l")
+    assert back.setting["recompute_granularity"] == "none" and back.setting["manual_gc"]
+    assert back.env["NCCL_ALGO"] == "Tree" and back.args == spec.argv[-len(back.args):]
+    assert "--manual-gc 2>&1 | tee" in new  # before the redirection of the (moved) command
+
+
+def test_a_change_that_reads_only_with_another_waits_for_it():
+    # PP 4 -> 16 cannot be read while --num-layers-per-virtual-pipeline-stage 10 stays (80 / 16 layers per rank)
+    new, back, _ = _through_apply(FIX / "megatron" / "llama2_70b_slurm.sh",
+                                  {"tensor_parallel": 4, "pipeline_parallel": 16, "data_parallel": 1,
+                                   "virtual_pipeline": 1})
+    assert back.setting["pipeline_parallel"] == 16 and back.setting["virtual_pipeline"] == 1
+    assert "PP=16" in new.splitlines()
+
+
+def test_a_cpu_contracts_launch_is_edited_in_place():
+    # a CPU trial runs torchrun as `python -m torch.distributed.run --standalone`: the user's torchrun line stays
+    new, back, _ = _through_apply(Path(__file__).parents[2] / "contracts/megatron-cpu/train.sh",
+                                  {"tensor_parallel": 1, "sequence_parallel": False, "data_parallel": 2},
+                                  kind="cpu", devices=2)
+    assert "torchrun --nproc-per-node ${NPROC} launchers/pretrain_gpt_cpu.py" in new
+    assert back.setting["tensor_parallel"] == 1 and not back.setting["sequence_parallel"]
+
+
+def test_an_edit_the_reader_cannot_read_back_is_a_one_line_refusal():
+    path = FIX / "megatron" / "mixtral_8x7b.sh"
+    p = mg.parse_megatron_file(path)
+    n = len(p.launch.launcher) + len(p.launch.program)
+    spec = mg.emit_megatron(p, {**p.setting, "nccl_algo": "Tree"})
+
+    def read(t):  # the reader refuses the edited text (as a launch whose command the edit broke)
+        if "NCCL_ALGO=Tree" in t:
+            raise mg.MegatronLaunchError("no `torchrun/srun/python ... pretrain_*.py` command found")
+        return p.args, p.env, p.setting, p.fixed
+
+    with pytest.raises(EditError, match="cannot be read back") as e:
+        edit_script(path.read_text(), read, target_args=spec.argv[n:], target_env=spec.env,
+                    launch_line=p.launch.line, env_keys={"NCCL_ALGO"})
+    assert "\n" not in str(e.value)

@@ -66,3 +66,27 @@ def test_killed_doctor_resumes_and_reuses_finished_runs(tmp_path):
     assert res.noise.trial_ids == [1, 2] and res.reused == 2  # trial 1 reused; trial 2 resumed in place
     assert rec.get(1) == first and [t.id for t in rec.trials()] == [0, 1, 2]
     assert rec.launch_info(2).attempt == 1
+
+
+def test_noise_the_budget_cannot_resolve_stops_the_doctor_at_once_with_the_fix(tmp_path):
+    """Steps that take 0.5x to 2x from run to run: verification could not confirm a 50% speedup within 12 pairs
+    (nor with the 3 repeats the doctor may raise to), so the doctor stops with one sentence naming the noise and
+    the fix, the noise record written."""
+    from infrarsi.doctor import DoctorStop
+
+    c = toy_contract(baseline={"mode": "noisy", "step_ms": 100})
+    c = c.model_copy(update={"budget": c.budget.model_copy(update={
+        "confirm_speedup": 0.5, "doctor_repeats": 3, "doctor_max_repeats": 3})})
+    rng_tries = 0
+    while True:  # three equal draws (1 in 9) measure no noise: draw again
+        try:
+            run_doctor(tmp_path / str(rng_tries), c, adapter=ToyAdapter(), executor=LocalExecutor())
+        except DoctorStop as e:
+            why = str(e)
+            break
+        rng_tries += 1
+        assert rng_tries < 4
+    assert why.startswith("step time varies ") and "run to run (load average " in why
+    assert "this budget can confirm only a " in why and "budget.confirm_speedup" in why
+    assert "run on an idle machine or raise budget." in why
+    assert load_noise(tmp_path / str(rng_tries)).cv > 0.1

@@ -46,6 +46,7 @@ micro_batch_size = 2
 
 [budget]
 doctor_repeats = 2
+confirm_speedup = 100.0  # these tests are about resuming and output: no noise stop on a loaded machine
 """
 
 
@@ -98,3 +99,18 @@ def test_doctor_on_minigpt_resumes_after_kill_9_and_prints_json(tmp_path):
     ref = noise["numerics"]  # the calibrated referee: loss and grad norm per step, bands from the spreads
     assert ref["reference"]["loss"] == first.metrics.losses[:ref["window"]]
     assert len(ref["reference"]["grad_norm"]) == ref["window"] and max(ref["seed_spread"]["grad_norm"]) > 0
+
+
+@pytest.mark.slow  # the default run covers the decision: tests/doctor/test_baseline.py::test_noise_the_budget_cannot_...
+def test_noise_the_budget_cannot_resolve_ends_the_doctor_with_exit_3(tmp_path):
+    from infrarsi.errors import EXIT_NO_PROMOTION
+
+    contract = tmp_path / "tiny.toml"
+    contract.write_text(TINY.replace("confirm_speedup = 100.0", "confirm_speedup = 0.0001\ndoctor_max_repeats = 2"))
+    run = tmp_path / "run"
+    write_lock(contract, run)
+    out, err, c, e = _consoles()
+    assert stage.run(run, json_out=False, console=c, err=e) == EXIT_NO_PROMOTION == 3
+    line = err.getvalue()
+    assert "stopped: step time varies " in line and "this budget can confirm only a " in line, line
+    assert (run / "noise.json").is_file()

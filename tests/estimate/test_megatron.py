@@ -101,3 +101,70 @@ def test_the_ranks_estimated_are_the_first_and_last_stage_and_the_one_with_the_m
     dense = parse(TINY, strict=True).args
     assert auto_ranks(dense, 2, [{"layers": 4, "moe_layers": 0}]) == {0: ["first pipeline stage",
                                                                           "last pipeline stage"]}
+
+
+def _cpu_contract(tmp_path: Path, extra: str, *, moe: bool = False, knobs: dict | None = None) -> Contract:
+    src = ROOT / ("contracts/megatron-cpu/train_moe.sh" if moe else "contracts/megatron-cpu/train.sh")
+    script = tmp_path / "train.sh"
+    script.write_text(src.read_text().replace("--use-cpu-initialization", f"--use-cpu-initialization {extra}"))
+    return Contract.model_validate({"name": "t", "workload": {"adapter": "megatron", "launch": str(script)},
+                                    "hardware": {"kind": "cpu", "devices": 2, "memory_capacity_gib": 2.0},
+                                    "scope": {"knobs": knobs or {}}})
+
+
+def test_what_the_cpu_launcher_refuses_is_refused_by_the_estimate_and_the_trial(tmp_path):
+    from infrarsi.adapters.base import FrameworkRejected
+    from infrarsi.adapters.megatron import MegatronAdapter
+
+    _cpu_contract(tmp_path, "--fp8-format hybrid")  # Transformer Engine only: not "fits" at bf16
+    toml = tmp_path / "fp8.toml"
+    toml.write_text('name = "fp8"\n[workload]\nadapter = "megatron"\nlaunch = "train.sh"\n'
+                    '[hardware]\nkind = "cpu"\ndevices = 2\nmemory_capacity_gib = 2.0\n')
+    res = cli([str(toml)])
+    assert res.exit_code != 0 and "fits" not in res.output
+    assert "CPU launcher refuses this setting: --fp8-format needs Transformer" in " ".join(res.output.split())
+    # the alltoall dispatcher with expert TP 2 gathers uneven token counts, which gloo refuses
+    a2a = _cpu_contract(tmp_path, "--tensor-model-parallel-size 2", moe=True,
+                        knobs={"expert_parallel": [1, 2], "tensor_parallel": [1, 2], "data_parallel": [1, 2]})
+    setting = {"expert_parallel": 1, "tensor_parallel": 2, "data_parallel": 1}
+    with pytest.raises(EstimateError, match="alltoall with expert tensor parallelism 2 gathers uneven"):
+        estimate(a2a, setting)
+    with pytest.raises(FrameworkRejected, match="alltoall with expert tensor parallelism 2"):
+        MegatronAdapter().launch(a2a, setting)
+    MegatronAdapter().launch(a2a, {**setting, "moe_token_dispatcher": "allgather"})  # runs on gloo
+
+
+def test_the_context_parallel_refusal_suggests_what_the_contract_allows(tmp_path):
+    gpu = Contract.model_validate({
+        "name": "cp", "workload": {"adapter": "megatron", "launch": str(tmp_path / "job.sh")},
+        "hardware": {"kind": "H100-80GB", "devices": 8, "memory_capacity_gib": 80},
+        "scope": {"knobs": {"micro_batch_size": [1, 2]}}})
+    (tmp_path / "job.sh").write_text(
+        "torchrun --nproc-per-node 8 pretrain_gpt.py " + " ".join(TINY) + " --context-parallel-size 2\n")
+    with pytest.raises(EstimateError) as e:
+        estimate(gpu, {})
+    assert "--set context_parallel" not in str(e.value) and "not a knob of this contract" in str(e.value)
+    cp_knob = gpu.model_copy(update={"scope": gpu.scope.model_copy(update={"knobs": {"context_parallel": [1, 2]}})})
+    with pytest.raises(EstimateError, match="estimate with --set context_parallel=1"):
+        estimate(cp_knob, {"context_parallel": 2})
+
+
+def test_a_world_size_that_does_not_divide_names_the_product_and_what_divides():
+    from infrarsi.adapters.megatron.check import megatron_parallel_check
+
+    msg, = megatron_parallel_check({"tensor_parallel": 8, "pipeline_parallel": 2}, world_size=24)
+    assert "is not divisible by 16 (TP 8 x PP 2 x CP 1)" in msg and "TP 1, 2, 3, 4, 6 or 12; PP 1 or 3" in msg
+
+
+@pytest.mark.slow  # the default run's test_cli_prints_each_pipeline_stages_peak_for_the_cpu_contract covers one process
+def test_two_step_processes_side_by_side_give_the_one_process_result():
+    from infrarsi.estimate.megatron import run_step, start_steps
+
+    job = {"argv": TINY + ["--pipeline-model-parallel-size", "2"], "world": 2, "ranks": "auto"}
+    lines: list[str] = []
+    two = run_step(job, started=start_steps(side_by_side=True), progress=lines.append)
+    one = run_step(job, started=start_steps(side_by_side=False))
+    assert [r["rank"] for r in two["ranks"]] == [r["rank"] for r in one["ranks"]] == [0, 1]
+    assert [r["peak"] for r in two["ranks"]] == [r["peak"] for r in one["ranks"]]
+    assert [r["why"] for r in two["ranks"]] == [r["why"] for r in one["ranks"]]
+    assert any(ln.startswith("rank 1: done") for ln in lines)

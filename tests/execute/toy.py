@@ -14,7 +14,7 @@ from infrarsi.execute.trial import TrialStatus
 from infrarsi.knobs import Knob, KnobSpace
 
 TOY = str(Path(__file__).with_name("toy_workload.py"))
-MODES = ("ok", "drift", "hang", "garbage", "alloc", "signal", "exit", "gloo", "paced", "progress")
+MODES = ("ok", "drift", "hang", "garbage", "alloc", "signal", "exit", "gloo", "paced", "progress", "slowclock", "stderr", "buffered", "noisy", "titan")
 
 
 def toy_contract(*, cap_gib: float = 0.25, timeout_s: float = 30, name: str = "toy",
@@ -26,7 +26,8 @@ def toy_contract(*, cap_gib: float = 0.25, timeout_s: float = 30, name: str = "t
         "hardware": {"memory_capacity_gib": cap_gib},
         "invariants": {"timing": {"warmup_steps": 1, "measured_steps": 2, "timeout_s": timeout_s},
                        "loss": {"compare_steps": 3, "rtol": 0.02}},
-        "budget": {"doctor_repeats": 2},
+        # the toy's 20 ms steps vary by tens of percent on a loaded machine: no speedup to confirm, no early stop
+        "budget": {"doctor_repeats": 2, "confirm_speedup": 100.0},
     })
 
 

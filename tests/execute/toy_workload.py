@@ -4,6 +4,11 @@ Modes: ok, drift (loss 10% off), hang (never finishes), garbage (unparseable byt
 alloc (allocates --alloc-mb MiB, then trains), signal (kills itself with --signal after one step),
 exit (raises; exit status 1), paced (sleeps its steps: lines at the claimed pace, nothing computed), gloo (two ranks under torchrun: all_reduce, then rank 1 kills itself),
 progress (an honest run that draws a progress bar with carriage returns, as tqdm does, before and between its steps).
+Trials that lie about their time (each computes its steps, then misreports them): slowclock (times its steps with a
+clock running at 80%), stderr (the same, its iteration lines on stderr), buffered (claims half its real step time and
+holds its iteration lines until it exits). noisy: an honest run whose steps take 0.5x to 2x --step-ms, drawn per
+run (a machine with a noisy neighbour). titan: torchtitan's step lines on stderr (colours and a rank prefix), a
+throughput 25% above the one its 1,000-token steps ran at.
 """
 
 import argparse
@@ -53,6 +58,11 @@ def bar(label: str) -> None:
 
 if a.mode == "progress":
     bar("loading data")
+held: list[str] = []
+if a.mode == "noisy":
+    import random
+
+    a.step_ms *= random.Random(os.getpid() ^ time.time_ns()).choice((0.5, 1.0, 2.0))
 for i in range(1, a.steps + 1):
     if a.mode == "progress":
         bar(f"step {i}")
@@ -62,12 +72,25 @@ for i in range(1, a.steps + 1):
     while time.perf_counter() - t0 < a.step_ms / 1000:  # a step computes (the harness holds idle steps as paced lines)
         pass
     ms = (time.perf_counter() - t0) * 1000
+    ms *= {"slowclock": 0.8, "stderr": 0.8, "buffered": 0.5, "titan": 0.8}.get(a.mode, 1.0)
     loss = 5.0 - 0.1 * i
     if a.mode == "drift":
         loss *= 1.1
-    print(f" iteration {i:8d}/{a.steps:8d} | elapsed time per iteration (ms): {ms:.1f} | lm loss: {loss:.6E} |", flush=True)
+    line = f" iteration {i:8d}/{a.steps:8d} | elapsed time per iteration (ms): {ms:.1f} | lm loss: {loss:.6E} |"
+    if a.mode == "titan":
+        tps = 1000 / (ms / 1000)
+        line = (f"[rank0]:[titan] 2026-12-01 10:46:12,100 - root - INFO - \x1b[31mstep: {i:2d}  \x1b[32mloss: "
+                f"{loss:7.4f}  \x1b[33mmemory:  0.10GiB(1.00%)  \x1b[34mtps: {tps:,.0f}  \x1b[36mtflops: 0.01  "
+                f"\x1b[35mmfu: 0.00%\x1b[39m")
+        print(line, file=sys.stderr, flush=True)
+    elif a.mode == "buffered":
+        held.append(line)
+    else:
+        print(line, file=sys.stderr if a.mode == "stderr" else sys.stdout, flush=True)
     if a.mode == "signal":
         os.kill(os.getpid(), a.signal)
     if a.mode == "hang":
         time.sleep(3600)
+if held:
+    print("\n".join(held), flush=True)
 print("toy done", flush=True)

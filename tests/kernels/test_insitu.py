@@ -144,3 +144,14 @@ def test_the_run_stage_marks_a_drifted_candidate_in_its_record(tmp_path):
     after_trial(tmp_path, T(), err, kv)
     assert kv[str(GOOD)]["verdict"] == "disqualified" and "trial 3" in kv[str(GOOD)]["reasons"][0]
     assert "disqualified for this run" in err.export_text()
+
+
+def test_a_candidate_that_skips_triton_in_training_is_caught_by_how_it_computes():
+    """host_in_training.py launches Triton on the verifier's few rows and computes right values with torch on the
+    host on training's 128 rows: every spot check passes; the watch on every training call does not."""
+    out = _train(f"rmsnorm={INSITU / 'host_in_training.py'}", {"INFRARSI_SPOT_EVERY": "50"})
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert f"infrarsi kernel spot check failed: rmsnorm={INSITU / 'host_in_training.py'} call 1" in out.stderr
+    assert "launched no Triton kernel on training's tensors" in out.stderr or "on the host" in out.stderr
+    status, _, _ = classify_failure(out.stderr + out.stdout)
+    assert status is TrialStatus.NUMERICS_DRIFT

@@ -141,3 +141,19 @@ def test_the_shipped_candidates_pass_the_lint():
 
     files = [p for p in KERNELS_ROOT.glob("*/*.py") if p.name != "reference.py"]
     assert files and {str(p): static_check(p.read_text()) for p in files} == {str(p): [] for p in files}
+
+
+# String evaluation through typing's hint evaluation: a string annotation is eval'd by get_type_hints, by a
+# ForwardRef, and by functools.singledispatch's register (which calls get_type_hints). Each passed the lint before.
+STRING_EVALS = [
+    ("import typing\ndef f(a: \"__import__('os').system('id')\"): pass\ntyping.get_type_hints(f)\n",
+     "typing.get_type_hints"),
+    ("from typing import get_type_hints as h\ndef f(a: \"1\"): pass\nh(f)\n", "from typing import get_type_hints"),
+    ("import typing\nr = typing.ForwardRef(\"[1]\")\n", "typing.ForwardRef"),
+    ("import functools\n@functools.singledispatch\ndef f(a): pass\n", "functools.singledispatch"),
+]
+
+
+@pytest.mark.parametrize("extra, route", STRING_EVALS, ids=[r for _, r in STRING_EVALS])
+def test_string_evaluation_through_type_hints_is_a_lint_finding(extra, route):
+    assert "static-eval" in codes(CLEAN + extra), (route, static_check(CLEAN + extra))

@@ -70,6 +70,11 @@ ADVERSARIES = {
     "fp16_unsafe.py": ("rmsnorm", {"mismatch-forward"}, {"host-op", "alias"}),  # float16 cases only (below)
     "input_cache.py": ("rmsnorm", {"input-cache"}, {"host-op"}),
     "ce_host_scale.py": ("cross_entropy", {"host-op"}, {"mismatch-forward", "mismatch-backward"}),
+    # what a held-out corpus got through: the checker's state read from the candidate's process, Triton only on
+    # the verifier's leaf inputs, a constant bias inside the element-wise tolerance
+    "forged_checker_state.py": ("rmsnorm", {"static-import"}, set()),
+    "training_switch.py": ("rmsnorm", {"mismatch-forward", "host-op"}, {"alias", "static-import"}),
+    "constant_bias.py": ("rmsnorm", {"bias"}, {"mismatch-forward", "mismatch-backward", "host-op"}),
 }
 
 
@@ -90,6 +95,7 @@ FAMILIES_NEEDED = {
     "fallback_host_math.py": ("one_row",), "input_cache.py": ("one_row",), "ce_host_scale.py": ("odd",),
     "fp16_unsafe.py": ("odd", "one_row"), "wide_rows_skip.py": ("one_row", "hidden4096", "hidden8192"),
     "wrong_odd_shapes.py": ("odd", "one_row", "long_row", "noncontig", "batch"),
+    "training_switch.py": ("one_row", "batch"), "constant_bias.py": ("one_row",),
 }
 
 
@@ -141,7 +147,28 @@ def test_past_the_static_check_the_stack_tells_nothing():
 def test_past_the_static_check_a_forged_answer_is_refused():
     reasons, cases = _dynamic_in_subprocess((ADVERSARIAL / "forged_verdict.py").resolve(), "rmsnorm",
                                             VerifySettings(families=("one_row",), determinism_families=()))
-    assert cases == [] and len(reasons) == 1 and "gave 0 answers" in reasons[0], reasons
+    assert cases == [] and len(reasons) == 1 and "sent no readable answer" in reasons[0], reasons
+
+
+def test_past_the_static_check_the_checkers_state_is_out_of_reach():
+    """The candidate looks for the checks' job and nonce in the frames of its own process, to print the verdict the
+    parent expects: the checker is another process, and nothing the candidate prints is read."""
+    reasons, cases = _dynamic_in_subprocess((ADVERSARIAL / "forged_checker_state.py").resolve(), "rmsnorm",
+                                            VerifySettings(families=("one_row",), determinism_families=()))
+    assert reasons and any(r.startswith("mismatch-forward") for r in reasons), reasons
+
+
+def test_training_like_inputs_reach_the_candidate():
+    """The candidate's process calls forward on a non-leaf activation and an nn.Parameter weight, with the strides
+    the checker sent (a strided view stays a view)."""
+    from infrarsi.kernels.dynamic import training_like
+
+    base = torch.randn(4, 10)
+    x = training_like(base[:, 2:8], True, "cpu")
+    w = training_like(torch.randn(6), True, "cpu")
+    t = training_like(torch.arange(4), False, "cpu")
+    assert not x.is_leaf and x.requires_grad and x.stride() == (10, 1) and torch.equal(x.detach(), base[:, 2:8])
+    assert isinstance(w, torch.nn.Parameter) and t.is_leaf and not t.requires_grad
 
 
 def test_odd_shape_bug_is_pinned_to_the_odd_families(adversary_results):

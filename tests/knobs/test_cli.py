@@ -84,3 +84,22 @@ memory_capacity_gib = 80
     d = json.loads(run(str(contract), "--json").stdout)
     assert d["framework"] == "torchtitan" and d["setting"]["data_parallel"] == 16
     assert d["fixed"]["global_batch_size"] == 64  # local batch 4 x DP 16
+
+
+def test_the_tables_need_neither_torch_nor_megatron_core_and_the_check_says_it_runs(run):
+    """The first command a user runs answers without importing torch or megatron-core (scripts/bench_knobs.py
+    times it); with the framework check (the default) it says the check is running before it imports them."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom infrarsi.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    heavy = sorted(m for m in ('torch', 'megatron.core') if m in sys.modules)\n"
+             "    print('IMPORTED', heavy, 'EXIT', e.code, file=sys.stderr)\n")
+    launch = str(FIX / "megatron" / "llama2_70b_slurm.sh")
+    quick = subprocess.run([sys.executable, "-c", probe, "knobs", launch, "--no-framework-check"], capture_output=True,
+                           text=True, timeout=300)
+    assert "IMPORTED [] EXIT 0" in quick.stderr, quick.stderr[-2000:]
+    assert "no violations" in quick.stdout
+    full = run(launch)  # in this process (megatron-core imports once per test session)
+    assert "checking the setting with megatron-core's own config code" in full.stderr, full.stderr[-2000:]
+    assert full.exit_code == 0 and "no violations" in full.stdout

@@ -40,6 +40,7 @@ micro_batch_size = [1, 2, 4]
 [budget]
 max_trials = 3
 doctor_repeats = 2
+confirm_speedup = 100.0  # not a test of the noise: a loaded machine must not stop it at the doctor
 """
 
 

@@ -32,6 +32,7 @@ micro_batch_size = [1, 4]
 [budget]
 max_trials = 1
 doctor_repeats = 2
+confirm_speedup = 100.0  # not a test of the noise: a loaded machine must not stop it at the doctor
 """
 
 
@@ -43,8 +44,8 @@ def test_an_honest_job_with_progress_bars_checkpoints_and_tensorboard_is_ok_with
         r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "tune", "c.toml", "--run-dir", "run"], cwd=project,
                            env=env, stdout=log, stderr=subprocess.STDOUT, timeout=600)
     text = " ".join((project / "tune.log").read_text().split())  # rich wraps long lines: compare on one line
-    # every stage ran; apply may find nothing promoted (two pairs on a loaded machine may not clear the noise)
-    assert r.returncode == 0 or ("tune: stopped at apply" in text and "no promoted candidate" in text), text[-3000:]
+    # every stage ran; the run may promote nothing (two pairs on a loaded machine may not clear the noise): exit 3
+    assert r.returncode == 0 or (r.returncode == 3 and "tune: finished without a promotion" in text), text[-3000:]
     trials = [json.loads(p.read_text()) for p in sorted((project / "run" / "trials").glob("*/trial.json"))]
     assert len(trials) >= 6 and {t["status"] for t in trials} == {"ok"}, \
         [(t["id"], t["status"], t["reason"]) for t in trials if t["status"] != "ok"]

@@ -31,6 +31,10 @@ from .conftest import ROOT, tiny
 
 @pytest.fixture(autouse=True)
 def _isolation_works():
+    """bubblewrap missing (a machine where `make test` ran without root): skipped, and -ra says why; installed but
+    not isolating: a failure."""
+    if shutil.which(os.environ.get("INFRARSI_BWRAP") or "bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed: `make test` installs it as root (apt-get install bubblewrap)")
     assert isolation_problem() is None, f"this machine cannot isolate trials: {isolation_problem()}"
 
 
@@ -64,8 +68,13 @@ out["env"] = sorted(k for k in os.environ if k in ("OPENAI_API_KEY", "HF_TOKEN",
 read("key", sys.argv[1])
 read("bank", sys.argv[2])
 append("bank", sys.argv[2])
-(trial / "mine.txt").write_text("a trial writes its own directory")
-(trial / "clock.json").symlink_to("../../noise.json")  # the harness's own record, pointed at a sealed one
+(trial / "outputs" / "mine.txt").write_text("a trial writes its own outputs")
+append("trial dir", trial / "mine.txt")  # the runner's folder: not the trial's to write
+try:
+    (trial / "clock.json").symlink_to("../../noise.json")  # the harness's own record, pointed at a sealed one
+    out["plant clock.json"] = "planted"
+except OSError as e:
+    out["plant clock.json"] = e.strerror
 print(json.dumps(out), flush=True)
 """
 RECORDS = ["noise.json", "verification.json", "trials/0/trial.json", "seals.jsonl", "contract.lock"]
@@ -104,8 +113,10 @@ def test_an_isolated_trial_cannot_read_its_runs_records_nor_write_the_bank(recor
     assert got["read bank"] == "Permission denied" and got["write bank"] in ("Permission denied", "Read-only file system")
     assert got["env"] == ["INFRARSI_TRIAL_TOKEN"]
     assert bank.read_bytes() == b"the experience bank"
-    assert (trial / "mine.txt").is_file()  # its own directory stays writable
-    assert not (trial / "clock.json").is_symlink()  # the harness wrote its record in place of the trial's symlink
+    assert (trial / "outputs" / "mine.txt").is_file()  # its outputs/ is writable
+    # the trial's folder is the runner's: nothing can be planted where the runner writes its records
+    assert got["write trial dir"] == got["plant clock.json"] == "Read-only file system"
+    assert not (trial / "clock.json").is_symlink()
     last = json.loads((recorded / "seals.jsonl").read_text().splitlines()[-1])
     assert last["path"] == "trials/99/clock.json"  # and sealed it under its own name, not as noise.json
     after = {rel: (recorded / rel).read_bytes() for rel in RECORDS}
@@ -173,8 +184,9 @@ def test_a_trial_cannot_forge_a_cached_verdict(recorded, tmp_path, monkeypatch):
         "except OSError as e:\n    print('refused:', e.strerror)\n")
     ex = LocalExecutor()
     trial = recorded / "trials" / "98"
-    spec = LaunchSpec(argv=[sys.executable, str(forge), str(bad)], cwd=str(project), env={"PYTHONPATH": str(ROOT)},
-                      time_limit_s=120)
+    # the attacker knows where the cache is (the environment's allowlist alone would send it to its own empty home)
+    spec = LaunchSpec(argv=[sys.executable, str(forge), str(bad)], cwd=str(project),
+                      env={"PYTHONPATH": str(ROOT), "INFRARSI_CACHE": str(project / ".cache")}, time_limit_s=120)
     out = wait(ex, ex.submit(spec, trial, token=f"forge-{uuid.uuid4().hex[:8]}"), timeout_s=120)
     assert out.returncode == 0, (trial / "stderr").read_text()[-2000:]
     assert "refused:" in (trial / "stdout").read_text()

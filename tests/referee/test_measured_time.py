@@ -53,19 +53,20 @@ def forward(x, w, eps):
 def _doctor_with(cli, project, source):
     (project / "kernels/rmsnorm").mkdir(parents=True)
     (project / "kernels/rmsnorm/fast.py").write_text(f"FORGED = {FORGED!r}\n" + source)
-    (project / "c.toml").write_text(tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/fast.py"]',
-                                         baseline='kernel_rmsnorm = "kernels/rmsnorm/fast.py"'))
+    # The candidates compute with plain torch: the in-trial kernel watch is off (INFRARSI_SPOT_EVERY=0), so the
+    # harness's clock is what judges them, as the loss referee's tests do for theirs.
+    text = tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/fast.py"]', baseline='kernel_rmsnorm = "kernels/rmsnorm/fast.py"')
+    (project / "c.toml").write_text(text.replace('adapter = "minigpt"',
+                                                 'adapter = "minigpt"\nenv = { INFRARSI_SPOT_EVERY = "0" }'))
     assert cli("init", "c.toml", "--run-dir", "run").returncode == 0
     return cli("doctor", "--run-dir", "run")
 
 
 def _forgery_caught(r, project):
     assert r.returncode == 1, r.stdout + r.stderr
-    # Either verdict catches it: the reported time against the harness's, or, when the pipe stamps the real line and
-    # the forged one for the same iteration together (so the gaps it measures are the forger's too), the iteration
-    # reported twice. Which comes first is a race of the two writers (about 1 run in 3 here).
-    assert ("ended invalid: reported step time 10.0 ms, measured by the harness" in r.err
-            or ("ended invalid: iteration " in r.err and "was reported twice" in r.err)), r.stderr
+    # The forged line for an iteration follows the real one: the iteration is reported twice (the harness's time is
+    # scored in any case, so the forged 10 ms could not win even alone).
+    assert "ended invalid: iteration " in r.err and "was reported twice" in r.err, r.stderr
     stdout = (project / "run/trials/0/stdout").read_text()
     assert "elapsed time per iteration (ms): 10.0" in stdout  # the forged lines are in the log, and were not believed
 

@@ -38,3 +38,44 @@ def test_aa_promotes_at_most_5_percent_of_the_time(cv, repeats):
         b = [math.exp(rng.gauss(0, cv)) for _ in range(repeats)]
         promoted += promote(speedup_ci(a, b), mde)[0]
     assert promoted / n <= 0.05
+
+
+def _sequential(rng, cv, speedup, *, mde, max_pairs=12):
+    from infrarsi.search.verify import decide
+
+    a, b = [], []
+    while True:
+        d = decide(a, b, mde=mde, max_pairs=max_pairs)
+        if d.done or len(a) >= max_pairs:
+            return d
+        a.append(math.exp(rng.gauss(0, cv)))
+        b.append(math.exp(rng.gauss(0, cv)) / speedup)
+
+
+@pytest.mark.parametrize("cv", [0.02, 0.15])
+def test_sequential_rule_keeps_aa_below_alpha_however_often_it_looks(cv):
+    """A/A with a look after every pair (3..12) and the bar at 1 (no mde to hide behind): the alpha spent over the
+    looks keeps false promotions under 2.5% (plus sampling slack); looking at a fixed-n 95% interval after every pair
+    would not (checked here too, so the test can tell the two apart)."""
+    rng = random.Random(11)
+    n = 1000
+    false = sum(_sequential(rng, cv, 1.0, mde=0.0).promoted for _ in range(n))
+    assert false / n <= 0.035
+    peek = 0
+    for _ in range(n):
+        a = [math.exp(rng.gauss(0, cv)) for _ in range(12)]
+        b = [math.exp(rng.gauss(0, cv)) for _ in range(12)]
+        peek += any(speedup_ci(a[:k], b[:k]).lo > 1.0 for k in range(2, 13))
+    assert peek / n > 0.06
+
+
+def test_sequential_rule_stops_early_on_a_clear_answer_and_adds_pairs_when_unclear():
+    from infrarsi.search.verify import FIRST_LOOK
+
+    rng = random.Random(3)
+    fast = _sequential(rng, 0.03, 2.5, mde=0.05)
+    assert fast.state == "promote" and fast.speedup.pairs == FIRST_LOOK and fast.speedup.lo > 1.05
+    slow = _sequential(rng, 0.03, 0.4, mde=0.05)
+    assert slow.state == "reject" and slow.speedup.pairs == FIRST_LOOK and "upper bound < 1 + mde" in slow.reason
+    unclear = _sequential(rng, 0.15, 1.1, mde=0.3)
+    assert unclear.state in ("budget", "reject") and unclear.speedup.pairs > FIRST_LOOK

@@ -38,12 +38,13 @@ from ...execute.trial import Metrics, TrialStatus
 from ...knobs import KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
 from ...transformer import data_parallel
-from . import equivalence
+from . import equivalence, flags
 from . import log as megatron_log
 from .check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
 from ..base import Adapter, ParsedRun, scoped_space
 from ...launch.bash import ScriptError, interpret_script
-from ...launch.command import KEPT, Launch, split_launcher, unfilled_flags, world_from_variables
+from ...launch.command import (KEPT, Launch, split_launcher, unfilled_flags, user_environment,
+                               world_from_variables)
 from .args import (_ENTRY, COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError, _read_fixed,
                             _read_setting, split_items)
 from .emit import emit_megatron, emit_megatron_args, knob_env
@@ -121,7 +122,7 @@ def parse_megatron(text: str, *, path: str = "<command>", env: Mapping[str, str]
     environment (default empty); ``args`` are the script's $1, $2, ...; ``cwd`` is where it is read from.
     ``$PWD`` is kept as the user wrote it (``${PWD}``, resolved where the launch starts:
     :func:`infrarsi.launch.command.expand_kept`) unless ``env`` sets PWD (the contract's ``script_env``)."""
-    start = {"PWD": KEPT, **dict(env or {})}
+    start = {**user_environment(), "PWD": KEPT, **dict(env or {})}  # $HOME/... as the user's shell reads it
     try:
         res = interpret_script(text, path=path, env=start, args=args, cwd=None if cwd is None else str(cwd))
     except ScriptError as e:
@@ -218,6 +219,9 @@ class MegatronAdapter(Adapter):
         key = contract.model_dump_json(include={"workload", "hardware"})
         if key not in self._cache:
             parsed = _launch_from_contract(contract, self.base_dir)
+            bad = flags.refusal(parsed.launch.program[-1], parsed.args, source=parsed.source)
+            if bad:  # the program's own parser would refuse the launch: neither estimated nor tuned
+                raise MegatronLaunchError(bad)
             parsed.device = contract.hardware.kind
             if parsed.world_size is None:  # the launch does not say: the contract's devices do
                 parsed.world_size = contract.hardware.devices

@@ -13,6 +13,7 @@ arithmetic of ``parallel_state.initialize_model_parallel``, done with megatron-c
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -143,7 +144,8 @@ def megatron_parallel_check(setting: Mapping[str, Any], *, world_size: int | Non
     vp = int(s.get("virtual_pipeline", 1))
     dp = data_parallel(world_size, tp, pp, cp)
     if dp is None:
-        return [f"megatron-core parallel_state: world_size ({world_size}) is not divisible by {tp * pp * cp}"]
+        return [f"megatron-core parallel_state: world_size ({world_size}) is not divisible by {tp * pp * cp} (TP {tp} "
+                f"x PP {pp} x CP {cp}); {_dividing(world_size, {'TP': tp, 'PP': pp, 'CP': cp})}"]
     if vp > 1 and pp <= 1:
         return ["megatron-core parallel_state: pipeline-model-parallel size should be greater than 1 with "
                 "interleaved schedule"]
@@ -151,7 +153,8 @@ def megatron_parallel_check(setting: Mapping[str, Any], *, world_size: int | Non
     etmp = etp * ep * pp
     if world_size % etmp:
         return [f"megatron-core parallel_state: world_size ({world_size}) is not divisible by "
-                f"expert_tensor_model_pipeline_parallel size ({etmp})"]
+                f"expert_tensor_model_pipeline_parallel size ({etmp}) (expert TP {etp} x EP {ep} x PP {pp}); "
+                f"{_dividing(world_size, {'EP': ep, 'expert TP': etp, 'PP': pp})}"]
     order = "tp-cp-ep-dp-pp"
     try:
         dense = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=order, rank_offset=0)
@@ -162,6 +165,18 @@ def megatron_parallel_check(setting: Mapping[str, Any], *, world_size: int | Non
     except (AssertionError, RuntimeError, ValueError) as e:
         return [f"megatron-core parallel_state: {e}"]
     return []
+
+
+def _dividing(world: int, sizes: dict[str, int]) -> str:
+    """Which single change of ``sizes`` (name -> size; their product must divide ``world``) would divide it."""
+    total = math.prod(sizes.values())
+    fixes = []
+    for name, size in sizes.items():
+        rest = total // size
+        ok = [d for d in range(1, world + 1) if world % (rest * d) == 0]
+        if ok:
+            fixes.append(f"{name} {', '.join(map(str, ok[:-1]))} or {ok[-1]}" if len(ok) > 1 else f"{name} {ok[0]}")
+    return ("settings that divide it: " + "; ".join(fixes)) if fixes else "no single change divides it"
 
 
 def check_megatron(parsed, setting: Mapping[str, Any]) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 from ...knobs.catalog import ENV_PREFIX, knobs_for
 from ...transformer import data_parallel
 from ...launch.bash import ScriptError, interpret_script
-from ...launch.command import Launch, split_launcher, unfilled_flags, world_from_variables
+from ...launch.command import Launch, split_launcher, unfilled_flags, user_environment, world_from_variables
 from .configs import (
     _AC_MODES, _BOOL_FIELDS_02, _BOOL_FIELDS_03, _FP8_CONVERTERS, _INT_FIELDS, _SUBCOMMAND, CONFIGS_03, DEFAULTS_02,
     DEFAULTS_03, FLAVORS, FRAMEWORK,
@@ -368,7 +368,7 @@ def parse_torchtitan(text: str, *, path: str = "<command>", env: Mapping[str, st
                                 notes=_toml_notes(vals) + notes,
                                 base_dir=None if base_dir is None else str(base_dir))
     try:
-        res = interpret_script(text, path=path, env=dict(env or {}), args=args,
+        res = interpret_script(text, path=path, env={**user_environment(), **dict(env or {})}, args=args,
                                cwd=None if cwd is None else str(cwd))
     except ScriptError as e:
         raise TorchtitanLaunchError(str(e)) from None

@@ -51,11 +51,16 @@ def has_accelerator() -> bool:
     return torch._utils._get_available_device_type() is not None
 
 
+# Knobs torchtitan takes from the environment, not from a flag or its TOML: knob -> variable (trials and
+# infrarsi-launch --profile set them the same way)
+ENV_KNOBS = {"intra_op_threads": "OMP_NUM_THREADS"}
+
+
 def runtime_knobs(contract: Contract) -> list[Knob]:
     """The knobs above; kernel knobs only for ops the contract's scope lists candidates for."""
     out = [
         Knob(name="intra_op_threads", kind="int", domain=(1, 2, 4, 8, 16), default=1, group="runtime",
-             spelling={"torchtitan": "env:OMP_NUM_THREADS"},
+             spelling={"torchtitan": f"env:{ENV_KNOBS['intra_op_threads']}"},
              doc="intra-op threads per process (torchrun's default is 1)"),
     ]
     for op in PATCHABLE_OPS:
@@ -126,9 +131,9 @@ def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any])
     env.pop("INFRARSI_PATCHES", None)
     if ops:
         env["INFRARSI_PATCHES"] = json.dumps(ops, sort_keys=True)
-    threads = setting.get("intra_op_threads")
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(int(threads))
+    for knob, var in ENV_KNOBS.items():
+        if setting.get(knob) is not None:
+            env[var] = str(int(setting[knob]))
     cpu = contract.hardware.kind.lower() == "cpu"
     at = _program_at(argv)
     if at is not None and (ops or (cpu and not has_accelerator())):
