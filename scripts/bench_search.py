@@ -414,7 +414,8 @@ ABLATIONS: dict[str, Any] = {"residual": True, "joint": True, "memory_gp": True,
                              "memory_structure": True, "memory_savers": True, "memory_gp_min_peaks": 3,
                              "time_bubble": False, "time_bubble_mean": 1.0, "time_bubble_sd": 0.5,
                              "memory_from_ok": True, "learn_drift": True, "thompson_every": 0,
-                             "time_interactions": True}
+                             "time_interactions": True, "local_by_evidence": False,
+                             "memory_anchored": False}
 
 
 def ablated_parts(ablations: dict[str, Any], *, estimate: bool) -> dict[str, Any]:
@@ -433,13 +434,14 @@ def ablated_parts(ablations: dict[str, Any], *, estimate: bool) -> dict[str, Any
     ok = a["memory_from_ok"]
     if a["memory_structured"] and not estimate:
         structure = () if not a["memory_structure"] else STRUCTURE_WITH_SAVERS if a["memory_savers"] else STRUCTURE
-        memory = StructuredPeak(structure=structure, from_runs_without_peak=ok)
+        memory = StructuredPeak(structure=structure, from_runs_without_peak=ok, anchored=a["memory_anchored"])
     elif a["memory_gp"]:
         memory = CensoredPeak(min_peaks=a["memory_gp_min_peaks"], from_runs_without_peak=ok)
     else:
         memory = AdditivePeak(from_runs_without_peak=ok)
     return {"time": time_part, "memory": memory,
-            "steps": Steps(thompson_every=a["thompson_every"], learn_drift=a["learn_drift"])}
+            "steps": Steps(thompson_every=a["thompson_every"], learn_drift=a["learn_drift"],
+                           local_by_evidence=a["local_by_evidence"])}
 
 
 def config_overrides(ap: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:

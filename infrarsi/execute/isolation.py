@@ -79,7 +79,8 @@ ENV_NAMES = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "HOSTNAME",
     "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "XDG_CACHE_HOME",
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-    "INFRARSI_TRIAL_TOKEN"})
+    "INFRARSI_TRIAL_TOKEN",
+    "INFRARSI_SPOT_EVERY", "INFRARSI_KERNELS"})  # the kernels' checks in training (kernels/insitu.py, loader.py)
 ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NVTE_", "NCCL_", "GLOO_", "UCX_", "FI_", "NVSHMEM_",
                 "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "TRITON", "HF_", "TRANSFORMERS_",
                 "TOKENIZERS_", "PYTHON", "SLURM_")

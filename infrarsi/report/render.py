@@ -140,7 +140,7 @@ class _Builder:
             times = (f" ({statistics.median(best.baseline_s):.4g} s -> {statistics.median(best.candidate_s):.4g} s "
                      f"per step, medians)" if best.baseline_s and best.candidate_s else "")
             self.p(f"**Result:** {_knobs(changed(best.setting, self.baseline))} makes a training step "
-                   f"**{best.speedup:.3f}x** as fast as the baseline{times}. How sure: 95% confidence that the "
+                   f"**{best.speedup:.3f}x** as fast as the baseline{times}. How sure: with 95% confidence or more, the "
                    f"speedup lies between {lo:.3f}x and {hi:.3f}x, from {best.pairs} back-to-back runs of baseline "
                    f"and candidate (trials {pairs}); it is promoted because even {lo:.3f}x beats the noise floor "
                    f"(+{mde:.1%}: the smallest change this machine's run-to-run noise lets us tell from chance)."

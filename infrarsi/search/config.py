@@ -36,7 +36,9 @@ class TunerConfig:
     """Minimum detectable effect (fraction): stop when the best EI (log scale) is below log(1 + mde)."""
     local_every: int = 3
     """Every k-th model-guided proposal is the best one-knob move (with repairs) from the incumbent (0: never):
-    the global model ranks regions well but the last few percent sit in the incumbent's neighbourhood."""
+    the global model ranks regions well but the last few percent sit in the incumbent's neighbourhood.
+    ``Steps(local_by_evidence=True)`` chooses by each kind's record instead (:meth:`.steps.Steps.local_due`; measured
+    and not kept, docs/notes/search.md)."""
     trust_radius: int = 4
     """Acquisition steps choose among candidates within this many knob changes of one of the 5 fastest settings
     measured, when any is left there (0: the whole pool). Far from every trial the time model's ranking is little

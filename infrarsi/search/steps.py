@@ -73,11 +73,15 @@ class Steps(Bound):
     fitting setting under one posterior draw (0: never; off: on the perturbed clusters, cold, Thompson steps improved
     the best in 4 of 74 trials, acquisition steps 27 of 184, local steps 59 of 174; BENCHMARKS.md). ``learn_drift``:
     price candidates by the knob values of settings that broke the loss check (False: such a setting is only never
-    proposed again, an ablation)."""
+    proposed again, an ablation). ``local_by_evidence``: choose a local or a global step by each kind's record
+    (:meth:`local_due`; off: every ``local_every``-th model-guided ask is local; cold, catalog names, 10+ paired runs
+    the choice by evidence scored below the schedule at 20 and 30 trials, docs/notes/search.md)."""
 
-    def __init__(self, *, thompson_every: int = 0, learn_drift: bool = True) -> None:
+    def __init__(self, *, thompson_every: int = 0, learn_drift: bool = True, local_by_evidence: bool = False) -> None:
         self.thompson_every, self.learn_drift = thompson_every, learn_drift
+        self.local_by_evidence = local_by_evidence
         self.asks = 0  # model-guided proposals so far
+        self.chosen: dict[Setting, str] = {}  # model-guided proposals -> the arm that chose them ("local" / "global")
         self.probed: set[str] = set()  # knobs whose strongest prior claim a probe has tested
         self.last_best_ei: float | None = None
         self.priced: dict[Setting, float] = {}  # model-guided proposals -> the P(OOM) they were proposed at
@@ -130,11 +134,13 @@ class Steps(Bound):
             j = self.probe(ctx, sc)
             if j is not None:
                 return j, "probe"
-        if cfg.local_every and self.asks % cfg.local_every == 1 % cfg.local_every:
+        if self.local_due(ctx, cfg):
             near = set(ctx.neighbors(ctx.incumbent))
             local = np.array([c in near for c in sc.cands]) & np.isfinite(acq)
             if local.any():
-                return int(np.argmax(np.where(local, acq, -np.inf))), "local"
+                j = int(np.argmax(np.where(local, acq, -np.inf)))
+                self.chosen[sc.cands[j]] = "local"
+                return j, "local"
         if self.thompson_every and self.asks % self.thompson_every == 0:
             # Thompson step: the fastest fitting setting under one coherent posterior draw. It explores where the
             # (possibly misspecified) mean model is too sure of itself.
@@ -143,11 +149,26 @@ class Steps(Bound):
                 draw = np.where(np.isfinite(acq) & (sc.p_pass >= 0.5), draw, np.inf)
                 if np.isfinite(draw).any():
                     return int(np.argmin(draw)), "thompson"
+        j = int(np.argmax(acq))
         if cfg.trust_radius:
             near = within_trust_radius(ctx.encoder, ctx.history, sc.cands, cfg.trust_radius) & np.isfinite(acq)
             if near.any():
-                return int(np.argmax(np.where(near, acq, -np.inf))), "acquisition"
-        return int(np.argmax(acq)), "acquisition"
+                j = int(np.argmax(np.where(near, acq, -np.inf)))
+        self.chosen[sc.cands[j]] = "global"
+        return j, "acquisition"
+
+    def local_due(self, ctx: Context, cfg: TunerConfig) -> bool:
+        """Whether this ask is a local step (the best one-knob move from the incumbent) rather than a global one (the
+        acquisition's best within the trust radius). By evidence (``local_by_evidence``): a Thompson draw from each
+        arm's Beta(1 + improved, 1 + did not) over the proposals it chose, whether each beat every trial told before it
+        (an OOM did not); the arm with the larger draw. Else every ``local_every``-th model-guided ask (a schedule, an
+        ablation)."""
+        if not self.local_by_evidence:
+            return bool(cfg.local_every) and self.asks % cfg.local_every == 1 % cfg.local_every
+        wins = step_record(ctx.history, self.chosen)
+        rng = np.random.default_rng([self.setup.seed, self.asks])
+        draw = {arm: rng.beta(1 + w, 1 + n - w) for arm, (w, n) in sorted(wins.items())}
+        return draw["local"] > draw["global"]
 
     def probe(self, ctx: Context, sc: Scored) -> int | None:
         """The nearest fitting candidate with the value of :func:`.prior_check.untested_claim` (once per knob)."""
@@ -168,6 +189,21 @@ class Steps(Bound):
         dist = hamming(ctx.encoder.onehot(sc.cands), ctx.encoder.onehot([inc])[0])
         tie = 1e-3 * sc.acq / max(float(np.abs(sc.acq[ok]).max()), 1e-12)  # among the nearest, the best acquisition
         return int(np.argmax(np.where(ok, -dist + tie, -np.inf)))
+
+
+def step_record(history: History, chosen: dict[Setting, str]) -> dict[str, tuple[int, int]]:
+    """Per arm ("local", "global"): (proposals that beat the fastest trial told before them, proposals told), over the
+    told settings ``chosen`` names, in the order they were told."""
+    out = {"local": [0, 0], "global": [0, 0]}
+    best = np.inf
+    for s, o in history:
+        t = o.step_time_s if o.status is TrialStatus.OK and o.step_time_s else np.inf
+        arm = chosen.get(s)
+        if arm is not None:
+            out[arm][0] += int(t < best)
+            out[arm][1] += 1
+        best = min(best, t)
+    return {arm: (w, n) for arm, (w, n) in out.items()}
 
 
 def design_step(ctx: Context, p_pass: np.ndarray) -> tuple[Setting, Proposal]:

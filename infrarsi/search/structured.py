@@ -35,7 +35,7 @@ covariance; the predictive variance of mu at a candidate is J H^-1 J^T with J = 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,19 +105,35 @@ def features(space: KnobSpace, settings: list[Setting]) -> np.ndarray:
     centred on its knob's domain (minus the column's mean over the domain's values). Centred, a power of 0 is "no
     effect" around the middle of the space rather than "no effect, measured from every knob at its first value": with
     uncentred columns and the same prior, a model that had seen only OOMs predicted its smallest peak at the corner
-    where every numeric knob is 1 (ln 1 = 0, where the powers do not reach), whatever the knobs are."""
+    where every numeric knob is 1 (ln 1 = 0, where the powers do not reach), whatever the knobs are. A knob with a
+    meaning is measured from its first value again (:func:`anchors`, :class:`.memory.StructuredPeak`)."""
     cols = _columns(space)
     out = np.zeros((len(settings), len(cols)))
     for j, (name, how, level) in enumerate(cols):
         vals = [s[name] for s in settings]
-        dom = space[name].domain
         if how == "bool":
-            out[:, j] = [(1.0 if v else 0.0) - 0.5 for v in vals]
+            out[:, j] = [1.0 if v else 0.0 for v in vals]
         elif how == "log":
-            out[:, j] = np.log(np.array(vals, dtype=float)) - float(np.mean(np.log(np.array(dom, dtype=float))))
+            out[:, j] = np.log(np.array(vals, dtype=float))
         else:
-            out[:, j] = [(1.0 if v == level else 0.0) - 1.0 / len(dom) for v in vals]
-    return out
+            out[:, j] = [1.0 if v == level else 0.0 for v in vals]
+    return out - centres(space)
+
+
+def centres(space: KnobSpace) -> np.ndarray:
+    """(q,): each column's mean over its knob's domain (what :func:`features` subtracts)."""
+    out = []
+    for name, how, _ in _columns(space):
+        dom = space[name].domain
+        out.append(0.5 if how == "bool" else float(np.mean(np.log(np.array(dom, dtype=float)))) if how == "log"
+                   else 1.0 / len(dom))
+    return np.array(out)
+
+
+def anchors(space: KnobSpace, knobs: Collection[str]) -> np.ndarray:
+    """(q,): :func:`centres` for the columns of ``knobs``, 0 elsewhere. Added to :func:`features`, those columns are
+    measured from their knob's first value (ln 1 = 0 for a size, off for a flag) again."""
+    return np.where([name in knobs for name, _, _ in _columns(space)], centres(space), 0.0)
 
 
 @dataclass(frozen=True)

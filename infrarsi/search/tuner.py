@@ -61,8 +61,9 @@ How it proposes (each proposal's reason is kept: ``tuner.why(setting)``; the des
    pool, remembering which savers it took.
 4. *Local and Thompson steps*: every ``local_every``-th model-guided proposal is the best move from the
    incumbent (its neighbourhood only: the global model ranks regions well, the last few percent are
-   next to the incumbent); every ``Steps(thompson_every=k)``-th (off by default) is the fastest fitting setting under
-   one posterior draw.
+   next to the incumbent; ``Steps(local_by_evidence=True)`` chooses local or global by a Thompson draw from each kind's
+   record of proposals that beat every trial before them instead, measured and not kept); every
+   ``Steps(thompson_every=k)``-th (off by default) is the fastest fitting setting under one posterior draw.
 5. *Loss check*: a setting that ran but broke the loss referee (``numerics_drift``) is never proposed again,
    its peak is memory data like any trial's that ran, and it puts a price on the knob values it had: a
    candidate's P(pass) is the product over its values of 1 - d / (d + p + 1), d and p the trials with that value

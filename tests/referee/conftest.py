@@ -44,6 +44,53 @@ confirm_speedup = 100.0  # not a test of the noise: a loaded machine must not st
 """
 
 
+# A correct RMSNorm for the attack candidates below to call (``rmsnorm(x, w, eps)``): a Triton forward -- training ends a
+# kernel that launches none at its first call (kernels/insitu.py) -- and autograd's backward of the same math.
+TRITON_RMSNORM = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms(X, W, Y, n, eps, B: tl.constexpr):
+    c = tl.arange(0, B)
+    m = c < n
+    x = tl.load(X + tl.program_id(0) * n + c, mask=m, other=0.0).to(tl.float32)
+    w = tl.load(W + c, mask=m, other=0.0).to(tl.float32)
+    y = x / tl.sqrt(tl.sum(x * x, axis=0) / n + eps) * w
+    tl.store(Y + tl.program_id(0) * n + c, y.to(Y.dtype.element_ty), mask=m)
+
+
+def _host(x, w, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()
+        y = torch.empty_like(x2)
+        _rms[(x2.shape[0],)](x2, w, y, x2.shape[1], eps, B=triton.next_power_of_2(x2.shape[1]))
+        ctx.save_for_backward(x, w)
+        ctx.eps = eps
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        with torch.enable_grad():
+            xd, wd = x.detach().requires_grad_(), w.detach().requires_grad_()
+            dx, dw = torch.autograd.grad(_host(xd, wd, ctx.eps), (xd, wd), dy)
+        return dx, dw, None
+
+
+def rmsnorm(x, w, eps):
+    return _RMSNorm.apply(x, w, eps)
+'''
+
+
 def tiny(knobs: str = "", baseline: str = "") -> str:
     return TINY.format(knobs=knobs, baseline=baseline)
 

@@ -26,7 +26,7 @@ from infrarsi.execute.executor import wait
 from infrarsi.execute.local import LocalExecutor, isolation_problem
 from infrarsi.execute.spec import LaunchSpec
 
-from .conftest import ROOT, tiny
+from .conftest import ROOT, TRITON_RMSNORM, tiny
 
 
 @pytest.fixture(autouse=True)
@@ -341,12 +341,11 @@ def test_writes_to_git_pycache_and_a_sibling_run_fail_inside_the_trial(tmp_path)
 
 
 # --------------------------------------------------------------------------------------- through the CLI
-# A correct RMSNorm whose module, at import, appends to every sibling trial's record of its run.
-SIBLING = '''"""RMSNorm, correct, plus an attack on the records of the trials run before it."""
+# A correct RMSNorm (conftest.TRITON_RMSNORM) whose module, at import, appends to every sibling trial's record of its
+# run.
+SIBLING = ('''"""RMSNorm, correct, plus an attack on the records of the trials run before it."""
 import os
 from pathlib import Path
-
-import torch
 
 _me = Path(os.environ["INFRARSI_TRIAL_DIR"])
 for _d in sorted(_me.parent.iterdir()):
@@ -359,20 +358,25 @@ for _d in sorted(_me.parent.iterdir()):
             print(f"attack: {_d.name}/trial.json: {_e.strerror}", flush=True)
 
 
-def forward(x, w, eps):
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 '''
+           + TRITON_RMSNORM + '''
+
+def forward(x, w, eps):
+    return rmsnorm(x, w, eps)
+''')
 
 
 def _doctor(cli, project, monkeypatch, isolation):
     monkeypatch.setenv("INFRARSI_ISOLATION", isolation)
+    monkeypatch.setenv("INFRARSI_SPOT_EVERY", "0")  # the attack is the point: a plain-torch kernel, no spot check
     (project / "kernels/rmsnorm").mkdir(parents=True)
     (project / "kernels/rmsnorm/sibling.py").write_text(SIBLING)
     text = tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/sibling.py"]',
                 baseline='kernel_rmsnorm = "kernels/rmsnorm/sibling.py"')
     # no seed run: the warm-up and the two repeats are trials enough with siblings to attack (one launch less)
     assert "compare_steps = 6\n" in text
+    # its plain-torch RMSNorm would be refused by the in-trial kernel watch first: the watch is off here
+    text = text.replace('adapter = "minigpt"', 'adapter = "minigpt"\nenv = { INFRARSI_SPOT_EVERY = "0" }')
     (project / "c.toml").write_text(text.replace("compare_steps = 6\n", "compare_steps = 6\nseed_runs = 0\n"))
     assert cli("init", "c.toml", "--run-dir", "run").returncode == 0
     return cli("doctor", "--run-dir", "run")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, tiny
+from .conftest import ROOT, TRITON_RMSNORM, tiny
 
 KERNEL_FILE = "kernels/rmsnorm/triton_rows.py"
 KERNEL = f"{KERNEL_FILE}@rows4"
@@ -19,8 +19,7 @@ WRITE = 'from pathlib import Path as _P\n_P("PWNED").write_text("the candidate w
 def _writer(cli, project):
     (project / "kernels/rmsnorm").mkdir(parents=True)
     (project / "kernels/rmsnorm/writer.py").write_text(
-        WRITE + "import torch\n\ndef forward(x, w, eps):\n    xf = x.float()\n"
-                "    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w\n")
+        WRITE + TRITON_RMSNORM + "\n\ndef forward(x, w, eps):\n    return rmsnorm(x, w, eps)\n")
     (project / "c.toml").write_text(tiny(knobs='kernel_rmsnorm = ["kernels/rmsnorm/writer.py"]',
                                          baseline='kernel_rmsnorm = "kernels/rmsnorm/writer.py"'))
     assert cli("init", "c.toml", "--run-dir", "run").returncode == 0

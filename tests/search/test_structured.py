@@ -3,6 +3,7 @@ measured peaks, OOMs and runs that fit; its gradient is exact; the tuner prices 
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.models import MemoryModel
-from infrarsi.search import CensoredPeak, Outcome, Tuner, TunerConfig, run_tuner
+from infrarsi.search import CensoredPeak, Outcome, StructuredPeak, Tuner, TunerConfig, run_tuner
 from infrarsi.search.censored import ABOVE, BELOW, OBS
 from infrarsi.search.structured import STRUCTURE_WITH_SAVERS, StructuredMemory, _Objective, features, structure_prior
 
@@ -145,3 +146,20 @@ def test_a_cold_search_where_almost_nothing_fits_finds_what_does():
     statuses = [o.status for _, o in run_tuner(t, run, 12)]
     assert statuses[:4] == ["oom"] * 4  # the design ran its course with nothing that ran
     assert "ok" in statuses[4:7], statuses
+
+
+def test_anchored_a_named_knob_is_measured_from_its_first_value_an_unnamed_one_from_its_domains_middle():
+    """``StructuredPeak(anchored=True)``: the term sizes are stated where its features are 0: for knobs with a meaning,
+    the setting with every knob at its first value (nothing split, nothing saved); for opaque knobs, the middle of the
+    space. By default every knob is centred."""
+    named = _space()
+    first = named.complete({k.name: k.domain[0] for k in named.knobs})
+    anchored = Tuner(named, memory_capacity_bytes=CAP, memory=StructuredPeak(anchored=True)).memory
+    assert np.allclose(anchored.phi([first]), 0.0)
+    assert not np.allclose(Tuner(named, memory_capacity_bytes=CAP).memory.phi([first]), 0.0)
+    opaque = KnobSpace([Knob(name=f"k{i}", kind=k.kind, domain=k.domain, default=k.default) for i, k in
+                        enumerate(named.knobs)])
+    grid = [opaque.complete(dict(zip([f"k{i}" for i in range(5)], v)))
+            for v in itertools.product(*[k.domain for k in opaque.knobs])]
+    phi = Tuner(opaque, memory_capacity_bytes=CAP, memory=StructuredPeak(anchored=True)).memory.phi(grid)
+    assert np.allclose(phi.mean(axis=0), 0.0) and not np.allclose(phi[0], 0.0)
