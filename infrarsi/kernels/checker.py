@@ -146,10 +146,10 @@ def _is_tensor(x) -> bool:
     return torch.is_tensor(x)
 
 
-def check(candidate, op: str, settings: VerifySettings, *, command: list[str], env: dict[str, str]
-          ) -> tuple[list[str], list[Case]]:
-    """Run the candidate's process (``command``, its environment ``env``) on this checker's inputs and judge what
-    it returned: (reasons, cases)."""
+def check(candidate, op: str, settings: VerifySettings, *, command: list[str], env: dict[str, str],
+          pass_fds: tuple[int, ...] = ()) -> tuple[list[str], list[Case]]:
+    """Run the candidate's process (``command``, its environment ``env``; ``pass_fds``: what bwrap reads, the
+    seccomp filter) on this checker's inputs and judge what it returned: (reasons, cases)."""
     import torch
 
     plan = _Plan(op, settings)
@@ -158,7 +158,7 @@ def check(candidate, op: str, settings: VerifySettings, *, command: list[str], e
     limit = settings.timeout_s + STARTUP_S
     try:
         proc = subprocess.run(command, input=job.getvalue(), env=env, capture_output=True, timeout=limit,
-                              start_new_session=True)
+                              start_new_session=True, pass_fds=pass_fds)
     except subprocess.TimeoutExpired:
         return [f"timeout: the candidate's process ran past {limit:g} s (a hanging kernel?)"], []
     tail = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1][:300]

@@ -211,16 +211,17 @@ def isolation_problem() -> str | None:
     return isolation.problem()
 
 
-def dynamic_command(path: str | Path | Candidate, op: str) -> list[str]:
+def dynamic_command(path: str | Path | Candidate, op: str, *, seccomp_fd: int | None = None) -> list[str]:
     """``python -m infrarsi.kernels.dynamic``, inside the isolation where the machine has it: the candidate's file
-    and the op's reference readable, nothing of the runs, the bank, the caches, the key or ``.git``."""
+    and the op's reference readable, nothing of the runs, the bank, the caches, the key or ``.git``; the kernel
+    keyring's calls refused by the seccomp filter in ``seccomp_fd`` (isolation.seccomp_fd), as in a trial."""
     from ..execute import isolation
 
     child = [sys.executable, "-m", "infrarsi.kernels.dynamic"]
     if isolation_problem() is not None:
         return child
     files = [candidate_path(path), reference_path(op), kernels_root()]
-    return isolation.verification_box(files).argv(child)
+    return isolation.verification_box(files).argv(child, seccomp_fd=seccomp_fd)
 
 
 def dynamic_environment() -> dict[str, str]:
@@ -236,7 +237,15 @@ def _dynamic_in_subprocess(candidate: str | Path | Candidate, op: str,
     """The dynamic checks: the candidate in a fresh Python of its own (TRITON_INTERPRET=1 without a GPU), isolated
     where the machine can; this process makes the inputs and compares what comes back (checker.py). Every
     (family, dtype) must be covered unless a failure is named."""
-    reasons, cases = check(candidate, op, settings, command=dynamic_command(candidate, op), env=dynamic_environment())
+    from ..execute import isolation
+
+    sec = isolation.seccomp_fd() if isolation_problem() is None else None
+    try:
+        reasons, cases = check(candidate, op, settings, command=dynamic_command(candidate, op, seccomp_fd=sec),
+                               env=dynamic_environment(), pass_fds=() if sec is None else (sec,))
+    finally:
+        if sec is not None:
+            os.close(sec)
     if not reasons:
         want = expected_cases(load_reference(op), settings)
         got = {(c.family, c.dtype) for c in cases}

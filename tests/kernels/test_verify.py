@@ -75,6 +75,8 @@ ADVERSARIES = {
     "forged_checker_state.py": ("rmsnorm", {"static-import"}, set()),
     "training_switch.py": ("rmsnorm", {"mismatch-forward", "host-op"}, {"alias", "static-import"}),
     "constant_bias.py": ("rmsnorm", {"bias"}, {"mismatch-forward", "mismatch-backward", "host-op"}),
+    # the kernel keyring reached through ctypes: the lint names it, and past the lint the seccomp filter refuses it
+    "keyring_probe.py": ("rmsnorm", {"static-import"}, set()),
 }
 
 
@@ -156,6 +158,21 @@ def test_past_the_static_check_the_checkers_state_is_out_of_reach():
     reasons, cases = _dynamic_in_subprocess((ADVERSARIAL / "forged_checker_state.py").resolve(), "rmsnorm",
                                             VerifySettings(families=("one_row",), determinism_families=()))
     assert reasons and any(r.startswith("mismatch-forward") for r in reasons), reasons
+
+
+def test_the_kernel_keyring_is_refused_to_a_candidate_under_verification(monkeypatch):
+    """The candidate's process runs under the trial's seccomp filter: its add_key is refused, so it computes
+    honestly and passes; with the filter left out the same call goes through and the candidate ends its process."""
+    from infrarsi.execute import isolation
+
+    if isolation.problem() is not None or isolation.seccomp_problem() is not None:
+        pytest.skip(isolation.problem() or isolation.seccomp_problem())
+    one = VerifySettings(families=("one_row",), determinism_families=())
+    reasons, cases = _dynamic_in_subprocess((ADVERSARIAL / "keyring_probe.py").resolve(), "rmsnorm", one)
+    assert reasons == [] and cases, reasons
+    monkeypatch.setattr(isolation, "seccomp_fd", lambda: None)
+    reasons, _ = _dynamic_in_subprocess((ADVERSARIAL / "keyring_probe.py").resolve(), "rmsnorm", one)
+    assert any("exited with 5" in r for r in reasons), reasons
 
 
 def test_training_like_inputs_reach_the_candidate():
