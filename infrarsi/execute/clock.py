@@ -23,9 +23,9 @@ machine delays lines; it does not make a log lie). So:
   included: an upper bound, never faster than the truth), with why in its evidence.
 
 A trial is invalid only for what the machine's load cannot cause: a stdout or stderr rewritten during the trial
-(its sha256 is not what came through the pipe), a step line printed twice (a forged line after the real one), a
-process that left children holding a pipe, a log whose step times add up to more than the process ran, and a
-measured window whose processes slept. The clock samples the CPU time of the trial's process group right after each
+(its sha256 is not what came through the pipe), a step line printed more often than the trial has processes (a
+forged line after the real one; torchtitan logs each step on every rank), a process that left children holding a
+pipe, a log whose step times add up to more than the process ran, and a measured window whose processes slept. The clock samples the CPU time of the trial's process group right after each
 step line arrives (a sampler thread, each sample stamped with its own time; nanoseconds on a CPU,
 ``/proc/<pid>/task/<tid>/schedstat``, summed over every thread of every process in the group). A measured window
 whose processes spent less than ``MIN_CPU_FRACTION`` of one core is a window of sleeping, not of training steps.
@@ -324,13 +324,13 @@ class ClockProblem(ValueError):
     """What the machine's load cannot cause: the log or its pipes were tampered with (the trial is invalid)."""
 
 
-def measure(trial_dir: Path, *, warmup_steps: int, measured_steps: int) -> Timing | None:
+def measure(trial_dir: Path, *, warmup_steps: int, measured_steps: int, copies: int = 1) -> Timing | None:
     """The harness's timing of the window ``warmup+1 .. warmup+measured`` (None without a clock, or without the
-    window's step lines); raises :class:`ClockProblem` for a tampered record."""
+    window's step lines); raises :class:`ClockProblem` for a tampered record. ``copies``: :func:`_step_lines`."""
     clock = read_clock(trial_dir)
     if clock is None:
         return None
-    steps, twice = _step_lines(Path(trial_dir), clock)
+    steps, twice = _step_lines(Path(trial_dir), clock, copies=copies)
     if twice:
         (rank, it), a, b = twice[0]
         raise ClockProblem(f"iteration {it} was reported twice (at {a:.3f} s and {b:.3f} s after the launch): a "
@@ -357,7 +357,7 @@ def measure(trial_dir: Path, *, warmup_steps: int, measured_steps: int) -> Timin
 
 
 def referee(trial_dir: Path, *, step_time_s: float | None, step_times_s: list[float], warmup_steps: int,
-            measured_steps: int, wall_s: float, measured_time: bool = True) -> str | None:
+            measured_steps: int, wall_s: float, measured_time: bool = True, copies: int = 1) -> str | None:
     """Why the trial's record cannot be believed at all (one line with the numbers), or None. Only what the
     machine's load cannot cause: a disagreement between the log's step time and the harness's is not here (the
     harness's is scored, :func:`measure`).
@@ -373,7 +373,7 @@ def referee(trial_dir: Path, *, step_time_s: float | None, step_times_s: list[fl
     if clock is None or not measured_time:
         return None
     try:
-        steps, twice = _step_lines(Path(trial_dir), clock)
+        steps, twice = _step_lines(Path(trial_dir), clock, copies=copies)
     except ClockProblem as e:
         return str(e)
     if not clock.get("complete", True):
@@ -409,9 +409,12 @@ def _stream_lines(trial_dir: Path, name: str, sha: str, arrivals: list[float]) -
     return lines
 
 
-def _step_lines(trial_dir: Path, clock: dict[str, Any]):
+def _step_lines(trial_dir: Path, clock: dict[str, Any], *, copies: int = 1):
     """((rank, step) -> its :class:`Line` (the last one, as the parsers read it), [((rank, step), first arrival,
-    second arrival)] for repeated lines), over every clocked stream."""
+    arrival of the line past ``copies``)] for repeated lines), over every clocked stream. ``copies``: the trial's
+    processes; each may print a step's line without a rank prefix (torchtitan logs on every rank), so a step is
+    repeated only past that many lines. The last line is the one timed: a line printed early cannot make a step
+    look faster."""
     streams = [("stdout", clock["stdout_sha256"], clock)]
     if clock.get("stderr"):
         streams.append(("stderr", clock["stderr"]["sha256"], clock["stderr"]))
@@ -427,10 +430,12 @@ def _step_lines(trial_dir: Path, clock: dict[str, Any]):
             if key is not None:
                 found.append((t, key, Line(t, (name, k), None if c is None or ct is None else (ct, c))))
     steps: dict[tuple[int, int], Line] = {}
+    seen: dict[tuple[int, int], list[float]] = {}
     twice = []
     for t, key, ln in sorted(found, key=lambda x: x[0]):
-        if key in steps:
-            twice.append((key, steps[key].arrival_s, t))
+        seen.setdefault(key, []).append(t)
+        if len(seen[key]) == copies + 1:
+            twice.append((key, seen[key][0], t))
         steps[key] = ln
     return steps, twice
 

@@ -289,7 +289,7 @@ class Runner:
                 self._handles.pop(trial.id, None)
         conditions = watch.end(own_cpu_s=own_cpu_s(Path(handle.trial_dir)))
         freed = _keep_reserve(self.record.run_dir, Path(handle.trial_dir))
-        verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting)
+        verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting, copies=procs)
         if freed:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [freed]})
         if relaunched:
@@ -349,9 +349,10 @@ class Runner:
         return trial, handle
 
     def _verdict(self, end: LaunchEnd, trial_dir: Path, reference: Sequence[float] | None,
-                 setting: Mapping[str, Any] | None = None) -> Verdict:
+                 setting: Mapping[str, Any] | None = None, *, copies: int = 1) -> Verdict:
         """``reference``: the baseline's loss trace (checked within rtol), or a calibrated loss referee
-        (infrarsi.contract.numerics.Referee: loss and grad norm against the setting's band)."""
+        (infrarsi.contract.numerics.Referee: loss and grad norm against the setting's band). ``copies``: the
+        trial's processes, each of which may print a step's line (clock.py)."""
         stdout = _read_text(trial_dir / STDOUT)
         stderr = _read_text(trial_dir / STDERR)
         parsed: ParsedRun | None = None
@@ -362,7 +363,7 @@ class Runner:
         except Exception as e:  # a parser choking on garbage output is a crash of the trial, not of the runner
             error = f"{type(e).__name__}: {e}"
         v = classify(end, parsed, stdout=stdout, stderr=stderr, parse_error=error)
-        v = _harness_time(v, self.adapter, self.contract, trial_dir, end)
+        v = _harness_time(v, self.adapter, self.contract, trial_dir, end, copies=copies)
         if hasattr(reference, "judge"):  # the calibrated loss referee (contract/numerics.py)
             return reference.judge(v, setting or {})
         loss = self.contract.invariants.loss
@@ -402,7 +403,8 @@ def invalidate(v: Verdict, why: str, evidence: Sequence[str] = ()) -> Verdict:
                                                 "tflops_per_device": None})})
 
 
-def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: Path, end: LaunchEnd) -> Verdict:
+def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: Path, end: LaunchEnd, *,
+                  copies: int = 1) -> Verdict:
     """An ok verdict scored by the harness's clock (clock.py): its step time becomes the one the harness measured over
     the contract's window (the log's is kept as ``reported_step_time_s``, a disagreement in the evidence); throughput
     and MFU follow. Invalid only for what load cannot cause (a tampered log, repeated lines, sleeping steps)."""
@@ -412,11 +414,12 @@ def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: P
     measured = getattr(adapter, "measured_time", True)
     why = referee(trial_dir, step_time_s=v.metrics.step_time_s, step_times_s=v.metrics.step_times_s,
                   warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, wall_s=end.wall_s,
-                  measured_time=measured)
+                  measured_time=measured, copies=copies)
     if why is not None:
         return invalidate(v, why)
     try:
-        timing = measure(trial_dir, warmup_steps=t.warmup_steps, measured_steps=t.measured_steps) if measured else None
+        timing = (measure(trial_dir, warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, copies=copies)
+                  if measured else None)
     except ClockProblem as e:
         return invalidate(v, str(e))
     if timing is None:
