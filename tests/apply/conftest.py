@@ -10,19 +10,9 @@ from infrarsi.testing.recorded_run import cached_recorded_run, copy_run
 
 
 @pytest.fixture(scope="session")
-def recorded_root(tmp_path_factory):
-    return cached_recorded_run(tmp_path_factory.getbasetemp())
-
-
-@pytest.fixture(scope="session")
 def out_of_scope_root(tmp_path_factory):
     """The same run under a contract whose scope.files does not take the RMSNorm candidate."""
     return cached_recorded_run(tmp_path_factory.getbasetemp(), scope_files=["kernels/swiglu/*.py"])
-
-
-@pytest.fixture
-def run_dir(recorded_root, tmp_path):
-    return copy_run(recorded_root, tmp_path / "project")
 
 
 def git(repo, *args):

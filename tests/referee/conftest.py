@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from infrarsi.contract import seal
-from infrarsi.testing.recorded_run import cached_recorded_run, copy_run
+from infrarsi.testing.recorded_run import copy_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,11 +137,6 @@ def cli(env, project, monkeypatch):
             raise res.exception
         return Result(res.exit_code, res.stdout, res.stderr)
     return run
-
-
-@pytest.fixture(scope="session")
-def recorded_root(tmp_path_factory):
-    return cached_recorded_run(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture

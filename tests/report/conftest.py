@@ -8,17 +8,7 @@ import subprocess
 import pytest
 from rich.console import Console
 
-from infrarsi.testing.recorded_run import cached_recorded_run, copy_run
-
-
-@pytest.fixture(scope="session")
-def recorded_root(tmp_path_factory):
-    return cached_recorded_run(tmp_path_factory.getbasetemp())
-
-
-@pytest.fixture
-def run_dir(recorded_root, tmp_path):
-    return copy_run(recorded_root, tmp_path / "project")
+from infrarsi.testing.recorded_run import copy_run
 
 
 @pytest.fixture
