@@ -277,7 +277,7 @@ class Runner:
                     cancelled_early = trial.id in self._cancelled or self._closing
                 if cancelled_early:
                     self.executor.cancel(handle)
-                end = _wait(self.executor, handle)
+                end, filled = _wait(self.executor, handle, self.record.run_dir)
                 if not end.relaunch or len(relaunched) >= MAX_RELAUNCHES:
                     break
                 relaunched += [*end.evidence, f"launched again (attempt {attempt + 2})"]
@@ -294,6 +294,8 @@ class Runner:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [freed]})
         if relaunched:
             verdict = verdict.model_copy(update={"evidence": relaunched + verdict.evidence})
+        if filled:  # stopped while it ran: its outputs left the runner no room (what it measured is not scored)
+            verdict = invalidate(verdict, filled)
         # the runner's own output (`infrarsi tune ... > tune.log` in the repository) is not the trial's
         wrote = guard.changes(before, ignore=open_for_writing(guard.root)) if guard is not None else []
         if wrote and not end.cancelled:  # a trial writes only its own directory (contract/scope.py)
@@ -468,12 +470,26 @@ def _keep_reserve(run_dir: Path, trial_dir: Path) -> str:
             f"{RESERVE_BYTES / 2**20:.0f} MiB kept for the run's records")
 
 
-def _wait(executor: Executor, handle: Handle) -> LaunchEnd:
-    pause = 0.02
+def _wait(executor: Executor, handle: Handle, run_dir: Path) -> tuple[LaunchEnd, str]:
+    """The trial's end, and why the runner stopped it ("" when it did not): a trial whose outputs take the run
+    directory's disk under RESERVE_BYTES is cancelled while it runs (its writes are not watched, the disk's free
+    space is: a statvfs per poll), so that no trial, its own or one running beside it, is left without room for
+    its record."""
+    pause, filled = 0.02, ""
     while True:
         out = executor.poll(handle)
         if out is not None:
-            return out
+            return out, filled
+        if not filled:
+            try:
+                free = _free_bytes(run_dir)
+            except OSError:
+                free = RESERVE_BYTES
+            if free < RESERVE_BYTES:
+                filled = (f"stopped while it ran: the run directory's disk held {free / 2**20:.0f} MiB free, under the "
+                          f"{RESERVE_BYTES / 2**20:.0f} MiB the runner keeps for its records (its outputs filled it; "
+                          f"free space or write less to outputs/)")
+                executor.cancel(handle)
         time.sleep(pause)
         # Local polls are a waitpid (cheap) and bound the error of the measured wall time; Slurm polls cost a client call.
         pause = min(0.2 if handle.kind == "local" else 1.0, pause * 1.5)
