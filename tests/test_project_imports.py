@@ -96,6 +96,7 @@ def test_the_types_floor_imports_nothing_else_of_the_projects():
     ("contract", "execute"),  # the referee and the bank read trials as the floor's values
     ("bank", "execute"),
     ("contract", "adapters"),  # where a launch is (contract/place.py) needs no framework
+    ("adapters", "estimate"),  # the estimate is handed the Workload's adapter (estimate.run.estimate_workload)
 ])
 def test_a_lower_package_does_not_import_a_higher_one(package, never):
     out = {f"{p.relative_to(ROOT)} -> {m}" for p in (PKG / package).rglob("*.py") for m in _imports(p)
@@ -108,6 +109,17 @@ def test_the_framework_neutral_equivalence_rules_import_no_framework():
     import it), so adapters/equivalence, megatron/ and torchtitan/ form no circle."""
     got = _imports(PKG / "adapters" / "equivalence.py")
     assert not {m for m in got if m.startswith(("infrarsi.adapters.megatron", "infrarsi.adapters.torchtitan"))}
+
+
+def test_the_estimate_builds_no_adapter_of_its_own():
+    """estimate/ is handed the adapter that reads the contract's launch (a Workload's, or the registry's once):
+    none of its modules constructs a framework's adapter class."""
+    import ast
+
+    built = [f"{p.relative_to(ROOT)}:{n.lineno}: {ast.unparse(n)}" for p in sorted((PKG / "estimate").rglob("*.py"))
+             for n in ast.walk(ast.parse(p.read_text()))
+             if isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1].endswith("Adapter")]
+    assert built == []
 
 
 FRAMEWORKS = {"megatron", "torchtitan", "minigpt", "simulated"}

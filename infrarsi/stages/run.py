@@ -111,7 +111,8 @@ def memory_estimate(space: KnobSpace, contract, *, contract_dir: Path | None = N
     except ValueError:  # an unreadable launch: the run reports it where it launches
         pass
     analytical = memory_estimator(space, workload=workload, hardware=contract.hardware.model_dump())
-    return real_model_estimator(space, anchored(contract, contract_dir), fallback=analytical, budget_s=budget_s) or analytical
+    return real_model_estimator(space, anchored(contract, contract_dir), fallback=analytical, budget_s=budget_s,
+                                adapter=adapter) or analytical
 
 
 ESTIMATE_TRIALS = 2.0
