@@ -84,9 +84,13 @@ def _package(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
-def test_the_types_floor_imports_nothing_else_of_the_projects():
-    out = {f"{p.relative_to(ROOT)} -> {m}" for p in (PKG / "trial").rglob("*.py") for m in _imports(p)
-           if _package(m) != "trial"}
+@pytest.mark.parametrize("floor", ["trial", "candidate.py"])
+def test_the_types_floor_imports_nothing_else_of_the_projects(floor):
+    """The types floor (infrarsi/trial/) and the kernel candidate's value (infrarsi/candidate.py: PATH@VARIANT,
+    read by the contract's scope and by the kernels) import nothing else of the project's."""
+    files = [PKG / floor] if floor.endswith(".py") else list((PKG / floor).rglob("*.py"))
+    own = floor.removesuffix(".py")
+    out = {f"{p.relative_to(ROOT)} -> {m}" for p in files for m in _imports(p) if _package(m) != own}
     assert out == set()
 
 
@@ -96,7 +100,8 @@ def test_the_types_floor_imports_nothing_else_of_the_projects():
     ("contract", "execute"),  # the referee and the bank read trials as the floor's values
     ("bank", "execute"),
     ("contract", "adapters"),  # where a launch is (contract/place.py) needs no framework
-    ("adapters", "estimate"),  # the estimate is handed the Workload's adapter (estimate.run.estimate_workload)
+    ("adapters", "estimate"),
+    ("contract", "kernels"),  # a contract's kernel values are read by infrarsi/candidate.py; kernels read contracts  # the estimate is handed the Workload's adapter (estimate.run.estimate_workload)
 ])
 def test_a_lower_package_does_not_import_a_higher_one(package, never):
     out = {f"{p.relative_to(ROOT)} -> {m}" for p in (PKG / package).rglob("*.py") for m in _imports(p)
