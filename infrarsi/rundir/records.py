@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..trial.launch import Handle, LaunchSpec
+from .models import ModelsRecord
 
 Pair = tuple[int, int]
 
@@ -158,7 +159,7 @@ class KernelVerdict(BaseModel):
 
 class SearchRecord(BaseModel):
     """``search.json``: why the search stopped, each trial's proposal, the priors and kernel verdicts it used,
-    the bank runs it seeded from, and what the tuner's models fitted (report/effects.py writes that part)."""
+    the bank runs it seeded from, and what the tuner's models fitted (``models``: search/record.py writes it)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -168,18 +169,13 @@ class SearchRecord(BaseModel):
     kernel_verdicts: dict[str, KernelVerdict] = {}
     bank_sources: list[str] = []
     priors: list[dict[str, Any]] = []  # priors.prior.Prior, dumped
-    # the models (report/effects.model_summary): rows of the report's tables, as the models give them
-    schema_: int | None = Field(None, alias="schema")
-    fitted: dict[str, Any] | None = None
-    memory_estimate: bool | None = None
-    time_effects: list[dict[str, Any]] = []
-    time_revisions: list[dict[str, Any]] = []
-    time_sigma: float | None = None
-    memory_effects: list[dict[str, Any]] = []
-    memory_corrections: list[dict[str, Any]] = []
-    estimate_projection_rms: float | None = None
-    memory_revisions: list[dict[str, Any]] = []
-    capacity_bytes: float | None = None
+    models: ModelsRecord | None = None  # None: the search has not fitted anything
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schema_1(cls, data: Any) -> Any:
+        """A run written before the ``models`` block (its fields flat here) still reads."""
+        return ModelsRecord.lift(data) if isinstance(data, dict) else data
 
     def passed_generated(self) -> dict[str, KernelVerdict]:
         return {p: v for p, v in self.kernel_verdicts.items() if v.origin == "generated" and v.verdict == "pass"}

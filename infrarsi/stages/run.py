@@ -310,7 +310,7 @@ def save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop
                 bank_sources: list) -> None:
     """Write the run's search record (sealed): why it stopped, each trial's proposal, the priors, the kernel verdicts,
     the bank runs it seeded from and what the tuner's models fitted (effects, revisions, the fit the report reads)."""
-    from ..report.effects import model_summary
+    from ..search.record import models_record
 
     body: dict[str, Any] = {
         "stop_reason": stop_reason,
@@ -319,8 +319,9 @@ def save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop
         "kernel_verdicts": kernel_verdicts,
         "bank_sources": [str(s) for s in bank_sources],
         "priors": [p.model_dump(mode="json") for p in priors],
+        # what the tuner fitted: effects as meant, revisions, the fit, which model priced time and P(OOM)
+        "models": models_record(tuner, priors).model_dump(mode="json", by_alias=True),
     }
-    body.update(model_summary(tuner, priors))  # what the tuner fitted: effects as meant, revisions, the fit
     RunDir(run_dir).write_search(body)
 
 
