@@ -143,6 +143,39 @@ class Verification(_Record):
         return [c for c in self.candidates if c.promoted]
 
 
+# ------------------------------------------------------------------------------------------ noise.json
+TARGET_EFFECT = 0.02  # the change we want to be able to see: 2%
+
+
+class NoiseProfile(BaseModel):
+    """``noise.json``: the doctor's baseline runs and what their scatter allows (doctor/noise.py measures it). Times in seconds, effects as fractions (0.02 = 2%)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    repeats: int
+    step_times_s: list[float]  # one steady-state step time per baseline run
+    trial_ids: list[int]
+    median_step_s: float
+    cv: float
+    ci95: tuple[float, float]  # bootstrap 95% CI of the median step time
+    mde: float  # minimum detectable relative effect with `repeats` runs per setting
+    mde_by_repeats: dict[int, float]
+    target_effect: float = TARGET_EFFECT
+    repeats_for_target: int  # runs per setting to detect target_effect
+    phases: dict[str, float] = {}  # phase -> median seconds per step
+    loss_max_rel_diff: float = 0.0  # worst relative loss difference between runs (first compare_steps)
+    loss_reproduces: bool = True
+    reference_losses: list[float] = []  # the first run's loss trace: the baseline other trials are checked against
+    baseline: dict = {}
+    numerics: dict = {}  # the calibrated loss referee (infrarsi.contract.numerics.Referee.to_dict()); {} before
+    formula: str = "mde = (z_0.975 + z_0.80) * cv * sqrt(2 / repeats); repeats_for(d) = ceil(2 * (2.80 * cv / d)^2)"
+
+    def summary_json(self) -> dict:
+        """The object ``infrarsi doctor --json`` prints."""
+        return {"cv": self.cv, "median_step_s": self.median_step_s, "ci95": list(self.ci95), "mde": self.mde,
+                "repeats": self.repeats, "phases": self.phases}
+
+
 # ------------------------------------------------------------------------------------------ search.json
 class KernelVerdict(BaseModel):
     """A kernel candidate's verdict at run start (kernels/space.py); the verifier may add fields."""
