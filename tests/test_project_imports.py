@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from infrarsi.testing import import_graph
+
 TESTS = Path(__file__).resolve().parent
 
 
@@ -50,101 +52,7 @@ def test_no_test_skips_on_the_projects_own_modules():
 # ------------------------------------------------------------------ the import graph, read from the source
 ROOT = TESTS.parent
 PKG = ROOT / "infrarsi"
-
-
-def _module(path: Path) -> tuple[str, bool]:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        return ".".join(parts[:-1]), True
-    return ".".join(parts), False
-
-
-def _imports(path: Path) -> set[str]:
-    """Every infrarsi module ``path`` imports, at the top or inside a function (an ``if TYPE_CHECKING:`` block too)."""
-    import ast
-
-    mod, is_pkg = _module(path)
-    out: set[str] = set()
-    for n in ast.walk(ast.parse(path.read_text())):
-        if isinstance(n, ast.Import):
-            out |= {a.name for a in n.names}
-        elif isinstance(n, ast.ImportFrom):
-            if n.level:
-                base = mod.split(".") if is_pkg else mod.split(".")[:-1]
-                base = base[:len(base) - (n.level - 1)]
-                stem = ".".join(base + ([n.module] if n.module else []))
-                out |= {stem} if n.module else {f"{stem}.{a.name}" for a in n.names}
-            else:
-                out.add(n.module or "")
-    return {m for m in out if m == "infrarsi" or m.startswith("infrarsi.")}
-
-
-def _package(module: str) -> str:
-    """The package (or top-level module) of ``module``: ``infrarsi.search.tuner`` -> ``search``; a name that is no
-    module of the tree (``from infrarsi import __version__``) is the root's, ``infrarsi``."""
-    parts = module.split(".")
-    if len(parts) < 2 or not ((PKG / parts[1]).is_dir() or (PKG / f"{parts[1]}.py").is_file()):
-        return "infrarsi"
-    return parts[1]
-
-
-def _package_graph() -> dict[str, dict[str, list[str]]]:
-    """package -> the packages it imports -> the imports that make that edge (``file -> module``)."""
-    out: dict[str, dict[str, list[str]]] = {}
-    for p in sorted(PKG.rglob("*.py")):
-        here = _package(_module(p)[0])
-        for m in sorted(_imports(p)):
-            there = _package(m)
-            if there != here:
-                out.setdefault(here, {}).setdefault(there, []).append(f"{p.relative_to(ROOT)} -> {m}")
-    return out
-
-
-def _cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
-    """The strongly connected components of more than one package (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph.get(v, {}):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(set(graph) | {w for ws in graph.values() for w in ws}):
-        if v not in index:
-            visit(v)
-    return out
-
-
-def test_no_import_cycle_between_packages():
-    """Counting imports inside functions and under ``if TYPE_CHECKING:`` too, the packages (and top-level modules)
-    of infrarsi/ import each other without a cycle: each can be read, typed and tested from the ones below it."""
-    graph = _package_graph()
-    cycles = _cycles(graph)
-    edges = {c: [f"{a} -> {b}: {graph[a][b][0]}" for a in c for b in graph.get(a, {}) if b in c] for c in map(tuple, cycles)}
-    assert cycles == [], edges
-
-
-def test_the_cycle_check_sees_a_cycle():
-    """The check finds a cycle where there is one, through a function-level import too (a graph of three)."""
-    assert _cycles({"a": {"b": []}, "b": {"c": []}, "c": {"a": []}, "d": {"a": []}}) == [["a", "b", "c"]]
-    assert _cycles({"a": {"b": []}, "b": {}}) == []
+_imports, _package = import_graph.imports, import_graph.package
 
 
 @pytest.mark.parametrize("floor", ["trial", "candidate.py"])
