@@ -253,7 +253,7 @@ def test_every_trial_shows_its_preflight_estimate_against_its_measured_peak(run_
     # the report reads what the run stage saved, nothing recomputed: an older search.json says so
     run = RunDir(run_dir)
     body = run.search()
-    del body.fitted["estimate"]
+    body.models.fitted.estimate = {}
     run.write_search(body)
     assert "No pre-flight estimates in `search.json`" in to_markdown(build(load_run(run_dir), sections=["estimate"]))
 
