@@ -52,7 +52,7 @@ def test_run_searches_verifies_and_writes_its_record(sim_run):
     assert len(set(settings)) == len(settings)  # never the same setting twice
     search = json.loads((run_dir / "search.json").read_text())
     assert set(map(int, search["proposals"])) == set(trials)
-    assert search["memory_effects"] and search["time_effects"]
+    assert search["models"]["memory_effects"] and search["models"]["time_effects"]
     ver = json.loads((run_dir / "verification.json").read_text())
     assert ver["candidates"], ver
     for c in ver["candidates"]:
