@@ -28,14 +28,15 @@ import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..adapters.base import Adapter, ParsedRun
 from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..contract.seal import settled_problems
+from ..knobs import KnobSpace
+from ..trial.parsed import ParsedRun
 from .classify import Verdict, apply_loss_check, classify
 from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
 from .conditions import Watch
@@ -44,6 +45,21 @@ from .local import OUTPUTS, kill_token, resolve_argv, trial_env
 from .record import RunRecord
 from .spec import LaunchSpec
 from .trial import Cost, Trial, TrialStatus
+
+
+class TrialAdapter(Protocol):
+    """What the runner needs of a framework's adapter (adapters/base.py's ``Adapter`` is one): the space a setting
+    is completed against, the launch of a setting, where a trial's outputs go, and what its output says."""
+
+    measured_time: bool  # False: the trial reports its own (simulated) step time, which is then the record
+
+    def knob_space(self, contract: Contract) -> KnobSpace: ...
+
+    def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec: ...
+
+    def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec: ...
+
+    def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun: ...
 
 
 def usable_memory_bytes() -> int:
@@ -128,7 +144,7 @@ class Runner:
         usable_memory_bytes: int | None = Field(None, ge=1)
         """Memory to plan with (default: MemAvailable, or the cgroup limit when smaller)."""
 
-    def __init__(self, record: RunRecord, executor: Executor, adapter: Adapter, contract: Contract, *,
+    def __init__(self, record: RunRecord, executor: Executor, adapter: TrialAdapter, contract: Contract, *,
                  config: Config | None = None) -> None:
         self.record, self.executor, self.adapter, self.contract = record, executor, adapter, contract
         self.config = config or Runner.Config()
@@ -405,7 +421,7 @@ def invalidate(v: Verdict, why: str, evidence: Sequence[str] = ()) -> Verdict:
                                                 "tflops_per_device": None})})
 
 
-def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: Path, end: LaunchEnd, *,
+def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_dir: Path, end: LaunchEnd, *,
                   copies: int = 1) -> Verdict:
     """An ok verdict scored by the harness's clock (clock.py): its step time becomes the one the harness measured over
     the contract's window (the log's is kept as ``reported_step_time_s``, a disagreement in the evidence); throughput
