@@ -242,22 +242,10 @@ class Runner:
                  reference: Sequence[float] | None, existing: Trial | None, adopted: Handle | None,
                  attempt: int = 0) -> Trial:
         trial = existing or self.record.start(setting, role)
-        pre = self._precheck(setting)
-        if pre is not None:
+        spec = self._precheck(setting)
+        if isinstance(spec, Verdict):  # refused before any launch: recorded as such, never run
             return self.record.finish(trial.model_copy(update={
-                "status": pre.status, "evidence": pre.evidence, "reason": pre.reason, "finished_at": time.time()}))
-        try:
-            spec = self.adapter.launch(self.contract, setting)
-            outputs = getattr(self.adapter, "trial_outputs", None)  # checkpoints & co. into the trial's directory
-            spec = outputs(spec) if callable(outputs) else spec
-        except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
-            return self.record.finish(trial.model_copy(update={
-                "status": TrialStatus.INVALID, "evidence": [f"launch: {e}"], "reason": str(e).splitlines()[0][:200],
-                "finished_at": time.time()}))
-        if spec.nodes > 1 and self.executor.kind == "local":
-            return self.record.finish(trial.model_copy(update={
-                "status": TrialStatus.INVALID, "evidence": [f"launch needs {spec.nodes} nodes; the local executor has one"],
-                "reason": f"needs {spec.nodes} nodes: run it with INFRARSI_EXECUTOR=slurm", "finished_at": time.time()}))
+                "status": spec.status, "evidence": spec.evidence, "reason": spec.reason, "finished_at": time.time()}))
         limit = min(spec.time_limit_s, self.contract.invariants.timing.timeout_s)
         w = self.contract.workload
         spec = spec.model_copy(update={"time_limit_s": limit,
@@ -343,7 +331,9 @@ class Runner:
                 self._repos[cwd] = repository_root(cwd)
             return self._repos[cwd]
 
-    def _precheck(self, setting: Mapping[str, Any]) -> Verdict | None:
+    def _precheck(self, setting: Mapping[str, Any]) -> LaunchSpec | Verdict:
+        """The setting's launch, or why it is never launched (the one place a trial is refused before it runs): a
+        fixed workload argument, a value outside the space, the framework's own validation, too many nodes here."""
         fixed = sorted(set(setting) & set(FIXED_WORKLOAD_KEYS))
         if fixed:
             return Verdict(status=TrialStatus.CONTRACT_VIOLATION, evidence=[f"sets fixed workload argument(s) {fixed}"],
@@ -352,7 +342,17 @@ class Runner:
         if bad:
             return Verdict(status=TrialStatus.INVALID, evidence=[str(v) for v in bad],
                            reason=f"{bad[0]} (never launched)")
-        return None
+        try:
+            spec = self.adapter.launch(self.contract, setting)
+            outputs = getattr(self.adapter, "trial_outputs", None)  # checkpoints & co. into the trial's directory
+            spec = outputs(spec) if callable(outputs) else spec
+        except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
+            return Verdict(status=TrialStatus.INVALID, evidence=[f"launch: {e}"], reason=str(e).splitlines()[0][:200])
+        if spec.nodes > 1 and self.executor.kind == "local":
+            return Verdict(status=TrialStatus.INVALID,
+                           evidence=[f"launch needs {spec.nodes} nodes; the local executor has one"],
+                           reason=f"needs {spec.nodes} nodes: run it with INFRARSI_EXECUTOR=slurm")
+        return spec
 
     def _launch(self, trial: Trial, spec: LaunchSpec, attempt: int) -> tuple[Trial, Handle]:
         token = uuid.uuid4().hex[:16]
