@@ -452,6 +452,7 @@ def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_d
 
 
 RESERVE_BYTES = 512 * 2**20  # free space the runner keeps on the run directory's disk for its own records
+RESERVE_FRACTION = 0.125  # ... or this much of a smaller disk (a 48 MiB tmpfs keeps 6 MiB)
 
 
 def _free_bytes(path: Path) -> int:
@@ -459,23 +460,29 @@ def _free_bytes(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def _room(path: Path) -> tuple[int, int]:
+    """(free bytes, the reserve) on ``path``'s disk: RESERVE_BYTES, or RESERVE_FRACTION of a disk too small for it."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize, min(RESERVE_BYTES, int(st.f_blocks * st.f_frsize * RESERVE_FRACTION))
+
+
 def _check_reserve(run_dir: Path) -> None:
     """ENOSPC (the run stops with one line; the trial stays recorded as running, for a resume) when the run
-    directory's disk has less than RESERVE_BYTES free: a trial launched now could leave the runner no room."""
-    free = _free_bytes(run_dir)
-    if free < RESERVE_BYTES:
-        raise OSError(errno.ENOSPC, f"{free / 2**20:.0f} MiB free, under the {RESERVE_BYTES / 2**20:.0f} MiB the "
+    directory's disk has less than the reserve free: a trial launched now could leave the runner no room."""
+    free, reserve = _room(run_dir)
+    if free < reserve:
+        raise OSError(errno.ENOSPC, f"{free / 2**20:.0f} MiB free, under the {reserve / 2**20:.0f} MiB the "
                                     f"runner keeps for its records; no trial was launched", str(run_dir))
 
 
 def _keep_reserve(run_dir: Path, trial_dir: Path) -> str:
-    """After a trial: when the disk has less than RESERVE_BYTES free, the trial's outputs (checkpoints, TensorBoard:
+    """After a trial: when the disk has less than the reserve free, the trial's outputs (checkpoints, TensorBoard:
     never records) are removed (links not followed) so that its record is written; evidence of it, or ""."""
     try:
-        free = _free_bytes(run_dir)
+        free, reserve = _room(run_dir)
     except OSError:
         return ""
-    if free >= RESERVE_BYTES:
+    if free >= reserve:
         return ""
     for d in sorted(Path(trial_dir).glob(f"{OUTPUTS}*")):
         if d.is_dir() and not d.is_symlink():
@@ -483,12 +490,12 @@ def _keep_reserve(run_dir: Path, trial_dir: Path) -> str:
         else:
             d.unlink(missing_ok=True)
     return (f"outputs removed: the disk held {free / 2**20:.0f} MiB free after the trial, under the "
-            f"{RESERVE_BYTES / 2**20:.0f} MiB kept for the run's records")
+            f"{reserve / 2**20:.0f} MiB kept for the run's records")
 
 
 def _wait(executor: Executor, handle: Handle, run_dir: Path) -> tuple[LaunchEnd, str]:
     """The trial's end, and why the runner stopped it ("" when it did not): a trial whose outputs take the run
-    directory's disk under RESERVE_BYTES is cancelled while it runs (its writes are not watched, the disk's free
+    directory's disk under the reserve is cancelled while it runs (its writes are not watched, the disk's free
     space is: a statvfs per poll), so that no trial, its own or one running beside it, is left without room for
     its record."""
     pause, filled = 0.02, ""
@@ -498,12 +505,12 @@ def _wait(executor: Executor, handle: Handle, run_dir: Path) -> tuple[LaunchEnd,
             return out, filled
         if not filled:
             try:
-                free = _free_bytes(run_dir)
+                free, reserve = _room(run_dir)
             except OSError:
-                free = RESERVE_BYTES
-            if free < RESERVE_BYTES:
+                free = reserve = 0
+            if free < reserve:
                 filled = (f"stopped while it ran: the run directory's disk held {free / 2**20:.0f} MiB free, under the "
-                          f"{RESERVE_BYTES / 2**20:.0f} MiB the runner keeps for its records (its outputs filled it; "
+                          f"{reserve / 2**20:.0f} MiB the runner keeps for its records (its outputs filled it; "
                           f"free space or write less to outputs/)")
                 executor.cancel(handle)
         time.sleep(pause)

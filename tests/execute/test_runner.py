@@ -91,6 +91,7 @@ def test_a_trial_that_fills_the_disk_is_stopped_while_it_runs(tmp_path, monkeypa
     from infrarsi.execute import runner as runner_mod
 
     monkeypatch.setattr(runner_mod, "RESERVE_BYTES", runner_mod._free_bytes(tmp_path) - 32 * 2**20)
+    monkeypatch.setattr(runner_mod, "RESERVE_FRACTION", 1.0)
     rec = RunRecord(tmp_path)
     with Runner(rec, LocalExecutor(), ToyAdapter(), toy_contract(timeout_s=60)) as runner:
         [t] = runner.run([{"mode": "fill"}])
