@@ -227,7 +227,8 @@ def from_step(out: dict[str, Any], contract: Any, *, argv: list[str], world: int
         unseen, source = unseen_bytes(contract, threads=threads, bf16=bool(args.bf16), transient_bytes=transient,
                                       override_gib=unseen_gib, framework="megatron",
                                       process_groups=int(r.get("process_groups", 0)),
-                                      local_experts=int(r.get("local_experts", 0)))
+                                      local_experts=int(r.get("local_experts", 0)), heap=r.get("heap"),
+                                      reduced_bytes=reduced_bytes(r, tracked))
         per_rank.append({**r, "tracked": tracked, "unseen_bytes": unseen, "unseen_source": source,
                          "peak_bytes": sum(tracked.values()) + unseen})
     top = max(per_rank, key=lambda r: r["peak_bytes"])
@@ -250,12 +251,18 @@ def from_step(out: dict[str, Any], contract: Any, *, argv: list[str], world: int
                     per_rank=tuple(_rank_row(r) for r in per_rank))
 
 
+def reduced_bytes(r: Mapping[str, Any], tracked: Mapping[str, int]) -> int:
+    """The gradient buffer a rank reduces over data parallel (0 without data parallel)."""
+    return int(tracked.get("Gradient", 0)) if int(r.get("data_parallel", 1)) > 1 else 0
+
+
 def _rank_row(r: dict[str, Any]) -> dict[str, Any]:
     return {"rank": r["rank"], "pp_rank": r["pp_rank"], "why": ", ".join(r.get("why") or []) or "asked",
             "tracked": r["tracked"], "unseen_bytes": r["unseen_bytes"], "peak_bytes": r["peak_bytes"],
             "params": r["params"], "layers": r["layers"], "moe_layers": r["moe_layers"],
             "local_experts": r["local_experts"], "micro_batches_run": r["micro_batches_run"],
-            "micro_batches": r["micro_batches"], "process_groups": r.get("process_groups", 0), "wall_s": r["wall_s"]}
+            "micro_batches": r["micro_batches"], "process_groups": r.get("process_groups", 0), "heap": r.get("heap"),
+            "data_parallel": r.get("data_parallel", 1), "wall_s": r["wall_s"]}
 
 
 def _notes(args, out: dict[str, Any]) -> list[str]:
