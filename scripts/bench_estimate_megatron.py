@@ -92,6 +92,8 @@ def shape(*, vocab: int, seq: int, layers: int = 2, hidden: int = 128, heads: in
         out += ["!--swiglu", ""]
     if experts:
         out += ["--num-experts", str(experts), "--moe-router-topk", str(topk), "--moe-ffn-hidden-size", str(expert_ffn)]
+        if topk == 1:  # megatron-core's TransformerConfig asks for it
+            out += ["--moe-router-pre-softmax", ""]
     return out
 
 
@@ -111,6 +113,8 @@ CALIBRATE = [
     ("v32k s4096 DP2 dist-opt h192 mbs1", DENSE, 2, {**TP1, "distributed_optimizer": True, "micro_batch_size": 1},
      shape(vocab=32000, seq=4096, hidden=192, heads=6)),
     ("v150k s1024 TP2 SP gelu mbs1", DENSE, 2, {"micro_batch_size": 1}, shape(vocab=150000, seq=1024, act="gelu")),
+    ("v100k s1024 DP2 dist-opt gelu mbs1", DENSE, 2, {**TP1, "distributed_optimizer": True, "micro_batch_size": 1},
+     shape(vocab=100000, seq=1024, act="gelu")),
     ("MoE 8e top2 EP2 v32k s1024", MOE, 2, {}, shape(vocab=32000, seq=1024, experts=8, topk=2)),
     ("MoE 32e top4 EP2 v32k s1024", MOE, 2, {}, shape(vocab=32000, seq=1024, experts=32, topk=4)),
     ("MoE 16e top1 EP2 v50k s2048 mbs1", MOE, 2, {"micro_batch_size": 1},
@@ -262,11 +266,11 @@ def _measure_all(rows, cache_path: Path, fresh: bool) -> tuple[dict, dict]:
     for name, path, procs, setting, *extra in rows:
         extra = extra[0] if extra else []
         c = contract_for(path, procs)
-        if name not in cache or cache[name].get("extra", extra) != extra:
+        if name not in cache or "error" in cache[name] or cache[name].get("extra", extra) != extra:
             print(f"  measuring {name} ...", flush=True)
             try:
                 cache[name] = {**measured(c, setting, extra), "extra": extra}
-            except SystemExit as e:  # kept as this setting's result: the table says so, the others still run
+            except SystemExit as e:  # this run's result (tried again next time): the table says so, the others run
                 cache[name] = {"error": str(e), "extra": extra}
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             cache_path.write_text(json.dumps(cache, indent=1))
@@ -327,7 +331,7 @@ def run_calibrate(args) -> int:
             if str(r["rank"]) not in m:
                 continue
             f = om.features(process_groups=r["process_groups"], local_experts=r["local_experts"], heap=r["heap"],
-                            reduced_bytes=reduced_bytes(r, r["tracked"]))
+                            reduced_bytes=reduced_bytes(r, r["tracked"], e.layout["distributed_optimizer"]))
             tracked = sum(r["tracked"].values())
             y = m[str(r["rank"])] - tracked - om.heap_extra(r["heap"]) - per_group * f["per_group"]
             xs.append([f[k] for k in FITTED])
@@ -337,14 +341,19 @@ def run_calibrate(args) -> int:
                   f"{tracked / MiB:.1f}, heap high-water over it {om.heap_extra(r['heap']) / MiB:.1f}, groups "
                   f"{r['process_groups']}, heap-sized transient {f['holes'] / MiB:.1f} MiB, local experts "
                   f"{r['local_experts']}", flush=True)
-    coef, *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
-    fit = dict(zip(FITTED, coef))
+    from scipy.optimize import nnls
+
+    # in MiB (bytes features per MiB): every part is memory held, none negative
+    per = np.array([1.0 if k in ("holes", "comm") else MiB for k in FITTED])
+    coef, _ = nnls(np.array(xs) / MiB * per, np.array(ys) / MiB)
+    fit = {k: c * (1.0 if k in ("holes", "comm") else MiB) for k, c in zip(FITTED, coef)}
+    fitted = [sum(fit[k] * x for k, x in zip(FITTED, row)) for row in xs]
     print(f"\nCpuConstants(base={fit['base'] / MiB:.1f} * MiB, per_group={per_group / MiB:.2f} * MiB, "
           f"holes={fit['holes']:.3f}, comm={fit['comm']:.3f}, moe={fit['moe'] / MiB:.1f} * MiB, "
-          f"per_local_expert={fit['per_local_expert'] / MiB:.2f} * MiB)  # least squares over {len(ys)} ranks")
-    for n, x, y in zip(names, xs, ys):
-        print(f"  {n}: beyond tensors, heap and groups: measured {y / MiB:7.1f} MiB, fitted "
-              f"{coef @ np.array(x) / MiB:7.1f} MiB")
+          f"per_local_expert={fit['per_local_expert'] / MiB:.2f} * MiB)  # non-negative least squares over "
+          f"{len(ys)} ranks")
+    for n, y, f in zip(names, ys, fitted):
+        print(f"  {n}: beyond tensors, heap and groups: measured {y / MiB:7.1f} MiB, fitted {f / MiB:7.1f} MiB")
     return 0
 
 

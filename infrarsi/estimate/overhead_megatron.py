@@ -14,9 +14,9 @@ A rank of launchers/pretrain_gpt_cpu.py (1 thread, bf16, gloo) holds, beyond the
 - **holes**: freed heap chunks that later requests do not fit, per byte of the step's heap-sized transient
   high-water (``small_max - small_state``): ``holes``.
 - **gloo**: each process group the rank is a member of runs its own threads, whose 8 MiB stacks are data segment
-  (``per_group``, measured directly). Data parallel's gradient all-reduce (the distributed optimizer's
-  reduce-scatter and all-gather) runs on gloo's threads, whose scratch buffers come from their own malloc arenas,
-  which keep their high-water mark too: ``comm`` per byte of the gradient buffer a rank reduces over DP > 1.
+  (``per_group``, measured directly). The distributed optimizer's reduce-scatter of the gradient buckets and
+  all-gather of the parameters go through gloo, whose buffers for them no tensor tracker sees: ``comm`` per byte of
+  the gradient buffer a rank reduce-scatters (DP > 1). A plain all-reduce (no distributed optimizer) measured none.
 - **the process**: Python, torch, megatron-core, the training loop, oneDNN's primitive cache (bounded at 64 kernels
   by the launcher): ``base``.
 - **MoE**: a dropless router gives every expert a new token count each step: its GEMMs' shapes change, oneDNN
@@ -70,7 +70,7 @@ def small_transient(heap: Mapping[str, int] | None) -> float:
 def features(*, process_groups: int, local_experts: int, heap: Mapping[str, int] | None,
              reduced_bytes: float = 0.0) -> dict[str, float]:
     """The quantities the constants multiply (``base`` 1; ``moe`` 1 for a rank with local experts;
-    ``reduced_bytes``: its gradient buffer when data parallel > 1, else 0)."""
+    ``reduced_bytes``: its gradient buffer when it reduce-scatters it over DP > 1, else 0)."""
     return {"base": 1.0, "per_group": float(process_groups), "holes": small_transient(heap),
             "comm": float(reduced_bytes), "moe": 1.0 if local_experts else 0.0,
             "per_local_expert": float(local_experts)}

@@ -56,16 +56,18 @@ def _tiny(vocab: int) -> list[str]:
             "--untie-embeddings-and-output-weights"]
 
 
+@pytest.mark.slow  # ~30 s (two fake steps, each in a process of its own); the default run's
+# test_the_tracker_keeps_heap_sized_and_mmapped_high_water_marks_apart covers the split
 def test_a_large_vocabularys_logits_are_mmapped_and_leave_the_heap_as_it_was():
     """megatron-core's own step, faked: at vocabulary 150k the logits and the loss's fp32 copies (512 x 150k x 4 =
-    293 MiB each) are mmapped, so the heap's part stays that of vocabulary 32k while the transient tensors grow by
-    hundreds of MiB (a flat fraction of transient bytes priced them as fragmentation: 212-390 MiB high)."""
-    from infrarsi.estimate.megatron_step import run
+    293 MiB each) are mmapped, so the heap's part grows no larger than at vocabulary 32k (where the bf16 logits, 31 MiB,
+    are heap-sized) while the transient tensors grow by hundreds of MiB (a flat fraction of transient bytes priced them as fragmentation: 212-390 MiB high)."""
+    from infrarsi.estimate.megatron import run_step
 
-    small, large = ({k: v for k, v in run({"argv": _tiny(v), "world": 1, "ranks": [0]})["ranks"][0].items()
+    small, large = ({k: v for k, v in run_step({"argv": _tiny(v), "world": 1, "ranks": [0]})["ranks"][0].items()
                      if k in ("peak", "heap")} for v in (32000, 150000))
     transient = [r["peak"].get("Activation", 0) + r["peak"].get("Temp", 0) for r in (small, large)]
     assert transient[1] - transient[0] > 300 * MiB
     assert large["heap"]["large_max"] - small["heap"]["large_max"] > 300 * MiB
     for f in (om.heap_extra, om.small_transient):
-        assert abs(f(large["heap"]) - f(small["heap"])) < 16 * MiB, (f.__name__, small["heap"], large["heap"])
+        assert f(large["heap"]) <= f(small["heap"]) + 4 * MiB, (f.__name__, small["heap"], large["heap"])
