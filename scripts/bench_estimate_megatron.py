@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infrarsi.contract.model import load_contract  # noqa: E402
+from infrarsi.adapters.base import FrameworkRejected  # noqa: E402
 from infrarsi.estimate import EstimateError  # noqa: E402
 from infrarsi.estimate.run import anchored  # noqa: E402
 
@@ -146,8 +147,8 @@ HELDOUT = [
                                                                            gbs=8)),
     ("v50k s512 TP2 SP mbs4 3 layers", DENSE, 2, {"micro_batch_size": 4}, shape(vocab=50000, seq=512, layers=3,
                                                                                gbs=8)),
-    ("v120k s1024 PP2 VP2 DP1 4 layers", DENSE, 2, {**TP1, "pipeline_parallel": 2, "virtual_pipeline": 2},
-     shape(vocab=120000, seq=1024, layers=4)),
+    ("v120k s1024 PP2 VP3 6 layers", DENSE, 2, {**TP1, "pipeline_parallel": 2, "virtual_pipeline": 3},
+     shape(vocab=120000, seq=1024, layers=6)),
     ("v32k s1024 TP2 PP2 SP (4 proc)", DENSE, 4, {"pipeline_parallel": 2}, shape(vocab=32000, seq=1024)),
     ("v64k s512 TP2 DP2 dist-opt (4 proc)", DENSE, 4, {"distributed_optimizer": True}, shape(vocab=64000, seq=512)),
     ("v150k s1024 DP2 GQA2 mbs1 h64", DENSE, 2, {**TP1, "micro_batch_size": 1},
@@ -171,7 +172,7 @@ HELDOUT = [
      shape(vocab=32000, seq=1024, experts=16, topk=2, layers=3)),
     ("MoE 8e top2 EP2 PP2 (4 proc)", MOE, 4, {"pipeline_parallel": 2}, shape(vocab=32000, seq=1024, experts=8)),
     ("MoE 32e top3 EP4 v64k s1024 (4 proc)", MOE, 4, {"expert_parallel": 4},
-     shape(vocab=64000, seq=1024, experts=32, topk=3)),
+     shape(vocab=64000, seq=1024, experts=32, topk=3, gbs=8)),
     ("MoE 64e top6 EP2 v150k s512 gelu mbs1", MOE, 2, {"micro_batch_size": 1},
      shape(vocab=150000, seq=512, experts=64, topk=6, act="gelu")),
 ]
@@ -270,7 +271,7 @@ def _measure_all(rows, cache_path: Path, fresh: bool) -> tuple[dict, dict]:
             print(f"  measuring {name} ...", flush=True)
             try:
                 cache[name] = {**measured(c, setting, extra), "extra": extra}
-            except SystemExit as e:  # this run's result (tried again next time): the table says so, the others run
+            except (SystemExit, FrameworkRejected) as e:  # tried again next time; the table says so, the others run
                 cache[name] = {"error": str(e), "extra": extra}
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             cache_path.write_text(json.dumps(cache, indent=1))

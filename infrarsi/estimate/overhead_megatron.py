@@ -49,8 +49,11 @@ class CpuConstants:
     per_local_expert: float
 
 
-# Fitted on this machine (see MEASURED_BY) over the CALIBRATE settings of the benchmark.
-CPU = CpuConstants(base=394.6 * MiB, per_group=24.00 * MiB, holes=0.0, comm=0.0, moe=0.0, per_local_expert=20.92 * MiB)
+# Fitted on this machine (MEASURED_BY, 2026-12-06, load 5-7) over the 14 measured ranks of CALIBRATE's 13 settings;
+# per_group measured directly (16 groups created in one process). comm came out 0: the distributed optimizer's
+# gloo collectives left nothing measurable beyond the groups' threads (2 settings).
+CPU = CpuConstants(base=375.3 * MiB, per_group=24.00 * MiB, holes=1.086, comm=0.0, moe=85.2 * MiB,
+                   per_local_expert=2.02 * MiB)
 
 
 def heap_extra(heap: Mapping[str, int] | None) -> float:
