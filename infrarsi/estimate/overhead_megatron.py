@@ -92,7 +92,8 @@ def describe(parts: Mapping[str, float], *, process_groups: int, local_experts: 
              constants: CpuConstants = CPU) -> str:
     experts = (f" + MoE {parts['moe'] / MiB:.0f} MiB + {local_experts} local experts x "
                f"{constants.per_local_expert / MiB:.1f} MiB" if local_experts else "")
-    return (f"measured: a megatron-core CPU training rank (gloo, 1 thread; other thread counts not measured) "
+    comm = f" + distributed optimizer's gloo collectives {parts['comm'] / MiB:.0f} MiB" if parts["comm"] else ""
+    return (f"computed: the heap's high-water mark over the tracked peak {parts['heap high-water'] / MiB:.0f} MiB; "
+            f"measured: a megatron-core CPU training rank (gloo, 1 thread; other thread counts not measured) "
             f"{constants.base / MiB:.0f} MiB + {process_groups} gloo groups x {constants.per_group / MiB:.1f} MiB"
-            f"{experts} + heap high-water over the tracked peak {parts['heap high-water'] / MiB:.0f} MiB + holes "
-            f"{parts['holes'] / MiB:.0f} MiB + gloo's gradient reduction {parts['comm'] / MiB:.0f} MiB ({MEASURED_BY})")
+            f"{experts} + heap holes {parts['holes'] / MiB:.0f} MiB{comm} ({MEASURED_BY})")
