@@ -97,7 +97,7 @@ def init(
     from .stages import init as stage
 
     if from_request is not None or contract is None:
-        from .priors.draft import init_from_request
+        from .stages.draft import init_from_request
 
         if from_request is None:
             fail("give a contract file, or --from-request TEXT --launch SCRIPT to draft one", 2)
@@ -209,7 +209,7 @@ def _register_tools() -> None:
     from .bank.cli import app as bank_app
     from .estimate.cli import estimate
     from .kernels.cli import app as kernels_app
-    from .knobs.cli import knobs
+    from .stages.knobs import knobs
 
     app.command("knobs")(knobs)
     app.command("estimate")(estimate)

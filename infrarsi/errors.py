@@ -45,6 +45,26 @@ class ContractError(ValueError):
     """A contract that cannot be used; the message names the field and the fix."""
 
 
+class SlurmUnreachable(RuntimeError):
+    """The Slurm controller did not answer; one line naming SLURM_CONF and the command."""
+
+
+class SlurmError(RuntimeError):
+    """Slurm answered but refused (e.g. sbatch rejected the job); the message quotes it."""
+
+
+class SlurmPendingTimeout(SlurmError):
+    """A job waited in the queue past the contract's pending timeout; the message says why it waits."""
+
+
+class RunDirBusy(RuntimeError):
+    """Another live process holds the run directory."""
+
+
+class FrameworkRejected(ValueError):
+    """The framework's config code refused the setting; the message is the framework's own."""
+
+
 class SettingError(ValueError):
     """An environment variable (``INFRARSI_*``) whose value cannot be used: one line naming it and the fix."""
 
@@ -98,12 +118,8 @@ def rerun_line(argv: list[str] | None = None) -> str:
 
 
 def _one(e: BaseException, again: str) -> str | None:
-    from .runlock import RunDirBusy
-
     if isinstance(e, (RecordError, RunDirBusy, SettingError)):
         return str(e)
-    from .execute.slurm import SlurmError, SlurmPendingTimeout, SlurmUnreachable
-
     if isinstance(e, SlurmPendingTimeout):
         return (f"{_oneline(str(e))}; the run stopped: free the partition (`squeue`, `sinfo`) or raise "
                 f"pending_timeout_s, then rerun `{again}`")

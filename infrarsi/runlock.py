@@ -22,14 +22,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import RunDirBusy  # one of the known failures (errors.py), still named here
 from .rundir.names import RUNNER_LOCK as LOCK_FILE
 
 _held: dict[str, tuple[int, int]] = {}  # resolved run dir -> (fd, depth) held by this process
 _guard = threading.Lock()
-
-
-class RunDirBusy(RuntimeError):
-    """Another live process holds the run directory."""
 
 
 def holder(run_dir: str | Path) -> dict | None:

@@ -388,7 +388,7 @@ def run_calibrate_torchtitan(args) -> int:
 
     def tracked(change: dict, extra: list[str]):
         setting = {**contract.baseline, **change}
-        e = estimate_job(job_config(job_args(anchored_c, setting) + extra), world_size=int(contract.hardware.devices))
+        e = estimate_job(job_config(job_args(anchored_c, setting, adapter=adapter) + extra), world_size=int(contract.hardware.devices))
         return e.tracked_bytes, sum(e.tracked.get(c, 0) for c in FRAGMENTING["cpu-torchtitan"])
 
     rows = []

@@ -127,9 +127,10 @@ def measured(contract, setting: dict, extra: list[str], *, iters: int = 3) -> di
 
 
 def estimated(contract, setting: dict, extra: list[str]):
+    from infrarsi.adapters.megatron import MegatronAdapter
     from infrarsi.estimate.megatron import from_step, launch_argv, run_step
 
-    argv, world, _ = launch_argv(contract, {**contract.baseline, **setting})
+    argv, world, _ = launch_argv(contract, {**contract.baseline, **setting}, adapter=MegatronAdapter())
     argv = _override(argv, extra)
     out = run_step({"argv": argv, "world": world, "ranks": "auto"})
     return from_step(out, contract, argv=argv, world=world)
@@ -269,6 +270,7 @@ def scale_contract(path: Path, nodes: int):
 
 def run_scale(args) -> int:
     """The estimate and Megatron-LM's theoretical formula for each SCALE row (busiest rank, GiB)."""
+    from infrarsi.adapters.megatron import MegatronAdapter
     from infrarsi.estimate import estimate
     from infrarsi.estimate.megatron import launch_argv
     from infrarsi.estimate.megatron_formula import theoretical_memory
@@ -283,9 +285,10 @@ def run_scale(args) -> int:
         if args.only and args.only not in f"{path.stem}:{8 * nodes}":
             continue
         t0 = time.time()
-        e = estimate(c, setting)
+        adapter = MegatronAdapter()  # the scale rows' contracts carry absolute launches
+        e = estimate(c, setting, adapter=adapter)
         wall = time.time() - t0
-        argv, world, _ = launch_argv(c, setting)
+        argv, world, _ = launch_argv(c, setting, adapter=adapter)
         f = theoretical_memory(parse(argv, strict=False).args, world)
         cat = e.by_category()
         lay = e.layout

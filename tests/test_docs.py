@@ -12,6 +12,23 @@ def test_generated_docs_are_current():
     assert r.returncode == 0, r.stderr
 
 
+def test_the_architecture_page_is_drawn_from_the_tree():
+    """docs/architecture.md is scripts/gen_docs.py's output: every package in its layer of the import graph, with
+    what it imports and its modules' own first sentences; a module added or an import changed redraws it."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gen_docs
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    from infrarsi.testing import import_graph
+
+    text = (ROOT / "docs/architecture.md").read_text()
+    assert text == gen_docs.architecture_page()
+    layers = import_graph.layers(import_graph.package_graph())
+    assert "| 0 | `infrarsi/trial/` |" in text and f"| {len(layers) - 1} | `infrarsi/cli.py` |" in text
+    assert "`workload` (Workload: one contract bound to its folder and its adapter, built once per stage)" in text
+
+
 def test_contract_page_lists_every_field_with_its_check():
     text = (ROOT / "docs/contract.md").read_text()
     # a field, its default and its bound, as declared in infrarsi/contract/model.py

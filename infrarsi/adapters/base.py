@@ -11,13 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ..contract.model import Contract
+from ..errors import FrameworkRejected  # noqa: F401 -- its old home: adapters raise it, runner and stages catch it
 from ..knobs import KnobSpace
 from ..trial.launch import LaunchSpec
 from ..trial.parsed import ParsedRun
-
-
-class FrameworkRejected(ValueError):
-    """The framework's config code refused the setting; the message is the framework's own."""
 
 
 def scoped_space(space: KnobSpace, contract: Contract, framework: str) -> KnobSpace:

@@ -92,13 +92,6 @@ class Workload:
         complete = self.knob_space().complete({**self.contract.baseline, **dict(setting)})
         return self._launch_file_adapter().differences(self.contract, {**self.parsed().setting, **complete}, text)
 
-    def estimate(self, setting: Mapping[str, Any], **kw: Any) -> Any:
-        """The pre-flight estimate of ``setting`` (``infrarsi.estimate``: one fake step of the real model), with
-        the launch and the folder it runs from made absolute, so that the estimate reads the launch as trials do."""
-        from ..estimate.run import anchored, estimate
-
-        return estimate(anchored(self.contract, self.folder), setting, **kw)
-
     @classmethod
     def of_run(cls, contract: Contract, run_dir: str | Path) -> "Workload":
         """The workload of a locked run: bound to the locked contract's folder (``run_adapter``'s)."""

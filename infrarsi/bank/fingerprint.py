@@ -26,24 +26,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..knobs.hardware import gpu_family  # the one table of device generations (knobs/hardware.py)
+
 GiB = 2**30
-
-# Known device generations, most specific first ("H200" before "H20", "A100" before "A10").
-_FAMILIES = ("GB200", "GH200", "B200", "B100", "H200", "H100", "H800", "H20", "A100", "A800", "A10G", "A10",
-             "L40S", "L40", "L4", "V100", "T4", "MI355X", "MI325X", "MI300X", "MI250X", "TPU")
-
-
-def gpu_family(name: str) -> str:
-    """Normalise a device name to its generation: "NVIDIA H100 80GB HBM3" -> "H100", "cpu" -> "cpu".
-    An unknown name is returned upper-cased without spaces (it still compares equal to itself)."""
-    low = name.strip().lower()
-    if low in ("", "cpu") or low.startswith("cpu"):
-        return "cpu"
-    up = name.upper()
-    for fam in _FAMILIES:
-        if re.search(rf"(?<![A-Z0-9]){fam}(?![0-9])", up):
-            return fam
-    return re.sub(r"\s+", "", up)
 
 
 class HardwareFingerprint(BaseModel):

@@ -17,11 +17,14 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from .model import Contract, ContractError, load_contract
 from .place import launch_cwd, launch_path
+
+if TYPE_CHECKING:
+    from ..rundir import LockRecord, RunDir
 
 
 # Fields added after runs were locked, left out of the normalized contract (and so of its hash) while they hold
@@ -168,32 +171,17 @@ def load_locked(run_dir: str | Path) -> Contract:
     return locked
 
 
-def read_lock(run_dir: str | Path):
+def read_lock(run_dir: str | Path) -> LockRecord:
     """The lock (rundir.LockRecord: hash, contract, files, when it was locked), unchecked: :func:`load_locked`
     checks it."""
-    from ..rundir import LockRecord, RunDir
+    from ..rundir import RunDir
 
-    try:
-        return LockRecord.model_validate(_read_lock(RunDir(run_dir)))
-    except ValueError as e:  # pydantic's ValidationError: a field of the wrong type
-        raise ContractError(f"{RunDir(run_dir).file(RunDir.LOCK)} is not a contract lock ({' '.join(str(e).split())[:160]}); "
-                            f"it was left untouched: restore it, or start a new run with `infrarsi init CONTRACT "
-                            f"--run-dir NEW_DIR`") from None
+    return RunDir(run_dir).read_lock()
 
 
-def _read_lock(run) -> dict[str, Any]:
-    """The lock's JSON body; a lock that is not one (truncated, random bytes) is refused, never rewritten."""
-    lock = run.file(run.LOCK)
-    try:
-        body = json.loads(run.lock_bytes() or b"")
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise ContractError(f"{lock} is not a readable contract lock ({type(e).__name__}: {' '.join(str(e).split())[:120]}); "
-                            f"it was left untouched: restore it, or start a new run with "
-                            f"`infrarsi init CONTRACT --run-dir NEW_DIR`") from None
-    if not isinstance(body, dict) or not {"sha256", "contract", "contract_path"} <= set(body):
-        raise ContractError(f"{lock} is not a contract lock (it lacks sha256/contract/contract_path); it was left "
-                            f"untouched: restore it, or start a new run with `infrarsi init CONTRACT --run-dir NEW_DIR`")
-    return body
+def _read_lock(run: RunDir) -> dict[str, Any]:
+    """The lock's JSON body (RunDir.lock_body: a lock that is not one is refused, never rewritten)."""
+    return run.lock_body()
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> str:

@@ -4,7 +4,7 @@ and what a trial may touch.
 - :func:`scope_problems` (``init``): every kernel candidate the contract names (``scope.knobs.kernel_<op>``
   and ``baseline.kernel_<op>``) is a relative path without ``..`` that a ``scope.files`` glob takes, exists,
   and still lies inside the repository and the scope once every symlink is resolved; a ``PATH@VARIANT`` value
-  (kernels/loader.py) is held to that by its path, and its variant must be one the file declares.
+  (infrarsi/candidate.py) is held to that by its path, and its variant must be one the file declares.
 - ``apply`` holds its destinations to the scope and to the work tree itself (no link followed): apply/transaction.py.
 - :class:`TreeGuard` (trials and kernel verification that run *without* isolation, see execute/isolation.py:
   an isolated one cannot write the repository at all): a snapshot of the repository (path, size, mtime) before
@@ -22,7 +22,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..kernels.loader import CandidateError, parse_candidate, split_spec
+from ..candidate import CandidateError, parse_candidate, split_spec
 from ..knobs.knob import value_problem
 from .model import Contract
 from .place import repository_root  # noqa: F401 -- its old home, still imported from here by execute/ and stages/

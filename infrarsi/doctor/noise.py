@@ -21,12 +21,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+
+from ..rundir.records import TARGET_EFFECT, NoiseProfile  # the record's type lives with the run's records
 
 Z_ALPHA = 1.959964  # z_{0.975}: two-sided 5% test
 Z_POWER = 0.841621  # z_{0.80}: 80% power
 Z_SUM = Z_ALPHA + Z_POWER  # 2.80
-TARGET_EFFECT = 0.02  # the change we want to be able to see: 2%
 
 
 def cv(xs: Sequence[float]) -> float:
@@ -94,35 +94,6 @@ def median_phases(phases: Sequence[Mapping[str, float]]) -> dict[str, float]:
     for p in phases:
         names.update(dict.fromkeys(p))
     return {n: statistics.median([p[n] for p in phases if n in p]) for n in names}
-
-
-class NoiseProfile(BaseModel):
-    """What the run's noise record holds. Times in seconds, effects as fractions (0.02 = 2%)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    repeats: int
-    step_times_s: list[float]  # one steady-state step time per baseline run
-    trial_ids: list[int]
-    median_step_s: float
-    cv: float
-    ci95: tuple[float, float]  # bootstrap 95% CI of the median step time
-    mde: float  # minimum detectable relative effect with `repeats` runs per setting
-    mde_by_repeats: dict[int, float]
-    target_effect: float = TARGET_EFFECT
-    repeats_for_target: int  # runs per setting to detect target_effect
-    phases: dict[str, float] = {}  # phase -> median seconds per step
-    loss_max_rel_diff: float = 0.0  # worst relative loss difference between runs (first compare_steps)
-    loss_reproduces: bool = True
-    reference_losses: list[float] = []  # the first run's loss trace: the baseline other trials are checked against
-    baseline: dict = {}
-    numerics: dict = {}  # the calibrated loss referee (infrarsi.contract.numerics.Referee.to_dict()); {} before
-    formula: str = "mde = (z_0.975 + z_0.80) * cv * sqrt(2 / repeats); repeats_for(d) = ceil(2 * (2.80 * cv / d)^2)"
-
-    def summary_json(self) -> dict:
-        """The object ``infrarsi doctor --json`` prints."""
-        return {"cv": self.cv, "median_step_s": self.median_step_s, "ci95": list(self.ci95), "mde": self.mde,
-                "repeats": self.repeats, "phases": self.phases}
 
 
 def noise_warning(n: NoiseProfile) -> str | None:

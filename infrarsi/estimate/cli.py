@@ -66,6 +66,7 @@ def estimate(
     from ..progress import Heartbeat
     from . import EstimateError
     from .devices import device_for
+    from .run import estimate_workload
 
     console, err = Console(highlight=False), Console(stderr=True, highlight=False)
     try:
@@ -82,7 +83,7 @@ def estimate(
             kw["progress"] = lambda line: err.print(f"  {line} [{since_start():.0f} s]", style="dim")
         with Heartbeat(err, f"estimate: stepping {contract.name}'s real model on fake tensors (per-rank memory "
                             f"by category; a minute or two for a large job)", plain_every_s=30.0, announce=True):
-            e = workload.estimate(setting, **kw)
+            e = estimate_workload(workload, setting, **kw)
     except (ContractError, EstimateError, ValueError, OSError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(1)

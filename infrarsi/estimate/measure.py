@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 
 
 def minigpt_argv(contract: Contract, setting: Mapping[str, Any], *, iters: int = 2) -> tuple[list[str], dict[str, str]]:
-    from ..adapters.minigpt import MiniGPTAdapter
+    """The trial's argv and environment as the contract's adapter (minigpt's) launches ``setting``."""
+    from ..adapters import get_adapter
 
-    ad = MiniGPTAdapter()
+    ad = get_adapter(contract.workload.adapter)
     spec = ad.launch(contract, ad.knob_space(contract).complete(dict(setting)))
     argv = list(spec.argv)
     i = argv.index("--train-iters")

@@ -31,11 +31,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .overhead import unseen_bytes
 from .result import Estimate, EstimateError
 from .track import Device
+
+if TYPE_CHECKING:
+    from ..adapters.megatron import MegatronAdapter, MegatronLaunch
+    from ..contract.model import Contract
 
 STEP_MODULE = "infrarsi.estimate.megatron_step"
 TIMEOUT_S = 1800.0
@@ -52,13 +56,13 @@ _NO_TENSORS = ("--data-path", "--vocab-file", "--merge-file", "--split", "--save
                "--no-position-embedding", "--use-mcore-models", "--empty-unused-memory-level", "--manual-gc")
 
 
-def launch_argv(contract: Any, setting: Mapping[str, Any], *, adapter: Any = None) -> tuple[list[str], int, Any]:
-    """(pretrain_gpt.py arguments of the emitted launch, world size, the parsed launch); ``adapter``: a
-    MegatronAdapter that has read this contract already (its parse is reused), else a new one."""
+def launch_argv(contract: Contract, setting: Mapping[str, Any], *,
+                adapter: MegatronAdapter) -> tuple[list[str], int, MegatronLaunch]:
+    """(pretrain_gpt.py arguments of the launch ``adapter`` emits, world size, the parsed launch)."""
     from ..adapters.base import FrameworkRejected
-    from ..adapters.megatron import MegatronAdapter, MegatronLaunchError
+    from ..adapters.megatron import MegatronLaunchError
 
-    ad = adapter or MegatronAdapter()
+    ad = adapter
     try:
         parsed = ad.parsed(contract)
         spec = ad.launch(contract, setting)
@@ -165,15 +169,13 @@ def run_step(job: dict[str, Any], *, timeout_s: float = TIMEOUT_S, progress: Cal
     return {**first, "ranks": first["ranks"] + others["ranks"]}
 
 
-def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None = None,
+def estimate(contract: Contract, setting: Mapping[str, Any], *, adapter: MegatronAdapter, device: Device | None = None,
              unseen_gib: float | None = None, progress: Callable[[str], None] | None = None) -> Estimate:
-    """The busiest estimated rank's peak for ``setting`` (completed against the adapter's space); ``progress`` gets
+    """The busiest estimated rank's peak for ``setting`` (completed against ``adapter``'s space); ``progress`` gets
     a line as each rank is built and stepped."""
-    from ..adapters.megatron import MegatronAdapter
-
     started = start_steps()  # they import torch and megatron-core while the launch is read and checked here
     try:
-        ad = MegatronAdapter()
+        ad = adapter
         full = ad.knob_space(contract).complete(dict(setting))
         # data parallel is derived from the world size (Megatron has no flag for it): the launch derives it
         argv, world, parsed = launch_argv(contract, {k: v for k, v in full.items() if k != "data_parallel"},
@@ -188,7 +190,7 @@ def estimate(contract: Any, setting: Mapping[str, Any], *, device: Device | None
                      threads=int(full.get("intra_op_threads") or 1) if "intra_op_threads" in full else 1)
 
 
-def _refused_here(contract: Any, ad: Any, argv: list[str]):
+def _refused_here(contract: Contract, ad: MegatronAdapter, argv: list[str]):
     """The launch's arguments as read (Megatron-LM's derivations), or EstimateError for what is not estimated."""
     from ..workloads.megatron_model import MegatronArgsError, parse
 
@@ -214,7 +216,7 @@ def _refused_here(contract: Any, ad: Any, argv: list[str]):
     return args
 
 
-def from_step(out: dict[str, Any], contract: Any, *, argv: list[str], world: int, unseen_gib: float | None = None,
+def from_step(out: dict[str, Any], contract: Contract, *, argv: list[str], world: int, unseen_gib: float | None = None,
               threads: int = 1) -> Estimate:
     """The Estimate for a fake step's result (the rank with the highest peak, every rank kept)."""
     from ..workloads.megatron_model import fused_attention, parse

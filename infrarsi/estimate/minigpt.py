@@ -18,22 +18,25 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract
 from .overhead import unseen_bytes
 from .result import Estimate, EstimateError
 from .track import Device, Hooks, fake_world, tracked_step
 
+if TYPE_CHECKING:
+    from ..adapters.minigpt import MiniGPTAdapter
+
 MODULE = "infrarsi.workloads.minigpt"
 
 
-def workload_args(contract: Contract, setting: Mapping[str, Any]) -> tuple[argparse.Namespace, int]:
+def workload_args(contract: Contract, setting: Mapping[str, Any], *,
+                  adapter: MiniGPTAdapter) -> tuple[argparse.Namespace, int]:
     """The argparse namespace a trial of ``setting`` runs with, and its process count (from the adapter's argv)."""
-    from ..adapters.minigpt import MiniGPTAdapter
     from ..workloads.minigpt import build_parser
 
-    spec = MiniGPTAdapter().launch(contract, setting)
+    spec = adapter.launch(contract, setting)
     argv = list(spec.argv)
     if MODULE not in argv:
         raise EstimateError(f"minigpt launch does not run {MODULE}: {' '.join(argv[:6])} ...")
@@ -42,13 +45,11 @@ def workload_args(contract: Contract, setting: Mapping[str, Any]) -> tuple[argpa
     return args, int(spec.processes)
 
 
-def estimate(contract: Contract, setting: Mapping[str, Any], *, device: Device | None = None,
+def estimate(contract: Contract, setting: Mapping[str, Any], *, adapter: MiniGPTAdapter, device: Device | None = None,
              unseen_gib: float | None = None) -> Estimate:
-    """Per-rank peak of one minigpt trial of ``setting`` (completed against the adapter's space)."""
-    from ..adapters.minigpt import MiniGPTAdapter
-
-    full = MiniGPTAdapter().knob_space(contract).complete(dict(setting))
-    args, world = workload_args(contract, full)
+    """Per-rank peak of one minigpt trial of ``setting`` (completed against ``adapter``'s space)."""
+    full = adapter.knob_space(contract).complete(dict(setting))
+    args, world = workload_args(contract, full, adapter=adapter)
     per_rank = args.micro_batch_size * world
     if args.global_batch_size % per_rank:
         raise EstimateError(f"global batch {args.global_batch_size} is not divisible by micro batch "

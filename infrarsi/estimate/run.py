@@ -14,6 +14,7 @@ from .result import Estimate, EstimateError
 
 if TYPE_CHECKING:
     from ..adapters.base import Adapter
+    from ..adapters.workload import Workload
     from ..contract.model import Contract
     from ..knobs import KnobSpace
 
@@ -25,17 +26,26 @@ def _adapter(contract: Contract) -> type[Adapter]:
     return adapter_class(contract.workload.adapter)
 
 
-def estimate(contract: Contract, setting: Mapping[str, Any], **kw: Any) -> Estimate:
+def estimate(contract: Contract, setting: Mapping[str, Any], *, adapter: Adapter | None = None,
+             **kw: Any) -> Estimate:
     """One rank's peak for ``setting`` of ``contract``'s job (minigpt, torchtitan or Megatron-LM: the adapters
-    that name an ``estimate_module``)."""
-    from ..adapters import ADAPTERS, adapter_class
+    that name an ``estimate_module``). ``adapter``: the one that reads this contract's launch (a Workload's; its
+    parse is reused), else the registry's, unbound (the contract's launch is absolute: :func:`anchored`)."""
+    from ..adapters import ADAPTERS, adapter_class, get_adapter
 
     cls = _adapter(contract)
     if not cls.estimate_module:
         able = [n for n in ADAPTERS if adapter_class(n).estimate_module]
         raise EstimateError(f"workload.adapter = {contract.workload.adapter!r}: the estimate runs the real model of "
                             f"{able} only")
-    return importlib.import_module(f".{cls.estimate_module}", __package__).estimate(contract, setting, **kw)
+    ad = adapter if adapter is not None else get_adapter(contract.workload.adapter)
+    return importlib.import_module(f".{cls.estimate_module}", __package__).estimate(contract, setting, adapter=ad, **kw)
+
+
+def estimate_workload(workload: Workload, setting: Mapping[str, Any], **kw: Any) -> Estimate:
+    """The pre-flight estimate of ``setting`` of ``workload`` with its adapter, the launch and the folder it runs
+    from made absolute (:func:`anchored`), so that the estimate reads the launch as trials do."""
+    return estimate(anchored(workload.contract, workload.folder), setting, adapter=workload.adapter, **kw)
 
 
 # Which offset the run stage's memory model refines: "estimate" (this package) or "analytical" (priors/offline.py).
@@ -87,8 +97,8 @@ DEFAULT_BUDGET_S = 300.0
 
 
 def memory_estimator(space: KnobSpace, contract: Contract, *, fallback: Callable[[Mapping[str, Any]], float] | None = None,
-                     on_error: Callable[[str], None] | None = None,
-                     budget_s: float | None = None) -> Callable[[Mapping[str, Any]], float] | None:
+                     on_error: Callable[[str], None] | None = None, budget_s: float | None = None,
+                     adapter: Adapter | None = None) -> Callable[[Mapping[str, Any]], float] | None:
     """setting -> per-rank peak bytes from the real model's fake step, for the run stage's memory model (the
     same contract as ``priors.offline.memory_estimator``: the model learns the residual). None when the offset is
     "analytical" for this contract or the framework cannot be estimated. Cached per memory layout; a setting the
@@ -104,13 +114,17 @@ def memory_estimator(space: KnobSpace, contract: Contract, *, fallback: Callable
     ``peak.basis(setting)`` says which of the three a setting's figure is (the report prints it per trial):
     "fake step", "analytical (estimate failed)" or "analytical x median ratio (budget spent)".
     ``peak.residual_sd`` and ``peak.interaction_sd`` (log scale) say how far the memory model may move a peak
-    from it (FAKE_STEP_RESIDUAL_SD, FAKE_STEP_INTERACTION_SD)."""
+    from it (FAKE_STEP_RESIDUAL_SD, FAKE_STEP_INTERACTION_SD). ``adapter``: the run's (its parse is reused)."""
     budget = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S)) if budget_s is None else budget_s
     cls = _adapter(contract)
     if not cls.estimate_module or offset_kind(contract) != "estimate":
         return None
     if cls.estimate_needs and importlib.util.find_spec(cls.estimate_needs) is None:
         return None
+    if adapter is None:  # one for every layout: the launch is read once
+        from ..adapters import get_adapter
+
+        adapter = get_adapter(contract.workload.adapter)
     cache: dict[tuple, float] = {}
     basis: dict[tuple, str] = {}  # how each cached figure was made
     ratios: list[float] = []
@@ -128,7 +142,7 @@ def memory_estimator(space: KnobSpace, contract: Contract, *, fallback: Callable
         if k not in cache:
             t0 = time.perf_counter()
             try:
-                cache[k] = estimate(contract, setting).peak_bytes
+                cache[k] = estimate(contract, setting, adapter=adapter).peak_bytes
                 basis[k] = "fake step"
                 if fallback is not None:
                     ratios.append(cache[k] / max(fallback(setting), 1.0))

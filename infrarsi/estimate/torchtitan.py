@@ -32,6 +32,7 @@ from .result import Estimate, EstimateError
 from .track import Device, Hooks, fake_world, tracked_step
 
 if TYPE_CHECKING:
+    from ..adapters.torchtitan import TorchtitanAdapter
     from ..contract.model import Contract
 
 TRAIN_MODULE = "torchtitan.train"
@@ -45,11 +46,10 @@ def _require():
                             "(torchtitan==0.2.2)") from None
 
 
-def job_args(contract: Contract, setting: Mapping[str, Any]) -> list[str]:
-    """The torchtitan arguments a trial of ``setting`` runs with (after ``-m torchtitan.train``)."""
-    from ..adapters.torchtitan import TorchtitanAdapter
-
-    ad = TorchtitanAdapter()
+def job_args(contract: Contract, setting: Mapping[str, Any], *, adapter: TorchtitanAdapter) -> list[str]:
+    """The torchtitan arguments a trial of ``setting`` runs with (after ``-m torchtitan.train``), as ``adapter``
+    launches it."""
+    ad = adapter
     parsed = ad.parsed(contract)
     if parsed.style != "toml":
         raise EstimateError("the estimate runs torchtitan 0.2.x (a TOML job file); this launch is in the 0.3 "
@@ -69,9 +69,9 @@ def job_config(args: list[str]):
     return ConfigManager().parse_args(list(args))
 
 
-def estimate(contract: Contract, setting: Mapping[str, Any], *, device: Device | None = None,
-             unseen_gib: float | None = None) -> Estimate:
-    cfg = job_config(job_args(contract, setting))
+def estimate(contract: Contract, setting: Mapping[str, Any], *, adapter: TorchtitanAdapter,
+             device: Device | None = None, unseen_gib: float | None = None) -> Estimate:
+    cfg = job_config(job_args(contract, setting, adapter=adapter))
     e = estimate_job(cfg, world_size=int(contract.hardware.devices), device=device)
     transient = sum(e.tracked.get(c, 0) for c in FRAGMENTING["cpu-torchtitan"])
     unseen, source = unseen_bytes(contract, threads=None, bf16=cfg.training.mixed_precision_param == "bfloat16",

@@ -51,6 +51,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from ..launch.command import SECRET_NAME  # the names that say they hold a secret
 from ..rundir import names
 
 BWRAP_ENV = "INFRARSI_BWRAP"  # the bwrap binary (default: bwrap on PATH)
@@ -84,8 +85,7 @@ ENV_NAMES = frozenset({
 ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NVTE_", "NCCL_", "GLOO_", "UCX_", "FI_", "NVSHMEM_",
                 "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "TRITON", "HF_", "TRANSFORMERS_",
                 "TOKENIZERS_", "PYTHON", "SLURM_")
-# ... less the names that say they hold a secret (HF_TOKEN, SLURM_JWT, ...) and values with a password in a URL
-SECRET_NAME = re.compile(r"(^|_)(API_?KEY|SECRET|SECRET_ACCESS_KEY|PASSWORD|PASSWD|TOKEN|CREDENTIALS?|JWT|KEY)$", re.I)
+# ... less the names that say they hold a secret (SECRET_NAME) and values with a password in a URL
 _URL_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]*@")
 PIDS_MAX = 4096  # processes + threads of one trial (torch starts a few dozen threads per process)
 

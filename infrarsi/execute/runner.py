@@ -28,22 +28,38 @@ import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..adapters.base import Adapter, ParsedRun
 from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..contract.seal import settled_problems
+from ..knobs import KnobSpace
+from ..trial.parsed import ParsedRun
 from .classify import Verdict, apply_loss_check, classify
 from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
-from .local import OUTPUTS, kill_token, resolve_argv, trial_env
+from .local import OUTPUTS, kill_token, trial_env
 from .record import RunRecord
 from .spec import LaunchSpec
 from .trial import Cost, Trial, TrialStatus
+
+
+class TrialAdapter(Protocol):
+    """What the runner needs of a framework's adapter (adapters/base.py's ``Adapter`` is one): the space a setting
+    is completed against, the launch of a setting, where a trial's outputs go, and what its output says."""
+
+    measured_time: bool  # False: the trial reports its own (simulated) step time, which is then the record
+
+    def knob_space(self, contract: Contract) -> KnobSpace: ...
+
+    def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec: ...
+
+    def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec: ...
+
+    def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun: ...
 
 
 def usable_memory_bytes() -> int:
@@ -128,7 +144,7 @@ class Runner:
         usable_memory_bytes: int | None = Field(None, ge=1)
         """Memory to plan with (default: MemAvailable, or the cgroup limit when smaller)."""
 
-    def __init__(self, record: RunRecord, executor: Executor, adapter: Adapter, contract: Contract, *,
+    def __init__(self, record: RunRecord, executor: Executor, adapter: TrialAdapter, contract: Contract, *,
                  config: Config | None = None) -> None:
         self.record, self.executor, self.adapter, self.contract = record, executor, adapter, contract
         self.config = config or Runner.Config()
@@ -226,22 +242,10 @@ class Runner:
                  reference: Sequence[float] | None, existing: Trial | None, adopted: Handle | None,
                  attempt: int = 0) -> Trial:
         trial = existing or self.record.start(setting, role)
-        pre = self._precheck(setting)
-        if pre is not None:
+        spec = self._precheck(setting)
+        if isinstance(spec, Verdict):  # refused before any launch: recorded as such, never run
             return self.record.finish(trial.model_copy(update={
-                "status": pre.status, "evidence": pre.evidence, "reason": pre.reason, "finished_at": time.time()}))
-        try:
-            spec = self.adapter.launch(self.contract, setting)
-            outputs = getattr(self.adapter, "trial_outputs", None)  # checkpoints & co. into the trial's directory
-            spec = outputs(spec) if callable(outputs) else spec
-        except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
-            return self.record.finish(trial.model_copy(update={
-                "status": TrialStatus.INVALID, "evidence": [f"launch: {e}"], "reason": str(e).splitlines()[0][:200],
-                "finished_at": time.time()}))
-        if spec.nodes > 1 and self.executor.kind == "local":
-            return self.record.finish(trial.model_copy(update={
-                "status": TrialStatus.INVALID, "evidence": [f"launch needs {spec.nodes} nodes; the local executor has one"],
-                "reason": f"needs {spec.nodes} nodes: run it with INFRARSI_EXECUTOR=slurm", "finished_at": time.time()}))
+                "status": spec.status, "evidence": spec.evidence, "reason": spec.reason, "finished_at": time.time()}))
         limit = min(spec.time_limit_s, self.contract.invariants.timing.timeout_s)
         w = self.contract.workload
         spec = spec.model_copy(update={"time_limit_s": limit,
@@ -260,8 +264,7 @@ class Runner:
         relaunched: list[str] = []  # evidence of launches the scheduler held (each cancelled and launched again)
         # An isolated trial cannot write outside its directory (the repository is read-only to it): nothing to watch.
         # An unisolated one is watched: the repository is compared before and after it.
-        isolates = getattr(self.executor, "isolates", None)
-        guard = None if callable(isolates) and isolates(self.record.trial_dir(trial.id)) else \
+        guard = None if self.executor.isolates(self.record.trial_dir(trial.id)) else \
             TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
         before = guard.snapshot() if guard is not None else {}
         watch = Watch()  # the machine's conditions over the trial (execute/conditions.py)
@@ -277,7 +280,7 @@ class Runner:
                     cancelled_early = trial.id in self._cancelled or self._closing
                 if cancelled_early:
                     self.executor.cancel(handle)
-                end = _wait(self.executor, handle)
+                end, filled = _wait(self.executor, handle, self.record.run_dir)
                 if not end.relaunch or len(relaunched) >= MAX_RELAUNCHES:
                     break
                 relaunched += [*end.evidence, f"launched again (attempt {attempt + 2})"]
@@ -294,6 +297,8 @@ class Runner:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [freed]})
         if relaunched:
             verdict = verdict.model_copy(update={"evidence": relaunched + verdict.evidence})
+        if filled:  # stopped while it ran: its outputs left the runner no room (what it measured is not scored)
+            verdict = invalidate(verdict, filled)
         # the runner's own output (`infrarsi tune ... > tune.log` in the repository) is not the trial's
         wrote = guard.changes(before, ignore=open_for_writing(guard.root)) if guard is not None else []
         if wrote and not end.cancelled:  # a trial writes only its own directory (contract/scope.py)
@@ -325,7 +330,9 @@ class Runner:
                 self._repos[cwd] = repository_root(cwd)
             return self._repos[cwd]
 
-    def _precheck(self, setting: Mapping[str, Any]) -> Verdict | None:
+    def _precheck(self, setting: Mapping[str, Any]) -> LaunchSpec | Verdict:
+        """The setting's launch, or why it is never launched (the one place a trial is refused before it runs): a
+        fixed workload argument, a value outside the space, the framework's own validation, too many nodes here."""
         fixed = sorted(set(setting) & set(FIXED_WORKLOAD_KEYS))
         if fixed:
             return Verdict(status=TrialStatus.CONTRACT_VIOLATION, evidence=[f"sets fixed workload argument(s) {fixed}"],
@@ -334,7 +341,16 @@ class Runner:
         if bad:
             return Verdict(status=TrialStatus.INVALID, evidence=[str(v) for v in bad],
                            reason=f"{bad[0]} (never launched)")
-        return None
+        try:
+            spec = self.adapter.launch(self.contract, setting)
+            spec = self.adapter.trial_outputs(spec)  # checkpoints & co. into the trial's directory
+        except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
+            return Verdict(status=TrialStatus.INVALID, evidence=[f"launch: {e}"], reason=str(e).splitlines()[0][:200])
+        if spec.nodes > 1 and self.executor.kind == "local":
+            return Verdict(status=TrialStatus.INVALID,
+                           evidence=[f"launch needs {spec.nodes} nodes; the local executor has one"],
+                           reason=f"needs {spec.nodes} nodes: run it with INFRARSI_EXECUTOR=slurm")
+        return spec
 
     def _launch(self, trial: Trial, spec: LaunchSpec, attempt: int) -> tuple[Trial, Handle]:
         token = uuid.uuid4().hex[:16]
@@ -342,8 +358,7 @@ class Runner:
         spec = spec.for_trial(d)  # the adapters' output folders, inside the trial's directory
         self.record.write_launch(trial.id, handle=None, spec=spec, attempt=attempt, token=token)
         handle = self.executor.submit(spec, d, token=token)
-        command_line = getattr(self.executor, "command_line", None)
-        argv = command_line(spec) if callable(command_line) else resolve_argv(spec.argv)
+        argv = self.executor.command_line(spec)
         trial = self.record.launched(trial, spec, handle, command=argv,
                                      env=trial_env(spec, token, d), attempt=attempt)
         return trial, handle
@@ -403,7 +418,7 @@ def invalidate(v: Verdict, why: str, evidence: Sequence[str] = ()) -> Verdict:
                                                 "tflops_per_device": None})})
 
 
-def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: Path, end: LaunchEnd, *,
+def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_dir: Path, end: LaunchEnd, *,
                   copies: int = 1) -> Verdict:
     """An ok verdict scored by the harness's clock (clock.py): its step time becomes the one the harness measured over
     the contract's window (the log's is kept as ``reported_step_time_s``, a disagreement in the evidence); throughput
@@ -411,7 +426,7 @@ def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: P
     if v.status is not TrialStatus.OK:
         return v
     t = contract.invariants.timing
-    measured = getattr(adapter, "measured_time", True)
+    measured = adapter.measured_time
     why = referee(trial_dir, step_time_s=v.metrics.step_time_s, step_times_s=v.metrics.step_times_s,
                   warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, wall_s=end.wall_s,
                   measured_time=measured, copies=copies)
@@ -434,6 +449,7 @@ def _harness_time(v: Verdict, adapter: Adapter, contract: Contract, trial_dir: P
 
 
 RESERVE_BYTES = 512 * 2**20  # free space the runner keeps on the run directory's disk for its own records
+RESERVE_FRACTION = 0.125  # ... or this much of a smaller disk (a 48 MiB tmpfs keeps 6 MiB)
 
 
 def _free_bytes(path: Path) -> int:
@@ -441,23 +457,29 @@ def _free_bytes(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def _room(path: Path) -> tuple[int, int]:
+    """(free bytes, the reserve) on ``path``'s disk: RESERVE_BYTES, or RESERVE_FRACTION of a disk too small for it."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize, min(RESERVE_BYTES, int(st.f_blocks * st.f_frsize * RESERVE_FRACTION))
+
+
 def _check_reserve(run_dir: Path) -> None:
     """ENOSPC (the run stops with one line; the trial stays recorded as running, for a resume) when the run
-    directory's disk has less than RESERVE_BYTES free: a trial launched now could leave the runner no room."""
-    free = _free_bytes(run_dir)
-    if free < RESERVE_BYTES:
-        raise OSError(errno.ENOSPC, f"{free / 2**20:.0f} MiB free, under the {RESERVE_BYTES / 2**20:.0f} MiB the "
+    directory's disk has less than the reserve free: a trial launched now could leave the runner no room."""
+    free, reserve = _room(run_dir)
+    if free < reserve:
+        raise OSError(errno.ENOSPC, f"{free / 2**20:.0f} MiB free, under the {reserve / 2**20:.0f} MiB the "
                                     f"runner keeps for its records; no trial was launched", str(run_dir))
 
 
 def _keep_reserve(run_dir: Path, trial_dir: Path) -> str:
-    """After a trial: when the disk has less than RESERVE_BYTES free, the trial's outputs (checkpoints, TensorBoard:
+    """After a trial: when the disk has less than the reserve free, the trial's outputs (checkpoints, TensorBoard:
     never records) are removed (links not followed) so that its record is written; evidence of it, or ""."""
     try:
-        free = _free_bytes(run_dir)
+        free, reserve = _room(run_dir)
     except OSError:
         return ""
-    if free >= RESERVE_BYTES:
+    if free >= reserve:
         return ""
     for d in sorted(Path(trial_dir).glob(f"{OUTPUTS}*")):
         if d.is_dir() and not d.is_symlink():
@@ -465,15 +487,29 @@ def _keep_reserve(run_dir: Path, trial_dir: Path) -> str:
         else:
             d.unlink(missing_ok=True)
     return (f"outputs removed: the disk held {free / 2**20:.0f} MiB free after the trial, under the "
-            f"{RESERVE_BYTES / 2**20:.0f} MiB kept for the run's records")
+            f"{reserve / 2**20:.0f} MiB kept for the run's records")
 
 
-def _wait(executor: Executor, handle: Handle) -> LaunchEnd:
-    pause = 0.02
+def _wait(executor: Executor, handle: Handle, run_dir: Path) -> tuple[LaunchEnd, str]:
+    """The trial's end, and why the runner stopped it ("" when it did not): a trial whose outputs take the run
+    directory's disk under the reserve is cancelled while it runs (its writes are not watched, the disk's free
+    space is: a statvfs per poll), so that no trial, its own or one running beside it, is left without room for
+    its record."""
+    pause, filled = 0.02, ""
     while True:
         out = executor.poll(handle)
         if out is not None:
-            return out
+            return out, filled
+        if not filled:
+            try:
+                free, reserve = _room(run_dir)
+            except OSError:
+                free = reserve = 0
+            if free < reserve:
+                filled = (f"stopped while it ran: the run directory's disk held {free / 2**20:.0f} MiB free, under the "
+                          f"{reserve / 2**20:.0f} MiB the runner keeps for its records (its outputs filled it; "
+                          f"free space or write less to outputs/)")
+                executor.cancel(handle)
         time.sleep(pause)
         # Local polls are a waitpid (cheap) and bound the error of the measured wall time; Slurm polls cost a client call.
         pause = min(0.2 if handle.kind == "local" else 1.0, pause * 1.5)

@@ -44,6 +44,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import SlurmError, SlurmPendingTimeout, SlurmUnreachable  # known failures (errors.py), still named here
 from ..rundir.names import JOB_SCRIPT
 from ..contract.scope import repository_root
 from . import isolation
@@ -61,18 +62,6 @@ FINISHED_STATES = {
     "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
 }
 _OOM_LINE = re.compile(r"oom-kill event|exceeded memory limit|out of memory|OutOfMemory", re.I)
-
-
-class SlurmUnreachable(RuntimeError):
-    """The Slurm controller did not answer; one line naming SLURM_CONF and the command."""
-
-
-class SlurmError(RuntimeError):
-    """Slurm answered but refused (e.g. sbatch rejected the job); the message quotes it."""
-
-
-class SlurmPendingTimeout(SlurmError):
-    """A job waited in the queue past the contract's pending timeout; the message says why it waits."""
 
 
 # A pending job with one of these reasons (or priority 0) will not start by itself: after a controller restart

@@ -23,7 +23,7 @@ it) fails verification with that line, and the run goes on without it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -31,10 +31,15 @@ from ..transformer import minigpt_ffn
 from . import verdicts as verdicts_mod
 from .loader import OPS, generated_folder
 
+if TYPE_CHECKING:
+    from ..contract.model import Contract
+    from ..execute.runner import TrialAdapter
+    from ..knobs import KnobSpace
+
 GENERATE_TOP = 2  # ops to generate candidates for, hottest first
 
 
-def model_dims(contract) -> tuple[tuple[str, int], ...] | None:
+def model_dims(contract: Contract) -> tuple[tuple[str, int], ...] | None:
     """The model's widths from the contract's workload args (Megatron's names), or None when absent."""
     a = dict(contract.workload.args)
     try:
@@ -79,7 +84,7 @@ def _kernel_knobs(space) -> list:
             and len(k.domain) > 0]
 
 
-def generate_for_run(space, contract, run_dir: Path, phases: dict[str, float], err, *, llm=None,
+def generate_for_run(space: KnobSpace, contract: Contract, run_dir: Path, phases: dict[str, float], err, *, llm=None,
                      top: int = GENERATE_TOP, settings=None) -> dict[str, dict[str, Any]]:
     """Ask the LLM for candidates of the hottest ops in scope; path -> record (op, verdict, reasons, ...)."""
     from ..priors.llm import LLMConfig
@@ -141,7 +146,8 @@ def _name(path: Path, root: Path) -> str:
     return str(path)
 
 
-def prepare(space, contract, run_dir: Path, adapter, phases: dict[str, float], err, *, llm=None, settings=None):
+def prepare(space: KnobSpace, contract: Contract, run_dir: Path, adapter: TrialAdapter, phases: dict[str, float], err,
+            *, llm=None, settings=None):
     """(space with only passing candidates, verdicts by candidate value, adapter pinned to them). ``settings``: the
     verifier's (default: all of it, plus the contract's model family)."""
     from .verify import VerifySettings

@@ -35,11 +35,16 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..contract import seal
 from ..rundir import RunDir
 from .loader import candidate_path, spec_key
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract
+    from ..execute.runner import TrialAdapter
+    from ..trial.launch import LaunchSpec
 
 ENV = "INFRARSI_KERNEL_VERDICTS"
 PINS_ENV = "INFRARSI_KERNEL_PINS"  # {resolved candidate value: sha256} that passed when the trial was launched
@@ -171,20 +176,20 @@ def pins_of(f: Path) -> dict[str, str]:
     return {k: str(e.get("sha256")) for k, e in sorted(_read(Path(f)).items()) if e.get("verdict") == "pass"}
 
 
-def pinned(adapter, path: Path):
+def pinned(adapter: TrialAdapter, path: Path) -> TrialAdapter:
     """The adapter, with every launch carrying ``INFRARSI_KERNEL_VERDICTS=<path>`` and the pins
     (``INFRARSI_KERNEL_PINS``) read from that file when the launch is made."""
     return _Pinned(adapter, str(Path(path).resolve()))
 
 
 class _Pinned:
-    def __init__(self, inner, path: str) -> None:
+    def __init__(self, inner: TrialAdapter, path: str) -> None:
         self._inner, self._path = inner, path
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
 
-    def launch(self, contract, setting):
+    def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         spec = self._inner.launch(contract, setting)
         pins = json.dumps(pins_of(Path(self._path)), sort_keys=True, separators=(",", ":"))
         return spec.model_copy(update={"env": {**spec.env, ENV: self._path, PINS_ENV: pins}})

@@ -14,7 +14,27 @@ checked against a GPU generation it knows.
 
 from __future__ import annotations
 
-# Compute capability (major, minor) per generation (the names bank.fingerprint.gpu_family returns).
+import re
+
+# Known device generations, most specific first ("H200" before "H20", "A100" before "A10").
+_FAMILIES = ("GB200", "GH200", "B200", "B100", "H200", "H100", "H800", "H20", "A100", "A800", "A10G", "A10",
+             "L40S", "L40", "L4", "V100", "T4", "MI355X", "MI325X", "MI300X", "MI250X", "TPU")
+
+
+def gpu_family(name: str) -> str:
+    """Normalise a device name to its generation: "NVIDIA H100 80GB HBM3" -> "H100", "cpu" -> "cpu".
+    An unknown name is returned upper-cased without spaces (it still compares equal to itself)."""
+    low = name.strip().lower()
+    if low in ("", "cpu") or low.startswith("cpu"):
+        return "cpu"
+    up = name.upper()
+    for fam in _FAMILIES:
+        if re.search(rf"(?<![A-Z0-9]){fam}(?![0-9])", up):
+            return fam
+    return re.sub(r"\s+", "", up)
+
+
+# Compute capability (major, minor) per generation (the names gpu_family returns).
 CAPABILITY: dict[str, tuple[int, int]] = {
     "V100": (7, 0), "T4": (7, 5), "A100": (8, 0), "A800": (8, 0), "A10": (8, 6), "A10G": (8, 6),
     "L4": (8, 9), "L40": (8, 9), "L40S": (8, 9), "H100": (9, 0), "H800": (9, 0), "H20": (9, 0), "H200": (9, 0),
@@ -31,8 +51,6 @@ def compute_capability(kind: str | None) -> tuple[int, int] | None:
     """(major, minor) for a device name ("H100-80GB", "NVIDIA B200"); None for cpu or an unknown name."""
     if not kind:
         return None
-    from ..bank.fingerprint import gpu_family  # the one table of device generations
-
     return CAPABILITY.get(gpu_family(kind))
 
 

@@ -94,6 +94,10 @@ class KnobSpace:
             for i, c in enumerate(constraints)
         )
         self.derived: tuple[Derived, ...] = tuple(d for d in derived if d.name in self._by_name)
+        # validate() merges a sub-space's fixed values once per setting and calls the unwrapped rules (each wrapped
+        # constraint would merge them again: 19 dict copies per setting, half the time of a search's candidates)
+        self._fixed: dict[str, Any] = {}
+        self._checks: tuple[tuple[str, ConstraintFn], ...] = tuple((c.name, c.check) for c in self.constraints)
         self._always = {d.name for d in self.derived if d.always}
         self.feature_names: list[str] = [
             f"{k.name}={v}" for k in self.knobs for v in k.domain if v != k.default
@@ -152,7 +156,10 @@ class KnobSpace:
         fixed = {k.name: k.default for k in self.knobs if k.name not in keep_names}
         cons = [Constraint(c.name, _with_fixed(c, fixed)) for c in self.constraints]
         derived = [Derived(d.name, _with_fixed(d.rule, fixed), d.always) for d in self.derived if d.name in keep_names]
-        return KnobSpace(knobs, cons, derived)
+        sub = KnobSpace(knobs, cons, derived)
+        sub._fixed = {**self._fixed, **fixed}  # the same checks as `cons`, the merge done once per setting
+        sub._checks = self._checks
+        return sub
 
     # ------------------------------------------------------------- validation
     def validate(self, setting: Mapping[str, Any]) -> list[Violation]:
@@ -171,13 +178,14 @@ class KnobSpace:
                 out.append(Violation("domain", f"{k.name}={setting[k.name]!r} is not in its domain {list(k.domain)}"))
         if out:
             return out
-        for c in self.constraints:
+        full = {**self._fixed, **setting} if self._fixed else setting
+        for name, check in self._checks:
             try:
-                msg = c(setting)
+                msg = check(full)
             except Exception as e:  # a constraint that crashes is a broken rule, not a crash of the tuner
-                msg = f"constraint {c.name} failed to evaluate: {type(e).__name__}: {e}"
+                msg = f"constraint {name} failed to evaluate: {type(e).__name__}: {e}"
             if msg:
-                out.append(Violation(c.name, msg))
+                out.append(Violation(name, msg))
         return out
 
     def is_valid(self, setting: Mapping[str, Any]) -> bool:

@@ -13,6 +13,10 @@ import shlex
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+# Environment names that say they hold a secret (HF_TOKEN, SLURM_JWT, ...): never recorded in a command line nor
+# passed to a trial (execute/isolation.py).
+SECRET_NAME = re.compile(r"(^|_)(API_?KEY|SECRET|SECRET_ACCESS_KEY|PASSWORD|PASSWD|TOKEN|CREDENTIALS?|JWT|KEY)$", re.I)
+
 
 # --------------------------------------------------------------------------- launchers
 # torchrun options that take no value; every other option takes one.
@@ -110,8 +114,6 @@ def user_environment() -> dict[str, str]:
     exported): without PWD and OLDPWD (the script's folder is the contract's, see KEPT) and without the names that
     hold secrets (their values would land in the recorded command line). Only what the script exports reaches a
     trial."""
-    from ..execute.isolation import SECRET_NAME
-
     return {k: v for k, v in os.environ.items() if k not in ("PWD", "OLDPWD") and not SECRET_NAME.search(k)}
 
 

@@ -1,4 +1,5 @@
-"""Prior sources: the LLM (any OpenAI-compatible endpoint), the offline knowledge base, contract drafts.
+"""Prior sources: the LLM (any OpenAI-compatible endpoint) and the offline knowledge base (a contract drafted
+from a request asks the same LLM: stages/draft.py).
 
 Public API::
 
@@ -6,7 +7,6 @@ Public API::
     offline_priors(space, *, workload=None, hardware=None) -> list[Prior]
     LLMConfig(model=..., base_url=..., ...), LLMConfig.from_env()
     exchanges(run_dir) -> list[Exchange]          # every recorded LLM exchange, for the bank
-    draft_contract(request, launch, *, llm=None) -> str   # a TOML contract draft
 """
 
 from .elicit import priors_for, reconcile

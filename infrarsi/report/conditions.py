@@ -14,6 +14,7 @@ from typing import Any
 
 from ..execute.conditions import drift, load_of
 from ..execute.trial import Trial
+from ..rundir import EffectRecord, VerifiedCandidate
 from .audit import changed
 
 PHASES = (("doctor", ("doctor", "warmup"), "while the doctor measured the baseline"),
@@ -45,7 +46,7 @@ def drift_lines(trials: Sequence[Trial]) -> list[str]:
     return out
 
 
-def unreproduced_effects(effects: Sequence[Mapping[str, Any]], candidates: Sequence[Any],
+def unreproduced_effects(effects: Sequence[EffectRecord], candidates: Sequence[VerifiedCandidate],
                          baseline: Mapping[str, Any]) -> dict[str, str]:
     """Effect feature -> why it is flagged: a knob value that a candidate which did not reproduce changed (its
     explanation, with the search and A/B figures)."""
@@ -55,7 +56,7 @@ def unreproduced_effects(effects: Sequence[Mapping[str, Any]], candidates: Seque
             continue
         values = {f"{k}={v}" for k, v in changed(c.setting, baseline).items()}
         for e in effects:
-            parts = set(str(e["feature"]).split("*"))
-            if parts & values and e["feature"] not in flagged:
-                flagged[e["feature"]] = c.explanation
+            parts = set(e.feature.split("*"))
+            if parts & values and e.feature not in flagged:
+                flagged[e.feature] = c.explanation
     return flagged

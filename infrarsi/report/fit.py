@@ -1,6 +1,6 @@
 """Predicted vs observed: the tuner's own fitted models, as the run stage saved them.
 
-the search record's ``fitted`` block (written by :func:`infrarsi.report.effects.model_summary` at the end of
+the search record's ``models.fitted`` block (written by :func:`infrarsi.search.record.models_record` at the end of
 the search) holds, per setting the tuner was told, its posterior predictive of log step time and log peak
 memory and P(OOM). Nothing is refit here: the plot shows how well the tuner's models explain the trials
 they saw (in-sample), and the search record's ``predicted_s`` (made before each trial ran) shows how well it
@@ -50,12 +50,13 @@ class Fit:
 def saved_fit(data: RunData) -> Fit | None:
     """The tuner's fit from the search record; None when the run saved none (not searched yet, or written by a
     version that did not save it: rerun `infrarsi run`)."""
-    fitted = data.search.fitted
-    if not fitted:
+    models = data.search.models
+    fitted = models.fitted if models is not None else None
+    if fitted is None:
         return None
-    tf, mf = fitted.get("time") or {}, fitted.get("memory") or {}  # the models' own block (report/effects.py)
+    tf, mf = fitted.time, fitted.memory  # the models' own block (search/record.py)
     proposals = data.search.proposals
-    cap = float(data.search.capacity_bytes or data.contract.hardware.memory_capacity_bytes)
+    cap = float(models.capacity_bytes or data.contract.hardware.memory_capacity_bytes)
     time_rows, mem_rows, skipped = [], [], []
     for t in data.trials:
         if t.status not in (TrialStatus.OK, TrialStatus.OOM) or t.role not in ("doctor", "search"):

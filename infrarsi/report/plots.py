@@ -19,6 +19,7 @@ import matplotlib.patches  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 from ..execute.trial import Trial  # noqa: E402
+from ..rundir.models import EffectRecord, RevisionRecord  # noqa: E402
 from ..status import TrialStatus  # noqa: E402
 from .fit import Fit  # noqa: E402
 
@@ -185,43 +186,43 @@ def _label(feature: str) -> str:
     return f"{k}={v.rsplit('/', 1)[-1]}" if "/" in v else feature
 
 
-def effects(time_effects: Sequence[Mapping[str, Any]], memory_effects: Sequence[Mapping[str, Any]]) -> bytes:
+def effects(time_effects: Sequence[EffectRecord], memory_effects: Sequence[EffectRecord]) -> bytes:
     """Forest plots of the main effects' posteriors: the multiplier exp(effect) with its 90% interval,
     on a log axis (x0.5 and x2 equally far from x1)."""
-    panels = [(n, [e for e in es if "*" not in e["feature"]]) for n, es in (("time", time_effects), ("memory", memory_effects))]
+    panels = [(n, [e for e in es if "*" not in e.feature]) for n, es in (("time", time_effects), ("memory", memory_effects))]
     height = max(2.5, 0.28 * max(len(es) for _, es in panels) + 1.2)
     fig, axes = plt.subplots(1, 2, figsize=(11, height))
     for ax, (name, es) in zip(axes, panels):
         for i, e in enumerate(es):
-            color = "tab:green" if e["hi"] < 0 else ("tab:red" if e["lo"] > 0 else "tab:gray")
-            ax.plot([math.exp(e["lo"]), math.exp(e["hi"])], [i, i], color=color, lw=2)
-            ax.scatter([math.exp(e["mean"])], [i], color=color, s=20, zorder=3)
+            color = "tab:green" if e.hi < 0 else ("tab:red" if e.lo > 0 else "tab:gray")
+            ax.plot([math.exp(e.lo), math.exp(e.hi)], [i, i], color=color, lw=2)
+            ax.scatter([math.exp(e.mean)], [i], color=color, s=20, zorder=3)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ticks = [0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
         lo, hi = ax.get_xlim()
         ax.set_xticks([t for t in ticks if lo <= t <= hi], [f"x{t:g}" for t in ticks if lo <= t <= hi])
         ax.axvline(1.0, color="k", lw=0.8)
-        ax.set_yticks(range(len(es)), [_label(e["feature"]) for e in es], fontsize=7)
+        ax.set_yticks(range(len(es)), [_label(e.feature) for e in es], fontsize=7)
         ax.set_xlabel(f"x {'step time' if name == 'time' else 'peak memory'} (log scale; 1 = no effect)")
         ax.set_title(f"{name}: posterior mean, 90% interval", fontsize=10)
     return _png(fig)
 
 
-def priors_vs_posteriors(revisions: Sequence[Mapping[str, Any]]) -> bytes:
+def priors_vs_posteriors(revisions: Sequence[RevisionRecord]) -> bytes:
     """Each prior (grey) above its posterior (blue; red when the prior was miscalibrated)."""
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.42 * len(revisions) + 1.2)))
     for i, r in enumerate(revisions):
-        ax.plot([pct(r["prior_lo"]), pct(r["prior_hi"])], [i + 0.15] * 2, color="tab:gray", lw=4, alpha=0.6)
-        color = "tab:red" if r["miscalibrated"] else "tab:blue"
-        ax.plot([pct(r["post_lo"]), pct(r["post_hi"])], [i - 0.15] * 2, color=color, lw=2)
-        ax.scatter([pct(r["post_mean"])], [i - 0.15], color=color, s=18, zorder=3)
+        ax.plot([pct(r.prior_lo), pct(r.prior_hi)], [i + 0.15] * 2, color="tab:gray", lw=4, alpha=0.6)
+        color = "tab:red" if r.miscalibrated else "tab:blue"
+        ax.plot([pct(r.post_lo), pct(r.post_hi)], [i - 0.15] * 2, color=color, lw=2)
+        ax.scatter([pct(r.post_mean)], [i - 0.15], color=color, s=18, zorder=3)
     ax.axvline(0, color="k", lw=0.8)
-    labels = [f"{_label(r['feature'])} ({r['target']}, {r['source']})" + ("  MISCALIBRATED" if r["miscalibrated"] else "")
+    labels = [f"{_label(r.feature)} ({r.target}, {r.source})" + ("  MISCALIBRATED" if r.miscalibrated else "")
               for r in revisions]
     ax.set_yticks(range(len(revisions)), labels, fontsize=7)
     for tick, r in zip(ax.get_yticklabels(), revisions):
-        if r["miscalibrated"]:
+        if r.miscalibrated:
             tick.set_color("tab:red")
     ax.set_xlabel("effect (%): prior 90% (grey) vs posterior 90%")
     ax.set_title("Priors vs posteriors")

@@ -26,7 +26,7 @@ from ..execute.record import cost_by_status
 from ..execute.runner import unisolated
 from ..io import atomic_write
 from ..knobs import Setting
-from ..rundir import RunDir, VerifiedCandidate
+from ..rundir import ModelsRecord, RunDir, VerifiedCandidate
 from ..status import TrialStatus
 from . import conditions, plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
@@ -71,6 +71,16 @@ def _knobs(d: dict[str, Any]) -> str:
 
 def _mib(b: float | None) -> str:
     return f"{b / MiB:.0f}" if b else "-"
+
+
+def _priced_by(models: ModelsRecord | None) -> str:
+    """Which models the search ranked and priced with, beside the additive models whose effects the report shows
+    ('' for a run recorded before the search said so)."""
+    if models is None or models.memory_priced_by == "not recorded":
+        return ""
+    return (f" At the end of the search, step time was ranked by {models.time_priced_by} and P(OOM) priced by "
+            f"{models.memory_priced_by}; the effects below are the additive models' (models/time.py, "
+            f"models/memory.py).")
 
 
 class _Builder:
@@ -237,7 +247,8 @@ class _Builder:
                f"{_ids([r.trial for r in fit.time])}: {inside} of {len(fit.time)} observed step times fall inside their "
                f"90% predictive interval (in-sample). Its memory model on {len(fit.memory)} trials ({sum(r.status is TrialStatus.OOM for r in fit.memory)} OOMs as censored "
                f"observations, peak > capacity {fit.capacity_bytes / MiB:.0f} MiB)."
-               + (f" Trials the tuner was not told, left out: {_ids(fit.skipped)}." if fit.skipped else ""))
+               + (f" Trials the tuner was not told, left out: {_ids(fit.skipped)}." if fit.skipped else "")
+               + _priced_by(self.d.search.models))
         self.table(["trial", "observed s", "predicted s [90%]", "predicted before the trial"],
                    [(r.trial, f"{r.observed_s:.4g}", f"{r.mean_s:.4g} [{r.lo_s:.4g}, {r.hi_s:.4g}]",
                      f"{r.proposed_s:.4g}" if r.proposed_s else "-") for r in fit.time])
@@ -254,12 +265,13 @@ class _Builder:
         measured / estimate. An OOM's ratio is a bound: its peak was above capacity, so the ratio is above
         capacity / estimate."""
         self.h2("Pre-flight memory estimate vs measured")
-        est = (self.d.search.fitted or {}).get("estimate") or {}
+        models = self.d.search.models
+        est = models.fitted.estimate if models is not None and models.fitted is not None else {}
         if not est:
             self.p(f"No pre-flight estimates in `{S}` (the search has not run, it ran without a memory "
                    "offset, or an older version wrote it: rerun `infrarsi run`).")
             return
-        cap = float(self.d.search.capacity_bytes or self.d.contract.hardware.memory_capacity_bytes)
+        cap = float(models.capacity_bytes or self.d.contract.hardware.memory_capacity_bytes)
         rows, ratios, missing = [], [], []
         oom_flagged = oom_missed = fit_flagged = 0
         for t in self.d.trials:
@@ -282,7 +294,8 @@ class _Builder:
                          ratio))
         bases = sorted({b for _, b in est.values()})
         text = (f"The per-rank peak the tuner's memory model took as its offset ({', '.join(bases)}), fixed before "
-                f"each trial ran, against the trial's measured peak; capacity {cap / MiB:.0f} MiB.")
+                f"each trial ran, against the trial's measured peak; capacity {cap / MiB:.0f} MiB. P(OOM) was priced "
+                f"by {models.memory_priced_by} at the end of the search.")
         if ratios:
             text += (f" Measured / estimate over {len(ratios)} measured trials: median {statistics.median(ratios):.3f}, "
                      f"range {min(ratios):.3f}..{max(ratios):.3f}; median |error| of the estimate "
@@ -300,8 +313,8 @@ class _Builder:
 
     def effects(self) -> None:
         self.h2("Knob effects (posteriors)")
-        s = self.d.search
-        te, me = s.time_effects, s.memory_effects
+        s = self.d.search.models
+        te, me = (s.time_effects, s.memory_effects) if s is not None else ([], [])
         if not te and not me:
             self.p(f"No effects recorded (`{S}` has none): the search has not run.")
             return
@@ -312,7 +325,8 @@ class _Builder:
                f"knob's default, percent = 100 (exp(x) - 1), with central 90% posterior intervals."
                + (f" Memory effects are whole effects: the pre-flight estimate's effect (its additive projection, "
                   f"RMS misfit {s.estimate_projection_rms or 0:.3f} log) plus the correction the memory model "
-                  f"learned on top of it, whose interval they carry." if s.memory_estimate else ""))
+                  f"learned on top of it, whose interval they carry." if s.memory_estimate else "")
+               + _priced_by(s))
         cands = self.d.verification.candidates if self.d.verification is not None else []
         flagged = conditions.unreproduced_effects(te, cands, self.baseline)
         if flagged:
@@ -322,26 +336,27 @@ class _Builder:
         self.img("effects", "Per-knob effect posteriors, time and memory", plots.effects(te, me))
         for name, es in (("time", te), ("memory", me)):
             self.table([f"{name} effect", "mean %", "90% interval %", "prior mean %", "prior source"],
-                       [(e["feature"], f"{pct(e['mean']):+.1f}", f"[{pct(e['lo']):+.1f}, {pct(e['hi']):+.1f}]",
-                         f"{pct(e.get('prior_mean', 0.0)):+.1f}", e.get("source", "")) for e in es])
+                       [(e.feature, f"{pct(e.mean):+.1f}", f"[{pct(e.lo):+.1f}, {pct(e.hi):+.1f}]",
+                         f"{pct(e.prior_mean):+.1f}", e.source) for e in es])
 
     def priors(self) -> None:
         self.h2("Priors vs posteriors")
-        revs = self.d.search.time_revisions + self.d.search.memory_revisions
+        m = self.d.search.models
+        revs = m.time_revisions + m.memory_revisions if m is not None else []
         if not revs:
             self.p("No prior revisions recorded (no priors, or the search has not run).")
             return
-        bad = [r for r in revs if r.get("miscalibrated")]
+        bad = [r for r in revs if r.miscalibrated]
         self.p(f"{len(bad)} of {len(revs)} priors were **miscalibrated** (their 90% interval and the posterior's do "
-               f"not overlap): " + (", ".join(f"**{r['feature']}** ({r['target']}, {r['source']}: {r['direction']})"
+               f"not overlap): " + (", ".join(f"**{r.feature}** ({r.target}, {r.source}: {r.direction})"
                                              for r in bad) or "none") + ".")
         self.img("priors", "Prior vs posterior, miscalibrated priors in red", plots.priors_vs_posteriors(revs))
         self.table(["feature", "target", "source", "prior % [90%]", "posterior % [90%]", "verdict", "rationale"],
-                   [(r["feature"], r["target"], r["source"],
-                     f"{pct(r['prior_mean']):+.1f} [{pct(r['prior_lo']):+.1f}, {pct(r['prior_hi']):+.1f}]",
-                     f"{pct(r['post_mean']):+.1f} [{pct(r['post_lo']):+.1f}, {pct(r['post_hi']):+.1f}]",
-                     f"**MISCALIBRATED** ({r['direction']})" if r["miscalibrated"] else "consistent",
-                     r.get("rationale") or "") for r in revs])  # whole: the page wraps it
+                   [(r.feature, r.target, r.source,
+                     f"{pct(r.prior_mean):+.1f} [{pct(r.prior_lo):+.1f}, {pct(r.prior_hi):+.1f}]",
+                     f"{pct(r.post_mean):+.1f} [{pct(r.post_lo):+.1f}, {pct(r.post_hi):+.1f}]",
+                     f"**MISCALIBRATED** ({r.direction})" if r.miscalibrated else "consistent",
+                     r.rationale or "") for r in revs])  # whole: the page wraps it
 
     def verification(self) -> None:
         self.h2("Verification")

@@ -2,6 +2,7 @@
 
 - :mod:`.names`: the one place a run file is named;
 - :mod:`.records`: the typed records (the lock, stages, verification and its progress, search, launch, clock);
+- :mod:`.models`: the search record's ``models`` block (effects with intervals, the fit, which model priced what);
 - :mod:`.chain`: the seal chain (HMAC, a counter sealed with each record, the run's head kept outside it);
 - :mod:`.run`: :class:`RunDir`, which reads and writes them.
 """
@@ -11,7 +12,8 @@ from __future__ import annotations
 from .chain import SealError
 from .records import (ClockRecord, Disturbed, KernelVerdict, LaunchRecord, LockRecord, RerunPair, SearchRecord, StageDone,
                       Stages, Verification, VerificationProgress, VerifiedCandidate)
+from .models import EffectRecord, FittedRecord, ModelsRecord, RevisionRecord
 from .run import RunDir
 
-__all__ = ["ClockRecord", "Disturbed", "KernelVerdict", "LaunchRecord", "LockRecord", "RerunPair", "RunDir", "SealError",
+__all__ = ["ClockRecord", "Disturbed", "EffectRecord", "FittedRecord", "ModelsRecord", "RevisionRecord", "KernelVerdict", "LaunchRecord", "LockRecord", "RerunPair", "RunDir", "SealError",
            "SearchRecord", "StageDone", "Stages", "Verification", "VerificationProgress", "VerifiedCandidate"]

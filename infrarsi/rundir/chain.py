@@ -53,7 +53,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..contract.model import ContractError
+from ..errors import ContractError
 from ..io import atomic_write
 from . import names
 

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..trial.launch import Handle, LaunchSpec
+from .models import ModelsRecord
 
 Pair = tuple[int, int]
 
@@ -142,6 +143,39 @@ class Verification(_Record):
         return [c for c in self.candidates if c.promoted]
 
 
+# ------------------------------------------------------------------------------------------ noise.json
+TARGET_EFFECT = 0.02  # the change we want to be able to see: 2%
+
+
+class NoiseProfile(BaseModel):
+    """``noise.json``: the doctor's baseline runs and what their scatter allows (doctor/noise.py measures it). Times in seconds, effects as fractions (0.02 = 2%)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    repeats: int
+    step_times_s: list[float]  # one steady-state step time per baseline run
+    trial_ids: list[int]
+    median_step_s: float
+    cv: float
+    ci95: tuple[float, float]  # bootstrap 95% CI of the median step time
+    mde: float  # minimum detectable relative effect with `repeats` runs per setting
+    mde_by_repeats: dict[int, float]
+    target_effect: float = TARGET_EFFECT
+    repeats_for_target: int  # runs per setting to detect target_effect
+    phases: dict[str, float] = {}  # phase -> median seconds per step
+    loss_max_rel_diff: float = 0.0  # worst relative loss difference between runs (first compare_steps)
+    loss_reproduces: bool = True
+    reference_losses: list[float] = []  # the first run's loss trace: the baseline other trials are checked against
+    baseline: dict = {}
+    numerics: dict = {}  # the calibrated loss referee (infrarsi.contract.numerics.Referee.to_dict()); {} before
+    formula: str = "mde = (z_0.975 + z_0.80) * cv * sqrt(2 / repeats); repeats_for(d) = ceil(2 * (2.80 * cv / d)^2)"
+
+    def summary_json(self) -> dict:
+        """The object ``infrarsi doctor --json`` prints."""
+        return {"cv": self.cv, "median_step_s": self.median_step_s, "ci95": list(self.ci95), "mde": self.mde,
+                "repeats": self.repeats, "phases": self.phases}
+
+
 # ------------------------------------------------------------------------------------------ search.json
 class KernelVerdict(BaseModel):
     """A kernel candidate's verdict at run start (kernels/space.py); the verifier may add fields."""
@@ -158,7 +192,7 @@ class KernelVerdict(BaseModel):
 
 class SearchRecord(BaseModel):
     """``search.json``: why the search stopped, each trial's proposal, the priors and kernel verdicts it used,
-    the bank runs it seeded from, and what the tuner's models fitted (report/effects.py writes that part)."""
+    the bank runs it seeded from, and what the tuner's models fitted (``models``: search/record.py writes it)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -168,18 +202,13 @@ class SearchRecord(BaseModel):
     kernel_verdicts: dict[str, KernelVerdict] = {}
     bank_sources: list[str] = []
     priors: list[dict[str, Any]] = []  # priors.prior.Prior, dumped
-    # the models (report/effects.model_summary): rows of the report's tables, as the models give them
-    schema_: int | None = Field(None, alias="schema")
-    fitted: dict[str, Any] | None = None
-    memory_estimate: bool | None = None
-    time_effects: list[dict[str, Any]] = []
-    time_revisions: list[dict[str, Any]] = []
-    time_sigma: float | None = None
-    memory_effects: list[dict[str, Any]] = []
-    memory_corrections: list[dict[str, Any]] = []
-    estimate_projection_rms: float | None = None
-    memory_revisions: list[dict[str, Any]] = []
-    capacity_bytes: float | None = None
+    models: ModelsRecord | None = None  # None: the search has not fitted anything
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schema_1(cls, data: Any) -> Any:
+        """A run written before the ``models`` block (its fields flat here) still reads."""
+        return ModelsRecord.lift(data) if isinstance(data, dict) else data
 
     def passed_generated(self) -> dict[str, KernelVerdict]:
         return {p: v for p, v in self.kernel_verdicts.items() if v.origin == "generated" and v.verdict == "pass"}

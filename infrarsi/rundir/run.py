@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
-from ..errors import unreadable
+from ..errors import ContractError, unreadable
 from ..io import atomic_write
 from . import chain, names
-from .records import ClockRecord, LaunchRecord, LockRecord, SearchRecord, Stages, Verification, VerificationProgress
+from .records import (ClockRecord, LaunchRecord, LockRecord, NoiseProfile, SearchRecord, Stages, Verification,
+                      VerificationProgress)
 
 if TYPE_CHECKING:
-    from ..doctor.noise import NoiseProfile
     from ..trial.record import Trial
 
 M = TypeVar("M", bound=BaseModel)
@@ -145,9 +145,31 @@ class RunDir:
         and refuses one that does not read (ContractError naming it)."""
         if not self.has_lock():
             return None
-        from ..contract.lock import read_lock
+        return self.read_lock()
 
-        return read_lock(self.path)
+    def read_lock(self) -> LockRecord:
+        """The lock, typed and unchecked; ContractError (naming the file and the fix) for one that does not read."""
+        try:
+            return LockRecord.model_validate(self.lock_body())
+        except ValueError as e:  # pydantic's ValidationError: a field of the wrong type
+            raise ContractError(f"{self.file(names.LOCK)} is not a contract lock ({' '.join(str(e).split())[:160]}); "
+                                f"it was left untouched: restore it, or start a new run with `infrarsi init CONTRACT "
+                                f"--run-dir NEW_DIR`") from None
+
+    def lock_body(self) -> dict[str, Any]:
+        """The lock's JSON body; a lock that is not one (truncated, random bytes) is refused, never rewritten."""
+        lock = self.file(names.LOCK)
+        try:
+            body = json.loads(self.lock_bytes() or b"")
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+            raise ContractError(f"{lock} is not a readable contract lock ({type(e).__name__}: "
+                                f"{' '.join(str(e).split())[:120]}); it was left untouched: restore it, or start a new "
+                                f"run with `infrarsi init CONTRACT --run-dir NEW_DIR`") from None
+        if not isinstance(body, dict) or not {"sha256", "contract", "contract_path"} <= set(body):
+            raise ContractError(f"{lock} is not a contract lock (it lacks sha256/contract/contract_path); it was left "
+                                f"untouched: restore it, or start a new run with `infrarsi init CONTRACT --run-dir "
+                                f"NEW_DIR`")
+        return body
 
     def write_lock(self, body: Mapping[str, Any]) -> Path:
         """The lock, sealed by its own HMAC (contract/lock.py builds it); not part of the chain it anchors."""
@@ -159,8 +181,7 @@ class RunDir:
 
     # ------------------------------------------------------------------------------ run records
     def noise(self) -> NoiseProfile | None:
-        from ..doctor.noise import NoiseProfile
-
+    
         return self._read(self.file(names.NOISE), NoiseProfile)
 
     def write_noise(self, noise: NoiseProfile) -> None:

@@ -29,8 +29,12 @@ from .verify import FIRST_LOOK, decide
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ..contract.model import Contract
+    from ..execute.record import RunRecord
+    from ..execute.runner import Runner
 
-def reverify(run_dir: Path, contract, record, runner, tuner: Tuner, baseline: Setting, base_losses, noise,
+
+def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runner, tuner: Tuner, baseline: Setting, base_losses, noise,
               console: Console, on_pair: Callable[[str], None] = lambda subject: None) -> Verification:
     """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out), added one pair at a time
     until the sequential rule decides (search/verify.py) or ``budget.verify_pairs`` run out; promotion by that rule and
@@ -208,7 +212,7 @@ def disturbed_pairs(pairs: list[tuple[Trial, Trial]]) -> list[tuple[Trial, Trial
             if a.metrics.step_time_s > DISTURBED_FACTOR * med_a or b.metrics.step_time_s > DISTURBED_FACTOR * med_b]
 
 
-def isolation_gate(contract, pairs: list[tuple[Trial, Trial]]) -> tuple[list[int], str | None]:
+def isolation_gate(contract: Contract, pairs: list[tuple[Trial, Trial]]) -> tuple[list[int], str | None]:
     """(ids of the pairs' trials that ran without isolation, why the candidate may not be promoted on them or
     None): such evidence needs the contract's ``invariants.isolation.allow_unisolated``."""
     bare = [t.id for pair in pairs for t in pair if unisolated(t)]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -20,16 +21,23 @@ from rich.markup import escape
 from .. import exitcodes
 from ..adapters import Adapter, adapter_class, run_adapter
 from ..contract import ContractError, contract_hash, load_locked
+from ..contract.model import Contract
 from ..contract.numerics import reference_of
 from ..execute.trial import Trial
 from ..knobs import KnobSpace, Setting
+from ..priors.prior import Prior
 from ..progress import Heartbeat, eta
-from ..rundir import RunDir
+from ..rundir import RunDir, StageDone, Verification
 from ..search import Outcome, Tuner, TunerConfig
 from ..search import rebaseline
 from ..search.reverify import reverify
 from ..status import TrialStatus
 from . import run_state as state
+
+if TYPE_CHECKING:
+    from ..doctor.noise import NoiseProfile
+    from ..execute.record import RunRecord
+    from ..execute.runner import Runner
 
 
 def outcome_of(t: Trial) -> Outcome:
@@ -42,7 +50,7 @@ def outcome_of(t: Trial) -> Outcome:
     return Outcome(t.status)
 
 
-def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list:
+def load_priors(space: KnobSpace, contract: Contract, run_dir: Path, err: Console) -> list[Prior]:
     from ..priors import priors_for
 
     try:
@@ -53,17 +61,17 @@ def load_priors(space: KnobSpace, contract, run_dir: Path, err: Console) -> list
         return []
 
 
-def run_id(contract, run_dir: Path) -> str:
+def run_id(contract: Contract, run_dir: Path) -> str:
     """This run's id in the experience bank: contract name, hash and run directory."""
     return f"{contract.name}:{contract_hash(contract)[:12]}:{Path(run_dir).resolve()}"
 
 
-def evidence_of(contract) -> str:
+def evidence_of(contract: Contract) -> str:
     """The kind of evidence this run's trials are: "simulated" (a what-if cluster) or "measured"."""
     return "measured" if adapter_class(contract.workload.adapter).measured_time else "simulated"
 
 
-def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err: Console,
+def bank_seed(space: KnobSpace, contract: Contract, run_dir: Path, base_priors: list, err: Console,
               from_simulated: bool = False) -> tuple[list[Setting], list, list]:
     """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors.
     A measured run never seeds from simulated runs unless ``from_simulated`` (and then it says so)."""
@@ -89,11 +97,11 @@ def bank_seed(space: KnobSpace, contract, run_dir: Path, base_priors: list, err:
         return [], base_priors, []
 
 
-def _workload_sig(contract) -> dict[str, Any]:
+def _workload_sig(contract: Contract) -> dict[str, Any]:
     return {"framework": contract.workload.adapter, **contract.workload.args}
 
 
-def memory_estimate(space: KnobSpace, contract, *, contract_dir: Path | None = None, budget_s: float | None = None,
+def memory_estimate(space: KnobSpace, contract: Contract, *, contract_dir: Path | None = None, budget_s: float | None = None,
                     adapter: Adapter | None = None):
     """The peak-memory estimate the memory model refines: the real model's fake step where it runs (estimate/),
     else the analytical one. ``contract_dir``: the locked contract's folder, which ``workload.launch`` is
@@ -111,7 +119,8 @@ def memory_estimate(space: KnobSpace, contract, *, contract_dir: Path | None = N
     except ValueError:  # an unreadable launch: the run reports it where it launches
         pass
     analytical = memory_estimator(space, workload=workload, hardware=contract.hardware.model_dump())
-    return real_model_estimator(space, anchored(contract, contract_dir), fallback=analytical, budget_s=budget_s) or analytical
+    return real_model_estimator(space, anchored(contract, contract_dir), fallback=analytical, budget_s=budget_s,
+                                adapter=adapter) or analytical
 
 
 ESTIMATE_TRIALS = 2.0
@@ -130,23 +139,83 @@ def estimate_budget_s(base_trials: list[Trial]) -> float | None:
     return min(DEFAULT_BUDGET_S, ESTIMATE_TRIALS * statistics.median(walls))
 
 
+@dataclass
+class _Search:
+    """What the run stage's steps share: the locked run, its space, the tuner and the trials so far."""
+
+    run_dir: Path
+    contract: Contract
+    noise: NoiseProfile
+    record: RunRecord
+    adapter: Adapter  # pinned to the kernel verdicts (kernels/space.py)
+    contract_dir: Path | None  # the locked contract's folder: workload.launch is relative to it
+    space: KnobSpace
+    kernel_verdicts: dict[str, Any]
+    baseline: Setting
+    base_trials: list[Trial]
+    base_losses: Any  # the doctor's calibrated loss referee (contract/numerics.py)
+    priors: list[Prior] = field(default_factory=list)
+    bank_initial: list[Setting] = field(default_factory=list)
+    bank_sources: list[str] = field(default_factory=list)
+    tuner: Tuner | None = None
+    done: list[Trial] = field(default_factory=list)  # search trials that cost budget, in order
+    rerun: list[tuple[Setting, dict]] = field(default_factory=list)  # cut short by Ctrl-C: run again first
+    budget: int = 0
+    extended: bool = False  # --more (now or killed before): past the contract's budget and stopping rule
+    par: int = 1
+    search_done: StageDone | None = None
+    ref_s: float = 0.0  # the doctor's median step time: search trials are told on its scale
+    used_s: float = 0.0  # device seconds spent so far (cancelled trials cost none)
+    proposals: dict[str, dict[str, Any]] = field(default_factory=dict)  # trial id -> why it was proposed
+    in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)  # setting key -> why, of trials in flight
+
+
 def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console,
         more: int | None = None, seed_from_simulated: bool = False, seed: int | None = None) -> int:
+    """The run stage: load, guards, resume, budget, the ask/tell loop, verify, bank (one step each below)."""
     run_dir = Path(run_dir)
+    loaded = _load(run_dir, err)
+    if isinstance(loaded, int):
+        return loaded
+    contract, noise = loaded
+    code = _guards(run_dir, max_trials, more, console, err)
+    if code is not None:
+        return code
+    s = _prepare(run_dir, contract, noise, err, seed_from_simulated)
+    if isinstance(s, int):
+        return s
+    code = _resume(s, max_trials=max_trials, parallel=parallel, more=more, seed=seed, err=err)
+    if code is not None:
+        return code
+    console.print(f"[bold]run[/] {contract.name}: budget {s.budget} trials ({len(s.done)} done), {s.par} at a time; "
+                  f"noise CV {noise.cv:.2%}, mde {noise.mde:.2%}; {len(s.priors)} priors; "
+                  f"{len(s.bank_initial)} settings seeded from the bank")
+    verification = _search_and_verify(s, console, err)
+    _bank_record(run_dir, contract, s.record, s.tuner, err)
+    n_prom = len(verification.promoted())
+    console.print(f"[bold]{n_prom} candidate(s) promoted[/]; see {RunDir(run_dir).file(RunDir.VERIFICATION)}")
+    return exitcodes.OK if n_prom else exitcodes.NO_PROMOTION
+
+
+def _load(run_dir: Path, err: Console) -> tuple[Contract, NoiseProfile] | int:
+    """The locked contract and the doctor's noise profile, or the exit code of a run that cannot start."""
+    from ..doctor.baseline import load_noise
+
     try:
         contract = load_locked(run_dir)
     except ContractError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 1
-    from ..doctor.baseline import load_noise
-    from ..execute import make_executor
-    from ..execute.record import RunRecord
-    from ..execute.runner import Runner
-
     noise = load_noise(run_dir)
     if noise is None:
         err.print(f"[bold red]error:[/] no noise profile in {run_dir}; run `infrarsi doctor --run-dir {run_dir}` first")
         return 1
+    return contract, noise
+
+
+def _guards(run_dir: Path, max_trials: int | None, more: int | None, console: Console, err: Console) -> int | None:
+    """The exit code of a run asked for nothing to do (a bad --max-trials, a finished stage), else None; --more
+    reopens the search and verification."""
     if max_trials is not None and max_trials < 1:
         err.print("[bold red]error:[/] --max-trials must be >= 1")
         return 2
@@ -156,128 +225,169 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
         return exitcodes.OK if ver and ver.promoted() else exitcodes.NO_PROMOTION
     if more is not None:
         state.reopen(run_dir, "search", "verify")
-    adapter = run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
-    contract_dir = getattr(adapter, "base_dir", None)
-    record = RunRecord(run_dir)
-    full_space = adapter.knob_space(contract)
-    from ..kernels.space import after_trial as kernel_after_trial
+    return None
+
+
+def _prepare(run_dir: Path, contract: Contract, noise: NoiseProfile, err: Console,
+             seed_from_simulated: bool) -> _Search | int:
+    """The run's adapter, its space with the kernel candidates that pass, the doctor's baseline trials, the priors
+    and the bank's seeds; or the exit code when the baseline trials are missing."""
+    from ..execute.record import RunRecord
     from ..kernels.space import prepare as prepare_kernels
 
+    adapter = run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
+    contract_dir = adapter.base_dir
+    record = RunRecord(run_dir)
+    full_space = adapter.knob_space(contract)
     noise_phases = getattr(noise, "phases", {}) or {}
     space, kernel_verdicts, adapter = prepare_kernels(full_space, contract, run_dir, adapter, noise_phases, err)
-    baseline = full_space.complete(contract.baseline)
     base_trials = [t for t in (record.get(i) for i in noise.trial_ids) if t is not None and t.status is TrialStatus.OK]
     if not base_trials:
         err.print("[bold red]error:[/] the doctor's baseline trials are missing or failed; rerun `infrarsi doctor`")
         return 1
-    base_losses = reference_of(noise)  # the doctor's calibrated loss referee (loss and grad norm per step)
+    s = _Search(run_dir=run_dir, contract=contract, noise=noise, record=record, adapter=adapter,
+                contract_dir=contract_dir, space=space,
+                kernel_verdicts=kernel_verdicts, baseline=full_space.complete(contract.baseline),
+                base_trials=base_trials, base_losses=reference_of(noise))
+    s.bank_initial, s.priors, s.bank_sources = bank_seed(space, contract, run_dir,
+                                                         load_priors(space, contract, run_dir, err), err,
+                                                         seed_from_simulated)
+    return s
 
-    bank_initial, priors, bank_sources = bank_seed(space, contract, run_dir, load_priors(space, contract, run_dir, err), err,
-                                                   seed_from_simulated)
-    budget = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
-    search_done = state.done(run_dir, "search")
-    par = parallel or contract.budget.parallel_trials
-    cfg = TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, budget // 3)), mde=noise.mde)
+
+def _resume(s: _Search, *, max_trials: int | None, parallel: int | None, more: int | None, seed: int | None,
+            err: Console) -> int | None:
+    """The tuner, told the baseline and every search trial already measured (a killed run resumes), the settings a
+    Ctrl-C cut short, and the budget (--more extends it); the exit code of a bad --seed, else None."""
+    contract, noise, run_dir = s.contract, s.noise, s.run_dir
+    asked = min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
+    s.search_done = state.done(run_dir, "search")
+    s.par = parallel or contract.budget.parallel_trials
+    cfg = TunerConfig(n_initial=max(3, min(TunerConfig.n_initial, asked // 3)), mde=noise.mde)
     try:
         search_seed = state.search_seed(run_dir, seed)
     except ValueError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 2
-    tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=priors, seed=search_seed,
-                  initial=bank_initial, noise_cv=max(noise.cv, 1e-3), config=cfg,
-                  memory_estimate=memory_estimate(space, contract, contract_dir=contract_dir,
-                                                  budget_s=estimate_budget_s(base_trials)))
-    for t in base_trials:
+    s.tuner = tuner = Tuner(s.space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=s.priors,
+                            seed=search_seed, initial=s.bank_initial, noise_cv=max(noise.cv, 1e-3), config=cfg,
+                            memory_estimate=memory_estimate(s.space, contract, contract_dir=s.contract_dir,
+                                                            budget_s=estimate_budget_s(s.base_trials)))
+    for t in s.base_trials:
         tuner.tell(t.setting, outcome_of(t))
-    ref_s = noise.median_step_s  # search trials are told on the doctor's scale (search/rebaseline.py)
-    outside = set(state.refuse_outside_space(record, space, roles={"search"},
+    s.ref_s = noise.median_step_s  # search trials are told on the doctor's scale (search/rebaseline.py)
+    outside = set(state.refuse_outside_space(s.record, s.space, roles={"search"},
                                              say=lambda line: err.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)))
-    finished = [t for t in record.finished() if t.role == "search" and t.id not in outside]
-    done = [t for t in finished if t.status is not TrialStatus.CANCELLED]  # a cancelled trial costs no budget
-    for t in done:  # resume: everything already measured is data again
-        tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, record.trials(), ref_s)))
-    rerun = interrupted_settings(finished, done, space, state.pending(run_dir))  # cut short by Ctrl-C: run again
+    finished = [t for t in s.record.finished() if t.role == "search" and t.id not in outside]
+    s.done = [t for t in finished if t.status is not TrialStatus.CANCELLED]  # a cancelled trial costs no budget
+    for t in s.done:  # resume: everything already measured is data again
+        tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, s.record.trials(), s.ref_s)))
+    s.rerun = interrupted_settings(finished, s.done, s.space, state.pending(run_dir))  # cut short by Ctrl-C: run again
+    budget = asked
     if more is not None:
-        budget = state.extend(run_dir, len(done) + more)  # on purpose: past the contract's budget and stopping rule
-    budget = max(budget, state.extended_budget(run_dir) or 0)  # a killed --more resumes with its budget
-    extended = budget > min(contract.budget.max_trials, max_trials or contract.budget.max_trials)
-    console.print(f"[bold]run[/] {contract.name}: budget {budget} trials ({len(done)} done), {par} at a time; "
-                  f"noise CV {noise.cv:.2%}, mde {noise.mde:.2%}; {len(priors)} priors; "
-                  f"{len(bank_initial)} settings seeded from the bank")
+        budget = state.extend(run_dir, len(s.done) + more)  # on purpose: past the contract's budget and stopping rule
+    s.budget = max(budget, state.extended_budget(run_dir) or 0)  # a killed --more resumes with its budget
+    s.extended = s.budget > asked
+    return None
 
-    executor = make_executor(run_dir=run_dir)
-    cap_s = contract.budget.max_device_hours * 3600.0
-    used_s = sum(t.cost.device_s for t in record.finished() if t.status is not TrialStatus.CANCELLED)
-    RunDir(run_dir).search()  # refuses a search record it could not read: never rewritten over
-    proposals = state.proposals(record, done)
-    in_flight = state.pending(run_dir)
-    stop_reason = (search_done.stop_reason or "budget spent") if search_done else "budget spent"
-    state.settle_interrupted(record, executor, roles={"verify", rebaseline.ROLE})  # before anything new starts
+
+def _search_and_verify(s: _Search, console: Console, err: Console) -> Verification:
+    """The ask/tell loop until the budget or the stopping rule ends it (resumed trials first), its record, then
+    the re-verification of the best against the baseline; one Runner and one live line for both."""
+    from ..execute import make_executor
+    from ..execute.runner import Runner
+
+    executor = make_executor(run_dir=s.run_dir)
+    s.used_s = sum(t.cost.device_s for t in s.record.finished() if t.status is not TrialStatus.CANCELLED)
+    RunDir(s.run_dir).search()  # refuses a search record it could not read: never rewritten over
+    s.proposals, s.in_flight = state.proposals(s.record, s.done), state.pending(s.run_dir)
+    state.settle_interrupted(s.record, executor, roles={"verify", rebaseline.ROLE})  # before anything new starts
+    with Runner(s.record, executor, s.adapter, s.contract, config=Runner.Config(parallel=s.par)) as runner, \
+            Heartbeat(console, f"run: trial {len(s.done) + 1} of {s.budget}") as beat:
+        _loop(s, runner, beat, console, err)
+        beat.note("verify: A/B pairs against the baseline")
+        verification = reverify(s.run_dir, s.contract, s.record, runner, s.tuner, s.baseline, s.base_losses, s.noise,
+                                console, on_pair=beat.note)
+        state.mark_done(s.run_dir, "verify", promoted=len(verification.promoted()))
+    return verification
+
+
+def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Console) -> None:
+    """Trials in flight when the run was killed, then ask, run, tell until the budget, the device hours, the
+    stopping rule or the space ends the search; the search record is written once it stops."""
+    from ..kernels.space import after_trial as kernel_after_trial
+
+    tuner, record, done, proposals, in_flight = s.tuner, s.record, s.done, s.proposals, s.in_flight
+    cap_s = s.contract.budget.max_device_hours * 3600.0
+    used_s = s.used_s
+    stop_reason = (s.search_done.stop_reason or "budget spent") if s.search_done else "budget spent"
     started, done_before = time.monotonic(), len(done)
 
     def progress(n_batch: int) -> None:  # the live line: which trial of the budget, the ETA from this session's pace
         first = len(done) + 1
-        which = f"trial {first} of {budget}" if n_batch <= 1 else f"trials {first}-{first + n_batch - 1} of {budget}"
-        beat.note(f"run: {which}", eta(len(done) - done_before, budget - done_before, time.monotonic() - started))
+        which = f"trial {first} of {s.budget}" if n_batch <= 1 else f"trials {first}-{first + n_batch - 1} of {s.budget}"
+        beat.note(f"run: {which}", eta(len(done) - done_before, s.budget - done_before, time.monotonic() - started))
 
-    with Runner(record, executor, adapter, contract, config=Runner.Config(parallel=par)) as runner, \
-            Heartbeat(console, f"run: trial {len(done) + 1} of {budget}") as beat:
-        for fut in runner.resume(roles={"search"}, reference_losses=base_losses):
+    for fut in runner.resume(roles={"search"}, reference_losses=s.base_losses):
+        t = fut.result()
+        tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, record.trials(), s.ref_s)))
+        done.append(t)
+        proposals[str(t.id)] = why = in_flight.get(s.space.complete(t.setting).key(), {"kind": "resumed"})
+        state.write_proposal(record, t.id, why)
+    while not s.search_done and len(done) < s.budget:
+        if used_s >= cap_s:
+            stop_reason = f"device-hour budget spent ({used_s / 3600:.2f} h)"
+            break
+        if not s.extended and tuner.should_stop():
+            stop_reason = f"expected improvement {tuner.last_best_ei:.4f} below log(1 + mde {s.noise.mde:.3f})"
+            break
+        used_s += _baseline_again(s, runner, beat, console)
+        batch, whys = _next_batch(s)
+        if not batch:
+            stop_reason = "search space exhausted"
+            break
+        state.write_pending(s.run_dir, whys)
+        progress(len(batch))
+        futs = [(x, runner.submit(x, role="search", reference_losses=s.base_losses)) for x in batch]
+        for x, fut in futs:
             t = fut.result()
-            tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, record.trials(), ref_s)))
+            kernel_after_trial(s.run_dir, t, err, s.kernel_verdicts)  # drifted in situ: refused from now on
+            tuner.tell(x, outcome_of(rebaseline.rescaled(t, record.trials(), s.ref_s)))
             done.append(t)
-            proposals[str(t.id)] = why = in_flight.get(space.complete(t.setting).key(), {"kind": "resumed"})
-            state.write_proposal(record, t.id, why)
-        while not search_done and len(done) < budget:
-            if used_s >= cap_s:
-                stop_reason = f"device-hour budget spent ({used_s / 3600:.2f} h)"
-                break
-            if not extended and tuner.should_stop():
-                stop_reason = f"expected improvement {tuner.last_best_ei:.4f} below log(1 + mde {noise.mde:.3f})"
-                break
-            again = rebaseline.due(record.trials(), contract.budget.rebaseline_every)
-            if again:  # a baseline close in time: each search trial is compared with the latest one before it
-                beat.note(f"run: the baseline again ({again})")
-                b = runner.submit(baseline, role=rebaseline.ROLE, reference_losses=base_losses).result()
-                used_s += b.cost.device_s
-                console.print(f"  baseline again ({again}): " + (
-                    f"{b.metrics.step_time_s:.4g} s/step against the doctor's {ref_s:.4g} s (trial {b.id})"
-                    if b.status is TrialStatus.OK else f"{b.status.value}: {b.reason} (trial {b.id})"))
-            if rerun:  # the settings a Ctrl-C cut short, with the reasons they were proposed for
-                batch, whys = rerun[:par], {s.key(): why for s, why in rerun[:par]}
-                batch = [s for s, _ in batch]
-                del rerun[:par]
-            else:
-                batch = tuner.ask(min(par, budget - len(done)))
-                whys = {s.key(): tuner.why(s) for s in batch}
-            if not batch:
-                stop_reason = "search space exhausted"
-                break
-            state.write_pending(run_dir, whys)
-            progress(len(batch))
-            futs = [(s, runner.submit(s, role="search", reference_losses=base_losses)) for s in batch]
-            for s, fut in futs:
-                t = fut.result()
-                kernel_after_trial(run_dir, t, err, kernel_verdicts)  # drifted in situ: refused from now on
-                tuner.tell(s, outcome_of(rebaseline.rescaled(t, record.trials(), ref_s)))
-                done.append(t)
-                used_s += t.cost.device_s
-                proposals[str(t.id)] = why = whys[s.key()]
-                state.write_proposal(record, t.id, why)  # provenance survives a kill
-                _print_trial(console, t, why, baseline)
-                progress(len(futs))
-        if not search_done:
-            save_search(run_dir, tuner, priors, proposals, stop_reason, kernel_verdicts, bank_sources)
-            state.mark_done(run_dir, "search", stop_reason=stop_reason, trials=len(done), budget=budget)
-        console.print(f"search stopped: {stop_reason}" + (" (earlier)" if search_done else ""))
-        beat.note("verify: A/B pairs against the baseline")
-        verification = reverify(run_dir, contract, record, runner, tuner, baseline, base_losses, noise, console,
-                                on_pair=beat.note)
-        state.mark_done(run_dir, "verify", promoted=len(verification.promoted()))
-    _bank_record(run_dir, contract, record, tuner, err)
-    n_prom = len(verification.promoted())
-    console.print(f"[bold]{n_prom} candidate(s) promoted[/]; see {RunDir(run_dir).file(RunDir.VERIFICATION)}")
-    return exitcodes.OK if n_prom else exitcodes.NO_PROMOTION
+            used_s += t.cost.device_s
+            proposals[str(t.id)] = why = whys[x.key()]
+            state.write_proposal(record, t.id, why)  # provenance survives a kill
+            _print_trial(console, t, why, s.baseline)
+            progress(len(futs))
+    if not s.search_done:
+        save_search(s.run_dir, tuner, s.priors, proposals, stop_reason, s.kernel_verdicts, s.bank_sources)
+        state.mark_done(s.run_dir, "search", stop_reason=stop_reason, trials=len(done), budget=s.budget)
+    console.print(f"search stopped: {stop_reason}" + (" (earlier)" if s.search_done else ""))
+
+
+def _baseline_again(s: _Search, runner: Runner, beat: Heartbeat, console: Console) -> float:
+    """The baseline run again when one is due (a baseline close in time: each search trial is compared with the
+    latest one before it); the device seconds it cost (0 when none was due)."""
+    again = rebaseline.due(s.record.trials(), s.contract.budget.rebaseline_every)
+    if not again:
+        return 0.0
+    beat.note(f"run: the baseline again ({again})")
+    b = runner.submit(s.baseline, role=rebaseline.ROLE, reference_losses=s.base_losses).result()
+    console.print(f"  baseline again ({again}): " + (
+        f"{b.metrics.step_time_s:.4g} s/step against the doctor's {s.ref_s:.4g} s (trial {b.id})"
+        if b.status is TrialStatus.OK else f"{b.status.value}: {b.reason} (trial {b.id})"))
+    return b.cost.device_s
+
+
+def _next_batch(s: _Search) -> tuple[list[Setting], dict[str, dict[str, Any]]]:
+    """Up to ``par`` settings to run next, each with why: the settings a Ctrl-C cut short (with the reasons they
+    were proposed for) first, then the tuner's."""
+    if s.rerun:
+        batch, whys = s.rerun[:s.par], {x.key(): why for x, why in s.rerun[:s.par]}
+        del s.rerun[:s.par]
+        return [x for x, _ in batch], whys
+    batch = s.tuner.ask(min(s.par, s.budget - len(s.done)))
+    return batch, {x.key(): s.tuner.why(x) for x in batch}
 
 
 def interrupted_settings(finished: list[Trial], done: list[Trial], space: KnobSpace,
@@ -305,11 +415,11 @@ def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Sett
     console.print(f"  trial {t.id:3d} [{color}]{st:8s}[/] {ms:>8s} {mem:>9s}  ({why.get('kind', '?')}{extra}) {changed}")
 
 
-def save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop_reason: str, kernel_verdicts: dict,
+def save_search(run_dir: Path, tuner: Tuner, priors: list[Prior], proposals: dict, stop_reason: str, kernel_verdicts: dict,
                 bank_sources: list) -> None:
     """Write the run's search record (sealed): why it stopped, each trial's proposal, the priors, the kernel verdicts,
     the bank runs it seeded from and what the tuner's models fitted (effects, revisions, the fit the report reads)."""
-    from ..report.effects import model_summary
+    from ..search.record import models_record
 
     body: dict[str, Any] = {
         "stop_reason": stop_reason,
@@ -318,12 +428,13 @@ def save_search(run_dir: Path, tuner: Tuner, priors: list, proposals: dict, stop
         "kernel_verdicts": kernel_verdicts,
         "bank_sources": [str(s) for s in bank_sources],
         "priors": [p.model_dump(mode="json") for p in priors],
+        # what the tuner fitted: effects as meant, revisions, the fit, which model priced time and P(OOM)
+        "models": models_record(tuner, priors).model_dump(mode="json", by_alias=True),
     }
-    body.update(model_summary(tuner, priors))  # what the tuner fitted: effects as meant, revisions, the fit
     RunDir(run_dir).write_search(body)
 
 
-def _bank_record(run_dir: Path, contract, record, tuner: Tuner, err: Console) -> None:
+def _bank_record(run_dir: Path, contract: Contract, record: RunRecord, tuner: Tuner, err: Console) -> None:
     """Keep the run in the experience bank: every finished trial, the time effects it learned, its LLM exchanges."""
     from ..bank import Bank, bank_path, priors_from_effects
     from ..priors import exchanges

@@ -19,20 +19,24 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+from ..errors import FrameworkRejected
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract
+    from ..trial.launch import LaunchSpec
 
 _RDZV = ("--standalone", "--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr", "--master-port",
          "--master_port", "--rdzv-backend", "--rdzv_backend")
 
 
-def cpu_trial(spec: Any, contract: Any) -> Any:
+def cpu_trial(spec: LaunchSpec, contract: Contract) -> LaunchSpec:
     """``spec`` (a LaunchSpec) as a CPU trial runs it; unchanged for a GPU contract."""
     if str(contract.hardware.kind).lower() != "cpu":
         return spec
     why = cpu_refusal_of(list(spec.argv))
     if why:
-        from ..adapters.base import FrameworkRejected
-
         raise FrameworkRejected(f"the CPU launcher refuses this setting: {why}")
     argv, env = list(spec.argv), dict(spec.env)
     if argv and os.path.basename(argv[0]) == "torchrun":

@@ -45,6 +45,13 @@ if a.mode == "garbage":
     sys.exit(0)
 if a.mode == "exit":
     raise RuntimeError("toy workload failed on purpose")
+if a.mode == "fill":  # writes 2 MiB at a time into its outputs/ (128 MiB in all), as a runaway checkpoint would
+    with open(os.path.join(os.environ["INFRARSI_TRIAL_DIR"], "outputs", "fill"), "wb") as f:
+        for _ in range(64):
+            f.write(b"\0" * 2**21)
+            f.flush()
+            os.fsync(f.fileno())
+            time.sleep(0.05)
 if a.mode == "alloc":
     block = bytearray(a.alloc_mb * 2**20)  # touched below so it is resident, not just reserved
     for i in range(0, len(block), 4096):

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from infrarsi.cli import app
 from infrarsi.contract import Contract, load_contract
-from infrarsi.priors.draft import draft_contract, off_limits, parse_command, parse_launch
+from infrarsi.stages.draft import draft_contract, off_limits, parse_command, parse_launch
 from infrarsi.testing.openai_server import Reply
 
 SCRIPT = """#!/bin/bash
@@ -73,7 +73,7 @@ def test_llm_draft_that_changes_the_workload_is_rejected_then_falls_back(server,
     base = tomllib.loads(draft_contract(REQUEST, launch))
     cheat = json.loads(json.dumps(base))
     cheat["workload"]["args"]["global_batch_size"] = 64  # would change the task
-    from infrarsi.priors.draft import to_toml
+    from infrarsi.stages.draft import to_toml
 
     server.script(Reply(json={"toml": to_toml(cheat), "notes": "smaller batch is faster"}),
                   Reply(json={"toml": "name = [", "notes": ""}))
@@ -86,7 +86,7 @@ def test_llm_draft_that_validates_is_returned(server, llm, launch):
     data = tomllib.loads(draft_contract(REQUEST, launch))
     data["scope"]["knobs"] = {"recompute_granularity": ["none", "full"]}
     data["budget"] = {"max_trials": 12}
-    from infrarsi.priors.draft import to_toml
+    from infrarsi.stages.draft import to_toml
 
     server.script(Reply(json={"toml": to_toml(data), "notes": "check memory_capacity_gib"}))
     text = draft_contract(REQUEST, launch, llm=llm)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from infrarsi.cli import app
 from infrarsi.contract import Contract
 from infrarsi.contract.model import Loss, Timing
-from infrarsi.priors.draft import draft_contract, to_toml
+from infrarsi.stages.draft import draft_contract, to_toml
 from infrarsi.testing.openai_server import Reply
 
 from .test_draft import SCRIPT

@@ -219,6 +219,7 @@ def test_class5_the_runner_keeps_room_for_its_records(tmp_path, monkeypatch):
     kept.write_text("not the trial's")
     (trial / "outputs.1").symlink_to(kept)  # an earlier attempt's outputs, replaced by a link
     monkeypatch.setattr(runner, "RESERVE_BYTES", runner._free_bytes(tmp_path) + 2**40)
+    monkeypatch.setattr(runner, "RESERVE_FRACTION", 1.0)
     with pytest.raises(OSError) as e:
         runner._check_reserve(tmp_path / "run")
     assert e.value.errno == errno.ENOSPC and "no trial was launched" in str(e.value)

@@ -2,7 +2,7 @@
 
 from infrarsi.execute.trial import Metrics, Trial, TrialStatus
 from infrarsi.report.conditions import drift_lines, unreproduced_effects
-from infrarsi.rundir import VerifiedCandidate
+from infrarsi.rundir import EffectRecord, VerifiedCandidate
 
 
 def _t(i, role, load):
@@ -18,8 +18,8 @@ def test_the_load_rising_between_search_and_verification_is_named():
 
 
 def test_effects_of_a_candidate_that_did_not_reproduce_are_flagged():
-    effects = [{"feature": "intra_op_threads=2"}, {"feature": "bf16=True"},
-               {"feature": "intra_op_threads=2*micro_batch_size=4"}]
+    effects = [EffectRecord(feature=f, mean=0.1, lo=0.0, hi=0.2)
+               for f in ("intra_op_threads=2", "bf16=True", "intra_op_threads=2*micro_batch_size=4")]
     why = "it did not reproduce: in the search it ran at 0.805 s/step ..."
     c = VerifiedCandidate(setting={"intra_op_threads": 2, "bf16": False}, promoted=False, reason="-", explanation=why)
     ok = VerifiedCandidate(setting={"bf16": True}, promoted=True, reason="-")

@@ -27,9 +27,11 @@ def test_a_rationale_is_never_cut(reported_run):
     data = load_run(run_dir)
     long = ("TP 4 to 8: weights, gradients, optimizer state and most activations split in two (Korthikanti et al. "
             "2022); each doubling adds 4 all-reduces per layer")
-    revs = [dict(r) for r in data.search.time_revisions]
-    revs[0]["rationale"] = long
-    data = dataclasses.replace(data, search=data.search.model_copy(update={"time_revisions": revs}))
+    models = data.search.models
+    revs = list(models.time_revisions)
+    revs[0] = revs[0].model_copy(update={"rationale": long})
+    models = models.model_copy(update={"time_revisions": revs})
+    data = dataclasses.replace(data, search=data.search.model_copy(update={"models": models}))
     blocks = build(data, sections=["priors"])
     assert long in to_markdown(blocks) and long in to_html(blocks)  # whole (it was cut at 80 characters)
 

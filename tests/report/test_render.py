@@ -138,24 +138,59 @@ def test_memory_effects_are_whole_effects_that_match_the_known_law(run_dir):
     from infrarsi.testing.recorded_run import MEM_EFFECT
 
     data = load_run(run_dir)
-    assert data.search.memory_estimate is True
-    eff = {e["feature"]: e for e in data.search.memory_effects}
-    corr = {e["feature"]: e for e in data.search.memory_corrections}
+    models = data.search.models
+    assert models.memory_estimate is True
+    eff = {e.feature: e for e in models.memory_effects}
+    corr = {e.feature: e for e in models.memory_corrections}
     for feature in ("micro_batch_size=4", "micro_batch_size=8", "attention_backend=auto", "bf16=True"):
         truth = MEM_EFFECT[tuple(feature.split("=")[:1]) + ({"True": True, "auto": "auto"}.get(
             feature.split("=")[1], None) or int(feature.split("=")[1]),)]
         e = eff[feature]
-        assert e["lo"] <= truth <= e["hi"], (feature, truth, e)
-        assert abs(e["mean"] - truth) < 0.15 and (e["mean"] > 0) == (truth > 0), (feature, truth, e["mean"])
+        assert e.lo <= truth <= e.hi, (feature, truth, e)
+        assert abs(e.mean - truth) < 0.15 and (e.mean > 0) == (truth > 0), (feature, truth, e.mean)
     # micro_batch_size=8 doubles the peak (+112%); the correction alone is far from it
-    assert abs(corr["micro_batch_size=8"]["mean"] - MEM_EFFECT[("micro_batch_size", 8)]) > 0.2
+    assert abs(corr["micro_batch_size=8"].mean - MEM_EFFECT[("micro_batch_size", 8)]) > 0.2
     md = to_markdown(build(data, sections=["effects"]))
     e8 = eff["micro_batch_size=8"]
-    assert f"| micro_batch_size=8 | {pct(e8['mean']):+.1f} | [{pct(e8['lo']):+.1f}, {pct(e8['hi']):+.1f}]" in md
-    assert 90 < pct(e8["mean"]) < 135
+    assert f"| micro_batch_size=8 | {pct(e8.mean):+.1f} | [{pct(e8.lo):+.1f}, {pct(e8.hi):+.1f}]" in md
+    assert 90 < pct(e8.mean) < 135
     # priors are revised against whole effects: the offline micro-batch prior was right
-    rev = {r["feature"]: r for r in data.search.memory_revisions}
-    assert not rev["micro_batch_size=16"]["miscalibrated"]
+    rev = {r.feature: r for r in models.memory_revisions}
+    assert not rev["micro_batch_size=16"].miscalibrated
+
+
+def test_the_report_says_which_models_priced_time_and_the_risk_of_oom(run_dir):
+    """The search writes which of its parts ranked step time and priced P(OOM) (search/record.py); the report,
+    whose effects are the additive models', says so where it shows the fit, the effects and the estimate."""
+    data = load_run(run_dir)
+    models = data.search.models
+    # the recorded run: the analytical estimate as offset (CensoredPeak), its GP once 3 peaks were measured
+    assert models.memory_priced_by == ("the censored GP on the additive model on the pre-flight estimate as offset "
+                                       "(search/censored.py)")
+    assert "joint GP" in models.time_priced_by
+    md = to_markdown(build(data, sections=["models", "estimate", "effects"]))
+    assert md.count(f"P(OOM) priced by {models.memory_priced_by}") == 2
+    assert f"P(OOM) was priced by {models.memory_priced_by}" in md
+
+
+def test_a_run_recorded_before_the_models_block_still_reports(run_dir):
+    """search.json of schema 1 held the models' fields flat, beside stop_reason: it still loads, typed, and the
+    report prints the same effects from it (without the sentence about which model priced what)."""
+    from infrarsi.rundir import RunDir
+
+    run = RunDir(run_dir)
+    now = json.loads(run.file(run.SEARCH).read_text())
+    models = now.pop("models")
+    assert models.pop("schema") == 2 and models.pop("time_priced_by") and models.pop("memory_priced_by")
+    run.write(run.file(run.SEARCH), json.dumps({**now, **models, "schema": 1}))  # as schema 1 wrote it
+    old = load_run(run_dir).search.models
+    assert old.schema_ == 1 and old.memory_priced_by == "not recorded"
+    assert [e.feature for e in old.time_effects] == [e["feature"] for e in models["time_effects"]]
+    assert {e.feature: e.mean for e in old.memory_effects} == {e["feature"]: e["mean"] for e in models["memory_effects"]}
+    assert old.fitted.time == {k: tuple(v) for k, v in models["fitted"]["time"].items()}
+    md = to_markdown(build(load_run(run_dir), sections=["models", "effects", "priors"]))
+    e = old.memory_effects[0]
+    assert f"| {e.feature} | {100 * math.expm1(e.mean):+.1f} |" in md and "priced by" not in md
 
 
 def test_models_section_reads_the_tuners_saved_fit(run_dir):
@@ -169,14 +204,14 @@ def test_models_section_reads_the_tuners_saved_fit(run_dir):
     fit = saved_fit(data)
     first = fit.time[0]
     t = data.by_id[first.trial]
-    m, s = data.search.fitted["time"][Setting(t.setting).key()]
+    m, s = data.search.models.fitted.time[Setting(t.setting).key()]
     assert first.mean_s == math.exp(m)
     run = RunDir(run_dir)
     body = run.search()
-    body.fitted["time"][Setting(t.setting).key()] = [m + 1.0, s]
+    body.models.fitted.time[Setting(t.setting).key()] = (m + 1.0, s)
     run.write_search(body)  # as the run stage writes it
     assert saved_fit(load_run(run_dir)).time[0].mean_s == math.exp(m + 1.0)
-    run.write_search(body.model_copy(update={"fitted": None}))
+    run.write_search(body.model_copy(update={"models": body.models.model_copy(update={"fitted": None})}))
     assert saved_fit(load_run(run_dir)) is None
     assert "rerun `infrarsi run`" in to_markdown(build(load_run(run_dir), sections=["models"]))
 
@@ -218,7 +253,7 @@ def test_every_trial_shows_its_preflight_estimate_against_its_measured_peak(run_
     # the report reads what the run stage saved, nothing recomputed: an older search.json says so
     run = RunDir(run_dir)
     body = run.search()
-    del body.fitted["estimate"]
+    body.models.fitted.estimate = {}
     run.write_search(body)
     assert "No pre-flight estimates in `search.json`" in to_markdown(build(load_run(run_dir), sections=["estimate"]))
 

@@ -52,7 +52,7 @@ def test_run_searches_verifies_and_writes_its_record(sim_run):
     assert len(set(settings)) == len(settings)  # never the same setting twice
     search = json.loads((run_dir / "search.json").read_text())
     assert set(map(int, search["proposals"])) == set(trials)
-    assert search["memory_effects"] and search["time_effects"]
+    assert search["models"]["memory_effects"] and search["models"]["time_effects"]
     ver = json.loads((run_dir / "verification.json").read_text())
     assert ver["candidates"], ver
     for c in ver["candidates"]:
@@ -171,3 +171,17 @@ def test_promotion_on_unisolated_evidence_needs_the_contracts_opt_in():
     assert isolation_gate(loose, mixed) == ([2, 3], None)
     with pytest.raises(ValidationError, match="allow_unisolated"):
         Contract.model_validate({**base, "invariants": {"isolation": {"allow_unisolated": "maybe"}}})
+
+
+def test_the_run_stage_is_a_sequence_of_named_steps():
+    """stages/run.py's ``run`` reads as its steps (load, guards, prepare, resume, the ask/tell loop and
+    verification, bank), none of them a long body: every function of the module fits on one screen."""
+    import ast
+
+    tree = ast.parse((ROOT / "infrarsi" / "stages" / "run.py").read_text())
+    funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    long = {name: n.end_lineno - n.lineno + 1 for name, n in funcs.items() if n.end_lineno - n.lineno + 1 > 55}
+    assert long == {}
+    called = [ast.unparse(c.func) for c in ast.walk(funcs["run"]) if isinstance(c, ast.Call)]
+    steps = ["_load", "_guards", "_prepare", "_resume", "_search_and_verify", "_bank_record"]
+    assert [c for c in called if c in steps] == steps

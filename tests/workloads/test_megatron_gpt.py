@@ -59,13 +59,13 @@ def test_pipeline_parallel_trial_trains_and_the_offset_prices_it_within_ten_perc
 
     # what the report prints per trial: the figure the tuner priced the setting at, and its basis
     from infrarsi.priors.offline import offline_priors
-    from infrarsi.report.effects import fitted
+    from infrarsi.search.record import fitted
     from infrarsi.search import Outcome, Tuner
 
     tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, seed=0, memory_estimate=offset,
                   priors=offline_priors(space, workload={}, hardware=contract.hardware.model_dump()))
     tuner.tell(setting, Outcome("ok", step_time_s=m.step_time_s, peak_memory_bytes=m.peak_memory_bytes))
-    assert fitted(tuner)["estimate"][setting.key()] == [est, "fake step"]
+    assert fitted(tuner).estimate[setting.key()] == (est, "fake step")
 
 
 @pytest.mark.slow

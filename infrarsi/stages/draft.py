@@ -47,8 +47,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..contract.model import FIXED_WORKLOAD_KEYS, Contract, Loss, Timing
 from ..knobs import Knob
-from . import llm as llm_mod
-from .llm import LLMConfig
+from ..priors import llm as llm_mod
+from ..priors.llm import LLMConfig
 
 log = logging.getLogger("infrarsi.priors")
 
@@ -582,7 +582,7 @@ def init_from_request(request: str, launch: Path | None, run_dir: Path, *, yes: 
                   f"{out}, then lock it with `infrarsi init {out} --run-dir {run_dir}` if you want each of these:"
                   f"{escape(listed)}", soft_wrap=True)
         return 1
-    from ..stages import init as stage
+    from . import init as stage
 
     console.print(f"[bold]draft[/] written to {out}; locking it (--yes)")
     return stage.run(out, run_dir, console=console, err=err)

@@ -1,7 +1,6 @@
-"""What the tuner's fitted models say, as the report prints it: effects a user means, and the fit itself.
-
-The run stage writes this (the search record's ``models`` block) with the tuner's own fitted models, and the
-report reads it; nothing is refit.
+"""The search record's ``models`` block (rundir/models.py: ``ModelsRecord``), written from the tuner's own fitted
+models at the end of the search: effects a user means, the fit itself, and which model priced time and memory.
+The report only reads it; nothing is refit.
 
 Memory effects. With the analytical estimate on (always, in the run stage), the memory model is::
 
@@ -41,10 +40,13 @@ from typing import Any
 import numpy as np
 
 from ..models import Effect, revision
-from ..priors.prior import Z90
+from ..priors.prior import Prior, Z90
+from ..rundir.models import EffectRecord, FittedRecord, ModelsRecord, RevisionRecord
+from .memory import AdditivePeak, CensoredPeak, NoMemory, StructuredPeak
+from .time import JointTime, ResidualTime
+from .tuner import Tuner
 
 PROJECTION_SETTINGS = 400
-SCHEMA = 1
 
 
 class _Effects:
@@ -57,7 +59,7 @@ class _Effects:
         return self._effects
 
 
-def estimate_levels(tuner) -> tuple[np.ndarray, float]:
+def estimate_levels(tuner: Tuner) -> tuple[np.ndarray, float]:
     """The analytical estimate's part of each memory-model column (log scale, see the module doc) and the RMS
     misfit of its additive projection over up to PROJECTION_SETTINGS valid settings of the tuner's space."""
     design = tuner.memory_model.design
@@ -70,7 +72,7 @@ def estimate_levels(tuner) -> tuple[np.ndarray, float]:
     return design.to_levels @ coef[1:], rms
 
 
-def memory_effects(tuner) -> tuple[list[Effect], list[Effect], float | None]:
+def memory_effects(tuner: Tuner) -> tuple[list[Effect], list[Effect], float | None]:
     """(effects a user means, the model's raw coefficients, the projection's RMS misfit or None)."""
     raw = tuner.memory_model.effects()
     if tuner.memory_estimate is None:
@@ -81,49 +83,76 @@ def memory_effects(tuner) -> tuple[list[Effect], list[Effect], float | None]:
     return total, raw, rms
 
 
-def fitted(tuner) -> dict[str, Any]:
+def fitted(tuner: Tuner) -> FittedRecord:
     """Setting key -> the tuner's posterior predictive for every setting it was told (see the module doc)."""
     settings = list(dict.fromkeys(s for s, _ in tuner.history))
-    out: dict[str, Any] = {"time": {}, "memory": {}, "estimate": {}}
+    out = FittedRecord()
     if not settings:
         return out
     est = tuner.memory_estimate
     if est is not None:  # cached per setting by the estimator: the same figure the tuner used before the trial
         basis = getattr(est, "basis", lambda s: "offset")
-        out["estimate"] = {s.key(): [float(est(s)), basis(s)] for s in settings}
+        out.estimate = {s.key(): (float(est(s)), basis(s)) for s in settings}
     if tuner.time_model.n_obs:
         mean, sd = tuner.predict_time(settings)
         noise2 = tuner.time_model.sigma ** 2  # run-to-run scatter around the mean
-        out["time"] = {s.key(): [float(m), float(math.sqrt(v * v + noise2))] for s, m, v in zip(settings, mean, sd)}
+        out.time = {s.key(): (float(m), float(math.sqrt(v * v + noise2))) for s, m, v in zip(settings, mean, sd)}
     mm = tuner.memory_model
     if mm is not None and mm.n_obs + mm.n_censored:
         mean, sd = tuner.predict_memory(settings)
         offsets = (np.array([math.log(max(tuner.memory_estimate(s), 1.0)) for s in settings])
                    if tuner.memory_estimate is not None else None)
         p = mm.p_oom(settings, offsets=offsets)
-        out["memory"] = {s.key(): [float(m), float(v), float(q)] for s, m, v, q in zip(settings, mean, sd, p)}
+        out.memory = {s.key(): (float(m), float(v), float(q)) for s, m, v, q in zip(settings, mean, sd, p)}
     return out
 
 
-def model_summary(tuner, priors: list) -> dict[str, Any]:
+def time_priced_by(tuner: Tuner) -> str:
+    """The model that ranked step time at the end of the search (search/time.py's parts)."""
+    part = tuner.time
+    if isinstance(part, JointTime) and part.surrogate is not None:
+        return "the joint GP: the additive effects plus a kernel on the knob values (search/surrogate.py)"
+    if isinstance(part, ResidualTime) and part.residual is not None:
+        return "the additive model plus a GP on its residuals (search/residual.py)"
+    if tuner.time_model is not None:
+        return "the additive model (models/time.py)"
+    return type(part).__name__
+
+
+def memory_priced_by(tuner: Tuner) -> str:
+    """The model that priced P(OOM) at the end of the search (search/memory.py's parts)."""
+    part = tuner.memory
+    offset = " on the pre-flight estimate as offset" if tuner.memory_estimate is not None else ""
+    if isinstance(part, NoMemory):
+        return "none (no memory capacity: nothing priced)"
+    if isinstance(part, StructuredPeak) and part.terms is not None:
+        return "the structured sum of power-law terms (search/structured.py)"
+    if isinstance(part, CensoredPeak) and part.gp is not None:
+        return f"the censored GP on the additive model{offset} (search/censored.py)"
+    if isinstance(part, (AdditivePeak, StructuredPeak, CensoredPeak)):
+        return f"the additive censored model{offset} (models/memory.py)"
+    return type(part).__name__
+
+
+def models_record(tuner: Tuner, priors: list[Prior]) -> ModelsRecord:
     """The ``models`` block of the search record: what the tuner fitted, in the units the report prints."""
     tuner.fit_models()
-    body: dict[str, Any] = {"schema": SCHEMA, "fitted": fitted(tuner),
-                            "memory_estimate": tuner.memory_estimate is not None}
+    rec = ModelsRecord(fitted=fitted(tuner), memory_estimate=tuner.memory_estimate is not None,
+                       time_priced_by=time_priced_by(tuner), memory_priced_by=memory_priced_by(tuner))
     if tuner.time_model.n_obs:
         te = tuner.time_model.effects()
-        body["time_effects"] = [_asdict(e) for e in te]
-        body["time_revisions"] = [_asdict(r) for r in revision(priors, _Effects("time", te))] if priors else []
-        body["time_sigma"] = tuner.time_model.sigma
+        rec.time_effects = [EffectRecord(**_asdict(e)) for e in te]
+        rec.time_revisions = [RevisionRecord(**_asdict(r)) for r in revision(priors, _Effects("time", te))] if priors else []
+        rec.time_sigma = tuner.time_model.sigma
     mm = tuner.memory_model
     if mm is not None and mm.n_obs + mm.n_censored:
         total, raw, rms = memory_effects(tuner)
-        body["memory_effects"] = [_asdict(e) for e in total]
-        body["memory_corrections"] = [_asdict(e) for e in raw] if tuner.memory_estimate is not None else []
-        body["estimate_projection_rms"] = rms
-        body["memory_revisions"] = [_asdict(r) for r in revision(priors, _Effects("memory", total))] if priors else []
-        body["capacity_bytes"] = mm.capacity_bytes
-    return body
+        rec.memory_effects = [EffectRecord(**_asdict(e)) for e in total]
+        rec.memory_corrections = [EffectRecord(**_asdict(e)) for e in raw] if tuner.memory_estimate is not None else []
+        rec.estimate_projection_rms = rms
+        rec.memory_revisions = [RevisionRecord(**_asdict(r)) for r in revision(priors, _Effects("memory", total))] if priors else []
+        rec.capacity_bytes = mm.capacity_bytes
+    return rec
 
 
 def _asdict(x: Any) -> dict[str, Any]:
