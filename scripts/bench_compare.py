@@ -1,6 +1,6 @@
 """Paired comparison of two search benchmarks: is a change to the search better than seed noise?
 
-Reads two files saved by ``bench_search.py --json`` (the same landscapes and seeds; a search with and without the
+Reads two files saved by ``bench_search.py --json`` or ``--append`` (the same landscapes and seeds; a search with and without the
 change), pairs their runs by (landscape, seed) and prints, per budget: each side's median and mean fraction of the
 optimum, the worst run of each, the mean per-run difference (new - base) with a 95% bootstrap interval over the pairs,
 how many runs the change put ahead and behind, and the mean OOM trials of each. Two arms of the same landscapes pair
@@ -29,12 +29,20 @@ from typing import Any
 BOOTSTRAP = 10_000  # resamples of the pairs for the interval
 
 
+def read_runs(path: Path) -> list[dict[str, Any]]:
+    """The runs of a ``bench_search.py --json`` file (one JSON list) or ``--append`` file (one run per line)."""
+    try:
+        text = path.read_text()
+        if text.lstrip().startswith("["):
+            return json.loads(text)
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{path}: not a bench_search.py --json or --append file ({e}); save one with --json > {path}")
+
+
 def load(path: Path, tuner: str | None) -> dict[tuple[str, int], dict[str, Any]]:
     """(landscape, seed) -> that run's scores per budget, for one tuner of a ``bench_search.py --json`` file."""
-    try:
-        runs = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"{path}: not a bench_search.py --json file ({e}); save one with --json > {path}")
+    runs = read_runs(path)
     names = sorted({r["tuner"] for r in runs})
     if tuner is None and len(names) > 1:
         raise SystemExit(f"{path} holds runs of {len(names)} tuners ({', '.join(names)}); pick one with --tuner")

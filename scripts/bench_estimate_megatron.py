@@ -1,16 +1,25 @@
 """Benchmark: the Megatron estimate (megatron-core's model, faked) vs real CPU peaks; at scale, vs Megatron's formula.
 
-    python scripts/bench_estimate_megatron.py --calibrate   # the CPU constants for what tensors do not show
-    python scripts/bench_estimate_megatron.py --small       # real 2- and 4-process CPU trials vs the estimate
+    python scripts/bench_estimate_megatron.py               # held-out shapes: real CPU trials vs the estimate
+    python scripts/bench_estimate_megatron.py --calibrate   # fit the CPU constants on other shapes (CALIBRATE)
+    python scripts/bench_estimate_megatron.py --small       # the shipped shape's layouts: real trials vs the estimate
     python scripts/bench_estimate_megatron.py --scale       # DeepSeek-V2-Lite and Llama-3-70B on 64-512 ranks
+
+The default table runs each setting of HELDOUT (vocabulary 32k-150k, sequence 512-8192, GQA, GeLU/SwiGLU, 8-64
+experts, top-1..8, small enough to run here: 1-2 layers, hidden 64-192) for real and estimates it with the constants
+of infrarsi/estimate/overhead_megatron.py, fitted by --calibrate on CALIBRATE, whose shapes are others. Its columns
+split the estimate into the tensors the fake step tracks, the heap's high-water mark over them (computed from the
+step's storage sizes, no constant) and the fitted constants; "RSS" is the busiest rank's peak resident set, beside the
+peak data segment the table compares.
 
 --small runs each setting of SMALL for real, as the Megatron adapter launches a trial of contracts/megatron-cpu.toml
 (dense) or contracts/megatron-cpu-moe.toml (MoE), uncapped, 3 iterations (the peak comes at the second, when Adam's
 state exists), and compares the busiest rank's reported peak (the memory line's "max reserved": the peak data
 segment RLIMIT_DATA caps) with the estimate of the busiest rank. Errors are (estimate - measured) / measured; rank
 order is the share of setting pairs whose order by memory the estimate gets right (pairs whose measured peaks differ
-by under 2% are ties, skipped). Measurements are cached in --cache (a killed benchmark resumes); --fresh ignores it.
-The settings used to fit the constants (--calibrate: CALIBRATE) are not in SMALL.
+by under 2% are ties, skipped). Measurements and the fake steps' outputs are cached in --cache (a killed benchmark
+resumes; a setting whose launch changed is run again); --fresh ignores it. The settings used to fit the constants
+(--calibrate: CALIBRATE) are not in SMALL or HELDOUT.
 
 --scale estimates the shipped GPU contracts at several world sizes and prints, beside each, Megatron-LM's own
 theoretical memory formula (infrarsi/estimate/megatron_formula.py) for the same setting. Wall times are on the
@@ -33,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infrarsi.contract.model import load_contract  # noqa: E402
+from infrarsi.adapters.base import FrameworkRejected  # noqa: E402
+from infrarsi.estimate import EstimateError  # noqa: E402
 from infrarsi.estimate.run import anchored  # noqa: E402
 
 MiB = 2**20
@@ -69,17 +80,101 @@ SMALL = [
     ("MoE EP4 alltoall (4 proc)", MOE, 4, {"expert_parallel": 4}),
     ("MoE EP2 PP2 (4 proc)", MOE, 4, {"pipeline_parallel": 2}),
 ]
-# Fit the CPU constants (overhead.py): a bare rank at two group counts (a tiny model: a few MiB of tensors) and two
-# transient-heavy settings of the shipped model. Not in SMALL.
+def shape(*, vocab: int, seq: int, layers: int = 2, hidden: int = 128, heads: int = 4, kv: int = 0,
+          act: str = "swiglu", experts: int = 0, topk: int = 2, expert_ffn: int = 128, gbs: int = 4) -> list[str]:
+    """The flags that give the contract's launch this model shape (``kv``: GQA's query groups, 0 for MHA; ``act``
+    "gelu" drops --swiglu); "!--flag" removes a switch."""
+    out = ["--num-layers", str(layers), "--hidden-size", str(hidden), "--num-attention-heads", str(heads),
+           "--seq-length", str(seq), "--max-position-embeddings", str(seq), "--vocab-size", str(vocab),
+           "--global-batch-size", str(gbs)]
+    if kv:
+        out += ["--group-query-attention", "", "--num-query-groups", str(kv)]
+    if act == "gelu":
+        out += ["!--swiglu", ""]
+    if experts:
+        out += ["--num-experts", str(experts), "--moe-router-topk", str(topk), "--moe-ffn-hidden-size", str(expert_ffn)]
+        if topk == 1:  # megatron-core's TransformerConfig asks for it
+            out += ["--moe-router-pre-softmax", ""]
+    return out
+
+
+# Fit the CPU constants (overhead_megatron.py): a bare rank at two group counts (a tiny model: a few MiB of tensors),
+# dense shapes with heap-heavy and mmap-heavy steps, and MoE ranks at 4-64 local experts. None is in HELDOUT.
 TINY = ["--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "2", "--seq-length", "32",
         "--max-position-embeddings", "32", "--vocab-size", "256", "--micro-batch-size", "1", "--global-batch-size", "2"]
+TP1 = {"tensor_parallel": 1, "sequence_parallel": False}
 CALIBRATE = [
-    ("bare DP2", DENSE, 2, {"tensor_parallel": 1, "sequence_parallel": False}, TINY),
+    ("bare DP2", DENSE, 2, TP1, TINY),
     ("bare TP2 PP2 (4 proc)", DENSE, 4, {"pipeline_parallel": 2}, TINY + ["--num-layers", "2"]),
-    ("DP2 mbs 2, local attn", DENSE, 2, {"tensor_parallel": 1, "sequence_parallel": False,
-                                         "attention_backend": "local"}, []),
-    ("TP2 SP mbs 4, local attn", DENSE, 2, {"micro_batch_size": 4, "attention_backend": "local"}, []),
-    ("MoE EP2 mbs 1", MOE, 2, {"micro_batch_size": 1}, []),
+    ("v32k s1024 TP2 SP mbs2", DENSE, 2, {}, shape(vocab=32000, seq=1024)),
+    ("v64k s2048 DP2 gelu mbs1", DENSE, 2, {**TP1, "micro_batch_size": 1}, shape(vocab=64000, seq=2048, act="gelu")),
+    ("v100k s512 TP2 GQA2 mbs2", DENSE, 2, {}, shape(vocab=100000, seq=512, kv=2)),
+    ("v50k s2048 DP2 local attn mbs1", DENSE, 2, {**TP1, "attention_backend": "local", "micro_batch_size": 1},
+     shape(vocab=50000, seq=2048)),
+    ("v32k s4096 DP2 dist-opt h192 mbs1", DENSE, 2, {**TP1, "distributed_optimizer": True, "micro_batch_size": 1},
+     shape(vocab=32000, seq=4096, hidden=192, heads=6)),
+    ("v150k s1024 TP2 SP gelu mbs1", DENSE, 2, {"micro_batch_size": 1}, shape(vocab=150000, seq=1024, act="gelu")),
+    ("v100k s1024 DP2 dist-opt gelu mbs1", DENSE, 2, {**TP1, "distributed_optimizer": True, "micro_batch_size": 1},
+     shape(vocab=100000, seq=1024, act="gelu")),
+    ("MoE 8e top2 EP2 v32k s1024", MOE, 2, {}, shape(vocab=32000, seq=1024, experts=8, topk=2)),
+    ("MoE 32e top4 EP2 v32k s1024", MOE, 2, {}, shape(vocab=32000, seq=1024, experts=32, topk=4)),
+    ("MoE 16e top1 EP2 v50k s2048 mbs1", MOE, 2, {"micro_batch_size": 1},
+     shape(vocab=50000, seq=2048, experts=16, topk=1)),
+    ("MoE 64e top8 EP2 v32k s512", MOE, 2, {}, shape(vocab=32000, seq=512, experts=64, topk=8)),
+]
+# The held-out shapes (none fitted on): vocabulary 32k-150k, sequence 512-8192, GQA, GeLU/SwiGLU, 8-64 experts,
+# top-1..8, under TP, SP, DP, PP, the distributed optimizer, recompute and EP.
+HELDOUT = [
+    ("v32k s512 TP2 SP", DENSE, 2, {}, shape(vocab=32000, seq=512)),
+    ("v32k s8192 TP2 SP mbs1 h64", DENSE, 2, {"micro_batch_size": 1},
+     shape(vocab=32000, seq=8192, hidden=64, layers=1, gbs=2)),
+    ("v48k s4096 TP2 SP GQA2 mbs1", DENSE, 2, {"micro_batch_size": 1}, shape(vocab=48000, seq=4096, kv=2)),
+    ("v80k s1024 DP2 gelu", DENSE, 2, TP1, shape(vocab=80000, seq=1024, act="gelu")),
+    ("v128k s1024 DP2 GQA1", DENSE, 2, TP1, shape(vocab=128000, seq=1024, kv=1)),
+    ("v150k s512 DP2 dist-opt", DENSE, 2, {**TP1, "distributed_optimizer": True}, shape(vocab=150000, seq=512)),
+    ("v150k s2048 TP2 SP mbs1 h64", DENSE, 2, {"micro_batch_size": 1}, shape(vocab=150000, seq=2048, hidden=64)),
+    ("v32k s2048 TP2 no SP gelu", DENSE, 2, {"sequence_parallel": False}, shape(vocab=32000, seq=2048, act="gelu")),
+    ("v40k s1024 PP2 4 layers", DENSE, 2, {**TP1, "pipeline_parallel": 2}, shape(vocab=40000, seq=1024, layers=4)),
+    ("v64k s1024 TP2 SP full recompute", DENSE, 2, {"recompute_granularity": "full"},
+     shape(vocab=64000, seq=1024, layers=3)),
+    ("v64k s4096 DP2 selective mbs1 GQA2", DENSE, 2, {**TP1, "recompute_granularity": "selective",
+                                                       "micro_batch_size": 1}, shape(vocab=64000, seq=4096, kv=2)),
+    ("v32k s1024 DP2 local attn h192", DENSE, 2, {**TP1, "attention_backend": "local"},
+     shape(vocab=32000, seq=1024, hidden=192, heads=6)),
+    ("v100k s2048 DP2 mbs1 gelu GQA2", DENSE, 2, {**TP1, "micro_batch_size": 1},
+     shape(vocab=100000, seq=2048, act="gelu", kv=2)),
+    ("v32k s2048 TP2 SP mbs4 h64", DENSE, 2, {"micro_batch_size": 4}, shape(vocab=32000, seq=2048, hidden=64,
+                                                                           gbs=8)),
+    ("v50k s512 TP2 SP mbs4 3 layers", DENSE, 2, {"micro_batch_size": 4}, shape(vocab=50000, seq=512, layers=3,
+                                                                               gbs=8)),
+    ("v120k s1024 PP2 VP3 6 layers", DENSE, 2, {**TP1, "pipeline_parallel": 2, "virtual_pipeline": 3},
+     shape(vocab=120000, seq=1024, layers=6)),
+    ("v32k s1024 TP2 PP2 SP (4 proc)", DENSE, 4, {"pipeline_parallel": 2}, shape(vocab=32000, seq=1024)),
+    ("v64k s512 TP2 DP2 dist-opt (4 proc)", DENSE, 4, {"distributed_optimizer": True}, shape(vocab=64000, seq=512)),
+    ("v150k s1024 DP2 GQA2 mbs1 h64", DENSE, 2, {**TP1, "micro_batch_size": 1},
+     shape(vocab=150000, seq=1024, kv=2, hidden=64)),
+    ("v32k s4096 TP2 SP gelu mbs1 h192", DENSE, 2, {"micro_batch_size": 1},
+     shape(vocab=32000, seq=4096, act="gelu", hidden=192, heads=6)),
+    ("MoE 8e top1 EP2 v32k s512", MOE, 2, {}, shape(vocab=32000, seq=512, experts=8, topk=1)),
+    ("MoE 8e top2 EP2 v64k s2048 mbs1", MOE, 2, {"micro_batch_size": 1},
+     shape(vocab=64000, seq=2048, experts=8, topk=2)),
+    ("MoE 16e top2 EP2 v32k s1024 allgather", MOE, 2, {"moe_token_dispatcher": "allgather"},
+     shape(vocab=32000, seq=1024, experts=16, topk=2)),
+    ("MoE 16e top4 EP2 v100k s1024 gelu", MOE, 2, {}, shape(vocab=100000, seq=1024, experts=16, topk=4,
+                                                            act="gelu")),
+    ("MoE 32e top2 EP2 v32k s2048 mbs1 GQA2", MOE, 2, {"micro_batch_size": 1},
+     shape(vocab=32000, seq=2048, experts=32, topk=2, kv=2)),
+    ("MoE 32e top8 EP2 v48k s512", MOE, 2, {}, shape(vocab=48000, seq=512, experts=32, topk=8)),
+    ("MoE 64e top2 EP2 v32k s1024", MOE, 2, {}, shape(vocab=32000, seq=1024, experts=64, topk=2)),
+    ("MoE 64e top4 EP2 v32k s1024 dist-opt", MOE, 2, {"distributed_optimizer": True},
+     shape(vocab=32000, seq=1024, experts=64, topk=4)),
+    ("MoE 16e top2 EP2 v32k s1024 selective 3 layers", MOE, 2, {"recompute_granularity": "selective"},
+     shape(vocab=32000, seq=1024, experts=16, topk=2, layers=3)),
+    ("MoE 8e top2 EP2 PP2 (4 proc)", MOE, 4, {"pipeline_parallel": 2}, shape(vocab=32000, seq=1024, experts=8)),
+    ("MoE 32e top3 EP4 v64k s1024 (4 proc)", MOE, 4, {"expert_parallel": 4},
+     shape(vocab=64000, seq=1024, experts=32, topk=3, gbs=8)),
+    ("MoE 64e top6 EP2 v150k s512 gelu mbs1", MOE, 2, {"micro_batch_size": 1},
+     shape(vocab=150000, seq=512, experts=64, topk=6, act="gelu")),
 ]
 
 
@@ -99,18 +194,23 @@ def contract_for(path: Path, procs: int):
 
 
 def _override(argv: list[str], extra: list[str]) -> list[str]:
-    """``argv`` with each ``--flag value`` of ``extra`` replacing the flag's value (appended when absent)."""
+    """``argv`` with each ``--flag value`` of ``extra`` replacing the flag's value (appended when absent); a value ""
+    is a switch (``--flag`` alone), a flag "!--flag" removes ``--flag``."""
     out = list(argv)
     for flag, val in zip(extra[::2], extra[1::2]):
-        if flag in out:
-            out[out.index(flag) + 1] = val
+        if flag.startswith("!"):
+            out = [a for a in out if a != flag[1:]]
+        elif flag in out:
+            if val != "":
+                out[out.index(flag) + 1] = val
         else:
-            out += [flag, val]
+            out += [flag] + ([val] if val != "" else [])
     return out
 
 
 def measured(contract, setting: dict, extra: list[str], *, iters: int = 3) -> dict:
-    """Per-rank peaks (bytes) of a real, uncapped run of ``setting``, launched as a trial."""
+    """Per-rank peaks (bytes) of a real, uncapped run of ``setting``, launched as a trial: the data segment ("max
+    reserved") and the resident set ("max allocated")."""
     from infrarsi.adapters.megatron import MegatronAdapter
     from infrarsi.adapters.megatron.log import parse_log
 
@@ -123,17 +223,30 @@ def measured(contract, setting: dict, extra: list[str], *, iters: int = 3) -> di
     if p.returncode != 0 or not log.max_reserved_mb:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
         raise SystemExit(f"the real run failed (exit {p.returncode}): {' | '.join(tail)}")
-    return {"ranks": {str(r): v * MiB for r, v in log.max_reserved_mb.items()}, "wall_s": round(time.time() - t0, 1)}
+    return {"ranks": {str(r): v * MiB for r, v in log.max_reserved_mb.items()},
+            "rss": {str(r): v * MiB for r, v in log.max_allocated_mb.items()},
+            "wall_s": round(time.time() - t0, 1), "argv": argv}
 
 
-def estimated(contract, setting: dict, extra: list[str]):
+def step_job(contract, setting: dict, extra: list[str]) -> tuple[list[str], int]:
     from infrarsi.adapters.megatron import MegatronAdapter
-    from infrarsi.estimate.megatron import from_step, launch_argv, run_step
+    from infrarsi.estimate.megatron import launch_argv
 
     argv, world, _ = launch_argv(contract, {**contract.baseline, **setting}, adapter=MegatronAdapter())
-    argv = _override(argv, extra)
-    out = run_step({"argv": argv, "world": world, "ranks": "auto"})
-    return from_step(out, contract, argv=argv, world=world)
+    return _override(argv, extra), world
+
+
+def estimated(contract, setting: dict, extra: list[str], steps: dict | None = None):
+    """The estimate of ``setting``; ``steps``: fake-step outputs by launch (reused, and this one added)."""
+    from infrarsi.estimate.megatron import from_step, run_step
+
+    argv, world = step_job(contract, setting, extra)
+    key = json.dumps([argv, world])
+    if steps is None or key not in steps:
+        out = run_step({"argv": argv, "world": world, "ranks": "auto"})
+        if steps is not None:
+            steps[key] = out
+    return from_step(steps[key] if steps is not None else out, contract, argv=argv, world=world)
 
 
 def pairs_right(est: list[float], meas: list[float], tie: float = 0.02) -> tuple[int, int]:
@@ -146,15 +259,35 @@ def pairs_right(est: list[float], meas: list[float], tie: float = 0.02) -> tuple
     return right, total
 
 
-def _measure_all(rows, cache_path: Path, fresh: bool) -> dict:
+def _measure_all(rows, cache_path: Path, fresh: bool) -> tuple[dict, dict]:
+    """(measurements by setting name, fake-step outputs by launch), each setting measured and stepped once: a setting
+    whose cached measurement ran another launch is measured again."""
     cache = {} if fresh else _cache(cache_path)
+    steps_path = cache_path.with_name(cache_path.stem + ".steps.json")
+    steps = {} if fresh else _cache(steps_path)
     for name, path, procs, setting, *extra in rows:
-        if name not in cache:
+        extra = extra[0] if extra else []
+        c = contract_for(path, procs)
+        if name not in cache or "error" in cache[name] or cache[name].get("extra", extra) != extra:
             print(f"  measuring {name} ...", flush=True)
-            cache[name] = measured(contract_for(path, procs), setting, extra[0] if extra else [])
+            try:
+                cache[name] = {**measured(c, setting, extra), "extra": extra}
+            except (SystemExit, FrameworkRejected) as e:  # tried again next time; the table says so, the others run
+                cache[name] = {"error": str(e), "extra": extra}
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             cache_path.write_text(json.dumps(cache, indent=1))
-    return cache
+        if "error" in cache[name]:
+            print(f"  {name}: {cache[name]['error']}", flush=True)
+            continue
+        n = len(steps)
+        try:
+            estimated(c, setting, extra, steps)
+        except EstimateError as e:
+            cache[name]["error"] = f"the estimate failed: {e}"
+            print(f"  {name}: {cache[name]['error']}", flush=True)
+        if len(steps) > n:
+            steps_path.write_text(json.dumps(steps))
+    return cache, steps
 
 
 GROUP_PROBE = """
@@ -175,69 +308,116 @@ def per_group_bytes() -> float:
     return float(p.stdout.strip().splitlines()[-1])
 
 
+FITTED = ("base", "holes", "comm", "moe", "per_local_expert")
+
+
 def run_calibrate(args) -> int:
-    """The CPU constants of overhead.py: per gloo group, measured directly (GROUP_PROBE); then least squares over the
-    dense CALIBRATE runs: measured peak - tracked - per_group x groups = base + fragmentation x transient; then,
-    over the MoE runs, what is left per local expert (MoE layers x experts / EP on the rank: oneDNN kernels and
-    heap chunks for the experts' token counts, which change every step)."""
+    """The CPU constants of overhead_megatron.py: per gloo group, measured directly (GROUP_PROBE); then least squares
+    over every measured rank of CALIBRATE: measured peak - tracked peak - heap high-water over it - per_group x
+    groups = base + holes x heap-sized transient + moe x [has experts] + per_local_expert x local experts."""
     import numpy as np
 
-    cache = _measure_all(CALIBRATE, Path(args.cache).with_name("calibrate.json"), args.fresh)
+    from infrarsi.estimate import overhead_megatron as om
+    from infrarsi.estimate.megatron import reduced_bytes
+
+    cache, steps = _measure_all(CALIBRATE, Path(args.cache).with_name("calibrate.json"), args.fresh)
     per_group = per_group_bytes()
     print(f"  one gloo process group: {per_group / MiB:.2f} MiB of data segment", flush=True)
-    dense, moe = [], []
+    xs, ys, names = [], [], []
     for name, path, procs, setting, extra in CALIBRATE:
-        e = estimated(contract_for(path, procs), setting, extra)
+        if "error" in cache[name]:
+            continue
+        e = estimated(contract_for(path, procs), setting, extra, steps)
         m = cache[name]["ranks"]
         for r in e.per_rank:
             if str(r["rank"]) not in m:
                 continue
+            f = om.features(process_groups=r["process_groups"], local_experts=r["local_experts"], heap=r["heap"],
+                            reduced_bytes=reduced_bytes(r, r["tracked"], e.layout["distributed_optimizer"]))
             tracked = sum(r["tracked"].values())
-            transient = r["tracked"].get("Activation", 0) + r["tracked"].get("Temp", 0)
-            row = ([1.0, transient], m[str(r["rank"])] - tracked - per_group * r["process_groups"], r["local_experts"])
-            (moe if r["local_experts"] else dense).append(row)
-            print(f"  {name} rank {r['rank']}: measured {m[str(r['rank'])] / MiB:.0f} MiB, "
-                  f"tracked {tracked / MiB:.1f}, "
-                  f"groups {r['process_groups']}, transient {transient / MiB:.1f} MiB, local experts "
+            y = m[str(r["rank"])] - tracked - om.heap_extra(r["heap"]) - per_group * f["per_group"]
+            xs.append([f[k] for k in FITTED])
+            ys.append(y)
+            names.append(f"{name} rank {r['rank']}")
+            print(f"  {name} rank {r['rank']}: measured {m[str(r['rank'])] / MiB:.0f} MiB, tracked "
+                  f"{tracked / MiB:.1f}, heap high-water over it {om.heap_extra(r['heap']) / MiB:.1f}, groups "
+                  f"{r['process_groups']}, heap-sized transient {f['holes'] / MiB:.1f} MiB, local experts "
                   f"{r['local_experts']}", flush=True)
-    xs, ys = np.array([x for x, _, _ in dense]), np.array([y for _, y, _ in dense])
-    coef, *_ = np.linalg.lstsq(xs, ys, rcond=None)
-    base, frag = coef
-    per_expert = sum(y - coef @ np.array(x) for x, y, _ in moe) / max(1, sum(n for *_, n in moe))
-    print(f"base {base / MiB:.1f} MiB, per process group {per_group / MiB:.2f} MiB, fragmentation {frag:.3f} per byte "
-          f"of activations + temporaries (least squares over {len(dense)} dense ranks); per local expert "
-          f"{per_expert / MiB:.2f} MiB (over {len(moe)} MoE ranks)")
-    for x, y, n in dense + moe:
-        print(f"  unseen beyond the groups: measured {y / MiB:7.1f} MiB, fitted "
-              f"{(coef @ np.array(x) + per_expert * n) / MiB:7.1f} MiB")
+    from scipy.optimize import nnls
+
+    # in MiB (bytes features per MiB): every part is memory held, none negative
+    per = np.array([1.0 if k in ("holes", "comm") else MiB for k in FITTED])
+    coef, _ = nnls(np.array(xs) / MiB * per, np.array(ys) / MiB)
+    fit = {k: c * (1.0 if k in ("holes", "comm") else MiB) for k, c in zip(FITTED, coef)}
+    fitted = [sum(fit[k] * x for k, x in zip(FITTED, row)) for row in xs]
+    print(f"\nCpuConstants(base={fit['base'] / MiB:.1f} * MiB, per_group={per_group / MiB:.2f} * MiB, "
+          f"holes={fit['holes']:.3f}, comm={fit['comm']:.3f}, moe={fit['moe'] / MiB:.1f} * MiB, "
+          f"per_local_expert={fit['per_local_expert'] / MiB:.2f} * MiB)  # non-negative least squares over "
+          f"{len(ys)} ranks")
+    for n, y, f in zip(names, ys, fitted):
+        print(f"  {n}: beyond tensors, heap and groups: measured {y / MiB:7.1f} MiB, fitted {f / MiB:7.1f} MiB")
+    return 0
+
+
+def _table(rows_in, cache_path: Path, fresh: bool, *, split: bool) -> int:
+    from infrarsi.estimate import overhead_megatron as om
+
+    cache, steps = _measure_all(rows_in, cache_path, fresh)
+    rows = []
+    for name, path, procs, setting, *extra in rows_in:
+        if "error" in cache[name]:
+            continue
+        e = estimated(contract_for(path, procs), setting, extra[0] if extra else [], steps)
+        busiest = max(cache[name]["ranks"], key=lambda r: cache[name]["ranks"][r])
+        rows.append((name, cache[name], busiest, e))
+    if split:
+        print("\n| setting | ranks | measured MiB (busiest rank) | estimate MiB | error | tensors MiB | heap high-water "
+              "over them MiB | constants MiB | RSS MiB (measured) | data segment - RSS MiB |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    else:
+        print("\n| setting | ranks | measured MiB (busiest rank) | estimate MiB | error | tracked: weights / grads / "
+              "optim / act / temp MiB | outside tensors MiB | estimate s |")
+        print("|---|---:|---:|---:|---:|---|---:|---:|")
+    errs, gaps = [], []
+    for name, m, busiest, e in rows:
+        peak = m["ranks"][busiest]
+        err = e.peak_bytes / peak - 1
+        errs.append(err)
+        if split:
+            top = max(e.per_rank, key=lambda r: r["peak_bytes"])
+            heap = om.heap_extra(top.get("heap"))
+            rss = m.get("rss", {}).get(busiest)
+            gap = peak - rss if rss else None
+            if gap is not None:
+                gaps.append(gap)
+            print(f"| {name} | {e.world_size} | {peak / MiB:.0f} | {e.peak_bytes / MiB:.0f} | {err:+.1%} | "
+                  f"{sum(top['tracked'].values()) / MiB:.0f} | {heap / MiB:.0f} | "
+                  f"{(top['unseen_bytes'] - heap) / MiB:.0f} | {rss / MiB if rss else float('nan'):.0f} | "
+                  f"{gap / MiB if gap is not None else float('nan'):.0f} |")
+        else:
+            c = e.by_category()
+            print(f"| {name} | {e.world_size} | {peak / MiB:.0f} | {e.peak_bytes / MiB:.0f} | {err:+.1%} | "
+                  f"{c['parameters'] / MiB:.0f} / {c['gradients'] / MiB:.0f} / {c['optimizer'] / MiB:.0f} / "
+                  f"{c['activations'] / MiB:.0f} / {c['temporaries'] / MiB:.0f} | {e.unseen_bytes / MiB:.0f} | "
+                  f"{e.wall_s:.1f} |")
+    r, t = pairs_right([e.peak_bytes for *_, e in rows], [m["ranks"][b] for _, m, b, _ in rows])
+    within = sum(abs(x) <= 0.10 for x in errs)
+    print(f"\n{len(rows)} settings: {within} within 10%; median |error| {statistics.median(map(abs, errs)):.1%}, "
+          f"max {max(map(abs, errs)):.1%}; rank order right in {r}/{t} pairs ({r / max(t, 1):.1%})")
+    if gaps:
+        print(f"peak data segment - peak RSS of the busiest rank: {min(gaps) / MiB:.0f}-{max(gaps) / MiB:.0f} MiB "
+              f"(median {statistics.median(gaps) / MiB:.0f})")
     return 0
 
 
 def run_small(args) -> int:
-    rows_in = [r for r in SMALL if not args.only or args.only in r[0]]
-    cache = _measure_all(rows_in, Path(args.cache), args.fresh)
-    rows = []
-    for name, path, procs, setting in rows_in:
-        e = estimated(contract_for(path, procs), setting, [])
-        m = max(cache[name]["ranks"].values())
-        rows.append((name, m, e))
-    print("\n| setting | ranks | measured MiB (busiest rank) | estimate MiB | error | tracked: weights / grads / "
-          "optim / act / temp MiB | outside tensors MiB | estimate s |")
-    print("|---|---:|---:|---:|---:|---|---:|---:|")
-    errs = []
-    for name, m, e in rows:
-        c = e.by_category()
-        err = e.peak_bytes / m - 1
-        errs.append(err)
-        print(f"| {name} | {e.world_size} | {m / MiB:.0f} | {e.peak_bytes / MiB:.0f} | {err:+.1%} | "
-              f"{c['parameters'] / MiB:.0f} / {c['gradients'] / MiB:.0f} / {c['optimizer'] / MiB:.0f} / "
-              f"{c['activations'] / MiB:.0f} / {c['temporaries'] / MiB:.0f} | {e.unseen_bytes / MiB:.0f} | "
-              f"{e.wall_s:.1f} |")
-    r, t = pairs_right([e.peak_bytes for _, _, e in rows], [m for _, m, _ in rows])
-    within = sum(abs(x) <= 0.10 for x in errs)
-    print(f"\n{len(rows)} settings: {within} within 10%; median |error| {statistics.median(map(abs, errs)):.1%}, "
-          f"max {max(map(abs, errs)):.1%}; rank order right in {r}/{t} pairs ({r / max(t, 1):.1%})")
-    return 0
+    return _table([r for r in SMALL if not args.only or args.only in r[0]], Path(args.cache), args.fresh,
+                  split=False)
+
+
+def run_heldout(args) -> int:
+    return _table([r for r in HELDOUT if not args.only or args.only in r[0]],
+                  Path(args.cache).with_name("heldout.json"), args.fresh, split=True)
 
 
 LLAMA = ROOT / "contracts/megatron-llama3-70b-h100x64.toml"
@@ -308,7 +488,7 @@ def run_scale(args) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--calibrate", action="store_true")
-    p.add_argument("--small", action="store_true")
+    p.add_argument("--small", action="store_true", help="the shipped shape's layouts (SMALL), not the held-out shapes")
     p.add_argument("--scale", action="store_true")
     p.add_argument("--only", default="", help="only settings whose name contains this")
     p.add_argument("--cache", default=str(ROOT / ".infrarsi/bench_estimate/megatron.json"))
@@ -320,6 +500,8 @@ def main(argv=None) -> int:
         run_small(args)
     if args.scale:
         run_scale(args)
+    if not (args.calibrate or args.small or args.scale):
+        run_heldout(args)
     return 0
 
 

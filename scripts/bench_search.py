@@ -16,7 +16,9 @@ Tuners (``--tuners``), each given the same space, validity rule and repair moves
 - ``cold``: the ask/tell Tuner as a library user builds it (README): no priors, no memory estimate, no
   typical config (it holds its own knob semantics, ``search/semantics.py``: ``--set knob_semantics=false`` for none);
 - ``priors``: the run stage's tuner (offline priors, the analytical memory estimate as the memory model's
-  offset, the typical config first); ``priors-noest``: priors without the estimate;
+  offset, the typical config first); ``priors-noest``: priors without the estimate; ``cold-est``: ``cold`` with the
+  analytical memory estimate (its prior before any trial, then the offset; ``--set memory_prior_from_estimate=false``:
+  P(OOM) 0 until a trial is told, as before);
 - ``wrong``: priors whose time effects on the three most important knobs are reversed and made confident
   (sd 0.1), with no estimate: the priors must be revised by the trials;
 - ``cold-oracle-memory``: a diagnosis, not a peer: ``cold`` told the truth about "does it fit" for every candidate;
@@ -85,6 +87,7 @@ from infrarsi.status import TrialStatus  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
 
 import bench_oracles  # noqa: E402  (the diagnosis tuners: cold-oracle-*)
+from bench_compare import read_runs  # noqa: E402
 from bench_landscape import NAMES, NOISE_CV, Bench, Landscape  # noqa: E402  (the objectives)
 from bench_peers import _optuna, run_greedy, run_random, run_smac  # noqa: E402  (the tuners users have)
 
@@ -163,12 +166,13 @@ def wrong_knobs(priors: list) -> list[str]:
     return sorted({p.knob for p in wrong_priors(priors) if p.source == "wrong"})
 
 
-OURS = ("cold", "priors", "priors-noest", "wrong", "cold-oracle-memory", "cold-oracle-time", "cold-oracle-physics",
+OURS = ("cold", "cold-est", "priors", "priors-noest", "wrong", "cold-oracle-memory", "cold-oracle-time", "cold-oracle-physics",
         "cold-oracle-formulas")
 TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
     "cold": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False),
     "priors": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True),
     "priors-noest": lambda b, n: _ours(b, n, priors="offline", estimate=False, typical=True),
+    "cold-est": lambda b, n: _ours(b, n, priors="none", estimate=True, typical=False),
     "wrong": lambda b, n: _ours(b, n, priors="wrong", estimate=False, typical=True),
     "cold-oracle-memory": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False,
                                             oracle="memory"),
@@ -234,6 +238,30 @@ def _job(args: tuple[str, int | None, int, str, str, list[int], dict[str, Any], 
     return {"landscape": land.name, "base": base, "tuner": name, "seed": seed, "overhead_s": overhead,
             "names": land.names, "oom_heavy": land.oom_heavy, "report": report, "oom_share": land.oom_share(),
             "scores": {n: score(b, hist, n, opt) for n in budgets}, **b.notes}
+
+
+def append_runs(path: Path, jobs: list[tuple], n_jobs: int) -> int:
+    """``--append``: run the jobs whose (tuner, arm, workload, seed, budgets) ``path`` lacks (a cell's seed names its
+    variant), each appended as one JSON line as it ends."""
+    def key(tuner: str, names: str, oom_heavy: bool, report: str, base: str, seed: int, budgets: Any) -> tuple:
+        return tuner, names, bool(oom_heavy), report, base, int(seed), tuple(sorted(int(n) for n in budgets))
+
+    done = {key(r["tuner"], r["names"], r["oom_heavy"], r["report"], r["base"], r["seed"], r["scores"])
+            for r in (read_runs(path) if path.exists() else [])}
+    todo = []
+    for j in jobs:
+        base, _, seed, report, tuner, budgets, config, arm = j
+        name = tuner + "".join(f" {k}={v}" for k, v in config.items()) if tuner in OURS and config else tuner
+        if key(name, arm.get("names", "catalog"), arm.get("oom_heavy", False), report, base, seed, budgets) not in done:
+            todo.append(j)
+    print(f"# {len(jobs) - len(todo)} of {len(jobs)} runs already in {path}", file=sys.stderr)
+    with mp.get_context("fork").Pool(n_jobs) as pool, path.open("a") as f:
+        for r in pool.imap_unordered(_job, todo):
+            f.write(json.dumps(r) + "\n")
+            f.flush()
+            print(f"# {r['tuner']} {r['landscape']} seed {r['seed']}: "
+                  f"{r['scores'][max(r['scores'], key=int)]['frac']:.3f}", file=sys.stderr, flush=True)
+    return 0
 
 
 def label(r: dict[str, Any]) -> str:
@@ -415,7 +443,7 @@ ABLATIONS: dict[str, Any] = {"residual": True, "joint": True, "memory_gp": True,
                              "time_bubble": False, "time_bubble_mean": 1.0, "time_bubble_sd": 0.5,
                              "memory_from_ok": True, "learn_drift": True, "thompson_every": 0,
                              "time_interactions": True, "local_by_evidence": False,
-                             "memory_anchored": False}
+                             "memory_anchored": False, "memory_prior_from_estimate": True}
 
 
 def ablated_parts(ablations: dict[str, Any], *, estimate: bool) -> dict[str, Any]:
@@ -436,9 +464,10 @@ def ablated_parts(ablations: dict[str, Any], *, estimate: bool) -> dict[str, Any
         structure = () if not a["memory_structure"] else STRUCTURE_WITH_SAVERS if a["memory_savers"] else STRUCTURE
         memory = StructuredPeak(structure=structure, from_runs_without_peak=ok, anchored=a["memory_anchored"])
     elif a["memory_gp"]:
-        memory = CensoredPeak(min_peaks=a["memory_gp_min_peaks"], from_runs_without_peak=ok)
+        memory = CensoredPeak(min_peaks=a["memory_gp_min_peaks"], from_runs_without_peak=ok,
+                              prior_from_estimate=a["memory_prior_from_estimate"])
     else:
-        memory = AdditivePeak(from_runs_without_peak=ok)
+        memory = AdditivePeak(from_runs_without_peak=ok, prior_from_estimate=a["memory_prior_from_estimate"])
     return {"time": time_part, "memory": memory,
             "steps": Steps(thompson_every=a["thompson_every"], learn_drift=a["learn_drift"],
                            local_by_evidence=a["local_by_evidence"])}
@@ -484,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--oracle-time-sd", type=float, default=0.0,
                     help="cold-oracle-time: sd of a fixed error per setting on the oracle's log step time (default 0)")
     ap.add_argument("--json", action="store_true", help="print every run as JSON instead of the table")
+    ap.add_argument("--append", type=Path, metavar="JSONL",
+                    help="append each run to JSONL as one line as it ends, and skip the runs already there (a cut "
+                         "run keeps what it measured and resumes; --table and bench_compare.py read the file)")
     ap.add_argument("--describe", action="store_true",
                     help="print how hard each landscape is (a uniform sample of 4,000 valid settings: OOM share, "
                          "share within 0.8/0.9/0.95 of the optimum, the sample's best) and exit")
@@ -500,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the table of runs saved with --json (several files: one table) and exit")
     args = ap.parse_args(argv)
     if args.table:
-        runs = [r for f in args.table for r in json.loads(f.read_text())]
+        runs = [r for f in args.table for r in read_runs(f)]
         budgets = sorted({int(n) for r in runs for n in r["scores"]})
         tuners = list(dict.fromkeys(label(r) for r in runs))
         bases = list(dict.fromkeys(r["base"] for r in runs))
@@ -551,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(base, var, seed, args.report, t, args.budgets, config, dict(ARM))
             for t in args.tuners for base, var, seed in cells]
     t0 = time.perf_counter()
+    if args.append:
+        return append_runs(args.append, jobs, args.jobs)
     if args.jobs > 1:
         with mp.get_context("fork").Pool(args.jobs) as pool:
             runs = list(pool.imap_unordered(_job, jobs))

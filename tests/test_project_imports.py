@@ -150,3 +150,18 @@ def _untyped() -> dict[str, list[str]]:
 def test_a_contract_adapter_tuner_or_record_parameter_says_its_type():
     """A parameter named contract, adapter, tuner or record is typed (``Any``, or nothing, hid import cycles)."""
     assert _untyped() == {}
+
+
+def test_an_adapter_or_executor_is_asked_not_probed():
+    """What an adapter or an executor can do is declared (adapters/base.py, execute/executor.py's protocol, the
+    runner's TrialAdapter): a ``getattr``/``hasattr`` on one hides a capability the type does not state."""
+    import ast
+
+    found = []
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(ROOT).as_posix()
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr") \
+                    and n.args and re.fullmatch(r"(self\._?)?(adapter|executor)", ast.unparse(n.args[0])):
+                found.append(f"{rel}:{n.lineno}: {ast.unparse(n)}")
+    assert found == []

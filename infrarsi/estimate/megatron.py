@@ -15,9 +15,10 @@ changes is listed in that module and in each estimate's notes). Not estimated: c
 is Transformer Engine's), fp8 (TE; estimated at bf16, said so), and anything a launch sets with flags this reader
 does not model (listed in the notes).
 
-What tensors do not show is added as measured constants (:mod:`.overhead`): on the CPU, the process's runtime,
-gloo's per-group threads and the allocator's share of the step's transient tensors, measured on real trials of the
-CPU training loop; on a GPU, the analytical 1.25 GiB (no GPU here to measure on).
+What tensors do not show is added by :mod:`.overhead`: on the CPU (:mod:`.overhead_megatron`), the heap's
+high-water mark over the tracked peak, computed from the step's storage sizes (glibc's mmap threshold), plus
+constants fitted on real trials of the CPU training loop (the process, gloo's per-group threads and gradient
+reduction, the heap's holes, MoE); on a GPU, the analytical 1.25 GiB (no GPU here to measure on).
 """
 
 from __future__ import annotations
@@ -229,7 +230,8 @@ def from_step(out: dict[str, Any], contract: Contract, *, argv: list[str], world
         unseen, source = unseen_bytes(contract, threads=threads, bf16=bool(args.bf16), transient_bytes=transient,
                                       override_gib=unseen_gib, framework="megatron",
                                       process_groups=int(r.get("process_groups", 0)),
-                                      local_experts=int(r.get("local_experts", 0)))
+                                      local_experts=int(r.get("local_experts", 0)), heap=r.get("heap"),
+                                      reduced_bytes=reduced_bytes(r, tracked, bool(args.use_distributed_optimizer)))
         per_rank.append({**r, "tracked": tracked, "unseen_bytes": unseen, "unseen_source": source,
                          "peak_bytes": sum(tracked.values()) + unseen})
     top = max(per_rank, key=lambda r: r["peak_bytes"])
@@ -252,12 +254,18 @@ def from_step(out: dict[str, Any], contract: Contract, *, argv: list[str], world
                     per_rank=tuple(_rank_row(r) for r in per_rank))
 
 
+def reduced_bytes(r: Mapping[str, Any], tracked: Mapping[str, int], distributed_optimizer: bool) -> int:
+    """The gradient buffer a rank reduce-scatters over data parallel with the distributed optimizer (else 0)."""
+    return int(tracked.get("Gradient", 0)) if distributed_optimizer and int(r.get("data_parallel", 1)) > 1 else 0
+
+
 def _rank_row(r: dict[str, Any]) -> dict[str, Any]:
     return {"rank": r["rank"], "pp_rank": r["pp_rank"], "why": ", ".join(r.get("why") or []) or "asked",
             "tracked": r["tracked"], "unseen_bytes": r["unseen_bytes"], "peak_bytes": r["peak_bytes"],
             "params": r["params"], "layers": r["layers"], "moe_layers": r["moe_layers"],
             "local_experts": r["local_experts"], "micro_batches_run": r["micro_batches_run"],
-            "micro_batches": r["micro_batches"], "process_groups": r.get("process_groups", 0), "wall_s": r["wall_s"]}
+            "micro_batches": r["micro_batches"], "process_groups": r.get("process_groups", 0), "heap": r.get("heap"),
+            "data_parallel": r.get("data_parallel", 1), "wall_s": r["wall_s"]}
 
 
 def _notes(args, out: dict[str, Any]) -> list[str]:

@@ -46,6 +46,11 @@ from .result import EstimateError
 aten = torch.ops.aten
 _DEBUG = bool(os.environ.get("INFRARSI_DEBUG_SHADOWS"))
 SHADOW_NUMEL = 1 << 23  # 8M elements: a routing map of 64K tokens x 128 experts
+# glibc malloc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX, 4 MiB x sizeof(long)): an
+# allocation of at least this is always its own mmap, unmapped when freed; a smaller one comes from the heap once
+# the threshold has risen past it (it rises to the size of each mmapped chunk freed), and the heap keeps its high-water
+# mark. overhead_megatron.py prices the two differently.
+MMAP_MAX = 32 * 2**20
 
 
 # --------------------------------------------------------------------------- storages
@@ -66,6 +71,9 @@ class StorageTracker(TorchDispatchMode):
         self.peak = 0
         self.peak_snapshot: dict[str, int] = {}
         self.phase: str | None = None  # None: Activation/Temp by autograd; else this category
+        # live bytes in storages under / at or over MMAP_MAX, their high-water marks, and the small bytes of the
+        # state registered before the step (heap_peaks())
+        self.small = self.large = self.small_max = self.large_max = self.small_state = 0
         self._resize = torch.UntypedStorage.resize_
 
     # registration of the state that exists before the step
@@ -81,6 +89,7 @@ class StorageTracker(TorchDispatchMode):
         entry = [category, n]
         self.live[st] = entry
         self._count(category, n)
+        self._size_class(0, n)
         weakref.finalize(st, self._free, entry)
 
     def _count(self, category: str, n: int) -> None:
@@ -93,6 +102,22 @@ class StorageTracker(TorchDispatchMode):
     def _free(self, entry: list) -> None:
         self.current[entry[0]] -= entry[1]
         self.total -= entry[1]
+        self._size_class(entry[1], 0)
+
+    def _size_class(self, old: int, new: int) -> None:
+        """A storage of ``old`` bytes is now ``new`` bytes (0: none): the heap's and the mmapped bytes follow."""
+        for n, sign in ((old, -1), (new, 1)):
+            if n >= MMAP_MAX:
+                self.large += sign * n
+            elif n:
+                self.small += sign * n
+        self.small_max, self.large_max = max(self.small_max, self.small), max(self.large_max, self.large)
+
+    def heap_peaks(self) -> dict[str, int]:
+        """The step's high-water marks of heap-sized (under MMAP_MAX) and mmapped storage bytes, the heap-sized
+        bytes of the state before it, and the tracked peak (bytes)."""
+        return {"small_max": self.small_max, "large_max": self.large_max, "small_state": self.small_state,
+                "tracked_peak": self.peak}
 
     def category(self) -> str:
         if self.phase is not None:
@@ -113,9 +138,12 @@ class StorageTracker(TorchDispatchMode):
                 delta = int(st.nbytes()) - entry[1]
                 entry[1] += delta
                 tracker._count(entry[0], delta)
+                tracker._size_class(entry[1] - delta, entry[1])
             return out
 
         torch.UntypedStorage.resize_ = resize_
+        self.small_state = self.small
+        self.small_max, self.large_max = self.small, self.large  # the step's high-water marks, from its start
         return super().__enter__()
 
     def __exit__(self, *exc):

@@ -258,6 +258,7 @@ def one_rank(args, world: int, rank: int, *, all_micro_batches: bool = False) ->
                "micro_batches": n_micro, "micro_batches_run": n_sim, "params": int(local_params),
                "layers": stages[pp_rank]["layers"], "moe_layers": stages[pp_rank]["moe_layers"],
                "local_experts": experts, "data_parallel": dp, "stages": stages, "process_groups": groups,
+               "heap": tracker.heap_peaks(),
                "wall_s": round(time.perf_counter() - t0, 2)}
         del chunks, ddp, opt, tracker, params, grad_buffers
     say(f"rank {rank}: done in {out['wall_s']:.0f} s")

@@ -33,7 +33,10 @@ under the contract's 2.25 GiB cap.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from . import overhead_megatron as om
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -60,20 +63,8 @@ FRAGMENTING: dict[str, tuple[str, ...]] = {"cpu": ("Activation", "Temp"), "cpu-t
 MEASURED_BY = "scripts/bench_estimate.py --calibrate (torch 2.13.0 CPU, 2 cores)"
 MEASURED_BY_TORCHTITAN = "scripts/bench_estimate.py --calibrate-torchtitan (torchtitan 0.2.2, torch 2.13.0 CPU, 2 cores)"
 
-# A rank of the megatron-core CPU training loop (launchers/pretrain_gpt_cpu.py under torchrun, gloo, 1 thread, bf16),
-# by scripts/bench_estimate_megatron.py --calibrate: each gloo process group the rank is a member of (gloo's three
-# threads per group: their 8 MiB stacks count in the data segment; measured directly by creating 16 groups), plus the
-# process (torch, megatron-core, the training loop) and the allocator's share of the step's transient tensors (a
-# least-squares line over two bare and two activation-heavy runs).
-BASE[("cpu-megatron", 1, "bf16")] = 394.6 * MiB
-PER_GROUP: dict[str, float] = {"cpu-megatron": 24.00 * MiB}
-# MoE on the CPU: per local expert (MoE layers x experts / EP on the rank). A dropless router gives each expert a
-# new token count every step: oneDNN compiles a kernel per matmul shape (its cache bounded at 64 entries by the
-# launcher) and glibc's heap keeps chunks of many sizes. Measured on contracts/megatron-cpu-moe.toml's model.
-PER_LOCAL_EXPERT: dict[str, float] = {"cpu-megatron": 20.92 * MiB}
-FRAGMENTATION["cpu-megatron"] = 0.337
-FRAGMENTING["cpu-megatron"] = ("Activation", "Temp")
-MEASURED_BY_MEGATRON = "scripts/bench_estimate_megatron.py --calibrate (megatron-core 0.16.1, torch 2.13.0 CPU, 2 cores)"
+# A rank of the megatron-core CPU training loop: overhead_megatron.py (the heap's high-water mark, gloo's groups, the
+# process, MoE), fitted by scripts/bench_estimate_megatron.py --calibrate.
 
 # No GPU was available to measure on: a GPU's base is the analytical model's (priors/offline.py, 1.25 GiB:
 # CUDA context + cuBLAS workspaces + NCCL buffers) and its fragmentation is not counted; both labelled as such.
@@ -83,23 +74,21 @@ GPU_UNMEASURED = 1.25 * 2**30
 
 def unseen_bytes(contract: Contract, *, threads: int | None = None, bf16: bool = False, transient_bytes: float = 0.0,
                  override_gib: float | None = None, framework: str = "minigpt",
-                 process_groups: int = 0, local_experts: int = 0) -> tuple[float, str]:
+                 process_groups: int = 0, local_experts: int = 0,
+                 heap: Mapping[str, int] | None = None, reduced_bytes: float = 0.0) -> tuple[float, str]:
     """(bytes, where they come from) to add to the tracked peak of one rank of ``contract``'s hardware;
     ``transient_bytes`` are the tracked activations + temporaries at the peak; ``process_groups`` the number of
-    process groups the rank is a member of and ``local_experts`` its MoE layers x experts per layer (Megatron)."""
+    process groups the rank is a member of, ``local_experts`` its MoE layers x experts per layer, ``heap`` the
+    fake step's heap_peaks() and ``reduced_bytes`` the gradient buffer it reduces over data parallel (Megatron)."""
     if override_gib is not None:
         return override_gib * 2**30, f"given: {override_gib:g} GiB"
     kind = str(contract.hardware.kind or "cpu").lower()
     if kind == "cpu":
         t = max(1, int(threads or 1))
         if framework == "megatron":
-            base, per = BASE[("cpu-megatron", 1, "bf16")], PER_GROUP["cpu-megatron"]
-            f, pe = FRAGMENTATION["cpu-megatron"], PER_LOCAL_EXPERT["cpu-megatron"]
-            experts = f" + {local_experts} local experts x {pe / MiB:.1f} MiB" if local_experts else ""
-            return base + per * process_groups + f * transient_bytes + pe * local_experts, (
-                f"measured: a megatron-core CPU training rank (gloo, 1 thread; other thread counts not measured) "
-                f"{base / MiB:.0f} MiB + {process_groups} gloo groups x {per / MiB:.1f} MiB{experts} + allocator "
-                f"{f:.2f} x {transient_bytes / MiB:.0f} MiB transient ({MEASURED_BY_MEGATRON})")
+            total, parts = om.unseen(process_groups=process_groups, local_experts=local_experts, heap=heap,
+                                     reduced_bytes=reduced_bytes)
+            return total, om.describe(parts, process_groups=process_groups, local_experts=local_experts)
         if framework == "torchtitan":
             base = BASE[("cpu-torchtitan", 1, "bf16")]
             f = FRAGMENTATION["cpu-torchtitan"]

@@ -39,8 +39,12 @@ class Executor(Protocol):
         """After a restart: the handle to keep watching when the launch is still known (running or
         finished), None when it is gone and must be launched again."""
 
-    # Optional: ``command_line(spec) -> list[str]``, the command as a person would run it (recorded in
-    # the trial's ``command`` file); without it the spec's argv is recorded.
+    def command_line(self, spec: LaunchSpec) -> list[str]:
+        """The command as a person would run it (recorded in the trial's ``command`` file)."""
+
+    def isolates(self, trial_dir: Path) -> bool:
+        """Whether the trial of ``trial_dir`` runs in the box (it can write nothing outside its ``outputs/``); an
+        unisolated trial's repository is compared before and after it."""
 
 
 def wait(executor: Executor, handle: Handle, *, timeout_s: float | None = None, interval_s: float = 0.05,

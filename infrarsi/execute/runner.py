@@ -41,7 +41,7 @@ from .classify import Verdict, apply_loss_check, classify
 from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
-from .local import OUTPUTS, kill_token, resolve_argv, trial_env
+from .local import OUTPUTS, kill_token, trial_env
 from .record import RunRecord
 from .spec import LaunchSpec
 from .trial import Cost, Trial, TrialStatus
@@ -264,8 +264,7 @@ class Runner:
         relaunched: list[str] = []  # evidence of launches the scheduler held (each cancelled and launched again)
         # An isolated trial cannot write outside its directory (the repository is read-only to it): nothing to watch.
         # An unisolated one is watched: the repository is compared before and after it.
-        isolates = getattr(self.executor, "isolates", None)
-        guard = None if callable(isolates) and isolates(self.record.trial_dir(trial.id)) else \
+        guard = None if self.executor.isolates(self.record.trial_dir(trial.id)) else \
             TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
         before = guard.snapshot() if guard is not None else {}
         watch = Watch()  # the machine's conditions over the trial (execute/conditions.py)
@@ -344,8 +343,7 @@ class Runner:
                            reason=f"{bad[0]} (never launched)")
         try:
             spec = self.adapter.launch(self.contract, setting)
-            outputs = getattr(self.adapter, "trial_outputs", None)  # checkpoints & co. into the trial's directory
-            spec = outputs(spec) if callable(outputs) else spec
+            spec = self.adapter.trial_outputs(spec)  # checkpoints & co. into the trial's directory
         except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
             return Verdict(status=TrialStatus.INVALID, evidence=[f"launch: {e}"], reason=str(e).splitlines()[0][:200])
         if spec.nodes > 1 and self.executor.kind == "local":
@@ -360,8 +358,7 @@ class Runner:
         spec = spec.for_trial(d)  # the adapters' output folders, inside the trial's directory
         self.record.write_launch(trial.id, handle=None, spec=spec, attempt=attempt, token=token)
         handle = self.executor.submit(spec, d, token=token)
-        command_line = getattr(self.executor, "command_line", None)
-        argv = command_line(spec) if callable(command_line) else resolve_argv(spec.argv)
+        argv = self.executor.command_line(spec)
         trial = self.record.launched(trial, spec, handle, command=argv,
                                      env=trial_env(spec, token, d), attempt=attempt)
         return trial, handle
@@ -429,7 +426,7 @@ def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_d
     if v.status is not TrialStatus.OK:
         return v
     t = contract.invariants.timing
-    measured = getattr(adapter, "measured_time", True)
+    measured = adapter.measured_time
     why = referee(trial_dir, step_time_s=v.metrics.step_time_s, step_times_s=v.metrics.step_times_s,
                   warmup_steps=t.warmup_steps, measured_steps=t.measured_steps, wall_s=end.wall_s,
                   measured_time=measured, copies=copies)

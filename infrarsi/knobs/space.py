@@ -25,7 +25,7 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,13 +39,15 @@ ConstraintFn = Callable[[Mapping[str, Any]], "str | None"]
 
 @dataclass(frozen=True)
 class Constraint:
-    """A named cross-knob rule. ``check(setting)`` returns None or a message with the numbers."""
+    """A named cross-knob rule. ``check(setting)`` returns None or a message with the numbers. ``fixed``: the values
+    of the knobs a sub-space leaves out (:meth:`KnobSpace.restrict`), seen by ``check`` under the setting's."""
 
     name: str
     check: ConstraintFn
+    fixed: Mapping[str, Any] = field(default_factory=dict)
 
     def __call__(self, setting: Mapping[str, Any]) -> str | None:
-        return self.check(setting)
+        return self.check({**self.fixed, **setting} if self.fixed else setting)
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,9 @@ class KnobSpace:
             raise ValueError(f"unknown knob(s) {unknown}; known: {self.names}")
         knobs = [self._by_name[n].with_domain(domains[n]) if n in domains else self._by_name[n] for n in keep_names]
         fixed = {k.name: k.default for k in self.knobs if k.name not in keep_names}
-        cons = [Constraint(c.name, _with_fixed(c, fixed)) for c in self.constraints]
+        merged: dict[int, Mapping[str, Any]] = {}  # one object per distinct earlier `fixed`: validate() merges once
+        cons = [Constraint(c.name, c.check, merged.setdefault(id(c.fixed), {**c.fixed, **fixed}))
+                for c in self.constraints]
         derived = [Derived(d.name, _with_fixed(d.rule, fixed), d.always) for d in self.derived if d.name in keep_names]
         return KnobSpace(knobs, cons, derived)
 
@@ -171,9 +175,13 @@ class KnobSpace:
                 out.append(Violation("domain", f"{k.name}={setting[k.name]!r} is not in its domain {list(k.domain)}"))
         if out:
             return out
+        seen: dict[int, Mapping[str, Any]] = {}  # the setting under each sub-space's fixed values, merged once
         for c in self.constraints:
+            full = setting
+            if c.fixed:
+                full = seen.get(id(c.fixed)) or seen.setdefault(id(c.fixed), {**c.fixed, **setting})
             try:
-                msg = c(setting)
+                msg = c.check(full)
             except Exception as e:  # a constraint that crashes is a broken rule, not a crash of the tuner
                 msg = f"constraint {c.name} failed to evaluate: {type(e).__name__}: {e}"
             if msg:

@@ -14,7 +14,8 @@ value, what the report shows), fitted when read where it does not price P(OOM) i
 
     m = default_memory(capacity, estimate); m.bind(setup); m.fit(history)
     m.predict(settings)                  # log peak bytes: (mean, sd), the scatter included
-    m.p_above(settings, log_threshold)   # P(log peak > threshold); 0 until ``m.ready``
+    m.p_above(settings, log_threshold)   # P(log peak > threshold); 0 until ``m.ready`` (from the first ask with an
+                                         # estimate: its prior; else once a memory row is told)
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..knobs import Setting
+from scipy.special import ndtr
+
 from ..models import MemoryModel
+from ..models.memory import SIGMA_LOC
 from ..status import TrialStatus
 from .censored import ABOVE, BELOW, OBS, CensoredSurrogate
 from .config import TunerConfig
@@ -35,6 +39,7 @@ from .outcome import Outcome
 from .parts import Bound, guarded
 from .structured import STRUCTURE_WITH_SAVERS, StructuredMemory, anchors, structure_prior
 
+SCATTER_SD = math.exp(SIGMA_LOC)  # log scale: the memory model's prior scatter of a peak around its mean (0.1)
 RESIDUAL_MEM_SD = 0.1  # log scale: how far a knob value may move the peak beyond what the arithmetic says
 # (the analytical estimate is within ~10% on every simulated layout; 0.3 priced most near-capacity settings
 # of the MoE workload at P(OOM) ~ 0.4 and the search never tried them)
@@ -54,10 +59,13 @@ class _PeakBase(Bound):
 
     ready = False
 
-    def __init__(self, *, from_runs_without_peak: bool = True) -> None:
+    def __init__(self, *, from_runs_without_peak: bool = True, prior_from_estimate: bool = True) -> None:
         """``from_runs_without_peak``: a trial that ran without reporting its peak says "peak <= capacity" (False:
-        such trials say nothing about memory, an ablation)."""
+        such trials say nothing about memory, an ablation). ``prior_from_estimate``: with a memory estimate, price
+        from the first ask, before any memory row, by the estimate alone (:meth:`_from_estimate`; False: P(OOM) is 0
+        until a trial is told, as before, an ablation)."""
         self.from_runs_without_peak = from_runs_without_peak
+        self.prior_from_estimate = prior_from_estimate
 
     def _bound(self) -> None:
         su = self.setup
@@ -74,6 +82,10 @@ class _PeakBase(Bound):
                                   main_sd=su.config.memory_sd, interactions=interactions(su.model_space, su.meanings),
                                   **({"interaction_sd": float(inter_sd)} if est and inter_sd else {}))
         self.log_capacity = self._model.log_capacity
+        # Before any memory row, an estimate is the prior: log peak ~ N(log estimate, res_sd^2 + scatter^2) per
+        # setting, so the first asks are priced by it (without one nothing is priced until a trial is told).
+        self._prior_sd = math.hypot(res_sd, SCATTER_SD)
+        self.ready = est is not None and self.prior_from_estimate
         self._stale = False  # trials told since the additive model was last fitted
         self._rows: list[tuple[Setting, Outcome]] = []
         self._log_est: dict[Setting, float] = {}
@@ -117,7 +129,17 @@ class _PeakBase(Bound):
         self._rows = history.memory_rows(from_runs_without_peak=self.from_runs_without_peak)
         if self._rows:
             self._fit(self._rows)
-        self.ready = bool(self._rows) and self._priced()
+        self.ready = (bool(self._rows) and self._priced()) or self._unfitted_prior()
+
+    def _unfitted_prior(self) -> bool:
+        """Whether the estimate alone prices now: an estimate, ``prior_from_estimate``, and no model fitted yet."""
+        return self.prior_from_estimate and self.setup.memory_estimate is not None and not self._priced()
+
+    def _from_estimate(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
+        """The prior before any memory row: (log estimate, the estimate's error with the scatter), each (n,)."""
+        off = self.offsets(settings)
+        assert off is not None
+        return off, np.full(len(settings), self._prior_sd)
 
     def _fit(self, rows: list[tuple[Setting, Outcome]]) -> None:
         self._fit_additive()
@@ -127,11 +149,16 @@ class _PeakBase(Bound):
         return self._additive_fitted()
 
     def predict(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
+        if self._unfitted_prior():
+            return self._from_estimate(settings)
         return self._model.predict(settings, offsets=self.offsets(settings))
 
     def p_above(self, settings: Sequence[Setting], threshold: float) -> np.ndarray:
         if not self.ready:
             return np.zeros(len(settings))
+        if self._unfitted_prior():
+            mean, sd = self._from_estimate(settings)
+            return ndtr((mean - threshold) / sd)
         return self._model.p_above(settings, threshold, offsets=self.offsets(settings))
 
     def cap(self, config: TunerConfig) -> float:
@@ -211,11 +238,12 @@ class CensoredPeak(_PeakBase):
 
     gp: CensoredSurrogate | None = None
 
-    def __init__(self, *, min_peaks: int = 3, from_runs_without_peak: bool = True) -> None:
+    def __init__(self, *, min_peaks: int = 3, from_runs_without_peak: bool = True,
+                 prior_from_estimate: bool = True) -> None:
         """``min_peaks``: measured peaks before the GP prices P(OOM): without peaks (step-time-only trials) its scale
         and rates are guesses; on the perturbed clusters in that mode the search scored 0.734 of the optimum at 30
         trials with the GP pricing from the first trial, 0.822 with 3."""
-        super().__init__(from_runs_without_peak=from_runs_without_peak)
+        super().__init__(from_runs_without_peak=from_runs_without_peak, prior_from_estimate=prior_from_estimate)
         self.min_peaks = min_peaks
 
     def _fit(self, rows: list[tuple[Setting, Outcome]]) -> None:

@@ -13,7 +13,7 @@ never the tuner itself. A part's fit that fails on its numerics raises; the tune
   per-value effects the report shows), ``priors`` (the time priors as it uses them now) and ``conflicted`` (the ones
   set aside, and why). :mod:`.time` has the search's.
 - :class:`MemoryPart`: ``predict(settings) -> (mean, sd)`` of log peak bytes (the scatter included), ``p_above(settings,
-  threshold)`` = P(log peak > threshold), ``ready`` (it has learned from at least one trial: before, P is 0), ``cap``
+  threshold)`` = P(log peak > threshold), ``ready`` (it prices P(OOM): once it has learned from a trial, or from the first ask when a memory estimate is its prior; before, P is 0), ``cap``
   (the P(OOM) above which a proposal is a last resort, given the config); optionally ``additive`` (the MemoryModel the
   report shows). :mod:`.memory` has the search's.
 - :class:`StepsPart`: ``propose(ctx) -> (setting, Proposal) | None``, from a :class:`~.steps.Context` that holds the

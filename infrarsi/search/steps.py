@@ -56,7 +56,7 @@ class Context:
     cap_factor: float = 1.0  # the steps' own correction of the memory part's cap (Steps.calibrated)
 
     def p_oom(self, settings: Sequence[Setting]) -> np.ndarray:
-        """P(peak > capacity x (1 - oom_margin)) per setting (zeros before any memory data)."""
+        """P(peak > capacity x (1 - oom_margin)) per setting (zeros until the memory part is ``ready``)."""
         if self.threshold is None:
             return np.zeros(len(settings))
         return self.memory.p_above(settings, self.threshold)

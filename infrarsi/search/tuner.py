@@ -269,8 +269,8 @@ class Tuner:
         return self.memory.predict([self.space.complete(s) for s in settings])
 
     def p_oom(self, settings: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        """P(peak > capacity x (1 - oom_margin)) per setting, as the search prices it now (zeros before any memory
-        data)."""
+        """P(peak > capacity x (1 - oom_margin)) per setting, as the search prices it now (from the memory estimate
+        alone before any memory data; zeros then without one)."""
         self.fit_models()
         return self.context().p_oom([self.space.complete(s) for s in settings])
 

@@ -236,7 +236,7 @@ def _prepare(run_dir: Path, contract: Contract, noise: NoiseProfile, err: Consol
     from ..kernels.space import prepare as prepare_kernels
 
     adapter = run_adapter(contract.workload.adapter, run_dir)  # launch files relative to the contract
-    contract_dir = getattr(adapter, "base_dir", None)
+    contract_dir = adapter.base_dir
     record = RunRecord(run_dir)
     full_space = adapter.knob_space(contract)
     noise_phases = getattr(noise, "phases", {}) or {}

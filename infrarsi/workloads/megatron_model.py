@@ -64,7 +64,7 @@ _SWITCH = ("bf16", "fp16", "swiglu", "group-query-attention", "multi-latent-atte
            "use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather", "recompute-activations",
            "moe-grouped-gemm", "grad-reduce-in-bf16", "accumulate-allreduce-grads-in-fp32",
            "cross-entropy-loss-fusion", "log-throughput", "no-position-embedding", "use-rope-scaling",
-           "use-cpu-initialization",
+           "use-cpu-initialization", "moe-router-pre-softmax",
            "fp8-param-gather", "mock-data", "use-mcore-models", "manual-gc")
 _CHOICE = {
     "normalization": ("LayerNorm", "RMSNorm"),
@@ -327,7 +327,8 @@ def transformer_config(args: argparse.Namespace, *, initialize: bool = True):
     if a.num_experts:
         kw.update(num_moe_experts=a.num_experts, moe_ffn_hidden_size=a.moe_ffn_hidden_size,
                   moe_shared_expert_intermediate_size=a.moe_shared_expert_intermediate_size,
-                  moe_router_topk=a.moe_router_topk, moe_router_load_balancing_type=a.moe_router_load_balancing_type,
+                  moe_router_topk=a.moe_router_topk, moe_router_pre_softmax=bool(a.moe_router_pre_softmax),
+                  moe_router_load_balancing_type=a.moe_router_load_balancing_type,
                   moe_aux_loss_coeff=a.moe_aux_loss_coeff, moe_token_dispatcher_type=a.moe_token_dispatcher_type,
                   moe_grouped_gemm=False, moe_layer_freq=a.moe_layer_pattern, moe_permute_fusion=False)
     if a.multi_latent_attention:

@@ -41,3 +41,16 @@ def test_table_shows_the_searchs_own_pick_and_the_best_tried(tmp_path):
     cold, peer = cold.split(), peer.split()
     assert cold[1] == "cold" and cold[-4:-1] == ["0.850", "0.900", "0.980"]  # verified, own pick, best tried
     assert peer[1] == "random" and peer[-3:-1] == ["-", "-"]
+
+
+def test_table_reads_an_append_file_one_run_per_line(tmp_path):
+    # --append writes one run per line as each ends (a cut benchmark keeps what it measured); --table and
+    # bench_compare.py read it as they read a --json list
+    runs = [{"landscape": "w~v0", "base": "w", "tuner": "cold", "seed": s, "overhead_s": 0.1,
+             "scores": {"30": {"frac": f, "ooms": 1, "found_at": 20, "verified": f}}} for s, f in ((0, 0.9), (1, 0.8))]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    out = _run("--table", str(path))
+    assert out.returncode == 0, out.stderr
+    row = out.stdout.splitlines()[2].split()
+    assert row[1] == "cold" and row[3] == "0.850" and row[-1] == "(n=2)"

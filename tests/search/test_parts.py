@@ -127,3 +127,26 @@ def test_no_function_of_the_search_reads_the_tuners_private_state():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "tuner":
                 assert not node.attr.startswith("_"), f"{path.name}:{node.lineno} reads tuner.{node.attr}"
+
+
+def test_an_estimate_prices_memory_from_the_first_ask():
+    # The estimate is the memory prior before any trial: a setting it puts at ~3x the capacity is priced near
+    # P(OOM) 1, one at ~0.4x near 0, and the first proposal is one the estimate says fits (before, nothing was priced
+    # until a memory row was told: P(OOM) 0 everywhere, and the design's first pick was the largest setting).
+    def estimate(s):
+        return 30e9 * s["a"] / s["b"] * (0.5 if s["d"] else 1.0)  # the truth's arithmetic, exactly
+
+    estimate.residual_sd = 0.1
+    t = Tuner(space(), memory_capacity_bytes=CAP, memory_estimate=estimate, seed=0)
+    sp = space()
+    huge = sp.complete({"a": 8, "b": 1, "c": "x", "d": False})   # 240 GB
+    small = sp.complete({"a": 1, "b": 1, "c": "x", "d": False})  # 30 GB
+    p_huge, p_small = t.p_oom([huge, small])
+    assert p_huge > 0.99 and p_small < 0.01
+    mean, sd = t.predict_memory([huge])
+    assert mean[0] == pytest.approx(math.log(240e9)) and 0.1 <= sd[0] < 0.2
+    first = t.ask()
+    assert estimate(first) < CAP, first
+    ablated = Tuner(space(), memory_capacity_bytes=CAP, memory_estimate=estimate, seed=0,
+                    memory=CensoredPeak(prior_from_estimate=False))
+    assert ablated.p_oom([huge])[0] == 0.0

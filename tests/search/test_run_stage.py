@@ -75,6 +75,10 @@ def test_run_searches_verifies_and_writes_its_record(sim_run):
     assert any(p.get("kind") == "initial" for p in seeded["proposals"].values())  # a seeded setting ran first
 
 
+# slow (~30 s idle): kill -9 of `infrarsi run` and its resume stay covered by default by
+# tests/faults/test_rerun_pairs.py::test_a_pair_cut_by_a_kill_is_recorded_and_a_rolled_back_pair_is_refused (the run
+# stage killed and resumed, finished trials kept) and tests/execute/test_runner.py's kill -9 resume of the runner
+@pytest.mark.slow
 def test_a_killed_run_resumes_without_rerunning_finished_trials(sim_run):
     run_dir, env = sim_run
     p = subprocess.Popen([sys.executable, "-m", "infrarsi.cli", "run", "--run-dir", str(run_dir)], env=env, cwd=ROOT,

@@ -42,6 +42,10 @@ def test_loss_is_the_same_function_of_the_data_whatever_the_micro_batch():
     assert la == pytest.approx(lb, rel=1e-4)
 
 
+# slow (~12 s idle): a real OOM under the data-segment cap stays covered by default by
+# tests/adapters/torchtitan/test_real.py::test_a_setting_over_the_memory_cap_is_a_real_oom and, through the runner,
+# tests/execute/test_runner.py::test_every_outcome_becomes_a_recorded_status (its `alloc` trial)
+@pytest.mark.slow
 def test_over_the_memory_cap_is_a_real_oom_classified_as_oom():
     # 300 MiB of data segment: torch alone takes ~220; a 64 x 1024 x 1024 unfused-attention step does not fit.
     big = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "1024",
