@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
 import os
 import re
 import shutil
@@ -51,6 +52,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from ..candidate import split_spec  # PATH@VARIANT -> PATH
 from ..launch.command import SECRET_NAME  # the names that say they hold a secret
 from ..rundir import names
 
@@ -301,14 +303,16 @@ def git_dirs(repos: Iterable[Path]) -> list[Path]:
 
 def named_paths(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> list[Path]:
     """Paths the command line or the launch's environment names (``--data-path /d/x_text_document`` too: every
-    existing file a prefix names): data and scripts outside the repository stay readable."""
+    existing file a prefix names; the string values of a JSON object, as ``INFRARSI_PATCHES`` is; a kernel
+    candidate's file, ``PATH@VARIANT``): data, scripts and candidates outside the repository stay readable."""
     out: list[Path] = []
     words = [*argv, *env.values()]
     for w in words:
-        for part in (w, w.split("=", 1)[-1]):
+        for part in (w, w.split("=", 1)[-1], *_json_strings(w)):
             if "/" not in part or "\n" in part or len(part) > 4096:
                 continue
             for item in part.split(os.pathsep) if os.pathsep in part else [part]:
+                item = split_spec(item)[0]  # a candidate's file without its variant (any other path: as written)
                 p = Path(item) if Path(item).is_absolute() else cwd / item
                 try:
                     if p.exists():
@@ -318,6 +322,17 @@ def named_paths(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> list[
                 except OSError:
                     continue
     return out
+
+
+def _json_strings(word: str) -> list[str]:
+    """The string values of ``word`` when it is a JSON object (``{"rmsnorm": "/k/f.py@rows16"}``), else none."""
+    if not word.startswith("{"):
+        return []
+    try:
+        obj = json.loads(word)
+    except ValueError:
+        return []
+    return [v for v in obj.values() if isinstance(v, str)] if isinstance(obj, dict) else []
 
 
 def _glob_escape(name: str) -> str:

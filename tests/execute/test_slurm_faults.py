@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from toy import ToyAdapter, toy_contract
 
+from infrarsi import exitcodes
 from infrarsi.execute.executor import wait
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
@@ -147,7 +148,7 @@ def test_a_run_on_nodes_without_bwrap_is_recorded_unisolated_and_promotes_nothin
     unisolated; the candidates that would be promoted are not, for that reason; the report says so."""
     run_dir, env = sim_on_slurm
     r = _cli("run", "--run-dir", run_dir, env={**env, "INFRARSI_BWRAP": "/nonexistent/bwrap"}, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == exitcodes.NO_PROMOTION, r.stderr[-3000:]  # finished, nothing promoted
     slurm_trials = [json.loads(p.read_text()) for p in (run_dir / "trials").glob("*/trial.json")
                     if json.loads(p.read_text())["role"] in ("search", "verify")]
     assert slurm_trials and all(t["warnings"][0].startswith("ran without isolation: the Slurm node has no working "

@@ -426,3 +426,24 @@ def test_a_repository_under_tmp_or_home_whose_venv_links_to_an_absolute_interpre
                     readable=[tool.parent.parent])
     r = subprocess.run(bwrap_argv(box, argv), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == f"ran in {repo}", r.stderr
+
+
+def test_kernel_candidates_outside_the_repository_are_readable_in_the_trial(tmp_path):
+    """A candidate the launch names by PATH@VARIANT (minigpt's --kernel op=PATH@VARIANT) or inside a JSON object
+    (torchtitan's INFRARSI_PATCHES) outside the repository: the trial reads its file (it did not exist in the box,
+    and tests/adapters/torchtitan/test_patch.py's wrong candidate under tmp_path crashed with PatchError)."""
+    from infrarsi.execute.isolation import bwrap_argv, trial_box
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    a, b = tmp_path / "k/rmsnorm/rows.py", tmp_path / "j/rmsnorm/wrong.py"
+    for f in (a, b):
+        f.parent.mkdir(parents=True)
+        f.write_text(f"# {f.name}\n")
+    trial = tmp_path / "run/trials/0"
+    trial.mkdir(parents=True)
+    argv = ["/bin/cat", str(a), str(b), "--kernel", f"rmsnorm={a}@rows16"]
+    env = {"INFRARSI_PATCHES": json.dumps({"rmsnorm": f"{b}@x4"})}
+    box = trial_box(trial, tmp_path / "run", argv=argv[:1] + argv[3:], env=env, cwd=repo, repository=repo)
+    r = subprocess.run(bwrap_argv(box, argv[:3]), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "# rows.py\n# wrong.py\n", r.stderr
