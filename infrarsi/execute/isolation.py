@@ -46,6 +46,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -316,12 +317,19 @@ def named_paths(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> list[
                 p = Path(item) if Path(item).is_absolute() else cwd / item
                 try:
                     if p.exists():
-                        out.append(p)
+                        out += [p] if _file_or_folder(p) else []
                     elif p.parent.is_dir() and p.parent != Path("/") and p.name:
-                        out += [q for q in p.parent.glob(_glob_escape(p.name) + "*")][:64]
+                        out += [q for q in p.parent.glob(_glob_escape(p.name) + "*") if _file_or_folder(q)][:64]
                 except OSError:
                     continue
     return out
+
+
+def _file_or_folder(p: Path) -> bool:
+    """A named path is shown only as a file or a folder: a socket (munge's, a bus, a database's) or a FIFO the launch
+    happens to name would be a host service reached from the box, a device is not the trial's."""
+    mode = p.stat().st_mode
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
 def _json_strings(word: str) -> list[str]:

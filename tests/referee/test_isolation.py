@@ -447,3 +447,23 @@ def test_kernel_candidates_outside_the_repository_are_readable_in_the_trial(tmp_
     box = trial_box(trial, tmp_path / "run", argv=argv[:1] + argv[3:], env=env, cwd=repo, repository=repo)
     r = subprocess.run(bwrap_argv(box, argv[:3]), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout == "# rows.py\n# wrong.py\n", r.stderr
+
+
+def test_a_socket_or_fifo_the_launch_names_is_not_shown_in_the_box(tmp_path):
+    """A named path is shown as a file or a folder only: a socket (a host service) or a FIFO the command line or a
+    JSON value of its environment names stays outside the box."""
+    import socket
+
+    from infrarsi.execute.isolation import named_paths
+
+    sock_path, fifo, data = tmp_path / "svc.sock", tmp_path / "pipe", tmp_path / "data.bin"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(sock_path))
+    os.mkfifo(fifo)
+    data.write_bytes(b"x")
+    try:
+        got = named_paths(["python", "train.py", "--socket", str(sock_path), json.dumps({"fifo": str(fifo)}),
+                           "--data", str(data)], {"SVC": str(sock_path)}, tmp_path)
+    finally:
+        srv.close()
+    assert set(got) == {data}
