@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .gitops import GitError
+from ..gitops import GitError
 from .writer import ApplyPlan, ApplyRefused, FileChange
 
 # Every git call of the transaction: none of the user's hooks, no file-system monitor program.

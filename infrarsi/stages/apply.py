@@ -31,7 +31,7 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
     out.update(applied=False, dry_run=dry_run, repo=str(repo), commit=None, files=[], candidate=None, refused=None)
 
     from ..apply import ApplyRefused, GitError, commit, diff, make_plan, problems
-    from ..apply.gitops import dirty, toplevel
+    from ..gitops import dirty, toplevel
     from ..contract import ContractError
     from ..contract.seal import SealError
     from ..report import RunDataError, load_run

@@ -70,7 +70,7 @@ def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int
 def keep_out_of_git(run_dir: Path, console: Console) -> None:
     """A run directory inside a git work tree is listed in that repository's info/exclude (local, never committed):
     its records never count as the user's change, so ``apply`` finds the tree clean."""
-    from ..apply.gitops import GitError, exclude
+    from ..gitops import GitError, exclude
 
     try:
         added = exclude(run_dir)
