@@ -20,7 +20,7 @@ own config code before anything runs; ``execute/runner.py`` runs it on an execut
 status, recorded under ``trials/<n>/`` through ``rundir/`` (sealed); the trial goes back to the tuner
 (``tell``), whose parts (``search/time.py``, ``search/memory.py``) learn from it; at the end of the search
 ``search/record.py`` writes what its models fitted (``rundir/models.py``); ``search/reverify.py`` re-runs the
-best against the baseline and ``search/verify.py``'s rule promotes; ``report/`` reads it all back
+best against the baseline and ``speedup.py``'s rule promotes; ``report/`` reads it all back
 (``report/load.py``) and prints the speedup and MFU (``report/mfu.py``, FLOPs from ``transformer.py``);
 ``apply/writer.py`` plans the change and ``apply/transaction.py`` writes it as one commit.
 """

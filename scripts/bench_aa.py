@@ -2,7 +2,7 @@
 
 Step times come from the simulated clusters' noise model (log-normal, the given CV, an independent draw per
 run) for the dense 8B workload's typical config. Each repetition adds interleaved A/B pairs one at a time and applies
-``search.verify.decide`` after each (as the verify step does) until it decides or ``--pairs`` ran, with the doctor's
+``speedup.decide`` after each (as the verify step does) until it decides or ``--pairs`` ran, with the doctor's
 minimum detectable effect for that CV and ``--doctor-repeats``. Columns:
 
 - ``bar 1+mde``: false promotions of the rule as it runs (target <= 5%);
@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infrarsi.doctor.noise import mde  # noqa: E402
-from infrarsi.search.verify import FIRST_LOOK, decide, speedup_ci  # noqa: E402
+from infrarsi.speedup import FIRST_LOOK, decide, speedup_ci  # noqa: E402
 from infrarsi.workloads.simulated import get_workload, simulate, space_for  # noqa: E402
 
 

@@ -123,7 +123,7 @@ class VerifiedCandidate(_Record):
     mfu: float | None = None
     baseline_mfu: float | None = None
     level: float | None = None  # the interval's level at the look that decided (sequential: above 95%)
-    decision: str | None = None  # "promote" | "reject" | "budget" (search/verify.py's Decision.state)
+    decision: str | None = None  # "promote" | "reject" | "budget" (speedup.py's Decision.state)
     explanation: str = ""  # a candidate that did not reproduce, in words: search and A/B figures, conditions of each
 
 

@@ -14,7 +14,7 @@ What it writes under ``root`` (a stand-in for the user's repository)::
         the search record          by the run stage's own writer (stages.run.save_search) from a real Tuner
                                    told every doctor and search trial: proposals, kernel verdicts (sha256 of
                                    the copied file), priors, effects, prior revisions and the tuner's fit
-        the verification           speedups from search.verify.speedup_ci/promote on the verify trials
+        the verification           speedups from speedup.speedup_ci/promote on the verify trials
 
 Step times and peaks come from a fixed log-linear law with seeded 2% (time) and 1% (memory) noise (the
 law is below), so tests know the truth: threads 2 -26%, SDPA attention -22%, micro-batch 4 -8%, the
@@ -42,7 +42,7 @@ from ..execute.trial import Cost, Metrics, Trial, TrialStatus
 from ..models import TimeModel
 from ..priors.prior import Prior
 from ..search import Tuner, TunerConfig
-from ..search.verify import promote, speedup_ci
+from ..speedup import promote, speedup_ci
 from ..stages.run import memory_estimate, outcome_of, save_search
 
 PROJECT = Path(__file__).resolve().parents[2]

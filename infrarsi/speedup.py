@@ -1,5 +1,6 @@
-"""Re-verification: the top candidates are rerun interleaved with the baseline (A B A B ...), and promoted
-only when the lower bound of the speedup's interval exceeds 1 + the minimum detectable effect.
+"""The A/B pairs' speedup and the rule that promotes: the top candidates are rerun interleaved with the baseline
+(A B A B ...), and promoted only when the lower bound of the speedup's interval exceeds 1 + the minimum detectable
+effect.
 
 Sequential (:func:`decide`): pairs are added one at a time and the rule looks after each, from ``FIRST_LOOK`` pairs
 up to the contract's ``budget.verify_pairs`` (N). Looking after every pair at a fixed-n 95% CI would promote an A/A

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from infrarsi.search.verify import promote, speedup_ci
+from infrarsi.speedup import promote, speedup_ci
 
 
 def test_a_clear_speedup_is_promoted_with_the_arithmetic_in_the_reason():
@@ -41,7 +41,7 @@ def test_aa_promotes_at_most_5_percent_of_the_time(cv, repeats):
 
 
 def _sequential(rng, cv, speedup, *, mde, max_pairs=12):
-    from infrarsi.search.verify import decide
+    from infrarsi.speedup import decide
 
     a, b = [], []
     while True:
@@ -70,7 +70,7 @@ def test_sequential_rule_keeps_aa_below_alpha_however_often_it_looks(cv):
 
 
 def test_sequential_rule_stops_early_on_a_clear_answer_and_adds_pairs_when_unclear():
-    from infrarsi.search.verify import FIRST_LOOK
+    from infrarsi.speedup import FIRST_LOOK
 
     rng = random.Random(3)
     fast = _sequential(rng, 0.03, 2.5, mde=0.05)
