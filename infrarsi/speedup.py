@@ -27,7 +27,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy.stats import t as student_t
 
 
 @dataclass(frozen=True)
@@ -80,6 +79,8 @@ def interval(baseline_s: Sequence[float], candidate_s: Sequence[float], alpha: f
 @functools.lru_cache(maxsize=1024)
 def t_quantile(p: float, df: int) -> float:
     """Student t's ``p`` quantile with ``df`` degrees of freedom (scipy; cached: a run asks the same few)."""
+    from scipy.stats import t as student_t  # at first use (~0.6 s): a command that stops on bad input never pays it
+
     return float(student_t.ppf(p, df))
 
 
