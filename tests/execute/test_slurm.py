@@ -152,6 +152,9 @@ def test_killed_runner_resumes_by_adopting_the_running_job(slurm, tmp_path):
     assert ex.adopt(stranger) is None and ex.poll(stranger).lost
 
 
+# slow (~13 s: the client's own timeouts): a Slurm that cannot be used is one line naming slurm.conf by default in
+# tests/execute/test_slurm_faults.py::test_garbage_or_missing_slurm_configuration_is_one_line[garbage]
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_unreachable_controller_is_one_line_naming_slurm_conf(slurm, tmp_path):
     bad = tmp_path / "slurm.conf"
