@@ -103,8 +103,10 @@ def test_torchtitan_03_accepts_every_valid_setting_of_the_03_launches(checked_by
     assert [(" ".join(a), ms) for (a, _), ms in sweep if ms] == []
 
 
-def test_torchtitan_03_refuses_in_its_own_words(checked_by_03):
-    got = [ms for _, ms in checked_by_03[:len(_OWN_WORDS)]]
+def test_torchtitan_03_refuses_in_its_own_words():
+    if torchtitan03_dir() is None:
+        pytest.skip("torchtitan 0.3 is not installed in its target directory")
+    got = check_torchtitan03_many(_OWN_WORDS)  # the refusals alone: one process, not the slow sweep's batch
     assert got[0] == []
     assert "Async TP requires 'model' in --compile.components and --compile.enable" in got[1][0]
     assert "dp_shard must -1 or >=1" in got[2][0]
