@@ -328,7 +328,10 @@ def named_paths(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> list[
 def _file_or_folder(p: Path) -> bool:
     """A named path is shown only as a file or a folder: a socket (munge's, a bus, a database's) or a FIFO the launch
     happens to name would be a host service reached from the box, a device is not the trial's."""
-    mode = p.stat().st_mode
+    try:
+        mode = p.stat().st_mode
+    except OSError:  # a dangling link among a prefix's matches: not shown, its siblings still are
+        return False
     return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 

@@ -467,3 +467,15 @@ def test_a_socket_or_fifo_the_launch_names_is_not_shown_in_the_box(tmp_path):
     finally:
         srv.close()
     assert set(got) == {data}
+
+
+def test_a_dangling_link_among_a_prefixs_matches_hides_none_of_its_siblings(tmp_path):
+    """``--data-path /d/corpus`` names every file the prefix starts; one dangling link among them is not shown and
+    the data files beside it still are."""
+    from infrarsi.execute.isolation import named_paths
+
+    (tmp_path / "corpus_text.bin").write_bytes(b"x")
+    (tmp_path / "corpus_text.idx").write_bytes(b"x")
+    (tmp_path / "corpus_gone").symlink_to(tmp_path / "nowhere")
+    got = named_paths(["train.py", "--data-path", str(tmp_path / "corpus")], {}, tmp_path)
+    assert set(got) == {tmp_path / "corpus_text.bin", tmp_path / "corpus_text.idx"}
