@@ -179,7 +179,9 @@ class KnobSpace:
         for c in self.constraints:
             full = setting
             if c.fixed:
-                full = seen.get(id(c.fixed)) or seen.setdefault(id(c.fixed), {**c.fixed, **setting})
+                if id(c.fixed) not in seen:
+                    seen[id(c.fixed)] = {**c.fixed, **setting}
+                full = seen[id(c.fixed)]
             try:
                 msg = c.check(full)
             except Exception as e:  # a constraint that crashes is a broken rule, not a crash of the tuner
