@@ -21,6 +21,7 @@ same workload, else the edit is refused with the reason (:class:`EditError`) and
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -166,6 +167,15 @@ def _remove(text: str, pos: int, flag: str, nvals: int) -> str:
     return text[:start] + text[end:]
 
 
+def _passes_args(text: str, line: int) -> bool:
+    """Whether the command that starts at ``line`` (1-based) passes on its script's own arguments (``"$@"``)."""
+    lines = text.split("\n")
+    k = line - 1
+    while k < len(lines) - 1 and lines[k].rstrip().endswith("\\"):
+        k += 1
+    return re.search(r"""(^|[\s"'])\$\{?[@*]""", "\n".join(lines[line - 1:k + 1])) is not None
+
+
 def _insert_point(text: str, line: int, first: str | None) -> int:
     """Where new flags go in the launch command that starts at ``line`` (1-based): before the 0.3 subcommand,
     ``"$@"``, a redirection or pipe, or a comment, else at the end of its last continued line."""
@@ -202,12 +212,15 @@ Texts = dict[str, str]  # the files of a launch chain, path -> text, outermost f
 
 def edit_files(texts: Mapping[str, str], read: Callable[[Texts], Reading], *, main: str, target_args: list[str],
                target_env: Mapping[str, str], launch_line: int, env_keys: set[str],
-               line_of: Callable[[Texts], int | None] | None = None) -> dict[str, Edit]:
+               line_of: Callable[[Texts], int | None] | None = None,
+               outer: Callable[[Texts], tuple[str, int] | None] | None = None) -> dict[str, Edit]:
     """The files of a launch chain (``texts``; ``main``: the one the launch command is in) edited so that ``read``
     gives ``target_args`` and ``target_env``: each value changed in the file where it is written (a flag in the
     script that passes it, a variable where it is assigned: an ``export TP=4`` in the sbatch file for a
-    ``--tensor-model-parallel-size $TP`` in train.sh), new flags and ``export`` lines in ``main``. Every file is
-    returned, with its edit (``changed_lines`` 0: untouched). EditError as :func:`edit_script`."""
+    ``--tensor-model-parallel-size $TP`` in train.sh), new flags and ``export`` lines in ``main``; when the launch
+    command passes on its script's arguments (``"$@"``), new flags go at the end of the command that runs that script
+    (``outer``: its file and line, None for the outermost script). Every file is returned, with its edit
+    (``changed_lines`` 0: untouched). EditError as :func:`edit_script`."""
     old: Texts = dict(texts)
     args0, env0, _, fixed0 = read(old)
     new: Texts = dict(old)
@@ -230,7 +243,7 @@ def edit_files(texts: Mapping[str, str], read: Callable[[Texts], Reading], *, ma
     while todo:
         waiting = []
         for flag, vals in todo:
-            got = _change(new, flag, vals, after.get(flag), state, main)
+            got = _change(new, flag, vals, after.get(flag), state, main, outer)
             if got is None:
                 waiting.append((flag, vals))
             else:
@@ -241,7 +254,8 @@ def edit_files(texts: Mapping[str, str], read: Callable[[Texts], Reading], *, ma
             raise EditError(f"{main}: cannot change {flag} {' '.join(vals)} -> "
                             f"{' '.join(want) if want is not None else '(removed)'} where it is written")
         todo = waiting
-    new = _add_and_export(new, main, args0, env0, target_args, target_env, env_keys, before, line)
+    new = _add_and_export(new, main, args0, env0, target_args, target_env, env_keys, before, line, state, read,
+                          outer)
     try:
         args1, env1, _, fixed1 = read(new)
     except ValueError as e:  # the reader's own refusal (e.g. no launch command left): one line, nothing written
@@ -261,7 +275,56 @@ def _inner_first(texts: Texts, main: str) -> list[str]:
     return [main, *[p for p in reversed(list(texts)) if p != main]]
 
 
-def _change(new: Texts, flag: str, vals: list[str], want: list[str] | None, state, main: str) -> Texts | None:
+_POSITIONAL = re.compile(r"""^"?\$\{?(\d)\}?"?$""")
+
+
+def _argument_spans(text: str, line: int) -> list[tuple[int, int, str]]:
+    """(start, end, raw) of each word of the command that starts at ``line`` (1-based), continuation lines included,
+    up to a redirection, pipe or comment."""
+    lines = text.split("\n")
+    k = line - 1
+    while k < len(lines) - 1 and lines[k].rstrip().endswith("\\"):
+        k += 1
+    pos = sum(len(x) + 1 for x in lines[:line - 1])
+    end = sum(len(x) + 1 for x in lines[:k]) + len(lines[k])
+    out = []
+    while pos < end:
+        m = _WORD.match(text, pos)
+        if not m or m.end(1) > end or re.match(r"\d?>|&>|\||#|;", m.group(1)):
+            break
+        out.append((m.start(1), m.end(1), m.group(1)))
+        pos = m.end(1)
+    return out
+
+
+def _positional(new: Texts, fp: str, main: str, var: str | None, raw: str,
+                outer) -> list[tuple[str, int, int, str]]:
+    """Where the launch script's positional argument (``--tp $1``, or ``TP=$1`` then ``--tp $TP``) is written: the
+    N-th argument of the command that runs the script, as (file, start, end, raw word); [] when the value is not a
+    positional argument of the launch command's script ``main`` (or that script is the outermost)."""
+    if fp != main:
+        return []
+    n = _POSITIONAL.match(raw)
+    if n is None and var is not None:
+        m = None
+        for m in re.finditer(rf"(?m)^[ \t]*(?:export[ \t]+)?{re.escape(var)}=(\S*)", new[fp]):
+            pass
+        n = _POSITIONAL.match(m.group(1)) if m is not None else None
+    caller = outer(new) if (n is not None and outer is not None) else None
+    if caller is None:
+        return []
+    cp, cl = caller
+    words = _argument_spans(new[cp], cl)
+    script = os.path.basename(fp)
+    at = next((i for i, (_, _, w) in enumerate(words) if os.path.basename(w.strip("\"'")) == script), None)
+    if at is None or at + int(n.group(1)) >= len(words):
+        return []
+    a, b, arg = words[at + int(n.group(1))]
+    return [(cp, a, b, arg)]
+
+
+def _change(new: Texts, flag: str, vals: list[str], want: list[str] | None, state, main: str,
+            outer=None) -> Texts | None:
     """``new`` with ``flag``'s values ``vals`` changed to ``want`` (None: removed) where it is written, the rest of
     the launch as it was; None when no such edit reads back. A value given by a variable is changed where the
     variable is assigned, in whichever file of the chain that is, before it is changed at the flag."""
@@ -280,6 +343,13 @@ def _change(new: Texts, flag: str, vals: list[str], want: list[str] | None, stat
                 continue
             a, b, raw = span
             var = _VAR.match(raw)
+            for cp, ca, cb, arg in _positional(new, fp, main, var.group(1) if var else None, raw, outer):
+                t = new[cp]
+                argvar = _VAR.match(arg)
+                asg = _assignment(t, argvar.group(1), vals[0]) if argvar else None
+                if asg:  # `bash train.sh $TP_SIZE`: where TP_SIZE is assigned
+                    options.append({**new, cp: t[:asg[0]] + _bare(want[0], f"{cp}: {argvar.group(1)}") + t[asg[1]:]})
+                options.append({**new, cp: t[:ca] + _quote(want[0]) + t[cb:]})
             if var:
                 for vp in order:
                     asg = _assignment(new[vp], var.group(1), vals[0])
@@ -304,7 +374,8 @@ def _change(new: Texts, flag: str, vals: list[str], want: list[str] | None, stat
     return None
 
 
-def _add_and_export(texts: Texts, main: str, args0, env0, target_args, target_env, env_keys, before, line) -> Texts:
+def _add_and_export(texts: Texts, main: str, args0, env0, target_args, target_env, env_keys, before, line,
+                    state, read, outer) -> Texts:
     texts = dict(texts)
     new = texts[main]
     # 2. flags the setting adds: at the end of the launch command (torchtitan 0.3's AC choice stays last)
@@ -317,37 +388,69 @@ def _add_and_export(texts: Texts, main: str, args0, env0, target_args, target_en
             raise EditError(f"{main}: cannot find {old_sub} once in the script")
         new = new[:at[0]] + (new_sub or "") + new[at[0] + len(old_sub):]
     words = [w for f, v in added for w in (f, *v)] + ([new_sub] if new_sub is not None and old_sub is None else [])
+    caller = outer({**texts, main: new}) if words and outer is not None and old_sub is None else None
+    if caller is not None and _passes_args(new, line({**texts, main: new})):
+        # the launch passes on its script's arguments ("$@"): new flags go with the ones the calling script gives
+        cp, cl = caller
+        ct = new if cp == main else texts[cp]
+        at = _insert_point(ct, cl, None)
+        cand = ct[:at] + " " + " ".join(_quote(w) for w in words) + ct[at:]
+        trial = {**texts, main: new, cp: cand}
+        try:
+            got = state(trial)
+        except ValueError:
+            got = {}
+        if all(got.get(f) == v for f, v in added):
+            new, texts, words = trial[main], trial, []
     if words:
         at = _insert_point(new, line({**texts, main: new}), new_sub if old_sub is not None else None)
-        new = new[:at] + " " + " ".join(_quote(w) for w in words) + new[at:]
+        # a command inside a quoted string (srun ... sh -c "cd /repo; python pretrain_gpt.py ..."): the new flags go
+        # inside the string when that is what reads back
+        spots = [at - 1, at] if new[at - 1:at] in ("\"", "'") else [at]
+        for k, spot in enumerate(spots):
+            cand = new[:spot] + " " + " ".join(_quote(w) for w in words) + new[spot:]
+            try:
+                got = state({**texts, main: cand})
+            except ValueError:
+                continue
+            if k == len(spots) - 1 or all(f in got for f, _ in added):
+                new = cand
+                break
     texts[main] = new
-    # 3. the environment knobs, in the file that sets them last (the launch command's first, then outwards)
+    # 3. the environment knobs, where they are set (the launch command's file first, then outwards: the first
+    # assignment whose edit reaches the launch), else a new export line above the launch command
     for key in sorted(env_keys):
         old, want = env0.get(key), target_env.get(key)
         if old == want:
             continue
-        m, fp = None, main
+        cands: list[Texts] = []
         for fp in _inner_first(texts, main):
+            m = None
             for m in re.finditer(rf"(?m)^[ \t]*(?:export[ \t]+)?{re.escape(key)}=.*$", texts[fp]):
                 pass
-            if m is not None:
-                break
-        new = texts[fp] if m is not None else texts[main]
-        if m is not None and want is None:
-            a, b = m.span()
-            new = new[:a] + new[b + 1:]
-        elif m is not None:
-            asg = _assignment(new, key, old or "")
-            if asg is None:
-                raise EditError(f"{fp}: cannot change {key} where it is set ({m.group(0).strip()})")
-            new = new[:asg[0]] + _bare(want, f"{fp}: {key}") + new[asg[1]:]
-        else:  # a new export line just above the launch command, where it stands now
-            fp = main
-            lines = new.split("\n")
+            if m is None:
+                continue
+            t = texts[fp]
+            if want is None:
+                a, b = m.span()
+                cands.append({**texts, fp: t[:a] + t[b + 1:]})
+            elif (asg := _assignment(t, key, old or "")) is not None:
+                cands.append({**texts, fp: t[:asg[0]] + _bare(want, f"{fp}: {key}") + t[asg[1]:]})
+        if want is not None:
+            lines = texts[main].split("\n")
             lines.insert(line(texts) - 1, f"export {key}={_quote(want)}")
-            new = "\n".join(lines)
-        texts[fp] = new
+            cands.append({**texts, main: "\n".join(lines)})
+        if not cands:
+            raise EditError(f"{main}: cannot change {key} where it is set")
+        texts = next((c for c in cands if _env_of(read, c).get(key) == want), cands[0])
     return texts
+
+
+def _env_of(read, texts: Texts) -> dict[str, str]:
+    try:
+        return read(texts)[1]
+    except ValueError:
+        return {}
 
 
 def edit_toml(text: str, values: Mapping[str, Any], *, path: str = "job.toml") -> Edit:
@@ -365,6 +468,14 @@ def changed_lines(a: str, b: str) -> int:
 
 
 # --------------------------------------------------------------------------- the contract's launch file
+def _caller(parsed: Any) -> tuple[str, int] | None:
+    """(file, line) of the command that runs the script the launch command is in; None when it is the outermost."""
+    chain = getattr(parsed, "chain", None)
+    if chain is None or not chain.hops:
+        return None
+    return chain.hops[-1].path, chain.hops[-1].line
+
+
 def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract, spec: LaunchSpec) -> tuple[Path, Edit] | None:
     """(path, edit) of the contract's launch file (``workload.launch``) that makes it the launch ``spec`` (the
     adapter's launch for the tuned setting); None when the workload names no launch file. EditError when the
@@ -420,7 +531,8 @@ def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract, spec: Laun
     try:
         edits = edit_files(texts, read, main=main, target_args=target, target_env=spec.env, launch_line=line,
                            env_keys=adapter.env_keys(),
-                           line_of=lambda t: (adapter.reread(contract, t[top], t).launch or la).line)
+                           line_of=lambda t: (adapter.reread(contract, t[top], t).launch or la).line,
+                           outer=lambda t: _caller(adapter.reread(contract, t[top], t)))
     except EditError:
         raise
     except ValueError as e:  # the launch reader's refusal of a text on the way: one line, the caller falls back

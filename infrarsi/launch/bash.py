@@ -227,6 +227,9 @@ def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = 
         argv: list[str] = []
         for w in rest_words:
             argv.extend(it.expand(w))
+        ends = bool(argv) and argv[0] == "exec" and len(argv) > 1  # `exec torchrun ...`: it replaces the script
+        if ends:
+            argv = argv[1:]
         if argv and argv[0] == "unset":
             for name in argv[1:]:
                 it.vars.pop(name, None)
@@ -246,6 +249,9 @@ def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = 
             where[k + 1:k + 1] = [got[0]] * len(more)
         elif argv:
             it.commands.append(Command(argv=argv, env=cmd_env, line=line, path=where[k]))
+        if ends:
+            stack.clear()  # nothing after it runs
+            break
         k += 1
     if stack:
         raise it.err(stack[-1][3], "if without fi; close it with fi")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .bash import Command, ScriptError, ScriptResult, interpret_script, sbatch_directives
-from .command import _SRUN_FLAGS, KEPT, _launcher_options, _opt, runner_prefix
+from .command import _RUNNER_FLAGS, _SRUN_FLAGS, KEPT, RUNNERS, _launcher_options, _opt, runner_prefix
 
 __all__ = ["Followed", "Hop", "follow"]
 
@@ -67,6 +67,7 @@ class Followed:
     hops: list[Hop] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     top: ScriptResult | None = None  # the outermost script's reading (where it exits, when the launch is not found)
+    missed: list[str] = field(default_factory=list)  # scripts the chain runs that could not be read, and why
 
     def trail(self, program: str) -> str:
         """``a.sh:12 (srun bash) -> b.sh:30 -> program``: the chain as ``infrarsi knobs`` prints it."""
@@ -112,10 +113,39 @@ def _slurm_env(sbatch: list[str], submit_dir: str) -> dict[str, str]:
     return out
 
 
-def _wrappers(argv: list[str]) -> tuple[list[str], dict[str, str], int]:
-    """(prefix kept, variables set by ``env``, index of what they run) for the wrappers at the front of ``argv``."""
+def _runner_env(argv: list[str], k: int, end: int) -> tuple[bool, dict[str, str], list[str]]:
+    """For the container runner at ``argv[k:end]``: (whether it starts the command with a clean environment, the
+    variables it sets, the names it passes through from the host). Apptainer/Singularity pass the host's environment
+    unless ``--cleanenv``/``--containall``; docker and podman pass only ``-e``/``--env``; enroot passes it."""
+    family = RUNNERS[(os.path.basename(argv[k]), argv[k + 1])]
+    clean = family == "docker"
+    env: dict[str, str] = {}
+    passed: list[str] = []
+    j = k + 2
+    while j < end - 1:
+        a = argv[j]
+        if a in ("--cleanenv", "-e", "--containall", "-C") and family == "apptainer":
+            clean = True
+        if a in _RUNNER_FLAGS[family]:
+            j += 1
+            continue
+        name, val, j = _opt(argv, j)
+        if name in ("--env", "-e") and val is not None:
+            for item in val.split(",") if family == "apptainer" and all("=" in x for x in val.split(",")) else [val]:
+                if "=" in item:
+                    n, v = item.split("=", 1)
+                    env[n] = v
+                else:
+                    passed.append(item)
+    return clean, env, passed
+
+
+def _wrappers(argv: list[str]) -> tuple[list[str], dict[str, str], int, tuple[bool, list[str]]]:
+    """(prefix kept, variables set by ``env`` and the container runners, index of what they run, (whether a runner
+    starts it with a clean environment, the names it still passes)) for the wrappers at the front of ``argv``."""
     prefix: list[str] = []
     env: dict[str, str] = {}
+    clean, passed = False, []
     k = 0
     while k < len(argv):
         base = os.path.basename(argv[k])
@@ -130,13 +160,37 @@ def _wrappers(argv: list[str]) -> tuple[list[str], dict[str, str], int]:
                 if "=" in argv[k]:
                     name, val = argv[k].split("=", 1)
                     env[name] = val
+                else:
+                    clean, passed, env = True, [], {}
                 k += 1
         elif (end := runner_prefix(argv, k)) is not None:
+            is_clean, set_env, through = _runner_env(argv, k, end)
+            if is_clean:
+                clean, passed, env = True, through, {}
+            env.update(set_env)
             prefix += argv[k:end]
             k = end
         else:
             break
-    return prefix, env, k
+    return prefix, env, k, (clean, passed)
+
+
+def _names(prefix: list[str]) -> list[str]:
+    """The wrappers of a prefix, shortly: ``srun``, ``srun --container-image=IMG``, ``apptainer exec IMG``."""
+    out: list[str] = []
+    k = 0
+    while k < len(prefix):
+        if (end := runner_prefix(prefix, k)) is not None:
+            out += [*prefix[k:k + 2], prefix[end - 1]]
+            k = end
+            continue
+        if os.path.basename(prefix[k]) == "srun":
+            out.append("srun")
+            opts, k = _launcher_options(prefix, k + 1, [], _SRUN_FLAGS)
+            out += [f"{n}={v}" for n, v in opts if n == "--container-image"]
+            continue
+        k += 1
+    return out
 
 
 class _Reader:
@@ -145,6 +199,7 @@ class _Reader:
     def __init__(self, files: Mapping[str, str] | None, cwd: str, env: Mapping[str, str]) -> None:
         self.given = dict(files or {})
         self.read: dict[str, str] = {}
+        self.missed: list[str] = []  # scripts the chain runs that could not be read, one line each
         self.cwd = cwd
         self.env = env
 
@@ -225,6 +280,7 @@ def follow(text: str, *, path: str, env: Mapping[str, str], args: list[str] | No
     found.sbatch = sbatch
     found.files = dict(reader.read)
     found.top = res
+    found.missed = list(reader.missed)
     return found
 
 
@@ -262,7 +318,7 @@ def _follow(reader: _Reader, text: str, path: str, environ: dict[str, str], expo
 def _child(reader: _Reader, cmd: Command, path: str, cd: str | None, res: ScriptResult, environ: dict[str, str],
            exported: dict[str, str], args: list[str], hops: list[Hop], claims, depth: int) -> Followed | None:
     """The launch in the script ``cmd`` runs (through its wrappers), or None when it runs none."""
-    prefix, wrap_env, k = _wrappers(cmd.argv)
+    prefix, wrap_env, k, (clean, passed) = _wrappers(cmd.argv)
     argv = cmd.argv
     if k >= len(argv):
         return None
@@ -289,6 +345,12 @@ def _child(reader: _Reader, cmd: Command, path: str, cd: str | None, res: Script
     if inline is None:
         target = reader.resolve(argv[j], path, cd)
         if target is None:
+            if base in _SHELLS:
+                why = ("its name comes from a command that is not run; write the script's path"
+                       if "$(" in argv[j] or "`" in argv[j] else
+                       f"no such file from {cd or reader.cwd} or the script's folder; run infrarsi from the folder "
+                       "the job is submitted from (workload.cwd)")
+                reader.missed.append(f"{cmd.path or path}:{cmd.line}: {base} {argv[j]} is not read: {why}")
             return None
         try:
             child_text, child_path = reader.text(target), target
@@ -305,8 +367,12 @@ def _child(reader: _Reader, cmd: Command, path: str, cd: str | None, res: Script
     # exports, the command's own assignments and the `env` wrapper's
     env_out = {**res.exported, **cmd.env, **wrap_env}
     child_environ = {**environ, **res.environ, **env_out}
-    via = " ".join([*prefix, *argv[k:j + (2 if inline is not None else 1)]][:8])
-    hop = Hop(path=cmd.path or path, line=cmd.line, via=via if inline is None else via.replace(inline, '"..."'))
+    if clean:  # a container started with a clean environment: only what it sets or passes reaches the child
+        keep = {n: child_environ[n] for n in passed if n in child_environ}
+        env_out = {**keep, **wrap_env}
+        exported = {}
+        child_environ = {n: v for n, v in environ.items() if n == "PWD"} | env_out
+    hop = Hop(path=cmd.path or path, line=cmd.line, via=" ".join([*_names(prefix), *argv[k:j + 1]]))
     got, _ = _follow(reader, child_text, child_path, child_environ, {**exported, **env_out}, child_args,
                      [*hops, hop], claims, depth=depth + 1)
     if got is None or got.command is None:

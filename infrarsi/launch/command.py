@@ -24,7 +24,11 @@ _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "
 # srun options that take no value (long options take theirs with = or as the next word).
 _SRUN_FLAGS = {"-l", "--label", "-u", "--unbuffered", "--exclusive", "--overlap", "-v", "--verbose", "-Q", "--quiet",
                "-K", "--kill-on-bad-exit", "-X", "--disable-status", "-Z", "--no-allocate", "--pty", "--export-file",
-               "--mpi-prefix", "--overcommit", "-O", "--whole", "--exact"}
+               "--mpi-prefix", "--overcommit", "-O", "--whole", "--exact",
+               # pyxis (the enroot plugin): its switches; --container-image/-mounts/-workdir/-name/-env take a value
+               "--container-mount-home", "--no-container-mount-home", "--container-remap-root",
+               "--no-container-remap-root", "--container-writable", "--container-readonly", "--container-entrypoint",
+               "--no-container-entrypoint", "--container-entrypoint-log"}
 # sbatch options that take no value (``--exclusive=user`` still reads its value through the = form).
 _SBATCH_FLAGS = {"--exclusive", "--overcommit", "-O", "--requeue", "--no-requeue", "--contiguous", "-H", "--hold",
                  "--parsable", "-W", "--wait", "--test-only", "--use-min-nodes", "--spread-job", "--ignore-pbs",

@@ -159,16 +159,23 @@ def parse_command(path: Path) -> ParsedLaunch:
     argv: list[str] = []
     program, args, world = "", [], None
     try:
-        from ..launch.bash import interpret_script
+        from ..launch.chain import follow
         from ..launch.command import is_python, split_launcher
 
-        res = interpret_script(text, path=str(path))
-        for cmd in reversed(res.commands):  # the last command that runs a program is the training launch
-            head = cmd.argv[0] if cmd.argv else ""
-            if any(x in head for x in ("torchrun", "srun", "python", "deepspeed")) or is_python(head):
-                ln = split_launcher(cmd.argv, env=cmd.env, sbatch=res.sbatch, line=cmd.line)
-                argv, program, args, world = cmd.argv, " ".join(ln.program), ln.args, ln.world_size
-                break
+        def runs_program(argv: list[str]) -> bool:  # not a wrapper of another script (srun bash train.sh)
+            head = argv[0] if argv else ""
+            if not (any(x in head for x in ("torchrun", "srun", "python", "deepspeed")) or is_python(head)):
+                return False
+            prog = split_launcher(argv).program
+            return bool(prog) and Path(prog[0]).name not in ("bash", "sh") and \
+                (not prog[0].endswith(".sh") or Path(prog[0]).name == "run_train.sh")
+
+        # the last command that runs a program is the training launch, read through the scripts that run it
+        fol = follow(text, path=str(path), env={}, args=None, cwd=None, claims=runs_program)
+        if fol.command is not None:
+            cmd = fol.command
+            ln = split_launcher(cmd.argv, env=cmd.env, sbatch=fol.sbatch, line=cmd.line)
+            argv, program, args, world = cmd.argv, " ".join(ln.program), ln.args, ln.world_size
     except Exception as e:  # an unsupported script: fall back to the last line with flags
         log.warning("launch %s: %s; reading its last command line literally", path, e)
     if not argv:

@@ -6,6 +6,9 @@ torchtitan launch (a 0.2.x TOML job file, or a script/command running ``-m torch
 
     {"framework": "megatron", "fixed": {...}, "setting": {...}, "violations": [...]}
 
+and, for a launch read through the scripts it runs (an sbatch file's ``srun bash train.sh``), ``"chain"``: the
+files and lines followed, ``a.sh:26 (srun bash b.sh) -> b.sh:78 -> pretrain_gpt.py`` (also printed above the tables).
+
 ``setting`` has one key per catalog knob the framework can express (a knob the launch does not set
 has the framework's default); ``data_parallel`` is null when the launch does not state the world size.
 """
@@ -53,7 +56,8 @@ def detect_framework(path: Path, text: str) -> str:
         assert fw is not None
         return fw
     raise DetectError(f"{path}: no launch found: expected a Megatron-LM command (torchrun/srun/python ... "
-                      "pretrain_gpt.py) or a torchtitan one (-m torchtitan.train, run_train.sh, or a .toml job file)")
+                      "pretrain_gpt.py) or a torchtitan one (-m torchtitan.train, run_train.sh, or a .toml job file)"
+                      + (f" ({fol.missed[0]})" if fol.missed else ""))
 
 
 def _contract_workload(path: Path, text: str) -> Any:

@@ -8,6 +8,7 @@ back to the tuned setting.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -74,3 +75,233 @@ def test_megatron_slurm_example_sbatch_srun_bash_torchrun(tmp_path):
     assert {k for k in before if before[k] != after[k]} == set(changed)
     back = MegatronAdapter().parsed(c)
     assert {k: back.setting[k] for k in tuned} == tuned
+
+
+def test_nemo_launcher_sbatch_srun_pyxis_sh_c(tmp_path):
+    root = _tree("nemo_launcher", tmp_path)
+    c = _contract(root, "results/gpt3_5b/nemo-megatron-gpt3_5b_submission.sh", devices=16)
+    ad = MegatronAdapter()
+    p = ad.parsed(c)
+    # 2 nodes x 8 tasks (the #SBATCH lines), python per task, the flags inside srun's `sh -c "..."`
+    assert p.world_size == 16 and p.setting["tensor_parallel"] == 2 and p.setting["data_parallel"] == 8
+    assert p.setting["micro_batch_size"] == 2 and p.setting["nccl_proto"] == "Simple"
+    assert "--container-image" in p.launch.launcher and "--no-container-mount-home" in p.launch.launcher
+    assert p.launch.launcher[-2:] == ["python3", "-u"] and p.launch.line == 25
+    tuned = {"micro_batch_size": 4, "nccl_proto": "default", "overlap_param_gather": True}
+    changed = _apply(root, c, ad, tuned)
+    assert list(changed) == ["results/gpt3_5b/nemo-megatron-gpt3_5b_submission.sh"]
+    text = (root / "results/gpt3_5b/nemo-megatron-gpt3_5b_submission.sh").read_text()
+    assert "NCCL_PROTO" not in text and "--micro-batch-size 4" in text
+    assert text.rstrip().endswith('--eval-iters 32 --overlap-param-gather"')  # inside the sh -c string
+    back = MegatronAdapter().parsed(c)
+    assert {k: back.setting[k] for k in tuned} == tuned
+
+
+def test_pyxis_sbatch_with_a_sourced_cluster_file(tmp_path):
+    root = _tree("pyxis_sbatch", tmp_path)
+    c = _contract(root, "scripts/llama3_8b.sbatch", devices=32)
+    ad = MegatronAdapter()
+    p = ad.parsed(c)
+    assert p.world_size == 32 and p.setting["tensor_parallel"] == 2 and p.setting["data_parallel"] == 16
+    assert p.setting["nccl_min_nchannels"] == 4  # exported by the sourced cluster_env.sh
+    assert p.setting["micro_batch_size"] == 1 and p.setting["recompute_granularity"] == "selective"
+    assert p.launch.launcher[:2] == ["srun", "--mpi=pmix"] and "--container-workdir=/workspace/repo" in p.launch.launcher
+    before = _snapshot(root)
+    tuned = {"tensor_parallel": 4, "data_parallel": 8, "micro_batch_size": 2, "nccl_min_nchannels": 8,
+             "recompute_granularity": "none"}
+    changed = _apply(root, c, ad, tuned)
+    assert changed == {"scripts/cluster_env.sh": 2, "scripts/llama3_8b.sbatch": 2, "scripts/pretrain_llama3_8b.sh": 3}
+    after = _snapshot(root)
+    assert "export NCCL_MIN_NCHANNELS=8" in after["scripts/cluster_env.sh"]
+    assert "export MICRO_BATCH=2" in after["scripts/llama3_8b.sbatch"]
+    assert "TP=4" in after["scripts/pretrain_llama3_8b.sh"].splitlines()
+    assert "--recompute-activations" not in after["scripts/pretrain_llama3_8b.sh"]
+    assert {k for k in before if before[k] != after[k]} == set(changed)
+    back = MegatronAdapter().parsed(c)
+    assert {k: back.setting[k] for k in tuned} == tuned
+
+
+def test_apptainer_sbatch_srun_apptainer_exec_bash(tmp_path):
+    root = _tree("apptainer_sbatch", tmp_path)
+    c = _contract(root, "scripts/train_mixtral.sbatch", devices=32)
+    ad = MegatronAdapter()
+    p = ad.parsed(c)
+    # srun -N 4 (one task per node) -> apptainer exec ... IMAGE -> bash run_mixtral.sh -> torchrun 8 per node
+    assert p.world_size == 32 and p.setting["pipeline_parallel"] == 4 and p.setting["expert_parallel"] == 8
+    assert p.setting["nccl_algo"] == "Tree" and p.setting["moe_token_dispatcher"] == "alltoall"
+    assert p.launch.kinds == ["srun", "container", "torchrun"]
+    assert p.launch.launcher[1:3] == ["apptainer", "exec"] and "/lustre/images/megatron-lm_25.01.sif" in p.launch.launcher
+    tuned = {"pipeline_parallel": 2, "data_parallel": 16, "nccl_algo": "Ring", "moe_token_dispatcher": "allgather"}
+    changed = _apply(root, c, ad, tuned)
+    assert changed == {"scripts/run_mixtral.sh": 4, "scripts/train_mixtral.sbatch": 2}
+    assert "PP=2" in (root / "scripts/run_mixtral.sh").read_text().splitlines()
+    back = MegatronAdapter().parsed(c)
+    assert {k: back.setting[k] for k in tuned} == tuned
+
+
+def test_torchtitan_run_train_sh_through_the_teams_wrapper(tmp_path):
+    from infrarsi.adapters.torchtitan import TorchtitanAdapter
+
+    root = _tree("torchtitan_run_train", tmp_path)
+    c = _contract(root, "scripts/train_llama3_8b.sh", adapter="torchtitan", devices=8)
+    ad = TorchtitanAdapter()
+    p = ad.parsed(c)
+    # the job file's values under the wrapper's overrides, which reach torchrun through run_train.sh's "$@"
+    assert p.world_size == 8 and p.setting["tensor_parallel"] == 2 and p.setting["micro_batch_size"] == 2
+    assert p.setting["nccl_proto"] == "Simple" and p.fixed["train_iters"] == 200
+    assert p.toml_path == "./torchtitan/models/llama3/train_configs/llama3_8b.toml"
+    before = _snapshot(root)
+    tuned = {"tensor_parallel": 4, "data_parallel": 2, "micro_batch_size": 1, "nccl_proto": "default",
+             "recompute_granularity": "full"}
+    changed = _apply(root, c, ad, tuned)
+    assert list(changed) == ["scripts/train_llama3_8b.sh"]  # run_train.sh and the job file untouched
+    after = _snapshot(root)
+    assert "--activation_checkpoint.mode full \"$@\"" in after["scripts/train_llama3_8b.sh"]  # with the wrapper's own
+    assert {k for k in before if before[k] != after[k]} == set(changed)
+    back = TorchtitanAdapter().parsed(c)
+    assert {k: back.setting[k] for k in tuned} == tuned
+
+
+def test_a_wrapper_passing_its_arguments_on(tmp_path):
+    root = _tree("args_wrapper", tmp_path)
+    c = _contract(root, "scripts/pretrain_llama2_7b.sh", devices=8, script_args=["--eval-iters", "0"])
+    ad = MegatronAdapter()
+    p = ad.parsed(c)
+    # exec bash megatron_run.sh 8 FLAGS "$@" -> NPROC=$1; shift; source the model; torchrun ... "$@"
+    assert p.world_size == 8 and p.setting["tensor_parallel"] == 2 and p.setting["micro_batch_size"] == 2
+    assert p.setting["nccl_min_nchannels"] == 16 and p.fixed["num_layers"] == 32
+    assert p.args[-2:] == ["--eval-iters", "0"]  # the contract's script_args, passed on twice
+    before = _snapshot(root)
+    tuned = {"tensor_parallel": 1, "data_parallel": 8, "micro_batch_size": 4, "overlap_param_gather": True,
+             "nccl_min_nchannels": 32}
+    changed = _apply(root, c, ad, tuned)
+    assert list(changed) == ["scripts/pretrain_llama2_7b.sh"]  # the shared runner and the model file untouched
+    after = _snapshot(root)
+    assert '    --overlap-grad-reduce \\\n    --overlap-param-gather "$@"' in after["scripts/pretrain_llama2_7b.sh"]
+    assert {k for k in before if before[k] != after[k]} == set(changed)
+    back = MegatronAdapter().parsed(c)
+    assert {k: back.setting[k] for k in tuned} == tuned
+
+
+@pytest.fixture
+def knobs_cli():
+    from typer.testing import CliRunner
+
+    from infrarsi import cli as infrarsi_cli
+
+    if not any(c.name == "knobs" for c in infrarsi_cli.app.registered_commands):
+        infrarsi_cli._register_tools()
+
+    def invoke(*args: str):
+        return CliRunner().invoke(infrarsi_cli.app, ["knobs", *args])
+
+    return invoke
+
+
+def test_knobs_prints_the_chain_it_followed(knobs_cli, monkeypatch):
+    monkeypatch.chdir(CHAINS / "megatron_slurm")  # as docs/launches.md runs it: from the folder the job is submitted
+    r = knobs_cli("scripts/sbatch_gpt.sh")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ["scripts/sbatch_gpt.sh: megatron, world size 16",
+                         "read through: scripts/sbatch_gpt.sh:26 (srun bash scripts/train_gpt.sh) -> "
+                         "scripts/train_gpt.sh:78 -> pretrain_gpt.py"]
+    assert "no violations" in r.stdout
+    r = knobs_cli("scripts/sbatch_gpt.sh", "--json", "--no-framework-check")
+    d = json.loads(r.stdout)
+    assert d["setting"]["tensor_parallel"] == 4 and d["chain"].endswith("-> pretrain_gpt.py")
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+_TORCHRUN = "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 " \
+            "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 "
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"sbatch.sh": "#!/bin/bash\n#SBATCH -N 1\n\nsrun bash scripts/train.sh\n"},
+     "no launch found: expected a Megatron-LM command (torchrun/srun/python ... pretrain_gpt.py) or a torchtitan one "
+     "(-m torchtitan.train, run_train.sh, or a .toml job file) (sbatch.sh:4: bash scripts/train.sh is not read: no "
+     "such file from {root} or the script's folder; run infrarsi from the folder the job is submitted from "
+     "(workload.cwd))"),
+    ({"sbatch.sh": "#!/bin/bash\n#SBATCH -N 1\n\nsrun bash $(git rev-parse --show-toplevel)/train.sh\n"},
+     "(sbatch.sh:4: bash $(git rev-parse --show-toplevel)/train.sh is not read: its name comes from a command that is "
+     "not run; write the script's path)"),
+    ({"sbatch.sh": "srun bash train.sh\n", "train.sh": "#!/bin/bash\nTP=2\nfor n in 1 2; do echo $n; done\n" + _TORCHRUN},
+     "train.sh:3: `for` is not supported by the launch-script reader; write the launch without loops, case or "
+     "functions"),
+    ({"sbatch.sh": "srun bash train.sh\n", "train.sh": "#!/bin/bash\nrun() {\n  " + _TORCHRUN + "\n}\nrun\n"},
+     "train.sh:2: function definitions are not supported by the launch-script reader; write the launch without "
+     "functions"),
+    ({"sbatch.sh": "srun bash loop.sh\n", "loop.sh": "#!/bin/bash\nbash loop.sh\n"},
+     "more than 8 scripts deep (does {root}/loop.sh run itself?); launch the training command directly"),
+])
+def test_refusals_are_one_line_and_name_the_file(files, message, tmp_path, monkeypatch, knobs_cli):
+    # the messages docs/launches.md lists
+    _write(tmp_path, files)
+    monkeypatch.chdir(tmp_path)
+    r = knobs_cli("sbatch.sh", "--no-framework-check")
+    assert r.exit_code == 1
+    err = r.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err
+    assert message.format(root=tmp_path) in err
+
+
+def test_container_runners_pass_the_environment_the_way_they_do(tmp_path):
+    from infrarsi.adapters.megatron import parse_megatron_file
+
+    train = "#!/bin/bash\n" + _TORCHRUN + "--tensor-model-parallel-size ${TP:-1}\n"
+    _write(tmp_path, {"train.sh": train, "env.sh": "export TP=2\nexport NCCL_ALGO=Ring\n"})
+    cases = {  # the wrapper line -> (TP the training sees, NCCL_ALGO it sees, the launcher kept)
+        "srun apptainer exec --nv img.sif bash train.sh": (2, "Ring", ["srun", "apptainer", "exec", "--nv", "img.sif"]),
+        "srun apptainer exec --cleanenv --env TP=4 img.sif bash train.sh": (4, "default", None),
+        "singularity run -B /data:/data --cleanenv img.sif bash train.sh": (1, "default", None),
+        "docker run --rm -it --gpus all -e TP -v /data:/data nvcr.io/nvidia/pytorch:25.01-py3 bash train.sh":
+            (2, "default", ["docker", "run", "--rm", "-it", "--gpus", "all", "-e", "TP", "-v", "/data:/data",
+                            "nvcr.io/nvidia/pytorch:25.01-py3"]),
+        "podman run --env NCCL_ALGO=Tree img bash train.sh": (1, "Tree", None),
+        "enroot start --rw --mount /data:/data pytorch bash train.sh": (2, "Ring", None),
+        "env TP=8 NCCL_ALGO=Tree bash train.sh": (8, "Tree", ["torchrun"]),
+    }
+    for wrapper, (tp, algo, launcher) in cases.items():
+        (tmp_path / "top.sh").write_text(f"#!/bin/bash\nsource env.sh\n{wrapper}\n")
+        p = parse_megatron_file(tmp_path / "top.sh", cwd=tmp_path)
+        assert (p.setting["tensor_parallel"], p.setting["nccl_algo"]) == (tp, algo), wrapper
+        if launcher is not None:
+            assert p.launch.launcher[:len(launcher)] == launcher, wrapper
+
+
+def test_a_positional_argument_is_edited_in_the_command_that_passes_it(tmp_path):
+    # `srun bash train.sh $TP_SIZE 2`: TP is the script's $1 (its variable set in the sbatch file), PP its $2
+    train = ("#!/bin/bash\nTP=$1\nPP=${2}\n" + _TORCHRUN +
+             "--tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP\n")
+    _write(tmp_path, {"train.sh": train,
+                      "job.sbatch": "#!/bin/bash\n#SBATCH -N 1\nTP_SIZE=2\nsrun bash train.sh $TP_SIZE 2\n"})
+    c = _contract(tmp_path, "job.sbatch", devices=8)
+    ad = MegatronAdapter()
+    p = ad.parsed(c)
+    assert (p.setting["tensor_parallel"], p.setting["pipeline_parallel"]) == (2, 2)
+    tuned = {"tensor_parallel": 1, "pipeline_parallel": 1, "data_parallel": 8}
+    changed = _apply(tmp_path, c, ad, tuned)
+    assert changed == {"job.sbatch": 4}
+    assert (tmp_path / "job.sbatch").read_text().splitlines()[2:] == ["TP_SIZE=1", "srun bash train.sh $TP_SIZE 1"]
+    assert (tmp_path / "train.sh").read_text() == train
+    back = MegatronAdapter().parsed(c)
+    assert {k: back.setting[k] for k in tuned} == tuned
+
+
+def test_a_contract_draft_reads_the_chain_too():
+    # `infrarsi init --from-request ... --launch scripts/sbatch_gpt.sh`: the adapter and the workload come from the
+    # training command the chain reaches, not from the srun line that runs bash
+    from infrarsi.stages.draft import parse_launch
+
+    mg = parse_launch(CHAINS / "megatron_slurm" / "scripts" / "sbatch_gpt.sh")
+    assert (mg.adapter, mg.program, mg.world_size) == ("megatron", "pretrain_gpt.py", 16)
+    assert mg.setting["tensor_parallel"] == 4 and mg.fixed["num_layers"] == 96
+    tt = parse_launch(CHAINS / "torchtitan_run_train" / "scripts" / "train_llama3_8b.sh")
+    assert (tt.adapter, tt.program, tt.world_size) == ("torchtitan", "-m torchtitan.train", 8)
+    assert tt.setting["tensor_parallel"] == 2

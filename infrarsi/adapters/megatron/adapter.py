@@ -135,6 +135,8 @@ def parse_megatron(text: str, *, path: str = "<command>", env: Mapping[str, str]
         if fol.top is not None and fol.top.exit_line is not None:
             msg += (f" (the script exits at line {fol.top.exit_line} before launching: "
                     "set the variables it checks there, e.g. with env=)")
+        if fol.missed:
+            msg += f" ({fol.missed[0]})"
         raise MegatronLaunchError(msg)
     res = fol.result
     out = parse_megatron_argv(cmd.argv, env=fol.env, source=path, script_vars=res.variables,

@@ -293,8 +293,9 @@ def _toml_notes(vals: Mapping[str, Any]) -> list[str]:
 
 def parse_torchtitan_argv(argv: list[str], *, env: Mapping[str, str] | None = None, base_dir: str | Path | None = None,
                           script_vars: Mapping[str, Any] | None = None, source: str = "<command>",
-                          line: int | None = None) -> TorchtitanLaunch:
-    """Read an expanded torchtitan command (torchrun ... -m torchtitan.train ..., or run_train.sh)."""
+                          line: int | None = None, also_from: tuple[str, ...] = ()) -> TorchtitanLaunch:
+    """Read an expanded torchtitan command (torchrun ... -m torchtitan.train ..., or run_train.sh). A relative job
+    file is read from ``base_dir``, else from the first of ``also_from`` that holds it (a chain's folders)."""
     env = dict(env or {})
     launch = split_launcher(list(argv), env=env, line=line)
     prog = launch.program
@@ -327,6 +328,8 @@ def parse_torchtitan_argv(argv: list[str], *, env: Mapping[str, str] | None = No
         p = Path(toml_path)
         if not p.is_absolute() and base_dir is not None:
             p = Path(base_dir) / p
+        if not p.is_file() and not Path(toml_path).is_absolute():
+            p = next((Path(d) / toml_path for d in also_from if (Path(d) / toml_path).is_file()), p)
         if not p.is_file():
             raise TorchtitanLaunchError(f"{source}: --job.config_file {toml_path} does not exist (looked at {p})")
         base = parse_toml_job(p.read_text(), path=str(p))
@@ -378,11 +381,14 @@ def parse_torchtitan(text: str, *, path: str = "<command>", env: Mapping[str, st
         raise TorchtitanLaunchError(str(e)) from None
     cmd = fol.command
     if cmd is None:
-        raise TorchtitanLaunchError(f"{path}: no `torchrun ... -m torchtitan.train` or run_train.sh command found")
+        raise TorchtitanLaunchError(f"{path}: no `torchrun ... -m torchtitan.train` or run_train.sh command found"
+                                    + (f" ({fol.missed[0]})" if fol.missed else ""))
     res = fol.result
     base = base_dir if base_dir is not None else (Path(path).parent if path != "<command>" else None)
+    # a chain's job file: from the launch's folder, else the working folder and the folders of the scripts read
+    also = (str(cwd) if cwd is not None else os.getcwd(), *(os.path.dirname(os.path.abspath(f)) for f in fol.files))
     out = parse_torchtitan_argv(cmd.argv, env=fol.env, base_dir=base, script_vars=res.variables, source=path,
-                                line=cmd.line)
+                                line=cmd.line, also_from=also if fol.hops else ())
     if out.world_size is None and world_size:
         out = with_world(out, world_size)
     out.problems = unfilled_flags(fol.text, cmd.argv, res.variables, fol.args)
