@@ -436,6 +436,14 @@ def _add_and_export(texts: Texts, main: str, args0, env0, target_args, target_en
                 cands.append({**texts, fp: t[:a] + t[b + 1:]})
             elif (asg := _assignment(t, key, old or "")) is not None:
                 cands.append({**texts, fp: t[:asg[0]] + _bare(want, f"{fp}: {key}") + t[asg[1]:]})
+        if want is not None and old is not None:  # `env KEY=v cmd`, `KEY=v cmd`, a runner's `--env KEY=v`
+            for fp in _inner_first(texts, main):
+                t = texts[fp]
+                for a, b in _code_spans(t):
+                    for m in re.finditer(rf"(?<![\w$-]){re.escape(key)}=(\"?)([^\s\"',;]*)\1", t[a:b]):
+                        if m.group(2) == old:
+                            at = a + m.start(2)
+                            cands.append({**texts, fp: t[:at] + _bare(want, f"{fp}: {key}") + t[at + len(old):]})
         if want is not None:
             lines = texts[main].split("\n")
             lines.insert(line(texts) - 1, f"export {key}={_quote(want)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 # Environment names that say they hold a secret (HF_TOKEN, SLURM_JWT, ...): never recorded in a command line nor
@@ -303,6 +303,21 @@ def shell_join(argv: list[str], env: dict[str, str] | None = None) -> str:
 
 # `--flag $VAR`, `--flag "${VAR}"`, `--flag ${3}` (no default) in a script's text.
 _FLAG_THEN_VAR = re.compile(r'(?<![\w-])(--[A-Za-z][\w-]*)[ \t]+(?:\\\n\s*)?"?\$(?:\{([A-Za-z_]\w*|\d+)\}|([A-Za-z_]\w*|\d))')
+
+
+def flag_variables(texts: list[str], flags: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """The variables written right after one of ``flags`` in the scripts ``texts`` (``--tensor-model-parallel-size
+    $TP``) -> the knobs of those flags: a variable that carries a knob's value (an ``export TP=4`` in an sbatch file
+    changes with the knob, and only with it)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for text in texts:
+        for ln in text.splitlines():
+            code = ln.split(" #")[0] if not ln.lstrip().startswith("#") else ""
+            for m in _FLAG_THEN_VAR.finditer(code):
+                var = m.group(2) or m.group(3)
+                if m.group(1) in flags and not var.isdigit():
+                    out[var] = tuple(sorted({*out.get(var, ()), *flags[m.group(1)]}))
+    return out
 
 
 def unfilled_flags(text: str, argv: list[str], variables: dict[str, str | list[str]],

@@ -164,3 +164,31 @@ def test_infrarsi_launch_runs_the_torchtitan_profile_apply_writes(repo, consoles
     spec, problems = apply_profile(cmd, fw, setting, cwd=tmp_path)  # ...the launcher runs
     assert problems == [] and spec.env["OMP_NUM_THREADS"] == "4"
     assert any("tensor_parallel_degree" in a and a.endswith("2") or a == "2" for a in spec.argv), spec.argv
+
+
+def test_apply_edits_each_script_of_a_chain_where_the_knob_is_written(repo, consoles):
+    """An sbatch file whose srun runs `bash scripts/train_gpt.sh` (tests/fixtures/chains/megatron_slurm): TP is
+    exported in the sbatch file, the micro batch is a flag of train_gpt.sh; each changes in its own file, the commit
+    holds both and the audit names both."""
+    chain = FIX / "chains" / "megatron_slurm" / "scripts"
+    project = repo / "train"
+    toml = ('name = "chain"\n[workload]\nadapter = "megatron"\nlaunch = "scripts/sbatch_gpt.sh"\ncwd = "."\n'
+            '[hardware]\nkind = "H100-80GB"\ndevices = 16\nmemory_capacity_gib = 80\n'
+            '[scope.knobs]\ntensor_parallel = [4, 8]\nmicro_batch_size = [1, 2]\n')
+    cand = {"tensor_parallel": 8, "micro_batch_size": 2}
+    run_dir = write_verified_run(project, toml, cand, files={f"scripts/{p.name}": p.read_text() for p in chain.iterdir()})
+    (project / ".gitignore").write_text("run/\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "the team's launch")
+    con, err, out, errbuf = consoles
+    assert stage.run(run_dir, repo=repo, dry_run=False, console=con, err=err) == 0, errbuf.getvalue()
+    changed = _git(repo, "diff", "--name-only", "HEAD~1", "HEAD").split()
+    assert set(changed) == {"train/scripts/sbatch_gpt.sh", "train/scripts/train_gpt.sh", "infrarsi-tuned/chain/audit.json",
+                            "infrarsi-tuned/chain/profile.json"}
+    diff = _git(repo, "diff", "HEAD~1", "HEAD", "--", "train/scripts")
+    assert "-export TP=4\n+export TP=8" in diff and "-    --micro-batch-size 1\n+    --micro-batch-size 2" in diff
+    audit = json.loads((repo / "infrarsi-tuned" / "chain" / "audit.json").read_text())
+    assert [f["path"] for f in audit["files"] if f["path"].startswith("train/")] == \
+        ["train/scripts/sbatch_gpt.sh", "train/scripts/train_gpt.sh"]
+    back = parse_megatron_file(project / "scripts" / "sbatch_gpt.sh", cwd=project)
+    assert (back.setting["tensor_parallel"], back.setting["micro_batch_size"]) == (8, 2)

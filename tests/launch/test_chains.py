@@ -305,3 +305,19 @@ def test_a_contract_draft_reads_the_chain_too():
     tt = parse_launch(CHAINS / "torchtitan_run_train" / "scripts" / "train_llama3_8b.sh")
     assert (tt.adapter, tt.program, tt.world_size) == ("torchtitan", "-m torchtitan.train", 8)
     assert tt.setting["tensor_parallel"] == 2
+
+
+def test_a_variable_set_in_front_of_a_command_is_edited_there(tmp_path):
+    # `srun env NCCL_ALGO=Ring bash train.sh`, a container runner's `--env`: the value is changed where it is written
+    _write(tmp_path, {"train.sh": "#!/bin/bash\n" + _TORCHRUN + "\n"})
+    for line, edited in [("srun env NCCL_ALGO=Ring bash train.sh", "srun env NCCL_ALGO=Tree bash train.sh"),
+                         ("NCCL_ALGO=Ring bash train.sh", "NCCL_ALGO=Tree bash train.sh"),
+                         ("srun apptainer exec --cleanenv --env PYTHONPATH=/w,NCCL_ALGO=Ring img.sif bash train.sh",
+                          "srun apptainer exec --cleanenv --env PYTHONPATH=/w,NCCL_ALGO=Tree img.sif bash train.sh")]:
+        (tmp_path / "job.sbatch").write_text(f"#!/bin/bash\n#SBATCH -N 1\n{line}\n")
+        c = _contract(tmp_path, "job.sbatch", devices=8)
+        ad = MegatronAdapter()
+        assert ad.parsed(c).setting["nccl_algo"] == "Ring", line
+        assert _apply(tmp_path, c, ad, {"nccl_algo": "Tree"}) == {"job.sbatch": 2}, line
+        assert (tmp_path / "job.sbatch").read_text().splitlines()[-1] == edited
+        assert MegatronAdapter().parsed(c).setting["nccl_algo"] == "Tree"

@@ -45,10 +45,10 @@ from .check import FrameworkRejected, check_megatron, megatron_core_check, megat
 from ..base import LaunchFileAdapter, ParsedRun, full_setting, scoped_space
 from ...launch.bash import ScriptError
 from ...launch.chain import Followed, follow
-from ...launch.command import (KEPT, Launch, split_launcher, unfilled_flags, user_environment,
+from ...launch.command import (KEPT, Launch, flag_variables, split_launcher, unfilled_flags, user_environment,
                                world_from_variables)
-from .args import (_ENTRY, COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError, _read_fixed,
-                            _read_setting, split_items)
+from .args import (_CHOICE_KNOBS, _ENTRY, _INT_KNOBS, COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError,
+                   _read_fixed, _read_setting, split_items)
 from .emit import emit_megatron, emit_megatron_args, knob_env
 
 __all__ = ["COUPLED_FLAGS", "FRAMEWORK", "KNOB_FLAGS", "Item", "MegatronAdapter", "MegatronLaunch", "MegatronLaunchError",
@@ -73,6 +73,7 @@ class MegatronLaunch:
     device: str | None = None  # the contract's hardware.kind: fp8 recipes follow it
     read_with: dict[str, Any] = field(default_factory=dict)  # env, args, cwd the script was read with
     chain: Followed | None = None  # the scripts read to reach the launch command, with their texts
+    knob_vars: dict[str, tuple[str, ...]] = field(default_factory=dict)  # TP -> (tensor_parallel,): `--tp $TP`
 
     @property
     def args(self) -> list[str]:
@@ -144,7 +145,12 @@ def parse_megatron(text: str, *, path: str = "<command>", env: Mapping[str, str]
     out.problems = unfilled_flags(fol.text, cmd.argv, res.variables, fol.args)
     out.read_with = {"env": dict(env or {}), "args": list(args or []), "cwd": None if cwd is None else str(cwd)}
     out.chain = fol
+    out.knob_vars = flag_variables(list(fol.files.values()), _FLAG_KNOBS)
     return out
+
+
+# knob flag -> the knobs it spells (a variable written after it carries their value)
+_FLAG_KNOBS = {**{f: (k,) for f, k in _INT_KNOBS.items()}, **{f: (k[0],) for f, k in _CHOICE_KNOBS.items()}}
 
 
 def parse_megatron_file(path: str | Path, *, env: Mapping[str, str] | None = None,

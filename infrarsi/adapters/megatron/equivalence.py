@@ -275,6 +275,8 @@ def compare(parsed, argv: list[str], env: Mapping[str, str], setting: Mapping[st
     b = reading(argv, env)
     own = owners()
     own["env.INFRARSI_PATCHES"] = ("kernel",)
+    for var, knobs in getattr(parsed, "knob_vars", {}).items():  # `export TP=4` for `--tp $TP`: follows its knob
+        own.setdefault(f"env.{var}", knobs)
     return differences(a, b, changed=changed, owners=own, outputs=OUTPUTS | REQUIRED)
 
 
