@@ -35,6 +35,8 @@ CASES = [
      {"tensor_parallel": 2, "data_parallel": 4, "micro_batch_size": 2, "nccl_proto": "Simple"}),
     ("args_wrapper", "scripts/pretrain_llama2_7b.sh",
      {"tensor_parallel": 2, "data_parallel": 4, "micro_batch_size": 2, "nccl_min_nchannels": 16}),
+    # the same command on a one-file launch, under the same load: what reading the layers adds
+    ("../megatron", "llama2_70b_slurm.sh", {"tensor_parallel": 8, "pipeline_parallel": 4, "data_parallel": 2}),
 ]
 
 
@@ -64,7 +66,8 @@ def main() -> None:
         d = runs[-1][2]
         right = all(r[2]["setting"][k] == v for r in runs for k, v in want.items())
         depth = d.get("chain", "").count(" -> ")
-        print(f"| {name} | `{file}` | {depth} | {'yes' if right else 'NO: ' + str(d['setting'])} | "
+        label = "(one file, for comparison)" if name.startswith("..") else name
+        print(f"| {label} | `{file}` | {depth} | {'yes' if right else 'NO: ' + str(d['setting'])} | "
               f"{statistics.median(w for w, _, _ in runs):.2f} | {statistics.median(c for _, c, _ in runs):.2f} |",
               flush=True)
 
