@@ -321,3 +321,16 @@ def test_a_variable_set_in_front_of_a_command_is_edited_there(tmp_path):
         assert _apply(tmp_path, c, ad, {"nccl_algo": "Tree"}) == {"job.sbatch": 2}, line
         assert (tmp_path / "job.sbatch").read_text().splitlines()[-1] == edited
         assert MegatronAdapter().parsed(c).setting["nccl_algo"] == "Tree"
+
+
+def test_the_benchmark_reads_every_chain_right():
+    # scripts/bench_chains.py, whose table BENCHMARKS.md shows: one run per chain, every setting as the scripts state
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(CHAINS.parents[2] / "scripts" / "bench_chains.py"), "--repeats", "1"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| ") and "`" in ln]
+    assert len(rows) == 7 and all("| yes |" in ln for ln in rows), r.stdout
+    assert [ln.split(" | ")[2] for ln in rows] == ["2"] * 6 + ["0"]  # the layers followed
