@@ -305,6 +305,10 @@ def shell_join(argv: list[str], env: dict[str, str] | None = None) -> str:
 _FLAG_THEN_VAR = re.compile(r'(?<![\w-])(--[A-Za-z][\w-]*)[ \t]+(?:\\\n\s*)?"?\$(?:\{([A-Za-z_]\w*|\d+)\}|([A-Za-z_]\w*|\d))')
 
 
+# the same, for flags with dots too (torchtitan's `--parallelism.tensor_parallel_degree $TP`)
+_DOTTED_FLAG_THEN_VAR = re.compile(_FLAG_THEN_VAR.pattern.replace(r"(--[A-Za-z][\w-]*)", r"(--[A-Za-z][\w.-]*)"))
+
+
 def flag_variables(texts: list[str], flags: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
     """The variables written right after one of ``flags`` in the scripts ``texts`` (``--tensor-model-parallel-size
     $TP``) -> the knobs of those flags: a variable that carries a knob's value (an ``export TP=4`` in an sbatch file
@@ -313,7 +317,7 @@ def flag_variables(texts: list[str], flags: Mapping[str, tuple[str, ...]]) -> di
     for text in texts:
         for ln in text.splitlines():
             code = ln.split(" #")[0] if not ln.lstrip().startswith("#") else ""
-            for m in _FLAG_THEN_VAR.finditer(code):
+            for m in _DOTTED_FLAG_THEN_VAR.finditer(code):
                 var = m.group(2) or m.group(3)
                 if m.group(1) in flags and not var.isdigit():
                     out[var] = tuple(sorted({*out.get(var, ()), *flags[m.group(1)]}))

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from infrarsi.adapters.megatron import MegatronAdapter
+from infrarsi.adapters.workload import Workload
 from infrarsi.apply.launch_edit import edit_launch_files
 from infrarsi.contract.model import Contract
 
@@ -41,6 +42,9 @@ def _apply(root: Path, contract: Contract, adapter, setting: dict) -> dict[str, 
     spec = adapter.launch(contract, setting)
     edits = edit_launch_files(adapter, contract, spec)
     assert edits is not None
+    # the edited files compute the user's job, by the framework's own comparison (what apply checks before writing)
+    others = {str(p): e.text for p, e in edits[1:]}
+    assert Workload(contract, None, adapter).differences(setting, edits[0][1].text, others) == []
     changed = {}
     for path, e in edits:
         if e.changed_lines:
@@ -334,3 +338,24 @@ def test_the_benchmark_reads_every_chain_right():
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| ") and "`" in ln]
     assert len(rows) == 7 and all("| yes |" in ln for ln in rows), r.stdout
     assert [ln.split(" | ")[2] for ln in rows] == ["2"] * 6 + ["0"]  # the layers followed
+
+
+def test_torchtitan_a_knob_exported_by_the_wrapper_is_edited_there(tmp_path):
+    # export TP=2 in the team's wrapper, `--parallelism.tensor_parallel_degree ${TP}` in the script it runs: the
+    # export changes (the variable follows its knob in torchtitan's own comparison), the script does not
+    from infrarsi.adapters.torchtitan import TorchtitanAdapter
+
+    root = _tree("torchtitan_run_train", tmp_path)
+    _write(root, {"scripts/train_llama3_8b.sh": "#!/bin/bash\nexport TP=2\nCONFIG_FILE=./torchtitan/models/llama3/"
+                  "train_configs/llama3_8b.toml NGPU=8 bash scripts/tp_run.sh --training.steps 200\n",
+                  "scripts/tp_run.sh": "#!/bin/bash\nbash ./run_train.sh --parallelism.tensor_parallel_degree ${TP} \"$@\"\n"})
+    c = _contract(root, "scripts/train_llama3_8b.sh", adapter="torchtitan", devices=8)
+    ad = TorchtitanAdapter()
+    assert ad.parsed(c).setting["tensor_parallel"] == 2 and ad.parsed(c).knob_vars == {"TP": ("tensor_parallel",)}
+    changed = _apply(root, c, ad, {"tensor_parallel": 4, "data_parallel": 2})
+    # the global batch the job keeps is a new flag: with the arguments the calling script gives run_train.sh
+    assert changed == {"scripts/train_llama3_8b.sh": 2, "scripts/tp_run.sh": 2}
+    assert "export TP=4" in (root / "scripts/train_llama3_8b.sh").read_text()
+    assert "--parallelism.tensor_parallel_degree ${TP} --training.global_batch_size" in \
+        (root / "scripts/tp_run.sh").read_text()
+    assert TorchtitanAdapter().parsed(c).setting["tensor_parallel"] == 4

@@ -175,8 +175,30 @@ def check_launch(parsed, argv: list[str], env: Mapping[str, str], setting: Mappi
     changed = changed_knobs(parsed.setting, setting)
     if "INFRARSI_PATCHES" in env:
         changed.add("kernel")
-    diffs = differences(before, after, changed=changed, owners=owners(), outputs=OUTPUTS) if before and after else []
+    diffs = differences(before, after, changed=changed, owners=_owners_of(parsed), outputs=OUTPUTS) \
+        if before and after else []
     return refused, diffs, dict(before)
+
+
+def flag_knobs() -> dict[str, tuple[str, ...]]:
+    """``--section.field`` (either spelling of the field) -> the knobs that field's value is."""
+    out: dict[str, tuple[str, ...]] = {}
+    for field, knobs in _FIELD_KNOBS.items():
+        if field.endswith("."):
+            continue
+        sec, _, name = field.rpartition(".")
+        for spelled in {field, f"{sec}.{name.replace('_', '-')}"}:
+            out[f"--{spelled}"] = knobs
+    return out
+
+
+def _owners_of(parsed) -> dict[str, tuple[str, ...]]:
+    """:func:`owners`, and the script variables that carry a knob's value (``export TP=2`` for
+    ``--parallelism.tensor_parallel_degree $TP``): they follow their knob."""
+    own = owners()
+    for var, knobs in getattr(parsed, "knob_vars", {}).items():
+        own.setdefault(f"env.{var}", knobs)
+    return own
 
 
 def compare(parsed, argv: list[str], env: Mapping[str, str], setting: Mapping[str, Any], *,
@@ -194,7 +216,7 @@ def compare(parsed, argv: list[str], env: Mapping[str, str], setting: Mapping[st
         after = readings(parsed, [(argv, env)], world)[0]
     if not before or not after:
         return []
-    return differences(before, after, changed=changed, owners=owners(), outputs=OUTPUTS)
+    return differences(before, after, changed=changed, owners=_owners_of(parsed), outputs=OUTPUTS)
 
 
 def check_equivalent(parsed, argv: list[str], env: Mapping[str, str], setting: Mapping[str, Any], *,

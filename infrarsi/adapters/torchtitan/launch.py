@@ -17,7 +17,8 @@ from ...knobs.catalog import ENV_PREFIX, knobs_for
 from ...transformer import data_parallel
 from ...launch.bash import ScriptError
 from ...launch.chain import Followed, follow
-from ...launch.command import Launch, split_launcher, unfilled_flags, user_environment, world_from_variables
+from ...launch.command import (Launch, flag_variables, split_launcher, unfilled_flags, user_environment,
+                               world_from_variables)
 from .configs import (
     _AC_MODES, _BOOL_FIELDS_02, _BOOL_FIELDS_03, _FP8_CONVERTERS, _INT_FIELDS, _SUBCOMMAND, CONFIGS_03, DEFAULTS_02,
     DEFAULTS_03, FLAVORS, FRAMEWORK,
@@ -150,6 +151,7 @@ class TorchtitanLaunch:
     base_dir: str | None = None  # where relative job-file paths are read from
     read_with: dict[str, Any] = field(default_factory=dict)  # env, args, cwd the script was read with
     chain: Followed | None = None  # the scripts read to reach the launch command, with their texts
+    knob_vars: dict[str, tuple[str, ...]] = field(default_factory=dict)  # TP -> (tensor_parallel,): `--...degree $TP`
 
     @property
     def bool_keys(self) -> set[str]:
@@ -394,6 +396,9 @@ def parse_torchtitan(text: str, *, path: str = "<command>", env: Mapping[str, st
     out.problems = unfilled_flags(fol.text, cmd.argv, res.variables, fol.args)
     out.read_with = {"env": dict(env or {}), "args": list(args or []), "cwd": None if cwd is None else str(cwd)}
     out.chain = fol
+    from .equivalence import flag_knobs
+
+    out.knob_vars = flag_variables(list(fol.files.values()), flag_knobs())
     return out
 
 
