@@ -139,8 +139,11 @@ def _sandbox(root: Path, scene: Scene) -> dict[str, str]:
     """A fresh clone's files in ``root`` (a git repository), the scene's placeholders; the environment to run in."""
     for d in ("contracts", "kernels", "launchers"):
         shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    # the experience bank and Hugging Face's caches are the sandbox's own: a command run by hand (torchtitan's
+    # training loads its dataset through HF datasets) writes nothing under the user's home
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "INFRARSI_BANK": str(root.parent / "bank.sqlite"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "INFRARSI_BANK": str(root.parent / "bank.sqlite"), "HF_HOME": str(root.parent / "hf"),
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     for name, src in scene.files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
