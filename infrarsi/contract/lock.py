@@ -5,6 +5,12 @@ The lock also holds the sha256 of every file that defines the workload besides t
 ``[workload.args]``/``[workload.env]``), their combined ``workload_sha256`` (what each sealed record is
 made under), and a seal (an HMAC with the key outside the run, :mod:`.seal`).
 
+One rule for the files' paths, the same both ways: the lock names each file relative to the contract's folder
+(:func:`workload_files` finds it wherever the launch would read it: the folder the launch runs from, the launch's
+own folder, the contract's folder) and :func:`load_locked` reads it back from the contract's folder. A lock
+written before that rule (no ``files_relative_to``) named each file as written and is read back the way it was
+written (:func:`_old_place`), so a run locked then still resumes.
+
 Every later stage calls :func:`load_locked`, which checks, in this order and naming the culprit: the lock's
 own seal (an edited lock is blamed on the lock), the contract file (normalized again, hash compared), every
 locked workload file, and the chain of sealed records.
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -30,6 +37,10 @@ if TYPE_CHECKING:
 # Fields added after runs were locked, left out of the normalized contract (and so of its hash) while they hold
 # their default: a run locked before they existed still resumes, and its contract still hashes the same.
 LATER_FIELDS = (("workload", "cwd", ""),)
+
+# The lock's ``files_relative_to`` when its file names are relative to the contract's folder (every lock written
+# now); absent in a lock written before, whose names were relative to wherever each file was found.
+FILES_RELATIVE_TO = "contract"
 
 
 def normalized(contract: Contract) -> dict[str, Any]:
@@ -69,6 +80,7 @@ def write_lock(contract_path: str | Path, run_dir: str | Path) -> tuple[Contract
         "sha256": digest,
         "contract": normalized(contract),
         "files": files,
+        "files_relative_to": FILES_RELATIVE_TO,
         "workload_sha256": workload_sha256(digest, files),
         "locked_at": time.time(),
         "infrarsi_version": __version__,
@@ -81,17 +93,19 @@ _CONFIG_TOKEN = re.compile(r"[\w./~-]+\.(?:toml|ya?ml|json|sh)\b")
 
 
 def workload_files(contract: Contract, base: Path) -> dict[str, Path]:
-    """Every file besides the contract that defines the workload, as named (relative to the contract's folder)
-    -> where it is: ``workload.launch``, the config files the launch names, and the values of
-    ``[workload.args]`` and ``[workload.env]`` that are existing files. Kernel candidates are not here:
-    they are proposals, checked by the kernel verifier's hash."""
+    """Every file besides the contract that defines the workload, by its path relative to the contract's folder
+    ``base`` (absolute when it was named absolute) -> where it is: ``workload.launch``, the config files the launch
+    names (looked for where the launch runs, then in the launch's folder, then in ``base``), and the values of
+    ``[workload.args]`` and ``[workload.env]`` that are existing files. Kernel candidates are not here: they are
+    proposals, checked by the kernel verifier's hash."""
     out: dict[str, Path] = {}
+    base = Path(base).resolve()
 
     def add(name: str, root: Path) -> None:
-        p = Path(name).expanduser()
-        p = p if p.is_absolute() else root / p
-        if p.is_file() and name not in out:
-            out[name] = p
+        named = Path(name).expanduser()
+        p = named if named.is_absolute() else Path(root).resolve() / named
+        if p.is_file():
+            out.setdefault(str(p) if named.is_absolute() else os.path.relpath(p, base), p)
 
     w = contract.workload
     if w.launch:
@@ -102,7 +116,8 @@ def workload_files(contract: Contract, base: Path) -> dict[str, Path]:
         if not launch.is_file():
             raise ContractError(f"workload.launch {w.launch!r} does not exist (looked at {launch}); fix the path, "
                                 f"relative to the contract's folder")
-        out[w.launch] = launch
+        # found in the contract's folder or, failing that, the working directory (place.py)
+        add(w.launch if Path(w.launch).expanduser().is_absolute() else os.path.relpath(launch, base), base)
         try:
             text = launch.read_text(errors="replace")
         except OSError:
@@ -159,16 +174,33 @@ def load_locked(run_dir: str | Path) -> Contract:
             f"{_diff(body['contract'], normalized(current))}; restore the file, or start a new run with "
             f"`infrarsi init {path} --run-dir NEW_DIR`"
         )
+    old = body.get("files_relative_to") != FILES_RELATIVE_TO
     for rel, sha in sorted(body.get("files", {}).items()):
         p = Path(rel).expanduser()
         p = p if p.is_absolute() else path.parent / p
+        if old and not p.is_file():
+            p = _old_place(rel, locked, path.parent) or p
         now = _sha_file(p) if p.is_file() else None
         if now != sha:
             what = "is gone" if now is None else f"changed since it was locked (sha256 {sha[:12]} -> {now[:12]})"
-            raise ContractError(f"workload file {p} {what}: it defines the workload the run was locked to; restore it, "
-                                f"or start a new run with `infrarsi init {path} --run-dir NEW_DIR`")
+            older = (f" (this run was locked by an older infrarsi, which named {rel!r} relative to where it found "
+                     f"it: looked in the contract's folder, the launch's folder and where the launch runs)"
+                     if old and now is None else "")
+            raise ContractError(f"workload file {p} {what}{older}: it defines the workload the run was locked to; "
+                                f"restore it, or start a new run with `infrarsi init {path} --run-dir NEW_DIR`")
     run.verify()
     return locked
+
+
+def _old_place(name: str, contract: Contract, folder: Path) -> Path | None:
+    """Where a lock written before ``files_relative_to`` found the file it named ``name``: the launch itself, else
+    the first that exists of the folder the launch runs from, the launch's folder and the contract's folder (that
+    writer's order); None when it is in none of them."""
+    w = contract.workload
+    if w.launch and name == w.launch:
+        return launch_path(w, folder)
+    roots = [launch_cwd(w, folder), launch_path(w, folder).parent] if w.launch else []
+    return next((r / name for r in [*roots, folder] if (r / name).is_file()), None)
 
 
 def read_lock(run_dir: str | Path) -> LockRecord:

@@ -34,7 +34,8 @@ class LockRecord(BaseModel):
     contract_path: str  # where the contract file was (checked by hash; a moved run keeps its seal)
     sha256: str  # of the normalized contract
     contract: dict[str, Any]  # the normalized contract (contract.model.Contract, dumped)
-    files: dict[str, str] = {}  # workload file as named -> sha256
+    files: dict[str, str] = {}  # workload file, relative to the contract's folder -> sha256
+    files_relative_to: str = ""  # "contract" (contract/lock.py); "": an older lock, whose files are named as written
     workload_sha256: str | None = None
     locked_at: float = 0.0
     infrarsi_version: str = ""

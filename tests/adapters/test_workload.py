@@ -96,10 +96,11 @@ def test_a_subfolder_wrapper_reads_its_job_file_from_the_repository_root_in_ever
 
     assert TorchtitanAdapter().parsed(anchored(c, cpath.parent)).fixed == w.parsed().fixed
 
-    # the lock: the job file the wrapper names is part of the workload's hash, found where the launch runs
+    # the lock: the job file the wrapper names is part of the workload's hash, found where the launch runs and
+    # named from the contract's folder (contract/lock.py)
     from infrarsi.contract.lock import workload_files
 
-    assert workload_files(c, cpath.parent)["./train/llama3_debug.toml"] == repo / "train" / "llama3_debug.toml"
+    assert workload_files(c, cpath.parent)["train/llama3_debug.toml"] == repo / "train" / "llama3_debug.toml"
 
 
 @pytest.mark.slow  # torchtitan's config code reads the launch twice (~30 s); the reading: the test above
