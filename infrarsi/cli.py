@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -25,11 +26,28 @@ from . import exitcodes
 # Plain click-style help (`--json`, `--max-trials INTEGER`, `CONTRACT`): what scripts and other CLIs print.
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Make distributed LLM training faster without changing what it computes.")
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# emoji off: a message's own text ("H:M:S", "1:M:2") is never an emoji code
+console = Console(highlight=False, emoji=False)
+err = Console(stderr=True, highlight=False, emoji=False)
 
 DEFAULT_RUN_DIR = Path(".infrarsi/run")
-RunDir = typer.Option(DEFAULT_RUN_DIR, "--run-dir", metavar="DIR", help="The run's directory (lock, trials, reports).")
+
+
+def _run_dir_ok(value: Path | None) -> Path | None:
+    """--run-dir names a folder, or a path one can be made at: a file there (or on its way) is bad usage (exit 2)."""
+    if value is None:
+        return value
+    here = Path(value)
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if here.exists() and not here.is_dir():
+        where = "is a file" if here == Path(value) else f"cannot be made: {here} is a file"
+        raise typer.BadParameter(f"{value} {where}, not a directory; give the run's folder (made when missing)")
+    return value
+
+
+RunDir = typer.Option(DEFAULT_RUN_DIR, "--run-dir", metavar="DIR", callback=_run_dir_ok,
+                      help="The run's directory (lock, trials, reports).")
 Json = typer.Option(False, "--json", help="Print one JSON object on stdout (shape: docs/cli.md); other lines go to stderr.")
 # sbatch flags (doctor, run, tune): validated here, kept in the run directory, used again on resume
 Partition = typer.Option(None, "--partition", metavar="NAME", help="Slurm: the partition trials are submitted to.")
@@ -43,6 +61,23 @@ def fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+def check_environment() -> None:
+    """The trials' executor as the environment sets it ($INFRARSI_EXECUTOR, $INFRARSI_ISOLATION, the Slurm
+    variables), checked before the first stage runs: a bad value is one line naming it, exit 2."""
+    from .errors import SettingError
+    from .execute import make_executor
+
+    try:
+        ex = make_executor()  # builds the executor only: nothing is launched or asked of Slurm
+    except SettingError as e:
+        fail(str(e), exitcodes.USAGE)
+    conf = os.environ.get("SLURM_CONF")
+    if getattr(ex, "kind", None) == "slurm" and conf and not Path(conf).is_file():
+        # every Slurm client would retry for about a minute before failing on it
+        fail(f"SLURM_CONF={conf} is not a file; point SLURM_CONF at the cluster's slurm.conf (`scontrol show config "
+             f"| grep SLURM_CONF` on a login node says where), or unset it", exitcodes.USAGE)
+
+
 def locked(run_dir: Path, command: str):
     """Hold the run directory for a command that writes trials (one such process per directory)."""
     from .runlock import hold
@@ -51,13 +86,17 @@ def locked(run_dir: Path, command: str):
 
 
 @contextlib.contextmanager
-def interruptible(resume: str):
+def interruptible(resume: str, on_interrupt=None):
     """Ctrl-C ends the command with the line that resumes it and exit 130. What finished is recorded; a trial cut
-    short is recorded cancelled and costs no budget: the resume runs its setting again."""
+    short is recorded cancelled and costs no budget: the resume runs its setting again. ``on_interrupt()`` runs
+    first (``--json``: the outcome so far, "unfinished", on stdout)."""
     try:
         yield
     except KeyboardInterrupt:
         err.print(f"\n[yellow]interrupted[/]; resume with: {escape(resume)}", soft_wrap=True)
+        if on_interrupt is not None:
+            with contextlib.suppress(Exception, KeyboardInterrupt):  # the exit and its line come whatever it does
+                on_interrupt()
         raise typer.Exit(exitcodes.INTERRUPTED) from None
 
 
@@ -85,6 +124,25 @@ def slurm_flags(run_dir: Path | None, **flags: str | None):
     return opts
 
 
+def _git_tree_ok(value: Path | None) -> Path | None:
+    """--apply-to names a git work tree, checked before the first stage (hours before apply would find out)."""
+    from .gitops import toplevel
+
+    if value is not None and toplevel(value) is None:
+        raise typer.BadParameter(f"{value} is not a git work tree (the tuned launch is committed there); give the "
+                                 f"repository's folder, or leave --apply-to out for a dry run")
+    return value
+
+
+def check_seed(run_dir: Path, seed: int | None) -> None:
+    """--seed against the seed the run directory's search started with (a resume may not change it): exit 2."""
+    from .stages.run_state import seed_conflict
+
+    why = seed_conflict(run_dir, seed)
+    if why:
+        fail(why, exitcodes.USAGE)
+
+
 @app.command()
 def init(
     contract: Path = typer.Argument(None, metavar="CONTRACT", help="The contract TOML file (or draft one with --from-request)."),
@@ -109,9 +167,9 @@ def init(
 def doctor(run_dir: Path = RunDir, json_out: bool = typer.Option(False, "--json", help="Print the noise profile as JSON."),
            partition: str = Partition, account: str = Account, qos: str = Qos, time: str = Time) -> None:
     """Run the baseline, profile its phases and measure run-to-run noise."""
-    from .stages import doctor as stage
-
     slurm_flags(run_dir, partition=partition, account=account, qos=qos, time=time)
+    check_environment()
+    from .stages import doctor as stage
     with locked(run_dir, "doctor"), interruptible(f"infrarsi doctor --run-dir {run_dir}"):
         code = stage.run(run_dir, json_out=json_out, console=console, err=err)
     raise typer.Exit(code)
@@ -120,8 +178,10 @@ def doctor(run_dir: Path = RunDir, json_out: bool = typer.Option(False, "--json"
 @app.command("run")
 def run_(
     run_dir: Path = RunDir,
-    max_trials: int = typer.Option(None, "--max-trials", metavar="N", help="Override the contract's budget.max_trials (lower only)."),
-    parallel: int = typer.Option(None, "--parallel", metavar="N", help="Trials at once (default: the contract's budget.parallel_trials)."),
+    max_trials: int = typer.Option(None, "--max-trials", metavar="N", min=1,
+                                   help="Override the contract's budget.max_trials (lower only)."),
+    parallel: int = typer.Option(None, "--parallel", metavar="N", min=1,
+                                 help="Trials at once (default: the contract's budget.parallel_trials)."),
     seed_from_simulated: bool = typer.Option(False, "--seed-from-simulated",
                                              help="Let simulated (what-if) runs in the bank seed this measured run."),
     more: int = typer.Option(None, "--more", metavar="N", help="Extend a finished search by N more trials, then re-verify.", min=1),
@@ -131,12 +191,15 @@ def run_(
     json_out: bool = Json,
 ) -> None:
     """Search launch knobs and kernel patches; re-verify the best against the baseline. Exit 0 promoted, 3 none."""
-    from .stages import run as stage
+    slurm_flags(run_dir, partition=partition, account=account, qos=qos, time=time)
+    check_environment()
+    check_seed(run_dir, seed)
+    from .stages import run as stage  # after the checks: importing the stages takes seconds
     from .stages.outcome import run_outcome
 
-    slurm_flags(run_dir, partition=partition, account=account, qos=qos, time=time)
     say, _ = out_consoles(json_out)
-    with locked(run_dir, "run"), interruptible(f"infrarsi run --run-dir {run_dir}"):
+    cut = (lambda: print_json(run_outcome(run_dir, exitcodes.INTERRUPTED))) if json_out else None
+    with locked(run_dir, "run"), interruptible(f"infrarsi run --run-dir {run_dir}", cut):
         code = stage.run(run_dir, max_trials=max_trials, parallel=parallel, more=more, console=say, err=err,
                          seed_from_simulated=seed_from_simulated, seed=seed)
     if json_out:
@@ -162,6 +225,8 @@ def apply(
     run_dir: Path = RunDir,
     repo: Path = typer.Option(Path("."), "--repo", metavar="DIR", help="The git tree to write the promoted changes into."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff; write nothing."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Do not run the repository's git hooks (as git commit "
+                                   "--no-verify)."),
     json_out: bool = Json,
 ) -> None:
     """Write the promoted, audited changes inside the locked scope, as one git commit. Exit 0 applied, 3 nothing
@@ -170,7 +235,7 @@ def apply(
 
     out: dict = {}
     say, _ = out_consoles(json_out)
-    code = stage.run(run_dir, repo=repo, dry_run=dry_run, console=say, err=err, out=out)
+    code = stage.run(run_dir, repo=repo, dry_run=dry_run, console=say, err=err, out=out, hooks=not no_verify)
     if json_out:
         print_json({"run_dir": str(run_dir), "exit_code": code, **out})
     raise typer.Exit(code)
@@ -180,23 +245,31 @@ def apply(
 def tune(
     contract: Path = typer.Argument(..., metavar="CONTRACT", help="The contract TOML file."),
     run_dir: Path = RunDir,
-    max_trials: int = typer.Option(None, "--max-trials", metavar="N", help="Override the contract's budget.max_trials (lower only)."),
-    apply_to: Path = typer.Option(None, "--apply-to", metavar="DIR", help="Commit the promoted changes into this git tree (default: apply --dry-run)."),
+    max_trials: int = typer.Option(None, "--max-trials", metavar="N", min=1,
+                                   help="Override the contract's budget.max_trials (lower only)."),
+    apply_to: Path = typer.Option(None, "--apply-to", metavar="DIR", callback=_git_tree_ok,
+                                  help="Commit the promoted changes into this git tree (default: apply --dry-run)."),
     seed: int = typer.Option(None, "--seed", metavar="N", min=0, help="The search's random seed (default 0), as `infrarsi run --seed`."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="With --apply-to: do not run the repository's git hooks."),
     partition: str = Partition, account: str = Account, qos: str = Qos, time: str = Time,
     json_out: bool = Json,
 ) -> None:
     """Run all five stages in order: init, doctor, run, report, apply. Exit 0 promoted, 3 none, 130 interrupted."""
-    from .stages import tune as stage
+    slurm = slurm_flags(None, partition=partition, account=account, qos=qos, time=time)
+    check_environment()
+    check_seed(run_dir, seed)
+    if not contract.is_file():
+        fail(f"contract {contract} is not a file; give the contract TOML (contracts/ has examples)", exitcodes.USAGE)
+    from .stages import tune as stage  # after the checks: importing the stages takes seconds
     from .stages.outcome import run_outcome
 
-    slurm = slurm_flags(None, partition=partition, account=account, qos=qos, time=time)
     out: dict = {}
     say, _ = out_consoles(json_out)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with locked(run_dir, "tune"), interruptible(f"infrarsi tune {contract} --run-dir {run_dir}"):
+    cut = (lambda: print_json({**run_outcome(run_dir, exitcodes.INTERRUPTED), **out})) if json_out else None
+    with locked(run_dir, "tune"), interruptible(f"infrarsi tune {contract} --run-dir {run_dir}", cut):
         code = stage.run(contract, run_dir, max_trials=max_trials, apply_to=apply_to, console=say, err=err, seed=seed,
-                         slurm=slurm, out=out)
+                         slurm=slurm, out=out, hooks=not no_verify)
     if json_out:
         print_json({**run_outcome(run_dir, code), **out})
     raise typer.Exit(code)

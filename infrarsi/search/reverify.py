@@ -1,5 +1,5 @@
 """The verify step: the best settings of a search rerun interleaved with the baseline (A B A B ...), pairs that
-another job disturbed rerun, and promotion by :func:`~infrarsi.speedup.promote` (the paired speedup's
+another job disturbed rerun, and promotion by the sequential rule of :mod:`infrarsi.speedup` (the paired speedup's
 95% CI) and the contract's loss invariant. The statistics live in ``speedup.py``; this module runs the
 pairs and records them (RunDir's verification progress and verification records).
 
@@ -24,7 +24,7 @@ from ..execute.trial import Trial, TrialStatus
 from ..knobs import Setting
 from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
 from .tuner import Tuner
-from ..speedup import FIRST_LOOK, decide
+from ..speedup import FIRST_LOOK, LEVEL, decide
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -35,12 +35,12 @@ if TYPE_CHECKING:
 
 
 def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runner, tuner: Tuner, baseline: Setting, base_losses, noise,
-              console: Console, on_pair: Callable[[str], None] = lambda subject: None) -> Verification:
+              console: Console, on_pair: Callable[[str, int], None] = lambda subject, left: None) -> Verification:
     """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out), added one pair at a time
     until the sequential rule decides (speedup.py) or ``budget.verify_pairs`` run out; promotion by that rule and
     the loss invariant. Resumable: the pairs run so far are kept in the verification progress record. Writes and
-    returns the verification record. Each pair is printed as it finishes; ``on_pair(subject)`` is told which pair runs
-    next (the live progress line)."""
+    returns the verification record. Each pair is printed as it finishes; ``on_pair(subject, left)`` is told which pair
+    runs next and the most pairs left, this one included (the live progress line and its ETA)."""
     max_pairs = contract.budget.verify_pairs
     top = to_verify(tuner.top(3), baseline)
     out: dict[str, Any] = {"repeats": max_pairs, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
@@ -70,7 +70,7 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
                 break  # decided, out of pairs, or a candidate (or baseline) that keeps failing
             # A then B, back to back: drifts of the machine cancel in the pair
             which = f"candidate {n_cand} of {len(top)}, pair {len(used) + 1} (at most {max_pairs})"
-            on_pair(f"verify: {which}")
+            on_pair(f"verify: {which}", max_pairs - len(used) + (len(top) - n_cand) * max_pairs)
             a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
             b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
             pairs.append((a, b))
@@ -101,7 +101,7 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
                     passed, why = False, refused
                 elif passed:
                     why = f"{why} (on evidence from {len(bare)} unisolated trials: the contract allows it)"
-            entry.update(sp.to_dict(), promoted=passed, reason=why, level=1 - 2 * d.alpha, decision=d.state,
+            entry.update(sp.to_dict(), promoted=passed, reason=why, level=LEVEL, decision=d.state,
                          baseline_s=[a.metrics.step_time_s for a, _ in ok_pairs],
                          candidate_s=[b.metrics.step_time_s for _, b in ok_pairs],
                          peak_memory_bytes=max((b.metrics.peak_memory_bytes or 0) for _, b in ok_pairs) or None,

@@ -26,7 +26,7 @@ from ..contract.numerics import reference_of
 from ..execute.trial import Trial
 from ..knobs import KnobSpace, Setting
 from ..priors.prior import Prior
-from ..progress import Heartbeat, eta
+from ..progress import Heartbeat, eta, eta_at_most
 from ..rundir import RunDir, StageDone, Verification
 from ..search import Outcome, Tuner, TunerConfig
 from ..search import rebaseline
@@ -178,6 +178,11 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     if isinstance(loaded, int):
         return loaded
     contract, noise = loaded
+    if max_trials is not None and max_trials > contract.budget.max_trials:
+        console.print(f"[yellow]note:[/] --max-trials {max_trials} is above the contract's budget.max_trials "
+                      f"({contract.budget.max_trials}): the search runs at most {contract.budget.max_trials} trials "
+                      f"(raise budget.max_trials in the contract, with a new --run-dir, for more; or `infrarsi run "
+                      f"--more N` after it finishes)")
     code = _guards(run_dir, max_trials, more, console, err)
     if code is not None:
         return code
@@ -216,7 +221,7 @@ def _load(run_dir: Path, err: Console) -> tuple[Contract, NoiseProfile] | int:
 def _guards(run_dir: Path, max_trials: int | None, more: int | None, console: Console, err: Console) -> int | None:
     """The exit code of a run asked for nothing to do (a bad --max-trials, a finished stage), else None; --more
     reopens the search and verification."""
-    if max_trials is not None and max_trials < 1:
+    if max_trials is not None and max_trials < 1:  # the command line refuses it first (min=1)
         err.print("[bold red]error:[/] --max-trials must be >= 1")
         return 2
     if more is None and state.done(run_dir, "verify"):  # a finished stage is finished
@@ -307,9 +312,20 @@ def _search_and_verify(s: _Search, console: Console, err: Console) -> Verificati
         _loop(s, runner, beat, console, err)
         beat.note("verify: A/B pairs against the baseline")
         verification = reverify(s.run_dir, s.contract, s.record, runner, s.tuner, s.baseline, s.base_losses, s.noise,
-                                console, on_pair=beat.note)
+                                console, on_pair=_pair_eta(beat))
         state.mark_done(s.run_dir, "verify", promoted=len(verification.promoted()))
     return verification
+
+
+def _pair_eta(beat: Heartbeat):
+    """The live line during verification: which pair runs, and an ETA from this session's pace per pair over the most
+    pairs left (the sequential rule may decide sooner: 'at most')."""
+    started, pairs = time.monotonic(), [0]
+
+    def note(subject: str, left: int) -> None:
+        beat.note(subject, eta_at_most(pairs[0], left, time.monotonic() - started))
+        pairs[0] += 1
+    return note
 
 
 def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Console) -> None:
@@ -323,9 +339,13 @@ def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Co
     stop_reason = (s.search_done.stop_reason or "budget spent") if s.search_done else "budget spent"
     started, done_before = time.monotonic(), len(done)
 
-    def progress(n_batch: int) -> None:  # the live line: which trial of the budget, the ETA from this session's pace
-        first = len(done) + 1
-        which = f"trial {first} of {s.budget}" if n_batch <= 1 else f"trials {first}-{first + n_batch - 1} of {s.budget}"
+    def progress(n_batch: int) -> None:  # the live line: which trial (its id, as the log names it) of the budget, ETA
+        first, tid = len(done) + 1, record.next_id()
+        if first > s.budget:  # the last trial finished: nothing of the budget runs next
+            beat.note(f"run: the search's {s.budget} trials ran; its record next")
+            return
+        which = (f"trial {tid} (search {first} of {s.budget})" if n_batch <= 1 else
+                 f"trials {tid}-{tid + n_batch - 1} (search {first}-{first + n_batch - 1} of {s.budget})")
         beat.note(f"run: {which}", eta(len(done) - done_before, s.budget - done_before, time.monotonic() - started))
 
     for fut in runner.resume(roles={"search"}, reference_losses=s.base_losses):
