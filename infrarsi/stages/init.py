@@ -8,11 +8,16 @@ baseline against that space, and the kernel candidates it names against ``scope.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
 from ..contract import ContractError, write_lock
+
+if TYPE_CHECKING:
+    from ..adapters.base import Adapter
+    from ..contract.model import Contract
 
 
 def edge_problems(contract_path: Path) -> list[str]:
@@ -43,13 +48,14 @@ def edge_problems(contract_path: Path) -> list[str]:
     return out + env_violations(c, adapter)
 
 
-def launch_world(adapter, contract) -> int | None:
+def launch_world(adapter: Adapter, contract: Contract) -> int | None:
     """The ranks the contract's launch file starts, where it says (Megatron, torchtitan: ``--nnodes`` x
     ``--nproc-per-node``, ``srun`` tasks); None when it does not, or the adapter reads no launch."""
-    parsed = getattr(adapter, "parsed", None)
-    if not callable(parsed) or not contract.workload.launch:
+    from ..adapters.base import LaunchFileAdapter
+
+    if not isinstance(adapter, LaunchFileAdapter) or not contract.workload.launch:
         return None
-    return getattr(parsed(contract), "world_size", None)
+    return adapter.parsed(contract).world_size
 
 
 def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int:
