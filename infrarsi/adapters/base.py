@@ -177,9 +177,11 @@ class LaunchFileAdapter(Adapter):
 
     @classmethod
     def describe_launch(cls, parsed: Any, *, core: bool = True) -> dict[str, Any]:
-        """framework, fixed, setting (one key per knob of the space), violations, world_size, space, notes, parsed."""
+        """framework, fixed, setting (one key per knob of the space), violations, world_size, space, notes,
+        warnings (what the reader could not check, e.g. flags with no parser to check them against), parsed."""
         space = cls.launch_space(parsed)
         return {"framework": cls.name, "fixed": dict(parsed.fixed),
                 "setting": {k.name: parsed.setting.get(k.name) for k in space.knobs},
                 "violations": cls.launch_violations(parsed, core=core), "world_size": parsed.world_size,
-                "space": space, "notes": list(parsed.notes), "parsed": parsed}
+                "space": space, "notes": list(parsed.notes), "warnings": list(getattr(parsed, "warnings", ())),
+                "parsed": parsed}

@@ -4,7 +4,7 @@ FILE is a Megatron-LM launch (a script in the style of its ``examples/`` or a co
 torchtitan launch (a 0.2.x TOML job file, or a script/command running ``-m torchtitan.train`` or
 ``run_train.sh``). The framework is detected from the file. ``--json`` prints exactly one object::
 
-    {"framework": "megatron", "fixed": {...}, "setting": {...}, "violations": [...]}
+    {"framework": "megatron", "fixed": {...}, "setting": {...}, "violations": [...], "warnings": [...]}
 
 ``setting`` has one key per catalog knob the framework can express (a knob the launch does not set
 has the framework's default); ``data_parallel`` is null when the launch does not state the world size.
@@ -112,7 +112,8 @@ def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script
     if json_out:
         if check:
             framework_word()
-        typer.echo(json.dumps({k: d[k] for k in ("framework", "fixed", "setting", "violations")}, default=str))
+        typer.echo(json.dumps({k: d[k] for k in ("framework", "fixed", "setting", "violations", "warnings")},
+                              default=str))
         raise typer.Exit(0)
     out = Console(highlight=False)
     out.print(f"[bold]{file}[/]: {d['framework']}, world size {d['world_size'] or 'not stated'}")
@@ -135,6 +136,8 @@ def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script
     out.print(kt)
     for n in d["notes"]:
         out.print(f"[yellow]note:[/] {n}")
+    for w in d["warnings"]:
+        out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     if check:
         err = Console(stderr=True, highlight=False)
         say = ("checking the setting with megatron-core's own config code (imports torch: a few seconds; "

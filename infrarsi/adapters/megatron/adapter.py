@@ -69,6 +69,8 @@ class MegatronLaunch:
     expert_tensor_parallel: int | None = None
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # launch-level faults (a flag left without its value)
+    warnings: list[str] = field(default_factory=list)  # flags that could not be checked (flags.check_flags)
+    flags_from: str = ""  # where the program's known flags were read (flags.KnownFlags.source)
     device: str | None = None  # the contract's hardware.kind: fp8 recipes follow it
     read_with: dict[str, Any] = field(default_factory=dict)  # env, args, cwd the script was read with
 
@@ -82,8 +84,11 @@ class MegatronLaunch:
 
 def parse_megatron_argv(argv: list[str], *, env: Mapping[str, str] | None = None, source: str = "<command>",
                         script_vars: Mapping[str, Any] | None = None, sbatch: list[str] | None = None,
-                        line: int | None = None) -> MegatronLaunch:
-    """Read an expanded Megatron-LM command (launcher + pretrain script + arguments)."""
+                        line: int | None = None, check_flags: bool = False, cwd: str | Path | None = None,
+                        near: tuple[str | Path, ...] = ()) -> MegatronLaunch:
+    """Read an expanded Megatron-LM command (launcher + pretrain script + arguments). ``check_flags``: the user's
+    launch, so its flags get the verdict of :func:`.flags.check_flags` (program found from ``cwd`` or ``near``): a
+    refusal raises, warnings are kept in ``warnings``."""
     launch = split_launcher(list(argv), env=dict(env or {}), sbatch=sbatch, line=line)
     if not launch.program or not (_ENTRY.search(launch.program[-1]) or launch.program[0] == "-m"):
         prog = " ".join(launch.program) or "(nothing)"
@@ -98,8 +103,14 @@ def parse_megatron_argv(argv: list[str], *, env: Mapping[str, str] | None = None
     if world:
         setting["data_parallel"] = data_parallel(world, setting["tensor_parallel"], setting["pipeline_parallel"],
                                                  setting["context_parallel"])
-    return MegatronLaunch(launch=launch, env=full_env, fixed=fixed, setting=setting, world_size=world,
-                          source=source, expert_tensor_parallel=etp)
+    out = MegatronLaunch(launch=launch, env=full_env, fixed=fixed, setting=setting, world_size=world,
+                         source=source, expert_tensor_parallel=etp)
+    if check_flags:  # the one place a launch's flags are judged: knobs, init, estimate and apply all read here
+        verdict = flags.check_flags(launch.program[-1], launch.args, source=source, env=full_env, cwd=cwd, near=near)
+        if verdict.refusal:  # the program's own parser would refuse the launch: neither estimated nor tuned
+            raise MegatronLaunchError(verdict.refusal)
+        out.warnings, out.flags_from = list(verdict.warnings), verdict.known_from
+    return out
 
 
 def _pick_launch(commands, source: str):
@@ -137,7 +148,8 @@ def parse_megatron(text: str, *, path: str = "<command>", env: Mapping[str, str]
         raise
     launch_env = {**res.exported, **cmd.env}
     out = parse_megatron_argv(cmd.argv, env=launch_env, source=path, script_vars=res.variables,
-                              sbatch=res.sbatch, line=cmd.line)
+                              sbatch=res.sbatch, line=cmd.line, check_flags=True, cwd=cwd,
+                              near=(Path(path).parent,) if path != "<command>" else ())
     out.problems = unfilled_flags(text, cmd.argv, res.variables, args)
     out.read_with = {"env": dict(env or {}), "args": list(args or []), "cwd": None if cwd is None else str(cwd)}
     return out
@@ -209,7 +221,8 @@ def _launch_from_contract(contract: Contract, base_dir: Path | None) -> Megatron
             continue
         else:
             argv.extend([flag, *str(val).split()] if key in ("data_path",) else [flag, str(val)])
-    return parse_megatron_argv(argv, env=w.env, source="contract workload")
+    return parse_megatron_argv(argv, env=w.env, source="contract workload", check_flags=True,
+                               cwd=launch_cwd(w, base_dir), near=(base_dir,) if base_dir is not None else ())
 
 
 class MegatronAdapter(LaunchFileAdapter):
@@ -232,10 +245,7 @@ class MegatronAdapter(LaunchFileAdapter):
     def parsed(self, contract: Contract) -> MegatronLaunch:
         key = contract.model_dump_json(include={"workload", "hardware"})
         if key not in self._cache:
-            parsed = _launch_from_contract(contract, self.base_dir)
-            bad = flags.refusal(parsed.launch.program[-1], parsed.args, source=parsed.source)
-            if bad:  # the program's own parser would refuse the launch: neither estimated nor tuned
-                raise MegatronLaunchError(bad)
+            parsed = _launch_from_contract(contract, self.base_dir)  # its flags judged as it is read
             parsed.device = contract.hardware.kind
             if parsed.world_size is None:  # the launch does not say: the contract's devices do
                 with_world(parsed, contract.hardware.devices)
