@@ -78,6 +78,11 @@ class Adapter(abc.ABC):
         launch as a person runs it, by default."""
         return spec
 
+    def launch_warnings(self, contract: Contract) -> list[str]:
+        """What reading the contract's launch could not check, one line each (a Megatron program's flags with no
+        tree to check them against: adapters/megatron/flags.py); ``init`` and ``apply`` print them. [] by default."""
+        return []
+
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         """The launch as a trial runs it: where the framework writes (checkpoints, TensorBoard, logs) pointed into
         the trial's directory with ``spec.TRIAL_DIR`` (the repository is read-only to a trial). Only the runner calls

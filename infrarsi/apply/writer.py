@@ -69,6 +69,7 @@ class ApplyPlan:
     files: list[FileChange]
     message: str  # the commit message: contract hash, speedup with CI, the audit
     n_promoted: int
+    warnings: tuple[str, ...] = ()  # the launch reader's, one line each (e.g. flags it had no parser to check)
 
 
 def _adapter(data: RunData):
@@ -199,6 +200,7 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
         sb_spec = _sbatch_spec(data, adapter, setting, spec)
     except (ValueError, OSError) as e:
         raise ApplyRefused(f"cannot emit the tuned launch: {e}") from None
+    warnings = tuple(adapter.launch_warnings(data.contract))
     out = f"{OUT_ROOT}/{data.contract.name}"
     depth = len(Path(out).parts)
     files: list[FileChange] = []
@@ -238,7 +240,7 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
                             "the audit trail (this commit's evidence)", "audit"))
     n_prom = len(ver.promoted())
     return ApplyPlan(candidate=cand, changes=changes, files=files, message=_message(data, cand, changes, files, n_prom),
-                     n_promoted=n_prom)
+                     n_promoted=n_prom, warnings=warnings)
 
 
 def _message(data: RunData, cand: VerifiedCandidate, changes: dict[str, Any], files: list[FileChange], n_prom: int) -> str:

@@ -125,7 +125,6 @@ def _baseline_argv(contract: Contract, contract_path: Path) -> tuple[list[str] |
     """The baseline's command as the adapter builds it (None when the adapter needs what is not here yet), and the
     warnings of the adapter's reading of the launch."""
     from ..adapters import contract_adapter
-    from ..adapters.base import LaunchFileAdapter
 
     adapter = contract_adapter(contract.workload.adapter, contract_path)  # launch files relative to the contract
     try:
@@ -135,5 +134,4 @@ def _baseline_argv(contract: Contract, contract_path: Path) -> tuple[list[str] |
         raise ContractError(f"{contract_path}: {e}") from None
     except (ValueError, TypeError, OSError) as e:
         raise ContractError(f"{contract_path}: the baseline does not launch: {' '.join(str(e).split())[:300]}") from None
-    warnings = list(getattr(adapter.parsed(contract), "warnings", ())) if isinstance(adapter, LaunchFileAdapter) else []
-    return (resolve_argv(list(spec.argv)) if spec.argv else None), warnings
+    return (resolve_argv(list(spec.argv)) if spec.argv else None), adapter.launch_warnings(contract)

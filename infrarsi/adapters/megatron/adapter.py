@@ -255,6 +255,9 @@ class MegatronAdapter(LaunchFileAdapter):
     def knob_space(self, contract: Contract) -> KnobSpace:
         return scoped_space(knob_space_for(self.parsed(contract)), contract, "Megatron")
 
+    def launch_warnings(self, contract: Contract) -> list[str]:
+        return list(self.parsed(contract).warnings)
+
     def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         parsed = self.parsed(contract)
         s = full_setting(parsed.setting, contract, setting)

@@ -81,15 +81,9 @@ def find_arguments(path: Sequence[Path]) -> Path | None:
 
 
 def read_arguments(arguments: Path) -> Reading:
-    """The flags the parser that ``arguments`` (a tree's megatron/training/arguments.py) builds."""
+    """The flags the parser that ``arguments`` (a tree's megatron/training/arguments.py) builds (each file it reads
+    is parsed once per version: :func:`_load`)."""
     f = arguments.resolve()
-    st = f.stat()
-    return _read_arguments(str(f), st.st_mtime_ns, st.st_size)
-
-
-@cache
-def _read_arguments(path: str, _mtime: int, _size: int) -> Reading:
-    f = Path(path)
     root = f.parents[2]  # <root>/megatron/training/arguments.py
     mod = _Module.load(f, (root,))
     if mod is None:
@@ -185,8 +179,17 @@ class _Module:
         return m.find_class(src[1], depth + 1)
 
 
-@cache
 def _load(file: str, roots: tuple[Path, ...]) -> _Module | None:
+    """The module at ``file``, parsed once per version of the file (its mtime and size: an edited tree is re-read)."""
+    try:
+        st = os.stat(file)
+    except OSError:
+        return None
+    return _parse(file, st.st_mtime_ns, st.st_size, roots)
+
+
+@cache
+def _parse(file: str, _mtime: int, _size: int, roots: tuple[Path, ...]) -> _Module | None:
     try:
         tree = ast.parse(Path(file).read_text(encoding="utf-8"), filename=file)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
