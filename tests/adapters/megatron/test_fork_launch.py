@@ -175,3 +175,26 @@ def test_the_estimate_accepts_a_forks_launch_and_names_the_flags_it_does_not_acc
     assert "flags not modelled (their memory is not estimated): --attention-sink-tokens --loss-spike-skip" in notes
     warned = [n for n in notes if "may not know --attention-sink-tokens (did you mean" in n]
     assert len(warned) == (0 if tree else 1), notes
+
+
+def test_a_fork_adding_its_flags_through_extra_args_provider_is_locked_by_init_as_written(tmp_path):
+    """tests/fixtures/megatron_fork/provider_fork: no tree on its path, its flags from its script's provider; init
+    locks it with no warning, and a typo in them is a warning (no tree to refuse it by), shown by knobs and init."""
+    provider = FORK.parent / "provider_fork"
+    fork = tmp_path / "fork"
+    shutil.copytree(provider, fork)
+    root = Path(__file__).resolve().parents[3]
+    (fork / "contract.toml").write_text(
+        f'name = "provider-fork"\n[workload]\nadapter = "megatron"\nlaunch = "train.sh"\ncwd = "."\n'
+        f'[workload.script_env]\nREPO = "{root}"\n[hardware]\nkind = "cpu"\ndevices = 2\nmemory_capacity_gib = 3.0\n'
+        '[scope.knobs]\npipeline_parallel = [1, 2]\ndata_parallel = [1, 2]\n'
+        '[baseline]\npipeline_parallel = 2\ndata_parallel = 1\n')
+    r = invoke("init", fork / "contract.toml", "--run-dir", tmp_path / "run")
+    assert r.exit_code == 0 and "warning" not in r.stderr, r.output
+    script = fork / "train.sh"
+    script.write_text(script.read_text().replace("--log-grad-histograms", "--log-grad-histogram"))
+    warning = "pretrain_gpt.py may not know --log-grad-histogram (did you mean --log-grad-histograms?)"
+    r = invoke("knobs", fork / "contract.toml", "--json", "--no-framework-check")
+    assert r.exit_code == 0 and warning in json.loads(r.stdout)["warnings"][0], r.output
+    r = invoke("init", fork / "contract.toml", "--run-dir", tmp_path / "run2")
+    assert r.exit_code == 0 and warning in r.stderr, r.output
