@@ -141,3 +141,19 @@ def test_the_verdict_is_the_readers_so_knobs_init_estimate_and_apply_share_it():
     with pytest.raises(MegatronLaunchError, match=r"does not know --attention-sink-token \(did you mean "
                                                   r"--attention-sink-tokens\?\)"):
         parse_megatron(text.replace("--attention-sink-tokens", "--attention-sink-token"), path=str(path))
+
+
+def test_check_reader_compares_a_checkouts_static_reading_with_upstreams_list():
+    """The command docs/megatron.md shows (on Megatron-LM main it prints 879 flags, none missing): here on the fork
+    fixture, whose small parser lacks most of upstream's flags, so it says which and exits 1."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "scripts/megatron_flags.py", "--check-reader", str(FORKS / "args_fork")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].endswith(f"arguments.py: {len(read_arguments(FORKS / 'args_fork' / 'megatron' / 'training' / 'arguments.py').flags)} flags; "
+                             f"known_flags.py: {len(MEGATRON_LM_FLAGS)}")
+    assert "--tp-comm-overlap-cfg" in lines[1] and lines[2] == "  only in the reading: --attention-sink-tokens --loss-spike-skip"
+    assert lines[3] == "  unread: (none)"
