@@ -32,7 +32,6 @@ from pathlib import Path, PurePosixPath
 from .args import split_items
 from .tree import Reading, find_arguments, read_arguments, read_extra_args, search_path
 
-MEGATRON_GPT = "pretrain_gpt.py"
 CPU_LAUNCHER = "pretrain_gpt_cpu.py"
 
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 ARGUMENTS = Path("megatron/training/arguments.py")
 _ENTRIES = ("parse_args", "add_megatron_arguments")  # upstream's parse_args calls add_megatron_arguments
@@ -81,9 +82,13 @@ def find_arguments(path: Sequence[Path]) -> Path | None:
 
 
 def read_arguments(arguments: Path) -> Reading:
-    """The flags the parser that ``arguments`` (a tree's megatron/training/arguments.py) builds (each file it reads
-    is parsed once per version: :func:`_load`)."""
+    """The flags the parser that ``arguments`` (a tree's megatron/training/arguments.py) builds; read again only
+    when a file the reading read has changed (:func:`_memo`)."""
     f = arguments.resolve()
+    return _memo(("arguments", str(f)), lambda: _read_arguments(f))
+
+
+def _read_arguments(f: Path) -> Reading:
     root = f.parents[2]  # <root>/megatron/training/arguments.py
     mod = _Module.load(f, (root,))
     if mod is None:
@@ -96,7 +101,14 @@ def read_arguments(arguments: Path) -> Reading:
 def read_extra_args(script: Path, path: Sequence[Path]) -> tuple[Reading, list[str]]:
     """The flags the program ``script`` adds through ``extra_args_provider=NAME`` (any call that passes it), and
     the providers' names; (empty reading, []) when it passes none."""
-    mod = _Module.load(script.resolve(), tuple(path)) if script.is_file() else None
+    if not script.is_file():
+        return Reading(frozenset()), []
+    f = script.resolve()
+    return _memo(("extra", str(f), tuple(path)), lambda: _read_extra_args(f, tuple(path)))
+
+
+def _read_extra_args(script: Path, path: tuple[Path, ...]) -> tuple[Reading, list[str]]:
+    mod = _Module.load(script, path)
     if mod is None:
         return Reading(frozenset()), []
     out, names = Reading(frozenset()), []
@@ -119,6 +131,38 @@ def read_extra_args(script: Path, path: Sequence[Path]) -> tuple[Reading, list[s
                     out = out | Reading(frozenset(), (f"{mod.file}:{e.lineno} extra_args_provider={ast.unparse(e)} "
                                                       "(not a function found in the program or its tree)",))
     return out, names
+
+
+# --------------------------------------------------------------------------- memo of readings
+# A reading of upstream's tree parses ~10 files (0.4-2 s on this machine); knobs, init and apply read a launch several
+# times per process. A reading is kept with the (mtime, size) of every file it parsed and reused while they hold.
+_READINGS: dict[tuple, tuple[tuple[tuple[str, int, int], ...], Any]] = {}
+_TOUCHED: set[str] | None = None  # the files :func:`_load` gives out while a reading is computed
+
+
+def _stamp(file: str) -> tuple[int, int]:
+    try:
+        st = os.stat(file)
+    except OSError:
+        return (-1, -1)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _memo(key: tuple, compute: Callable[[], Any]) -> Any:
+    global _TOUCHED
+    hit = _READINGS.get(key)
+    if hit is not None and all(_stamp(f) == (m, n) for f, m, n in hit[0]):
+        return hit[1]
+    outer, _TOUCHED = _TOUCHED, set()
+    try:
+        value = compute()
+        touched = _TOUCHED
+    finally:
+        _TOUCHED = outer
+    if outer is not None:
+        outer |= touched
+    _READINGS[key] = (tuple((f, *_stamp(f)) for f in sorted(touched)), value)
+    return value
 
 
 # --------------------------------------------------------------------------- modules and their names
@@ -181,11 +225,12 @@ class _Module:
 
 def _load(file: str, roots: tuple[Path, ...]) -> _Module | None:
     """The module at ``file``, parsed once per version of the file (its mtime and size: an edited tree is re-read)."""
-    try:
-        st = os.stat(file)
-    except OSError:
+    mtime, size = _stamp(file)
+    if size < 0:
         return None
-    return _parse(file, st.st_mtime_ns, st.st_size, roots)
+    if _TOUCHED is not None:
+        _TOUCHED.add(file)
+    return _parse(file, mtime, size, roots)
 
 
 @cache
