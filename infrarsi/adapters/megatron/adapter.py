@@ -71,6 +71,7 @@ class MegatronLaunch:
     problems: list[str] = field(default_factory=list)  # launch-level faults (a flag left without its value)
     warnings: list[str] = field(default_factory=list)  # flags that could not be checked (flags.check_flags)
     flags_from: str = ""  # where the program's known flags were read (flags.KnownFlags.source)
+    known_flags: flags.KnownFlags | None = None  # the list the launch was judged against (None: not judged)
     device: str | None = None  # the contract's hardware.kind: fp8 recipes follow it
     read_with: dict[str, Any] = field(default_factory=dict)  # env, args, cwd the script was read with
 
@@ -109,7 +110,7 @@ def parse_megatron_argv(argv: list[str], *, env: Mapping[str, str] | None = None
         verdict = flags.check_flags(launch.program[-1], launch.args, source=source, env=full_env, cwd=cwd, near=near)
         if verdict.refusal:  # the program's own parser would refuse the launch: neither estimated nor tuned
             raise MegatronLaunchError(verdict.refusal)
-        out.warnings, out.flags_from = list(verdict.warnings), verdict.known_from
+        out.warnings, out.flags_from, out.known_flags = list(verdict.warnings), verdict.known_from, verdict.known
     return out
 
 
@@ -267,6 +268,11 @@ class MegatronAdapter(LaunchFileAdapter):
         spec = emit_megatron(parsed, s, time_limit_s=contract.invariants.timing.timeout_s)
         if parsed.problems:
             raise MegatronLaunchError("; ".join(parsed.problems))
+        prog = parsed.launch.program[-1]  # the program's arguments follow it in the emitted command
+        at = len(spec.argv) - 1 - list(spec.argv)[::-1].index(prog) if prog in spec.argv else len(spec.argv)
+        why = flags.emitted_refusal(parsed.known_flags, list(spec.argv[at + 1:]))
+        if why:  # a knob's flag the fork's parser lacks: the trial would exit on it, so it is not launched
+            raise FrameworkRejected(why)
         rejected = check_megatron(parsed, s)  # megatron-core's own word, before any launch
         if rejected:
             raise FrameworkRejected("; ".join(rejected))

@@ -43,6 +43,7 @@ class FlagVerdict:
     refusal: str | None
     warnings: tuple[str, ...]
     known_from: str
+    known: KnownFlags | None = None  # the list judged against (kept for the launches emitted for other settings)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,13 +105,19 @@ def _program_file(program: str, cwd: Path | None, near: Sequence[str | Path]) ->
     return None
 
 
-def unrecognized(known: frozenset[str], args: list[str]) -> list[str]:
-    """Each ``--`` flag of ``args`` outside ``known``, as "--flag (did you mean --a or --b?)"."""
+def outside(known: frozenset[str], args: list[str]) -> list[str]:
+    """Each ``--`` flag of ``args`` outside ``known``, once, in order."""
     out: list[str] = []
     for it in split_items(list(args)):
         if it.flag and it.flag.startswith("--") and it.flag not in known and it.flag not in out:
             out.append(it.flag)
-    return [f"{f} (did you mean {' or '.join(near)}?)" if (near := close_matches(f, known)) else f for f in out]
+    return out
+
+
+def unrecognized(known: frozenset[str], args: list[str]) -> list[str]:
+    """Each ``--`` flag of ``args`` outside ``known``, as "--flag (did you mean --a or --b?)"."""
+    return [f"{f} (did you mean {' or '.join(near)}?)" if (near := close_matches(f, known)) else f
+            for f in outside(known, args)]
 
 
 def close_matches(flag: str, known: frozenset[str]) -> list[str]:
@@ -128,17 +135,30 @@ def check_flags(program: str, args: list[str], *, source: str, env: Mapping[str,
     bad = unrecognized(known.flags, args)
     name = PurePosixPath(program).name
     if not bad:
-        return FlagVerdict(refusal=None, warnings=(), known_from=known.source)
+        return FlagVerdict(refusal=None, warnings=(), known_from=known.source, known=known)
     if known.certain:
         return FlagVerdict(refusal=(
             f"{source}: {name} does not know {', '.join(bad)}: it would exit with \"unrecognized arguments\" before "
             f"training (its parser: {known.source}); fix the spelling or remove the flag"),
-            warnings=(), known_from=known.source)
+            warnings=(), known_from=known.source, known=known)
     why = (f"{known.tree}'s parser has parts this reading cannot list ({known.unread[0]}"
            f"{f' and {len(known.unread) - 1} more' if len(known.unread) > 1 else ''})" if known.tree is not None
            else "no Megatron tree was found on the launch's path (megatron/training/arguments.py next to the program, "
                 "on PYTHONPATH or in the working directory), so they were checked against upstream Megatron-LM's list; "
                 "set PYTHONPATH (or workload.cwd) to the tree the launch runs to check them")
     return FlagVerdict(refusal=None, warnings=(
-        f"{source}: {name} may not know {', '.join(bad)}: {why}; kept as written",), known_from=known.source)
+        f"{source}: {name} may not know {', '.join(bad)}: {why}; kept as written",), known_from=known.source, known=known)
+
+
+def emitted_refusal(known: KnownFlags | None, args: list[str]) -> str | None:
+    """Why the launch's parser would refuse the arguments infrarsi emitted for a setting (a knob's flag a fork's
+    tree lacks, e.g. --attention-backend in a tree older than it), or None. Only against a tree read completely:
+    upstream's list has every knob's flag, and the CPU launcher's trials are refused by its own rules
+    (workloads/megatron_trial.py)."""
+    if known is None or known.tree is None or not known.certain:
+        return None
+    bad = outside(known.flags, args)
+    return (f"this setting needs {', '.join(bad)}, which the launch's parser does not know (its parser: "
+            f"{known.source}); leave that knob at the launch's value in scope.knobs, or add the flag to the tree"
+            if bad else None)
 

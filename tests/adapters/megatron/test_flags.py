@@ -157,3 +157,20 @@ def test_check_reader_compares_a_checkouts_static_reading_with_upstreams_list():
                              f"known_flags.py: {len(MEGATRON_LM_FLAGS)}")
     assert "--tp-comm-overlap-cfg" in lines[1] and lines[2] == "  only in the reading: --attention-sink-tokens --loss-spike-skip"
     assert lines[3] == "  unread: (none)"
+
+
+def test_a_knobs_flag_the_forks_tree_lacks_makes_that_setting_invalid_before_any_launch(tmp_path):
+    """The fork's parser has no --attention-backend: a trial that sets it would exit at start-up, so the setting is
+    refused as the framework's own checks refuse one (an invalid trial, no launch); the launch's own setting is not."""
+    from infrarsi.adapters.megatron import FrameworkRejected
+
+    c = Contract.model_validate({"name": "f", "workload": {"adapter": "megatron", "launch": str(FORKS / "args_fork" /
+                                                           "train.sh"), "cwd": str(FORKS / "args_fork")},
+                                 "hardware": {"kind": "H100-80GB", "devices": 8, "memory_capacity_gib": 80}})
+    a = MegatronAdapter()
+    s = a.knob_space(c).complete({"tensor_parallel": 2, "data_parallel": 4}).to_dict()
+    assert "--attention-sink-tokens" in a.launch(c, s).argv
+    with pytest.raises(FrameworkRejected, match=r"^this setting needs --attention-backend, which the launch's parser "
+                                                r"does not know \(its parser: .*args_fork/megatron/training/"
+                                                r"arguments.py\); leave that knob"):
+        a.launch(c, {**s, "attention_backend": "flash"})
