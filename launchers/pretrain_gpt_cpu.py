@@ -43,7 +43,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's infrarsi, when run as a script
 
 
-def main() -> int:
+def main(extra_args_provider=None) -> int:
+    """Train (see the module doc); a fork's ``pretrain_gpt.py`` may call this with its ``extra_args_provider``, as
+    it calls Megatron-LM's ``pretrain``: its flags are then parsed strictly with the rest."""
     if os.environ.get("INFRARSI_PATCHES"):
         print("pretrain_gpt_cpu.py: error: kernel patches (INFRARSI_PATCHES) are not wired for megatron-core",
               file=sys.stderr)
@@ -58,7 +60,7 @@ def main() -> int:
         install_cpu_fixes()
     from infrarsi.workloads.megatron_gpt import main as train
 
-    return train()
+    return train(extra_args_provider=extra_args_provider)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,15 @@
 """Write infrarsi/adapters/megatron/known_flags.py: every option string Megatron-LM's argument parser accepts.
 
     python scripts/megatron_flags.py /path/to/Megatron-LM [COMMIT-DESCRIPTION]
+    python scripts/megatron_flags.py --check-reader /path/to/Megatron-LM
 
 Builds Megatron-LM's own parser (``megatron.training.arguments.add_megatron_arguments``, with the checkout first on
 sys.path, so its megatron/core is the one imported) and lists its ``--`` option strings. ``typing.override``
 (Python 3.12) is given to 3.11 as the identity, the only shim needed to import the parser there.
+
+``--check-reader`` compares infrarsi's static reading of the checkout's megatron/training/arguments.py
+(infrarsi/adapters/megatron/tree.py: nothing imported) with known_flags.py, generated from the same checkout: it
+prints both counts, the flags only one of them has, and what the reading could not read.
 """
 
 from __future__ import annotations
@@ -19,7 +24,22 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parents[1] / "infrarsi/adapters/megatron/known_flags.py"
 
 
+def check_reader(checkout: Path) -> int:
+    sys.path.insert(0, str(OUT.parents[3]))
+    from infrarsi.adapters.megatron.known_flags import MEGATRON_LM_FLAGS
+    from infrarsi.adapters.megatron.tree import ARGUMENTS, read_arguments
+
+    r = read_arguments(checkout / ARGUMENTS)
+    print(f"static reading of {checkout / ARGUMENTS}: {len(r.flags)} flags; known_flags.py: {len(MEGATRON_LM_FLAGS)}")
+    print(f"  only in known_flags.py: {' '.join(sorted(MEGATRON_LM_FLAGS - r.flags)) or '(none)'}")
+    print(f"  only in the reading: {' '.join(sorted(r.flags - MEGATRON_LM_FLAGS)) or '(none)'}")
+    print(f"  unread: {'; '.join(r.unread) or '(none)'}")
+    return 0 if MEGATRON_LM_FLAGS <= r.flags else 1
+
+
 def main() -> int:
+    if sys.argv[1] == "--check-reader":
+        return check_reader(Path(sys.argv[2]))
     checkout, source = sys.argv[1], " ".join(sys.argv[2:]) or sys.argv[1]
     warnings.filterwarnings("ignore")
     if not hasattr(typing, "override"):

@@ -78,6 +78,11 @@ class Adapter(abc.ABC):
         launch as a person runs it, by default."""
         return spec
 
+    def launch_warnings(self, contract: Contract) -> list[str]:
+        """What reading the contract's launch could not check, one line each (a Megatron program's flags with no
+        tree to check them against: adapters/megatron/flags.py); ``init`` and ``apply`` print them. [] by default."""
+        return []
+
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         """The launch as a trial runs it: where the framework writes (checkpoints, TensorBoard, logs) pointed into
         the trial's directory with ``spec.TRIAL_DIR`` (the repository is read-only to a trial). Only the runner calls
@@ -182,9 +187,11 @@ class LaunchFileAdapter(Adapter):
 
     @classmethod
     def describe_launch(cls, parsed: Any, *, core: bool = True) -> dict[str, Any]:
-        """framework, fixed, setting (one key per knob of the space), violations, world_size, space, notes, parsed."""
+        """framework, fixed, setting (one key per knob of the space), violations, world_size, space, notes,
+        warnings (what the reader could not check, e.g. flags with no parser to check them against), parsed."""
         space = cls.launch_space(parsed)
         return {"framework": cls.name, "fixed": dict(parsed.fixed),
                 "setting": {k.name: parsed.setting.get(k.name) for k in space.knobs},
                 "violations": cls.launch_violations(parsed, core=core), "world_size": parsed.world_size,
-                "space": space, "notes": list(parsed.notes), "parsed": parsed}
+                "space": space, "notes": list(parsed.notes), "warnings": list(getattr(parsed, "warnings", ())),
+                "parsed": parsed}

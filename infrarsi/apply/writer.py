@@ -71,6 +71,7 @@ class ApplyPlan:
     message: str  # the commit message: contract hash, speedup with CI, the audit
     n_promoted: int
     replaces: str | None = None  # the earlier tuned launch this one replaces, in words (None: the first)
+    warnings: tuple[str, ...] = ()  # the launch reader's, one line each (e.g. flags it had no parser to check)
 
 
 def _adapter(data: RunData):
@@ -245,6 +246,7 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
         sb_spec = _sbatch_spec(data, adapter, setting, spec)
     except (ValueError, OSError) as e:
         raise ApplyRefused(f"cannot emit the tuned launch: {e}") from None
+    warnings = tuple(adapter.launch_warnings(data.contract))
     out = f"{OUT_ROOT}/{data.contract.name}"
     depth = len(Path(out).parts)
     files: list[FileChange] = []
@@ -287,7 +289,8 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
     n_prom = len(ver.promoted())
     replaces = earlier(repo, out, audit)
     return ApplyPlan(candidate=cand, changes=changes, files=files, n_promoted=n_prom, replaces=replaces,
-                     message=_message(data, cand, changes, files, n_prom, run_label(data.run_dir, repo), replaces))
+                     message=_message(data, cand, changes, files, n_prom, run_label(data.run_dir, repo), replaces),
+                     warnings=warnings)
 
 
 def _message(data: RunData, cand: VerifiedCandidate, changes: dict[str, Any], files: list[FileChange], n_prom: int,

@@ -98,7 +98,7 @@ def estimate(
                             f"by category; a minute or two for a large job)", plain_every_s=30.0, announce=True):
             e = estimate_workload(workload, setting, **kw)
     except (ContractError, EstimateError, ValueError, OSError) as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)  # one line, never wrapped
         raise typer.Exit(1)
     cap = contract.hardware.memory_capacity_bytes
     fits = e.peak_bytes <= cap

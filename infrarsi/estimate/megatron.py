@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,8 +188,10 @@ def estimate(contract: Contract, setting: Mapping[str, Any], *, adapter: Megatro
             proc.stop()
         raise
     out = run_step({"argv": argv, "world": world, "ranks": "auto"}, progress=progress, started=started)
-    return from_step(out, contract, argv=argv, world=world, unseen_gib=unseen_gib,
-                     threads=int(full.get("intra_op_threads") or 1) if "intra_op_threads" in full else 1)
+    e = from_step(out, contract, argv=argv, world=world, unseen_gib=unseen_gib,
+                  threads=int(full.get("intra_op_threads") or 1) if "intra_op_threads" in full else 1)
+    # what the reader could not check of the launch's flags (flags.check_flags: no tree found), said here too
+    return replace(e, notes=(*e.notes, *parsed.warnings)) if parsed.warnings else e
 
 
 def _refused_here(contract: Contract, ad: MegatronAdapter, argv: list[str]):

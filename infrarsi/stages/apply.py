@@ -81,6 +81,8 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         plan = make_plan(data, repo=root)
     except ApplyRefused as e:
         return refuse(str(e))
+    for w in plan.warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     try:  # every destination, before anything is written
         bad = problems(plan, root, data.contract.scope.files, git=is_git, lock=not dry_run)
     except GitError as e:

@@ -67,7 +67,7 @@ def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int
         problems = edge_problems(contract)
         if problems:
             raise ContractError(f"{contract}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-        check_launch(load_contract(contract), contract)  # the baseline launches an installed program
+        warnings = check_launch(load_contract(contract), contract)  # the baseline launches an installed program
         c, lock = write_lock(contract, run_dir)
     except ContractError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
@@ -82,6 +82,8 @@ def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int
     scope = ", ".join(f"{k}{v}" for k, v in c.scope.knobs.items()) or "(the adapter's whole space)"
     console.print(escape(f"  scope: knobs {scope}; files {c.scope.files or '(none)'}"))
     console.print(f"  capacity {c.hardware.memory_capacity_gib} GiB per device x {c.hardware.devices}; budget {c.budget.max_trials} trials")
+    for w in warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     keep_out_of_git(run_dir, console)
     return 0
 

@@ -5,7 +5,9 @@
 - ``workload.entrypoint``: its program is installed (``python`` is this interpreter; ``torchrun`` may
   sit beside it), its ``-m module`` imports, its script exists, and it is what the adapter launches
   (an entrypoint the adapter does not run would be ignored without a word).
-- the baseline's launch, as the adapter builds it: it builds, and its program is installed.
+- the baseline's launch, as the adapter builds it: it builds, and its program is installed; the adapter's reader
+  judges its flags (a Megatron program's parser, from the tree the launch runs: adapters/megatron/flags.py), and
+  what it could only warn about is returned to be shown.
 
 Each problem is one line naming the contract file, the key and the fix (a ``ContractError``).
 """
@@ -35,13 +37,15 @@ def check_files(contract: Contract, contract_path: Path) -> None:
                             "name the folder the launch runs from, relative to the contract")
 
 
-def check_launch(contract: Contract, contract_path: Path) -> None:
-    """The baseline's launch builds, runs an installed program, and is what the entrypoint names."""
+def check_launch(contract: Contract, contract_path: Path) -> list[str]:
+    """The baseline's launch builds, runs an installed program, and is what the entrypoint names. Returns the
+    reader's warnings about the launch (e.g. flags it had no parser to check against: adapters/megatron/flags.py),
+    one line each; a launch the reader refuses raises."""
     base = Path(contract_path).resolve().parent
     w = contract.workload
-    argv = _baseline_argv(contract, Path(contract_path))
+    argv, warnings = _baseline_argv(contract, Path(contract_path))
     if argv is None:
-        return
+        return warnings
     where = f"workload.launch {w.launch}" if w.launch else "workload.entrypoint" if w.entrypoint else "the adapter"
     prog = argv[0]
     if resolve_program(prog, base) is None:
@@ -53,6 +57,7 @@ def check_launch(contract: Contract, contract_path: Path) -> None:
         if target is not None and target not in argv:
             raise ContractError(f"{contract_path}: workload.entrypoint names {target!r}, but the {w.adapter} adapter "
                                 f"launches `{shlex.join(argv[:3])}`; remove entrypoint or set it to that command")
+    return warnings
 
 
 def _check_launch_file(contract_path: Path, base: Path, workload: Workload) -> None:
@@ -116,8 +121,9 @@ def _is_python(prog: str) -> bool:
     return Path(prog).name.startswith("python")
 
 
-def _baseline_argv(contract: Contract, contract_path: Path) -> list[str] | None:
-    """The baseline's command as the adapter builds it (None when the adapter needs what is not here yet)."""
+def _baseline_argv(contract: Contract, contract_path: Path) -> tuple[list[str] | None, list[str]]:
+    """The baseline's command as the adapter builds it (None when the adapter needs what is not here yet), and the
+    warnings of the adapter's reading of the launch."""
     from ..adapters import contract_adapter
 
     adapter = contract_adapter(contract.workload.adapter, contract_path)  # launch files relative to the contract
@@ -128,4 +134,4 @@ def _baseline_argv(contract: Contract, contract_path: Path) -> list[str] | None:
         raise ContractError(f"{contract_path}: {e}") from None
     except (ValueError, TypeError, OSError) as e:
         raise ContractError(f"{contract_path}: the baseline does not launch: {' '.join(str(e).split())[:300]}") from None
-    return resolve_argv(list(spec.argv)) if spec.argv else None
+    return (resolve_argv(list(spec.argv)) if spec.argv else None), adapter.launch_warnings(contract)

@@ -4,7 +4,7 @@ FILE is a Megatron-LM launch (a script in the style of its ``examples/`` or a co
 torchtitan launch (a 0.2.x TOML job file, or a script/command running ``-m torchtitan.train`` or
 ``run_train.sh``). The framework is detected from the file. ``--json`` prints exactly one object::
 
-    {"framework": "megatron", "fixed": {...}, "setting": {...}, "violations": [...]}
+    {"framework": "megatron", "fixed": {...}, "setting": {...}, "violations": [...], "warnings": [...]}
 
 and, for a launch read through the scripts it runs (an sbatch file's ``srun bash train.sh``), ``"chain"``: the
 files and lines followed, ``a.sh:26 (srun bash b.sh) -> b.sh:78 -> pretrain_gpt.py`` (also printed above the tables).
@@ -130,7 +130,7 @@ def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script
     if json_out:
         if check:
             framework_word()
-        keys = ("framework", "fixed", "setting", "violations", *(("chain",) if "chain" in d else ()))
+        keys = ("framework", "fixed", "setting", "violations", "warnings", *(("chain",) if "chain" in d else ()))
         typer.echo(json.dumps({k: d[k] for k in keys}, default=str))
         raise typer.Exit(0)
     out = Console(highlight=False)
@@ -156,6 +156,8 @@ def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script
     out.print(kt)
     for n in d["notes"]:
         out.print(f"[yellow]note:[/] {n}")
+    for w in d["warnings"]:
+        out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     if check:
         err = Console(stderr=True, highlight=False)
         say = ("checking the setting with megatron-core's own config code (imports torch: a few seconds; "

@@ -145,12 +145,15 @@ def memory_line(rank: int, iteration: int) -> str:
             f"max allocated: {max_alloc:.1f} | reserved: {res:.1f} | max reserved: {max_res:.1f}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, extra_args_provider=None) -> int:
+    """Train; ``extra_args_provider`` adds a program's own flags (Megatron-LM's ``pretrain(...,
+    extra_args_provider=...)``): they are parsed strictly with the rest and not used by the loop."""
     from .megatron_model import (MegatronArgsError, eager_fusions, initialize_parallel, model_chunks, num_microbatches,
                                  parse, transformer_config, wrap)
 
     try:
-        args = parse(list(sys.argv[1:] if argv is None else argv), strict=True).args
+        args = parse(list(sys.argv[1:] if argv is None else argv), strict=True,
+                     extra_args_provider=extra_args_provider).args
     except MegatronArgsError as e:
         print(f"pretrain_gpt.py: error: {e}", file=sys.stderr)
         return 2

@@ -129,10 +129,14 @@ class Parsed:
     unknown: tuple[str, ...]  # flags of the launch this reader does not model
 
 
-def parse(argv: list[str], *, strict: bool) -> Parsed:
+def parse(argv: list[str], *, strict: bool, extra_args_provider=None) -> Parsed:
     """The command line as Megatron-LM would read it (defaults and derivations applied). ``strict`` (the CPU
-    training loop) refuses unknown flags as Megatron does; otherwise they are returned in ``unknown``."""
+    training loop) refuses unknown flags as Megatron does; otherwise they are returned in ``unknown``.
+    ``extra_args_provider`` adds a program's own flags to the parser, as Megatron-LM's ``parse_args`` does
+    (``provider(parser)`` returns the parser)."""
     p = build_parser()
+    if extra_args_provider is not None:
+        p = extra_args_provider(p)
     if strict:
         args, unknown = p.parse_args(argv), []
     else:

@@ -30,7 +30,7 @@ def test_json_megatron(run):
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     assert len(lines) == 1  # exactly one object
     d = json.loads(lines[0])
-    assert set(d) == {"framework", "fixed", "setting", "violations"}
+    assert set(d) == {"framework", "fixed", "setting", "violations", "warnings"} and d["warnings"] == []
     assert d["framework"] == "megatron"
     assert d["fixed"]["num_experts"] == 8 and d["fixed"]["num_layers"] == 32
     assert set(d["setting"]) == {k.name for k in knobs_for("megatron")}

@@ -57,6 +57,21 @@ def test_unknown_flags_refused_by_the_training_loop_and_listed_for_the_estimate(
     assert p.unknown == ("--data-path", "--tp-comm-overlap")
 
 
+def test_a_programs_extra_args_provider_adds_flags_the_training_loop_then_parses_strictly():
+    """As Megatron-LM's parse_args(extra_args_provider): a fork's pretrain_gpt.py adds its own flags
+    (tests/fixtures/megatron_fork/provider_fork; a real trial of it: tests/workloads/test_megatron_fork_trial.py)."""
+    def add_fork_args(parser):
+        group = parser.add_argument_group(title="fork")
+        group.add_argument("--data-mix-temperature", type=float, default=1.0)
+        return parser
+
+    argv = BASE + ["--vocab-size", "128", "--data-mix-temperature", "0.7"]
+    with pytest.raises(SystemExit):
+        parse(argv, strict=True)
+    a = parse(argv, strict=True, extra_args_provider=add_fork_args).args
+    assert a.data_mix_temperature == 0.7 and a.num_layers == 4
+
+
 def test_megatron_core_refuses_what_it_refuses():
     a = parse(BASE + ["--vocab-size", "128", "--tensor-model-parallel-size", "3"], strict=True).args
     with pytest.raises(MegatronArgsError, match="must be a multiple of tensor_model_parallel_size"):

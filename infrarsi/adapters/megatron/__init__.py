@@ -1,6 +1,7 @@
 """Megatron-LM, one module per part: the flag tables and program-argument readers (:mod:`.args`), the launch
-reader and the adapter (:mod:`.adapter`), the writer (:mod:`.emit`), the log parser (:mod:`.log`) and
-megatron-core's own checks (:mod:`.check`). The names callers use are re-exported here."""
+reader and the adapter (:mod:`.adapter`), the writer (:mod:`.emit`), the log parser (:mod:`.log`),
+megatron-core's own checks (:mod:`.check`), and the verdict on a launch's flags (:mod:`.flags`) against the parser
+of the Megatron tree it runs, read from source (:mod:`.tree`). The names callers use are re-exported here."""
 
 from .adapter import (COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronAdapter, MegatronLaunch, MegatronLaunchError,
                       emit_megatron, emit_megatron_args, knob_env, knob_space_for, parse_megatron, parse_megatron_argv,

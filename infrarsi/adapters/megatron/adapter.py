@@ -70,6 +70,9 @@ class MegatronLaunch:
     expert_tensor_parallel: int | None = None
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # launch-level faults (a flag left without its value)
+    warnings: list[str] = field(default_factory=list)  # flags that could not be checked (flags.check_flags)
+    flags_from: str = ""  # where the program's known flags were read (flags.KnownFlags.source)
+    known_flags: flags.KnownFlags | None = None  # the list the launch was judged against (None: not judged)
     device: str | None = None  # the contract's hardware.kind: fp8 recipes follow it
     read_with: dict[str, Any] = field(default_factory=dict)  # env, args, cwd the script was read with
     chain: Followed | None = None  # the scripts read to reach the launch command, with their texts
@@ -85,8 +88,11 @@ class MegatronLaunch:
 
 def parse_megatron_argv(argv: list[str], *, env: Mapping[str, str] | None = None, source: str = "<command>",
                         script_vars: Mapping[str, Any] | None = None, sbatch: list[str] | None = None,
-                        line: int | None = None) -> MegatronLaunch:
-    """Read an expanded Megatron-LM command (launcher + pretrain script + arguments)."""
+                        line: int | None = None, check_flags: bool = False, cwd: str | Path | None = None,
+                        near: tuple[str | Path, ...] = ()) -> MegatronLaunch:
+    """Read an expanded Megatron-LM command (launcher + pretrain script + arguments). ``check_flags``: the user's
+    launch, so its flags get the verdict of :func:`.flags.check_flags` (program found from ``cwd`` or ``near``): a
+    refusal raises, warnings are kept in ``warnings``."""
     launch = split_launcher(list(argv), env=dict(env or {}), sbatch=sbatch, line=line)
     if not launch.program or not (_ENTRY.search(launch.program[-1]) or launch.program[0] == "-m"):
         prog = " ".join(launch.program) or "(nothing)"
@@ -101,8 +107,14 @@ def parse_megatron_argv(argv: list[str], *, env: Mapping[str, str] | None = None
     if world:
         setting["data_parallel"] = data_parallel(world, setting["tensor_parallel"], setting["pipeline_parallel"],
                                                  setting["context_parallel"])
-    return MegatronLaunch(launch=launch, env=full_env, fixed=fixed, setting=setting, world_size=world,
-                          source=source, expert_tensor_parallel=etp)
+    out = MegatronLaunch(launch=launch, env=full_env, fixed=fixed, setting=setting, world_size=world,
+                         source=source, expert_tensor_parallel=etp)
+    if check_flags:  # the one place a launch's flags are judged: knobs, init, estimate and apply all read here
+        verdict = flags.check_flags(launch.program[-1], launch.args, source=source, env=full_env, cwd=cwd, near=near)
+        if verdict.refusal:  # the program's own parser would refuse the launch: neither estimated nor tuned
+            raise MegatronLaunchError(verdict.refusal)
+        out.warnings, out.flags_from, out.known_flags = list(verdict.warnings), verdict.known_from, verdict.known
+    return out
 
 
 def _claims(argv: list[str]) -> bool:
@@ -140,8 +152,9 @@ def parse_megatron(text: str, *, path: str = "<command>", env: Mapping[str, str]
             msg += f" ({fol.missed[0]})"
         raise MegatronLaunchError(msg)
     res = fol.result
+    near = tuple(dict.fromkeys(Path(p).parent for p in (fol.path, path) if p != "<command>"))
     out = parse_megatron_argv(cmd.argv, env=fol.env, source=path, script_vars=res.variables,
-                              sbatch=fol.sbatch, line=cmd.line)
+                              sbatch=fol.sbatch, line=cmd.line, check_flags=True, cwd=cwd, near=near)
     out.problems = unfilled_flags(fol.text, cmd.argv, res.variables, fol.args)
     out.read_with = {"env": dict(env or {}), "args": list(args or []), "cwd": None if cwd is None else str(cwd)}
     out.chain = fol
@@ -219,7 +232,8 @@ def _launch_from_contract(contract: Contract, base_dir: Path | None) -> Megatron
             continue
         else:
             argv.extend([flag, *str(val).split()] if key in ("data_path",) else [flag, str(val)])
-    return parse_megatron_argv(argv, env=w.env, source="contract workload")
+    return parse_megatron_argv(argv, env=w.env, source="contract workload", check_flags=True,
+                               cwd=launch_cwd(w, base_dir), near=(base_dir,) if base_dir is not None else ())
 
 
 class MegatronAdapter(LaunchFileAdapter):
@@ -242,10 +256,7 @@ class MegatronAdapter(LaunchFileAdapter):
     def parsed(self, contract: Contract) -> MegatronLaunch:
         key = contract.model_dump_json(include={"workload", "hardware"})
         if key not in self._cache:
-            parsed = _launch_from_contract(contract, self.base_dir)
-            bad = flags.refusal(parsed.launch.program[-1], parsed.args, source=parsed.source)
-            if bad:  # the program's own parser would refuse the launch: neither estimated nor tuned
-                raise MegatronLaunchError(bad)
+            parsed = _launch_from_contract(contract, self.base_dir)  # its flags judged as it is read
             parsed.device = contract.hardware.kind
             if parsed.world_size is None:  # the launch does not say: the contract's devices do
                 with_world(parsed, contract.hardware.devices)
@@ -254,6 +265,9 @@ class MegatronAdapter(LaunchFileAdapter):
 
     def knob_space(self, contract: Contract) -> KnobSpace:
         return scoped_space(knob_space_for(self.parsed(contract)), contract, "Megatron")
+
+    def launch_warnings(self, contract: Contract) -> list[str]:
+        return list(self.parsed(contract).warnings)
 
     def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         parsed = self.parsed(contract)
@@ -264,6 +278,11 @@ class MegatronAdapter(LaunchFileAdapter):
         spec = emit_megatron(parsed, s, time_limit_s=contract.invariants.timing.timeout_s)
         if parsed.problems:
             raise MegatronLaunchError("; ".join(parsed.problems))
+        prog = parsed.launch.program[-1]  # the program's arguments follow it in the emitted command
+        at = len(spec.argv) - 1 - list(spec.argv)[::-1].index(prog) if prog in spec.argv else len(spec.argv)
+        why = flags.emitted_refusal(parsed.known_flags, list(spec.argv[at + 1:]))
+        if why:  # a knob's flag the fork's parser lacks: the trial would exit on it, so it is not launched
+            raise FrameworkRejected(why)
         rejected = check_megatron(parsed, s)  # megatron-core's own word, before any launch
         if rejected:
             raise FrameworkRejected("; ".join(rejected))
