@@ -385,8 +385,8 @@ def prune_target(s: _Search) -> Target | None:
     told yet): the incumbent (the told setting with the fastest run) at the median of its told runs, on the doctor's
     scale and put back on the scale the machine has now (the latest baseline run's: search/rebaseline.py), its
     figure's sd the doctor's CV over the root of its runs."""
-    if not s.contract.budget.prune or s.tuner is None:
-        return None
+    if not s.contract.budget.prune or s.tuner is None or not s.adapter.measured_time:
+        return None  # a simulated cluster's step time is modelled, not clocked: nothing to judge while it runs
     best = s.tuner.best()
     if best is None:
         return None
