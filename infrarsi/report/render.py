@@ -227,7 +227,8 @@ class _Builder:
             if why.get("savers"):
                 kind += " + " + "+".join(why["savers"])
             rows.append((t.id, t.role, t.status.value.upper() if t.status.is_failure() else t.status.value,
-                         f"{t.metrics.step_time_s:.4g}" if t.metrics.step_time_s else "-",
+                         (">=" if t.status is TrialStatus.PRUNED else "") + f"{t.metrics.step_time_s:.4g}"
+                         if t.metrics.step_time_s else "-",
                          _mib(t.metrics.peak_memory_bytes) if t.status is TrialStatus.OK else "-",
                          f"{t.cost.wall_s if self.sim else t.cost.device_s:.1f}",
                          _knobs(changed(t.setting, self.baseline)), kind, t.reason or ""))
