@@ -115,3 +115,18 @@ def test_the_runner_stops_a_slow_trial_from_the_harness_clock_and_records_it_pru
     assert full.status is TrialStatus.OK and len(full.metrics.step_times_s) == 12, full.reason
     assert pruned.cost.wall_s < full.cost.wall_s
     assert rec.get(pruned.id) == pruned  # on disk as recorded: the status and its lower bound
+
+
+@pytest.mark.slow
+def test_the_benchmark_prints_the_aa_table():
+    """scripts/bench_prune.py aa (BENCHMARKS.md's table), with few draws (slow: 15 cells of draws; the default
+    test_aa_* and test_a_setting_twice_as_slow_* run the same prune_rate)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_prune.py"), "aa", "--draws", "40"],
+                       capture_output=True, text=True, timeout=300, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "warm-up 2, measured 20 steps" in r.stdout and " 15%" in r.stdout and "A/A pruned" in r.stdout
