@@ -131,21 +131,24 @@ def window_gaps(lines: Sequence[tuple[int, float, object]], *, warmup_steps: int
     """The measured window's paced gaps from step lines so far and the step of the last: ``lines`` are (step,
     arrival seconds, read) of one rank, in arrival order (the last line of a step counts, as clock.py times it). A
     gap joins two consecutive steps whose lines came in different reads (lines that came together were not timed
-    apart)."""
+    apart, and are left out); none when most came together (buffered output)."""
     seen: dict[int, tuple[float, object]] = {}
     for step, t, read in lines:
         seen[step] = (t, read)
     first = warmup_steps + 1 if warmup_steps > 0 else 2
     last = warmup_steps + measured_steps
-    gaps, at = [], 0
+    gaps, at, together = [], 0, 0
     for i in range(first, last + 1):
         if i not in seen or i - 1 not in seen:
             break
         (t1, r1), (t0, r0) = seen[i], seen[i - 1]
-        if r1 == r0:  # one read brought both: buffered output, not timed step by step
-            break
-        gaps.append(t1 - t0)
         at = i
+        if r1 == r0:  # one read brought both (a line held back, then let go with the next): not timed apart
+            together += 1
+            continue
+        gaps.append(t1 - t0)
+    if together > len(gaps):  # mostly bursts: buffered output, not timed step by step (as clock.measure says)
+        return [], at
     return gaps, at
 
 

@@ -53,7 +53,9 @@ def test_a_setting_as_fast_as_the_incumbent_is_not_pruned_and_gaps_come_from_pac
     assert judge([0.1] * 8, _target()) is None
     assert judge([0.104, 0.099, 0.101, 0.1, 0.103], _target()) is None
     lines = [(1, 0.5, 1), (2, 0.6, 2), (3, 0.7, 3), (4, 0.8, 3), (5, 0.9, 4)]  # steps 3 and 4 came in one read
-    assert window_gaps(lines, warmup_steps=2, measured_steps=8) == (pytest.approx([0.1]), 3)
+    assert window_gaps(lines, warmup_steps=2, measured_steps=8) == (pytest.approx([0.1, 0.1]), 5)
+    burst = [(1, 0.5, 1), (2, 0.6, 2), (3, 0.7, 2), (4, 0.8, 2), (5, 0.9, 3)]  # mostly one read: buffered
+    assert window_gaps(burst, warmup_steps=2, measured_steps=8) == ([], 5)
     lines = [(1, 0.5, 1), (2, 0.6, 2), (3, 0.7, 3), (4, 0.85, 4), (4, 0.9, 5)]  # the last line of a step counts
     assert window_gaps(lines, warmup_steps=2, measured_steps=8) == (pytest.approx([0.1, 0.2]), 4)
 
