@@ -142,16 +142,20 @@ def test_the_bank_stores_the_string_and_filters_by_member_or_string(tmp_path):
     bank = Bank(tmp_path / "bank.sqlite")
     trials = [Trial(id=0, setting={"mbs": 1}, status=S.OK, metrics=Metrics(step_time_s=1.0)),
               Trial(id=1, setting={"mbs": 8}, status="oom"),
-              Trial(id=2, setting={"mbs": 2}, status=S.NUMERICS_DRIFT)]
-    assert bank.add_trials("r", trials, hardware=A100, workload=LLAMA8B) == 3
+              Trial(id=2, setting={"mbs": 2}, status=S.NUMERICS_DRIFT),
+              Trial(id=3, setting={"mbs": 4}, status=S.PRUNED, metrics=Metrics(step_time_s=0.5)),  # a lower bound
+              Trial(id=4, setting={"mbs": 16}, status=S.SKIPPED)]
+    assert bank.add_trials("r", trials, hardware=A100, workload=LLAMA8B) == 5
     with sqlite3.connect(bank.path) as c:
         assert c.execute("SELECT status FROM trials ORDER BY trial_id").fetchall() == [("ok",), ("oom",),
-                                                                                        ("numerics_drift",)]
+                                                                                        ("numerics_drift",),
+                                                                                        ("pruned",), ("skipped",)]
     c.close()
     assert [st.trial.id for st in bank.trials("r", status="oom")] == [1]
     assert [st.trial.id for st in bank.trials("r", status=S.NUMERICS_DRIFT)] == [2]
     (run,) = bank.runs()
-    assert run.n_ok == 1 and run.best_step_time_s == 1.0
+    assert run.n_ok == 1 and run.best_step_time_s == 1.0  # a pruned trial's bound is never a best
+    assert [st.trial.metrics.step_time_s for st in bank.trials("r", status=S.PRUNED)] == [0.5]
     with pytest.raises(ValueError, match=r"^status='OOM': use one of running, ok, oom,"):
         bank.trials("r", status="OOM")
 
