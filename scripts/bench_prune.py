@@ -93,7 +93,7 @@ class Arm:
                     d = judge(gaps[self.warmup:self.warmup + k].tolist(), target)
                     if d is not None:
                         ran = self.warmup + k
-                        o = Outcome("pruned", step_time_s=d.bound_s)
+                        o = Outcome("pruned", step_time_s=d.bound_s, peak_memory_bytes=o.peak_memory_bytes)
                         self.pruned += 1
                         inc = self.b.true_time(self.tuner.best()[0])
                         self.false_prunes += self.b.true_time(s) < inc * (1 + self.mde)

@@ -42,7 +42,7 @@ TRUTH = {
     S.NUMERICS_DRIFT: (True, True, True, True),
     S.INVALID: (True, True, False, False),
     S.CANCELLED: (True, True, False, False),
-    S.PRUNED: (True, False, False, False),  # stopped to save time: a lower bound on its step time, no failure
+    S.PRUNED: (True, False, False, True),  # stopped to save time: a lower bound on its step time; it fit in memory
     S.SKIPPED: (True, False, False, True),  # never launched: its estimate says peak > capacity (censored, as an OOM)
 }
 
@@ -133,7 +133,7 @@ def test_every_status_round_trips_through_the_run_record_and_reaches_the_tuner(t
         h.add(Setting(t.setting), outcome_of(t))
     assert [o.status for _, o in h] == list(FINISHED)
     assert [o.status for _, o in h.ran()] == [S.OK, S.NUMERICS_DRIFT]
-    assert [o.status for _, o in h.memory_rows()] == [S.OK, S.OOM, S.NUMERICS_DRIFT, S.SKIPPED]
+    assert [o.status for _, o in h.memory_rows()] == [S.OK, S.OOM, S.NUMERICS_DRIFT, S.PRUNED, S.SKIPPED]
     assert [o.status for _, o in h.ok()] == [S.OK]
     assert [(o.status, o.step_time_s) for _, o in h.lower_bounds()] == [(S.PRUNED, 0.5)]  # told as a lower bound
 

@@ -48,7 +48,7 @@ def memory_targets(rows: Sequence[tuple[Setting, Outcome]]) -> tuple[np.ndarray,
     """Per memory row: its kind (OBS: a measured peak, ABOVE: an OOM, BELOW: ran without a peak) and its log
     peak bytes (NaN where none was measured), each (n,)."""
     kind = np.array([ABOVE if o.status.over_capacity() else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
-    peak = np.array([math.log(o.peak_memory_bytes) if o.status.ran() and o.peak_memory_bytes else np.nan
+    peak = np.array([math.log(o.peak_memory_bytes) if o.status.fit_in_memory() and o.peak_memory_bytes else np.nan
                      for _, o in rows])
     return kind, peak
 
@@ -105,7 +105,7 @@ class _PeakBase(Bound):
         ss = [s for s, _ in rows]
         guarded(self.setup, "memory model", lambda: self._model.fit(
             ss, [o.peak_memory_bytes for _, o in rows], [o.status.over_capacity() for _, o in rows],
-            offsets=self.offsets(ss), fits=[o.status.ran() for _, o in rows]))
+            offsets=self.offsets(ss), fits=[o.status.fit_in_memory() for _, o in rows]))
 
     def _additive_fitted(self) -> bool:
         m = self._model

@@ -44,12 +44,13 @@ if TYPE_CHECKING:
 
 def outcome_of(t: Trial) -> Outcome:
     """The tuner's view of a finished trial: ok with time and peak; oom censored; pruned with its step time's lower
-    bound (censored); numerics_drift (it ran every step, its loss trace broke the referee) with its peak; the rest
+    bound (censored) and its peak so far; numerics_drift (it ran every step, its loss trace broke the referee) with its peak; the rest
     (skipped: censored like an OOM) a bare status."""
     if t.status is TrialStatus.OK:
         return Outcome(TrialStatus.OK, step_time_s=t.metrics.step_time_s, peak_memory_bytes=t.metrics.peak_memory_bytes)
     if t.status is TrialStatus.PRUNED:
-        return Outcome(TrialStatus.PRUNED, step_time_s=t.metrics.step_time_s)
+        return Outcome(TrialStatus.PRUNED, step_time_s=t.metrics.step_time_s,
+                       peak_memory_bytes=t.metrics.peak_memory_bytes or None)
     if t.status is TrialStatus.NUMERICS_DRIFT:
         return Outcome(TrialStatus.NUMERICS_DRIFT, peak_memory_bytes=t.metrics.peak_memory_bytes or None)
     return Outcome(t.status)

@@ -54,10 +54,16 @@ class TrialStatus(StrEnum):
         """Ran every step (``ok``, ``numerics_drift``): its peak memory, when reported, is an observation."""
         return self in (TrialStatus.OK, TrialStatus.NUMERICS_DRIFT)
 
+    def fit_in_memory(self) -> bool:
+        """Ran without running out of memory: every step (:meth:`ran`), or past its warm-up until it was pruned (a
+        step's peak is reached in its first optimizer steps): peak <= capacity, its peak, when reported, the peak."""
+        return self.ran() or self is TrialStatus.PRUNED
+
     def is_memory_evidence(self) -> bool:
-        """Says something about peak memory: it ran (peak <= capacity, or the peak itself) or ran out (> capacity), or
+        """Says something about peak memory: it ran, or ran until pruned (peak <= capacity, or the peak itself) or ran
+        out (> capacity), or
         its estimate put it above capacity beyond the estimate's error (``skipped``: censored like an OOM)."""
-        return self.over_capacity() or self.ran()
+        return self.over_capacity() or self.fit_in_memory()
 
     def step_time_error(self, step_time_s: float | None, *, field: str = "step_time_s") -> str | None:
         """What is wrong with ``step_time_s`` (seconds or None) for a trial of this status, or None: ``ok`` needs a
