@@ -351,16 +351,11 @@ def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Co
             stop_reason = f"expected improvement {tuner.last_best_ei:.4f} below log(1 + mde {s.noise.mde:.3f})"
             break
         used_s += _baseline_again(s, runner, beat, console)
-        batch, whys = _next_batch(s)
-        if not batch:
-            stop_reason = "search space exhausted"
+        batch, whys = _next_batch(s, console)
+        if not batch:  # or the estimate refused more settings than the budget has trials
+            stop_reason = ("search space exhausted" if len(s.skipped) <= s.budget else
+                           f"{len(s.skipped)} proposals skipped: their estimated peaks are above capacity")
             break
-        batch = _skip_over_capacity(s, batch, console)
-        if len(s.skipped) > s.budget:  # the estimate refuses everything the search proposes
-            stop_reason = f"{len(s.skipped)} proposals skipped: their estimated peaks are above capacity"
-            break
-        if not batch:
-            continue
         state.write_pending(s.run_dir, whys)
         progress(len(batch))
         target = prune_target(s)  # the same for the whole batch: the incumbent before it
@@ -438,7 +433,17 @@ def _baseline_again(s: _Search, runner: Runner, beat: Heartbeat, console: Consol
     return b.cost.device_s
 
 
-def _next_batch(s: _Search) -> tuple[list[Setting], dict[str, dict[str, Any]]]:
+def _next_batch(s: _Search, console: Console) -> tuple[list[Setting], dict[str, dict[str, Any]]]:
+    """Up to ``par`` settings to run next, each with why, less those skipped on their memory estimate (asked again
+    until one is left to launch, the space is spent, or more were skipped than the budget has trials)."""
+    while True:
+        batch, whys = _asked(s)
+        kept = _skip_over_capacity(s, batch, console) if batch else batch
+        if kept or not batch or len(s.skipped) > s.budget:
+            return kept, whys
+
+
+def _asked(s: _Search) -> tuple[list[Setting], dict[str, dict[str, Any]]]:
     """Up to ``par`` settings to run next, each with why: the settings a Ctrl-C cut short (with the reasons they
     were proposed for) first, then the tuner's."""
     if s.rerun:
