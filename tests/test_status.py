@@ -42,6 +42,8 @@ TRUTH = {
     S.NUMERICS_DRIFT: (True, True, True, True),
     S.INVALID: (True, True, False, False),
     S.CANCELLED: (True, True, False, False),
+    S.PRUNED: (True, False, False, True),  # stopped to save time: a lower bound on its step time; it fit in memory
+    S.SKIPPED: (True, False, False, True),  # never launched: its estimate says peak > capacity (censored, as an OOM)
 }
 
 
@@ -51,6 +53,16 @@ def test_helpers_truth_table():
     assert got == TRUTH
     assert FINISHED == tuple(s for s in TrialStatus if s is not S.RUNNING)
     assert ReExported is TrialStatus  # `from infrarsi.execute.trial import TrialStatus` keeps working
+
+
+def test_pruned_carries_its_lower_bound_and_skipped_no_time():
+    assert S.PRUNED.step_time_error(None) and S.PRUNED.step_time_error(0.0) and S.PRUNED.step_time_error(0.2) is None
+    assert S.SKIPPED.step_time_error(0.2) and S.SKIPPED.step_time_error(None) is None
+    assert S.SKIPPED.over_capacity() and S.OOM.over_capacity() and not S.PRUNED.over_capacity()
+    assert [s for s in S if s.saved()] == [S.PRUNED, S.SKIPPED]
+    assert Outcome("pruned", step_time_s=0.3).status is S.PRUNED
+    with pytest.raises(ValueError, match="a pruned trial needs a finite step_time_s"):
+        Outcome("pruned")
 
 
 def test_a_member_is_its_string_on_disk_and_in_text():
@@ -67,7 +79,7 @@ def test_parse_takes_a_member_or_its_string_and_refuses_the_rest_in_one_line():
         msg = str(e.value)
         assert "\n" not in msg and msg.startswith(f"Outcome.status={bad!r}: use one of running, ok, oom, ")
     with pytest.raises(ValueError, match=r"^status='running': use one of ok, oom, timeout, crash, contract_violation, "
-                                         r"numerics_drift, invalid, cancelled$"):
+                                         r"numerics_drift, invalid, cancelled, pruned, skipped$"):
         S.parse(S.RUNNING, allowed=FINISHED)
 
 
@@ -104,7 +116,8 @@ def test_every_status_round_trips_through_the_run_record_and_reaches_the_tuner(t
     rec = RunRecord(tmp_path / "run")
     for i, st in enumerate(FINISHED):
         t = rec.start({"mbs": i})
-        m = Metrics(step_time_s=0.5 if st is S.OK else None, peak_memory_bytes=None if st is S.OOM else 1e9)
+        m = Metrics(step_time_s=0.5 if st in (S.OK, S.PRUNED) else None,
+                    peak_memory_bytes=None if st.over_capacity() else 1e9)
         rec.finish(t.model_copy(update={"status": st, "metrics": m, "cost": Cost(wall_s=1.0)}))
     for i, st in enumerate(FINISHED):  # on disk: the plain string, as every earlier version wrote it
         raw = json.loads((rec.trial_dir(i) / "trial.json").read_text())
@@ -120,24 +133,29 @@ def test_every_status_round_trips_through_the_run_record_and_reaches_the_tuner(t
         h.add(Setting(t.setting), outcome_of(t))
     assert [o.status for _, o in h] == list(FINISHED)
     assert [o.status for _, o in h.ran()] == [S.OK, S.NUMERICS_DRIFT]
-    assert [o.status for _, o in h.memory_rows()] == [S.OK, S.OOM, S.NUMERICS_DRIFT]
+    assert [o.status for _, o in h.memory_rows()] == [S.OK, S.OOM, S.NUMERICS_DRIFT, S.PRUNED, S.SKIPPED]
     assert [o.status for _, o in h.ok()] == [S.OK]
+    assert [(o.status, o.step_time_s) for _, o in h.lower_bounds()] == [(S.PRUNED, 0.5)]  # told as a lower bound
 
 
 def test_the_bank_stores_the_string_and_filters_by_member_or_string(tmp_path):
     bank = Bank(tmp_path / "bank.sqlite")
     trials = [Trial(id=0, setting={"mbs": 1}, status=S.OK, metrics=Metrics(step_time_s=1.0)),
               Trial(id=1, setting={"mbs": 8}, status="oom"),
-              Trial(id=2, setting={"mbs": 2}, status=S.NUMERICS_DRIFT)]
-    assert bank.add_trials("r", trials, hardware=A100, workload=LLAMA8B) == 3
+              Trial(id=2, setting={"mbs": 2}, status=S.NUMERICS_DRIFT),
+              Trial(id=3, setting={"mbs": 4}, status=S.PRUNED, metrics=Metrics(step_time_s=0.5)),  # a lower bound
+              Trial(id=4, setting={"mbs": 16}, status=S.SKIPPED)]
+    assert bank.add_trials("r", trials, hardware=A100, workload=LLAMA8B) == 5
     with sqlite3.connect(bank.path) as c:
         assert c.execute("SELECT status FROM trials ORDER BY trial_id").fetchall() == [("ok",), ("oom",),
-                                                                                        ("numerics_drift",)]
+                                                                                        ("numerics_drift",),
+                                                                                        ("pruned",), ("skipped",)]
     c.close()
     assert [st.trial.id for st in bank.trials("r", status="oom")] == [1]
     assert [st.trial.id for st in bank.trials("r", status=S.NUMERICS_DRIFT)] == [2]
     (run,) = bank.runs()
-    assert run.n_ok == 1 and run.best_step_time_s == 1.0
+    assert run.n_ok == 1 and run.best_step_time_s == 1.0  # a pruned trial's bound is never a best
+    assert [st.trial.metrics.step_time_s for st in bank.trials("r", status=S.PRUNED)] == [0.5]
     with pytest.raises(ValueError, match=r"^status='OOM': use one of running, ok, oom,"):
         bank.trials("r", status="OOM")
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 # Fields added after runs were locked, left out of the normalized contract (and so of its hash) while they hold
 # their default: a run locked before they existed still resumes, and its contract still hashes the same.
-LATER_FIELDS = (("workload", "cwd", ""),)
+LATER_FIELDS = (("workload", "cwd", ""), ("budget", "prune", True), ("budget", "skip_over_capacity", True))
 
 # The lock's ``files_relative_to`` when its file names are relative to the contract's folder (every lock written
 # now); absent in a lock written before, whose names were relative to wherever each file was found.

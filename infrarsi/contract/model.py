@@ -169,6 +169,14 @@ class Budget(_Section):
     rebaseline_every: int = Field(6, ge=0)
     """Search trials between two runs of the baseline during the search (0: never), so each setting is compared to a
     baseline measured close in time; the baseline also runs again when the machine's load shifts."""
+    prune: bool = True
+    """Stop a search trial once its measured steps so far show it slower than the best setting so far by more than
+    the doctor's detectable effect (a one-sided 95% bound from the doctor's noise and the steps' own spread:
+    execute/prune.py); it is recorded ``pruned`` with its step time's lower bound, never promoted. A setting as fast as
+    the best is stopped in under 5% of trials (BENCHMARKS.md). false: every trial runs its whole contract."""
+    skip_over_capacity: bool = True
+    """Do not launch a setting whose estimated peak (the fake-step estimate, where the contract has one) is above
+    capacity by more than the estimate's stated error (search/skip.py); it is recorded ``skipped``."""
 
 
 class Contract(_Section):

@@ -147,6 +147,7 @@ class _Stream:
         self.cpu_s: list[float | None] = []
         self.cpu_t_s: list[float | None] = []
         self.sha = hashlib.sha256()
+        self.steps: list[tuple[int, int, float, int]] = []  # (rank, step, arrival, read) of each step line so far
         # exists from the launch on (tail -f it), not from the first line; a new file (O_EXCL | O_NOFOLLOW): nothing a
         # trial put there is followed
         self.out = os.fdopen(create_new(self.out_path), "wb")
@@ -216,7 +217,10 @@ class LineClock:
         st.chunks.append(chunk)
         st.cpu_s.append(None)
         st.cpu_t_s.append(None)
-        if self.pgid is not None and step_of(line) is not None:
+        key = step_of(line)
+        if key is not None:
+            st.steps.append((*key, now, chunk))
+        if self.pgid is not None and key is not None:
             with self._cv:
                 self._want = (st, len(st.arrivals) - 1)
                 self._cv.notify()
@@ -239,6 +243,11 @@ class LineClock:
             self._cpu_total_ns += sum(max(0, ns - self._cpu_prev.get(tid, 0)) for tid, ns in cpu.items())
             self._cpu_prev = cpu
             st.cpu_s[i], st.cpu_t_s[i] = round(self._cpu_total_ns / 1e9, 6), round(now, 6)
+
+    def step_lines(self) -> list[tuple[str, int, int, float, int]]:
+        """The step lines so far, while the trial runs: (stream, rank, step, arrival seconds, read) in arrival order
+        per stream (what execute/prune.py judges a running trial by; the record is the clock file's)."""
+        return [(st.out_path.name, *x) for st in self._streams for x in list(st.steps)]
 
     def cpu_total_s(self) -> float:
         """Seconds of CPU the trial's processes had used at the last sample."""

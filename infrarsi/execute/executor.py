@@ -19,7 +19,14 @@ from typing import Protocol, runtime_checkable
 from ..rundir.names import STDERR, STDOUT  # noqa: F401 - the executors' output files, named where the run's are
 from ..trial.launch import Handle, LaunchEnd, LaunchSpec
 
-__all__ = ["Executor", "Handle", "LaunchEnd", "LaunchSpec", "create_new", "fresh_trial_dir", "open_regular", "tail", "wait"]
+__all__ = ["Executor", "StepLines", "Handle", "LaunchEnd", "LaunchSpec", "create_new", "fresh_trial_dir", "open_regular", "tail", "wait"]
+
+
+class StepLines(Protocol):
+    """A running trial's step lines as the harness's clock stamped them (clock.py's LineClock)."""
+
+    def step_lines(self) -> list[tuple[str, int, int, float, int]]:
+        """(stream, rank, step, arrival seconds since the launch, read number) of every step line so far."""
 
 
 @runtime_checkable
@@ -45,6 +52,10 @@ class Executor(Protocol):
     def isolates(self, trial_dir: Path) -> bool:
         """Whether the trial of ``trial_dir`` runs in the box (it can write nothing outside its ``outputs/``); an
         unisolated trial's repository is compared before and after it."""
+
+    def live_clock(self, handle: Handle) -> StepLines | None:
+        """The running trial's step lines as the harness stamps them (execute/prune.py judges them), None where the
+        executor has no live clock (a Slurm job writes its own output) or the trial has ended."""
 
 
 def wait(executor: Executor, handle: Handle, *, timeout_s: float | None = None, interval_s: float = 0.05,

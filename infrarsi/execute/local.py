@@ -291,6 +291,11 @@ class LocalExecutor:
             end = end.model_copy(update={"leftovers": len(left), "evidence": end.evidence + left})
         return end
 
+    def live_clock(self, handle: Handle) -> LineClock | None:
+        """The running trial's line clock (None once it ended): its step lines so far (execute/prune.py)."""
+        with self._lock:
+            return self._clocks.get(handle.token)
+
     def cancel(self, handle: Handle) -> None:
         with self._lock:
             proc = self._procs.get(handle.token)

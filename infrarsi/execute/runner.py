@@ -42,6 +42,7 @@ from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from .local import OUTPUTS, kill_token, trial_env
+from .prune import PruneWatch, Target
 from .record import RunRecord
 from .spec import LaunchSpec
 from .trial import Cost, Trial, TrialStatus
@@ -167,12 +168,13 @@ class Runner:
         return {**dict(setting), **self._space.complete(setting).to_dict()}
 
     def submit(self, setting: Mapping[str, Any], *, role: str = "search",
-               reference_losses: Sequence[float] | None = None) -> Future:
+               reference_losses: Sequence[float] | None = None, prune: Target | None = None) -> Future:
         """Queue one trial. The Future gives the finished Trial (any status: failures are data); it
         raises only when the infrastructure failed (e.g. SlurmUnreachable), leaving the trial
-        recorded as running for a later resume."""
+        recorded as running for a later resume. ``prune``: what the trial is held against while it runs
+        (execute/prune.py); it is stopped, and recorded ``pruned``, once shown slower than that."""
         full = self.complete(setting)
-        return self._pool.submit(self._run_one, full, role, reference_losses, None, None)
+        return self._pool.submit(self._run_one, full, role, reference_losses, None, None, prune=prune)
 
     def run(self, settings: Sequence[Mapping[str, Any]], *, role: str = "search",
             reference_losses: Sequence[float] | None = None) -> list[Trial]:
@@ -240,7 +242,7 @@ class Runner:
     # ---------------------------------------------------------------- worker
     def _run_one(self, setting: dict[str, Any], role: str,
                  reference: Sequence[float] | None, existing: Trial | None, adopted: Handle | None,
-                 attempt: int = 0) -> Trial:
+                 attempt: int = 0, *, prune: Target | None = None) -> Trial:
         trial = existing or self.record.start(setting, role)
         spec = self._precheck(setting)
         if isinstance(spec, Verdict):  # refused before any launch: recorded as such, never run
@@ -280,7 +282,8 @@ class Runner:
                     cancelled_early = trial.id in self._cancelled or self._closing
                 if cancelled_early:
                     self.executor.cancel(handle)
-                end, filled = _wait(self.executor, handle, self.record.run_dir)
+                pruner = PruneWatch(prune, lambda h=handle: self.executor.live_clock(h)) if prune is not None else None
+                end, filled = _wait(self.executor, handle, self.record.run_dir, pruner)
                 if not end.relaunch or len(relaunched) >= MAX_RELAUNCHES:
                     break
                 relaunched += [*end.evidence, f"launched again (attempt {attempt + 2})"]
@@ -293,6 +296,14 @@ class Runner:
         conditions = watch.end(own_cpu_s=own_cpu_s(Path(handle.trial_dir)))
         freed = _keep_reserve(self.record.run_dir, Path(handle.trial_dir))
         verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting, copies=procs)
+        pruned = pruner.decision if pruner is not None and verdict.status is TrialStatus.CANCELLED else None
+        if pruned is not None:  # stopped by the runner, not by a user: its checks below apply as to any trial
+            verdict = verdict.model_copy(update={
+                "status": TrialStatus.PRUNED, "evidence": verdict.evidence + [pruned.line(prune)],
+                "metrics": verdict.metrics.model_copy(update={"step_time_s": pruned.bound_s}),
+                "reason": f"slower than the incumbent: step time >= {pruned.bound_s * 1000:.1f} ms "
+                          f"> {pruned.threshold_s * 1000:.1f} ms (stopped at step {pruned.step})"})
+        stopped = end.cancelled and pruned is None  # cut short by a user: what it did is not held against it
         if freed:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [freed]})
         if relaunched:
@@ -301,16 +312,16 @@ class Runner:
             verdict = invalidate(verdict, filled)
         # the runner's own output (`infrarsi tune ... > tune.log` in the repository) is not the trial's
         wrote = guard.changes(before, ignore=open_for_writing(guard.root)) if guard is not None else []
-        if wrote and not end.cancelled:  # a trial writes only its own directory (contract/scope.py)
+        if wrote and not stopped:  # a trial writes only its own directory (contract/scope.py)
             why = f"wrote outside its trial directory: {wrote[0]}" + (f" (and {len(wrote) - 1} more)" if len(wrote) > 1 else "")
             verdict = invalidate(verdict, why, wrote[:10])
-        if end.leftovers and not end.cancelled:  # by construction never (a PID namespace): checked all the same
+        if end.leftovers and not stopped:  # by construction never (a PID namespace): checked all the same
             verdict = invalidate(verdict, next((e for e in end.evidence if "still running after it ended" in e),
                                                "left processes running"))
         warnings = _unsandboxed(handle)
         if warnings:  # the run directory was writable to the trial: check every sealed record after it
             broken = settled_problems(self.record.run_dir)
-            if broken and not end.cancelled:
+            if broken and not stopped:
                 verdict = invalidate(verdict, f"the run's records changed while it ran without isolation: {broken[0]}",
                                      broken[:10])
         if attempt and adopted is None:
@@ -490,16 +501,19 @@ def _keep_reserve(run_dir: Path, trial_dir: Path) -> str:
             f"{reserve / 2**20:.0f} MiB kept for the run's records")
 
 
-def _wait(executor: Executor, handle: Handle, run_dir: Path) -> tuple[LaunchEnd, str]:
+def _wait(executor: Executor, handle: Handle, run_dir: Path, pruner: PruneWatch | None = None) -> tuple[LaunchEnd, str]:
     """The trial's end, and why the runner stopped it ("" when it did not): a trial whose outputs take the run
     directory's disk under the reserve is cancelled while it runs (its writes are not watched, the disk's free
     space is: a statvfs per poll), so that no trial, its own or one running beside it, is left without room for
-    its record."""
-    pause, filled = 0.02, ""
+    its record. ``pruner``: judged per poll; a trial it stops is cancelled (``pruner.decision`` says why)."""
+    pause, filled, pruning = 0.02, "", False
     while True:
         out = executor.poll(handle)
         if out is not None:
             return out, filled
+        if pruner is not None and not pruning and not filled and pruner.check() is not None:
+            pruning = True
+            executor.cancel(handle)
         if not filled:
             try:
                 free, reserve = _room(run_dir)

@@ -371,6 +371,10 @@ class SlurmExecutor:
             f"slurm job {handle.job_id} (trial {Path(handle.trial_dir).name}) waited {waited:.0f} s in the queue "
             f"(Reason={info.get('Reason', '?')}), past the contract's invariants.timing.pending_timeout_s = {limit:g} s")
 
+    def live_clock(self, handle: Handle) -> None:
+        """None: a Slurm job writes its own output, stamped by no harness clock while it runs (no pruning here)."""
+        return None
+
     def cancel(self, handle: Handle) -> None:
         with self._lock:
             self._why.setdefault(handle.job_id, "cancel")

@@ -8,13 +8,17 @@ Model (Pyro, :func:`time_model`)::
     sigma     ~ LogNormal(log(noise_cv), 0.75)           # run-to-run noise from the doctor (CV ~ sd of log)
                                                          # LogNormal(log 0.05, 1.5) when no CV is known
     log_step_time[i] ~ Normal(intercept + x[i] @ beta + offset[i], sigma)
+    pruned trial (stopped when its steps were slower than the incumbent's; execute/prune.py):
+                  factor log P(log t > log L_i) = log_ndtr((mu[i] - log L_i) / sigma)   # censored from below at
+                                                                                        # its lower bound L_i
 
 ``x`` is the design of :mod:`._design`: the KnobSpace's one-hot features plus interaction columns.
 ``offset`` is an optional analytical term per setting (e.g. log(model FLOPs / peak FLOP/s)).
 
 Inference is exact and fast: given sigma the model is a conjugate Gaussian linear model, so the
 posterior is a mixture of Gaussians over a grid of sigma values weighted by the marginal likelihood
-(:func:`._fit.conjugate_grid`). There is nothing to warm-start; a refit on 50 trials takes
+(:func:`._fit.conjugate_grid`). With lower bounds (pruned trials) it is the censored (Tobit) grid of the memory
+model (:func:`._fit.tobit_grid`): Newton per sigma, expectation propagation for the moments. There is nothing to warm-start; a refit on 50 trials takes
 milliseconds. :meth:`TimeModel.run_nuts` samples the same Pyro model with NUTS (a check of the grid posterior in tests
 and benchmarks; neither the search nor the report runs it).
 
@@ -22,8 +26,9 @@ Public API (what the search stage calls)::
 
     m = TimeModel(space, priors=None, noise_cv=None, interactions=None, seed=0, *,
                   main_sd=1.0, interaction_sd=0.1)
-    m.fit(settings, step_times_s, offsets=None) -> m
+    m.fit(settings, step_times_s, offsets=None, lower_bounds_s=None) -> m
         # step_times_s[i] in seconds; NaN/None = the trial produced no step time (OOM, crash): skipped
+        # lower_bounds_s[i] in seconds where step_times_s[i] is NaN: the step time is above it (a pruned trial)
     mean_log, sd_log = m.predict(settings, offsets=None, noise=True)   # posterior predictive of
         # log step time (log seconds), shape (n,) each; noise=False: uncertainty of the mean only
     draws = m.sample(settings, n, offsets=None, noise=False)  # (n, len(settings)) joint draws (Thompson)
@@ -50,7 +55,7 @@ import torch
 from ..knobs.space import KnobSpace
 from ..priors.prior import Prior
 from ._base import LogLinearModel, as_float_array, f64
-from ._fit import GridPosterior, conjugate_grid, one_thread
+from ._fit import GridPosterior, conjugate_grid, one_thread, tobit_grid
 
 INTERCEPT_SD = 10.0  # log seconds: a flat prior in practice (e^-10 s .. e^10 s within 1 sd)
 NOISE_SCALE_WITH_CV = 0.75  # sd of log sigma around log(noise_cv): the model's misfit adds to the noise
@@ -106,6 +111,7 @@ class TimeModel(LogLinearModel):
         self._x: np.ndarray | None = None
         self._y: np.ndarray | None = None
         self._off: np.ndarray | None = None
+        self.n_censored = 0  # pruned trials told as lower bounds at the last fit
         self.posterior: GridPosterior = self._solve(np.zeros((0, self.design.p)), np.zeros(0))
 
     # ------------------------------------------------------------------ fit
@@ -114,11 +120,14 @@ class TimeModel(LogLinearModel):
         settings: Sequence[Mapping[str, Any]],
         step_times_s: Sequence[float] | np.ndarray,
         offsets: Sequence[float] | np.ndarray | None = None,
+        lower_bounds_s: Sequence[float] | np.ndarray | None = None,
     ) -> "TimeModel":
         """Condition on all trials so far (the posterior is recomputed exactly from the prior).
 
         ``step_times_s[i]``: steady-state step time of ``settings[i]`` in seconds; NaN/None for a
         trial that produced none (OOM, crash): skipped. ``offsets[i]``: analytical log-time term.
+        ``lower_bounds_s[i]``: for a trial with no step time, seconds its step time is known to exceed (a pruned
+        trial: a censored observation, not a time); NaN/None: nothing known.
         """
         t0 = time.perf_counter()
         settings = list(settings)
@@ -129,11 +138,27 @@ class TimeModel(LogLinearModel):
         if bad.size:
             i = int(bad[0])
             raise ValueError(f"step_times_s[{i}] = {y_s[i]!r}: a step time must be a positive number of seconds (NaN for none)")
-        x = self.design.matrix(settings)[keep]
+        low = (np.full(len(settings), np.nan) if lower_bounds_s is None
+               else as_float_array(lower_bounds_s, "lower_bounds_s", len(settings)))
+        cens = ~keep & ~np.isnan(low)
+        bad = np.flatnonzero(cens & ~(np.isfinite(low) & (low > 0)))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"lower_bounds_s[{i}] = {float(low[i])!r}: a lower bound must be a positive number of seconds")
+        design = self.design.matrix(settings)
+        x = design[keep]
         y = np.log(y_s[keep])
         self._x, self._y, self._off = x, y, off[keep]
-        self.posterior = self._solve(x, y - off[keep])
+        if cens.any():  # pruned trials: log t > log L, censored from below (the memory model's Tobit grid)
+            x1 = np.hstack([np.ones((x.shape[0], 1)), x])
+            xc = np.hstack([np.ones((int(cens.sum()), 1)), design[cens]])
+            self.posterior = tobit_grid(x1, y - off[keep], xc, np.log(low[cens]) - off[cens],
+                                        *self.coefficient_prior(), self.sigma_loc, self.sigma_scale,
+                                        self.posterior.mean())
+        else:
+            self.posterior = self._solve(x, y - off[keep])
         self.n_obs = int(keep.sum())
+        self.n_censored = int(cens.sum())
         self.nuts_draws = None
         self._fitted_once = True
         self.last_fit_s = time.perf_counter() - t0

@@ -30,6 +30,7 @@ STATUS_STYLE = {  # status -> (color, marker); a TrialStatus key also answers to
     TrialStatus.TIMEOUT: ("tab:orange", "v"), TrialStatus.NUMERICS_DRIFT: ("tab:brown", "D"),
     TrialStatus.INVALID: ("tab:gray", "P"), TrialStatus.CONTRACT_VIOLATION: ("black", "*"),
     TrialStatus.CANCELLED: ("tab:olive", "h"), TrialStatus.RUNNING: ("tab:cyan", "."),
+    TrialStatus.PRUNED: ("tab:pink", ">"), TrialStatus.SKIPPED: ("lightgray", "<"),
 }
 
 

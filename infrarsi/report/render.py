@@ -23,6 +23,7 @@ from typing import Any
 
 from ..adapters import adapter_class
 from ..execute.record import cost_by_status
+from .cost import run_cost
 from ..execute.runner import unisolated
 from ..io import atomic_write
 from ..knobs import Setting
@@ -114,7 +115,7 @@ class _Builder:
         for name, fn in (("summary", self.summary), ("noise", self.noise), ("trials", self.trials),
                          ("models", self.models), ("estimate", self.estimate), ("effects", self.effects),
                          ("priors", self.priors), ("verification", self.verification), ("failures", self.failures),
-                         ("audit", self.audit)):
+                         ("cost", self.cost_table), ("audit", self.audit)):
             if sections is not None and name not in sections:
                 continue
             self.step(name)
@@ -229,7 +230,8 @@ class _Builder:
             if why.get("savers"):
                 kind += " + " + "+".join(why["savers"])
             rows.append((t.id, t.role, t.status.value.upper() if t.status.is_failure() else t.status.value,
-                         f"{t.metrics.step_time_s:.4g}" if t.metrics.step_time_s else "-",
+                         (">=" if t.status is TrialStatus.PRUNED else "") + f"{t.metrics.step_time_s:.4g}"
+                         if t.metrics.step_time_s else "-",
                          _mib(t.metrics.peak_memory_bytes) if t.status is TrialStatus.OK else "-",
                          f"{t.cost.wall_s if self.sim else t.cost.device_s:.1f}",
                          _knobs(changed(t.setting, self.baseline)), kind, t.reason or ""))
@@ -479,6 +481,14 @@ class _Builder:
                    [(k.upper(), _ids(ids[k]), f"{v:.1f}", f"{v / total:.1%}") for k, v in sorted(cost.items())])
         self.img("failure_cost", "Failed-trial cost in device-seconds by failure kind", plots.failure_cost(cost))
 
+    def cost_table(self) -> None:
+        """Device-seconds per phase, what pruning and skipping saved and risked (report/cost.py)."""
+        self.h2("Cost")
+        c = run_cost(self.d.trials)
+        self.table(["phase", "trials", "wall s here" if self.sim else "device-s", "share"], c.rows())
+        for line in c.lines():
+            self.p(line)
+
     def audit(self) -> None:
         self.h2("Source-path audit")
         ver = self.d.verification
@@ -511,7 +521,7 @@ class _Builder:
 def build(data: RunData, step: Callable[[str], None] = lambda s: None, *,
           sections: Sequence[str] | None = None) -> list[Block]:
     """The report's blocks; ``sections`` picks some (summary, noise, trials, models, estimate, effects, priors,
-    verification, failures, audit), None = all."""
+    verification, failures, cost, audit), None = all."""
     return _Builder(data, step).build(sections)
 
 

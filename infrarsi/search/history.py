@@ -70,10 +70,14 @@ class History(Sequence[tuple[Setting, Outcome]]):
         return [(s, o) for s, o in self._rows if o.status.ran()]
 
     def memory_rows(self, *, from_runs_without_peak: bool = True) -> list[tuple[Setting, Outcome]]:
-        """The trials that say something about memory: OOMs and every trial that ran (``from_runs_without_peak``
-        False: only those that reported a peak)."""
+        """The trials that say something about memory: OOMs, settings skipped on their estimate (censored like an OOM)
+        and every trial that ran (``from_runs_without_peak`` False: only those that reported a peak)."""
         return [(s, o) for s, o in self._rows if o.status.is_memory_evidence()
-                and (o.status is TrialStatus.OOM or from_runs_without_peak or o.peak_memory_bytes)]
+                and (o.status.over_capacity() or from_runs_without_peak or o.peak_memory_bytes)]
+
+    def lower_bounds(self) -> list[tuple[Setting, Outcome]]:
+        """The trials pruned for being slower than the incumbent: their step time is a lower bound (censored)."""
+        return [(s, o) for s, o in self._rows if o.status is TrialStatus.PRUNED]
 
     def best(self) -> tuple[Setting, Outcome] | None:
         """The fastest trial that ran (status ok), the earlier one on a tie; None before any."""

@@ -30,7 +30,6 @@ from scipy.special import ndtr
 
 from ..models import MemoryModel
 from ..models.memory import SIGMA_LOC
-from ..status import TrialStatus
 from .censored import ABOVE, BELOW, OBS, CensoredSurrogate
 from .config import TunerConfig
 from .history import History
@@ -48,8 +47,8 @@ RESIDUAL_MEM_SD = 0.1  # log scale: how far a knob value may move the peak beyon
 def memory_targets(rows: Sequence[tuple[Setting, Outcome]]) -> tuple[np.ndarray, np.ndarray]:
     """Per memory row: its kind (OBS: a measured peak, ABOVE: an OOM, BELOW: ran without a peak) and its log
     peak bytes (NaN where none was measured), each (n,)."""
-    kind = np.array([ABOVE if o.status is TrialStatus.OOM else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
-    peak = np.array([math.log(o.peak_memory_bytes) if o.status.ran() and o.peak_memory_bytes else np.nan
+    kind = np.array([ABOVE if o.status.over_capacity() else OBS if o.peak_memory_bytes else BELOW for _, o in rows])
+    peak = np.array([math.log(o.peak_memory_bytes) if o.status.fit_in_memory() and o.peak_memory_bytes else np.nan
                      for _, o in rows])
     return kind, peak
 
@@ -105,8 +104,8 @@ class _PeakBase(Bound):
             return
         ss = [s for s, _ in rows]
         guarded(self.setup, "memory model", lambda: self._model.fit(
-            ss, [o.peak_memory_bytes for _, o in rows], [o.status is TrialStatus.OOM for _, o in rows],
-            offsets=self.offsets(ss), fits=[o.status.ran() for _, o in rows]))
+            ss, [o.peak_memory_bytes for _, o in rows], [o.status.over_capacity() for _, o in rows],
+            offsets=self.offsets(ss), fits=[o.status.fit_in_memory() for _, o in rows]))
 
     def _additive_fitted(self) -> bool:
         m = self._model

@@ -42,8 +42,9 @@ def scale_of(t: Trial, trials: Iterable[Trial], reference_s: float) -> float:
 
 
 def rescaled(t: Trial, trials: Iterable[Trial], reference_s: float) -> Trial:
-    """``t`` with its step time on the doctor's scale (an ok trial; others as they are)."""
-    if t.status is not TrialStatus.OK:
+    """``t`` with its step time on the doctor's scale (an ok trial, and a pruned one's lower bound; others as they
+    are)."""
+    if t.status not in (TrialStatus.OK, TrialStatus.PRUNED):
         return t
     f = scale_of(t, trials, reference_s)
     if f == 1.0:

@@ -111,7 +111,7 @@ class Steps(Bound):
         (no knob's meaning, few trials) is overconfident where it has seen nothing, and its own record says so. (The
         same factor above 1, a looser cap where the model was too careful, gained on the OOM-heavy arm with the
         catalog's names but cost OOMs where the model knew the knobs: BENCHMARKS.md.)"""
-        told = [(self.priced[s], o.status is TrialStatus.OOM) for s, o in history if s in self.priced]
+        told = [(self.priced[s], o.status.over_capacity()) for s, o in history if s in self.priced]
         expected, observed = sum(p for p, _ in told), sum(oom for _, oom in told)
         return min(1.0, (expected + 1.0) / (observed + 1.0))
 

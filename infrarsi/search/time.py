@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..knobs import Setting
-from ..models import TimeModel
+from ..models import TimeModel, mills_ratio
 from ..priors.prior import Prior
 from ..status import TrialStatus
 from .bubble import BubbleColumn
@@ -58,6 +58,7 @@ class _AdditiveBase(Bound):
                                 interactions=self._inter)
                       if self.given and cfg.prior_conflict_z > 0 else None)
         self.conflicted: dict[str, str] = {}  # feature -> why its time prior was set aside
+        self._lower: list[float] = []  # per told trial, a pruned one's lower bound (seconds), else NaN
 
     def _model(self, priors: list[Prior]) -> TimeModel:
         su = self.setup
@@ -76,14 +77,34 @@ class _AdditiveBase(Bound):
             return
         settings = history.settings
         times = [o.step_time_s if o.status is TrialStatus.OK else math.nan for _, o in history]
+        # a pruned trial's step time is a lower bound: a censored observation (models/time.py), not a time
+        lower = [o.step_time_s if o.status is TrialStatus.PRUNED else math.nan for _, o in history]
+        self._lower = lower
         cfg = self.setup.config
-        guarded(self.setup, "time model", lambda: self.additive.fit(settings, times))
+        guarded(self.setup, "time model", lambda: self.additive.fit(settings, times, lower_bounds_s=lower))
         if self.given and (cfg.prior_conflict_z > 0 or cfg.prior_conflict_log_bf > 0):
             guarded(self.setup, "prior check", lambda: self._set_aside_conflicts(settings, times))
         guarded(self.setup, "time GP", lambda: self._fit_gp(history))
 
     def _fit_gp(self, history: History) -> None:
         """What the part ranks with besides the additive model (none here)."""
+
+    def ranked_rows(self, history: History) -> tuple[list[Setting], np.ndarray]:
+        """The rows a GP ranks with: every ok trial at its log step time, and every pruned trial at its expected log
+        step time given that it exceeds its lower bound L under the censored additive model's predictive N(m, s^2):
+        E[y | y > log L] = m + s * phi(a) / Phi(a), a = (m - log L) / s (never below log L). A GP takes Gaussian
+        observations only; the additive model holds the bound itself."""
+        ok = history.ok()
+        ss, ys = [s for s, _ in ok], list(np.log([o.step_time_s for _, o in ok]))
+        pruned = history.lower_bounds()
+        if pruned:
+            ps = [s for s, _ in pruned]
+            low = np.log([o.step_time_s for _, o in pruned])
+            m, sd = self.additive.predict(ps, noise=True)
+            sd = np.maximum(sd, 1e-6)
+            ys += list(np.maximum(low, m + sd * mills_ratio((m - low) / sd)))
+            ss += ps
+        return ss, np.asarray(ys, dtype=float)
 
     def _set_aside_conflicts(self, settings: list[Setting], times: list[float]) -> None:
         """Set aside the time priors the trials contradict (:mod:`.prior_check`: a prior-free fit
@@ -110,7 +131,7 @@ class _AdditiveBase(Bound):
         for f, why in new.items():
             _log.info("time prior for %s set aside: %s", f, why)
         self.additive = self._model(self.priors)
-        self.additive.fit(settings, times)
+        self.additive.fit(settings, times, lower_bounds_s=self._lower)
 
     def predict(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior of the mean log step time (log seconds): (mean, sd)."""
@@ -132,10 +153,9 @@ class ResidualTime(_AdditiveBase):
 
     def _fit_gp(self, history: History) -> None:
         self.residual = None
-        ok = history.ok()
-        mean, _ = self.additive.predict([s for s, _ in ok], noise=False)
-        r = np.log([o.step_time_s for _, o in ok]) - mean
-        self.residual = Residual.fit(self.setup.encoder.codes([s for s, _ in ok]), r,
+        ss, ys = self.ranked_rows(history)
+        mean, _ = self.additive.predict(ss, noise=False)
+        self.residual = Residual.fit(self.setup.encoder.codes(ss), ys - mean,
                                      self.setup.noise_cv or self.additive.sigma)
 
     def predict(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
@@ -172,10 +192,8 @@ class JointTime(_AdditiveBase):
 
     def _fit_gp(self, history: History) -> None:
         self.surrogate = None
-        ok = history.ok()
-        ss = [s for s, _ in ok]
-        self.surrogate = Surrogate.fit(self.design(ss), self.setup.encoder.codes(ss),
-                                       np.log([o.step_time_s for _, o in ok]), *self.coefficient_prior(),
+        ss, ys = self.ranked_rows(history)
+        self.surrogate = Surrogate.fit(self.design(ss), self.setup.encoder.codes(ss), ys, *self.coefficient_prior(),
                                        noise_sd=self.setup.noise_cv, ordered=self.setup.encoder.ordered)
 
     def design(self, settings: Sequence[Setting]) -> np.ndarray:

@@ -8,7 +8,9 @@ Read from the run directory's records only, so it is the same whether the run fi
      "baseline": {knob: value} | null,
      "candidates": [{"changes": {knob: value}, "promoted": bool, "speedup": float | null,
                      "ci95": [lo, hi] | null, "pairs": int | null, "reason": str}],
-     "best": <the promoted candidate whose 95% CI has the highest lower bound (ties: speedup)> | null}
+     "best": <the promoted candidate whose 95% CI has the highest lower bound (ties: speedup)> | null,
+     "cost": {"device_s": {phase: float}, "total_device_s": float, "pruned": {...}, "skipped": {...},
+              "risked": [str]} | null}          (report/cost.py)
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 from .. import exitcodes
 from ..report.audit import best_of
+from ..execute.record import RunRecord
+from ..report.cost import run_cost
 from ..rundir import RunDir
 
 
@@ -39,4 +43,5 @@ def run_outcome(run_dir: Path, exit_code: int) -> dict[str, Any]:
                 "promoted" if promoted else "no_promotion"),
             "search": {"trials": search.trials, "budget": search.budget, "stop_reason": search.stop_reason}
             if search else None,
-            "baseline": ver.baseline if ver else None, "candidates": cands, "best": best}
+            "baseline": ver.baseline if ver else None, "candidates": cands, "best": best,
+            "cost": run_cost(RunRecord(run_dir).finished()).to_dict() if stages else None}

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 SECTIONS = ("loading", "summary", "noise", "trials", "models", "estimate", "effects", "priors", "verification",
-            "failures", "audit", "writing")
+            "failures", "cost", "audit", "writing")
 
 
 def run(run_dir: Path, *, console: Console, err: Console, out: dict | None = None) -> int:

@@ -23,6 +23,7 @@ from ..adapters import Adapter, adapter_class, run_adapter
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.model import Contract
 from ..contract.numerics import reference_of
+from ..execute.prune import Target
 from ..execute.trial import Trial
 from ..knobs import KnobSpace, Setting
 from ..priors.prior import Prior
@@ -31,6 +32,7 @@ from ..rundir import RunDir, StageDone, Verification
 from ..search import Outcome, Tuner, TunerConfig
 from ..search import rebaseline
 from ..search.reverify import reverify
+from ..search.skip import over_capacity
 from ..status import TrialStatus
 from . import run_state as state
 
@@ -41,10 +43,14 @@ if TYPE_CHECKING:
 
 
 def outcome_of(t: Trial) -> Outcome:
-    """The tuner's view of a finished trial: ok with time and peak; oom censored; numerics_drift (it ran every
-    step, its loss trace broke the referee) with its peak; the rest a bare status."""
+    """The tuner's view of a finished trial: ok with time and peak; oom censored; pruned with its step time's lower
+    bound (censored) and its peak so far; numerics_drift (it ran every step, its loss trace broke the referee) with its peak; the rest
+    (skipped: censored like an OOM) a bare status."""
     if t.status is TrialStatus.OK:
         return Outcome(TrialStatus.OK, step_time_s=t.metrics.step_time_s, peak_memory_bytes=t.metrics.peak_memory_bytes)
+    if t.status is TrialStatus.PRUNED:
+        return Outcome(TrialStatus.PRUNED, step_time_s=t.metrics.step_time_s,
+                       peak_memory_bytes=t.metrics.peak_memory_bytes or None)
     if t.status is TrialStatus.NUMERICS_DRIFT:
         return Outcome(TrialStatus.NUMERICS_DRIFT, peak_memory_bytes=t.metrics.peak_memory_bytes or None)
     return Outcome(t.status)
@@ -159,6 +165,7 @@ class _Search:
     bank_sources: list[str] = field(default_factory=list)
     tuner: Tuner | None = None
     done: list[Trial] = field(default_factory=list)  # search trials that cost budget, in order
+    skipped: list[Trial] = field(default_factory=list)  # settings not launched on their memory estimate (no budget)
     rerun: list[tuple[Setting, dict]] = field(default_factory=list)  # cut short by Ctrl-C: run again first
     budget: int = 0
     extended: bool = False  # --more (now or killed before): past the contract's budget and stopping rule
@@ -284,8 +291,10 @@ def _resume(s: _Search, *, max_trials: int | None, parallel: int | None, more: i
     outside = set(state.refuse_outside_space(s.record, s.space, roles={"search"},
                                              say=lambda line: err.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)))
     finished = [t for t in s.record.finished() if t.role == "search" and t.id not in outside]
-    s.done = [t for t in finished if t.status is not TrialStatus.CANCELLED]  # a cancelled trial costs no budget
-    for t in s.done:  # resume: everything already measured is data again
+    # a cancelled trial costs no budget; nor does a skipped one (never launched), told all the same
+    s.done = [t for t in finished if t.status not in (TrialStatus.CANCELLED, TrialStatus.SKIPPED)]
+    s.skipped = [t for t in finished if t.status is TrialStatus.SKIPPED]
+    for t in s.done + s.skipped:  # resume: everything already measured is data again
         tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, s.record.trials(), s.ref_s)))
     s.rerun = interrupted_settings(finished, s.done, s.space, state.pending(run_dir))  # cut short by Ctrl-C: run again
     budget = asked
@@ -362,13 +371,15 @@ def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Co
             stop_reason = f"expected improvement {tuner.last_best_ei:.4f} below log(1 + mde {s.noise.mde:.3f})"
             break
         used_s += _baseline_again(s, runner, beat, console)
-        batch, whys = _next_batch(s)
-        if not batch:
-            stop_reason = "search space exhausted"
+        batch, whys = _next_batch(s, console)
+        if not batch:  # or the estimate refused more settings than the budget has trials
+            stop_reason = ("search space exhausted" if len(s.skipped) <= s.budget else
+                           f"{len(s.skipped)} proposals skipped: their estimated peaks are above capacity")
             break
         state.write_pending(s.run_dir, whys)
         progress(len(batch))
-        futs = [(x, runner.submit(x, role="search", reference_losses=s.base_losses)) for x in batch]
+        target = prune_target(s)  # the same for the whole batch: the incumbent before it
+        futs = [(x, runner.submit(x, role="search", reference_losses=s.base_losses, prune=target)) for x in batch]
         for x, fut in futs:
             t = fut.result()
             kernel_after_trial(s.run_dir, t, err, s.kernel_verdicts)  # drifted in situ: refused from now on
@@ -385,6 +396,49 @@ def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Co
     console.print(f"search stopped: {stop_reason}" + (" (earlier)" if s.search_done else ""))
 
 
+def prune_target(s: _Search) -> Target | None:
+    """What a search trial is held against while it runs (execute/prune.py), or None (pruning off, or nothing
+    told yet): the incumbent (the told setting with the fastest run) at the median of its told runs, on the doctor's
+    scale and put back on the scale the machine has now (the latest baseline run's: search/rebaseline.py), its
+    figure's sd the doctor's CV over the root of its runs."""
+    if not s.contract.budget.prune or s.tuner is None or not s.adapter.measured_time:
+        return None  # a simulated cluster's step time is modelled, not clocked: nothing to judge while it runs
+    best = s.tuner.best()
+    if best is None:
+        return None
+    setting = best[0]
+    times = [o.step_time_s for x, o in s.tuner.history.ok() if x == setting]
+    base = max((t for t in s.record.trials() if t.role in rebaseline.BASE_ROLES and t.status is TrialStatus.OK),
+               key=lambda t: t.id, default=None)
+    scale = s.ref_s / base.metrics.step_time_s if base is not None and base.role == rebaseline.ROLE else 1.0
+    timing = s.contract.invariants.timing
+    cv = max(s.noise.cv, 1e-3)
+    return Target(incumbent_s=statistics.median(times) / scale, incumbent_sd=cv / len(times) ** 0.5, cv=cv,
+                  mde=max(s.noise.mde, 1e-3), warmup_steps=timing.warmup_steps, measured_steps=timing.measured_steps,
+                  incumbent=f"{'the baseline' if setting == s.baseline else 'the best setting so far'}, "
+                            f"{len(times)} run(s)")
+
+
+def _skip_over_capacity(s: _Search, batch: list[Setting], console: Console) -> list[Setting]:
+    """``batch`` less the settings whose estimated peak is above capacity beyond the estimate's error
+    (search/skip.py): each is recorded ``skipped`` and told to the tuner (peak > capacity, censored)."""
+    if not s.contract.budget.skip_over_capacity or s.tuner is None:
+        return batch
+    keep = []
+    for x in batch:
+        why = over_capacity(s.tuner.memory_estimate, x, s.contract.hardware.memory_capacity_bytes)
+        if why is None:
+            keep.append(x)
+            continue
+        t = s.record.start(s.space.complete(x).to_dict(), role="search")
+        t = s.record.finish(t.model_copy(update={"status": TrialStatus.SKIPPED, "evidence": [why],
+                                                 "reason": why.split(": not launched")[0][:200]}))
+        s.tuner.tell(x, outcome_of(t))
+        s.skipped.append(t)
+        console.print(f"  trial {t.id:3d} [yellow]skipped [/] {escape(why)}")
+    return keep
+
+
 def _baseline_again(s: _Search, runner: Runner, beat: Heartbeat, console: Console) -> float:
     """The baseline run again when one is due (a baseline close in time: each search trial is compared with the
     latest one before it); the device seconds it cost (0 when none was due)."""
@@ -399,7 +453,17 @@ def _baseline_again(s: _Search, runner: Runner, beat: Heartbeat, console: Consol
     return b.cost.device_s
 
 
-def _next_batch(s: _Search) -> tuple[list[Setting], dict[str, dict[str, Any]]]:
+def _next_batch(s: _Search, console: Console) -> tuple[list[Setting], dict[str, dict[str, Any]]]:
+    """Up to ``par`` settings to run next, each with why, less those skipped on their memory estimate (asked again
+    until one is left to launch, the space is spent, or more were skipped than the budget has trials)."""
+    while True:
+        batch, whys = _asked(s)
+        kept = _skip_over_capacity(s, batch, console) if batch else batch
+        if kept or not batch or len(s.skipped) > s.budget:
+            return kept, whys
+
+
+def _asked(s: _Search) -> tuple[list[Setting], dict[str, dict[str, Any]]]:
     """Up to ``par`` settings to run next, each with why: the settings a Ctrl-C cut short (with the reasons they
     were proposed for) first, then the tuner's."""
     if s.rerun:
@@ -427,8 +491,9 @@ def interrupted_settings(finished: list[Trial], done: list[Trial], space: KnobSp
 def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Setting) -> None:
     """One line per finished trial: status, step time, peak, why it was proposed, what differs from the baseline."""
     st = t.status.value
-    color = {TrialStatus.OK: "green", TrialStatus.OOM: "red"}.get(t.status, "yellow")
+    color = {TrialStatus.OK: "green", TrialStatus.OOM: "red", TrialStatus.PRUNED: "cyan"}.get(t.status, "yellow")
     ms = f"{t.metrics.step_time_s * 1000:.0f} ms" if t.metrics.step_time_s else "-"
+    ms = f">={ms}" if t.status is TrialStatus.PRUNED else ms  # a lower bound
     mem = f"{t.metrics.peak_memory_bytes / 2**20:.0f} MiB" if t.metrics.peak_memory_bytes and t.status is TrialStatus.OK else ""
     changed = ", ".join(f"{k}={v}" for k, v in t.setting.items() if baseline.get(k) != v) or "the baseline"
     extra = f" with {' + '.join(why['savers'])}" if why.get("savers") else ""

@@ -28,31 +28,54 @@ class TrialStatus(StrEnum):
     NUMERICS_DRIFT = "numerics_drift"  # ran every step, but its loss trace breaks the contract's tolerance
     INVALID = "invalid"  # violates a knob-space constraint or the framework's own validation
     CANCELLED = "cancelled"
+    # Stopped by the harness to save device time (neither a failure of the setting nor a measurement of it):
+    PRUNED = "pruned"  # stopped after some measured steps: slower than the incumbent; step_time_s is a lower bound
+    SKIPPED = "skipped"  # never launched: the memory estimate puts its peak above capacity beyond the estimate's error
 
     def is_finished(self) -> bool:
         """Every status but ``running``."""
         return self is not TrialStatus.RUNNING
 
     def is_failure(self) -> bool:
-        """Finished and not ``ok`` (``numerics_drift`` included: it ran, but its result breaks the contract)."""
-        return self not in (TrialStatus.OK, TrialStatus.RUNNING)
+        """Finished and not ``ok`` (``numerics_drift`` included: it ran, but its result breaks the contract); a trial
+        the harness stopped to save time (``pruned``, ``skipped``: :meth:`saved`) is no failure."""
+        return self not in (TrialStatus.OK, TrialStatus.RUNNING) and not self.saved()
+
+    def saved(self) -> bool:
+        """Stopped by the harness to save device time: ``pruned`` (slower than the incumbent, a lower bound on its
+        step time) or ``skipped`` (estimated not to fit, never launched). Never promoted, never verified."""
+        return self in (TrialStatus.PRUNED, TrialStatus.SKIPPED)
+
+    def over_capacity(self) -> bool:
+        """Says peak > capacity: an OOM (measured), or a setting skipped on its memory estimate (estimated)."""
+        return self in (TrialStatus.OOM, TrialStatus.SKIPPED)
 
     def ran(self) -> bool:
         """Ran every step (``ok``, ``numerics_drift``): its peak memory, when reported, is an observation."""
         return self in (TrialStatus.OK, TrialStatus.NUMERICS_DRIFT)
 
+    def fit_in_memory(self) -> bool:
+        """Ran without running out of memory: every step (:meth:`ran`), or past its warm-up until it was pruned (a
+        step's peak is reached in its first optimizer steps): peak <= capacity, its peak, when reported, the peak."""
+        return self.ran() or self is TrialStatus.PRUNED
+
     def is_memory_evidence(self) -> bool:
-        """Says something about peak memory: it ran (peak <= capacity, or the peak itself) or ran out (> capacity)."""
-        return self is TrialStatus.OOM or self.ran()
+        """Says something about peak memory: it ran, or ran until pruned (peak <= capacity, or the peak itself) or ran
+        out (> capacity), or
+        its estimate put it above capacity beyond the estimate's error (``skipped``: censored like an OOM)."""
+        return self.over_capacity() or self.fit_in_memory()
 
     def step_time_error(self, step_time_s: float | None, *, field: str = "step_time_s") -> str | None:
         """What is wrong with ``step_time_s`` (seconds or None) for a trial of this status, or None: ``ok`` needs a
-        finite step time > 0 (a run without one is a crash); ``oom`` has none (all it says is peak > capacity)."""
+        finite step time > 0 (a run without one is a crash); ``pruned`` one too (its lower bound); ``oom`` and
+        ``skipped`` have none (all they say is peak > capacity)."""
         t = step_time_s
         if self is TrialStatus.OK and (t is None or not math.isfinite(t) or t <= 0):
             return f"an ok trial needs a finite {field} > 0, got {t!r}; report a run without a step time as crash"
-        if self is TrialStatus.OOM and t is not None:
-            return f"an oom trial has no {field} (got {t!r}): an OOM says only that peak > capacity"
+        if self is TrialStatus.PRUNED and (t is None or not math.isfinite(t) or t <= 0):
+            return f"a pruned trial needs a finite {field} > 0 (the lower bound it was stopped at), got {t!r}"
+        if self in (TrialStatus.OOM, TrialStatus.SKIPPED) and t is not None:
+            return f"an {self.value} trial has no {field} (got {t!r}): it says only that peak > capacity"
         return None
 
     @classmethod

@@ -99,3 +99,28 @@ def test_sample_draws_are_coherent(space, truth):
     mean, sd = m.predict(cands, noise=False)
     np.testing.assert_allclose(draws.mean(0), mean, atol=0.02)
     np.testing.assert_allclose(draws.std(0), sd, rtol=0.25, atol=0.005)
+
+
+def test_a_pruned_trial_is_a_lower_bound_not_a_time(space, truth):
+    """A pruned trial says only "its step time is above L": told as a censored row (lower_bounds_s), it raises the
+    prediction of settings like it towards L where the trials alone put them below; a bound below what the trials say
+    moves nothing; it counts as censored, not as an observation; a bad bound is refused naming the field."""
+    settings, times = _ok_trials(space, truth, 12, seed=3)
+    target = [s for s in space.enumerate() if s not in settings][0]
+    free = TimeModel(space, noise_cv=0.02).fit(settings, times)
+    (m0,), _ = free.predict([target], noise=False)
+    nan = [math.nan] * len(settings)
+    high = float(np.exp(m0 + 0.5))  # 65% above what the trials say
+    told = TimeModel(space, noise_cv=0.02).fit([*settings, target], [*times, math.nan],
+                                               lower_bounds_s=[*nan, high])
+    (m1,), _ = told.predict([target], noise=False)
+    assert told.n_obs == 12 and told.n_censored == 1
+    assert m1 > m0 + 0.3  # most of the way to the bound (the setting shares its effects with the trials')
+    low = float(np.exp(m0 - 0.5))
+    loose = TimeModel(space, noise_cv=0.02).fit([*settings, target], [*times, math.nan], lower_bounds_s=[*nan, low])
+    (m2,), _ = loose.predict([target], noise=False)
+    assert abs(m2 - m0) < 0.05
+    as_time = TimeModel(space, noise_cv=0.02).fit([*settings, target], [*times, high])
+    assert as_time.n_obs == 13 and as_time.n_censored == 0
+    with pytest.raises(ValueError, match=r"^lower_bounds_s\[12\] = -1\.0: a lower bound must be a positive number"):
+        TimeModel(space, noise_cv=0.02).fit([*settings, target], [*times, math.nan], lower_bounds_s=[*nan, -1.0])

@@ -189,3 +189,46 @@ def test_the_run_stage_is_a_sequence_of_named_steps():
     called = [ast.unparse(c.func) for c in ast.walk(funcs["run"]) if isinstance(c, ast.Call)]
     steps = ["_load", "_guards", "_prepare", "_resume", "_search_and_verify", "_bank_record"]
     assert [c for c in called if c in steps] == steps
+
+
+def test_a_search_trial_is_held_against_the_incumbent_put_back_on_the_machines_scale_now(tmp_path):
+    """prune_target: the told setting with the fastest run, at the median of its told runs (the doctor's scale), put
+    back on the scale of the latest baseline run (a rebaseline at 1.2x the doctor's median: x 1.2); its figure's sd the
+    doctor's CV over the root of its runs; None with budget.prune off or on a simulated cluster (times modelled)."""
+    from infrarsi.adapters import get_adapter
+    from infrarsi.contract.model import load_contract
+    from infrarsi.doctor.noise import profile
+    from infrarsi.execute.record import RunRecord
+    from infrarsi.execute.trial import Metrics, TrialStatus
+    from infrarsi.search import Outcome, Tuner
+    from infrarsi.stages.run import _Search, prune_target
+
+    contract = load_contract(ROOT / "contracts" / "minigpt-cpu.toml")
+    adapter = get_adapter("minigpt")
+    space = adapter.knob_space(contract)
+    baseline = space.complete(contract.baseline)
+    rec = RunRecord(tmp_path / "run")
+    doctor = []
+    for s in (1.0, 1.05, 0.95):
+        t = rec.start(baseline.to_dict(), role="doctor")
+        doctor.append(rec.finish(t.model_copy(update={"status": TrialStatus.OK, "metrics": Metrics(step_time_s=s)})))
+    noise = profile([t.metrics.step_time_s for t in doctor], trial_ids=[t.id for t in doctor])
+    tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, seed=0)
+    for t in doctor:
+        tuner.tell(baseline, Outcome("ok", step_time_s=t.metrics.step_time_s))
+    fast = space.complete({**contract.baseline, "micro_batch_size": 8})
+    tuner.tell(fast, Outcome("ok", step_time_s=0.5))
+    t = rec.start(baseline.to_dict(), role="rebaseline")
+    rec.finish(t.model_copy(update={"status": TrialStatus.OK, "metrics": Metrics(step_time_s=1.2)}))
+    s = _Search(run_dir=tmp_path / "run", contract=contract, noise=noise, record=rec, adapter=adapter, contract_dir=None,
+                space=space, kernel_verdicts={}, baseline=baseline, base_trials=doctor, base_losses=None, tuner=tuner,
+                ref_s=noise.median_step_s)
+    target = prune_target(s)
+    assert target.incumbent_s == pytest.approx(0.5 * 1.2 / 1.0) and target.incumbent_sd == pytest.approx(noise.cv)
+    assert target.cv == pytest.approx(noise.cv) and target.mde == pytest.approx(noise.mde)
+    assert (target.warmup_steps, target.measured_steps) == (2, 4) and "1 run(s)" in target.incumbent
+    off = contract.model_copy(update={"budget": contract.budget.model_copy(update={"prune": False})})
+    s.contract = off
+    assert prune_target(s) is None
+    s.contract, s.adapter = contract, get_adapter("simulated")
+    assert prune_target(s) is None

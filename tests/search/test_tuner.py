@@ -264,3 +264,29 @@ def test_the_exploitation_scale_prefers_what_the_model_predicts_fast_and_leaves_
         stop[scale] = t.last_best_ei
     assert picks[0.1] < picks[1.0]  # the lower predicted log step time, not the most uncertain candidate
     assert stop[0.1] == pytest.approx(stop[1.0], rel=0.05)  # the stop reads the whole posterior either way
+
+
+def test_pruned_and_skipped_trials_are_data_never_the_best_and_never_proposed_again():
+    """A pruned trial tells the time parts a lower bound (the GP ranks it at its expected time above the bound), a
+    skipped one tells the memory part "peak > capacity"; neither is the best, top or proposed again."""
+    space = example_space()
+    tuner = Tuner(space, memory_capacity_bytes=CAP, seed=2)
+    rng = random.Random(0)
+    told = []
+    for _ in range(8):
+        s = tuner.ask()
+        told.append(s)
+        tuner.tell(s, truth(s, 0.01, rng))
+    slow, hungry = tuner.ask(), tuner.ask()
+    tuner.tell(slow, Outcome("pruned", step_time_s=5.0))  # at least 5 s/step: far slower than anything told
+    tuner.tell(hungry, Outcome("skipped"))
+    assert [s for s, _ in tuner.history.lower_bounds()] == [slow]
+    assert hungry in [s for s, _ in tuner.history.memory_rows()]
+    tuner.fit_models()
+    assert tuner.time_model.n_censored == 1
+    (m,), _ = tuner.predict_time([slow])
+    assert m > math.log(2.0)  # the GP holds it slow: near its bound, not at the trials' mean
+    assert tuner.p_oom([hungry])[0] > 0.5
+    assert tuner.best()[0] not in (slow, hungry) and not {slow, hungry} & set(tuner.top(3))
+    for _ in range(6):
+        assert tuner.ask() not in (slow, hungry)

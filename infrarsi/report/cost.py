@@ -1,0 +1,127 @@
+"""The run's cost: device-seconds per phase, what pruning and skipping saved, and what they risked.
+
+Device-seconds are wall seconds x devices of every finished trial (a cancelled one included: its devices were held).
+Phases by role: ``doctor`` (the baseline's repeats), ``search`` (search trials and the baseline run again between
+them, ``rebaseline``), ``verification`` (the A/B pairs, ``verify``); any other role is its own phase.
+
+What was saved is estimated, from the run's own trials:
+
+- a pruned trial stopped after ``n`` of the ``N`` steps its ok trials logged (the most any logged): the steps left
+  would have cost at least (N - n) x its step time's lower bound x devices (a lower bound: the bound is one);
+- a skipped setting was never launched: it would have cost what a launch of this run costs, the median
+  device-seconds of its OOM trials, else of its search trials (an estimate).
+
+What they risked: a pruned or skipped setting that a later trial of the same setting showed to be good -- a pruned
+one that later ran faster than the bound it was stopped at, a skipped one that later ran without running out of
+memory. The search never proposes a told setting again, so such a trial comes from a resumed run, the doctor or a
+verification pair; "none" is the usual answer, and it says the stops were not contradicted, not that they were right.
+
+    c = run_cost(trials)                 # Cost: phases {phase: (trials, device_s)}, saved and risked figures
+    c.rows(), c.lines()                  # the report's table rows and sentences; c.to_dict() for --json
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..execute.trial import Trial, TrialStatus
+
+PHASE = {"doctor": "doctor", "search": "search", "rebaseline": "search", "verify": "verification"}
+
+
+@dataclass(frozen=True)
+class RunCost:
+    phases: dict[str, tuple[int, float]]  # phase -> (finished trials, device-seconds), in first-seen order
+    pruned: list[int] = field(default_factory=list)  # trial ids
+    pruned_spent_s: float = 0.0  # device-seconds the pruned trials did cost
+    pruned_saved_s: float = 0.0  # at least this many device-seconds their remaining steps would have cost
+    skipped: list[int] = field(default_factory=list)
+    skipped_saved_s: float = 0.0  # about this many: a launch each, at the run's median cost of one
+    launch_basis: str = ""  # what a skipped launch was priced at
+    risked: list[str] = field(default_factory=list)  # one line per stop a later trial contradicted
+
+    @property
+    def total_s(self) -> float:
+        return sum(s for _, s in self.phases.values())
+
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """(phase, trials, device-s, share) per phase, then the total."""
+        total = self.total_s or 1.0
+        out = [(p, str(n), f"{s:.1f}", f"{s / total:.1%}") for p, (n, s) in self.phases.items()]
+        return out + [("total", str(sum(n for n, _ in self.phases.values())), f"{self.total_s:.1f}", "100%")]
+
+    def lines(self) -> list[str]:
+        total = self.total_s or 1.0
+        out = []
+        if self.pruned:
+            out.append(f"Pruning stopped {len(self.pruned)} search trial(s) ({_list(self.pruned)}) once their steps "
+                       f"showed them slower than the best so far: they cost {self.pruned_spent_s:.1f} device-s and "
+                       f"saved at least {self.pruned_saved_s:.1f} device-s (the steps left, at their lower bound), "
+                       f"{self.pruned_saved_s / (total + self.pruned_saved_s):.1%} of what the run would have cost.")
+        else:
+            out.append("Pruning stopped no trial.")
+        if self.skipped:
+            out.append(f"Skipping left {len(self.skipped)} setting(s) ({_list(self.skipped)}) unlaunched on their "
+                       f"memory estimate: about {self.skipped_saved_s:.1f} device-s saved ({self.launch_basis}).")
+        else:
+            out.append("Skipping left no setting unlaunched.")
+        if self.pruned or self.skipped:
+            out.append("What they risked (a stopped setting a later trial showed to be good): "
+                       + ("; ".join(self.risked) if self.risked else "none: no later trial contradicted a stop."))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device_s": {p: round(s, 3) for p, (_, s) in self.phases.items()}, "total_device_s": round(self.total_s, 3),
+                "pruned": {"trials": self.pruned, "spent_device_s": round(self.pruned_spent_s, 3),
+                           "saved_device_s_at_least": round(self.pruned_saved_s, 3)},
+                "skipped": {"trials": self.skipped, "saved_device_s_about": round(self.skipped_saved_s, 3)},
+                "risked": self.risked}
+
+
+def run_cost(trials: Sequence[Trial]) -> RunCost:
+    """The cost of a run's finished trials (see the module docstring)."""
+    done = [t for t in trials if t.status.is_finished()]
+    phases: dict[str, tuple[int, float]] = {}
+    for t in done:
+        p = PHASE.get(t.role, t.role)
+        n, s = phases.get(p, (0, 0.0))
+        phases[p] = (n + 1, s + t.cost.device_s)
+    pruned = [t for t in done if t.status is TrialStatus.PRUNED]
+    skipped = [t for t in done if t.status is TrialStatus.SKIPPED]
+    steps = max((len(t.metrics.step_times_s) for t in done if t.status is TrialStatus.OK), default=0)
+    saved = sum(max(0, steps - len(t.metrics.step_times_s)) * t.metrics.step_time_s * t.cost.devices for t in pruned)
+    ooms = [t.cost.device_s for t in done if t.status is TrialStatus.OOM and t.cost.device_s > 0]
+    search = [t.cost.device_s for t in done if t.role == "search" and t.cost.device_s > 0]
+    launch, basis = ((statistics.median(ooms), f"the median of its {len(ooms)} OOM trial(s) per launch") if ooms else
+                     (statistics.median(search), f"the median of its {len(search)} search trial(s) per launch")
+                     if search else (0.0, "no launch to price it by"))
+    return RunCost(phases=phases, pruned=[t.id for t in pruned], pruned_spent_s=sum(t.cost.device_s for t in pruned),
+                   pruned_saved_s=saved, skipped=[t.id for t in skipped], skipped_saved_s=launch * len(skipped),
+                   launch_basis=basis, risked=_contradicted(done, pruned, skipped))
+
+
+def _contradicted(done: list[Trial], pruned: list[Trial], skipped: list[Trial]) -> list[str]:
+    out = []
+    for p in pruned:
+        for t in done:
+            if (t.id > p.id and t.setting == p.setting and t.status is TrialStatus.OK
+                    and t.metrics.step_time_s < p.metrics.step_time_s):
+                out.append(f"trial {p.id} was pruned at >= {p.metrics.step_time_s:.4g} s/step, trial {t.id} ({t.role}) "
+                           f"ran it at {t.metrics.step_time_s:.4g} s/step")
+                break
+    for k in skipped:
+        for t in done:
+            if t.id > k.id and t.setting == k.setting and t.status.ran():
+                out.append(f"trial {k.id} was skipped as over capacity, trial {t.id} ({t.role}) ran it"
+                           + (f" at a peak of {t.metrics.peak_memory_bytes / 2**20:.0f} MiB"
+                              if t.metrics.peak_memory_bytes else ""))
+                break
+    return out
+
+
+def _list(ids: list[int], limit: int = 12) -> str:
+    shown = ", ".join(str(i) for i in ids[:limit])
+    return f"trials {shown}" + (f" and {len(ids) - limit} more" if len(ids) > limit else "")

@@ -1,0 +1,237 @@
+"""Benchmark: pruning (execute/prune.py) on vs off.
+
+``aa``: how often the rule stops a trial as fast as the incumbent (the A/A false-prune rate) and one 1.3x or 2x
+slower (its power), on simulated draws at run-to-run CV 1-15% (infrarsi/testing/prune_draws.py: the doctor's CV
+estimated from 3 runs, 5% of lines held back by a loaded machine, a look per gap).
+
+``search``: the search on the simulated reference landscapes (bench_landscape.py, this search as a library user
+builds it, the baseline first), paired by (landscape, seed): the same noisy measurement of each setting in both arms.
+A trial's device cost is ``devices x (start-up + steps x its step time)``; its step lines arrive at the cumulative
+sums of its steps (each N(its measured step time, 2%) in log, 5% of lines held back 1-4 steps); an OOM costs its
+start-up and one step. The doctor's CV and MDE come from 3 simulated baseline runs. With pruning on, each search
+trial is held against the incumbent as the run stage holds it (the fastest told setting, the doctor's CV) and a
+pruned one costs its steps so far and is told its lower bound. Scores: the noise-free time of the fastest measured
+setting as a fraction of the exhaustive optimum, at equal trials (``--budget``) and at equal device-seconds (what
+the arm without pruning spent at ``--budget``; the arm with it runs on until it has spent as much), and the device
+seconds each arm spent to first measure the setting the arm without pruning ends on.
+
+``real``: A/A with real trials: the baseline of a run directory the doctor has measured (its contract, its noise),
+run ``--trials`` times, each held against the latest baseline run before it (the doctor's median for the first),
+as the run stage holds a search trial against a drift-corrected incumbent; prints each trial and the share pruned.
+
+    python scripts/bench_prune.py aa --draws 2000
+    python scripts/bench_prune.py search --seeds 10 --budget 20
+    python scripts/bench_prune.py real --run-dir RUN_DIR --trials 8      # RUN_DIR: after `infrarsi doctor`
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from infrarsi.doctor.noise import mde  # noqa: E402
+from infrarsi.execute.prune import Target, judge  # noqa: E402
+from infrarsi.search import Outcome, Tuner  # noqa: E402
+from infrarsi.status import TrialStatus  # noqa: E402
+from infrarsi.testing.prune_draws import table  # noqa: E402
+from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
+
+from bench_landscape import NOISE_CV, Bench, Landscape  # noqa: E402
+
+STEP_CV, LATE = 0.02, 0.05
+
+
+def aa(args: argparse.Namespace) -> None:
+    print(f"A/A and power of the pruning rule, {args.draws} simulated trials per cell (doctor: 3 runs; incumbent: "
+          f"1 run; {LATE:.0%} of lines held back)")
+    for measured in (4, 8, 20):
+        print(f"\nwarm-up 2, measured {measured} steps")
+        print(f"{'run CV':>7} {'A/A pruned':>11} {'1.3x pruned':>12} {'2x pruned':>10}")
+        for cv, same, slow13, slow2 in table(draws=args.draws, seed=args.seed, measured_steps=measured):
+            print(f"{cv:7.0%} {same:11.2%} {slow13:12.1%} {slow2:10.1%}")
+
+
+class Arm:
+    """One search (pruning on or off) on one landscape and seed, with its device-seconds per trial."""
+
+    def __init__(self, b: Bench, *, prune: bool, startup_s: float, warmup: int, measured: int, devices: int,
+                 doctor: tuple[float, float]) -> None:
+        self.b, self.prune, self.startup_s = b, prune, startup_s
+        self.warmup, self.measured, self.devices = warmup, measured, devices
+        self.cv, self.mde = doctor
+        self.tuner = Tuner(b.space, memory_capacity_bytes=b.capacity, seed=b.seed, initial=[b.baseline],
+                           noise_cv=self.cv)
+        self.spent: list[float] = []  # cumulative device-seconds after each trial
+        self.best: list[float | None] = []  # noise-free time of the fastest measured setting after each trial
+        self.pruned = self.false_prunes = 0
+
+    def step(self) -> bool:
+        try:
+            s = self.tuner.ask()
+        except RuntimeError:
+            return False
+        o = self.b(s)
+        steps = self.warmup + self.measured
+        cost = self.startup_s
+        if o.status is TrialStatus.OOM:
+            cost += self.b.true_time(s) or 0.0
+        else:
+            gaps = self._gaps(s, o.step_time_s, steps)
+            ran = steps
+            target = self._target()
+            if target is not None:
+                for k in range(1, self.measured + 1):
+                    d = judge(gaps[self.warmup:self.warmup + k].tolist(), target)
+                    if d is not None:
+                        ran = self.warmup + k
+                        o = Outcome("pruned", step_time_s=d.bound_s, peak_memory_bytes=o.peak_memory_bytes)
+                        self.pruned += 1
+                        inc = self.b.true_time(self.tuner.best()[0])
+                        self.false_prunes += self.b.true_time(s) < inc * (1 + self.mde)
+                        break
+            cost += float(gaps[:ran].sum())
+        self.tuner.tell(s, o)
+        self.spent.append((self.spent[-1] if self.spent else 0.0) + cost * self.devices)
+        best = self.tuner.best()
+        self.best.append(self.b.true_time(best[0]) if best else None)
+        return True
+
+    def _target(self) -> Target | None:
+        best = self.tuner.best()
+        if not self.prune or best is None:
+            return None
+        return Target(incumbent_s=best[1].step_time_s, incumbent_sd=self.cv, cv=self.cv, mde=self.mde,
+                      warmup_steps=self.warmup, measured_steps=self.measured)
+
+    def _gaps(self, s, step_s: float, n: int) -> np.ndarray:
+        """The step lines' gaps (seconds, n of them; warm-up first) of one run of ``s`` whose steps take ``step_s``:
+        the same draw in both arms (seeded by the setting and the landscape's seed)."""
+        rng = np.random.default_rng(zlib.crc32(f"{self.b.seed}:{sorted(dict(s).items())}".encode()))
+        arrivals = np.cumsum(np.exp(rng.normal(math.log(step_s), STEP_CV, n + 1)))
+        held = rng.random(n + 1) < LATE
+        arrivals = np.maximum.accumulate(arrivals + held * rng.uniform(1.0, 4.0, n + 1) * step_s)
+        return np.diff(arrivals)
+
+    def frac_at_cost(self, budget_s: float, opt: float) -> float:
+        i = max((j for j, c in enumerate(self.spent) if c <= budget_s + 1e-9), default=None)
+        b = None if i is None else self.best[i]
+        return opt / b if b else 0.0
+
+
+def search(args: argparse.Namespace) -> None:
+    rows = []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        base = args.workloads[seed % len(args.workloads)]
+        land = Landscape(base, None)
+        opt = land.optimum()
+        rng = np.random.default_rng(seed)
+        doc = np.exp(rng.normal(0.0, NOISE_CV, 3))
+        cv = max(float(np.std(doc, ddof=1) / np.mean(doc)), 1e-3)
+        doctor = (cv, mde(cv, 3))
+        arms = {}
+        for prune in (False, True):
+            b = Bench(land, seed, "peaks")
+            arm = Arm(b, prune=prune, startup_s=args.startup_steps * b.true_time(b.baseline), warmup=args.warmup,
+                      measured=args.measured, devices=land.w.world_size, doctor=doctor)
+            for _ in range(args.budget):
+                if not arm.step():
+                    break
+            arms[prune] = arm
+        off, on = arms[False], arms[True]
+        spend = off.spent[-1]
+        while on.spent[-1] < spend and len(on.spent) < 3 * args.budget and on.step():
+            pass
+        goal = off.best[-1]  # the setting the arm without pruning ends on: when did each arm first measure it?
+        first = {p: next((a.spent[i] for i, t in enumerate(a.best) if t is not None and t <= goal * (1 + 1e-9)), None)
+                 for p, a in arms.items()}
+        rows.append({"landscape": land.name, "seed": seed,
+                     "off": opt / off.best[-1], "on_trials": opt / on.best[args.budget - 1],
+                     "on_cost": on.frac_at_cost(spend, opt), "off_s": spend,
+                     "on_s_at_budget": on.spent[args.budget - 1], "to_goal_off": first[False],
+                     "to_goal_on": first[True], "pruned": on.pruned,
+                     "false_prunes": on.false_prunes, "on_trials_run": len(on.spent)})
+        r = rows[-1]
+        print(f"{r['landscape']:>22} seed {seed:2d}: off {r['off']:.3f} | on at {args.budget} trials {r['on_trials']:.3f}"
+              f" ({r['on_s_at_budget'] / spend:.0%} of off's device-s), at equal device-s {r['on_cost']:.3f} "
+              f"({r['on_trials_run']} trials) | pruned {r['pruned']} (not slower than the incumbent: "
+              f"{r['false_prunes']}) | device-s to off's pick: off {r['to_goal_off']:.0f}, on "
+              + (f"{r['to_goal_on']:.0f}" if r["to_goal_on"] is not None else "never"), flush=True)
+    print(f"\n{len(rows)} paired runs, budget {args.budget} trials, start-up {args.startup_steps} baseline steps, "
+          f"warm-up {args.warmup} + measured {args.measured} steps")
+    med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
+    print(f"fraction of the optimum, median [min]: off {med('off'):.3f} [{min(r['off'] for r in rows):.3f}]; "
+          f"on at equal trials {med('on_trials'):.3f} [{min(r['on_trials'] for r in rows):.3f}]; "
+          f"on at equal device-seconds {med('on_cost'):.3f} [{min(r['on_cost'] for r in rows):.3f}]")
+    print(f"device-seconds at {args.budget} trials, on / off: median "
+          f"{statistics.median(r['on_s_at_budget'] / r['off_s'] for r in rows):.2f}")
+    reached = [r for r in rows if r["to_goal_on"] is not None]
+    print(f"off's final pick reached by on in {len(reached)}/{len(rows)} runs; device-seconds to it, on / off: median "
+          f"{statistics.median(r['to_goal_on'] / r['to_goal_off'] for r in reached):.2f}" if reached else "")
+    print(f"pruned trials: {sum(r['pruned'] for r in rows)} in {sum(r['on_trials_run'] for r in rows)}; not slower "
+          f"than the incumbent by its noise-free time x (1 + mde): {sum(r['false_prunes'] for r in rows)}")
+
+
+def real(args: argparse.Namespace) -> None:
+    import tempfile
+
+    from infrarsi.adapters import run_adapter
+    from infrarsi.contract import load_locked
+    from infrarsi.doctor.baseline import load_noise
+    from infrarsi.execute.local import LocalExecutor
+    from infrarsi.execute.record import RunRecord
+    from infrarsi.execute.runner import Runner
+
+    contract, noise = load_locked(args.run_dir), load_noise(args.run_dir)
+    if noise is None:
+        raise SystemExit(f"no noise profile in {args.run_dir}: run `infrarsi doctor --run-dir {args.run_dir}` first")
+    adapter = run_adapter(contract.workload.adapter, args.run_dir)
+    timing = contract.invariants.timing
+    last, pruned = noise.median_step_s, 0
+    print(f"{contract.name}: doctor CV {noise.cv:.1%}, mde {noise.mde:.1%}, median {noise.median_step_s:.4g} s/step")
+    with tempfile.TemporaryDirectory() as d, Runner(RunRecord(d), LocalExecutor(), adapter, contract) as runner:
+        for i in range(args.trials):
+            target = Target(incumbent_s=last, incumbent_sd=noise.cv, cv=noise.cv, mde=noise.mde,
+                            warmup_steps=timing.warmup_steps, measured_steps=timing.measured_steps)
+            t = runner.submit(contract.baseline, role="aa", prune=target).result()
+            pruned += t.status is TrialStatus.PRUNED
+            print(f"  trial {i}: {t.status.value:7s} {t.metrics.step_time_s or 0:.4g} s/step against {last:.4g} "
+                  f"x (1 + {noise.mde:.1%}); {t.cost.wall_s:.1f} s wall"
+                  + (f"; {t.reason}" if t.status is not TrialStatus.OK else ""), flush=True)
+            if t.status is TrialStatus.OK:
+                last = t.metrics.step_time_s
+    print(f"A/A with real {contract.name} trials: {pruned} of {args.trials} pruned")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("aa", help="A/A false-prune rate and power on simulated draws")
+    a.add_argument("--draws", type=int, default=2000)
+    a.add_argument("--seed", type=int, default=0)
+    s = sub.add_parser("search", help="the search with pruning on vs off, paired, on the simulated landscapes")
+    s.add_argument("--seeds", type=int, default=10)
+    s.add_argument("--first-seed", type=int, default=0)
+    s.add_argument("--budget", type=int, default=20)
+    s.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
+    s.add_argument("--startup-steps", type=float, default=10.0, help="a trial's start-up, in baseline steps")
+    s.add_argument("--warmup", type=int, default=3)
+    s.add_argument("--measured", type=int, default=20)
+    r = sub.add_parser("real", help="A/A with real trials of a run directory's baseline")
+    r.add_argument("--run-dir", type=Path, required=True)
+    r.add_argument("--trials", type=int, default=8)
+    args = ap.parse_args(argv)
+    {"aa": aa, "search": search, "real": real}[args.cmd](args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""The report's cost section (report/cost.py): device-seconds per phase, what pruning and skipping saved, and what
+they risked; the same figures in `run --json` (stages/outcome.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infrarsi.execute.record import RunRecord
+from infrarsi.execute.trial import Cost, Metrics, Trial, TrialStatus
+from infrarsi.report import load_run
+from infrarsi.report.cost import run_cost
+from infrarsi.report.render import build, to_markdown
+from infrarsi.stages.outcome import run_outcome
+
+
+def _t(i: int, role: str, status: TrialStatus, *, wall: float, step: float | None = None, steps: int = 0,
+       setting: dict | None = None, devices: int = 2) -> Trial:
+    return Trial(id=i, setting=setting or {"mbs": i}, role=role, status=status, cost=Cost(wall_s=wall, devices=devices),
+                 metrics=Metrics(step_time_s=step, step_times_s=[step or 1.0] * steps))
+
+
+def test_phases_savings_and_risks_arithmetic():
+    trials = [_t(0, "doctor", TrialStatus.OK, wall=10, step=1.0, steps=10),
+              _t(1, "search", TrialStatus.OK, wall=12, step=1.2, steps=10),
+              _t(2, "rebaseline", TrialStatus.OK, wall=10, step=1.0, steps=10),
+              _t(3, "search", TrialStatus.PRUNED, wall=6, step=2.0, steps=4, setting={"mbs": 8}),
+              _t(4, "search", TrialStatus.OOM, wall=3),
+              _t(5, "search", TrialStatus.SKIPPED, wall=0, setting={"mbs": 16}),
+              _t(6, "verify", TrialStatus.OK, wall=11, step=1.5, steps=10, setting={"mbs": 8}),
+              _t(7, "search", TrialStatus.RUNNING, wall=0)]
+    c = run_cost(trials)
+    assert c.phases == {"doctor": (1, 20.0), "search": (5, 62.0), "verification": (1, 22.0)}  # wall x 2 devices
+    assert c.pruned == [3] and c.pruned_spent_s == 12.0
+    assert c.pruned_saved_s == (10 - 4) * 2.0 * 2  # the 6 steps left at its 2.0 s lower bound, on 2 devices
+    assert c.skipped == [5] and c.skipped_saved_s == 6.0 and "1 OOM trial" in c.launch_basis  # an OOM's 3 s x 2
+    assert c.risked == ["trial 3 was pruned at >= 2 s/step, trial 6 (verify) ran it at 1.5 s/step"]
+    assert c.rows()[-1] == ("total", "7", "104.0", "100%")
+    assert c.to_dict()["pruned"] == {"trials": [3], "spent_device_s": 12.0, "saved_device_s_at_least": 24.0}
+
+
+def test_the_report_and_run_json_show_the_cost_of_a_recorded_run(run_dir):
+    rec = RunRecord(run_dir)
+    search = [t for t in rec.finished() if t.role == "search" and t.status is TrialStatus.OK]
+    t = rec.start({**search[0].setting, "pruned_copy": 1}, role="search")
+    rec.finish(t.model_copy(update={"status": TrialStatus.PRUNED, "cost": Cost(wall_s=4.0, devices=1),
+                                    "metrics": Metrics(step_time_s=9.0, step_times_s=[9.0] * 3),
+                                    "reason": "slower than the incumbent"}))
+    k = rec.start({**search[0].setting, "skipped_copy": 1}, role="search")
+    rec.finish(k.model_copy(update={"status": TrialStatus.SKIPPED, "evidence": ["estimated peak ..."]}))
+    md = to_markdown(build(load_run(run_dir), sections=["cost"]))
+    assert "## Cost" in md and "| doctor |" in md and "| search |" in md and "| verification |" in md
+    assert f"Pruning stopped 1 search trial(s) (trials {t.id})" in md and "saved at least" in md
+    assert f"Skipping left 1 setting(s) (trials {k.id}) unlaunched" in md
+    assert "none: no later trial contradicted a stop" in md
+    cost = run_outcome(run_dir, 0)["cost"]
+    assert cost["pruned"]["trials"] == [t.id] and cost["skipped"]["trials"] == [k.id]
+    assert cost["total_device_s"] == pytest.approx(sum(x.cost.device_s for x in rec.finished()), abs=0.01)
