@@ -196,12 +196,11 @@ def _names(prefix: list[str]) -> list[str]:
 class _Reader:
     """Reads the files of one chain: the texts given (an edit being checked) before the disk."""
 
-    def __init__(self, files: Mapping[str, str] | None, cwd: str, env: Mapping[str, str]) -> None:
+    def __init__(self, files: Mapping[str, str] | None, cwd: str) -> None:
         self.given = dict(files or {})
         self.read: dict[str, str] = {}
         self.missed: list[str] = []  # scripts the chain runs that could not be read, one line each
         self.cwd = cwd
-        self.env = env
 
     def text(self, path: str) -> str:
         if path not in self.read:
@@ -266,7 +265,7 @@ def follow(text: str, *, path: str, env: Mapping[str, str], args: list[str] | No
     (its starting environment ``env``, arguments ``args``, working folder ``cwd``; ``files``: texts to read instead
     of the disk's, by path). :class:`ScriptError` for a script the reader cannot read, naming its file and line."""
     here = cwd if cwd is not None else os.getcwd()
-    reader = _Reader(files, here, env)
+    reader = _Reader(files, here)
     reader.read[path] = text
     start = dict(env)
     sbatch = sbatch_directives(text)
