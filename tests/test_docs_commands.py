@@ -113,7 +113,7 @@ SCENES: dict[tuple[str, str], Scene] = {
         smaller=((r"^(infrarsi run --run-dir \S+)(\s+--seed 1)?$", r"\1\2 --max-trials 2"),),
         slow="two doctors and three searches: ~40 s idle, minutes under load; a run's resume and --more are the "
              "default run's tests/cli/test_cli.py"),
-    ("docs/estimate.md", "infrarsi estimate contracts/llama3-8b-h100x64.toml --set micro_batch_size=4"): Scene(
+    ("docs/estimate.md", "infrarsi estimate contracts/llama3-8b-h100x64.toml --set recompute_granularity=none"): Scene(
         slow="a fake step of Llama 3 8B: ~4 min on 2 cores (tests/test_shipped_contracts.py's slow estimates too)"),
     ("docs/estimate.md", "infrarsi estimate contracts/megatron-cpu.toml --set tensor_parallel=1 --set "
                          "sequence_parallel=false --set pipeline_parallel=2 --set data_parallel=1"): Scene(
