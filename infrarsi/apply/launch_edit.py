@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..contract.model import ENV_NAME
 from ..launch.toml_edit import TomlEditError, set_values
 
 if TYPE_CHECKING:
@@ -288,8 +289,11 @@ def _add_and_export(new: str, read, args0, env0, target_args, target_env, env_ke
     if words:
         at = _insert_point(new, line(new), new_sub if old_sub is not None else None)
         new = new[:at] + " " + " ".join(_quote(w) for w in words) + new[at:]
-    # 3. the environment knobs
+    # 3. the environment knobs (a key is written unquoted: it must be a name)
     for key in sorted(env_keys):
+        if not ENV_NAME.fullmatch(key):
+            raise EditError(f"{path}: environment key {key!r} is no variable's name (letters, digits, '_'); fix "
+                            f"workload.env in the contract")
         old, want = env0.get(key), target_env.get(key)
         if old == want:
             continue
