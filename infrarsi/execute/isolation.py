@@ -72,6 +72,10 @@ SCRATCH_BYTES = 4 * 2**30  # each tmpfs of a box (scratch_gib in the contract's 
 # cache folders of the Hugging Face home: its token files (token, stored_tokens) beside them stay out of the box.
 HF_HOME_DEFAULT = ".cache/huggingface"  # relative to the home folder; HF_HOME names another
 HF_CACHES = ("hub", "datasets")  # in the Hugging Face home; HF_HUB_CACHE / HF_DATASETS_CACHE name others
+# What holds a user's keys, wherever it sits (by name): never shown, and covered inside any folder a trial is shown.
+SECRET_BEARING = frozenset({".ssh", ".aws", ".netrc", ".gnupg", ".git-credentials", ".pypirc", ".docker", ".kube",
+                            ".azure", "gcloud", ".huggingface", ".vault-token", ".terraform.d", ".pgpass", ".my.cnf"})
+HF_TOKEN_FILES = ("token", "stored_tokens")  # in a Hugging Face home (beside hub/, or in a folder named huggingface)
 # A cache folder the launch names: an empty, writable tmpfs of its own in every trial (no trial reaches another's).
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "CUDA_CACHE_PATH")
 # The kernel keyring's calls: refused (EPERM) by the seccomp filter; the keyring would carry data between trials.
@@ -268,10 +272,11 @@ SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules"})  # never hold a r
 MAX_WALK = 100_000  # folders one walk reads at most (a dataset of many folders ends the walk there)
 
 
-def run_dirs_within(roots: Iterable[Path], *, max_dirs: int = MAX_WALK) -> list[Path]:
+def run_dirs_within(roots: Iterable[Path], *, max_dirs: int = MAX_WALK, secrets: list[Path] | None = None) -> list[Path]:
     """Every run directory under ``roots``, at any depth (a folder holding a RUN_MARKERS file; a ``.infrarsi``
     folder whole), each root included. Links are not followed (what a link points to outside the box's paths is
-    not in the box); Python environments (``pyvenv.cfg``), ``.git`` and ``__pycache__`` are not walked."""
+    not in the box); Python environments (``pyvenv.cfg``), ``.git`` and ``__pycache__`` are not walked.
+    ``secrets``: the same walk appends what holds keys there (SECRET_BEARING, a Hugging Face home's token files)."""
     out: list[Path] = []
     seen: set[Path] = set()
     stack = [Path(r) for r in dict.fromkeys(roots)]
@@ -288,6 +293,10 @@ def run_dirs_within(roots: Iterable[Path], *, max_dirs: int = MAX_WALK) -> list[
             continue
         walked += 1
         names = {e.name for e in entries}
+        if secrets is not None:
+            hf_home = d.name == "huggingface" or "hub" in names
+            secrets += [Path(e.path) for e in entries
+                        if e.name in SECRET_BEARING or (hf_home and e.name in HF_TOKEN_FILES)]
         if any(m in names for m in RUN_MARKERS) and is_run_dir(d):
             out.append(d)
             continue
@@ -297,7 +306,7 @@ def run_dirs_within(roots: Iterable[Path], *, max_dirs: int = MAX_WALK) -> list[
             try:
                 if e.name == ".infrarsi" and e.is_dir(follow_symlinks=False):
                     out.append(Path(e.path))
-                elif e.name not in SKIP_DIRS and e.is_dir(follow_symlinks=False):
+                elif e.name not in SKIP_DIRS and e.name not in SECRET_BEARING and e.is_dir(follow_symlinks=False):
                     stack.append(Path(e.path))
             except OSError:
                 continue
@@ -530,24 +539,63 @@ def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mappi
 
     cwd, repository, run_dir = Path(cwd).resolve(), Path(repository).resolve(), Path(run_dir).resolve()
     extra = [Path(p) for p in os.environ.get(READABLE_ENV, "").split(os.pathsep) if p]
-    roots = [Path("/"), *(Path(t) for t in TMPFS_ROOTS), *home_folders()]
-
-    def not_a_root(paths):  # a path that would bring a whole home folder or /tmp back
-        return [p for p in paths if not any(Path(p) == r or Path(p) in r.parents for r in roots)]
+    not_a_root = _not_a_root  # a path that would bring a whole home folder, /tmp or a user's keys back: not shown
 
     whole = {**inherited, **env}
     caches = cache_folders(whole)
-    homes = hf_homes(whole)  # named by HF_HOME: its caches are shown below, its token files are not
-    named = [p for p in not_a_root(named_paths(argv, env, cwd)) if not _under(Path(p), caches) and p not in homes]
+    homes = [_norm(h) for h in hf_homes(whole)]  # named by HF_HOME: its caches are shown below, its tokens are not
+    named = [p for p in not_a_root(named_paths(argv, env, cwd)) if not _under(p, caches) and p not in homes]
     machine = [Path(m) for m in MACHINE]
-    shown = [repository, cwd, *not_a_root([*extra, *readable]), *(p for p in named if p.is_dir())]
+    hf = not_a_root(home_caches(whole))
+    pythons = not_a_root(python_paths())
+    shown = [repository, cwd, *not_a_root([*extra, *readable]), *(p for p in named if p.is_dir()), *hf,
+             *(p for p in pythons if _under(p, home_folders()) and not _site(p))]
     shown = [p for p in shown if not _under(p, machine)]  # walked for run directories (not the machine's folders)
-    read = [repository, cwd, *not_a_root([*python_paths(), *extra, *readable]), *named, *home_caches(whole)]
-    hidden = [run_dir, *run_dirs_within([run_dir.parent, *shown]), *git_dirs({repository, cwd}),
-              *secret_paths(), *map(Path, MACHINE_SECRETS)]
+    keys: list[Path] = []  # what holds keys inside what is shown (a named ~/.cache's huggingface/token): covered
+    runs = run_dirs_within([run_dir.parent, *shown], secrets=keys)
+    read = [repository, cwd, *pythons, *not_a_root([*extra, *readable]), *named, *hf]
+    hidden = [run_dir, *runs, *keys, *git_dirs({repository, cwd}), *secret_paths(), *map(Path, MACHINE_SECRETS)]
     return Box(readable=read, hidden=hidden, writable=[Path(trial_dir).resolve() / OUTPUTS], named=named, cwd=cwd,
                shared=shared, node_devices=node_devices, network=network, scratch_bytes=scratch_bytes,
                caches=caches)
+
+
+def _norm(p: Path) -> Path:
+    """``p`` absolute with ``.`` and ``..`` folded by text (``/home/u/repo/..`` is ``/home/u``), before any decision."""
+    return Path(os.path.abspath(p))
+
+
+def _not_a_root(paths: Iterable[Path]) -> list[Path]:
+    """``paths`` normalised (:func:`_norm`), less any that is ``/``, a scratch root or a home folder or holds one
+    (``..`` climbing to the home folder, a link to it), or that is or sits in what holds keys (SECRET_BEARING, a
+    Hugging Face home's token files): the named thing is shown, never its parent with the user's keys."""
+    roots = [Path("/"), *(Path(t) for t in TMPFS_ROOTS), *home_folders()]
+    out = []
+    for p in paths:
+        if not Path(p).is_absolute():
+            continue
+        q = _norm(p)
+        try:
+            real = Path(os.path.realpath(q))
+        except OSError:
+            continue
+        if any(x == r or x in r.parents for x in (q, real) for r in roots):
+            continue
+        if any(_holds_keys(x) for x in (q, real)):
+            continue
+        out.append(q)
+    return list(dict.fromkeys(out))
+
+
+def _holds_keys(p: Path) -> bool:
+    if any(part in SECRET_BEARING for part in p.parts):
+        return True
+    return p.name in HF_TOKEN_FILES and (p.parent.name == "huggingface" or (p.parent / "hub").is_dir())
+
+
+def _site(p: Path) -> bool:
+    """A Python environment's own folder (site-packages, a venv): not walked for run directories."""
+    return "site-packages" in p.parts or "dist-packages" in p.parts or (p / "pyvenv.cfg").is_file()
 
 
 def verification_box(files: Iterable[Path], *, cwd: Path | None = None) -> Box:
@@ -559,9 +607,10 @@ def verification_box(files: Iterable[Path], *, cwd: Path | None = None) -> Box:
     cwd = Path(cwd or Path.cwd()).resolve()
     repo = repository_root(cwd)
     files = [Path(f).resolve() for f in files]
-    hidden = [*run_dirs_within([cwd, repo, *(f.parent for f in files)]), *git_dirs({repo, cwd}), *secret_paths(),
-              *map(Path, MACHINE_SECRETS)]
-    return Box(readable=[repo, cwd, *python_paths(), *files], hidden=hidden, cwd=cwd)
+    keys: list[Path] = []
+    hidden = [*run_dirs_within([cwd, repo, *(f.parent for f in files)], secrets=keys), *keys, *git_dirs({repo, cwd}),
+              *secret_paths(), *map(Path, MACHINE_SECRETS)]
+    return Box(readable=[repo, cwd, *_not_a_root(python_paths()), *files], hidden=hidden, cwd=cwd)
 
 
 def clean_environment(env: Mapping[str, str], *, pass_env: Iterable[str] = ()) -> dict[str, str]:
