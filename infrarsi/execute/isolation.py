@@ -2,16 +2,18 @@
 ``pids`` limit where the machine lets us make one. What a process sees is an allowlist: bwrap starts from an empty
 root and :func:`bwrap_argv` adds, in this order::
 
-    /usr /bin /lib* /etc /opt /sys   the machine, read-only (MACHINE), less the files that hold its secrets
-                                     (MACHINE_SECRETS: /etc/shadow, /etc/ssh, /etc/munge, ...)
+    /usr /bin /lib* /sys   the machine, read-only (MACHINE); of /etc only what the frameworks read (ETC_SHOWN,
+                           traced); of /opt only what the environment names (opt_paths) or Python lives in
     /proc, /dev            its own: a PID namespace (it sees its own processes only), a minimal /dev (+ GPUs)
     /tmp /var/tmp /dev/shm /run, $HOME   fresh, empty and writable (tmpfs), each at most ``scratch_bytes``
     readable paths         read-only: the repository, the working directory, the Python environment and
                            sys.path, the files and folders the command names, INFRARSI_READABLE, the Hugging
-                           Face caches (hub/, datasets/: not the token files beside them)
+                           Face caches (hub/, datasets/: not the token files beside them); each normalised ('..'
+                           folded) and never a home folder, a parent of one, or what holds keys (SECRET_BEARING)
     hidden paths           then covered again (an empty read-only tmpfs; over a file, /dev/null): every run
                            directory under what it can read, at any depth (found by its marker files,
-                           RUN_MARKERS), the experience bank, the verifier's cache, the seal key, every ``.git``
+                           RUN_MARKERS) and what holds keys, the experience bank, the verifier's cache, the seal
+                           key, every ``.git``
     writable paths         the trial's ``outputs/`` (kernel verification: none); cache folders the launch names
                            (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR: CACHE_ENV) an empty tmpfs of their own
 
@@ -29,8 +31,10 @@ processes also sit in a cgroup of their own (:class:`PidsCgroup`, ``pids.max``: 
 member list is checked too.
 
 The environment is an allowlist too (:func:`clean_environment`): what the frameworks need (ENV_NAMES,
-ENV_PREFIXES: PATH, CUDA_*, NCCL_*, OMP_*, TORCH*, TRITON*, HF_*, SLURM_*, ...), less any name that says it holds a
-secret and any value with a password in a URL, plus the names the contract's ``workload.pass_env`` lists; the
+ENV_PREFIXES: PATH, CUDA_*, NCCL_*, OMP_*, TORCH*, TRITON*, HF_*, SLURM_*, ...; under HF_/PYTHON/... only the
+documented names, ENV_DOCUMENTED), less any name that says it holds a secret and any value that carries a
+credential (a URL's userinfo or query, a Bearer/Basic token, a high-entropy word under a name not documented),
+plus the names the contract's ``workload.pass_env`` lists, as they are; the
 contract's ``workload.env`` is set on top. Slurm jobs of several tasks or nodes keep the node's network, PID and IPC
 namespaces (``shared``), and their records say so. ``problem()`` says why this machine cannot isolate (no bwrap, a
 kernel without user or PID namespaces, ...); callers then run unisolated and say so on every record (see
@@ -54,8 +58,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..candidate import split_spec  # PATH@VARIANT -> PATH
-from ..launch.command import SECRET_NAME  # the names that say they hold a secret
 from ..rundir import names
+from .environment import ENV_NAMES, ENV_PREFIXES, clean_environment  # noqa: F401  (the box's environment)
 
 BWRAP_ENV = "INFRARSI_BWRAP"  # the bwrap binary (default: bwrap on PATH)
 READABLE_ENV = "INFRARSI_READABLE"  # more paths a trial may read (os.pathsep-separated): data outside the repository
@@ -114,44 +118,6 @@ CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "C
 DENIED_SYSCALLS = ("keyctl", "add_key", "request_key")
 # Device nodes a training process needs beside /dev's minimal set (GPUs, RDMA); bound only where present.
 DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri", "/dev/kfd", "/dev/infiniband", "/dev/accel*")
-# The runner's variables a trial inherits (an allowlist): what the frameworks and the launchers need.
-ENV_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "HOSTNAME",
-    "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "XDG_CACHE_HOME",
-    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-    "INFRARSI_TRIAL_TOKEN",
-    "INFRARSI_SPOT_EVERY", "INFRARSI_KERNELS"})  # the kernels' checks in training (kernels/insitu.py, loader.py)
-ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NVTE_", "NCCL_", "GLOO_", "UCX_", "FI_", "NVSHMEM_",
-                "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "TRITON", "HF_", "TRANSFORMERS_",
-                "TOKENIZERS_", "PYTHON", "SLURM_")
-# Under these prefixes only the names the frameworks document pass (Hugging Face's hub, datasets and transformers
-# docs, tokenizers, CPython's command-line docs); an unlisted HF_FOO or PYTHONFOO stays out (a token under a name of
-# the user's making). Under the other prefixes (NCCL_, CUDA_, TORCH*, TRITON*, SLURM_, OMP_, ...: families of
-# hundreds of documented knobs, SLURM_* set by Slurm itself) a name passes when its value is plain (ENV_DOCUMENTED
-# names: when it carries no credential).
-ENV_DOCUMENTED = {
-    "HF_": frozenset("""HF_HOME HF_HUB_CACHE HF_ASSETS_CACHE HF_DATASETS_CACHE HF_MODULES_CACHE HF_XET_CACHE
-        HF_HUB_OFFLINE HF_DATASETS_OFFLINE HF_ENDPOINT HF_HUB_DISABLE_TELEMETRY HF_HUB_DISABLE_PROGRESS_BARS
-        HF_HUB_DISABLE_SYMLINKS_WARNING HF_HUB_DISABLE_EXPERIMENTAL_WARNING
-        HF_HUB_ENABLE_HF_TRANSFER HF_HUB_ETAG_TIMEOUT HF_HUB_DOWNLOAD_TIMEOUT HF_HUB_VERBOSITY
-        HF_HUB_DISABLE_XET HF_XET_HIGH_PERFORMANCE HF_DATASETS_TRUST_REMOTE_CODE HF_DATASETS_IN_MEMORY_MAX_SIZE
-        HF_DATASETS_DISABLE_PROGRESS_BARS HF_HUB_USER_AGENT_ORIGIN""".split()),
-    "TRANSFORMERS_": frozenset("""TRANSFORMERS_CACHE TRANSFORMERS_OFFLINE TRANSFORMERS_VERBOSITY
-        TRANSFORMERS_NO_ADVISORY_WARNINGS TRANSFORMERS_NO_TF""".split()),
-    "TOKENIZERS_": frozenset({"TOKENIZERS_PARALLELISM"}),
-    "PYTHON": frozenset("""PYTHONPATH PYTHONHASHSEED PYTHONUNBUFFERED PYTHONDONTWRITEBYTECODE PYTHONFAULTHANDLER
-        PYTHONWARNINGS PYTHONIOENCODING PYTHONUTF8 PYTHONNOUSERSITE PYTHONMALLOC PYTHONPYCACHEPREFIX PYTHONOPTIMIZE
-        PYTHONSAFEPATH PYTHONTRACEMALLOC PYTHONDEVMODE PYTHONBREAKPOINT PYTHONVERBOSE PYTHONPROFILEIMPORTTIME
-        PYTHONCOERCECLOCALE PYTHONINTMAXSTRDIGITS PYTHONNODEBUGRANGES PYTHONWARNDEFAULTENCODING""".split()),
-}
-# ... less the names that say they hold a secret (SECRET_NAME, and *_PASS-style ones: SECRET_ENV_NAME) and the
-# values that carry a credential whatever their name (_credential):
-SECRET_ENV_NAME = re.compile(r"(^|_)(PASS|PASSWD|PASSWORD|PASSPHRASE|PW|PWD|TOKENS?|SECRETS?|KEYS?|APIKEY|AUTH|"
-                             r"AUTHORIZATION|CREDS?|CREDENTIALS?|COOKIES?|SESSION|SIG|SIGNATURE|PRIVATE|JWT)(_|$)", re.I)
-_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s?#]*@")  # https://TOKEN@host, https://user:pw@host
-_URL_QUERY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s?#]*\?[^\s#]*=")  # https://host/x?token=... (any parameter)
-_AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic|digest|token|negotiate)\s+[A-Za-z0-9._~+/=-]{8,}")
-_RUN = re.compile(r"[A-Za-z0-9+=_-]{20,}")  # a word a key or token is made of ('/' excluded: paths are not judged)
 PIDS_MAX = 4096  # processes + threads of one trial (torch starts a few dozen threads per process)
 
 
@@ -674,51 +640,6 @@ def verification_box(files: Iterable[Path], *, cwd: Path | None = None) -> Box:
               *secret_paths(), *map(Path, MACHINE_SECRETS)]
     return Box(readable=[repo, cwd, *_not_a_root(python_paths()), *files, *opt_paths(os.environ)], hidden=hidden,
                cwd=cwd)
-
-
-def clean_environment(env: Mapping[str, str], *, pass_env: Iterable[str] = ()) -> dict[str, str]:
-    """What of ``env`` an isolated process inherits: the names the frameworks need (ENV_NAMES, ENV_PREFIXES; under
-    HF_, TRANSFORMERS_, TOKENIZERS_ and PYTHON only those ENV_DOCUMENTED lists), less those that say they hold a
-    secret (``HF_TOKEN``, ``SLURM_JWT``, ``NCCL_DB_PASS``) and the values that carry a credential (a URL's userinfo
-    or query parameters, an ``Authorization`` scheme's token; under a name not listed, a high-entropy word too);
-    plus the names the user lists (``pass_env``: the contract's ``workload.pass_env``), as they are. Nothing else."""
-    listed = set(pass_env)
-    return {k: v for k, v in env.items() if k in listed or _inherited(k, v)}
-
-
-def _inherited(name: str, value: str) -> bool:
-    if name in ENV_NAMES:
-        return _credential(value, judge_entropy=False) is None
-    prefix = next((p for p in ENV_PREFIXES if name.startswith(p)), None)
-    if prefix is None or SECRET_NAME.search(name) or SECRET_ENV_NAME.search(name):
-        return False
-    documented = ENV_DOCUMENTED.get(prefix)
-    if documented is not None and name not in documented:
-        return False
-    return _credential(value, judge_entropy=documented is None) is None
-
-
-def _credential(value: str, *, judge_entropy: bool) -> str | None:
-    """Why ``value`` looks like it carries a credential (a few words), or None."""
-    if _URL_USERINFO.search(value):
-        return "a URL's userinfo"
-    if _URL_QUERY.search(value):
-        return "a URL's query parameters"
-    if _AUTH_SCHEME.search(value):
-        return "an Authorization scheme's token"
-    if judge_entropy:
-        for word in _RUN.findall(value):
-            if _entropy_bits(word) >= 3.5 and any(c.isdigit() for c in word) and any(c.isalpha() for c in word):
-                return "a high-entropy word"
-    return None
-
-
-def _entropy_bits(word: str) -> float:
-    """Shannon entropy of ``word``'s characters, bits per character (a random base64 key: ~5; a word: ~3)."""
-    import math
-
-    n = len(word)
-    return -sum(c / n * math.log2(c / n) for c in (word.count(ch) for ch in set(word)))
 
 
 # ------------------------------------------------------------------------------------------ none left behind

@@ -16,17 +16,19 @@ classifier turns into ``numerics_drift``; the run stage then disqualifies the ca
 This catches a candidate that behaves differently on the real tensors than on any verifier's.
 
 While spot checks are on (``INFRARSI_SPOT_EVERY`` > 0, the default), every call -- not only the checked ones -- also
-runs under the verifier's watch (instrument.py): a forward that launches no
-Triton kernel, or computes with torch on the host (O(rows x cols) work), ends the process the same way. Right values
-computed some other way in training -- torch math on training-sized batches -- are caught by how they were made.
+runs under the verifier's watch (instrument.py), its forward and its ``autograd.Function`` backward alike: one that
+launches no Triton kernel, or computes with torch on the host (O(rows x cols) work, ``.cpu()``, ``.numpy()``), ends
+the process the same way. Right values computed some other way in training -- torch or numpy math on
+training-sized batches -- are caught by how they were made.
 
 A checked call cannot be told apart from another while it runs: every call is the same ``module.forward(*args)``
 from the same frame, on the caller's own tensors, and returns the candidate's own outputs; whether it is checked
 is drawn *after* it returned (``secrets.SystemRandom``: no generator state in the process to read and predict).
-The backward check adds nothing to the tensors either: it registers hooks on the autograd nodes the call made
-(a pre-hook on each output's node for the gradient it receives, a hook on each node whose edge leads into an
-input for the gradient the candidate sends there, the candidate's share only) -- after the call, on nodes of
-its own graph; no wrapper appears in any ``grad_fn``.
+A backward is drawn after it ran: every call's nodes carry the same hooks (a pre-hook on each output's node for
+the gradient it receives, a hook on each node whose edge leads into an input for the gradient the candidate sends
+there, the candidate's share only), and the fp64 copies the reference needs are made only once a backward is
+chosen -- nothing alive in the process while a backward runs tells a checked one from another. The hooks add
+nothing to the tensors; no wrapper appears in any ``grad_fn``.
 """
 
 from __future__ import annotations
