@@ -576,11 +576,13 @@ def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mappi
     machine = [Path(m) for m in MACHINE]
     hf = not_a_root(home_caches(whole))
     pythons = not_a_root(python_paths())
-    shown = [repository, cwd, *not_a_root([*extra, *readable]), *(p for p in named if p.is_dir()), *hf,
-             *(p for p in pythons if _under(p, home_folders()) and not _site(p))]
+    shown = [repository, cwd, *not_a_root([*extra, *readable]), *(p for p in named if p.is_dir()), *hf]
     shown = [p for p in shown if not _under(p, machine)]  # walked for run directories (not the machine's folders)
     keys: list[Path] = []  # what holds keys inside what is shown (a named ~/.cache's huggingface/token): covered
     runs = run_dirs_within([run_dir.parent, *shown], secrets=keys)
+    # sys.path entries are not walked (an interpreter's install is thousands of folders): what holds keys right in
+    # one under a home folder (a PYTHONPATH of ~/work beside ~/work/.netrc) is covered
+    keys += [p / n for p in pythons if _under(p, home_folders()) for n in SECRET_BEARING if os.path.lexists(p / n)]
     read = [repository, cwd, *pythons, *not_a_root([*extra, *readable]), *named, *hf, *opt_paths(whole)]
     hidden = [run_dir, *runs, *keys, *git_dirs({repository, cwd}), *secret_paths(), *map(Path, MACHINE_SECRETS)]
     return Box(readable=read, hidden=hidden, writable=[Path(trial_dir).resolve() / OUTPUTS], named=named, cwd=cwd,
@@ -619,11 +621,6 @@ def _holds_keys(p: Path) -> bool:
     if any(part in SECRET_BEARING for part in p.parts):
         return True
     return p.name in HF_TOKEN_FILES and (p.parent.name == "huggingface" or (p.parent / "hub").is_dir())
-
-
-def _site(p: Path) -> bool:
-    """A Python environment's own folder (site-packages, a venv): not walked for run directories."""
-    return "site-packages" in p.parts or "dist-packages" in p.parts or (p / "pyvenv.cfg").is_file()
 
 
 def verification_box(files: Iterable[Path], *, cwd: Path | None = None) -> Box:
