@@ -13,6 +13,7 @@ the user's door: a name listed there passes as it is. See docs/isolation.md.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 
@@ -24,6 +25,8 @@ ENV_NAMES = frozenset({
     "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "XDG_CACHE_HOME",
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
     "INFRARSI_TRIAL_TOKEN",
+    # device and job ids whose values are UUIDs (GPU-5f3a..., MIG-..., a rendezvous id): needed as they are
+    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "TORCHELASTIC_RUN_ID", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS",
     "INFRARSI_SPOT_EVERY", "INFRARSI_KERNELS"})  # the kernels' checks in training (kernels/insitu.py, loader.py)
 ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NVTE_", "NCCL_", "GLOO_", "UCX_", "FI_", "NVSHMEM_",
                 "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "TRITON", "HF_", "TRANSFORMERS_",
@@ -49,7 +52,7 @@ ENV_DOCUMENTED = {
         PYTHONCOERCECLOCALE PYTHONINTMAXSTRDIGITS PYTHONNODEBUGRANGES PYTHONWARNDEFAULTENCODING""".split()),
 }
 # ... less the names that say they hold a secret (SECRET_NAME, and *_PASS-style ones: SECRET_ENV_NAME) and the
-# values that carry a credential whatever their name (_credential):
+# values that carry a credential whatever their name (credential):
 SECRET_ENV_NAME = re.compile(r"(^|_)(PASS|PASSWD|PASSWORD|PASSPHRASE|PW|PWD|TOKENS?|SECRETS?|KEYS?|APIKEY|AUTH|"
                              r"AUTHORIZATION|CREDS?|CREDENTIALS?|COOKIES?|SESSION|SIG|SIGNATURE|PRIVATE|JWT)(_|$)", re.I)
 _URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s?#]*@")  # https://TOKEN@host, https://user:pw@host
@@ -88,11 +91,17 @@ def credential(value: str, *, judge_entropy: bool) -> str | None:
         return "a URL's query parameters"
     if _AUTH_SCHEME.search(value):
         return "an Authorization scheme's token"
-    if judge_entropy:
+    if judge_entropy and not _paths(value):  # a folder named by a hash (a cache's) is a path, not a key
         for word in _RUN.findall(value):
             if _entropy_bits(word) >= 3.5 and any(c.isdigit() for c in word) and any(c.isalpha() for c in word):
                 return "a high-entropy word"
     return None
+
+
+def _paths(value: str) -> bool:
+    """``value`` is one or more existing absolute paths (``:``-separated)."""
+    items = value.split(os.pathsep)
+    return all(i.startswith("/") and os.path.exists(i) for i in items)
 
 
 def _entropy_bits(word: str) -> float:

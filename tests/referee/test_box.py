@@ -98,7 +98,9 @@ SECRET_VALUES = {
 }
 HONEST_ENV = {"NCCL_DEBUG": "WARN", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:128",
               "HF_HUB_CACHE": "/nonexistent/hub/models--gpt2/snapshots/607a30d783dfa663caf39e06633721c8d4cfcd7e",
-              "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0"}
+              "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0",
+              "CUDA_VISIBLE_DEVICES": "GPU-5f3a8c2e-1b7d-4e9a-9c3f-2a6b8d0e4f1a",  # a GPU by its UUID
+              "NCCL_TOPO_FILE": sys.executable}  # a path: not judged as a key
 
 
 @pytest.fixture(scope="module")
