@@ -9,6 +9,8 @@ Rows (median over repeats, seconds):
                          seccomp filter, the walk for run directories under the working directory (run it from
                          the repository's root: that walk is part of the cost)
   isolation overhead     isolated - LocalExecutor (target: under 0.2 s per trial)
+    box built            its parts: isolation.trial_box (the walks for run directories and keys, the lists)
+    bwrap /bin/true      and bwrap's mounts and namespaces around /bin/true
   record start+finish    RunRecord.start + finish of one trial (two fsync'd atomic writes)
   slurm submit->done     sbatch of `python -c pass` until its outcome is read back (needs root: starts a cluster)
   slurm 8 jobs parallel  8 such jobs submitted together, until all are done (node declares 4 CPUs)
@@ -63,6 +65,16 @@ def main() -> None:
                                                                               token=f"i{i}"), **FINE), a.repeats)))
     # the cost of the box per trial: what isolation adds to the same launch (target: under 0.2 s)
     rows.append(("isolation overhead (isolated - bare)", rows[-1][1] - rows[-2][1]))
+    # its parts: building the box (the walks, the lists) and bwrap's mounts and namespaces around /bin/true
+    from infrarsi.execute import isolation
+
+    def box(i: int):
+        return isolation.trial_box(run / "trials" / "0", run, argv=SPEC.argv, env={}, cwd=Path.cwd(),
+                                   repository=Path.cwd())
+
+    rows.append(("  box built (trial_box)", timed(box, a.repeats)))
+    argv = box(0).argv(["/bin/true"])
+    rows.append(("  bwrap /bin/true in the box", timed(lambda i: subprocess.run(argv, check=True), a.repeats)))
     rec = RunRecord(tmp / "run")
 
     def record(i: int) -> None:

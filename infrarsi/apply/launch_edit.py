@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..contract.model import ENV_NAME
 from ..launch.toml_edit import TomlEditError, set_values
 
 if TYPE_CHECKING:
@@ -418,8 +419,12 @@ def _add_and_export(texts: Texts, main: str, args0, env0, target_args, target_en
                 break
     texts[main] = new
     # 3. the environment knobs, where they are set (the launch command's file first, then outwards: the first
-    # assignment whose edit reaches the launch), else a new export line above the launch command
+    # assignment whose edit reaches the launch), else a new export line above the launch command; a key is written
+    # unquoted: it must be a name
     for key in sorted(env_keys):
+        if not ENV_NAME.fullmatch(key):
+            raise EditError(f"{main}: environment key {key!r} is no variable's name (letters, digits, '_'); fix "
+                            f"workload.env in the contract")
         old, want = env0.get(key), target_env.get(key)
         if old == want:
             continue

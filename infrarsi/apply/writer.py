@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from ..adapters import Adapter, contract_adapter
 from ..adapters.workload import Workload
+from ..contract.model import ENV_NAME
 from ..execute.spec import LaunchSpec
 from ..launch.command import shell_join
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
@@ -85,6 +86,12 @@ def _portable(argv: list[str]) -> list[str]:
 
 
 def _exports(env: dict[str, str]) -> list[str]:
+    """``export NAME=VALUE`` lines: each value quoted, each name a name (the contract refuses others at init; a
+    record made before it did is refused here, not written into a file the user runs)."""
+    for k in env:
+        if not ENV_NAME.fullmatch(k):
+            raise ValueError(f"environment key {k!r} is no variable's name (letters, digits, '_'): not written into "
+                             f"launch.sh/sbatch.sh; fix workload.env in the contract and run `infrarsi init` again")
     return [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
 
 

@@ -217,6 +217,13 @@ class Contract(_Section):
             if not ENV_NAME.fullmatch(name):
                 raise ValueError(f"workload.pass_env lists {name!r}, which is no environment variable's name: use "
                                  f"letters, digits and '_' (not starting with a digit), e.g. pass_env = [\"WANDB_ENTITY\"]")
+        # the keys are written unquoted (`export NAME=...` in a trial's sbatch.sh, apply's launch.sh and sbatch.sh):
+        # a name that is not a name (a newline, a ';') would write a command of its own there
+        for where, table in (("workload.env", self.workload.env), ("workload.script_env", self.workload.script_env)):
+            for name in table:
+                if not ENV_NAME.fullmatch(name):
+                    raise ValueError(f"{where} has the key {name!r}, which is no environment variable's name: use "
+                                     f"letters, digits and '_' (not starting with a digit), e.g. OMP_NUM_THREADS")
         for k, dom in self.scope.knobs.items():
             if not dom:
                 raise ValueError(f"scope.knobs.{k} is empty; list at least one allowed value")

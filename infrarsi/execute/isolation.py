@@ -2,16 +2,18 @@
 ``pids`` limit where the machine lets us make one. What a process sees is an allowlist: bwrap starts from an empty
 root and :func:`bwrap_argv` adds, in this order::
 
-    /usr /bin /lib* /etc /opt /sys   the machine, read-only (MACHINE), less the files that hold its secrets
-                                     (MACHINE_SECRETS: /etc/shadow, /etc/ssh, /etc/munge, ...)
+    /usr /bin /lib* /sys   the machine, read-only (MACHINE); of /etc only what the frameworks read (ETC_SHOWN,
+                           traced); of /opt only what the environment names (opt_paths) or Python lives in
     /proc, /dev            its own: a PID namespace (it sees its own processes only), a minimal /dev (+ GPUs)
     /tmp /var/tmp /dev/shm /run, $HOME   fresh, empty and writable (tmpfs), each at most ``scratch_bytes``
     readable paths         read-only: the repository, the working directory, the Python environment and
                            sys.path, the files and folders the command names, INFRARSI_READABLE, the Hugging
-                           Face caches (hub/, datasets/: not the token files beside them)
+                           Face caches (hub/, datasets/: not the token files beside them); each normalised ('..'
+                           folded) and never a home folder, a parent of one, or what holds keys (SECRET_BEARING)
     hidden paths           then covered again (an empty read-only tmpfs; over a file, /dev/null): every run
                            directory under what it can read, at any depth (found by its marker files,
-                           RUN_MARKERS), the experience bank, the verifier's cache, the seal key, every ``.git``
+                           RUN_MARKERS) and what holds keys, the experience bank, the verifier's cache, the seal
+                           key, every ``.git``
     writable paths         the trial's ``outputs/`` (kernel verification: none); cache folders the launch names
                            (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR: CACHE_ENV) an empty tmpfs of their own
 
@@ -29,8 +31,10 @@ processes also sit in a cgroup of their own (:class:`PidsCgroup`, ``pids.max``: 
 member list is checked too.
 
 The environment is an allowlist too (:func:`clean_environment`): what the frameworks need (ENV_NAMES,
-ENV_PREFIXES: PATH, CUDA_*, NCCL_*, OMP_*, TORCH*, TRITON*, HF_*, SLURM_*, ...), less any name that says it holds a
-secret and any value with a password in a URL, plus the names the contract's ``workload.pass_env`` lists; the
+ENV_PREFIXES: PATH, CUDA_*, NCCL_*, OMP_*, TORCH*, TRITON*, HF_*, SLURM_*, ...; under HF_/PYTHON/... only the
+documented names, ENV_DOCUMENTED), less any name that says it holds a secret and any value that carries a
+credential (a URL's userinfo or query, a Bearer/Basic token, a high-entropy word under a name not documented),
+plus the names the contract's ``workload.pass_env`` lists, as they are; the
 contract's ``workload.env`` is set on top. Slurm jobs of several tasks or nodes keep the node's network, PID and IPC
 namespaces (``shared``), and their records say so. ``problem()`` says why this machine cannot isolate (no bwrap, a
 kernel without user or PID namespaces, ...); callers then run unisolated and say so on every record (see
@@ -54,16 +58,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..candidate import split_spec  # PATH@VARIANT -> PATH
-from ..launch.command import SECRET_NAME  # the names that say they hold a secret
 from ..rundir import names
+from .environment import ENV_NAMES, ENV_PREFIXES, clean_environment  # noqa: F401  (the box's environment)
+from .machine import ETC_SHOWN, MACHINE, etc_shown, machine_options, opt_paths  # noqa: F401  (the machine's folders)
 
 BWRAP_ENV = "INFRARSI_BWRAP"  # the bwrap binary (default: bwrap on PATH)
 READABLE_ENV = "INFRARSI_READABLE"  # more paths a trial may read (os.pathsep-separated): data outside the repository
 # A run directory: what makes a folder one (its lock, its seal chain).
 RUN_MARKERS = (names.LOCK, names.SEALS)
 TMPFS_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/run")  # a fresh tmpfs each (scratch; /run: no host socket)
-# The machine a process sees, read-only; nothing else of it exists inside (no /home, /srv, /mnt, /var, /run).
-MACHINE = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
 # Files of the machine that hold its secrets (a trial runs as its runner's user: root owns /etc/shadow)
 MACHINE_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh", "/etc/munge",
                    "/etc/ssl/private", "/etc/sudoers", "/etc/sudoers.d", "/etc/slurm/jwt_hs256.key")
@@ -72,24 +75,16 @@ SCRATCH_BYTES = 4 * 2**30  # each tmpfs of a box (scratch_gib in the contract's 
 # cache folders of the Hugging Face home: its token files (token, stored_tokens) beside them stay out of the box.
 HF_HOME_DEFAULT = ".cache/huggingface"  # relative to the home folder; HF_HOME names another
 HF_CACHES = ("hub", "datasets")  # in the Hugging Face home; HF_HUB_CACHE / HF_DATASETS_CACHE name others
+# What holds a user's keys, wherever it sits (by name): never shown, and covered inside any folder a trial is shown.
+SECRET_BEARING = frozenset({".ssh", ".aws", ".netrc", ".gnupg", ".git-credentials", ".pypirc", ".docker", ".kube",
+                            ".azure", "gcloud", ".huggingface", ".vault-token", ".terraform.d", ".pgpass", ".my.cnf"})
+HF_TOKEN_FILES = ("token", "stored_tokens")  # in a Hugging Face home (beside hub/, or in a folder named huggingface)
 # A cache folder the launch names: an empty, writable tmpfs of its own in every trial (no trial reaches another's).
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "CUDA_CACHE_PATH")
 # The kernel keyring's calls: refused (EPERM) by the seccomp filter; the keyring would carry data between trials.
 DENIED_SYSCALLS = ("keyctl", "add_key", "request_key")
 # Device nodes a training process needs beside /dev's minimal set (GPUs, RDMA); bound only where present.
 DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri", "/dev/kfd", "/dev/infiniband", "/dev/accel*")
-# The runner's variables a trial inherits (an allowlist): what the frameworks and the launchers need.
-ENV_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "HOSTNAME",
-    "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "XDG_CACHE_HOME",
-    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
-    "INFRARSI_TRIAL_TOKEN",
-    "INFRARSI_SPOT_EVERY", "INFRARSI_KERNELS"})  # the kernels' checks in training (kernels/insitu.py, loader.py)
-ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NVTE_", "NCCL_", "GLOO_", "UCX_", "FI_", "NVSHMEM_",
-                "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "TRITON", "HF_", "TRANSFORMERS_",
-                "TOKENIZERS_", "PYTHON", "SLURM_")
-# ... less the names that say they hold a secret (SECRET_NAME) and values with a password in a URL
-_URL_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]*@")
 PIDS_MAX = 4096  # processes + threads of one trial (torch starts a few dozen threads per process)
 
 
@@ -133,15 +128,6 @@ def base_options(*, shared: bool = False, network: bool = False) -> list[str]:
     return ["--die-with-parent", "--new-session", *ns, *net, "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev"]
 
 
-def machine_options() -> list[str]:
-    """The machine's folders, read-only (a link such as /bin -> usr/bin as the same link)."""
-    out = []
-    for m in MACHINE:
-        if os.path.islink(m):
-            out += ["--symlink", os.readlink(m), m]
-        elif os.path.isdir(m):
-            out += ["--ro-bind", m, m]
-    return out
 
 
 @functools.cache
@@ -242,10 +228,11 @@ SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules"})  # never hold a r
 MAX_WALK = 100_000  # folders one walk reads at most (a dataset of many folders ends the walk there)
 
 
-def run_dirs_within(roots: Iterable[Path], *, max_dirs: int = MAX_WALK) -> list[Path]:
+def run_dirs_within(roots: Iterable[Path], *, max_dirs: int = MAX_WALK, secrets: list[Path] | None = None) -> list[Path]:
     """Every run directory under ``roots``, at any depth (a folder holding a RUN_MARKERS file; a ``.infrarsi``
     folder whole), each root included. Links are not followed (what a link points to outside the box's paths is
-    not in the box); Python environments (``pyvenv.cfg``), ``.git`` and ``__pycache__`` are not walked."""
+    not in the box); Python environments (``pyvenv.cfg``), ``.git`` and ``__pycache__`` are not walked.
+    ``secrets``: the same walk appends what holds keys there (SECRET_BEARING, a Hugging Face home's token files)."""
     out: list[Path] = []
     seen: set[Path] = set()
     stack = [Path(r) for r in dict.fromkeys(roots)]
@@ -262,6 +249,10 @@ def run_dirs_within(roots: Iterable[Path], *, max_dirs: int = MAX_WALK) -> list[
             continue
         walked += 1
         names = {e.name for e in entries}
+        if secrets is not None:
+            hf_home = d.name == "huggingface" or "hub" in names
+            secrets += [Path(e.path) for e in entries
+                        if e.name in SECRET_BEARING or (hf_home and e.name in HF_TOKEN_FILES)]
         if any(m in names for m in RUN_MARKERS) and is_run_dir(d):
             out.append(d)
             continue
@@ -271,7 +262,7 @@ def run_dirs_within(roots: Iterable[Path], *, max_dirs: int = MAX_WALK) -> list[
             try:
                 if e.name == ".infrarsi" and e.is_dir(follow_symlinks=False):
                     out.append(Path(e.path))
-                elif e.name not in SKIP_DIRS and e.is_dir(follow_symlinks=False):
+                elif e.name not in SKIP_DIRS and e.name not in SECRET_BEARING and e.is_dir(follow_symlinks=False):
                     stack.append(Path(e.path))
             except OSError:
                 continue
@@ -417,7 +408,7 @@ def bwrap_argv(box: Box, command: Sequence[str], *, info_fd: int | None = None, 
     tmpfs = [t for t in dict.fromkeys(tmpfs)]
     for t in sorted(tmpfs, key=lambda p: len(p.parts)):
         out += ["--size", str(box.scratch_bytes), "--tmpfs", str(t)]
-    machine = [Path(m) for m in MACHINE]
+    machine = [*map(Path, MACHINE), *etc_shown()]
     specials = [Path("/"), Path("/proc"), Path("/dev")]  # never bound over
     secret = [Path(os.path.abspath(p)) for p in box.hidden]
     caches = [c for c in box.caches if not _under(c, secret) and c not in specials]
@@ -487,6 +478,8 @@ def home_caches(env: Mapping[str, str]) -> list[Path]:
     return [p for p in out if p.is_dir()]
 
 
+
+
 def cache_folders(env: Mapping[str, str]) -> list[Path]:
     """Cache folders the launch names (CACHE_ENV): each an empty, writable tmpfs of its own inside the box."""
     return [Path(env[k]) for k in CACHE_ENV if env.get(k, "").startswith("/")]
@@ -504,24 +497,60 @@ def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mappi
 
     cwd, repository, run_dir = Path(cwd).resolve(), Path(repository).resolve(), Path(run_dir).resolve()
     extra = [Path(p) for p in os.environ.get(READABLE_ENV, "").split(os.pathsep) if p]
-    roots = [Path("/"), *(Path(t) for t in TMPFS_ROOTS), *home_folders()]
-
-    def not_a_root(paths):  # a path that would bring a whole home folder or /tmp back
-        return [p for p in paths if not any(Path(p) == r or Path(p) in r.parents for r in roots)]
+    not_a_root = _not_a_root  # a path that would bring a whole home folder, /tmp or a user's keys back: not shown
 
     whole = {**inherited, **env}
     caches = cache_folders(whole)
-    homes = hf_homes(whole)  # named by HF_HOME: its caches are shown below, its token files are not
-    named = [p for p in not_a_root(named_paths(argv, env, cwd)) if not _under(Path(p), caches) and p not in homes]
+    homes = [_norm(h) for h in hf_homes(whole)]  # named by HF_HOME: its caches are shown below, its tokens are not
+    named = [p for p in not_a_root(named_paths(argv, env, cwd)) if not _under(p, caches) and p not in homes]
     machine = [Path(m) for m in MACHINE]
-    shown = [repository, cwd, *not_a_root([*extra, *readable]), *(p for p in named if p.is_dir())]
+    hf = not_a_root(home_caches(whole))
+    pythons = not_a_root(python_paths())
+    shown = [repository, cwd, *not_a_root([*extra, *readable]), *(p for p in named if p.is_dir()), *hf]
     shown = [p for p in shown if not _under(p, machine)]  # walked for run directories (not the machine's folders)
-    read = [repository, cwd, *not_a_root([*python_paths(), *extra, *readable]), *named, *home_caches(whole)]
-    hidden = [run_dir, *run_dirs_within([run_dir.parent, *shown]), *git_dirs({repository, cwd}),
-              *secret_paths(), *map(Path, MACHINE_SECRETS)]
+    keys: list[Path] = []  # what holds keys inside what is shown (a named ~/.cache's huggingface/token): covered
+    runs = run_dirs_within([run_dir.parent, *shown], secrets=keys)
+    # sys.path entries are not walked (an interpreter's install is thousands of folders): what holds keys right in
+    # one under a home folder (a PYTHONPATH of ~/work beside ~/work/.netrc) is covered
+    keys += [p / n for p in pythons if _under(p, home_folders()) for n in SECRET_BEARING if os.path.lexists(p / n)]
+    read = [repository, cwd, *pythons, *not_a_root([*extra, *readable]), *named, *hf, *opt_paths(whole)]
+    hidden = [run_dir, *runs, *keys, *git_dirs({repository, cwd}), *secret_paths(), *map(Path, MACHINE_SECRETS)]
     return Box(readable=read, hidden=hidden, writable=[Path(trial_dir).resolve() / OUTPUTS], named=named, cwd=cwd,
                shared=shared, node_devices=node_devices, network=network, scratch_bytes=scratch_bytes,
                caches=caches)
+
+
+def _norm(p: Path) -> Path:
+    """``p`` absolute with ``.`` and ``..`` folded by text (``/home/u/repo/..`` is ``/home/u``), before any decision."""
+    return Path(os.path.abspath(p))
+
+
+def _not_a_root(paths: Iterable[Path]) -> list[Path]:
+    """``paths`` normalised (:func:`_norm`), less any that is ``/``, a scratch root or a home folder or holds one
+    (``..`` climbing to the home folder, a link to it), or that is or sits in what holds keys (SECRET_BEARING, a
+    Hugging Face home's token files): the named thing is shown, never its parent with the user's keys."""
+    roots = [Path("/"), *(Path(t) for t in TMPFS_ROOTS), *home_folders()]
+    out = []
+    for p in paths:
+        if not Path(p).is_absolute():
+            continue
+        q = _norm(p)
+        try:
+            real = Path(os.path.realpath(q))
+        except OSError:
+            continue
+        if any(x == r or x in r.parents for x in (q, real) for r in roots):
+            continue
+        if any(_holds_keys(x) for x in (q, real)):
+            continue
+        out.append(q)
+    return list(dict.fromkeys(out))
+
+
+def _holds_keys(p: Path) -> bool:
+    if any(part in SECRET_BEARING for part in p.parts):
+        return True
+    return p.name in HF_TOKEN_FILES and (p.parent.name == "huggingface" or (p.parent / "hub").is_dir())
 
 
 def verification_box(files: Iterable[Path], *, cwd: Path | None = None) -> Box:
@@ -533,23 +562,11 @@ def verification_box(files: Iterable[Path], *, cwd: Path | None = None) -> Box:
     cwd = Path(cwd or Path.cwd()).resolve()
     repo = repository_root(cwd)
     files = [Path(f).resolve() for f in files]
-    hidden = [*run_dirs_within([cwd, repo, *(f.parent for f in files)]), *git_dirs({repo, cwd}), *secret_paths(),
-              *map(Path, MACHINE_SECRETS)]
-    return Box(readable=[repo, cwd, *python_paths(), *files], hidden=hidden, cwd=cwd)
-
-
-def clean_environment(env: Mapping[str, str], *, pass_env: Iterable[str] = ()) -> dict[str, str]:
-    """What of ``env`` an isolated process inherits: the names the frameworks need (ENV_NAMES, ENV_PREFIXES), less
-    those that say they hold a secret (``HF_TOKEN``, ``SLURM_JWT``) and values with a password in a URL; plus the
-    names the user lists (``pass_env``: the contract's ``workload.pass_env``), as they are. Nothing else."""
-    listed = set(pass_env)
-
-    def allowed(k: str, v: str) -> bool:
-        if k in listed or k in ENV_NAMES:
-            return True
-        return k.startswith(ENV_PREFIXES) and not SECRET_NAME.search(k) and not _URL_PASSWORD.search(v)
-
-    return {k: v for k, v in env.items() if allowed(k, v)}
+    keys: list[Path] = []
+    hidden = [*run_dirs_within([cwd, repo, *(f.parent for f in files)], secrets=keys), *keys, *git_dirs({repo, cwd}),
+              *secret_paths(), *map(Path, MACHINE_SECRETS)]
+    return Box(readable=[repo, cwd, *_not_a_root(python_paths()), *files, *opt_paths(os.environ)], hidden=hidden,
+               cwd=cwd)
 
 
 # ------------------------------------------------------------------------------------------ none left behind

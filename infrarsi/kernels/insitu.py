@@ -16,17 +16,19 @@ classifier turns into ``numerics_drift``; the run stage then disqualifies the ca
 This catches a candidate that behaves differently on the real tensors than on any verifier's.
 
 While spot checks are on (``INFRARSI_SPOT_EVERY`` > 0, the default), every call -- not only the checked ones -- also
-runs under the verifier's watch (instrument.py): a forward that launches no
-Triton kernel, or computes with torch on the host (O(rows x cols) work), ends the process the same way. Right values
-computed some other way in training -- torch math on training-sized batches -- are caught by how they were made.
+runs under the verifier's watch (instrument.py), its forward and its ``autograd.Function`` backward alike: one that
+launches no Triton kernel, or computes with torch on the host (O(rows x cols) work, ``.cpu()``, ``.numpy()``), ends
+the process the same way. Right values computed some other way in training -- torch or numpy math on
+training-sized batches -- are caught by how they were made.
 
 A checked call cannot be told apart from another while it runs: every call is the same ``module.forward(*args)``
 from the same frame, on the caller's own tensors, and returns the candidate's own outputs; whether it is checked
 is drawn *after* it returned (``secrets.SystemRandom``: no generator state in the process to read and predict).
-The backward check adds nothing to the tensors either: it registers hooks on the autograd nodes the call made
-(a pre-hook on each output's node for the gradient it receives, a hook on each node whose edge leads into an
-input for the gradient the candidate sends there, the candidate's share only) -- after the call, on nodes of
-its own graph; no wrapper appears in any ``grad_fn``.
+A backward is drawn after it ran: every call's nodes carry the same hooks (a pre-hook on each output's node for
+the gradient it receives, a hook on each node whose edge leads into an input for the gradient the candidate sends
+there, the candidate's share only), and the fp64 copies the reference needs are made only once a backward is
+chosen -- nothing alive in the process while a backward runs tells a checked one from another. The hooks add
+nothing to the tensors; no wrapper appears in any ``grad_fn``.
 """
 
 from __future__ import annotations
@@ -91,12 +93,14 @@ class SpotChecked:
         self.op, self.path, self.module, self.reference, self.every = op, path, module, reference, every
         self.calls = 0
         self.checked = 0
+        self.backward_calls = 0  # backward calls that ran to the end (every argument's share reported)
+        self.backward_checked = 0
         self._draw = secrets.SystemRandom()
 
     def forward(self, *args):
         self.calls += 1
         outs = self._watched(args)  # the same call, checked or not
-        if self._chosen():
+        if self._chosen(self.calls, self.checked):
             self.checked += 1
             _check(self, args, outs)
         return outs
@@ -111,7 +115,8 @@ class SpotChecked:
 
         if self.every <= 0 or torch.compiler.is_compiling():  # checks off (INFRARSI_SPOT_EVERY=0: the loss referee
             return self.module.forward(*args)                   # alone), or traced by torch.compile (the graph runs)
-        watch = _watch_mode(row_budget=_rows_of([a for a in args if torch.is_tensor(a)]), poison=False)
+        budget = _rows_of([a for a in args if torch.is_tensor(a)])  # rows of the widest input
+        watch = _watch_mode(row_budget=budget, poison=False)
         with _count_launches(watch), watch:
             outs = self.module.forward(*args)
         if watch.launches == 0:
@@ -119,17 +124,20 @@ class SpotChecked:
         if watch.host_ops:
             ops = ", ".join(f"{k} x{v}" for k, v in sorted(watch.host_ops.items()))
             self.fail(f"forward computed with torch on the host, outside Triton, on training's tensors: {ops}")
+        if torch.is_grad_enabled():
+            _arm_backward(self, args, outs, row_budget=budget)
         return outs
 
-    def _chosen(self) -> bool:
-        """Drawn after the call: 1 in ``every``; and, while none has been checked among the first
-        ``min(every, FIRST_WINDOW)`` calls, 1 in (calls left in that window): one call of the window, uniformly,
-        whatever the run's length (a short tuning trial gets its check)."""
+    def _chosen(self, calls: int, checked: int) -> bool:
+        """Drawn after the call (a forward's after it returned, a backward's after it ran): 1 in ``every``; and,
+        while none has been checked among the first ``min(every, FIRST_WINDOW)`` calls, 1 in (calls left in that
+        window): one call of the window, uniformly, whatever the run's length (a short tuning trial gets its
+        check)."""
         if self.every <= 0:
             return False
         window = min(self.every, FIRST_WINDOW)
-        if self.checked == 0 and self.calls <= window:
-            return self._draw.random() < 1.0 / (window - self.calls + 1)
+        if checked == 0 and calls <= window:
+            return self._draw.random() < 1.0 / (window - calls + 1)
         return self._draw.random() < 1.0 / self.every
 
     def fail(self, what: str) -> None:
@@ -180,32 +188,46 @@ def _check(sc: SpotChecked, args: tuple, outs) -> None:
         why = _worst(o, w, atol, rtol)
         if why is not None:
             sc.fail(f"forward: output {k}: {why}")
+
+
+def _arm_backward(sc: SpotChecked, args: tuple, outs, *, row_budget: int) -> None:
+    """Hooks on the call's own autograd nodes, on every call (no copy, nothing that differs between calls):
+
+    * each node of the candidate's own ``autograd.Function`` runs its backward under the verifier's watch, as the
+      forward did: a backward that launches no Triton kernel, or computes with torch on the host (``.cpu()``,
+      ``.numpy()``, O(rows x cols) torch math), ends the process;
+    * each output's node records the gradient the output receives; each node with an edge into a differentiable
+      argument's node records what it sends along that edge (the candidate's share of that argument's gradient).
+      When every such edge has reported, the backward is over, and only then is it drawn for a check (as a
+      forward is drawn after it returned): the shares are compared with the reference's fp64 gradients on the
+      same activations, given the same output gradients. The fp64 copies are made after the draw; until then the
+      call holds what every call holds."""
+    import torch
+    from torch.autograd.function import BackwardCFunction
+
+    outs_t = (outs,) if not isinstance(outs, (tuple, list)) else tuple(outs)
     diff = [i for i, a in enumerate(args) if torch.is_tensor(a) and a.requires_grad]
     live = [(k, o) for k, o in enumerate(outs_t) if torch.is_tensor(o) and o.grad_fn is not None]
-    if diff and live and torch.is_grad_enabled():
-        _arm_backward(sc, args, args64, diff, live, len(outs_t), atol, rtol)
-
-
-def _arm_backward(sc: SpotChecked, args, args64, diff: list[int], live, n_outs: int, atol: float, rtol: float) -> None:
-    """Hooks on the call's own autograd nodes: each output's node records the gradient the output receives; each
-    node with an edge into a differentiable argument's node records what it sends along that edge (the
-    candidate's share of that argument's gradient). When every such edge has reported, the shares are compared
-    with the reference's fp64 gradients given the same output gradients."""
-    grad_outs: list = [None] * n_outs
-    targets = {}  # id(node of argument i) -> i: its grad_fn, or for a leaf the AccumulateGrad holding it
+    if not diff or not live:
+        return
+    targets = {}  # id(node of argument i) -> (i, output_nr): its grad_fn, or for a leaf the AccumulateGrad holding it
     leaves = {}  # id(leaf tensor) -> i
+    stops = {id(a.grad_fn) for a in args if torch.is_tensor(a) and a.grad_fn is not None}  # the caller's graph
     for i in diff:
         if args[i].grad_fn is not None:
             targets[id(args[i].grad_fn)] = (i, args[i].output_nr)
         else:
             leaves[id(args[i])] = i
     edges: dict[int, tuple[Any, list[tuple[int, int]]]] = {}  # id(node) -> (node, [(edge index, argument)])
+    own: list = []  # the candidate's autograd.Function nodes: their backward is the candidate's code
     seen, stack = set(), [o.grad_fn for _, o in live]
     while stack and len(seen) < MAX_NODES:
         node = stack.pop()
-        if node is None or id(node) in seen:
+        if node is None or id(node) in seen or id(node) in stops:
             continue
         seen.add(id(node))
+        if isinstance(node, BackwardCFunction):
+            own.append(node)
         for j, (nxt, nr) in enumerate(node.next_functions):
             if nxt is None:
                 continue
@@ -213,10 +235,13 @@ def _arm_backward(sc: SpotChecked, args, args64, diff: list[int], live, n_outs: 
             i = hit[0] if hit is not None and hit[1] == nr else leaves.get(id(getattr(nxt, "variable", None)))
             if i is not None:
                 edges.setdefault(id(node), (node, []))[1].append((j, i))
-            else:
+            elif type(nxt).__name__ != "AccumulateGrad":
                 stack.append(nxt)
+    for node in own:
+        _watch_node(sc, node, row_budget)
     if not edges:
         return
+    grad_outs: list = [None] * len(outs_t)
     shares: dict[int, Any] = {}
     pending = set(edges)
     by_node: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
@@ -237,16 +262,53 @@ def _arm_backward(sc: SpotChecked, args, args64, diff: list[int], live, n_outs: 
                 if g is not None:
                     shares[i] = g.detach() if i not in shares else shares[i] + g.detach()
             pending.discard(key)
-            if not pending:
-                _compare_backward(sc, args64, diff, grad_outs, shares, atol, rtol)
+            if pending:
+                return
+            sc.backward_calls += 1
+            if sc._chosen(sc.backward_calls, sc.backward_checked):  # drawn now: the backward has run
+                sc.backward_checked += 1
+                _compare_backward(sc, args, diff, grad_outs, shares)
         node.register_hook(post)
+
+
+def _watch_node(sc: SpotChecked, node, row_budget: int) -> None:
+    """The node's backward (the candidate's ``autograd.Function.backward``) under the watch: entered by a pre-hook,
+    judged by a hook when it returns."""
+    from .instrument import _count_launches, _watch_mode
+
+    state: dict[str, Any] = {}
+
+    def pre(grad_outputs):
+        watch = _watch_mode(row_budget=row_budget, poison=False)
+        counting = _count_launches(watch)
+        counting.__enter__()
+        watch.__enter__()
+        state.update(watch=watch, counting=counting)
+
+    def post(grad_inputs, grad_outputs):
+        watch, counting = state.pop("watch", None), state.pop("counting", None)
+        if watch is None:
+            return
+        watch.__exit__(None, None, None)
+        counting.__exit__(None, None, None)
+        if watch.launches == 0:
+            sc.fail("backward launched no Triton kernel on training's tensors (a fallback?)")
+        if watch.host_ops:
+            ops = ", ".join(f"{k} x{v}" for k, v in sorted(watch.host_ops.items()))
+            sc.fail(f"backward computed with torch on the host, outside Triton, on training's tensors: {ops}")
+
+    node.register_prehook(pre)
+    node.register_hook(post)
 
 
 MAX_NODES = 256  # nodes of the call's own graph walked to find its edges into the arguments
 
 
-def _compare_backward(sc: SpotChecked, args64, diff: list[int], grad_outs, shares: dict, atol: float,
-                      rtol: float) -> None:
+def _compare_backward(sc: SpotChecked, args: tuple, diff: list[int], grad_outs, shares: dict) -> None:
+    import torch
+
+    atol, rtol = _tolerance(sc.reference, args)
+    args64 = [a.detach().double() if torch.is_tensor(a) and a.is_floating_point() else a for a in args]
     want = _reference_grads(sc.reference, {"args64": args64, "grad_outs": list(grad_outs)}, diff)
     for i in diff:
         got, ref = shares.get(i), want.get(i)

@@ -537,19 +537,32 @@ def _stop_in_words(reason: str | None) -> str:
             "search space exhausted": "every valid setting had been tried"}.get(reason, reason)
 
 
+def _md_text(s: str) -> str:
+    """Text made inert for a Markdown renderer. Some fields carry text from outside the project: a prior's
+    rationale and source (an LLM's words, or a bank's), a generated kernel's reason for its op, the verifier's
+    reasons (a candidate's own error text). Raw HTML (``<script>``, ``<img onerror=...>``, ``<a href=...>``, an
+    autolink ``<javascript:...>``) becomes text (``<`` -> ``&lt;``); a link or an image (``[x](javascript:...)``,
+    ``![x](http://tracker/)``, ``[x][ref]``) loses its target (``](`` -> ``]\\(``) and no line starts a link
+    definition (``[ref]: ...``). Bold and code spans stay (they run nothing). report.html escapes every field."""
+    s = s.replace("<", "&lt;").replace("](", "]\\(").replace("][", "]\\[")
+    return re.sub(r"(?m)^(\s*)\[", r"\1\\[", s)
+
+
 def _md_cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
+    """A table cell: as :func:`_md_text`, on one line (a cell starts after ``| ``: no line of it starts a
+    definition, so a leading ``[1, 2]`` stays as written)."""
+    return s.replace("<", "&lt;").replace("](", "]\\(").replace("][", "]\\[").replace("|", "\\|").replace("\n", " ")
 
 
 def to_markdown(blocks: Sequence[Block], files_dir: str = FILES_DIR) -> str:
     out = []
     for b in blocks:
         if b.kind == "h1":
-            out.append(f"# {b.text}\n")
+            out.append(f"# {_md_text(b.text)}\n")
         elif b.kind == "h2":
-            out.append(f"## {b.text}\n")
+            out.append(f"## {_md_text(b.text)}\n")
         elif b.kind == "p":
-            out.append(b.text + "\n")
+            out.append(_md_text(b.text) + "\n")
         elif b.kind == "img":
             out.append(f"![{b.text}]({files_dir}/{b.name}.png)\n")
         elif b.kind == "table":

@@ -155,3 +155,21 @@ def test_a_candidate_that_skips_triton_in_training_is_caught_by_how_it_computes(
     assert "launched no Triton kernel on training's tensors" in out.stderr or "on the host" in out.stderr
     status, _, _ = classify_failure(out.stderr + out.stdout)
     assert status is TrialStatus.NUMERICS_DRIFT
+
+
+def test_a_backward_wrong_in_training_but_right_when_it_sees_the_check_is_caught():
+    """Issue 66 class 6: backward_wrong_unless_checked.py passes every offline check; in training its backward hands back
+    half again the gradient unless it finds the check's fp64 copies alive. The backward check is drawn after the backward ran, from
+    what every call's hooks kept (no copy exists before the draw): nothing tells a checked backward from another."""
+    out = _train(f"rmsnorm={INSITU / 'backward_wrong_unless_checked.py'}", {"INFRARSI_SPOT_EVERY": "50"}, iters=3)
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert "spot check failed" in out.stderr and "backward: gradient of argument" in out.stderr, out.stderr[-2000:]
+
+
+def test_a_backward_computed_on_the_host_in_training_is_caught_by_how_it_computes():
+    """Issue 66 class 6: backward_on_host.py launches Triton in backward on the verifier's rows and computes with numpy
+    on training's 128 rows (right values): the watch on every backward call ends the trial."""
+    out = _train(f"rmsnorm={INSITU / 'backward_on_host.py'}", {"INFRARSI_SPOT_EVERY": "50"})
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert "backward launched no Triton kernel" in out.stderr or "backward computed with torch on the host" in \
+        out.stderr, out.stderr[-2000:]

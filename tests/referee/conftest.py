@@ -44,8 +44,8 @@ confirm_speedup = 100.0  # not a test of the noise: a loaded machine must not st
 """
 
 
-# A correct RMSNorm for the attack candidates below to call (``rmsnorm(x, w, eps)``): a Triton forward -- training ends a
-# kernel that launches none at its first call (kernels/insitu.py) -- and autograd's backward of the same math.
+# A correct RMSNorm for the attack candidates below to call (``rmsnorm(x, w, eps)``): Triton forward and backward --
+# training ends a kernel whose forward or backward launches none, or computes on the host (kernels/insitu.py).
 TRITON_RMSNORM = '''
 import torch
 import triton
@@ -62,9 +62,20 @@ def _rms(X, W, Y, n, eps, B: tl.constexpr):
     tl.store(Y + tl.program_id(0) * n + c, y.to(Y.dtype.element_ty), mask=m)
 
 
-def _host(x, w, eps):
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+@triton.jit
+def _rms_bwd(DY, X, W, DX, DW, n, eps, B: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.arange(0, B)
+    m = c < n
+    dy = tl.load(DY + row * n + c, mask=m, other=0.0).to(tl.float32)
+    x = tl.load(X + row * n + c, mask=m, other=0.0).to(tl.float32)
+    w = tl.load(W + c, mask=m, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n + eps)
+    xhat = x * rstd
+    g = dy * w
+    dx = rstd * (g - xhat * (tl.sum(g * xhat, axis=0) / n))
+    tl.store(DX + row * n + c, dx.to(DX.dtype.element_ty), mask=m)
+    tl.store(DW + row * n + c, dy * xhat, mask=m)  # this row's share of dw: summed over rows on the host
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -73,17 +84,18 @@ class _RMSNorm(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1]).contiguous()
         y = torch.empty_like(x2)
         _rms[(x2.shape[0],)](x2, w, y, x2.shape[1], eps, B=triton.next_power_of_2(x2.shape[1]))
-        ctx.save_for_backward(x, w)
+        ctx.save_for_backward(x2, w)
         ctx.eps = eps
         return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        with torch.enable_grad():
-            xd, wd = x.detach().requires_grad_(), w.detach().requires_grad_()
-            dx, dw = torch.autograd.grad(_host(xd, wd, ctx.eps), (xd, wd), dy)
-        return dx, dw, None
+        x2, w = ctx.saved_tensors
+        dy2 = dy.reshape(-1, dy.shape[-1]).contiguous()
+        dx = torch.empty_like(x2)
+        dw = torch.empty(x2.shape, dtype=torch.float32, device=x2.device)
+        _rms_bwd[(x2.shape[0],)](dy2, x2, w, dx, dw, x2.shape[1], ctx.eps, B=triton.next_power_of_2(x2.shape[1]))
+        return dx.view(dy.shape), dw.sum(0).to(w.dtype), None
 
 
 def rmsnorm(x, w, eps):

@@ -84,6 +84,25 @@ print(json.dumps(out), flush=True)
 """
 
 
+# Issue 66 class 3: secrets under allowed prefixes whose names do not say so, judged by value or by name.
+SECRET_VALUES = {
+    "TORCH_HUB_URL": "https://hub.example/api/models?token=hf_q8Xz31LmPp0aRw",  # a token in a URL's query
+    "TRITON_PROXY": "https://ghp_9dK2mQ7xLr4TzW1v@proxy.example",  # a token as userinfo, no password
+    "SLURM_ACCESS": "Basic dXNlcjpodW50ZXIy",  # an Authorization header's value
+    "TORCH_HUB_HEADER": "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1In0.c2lnbmF0dXJl",
+    "NCCL_DB_PASS": "hunter2",  # a *_PASS name
+    "CUDA_LICENSE": "a8F3kQ9zL2mN7pR4tV6wX1yB5cD0eG",  # a high-entropy value under a name nobody documents
+    "HF_PRIVATE_MIRROR": "mirror",  # HF_: only the names Hugging Face documents
+    "PYTHONSTARTUP_TOKEN": "x",
+    "LISTED_SECRET_URL": "https://api.example/v1?key=abc123",  # not listed: dropped; pass_env would pass it
+}
+HONEST_ENV = {"NCCL_DEBUG": "WARN", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:128",
+              "HF_HUB_CACHE": "/nonexistent/hub/models--gpt2/snapshots/607a30d783dfa663caf39e06633721c8d4cfcd7e",
+              "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0",
+              "CUDA_VISIBLE_DEVICES": "GPU-5f3a8c2e-1b7d-4e9a-9c3f-2a6b8d0e4f1a",  # a GPU by its UUID
+              "NCCL_TOPO_FILE": sys.executable}  # a path: not judged as a key
+
+
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory):
     """One isolated trial of a run tries every class; (its JSON line, the paths it was given)."""
@@ -115,11 +134,10 @@ def probed(tmp_path_factory):
     rs = socket.socket(socket.AF_UNIX)
     rs.bind(run_socket)
     rs.listen(8)
-    names = ["DATABASE_URL", "MY_LLM_ENDPOINT", "HF_ENDPOINT", "LISTED_BY_USER", "OMP_NUM_THREADS", "FROM_CONTRACT",
-             "HF_HUB_OFFLINE", "PATH"]
     planted = {"DATABASE_URL": "postgres://app:hunter2@db/x", "MY_LLM_ENDPOINT": "http://127.0.0.1:8000/v1",
                "HF_ENDPOINT": "https://user:pw@hub.example", "LISTED_BY_USER": "yes", "OMP_NUM_THREADS": "1",
-               "HF_HUB_OFFLINE": "1"}
+               "HF_HUB_OFFLINE": "1", **HONEST_ENV, **SECRET_VALUES}
+    names = [*planted, "FROM_CONTRACT", "PATH"]
     saved = {k: os.environ.get(k) for k in planted}
     os.environ.update(planted)
     args = {"port": srv.getsockname()[1], "abstract": abstract, "run_socket": run_socket, "names": names,
@@ -162,7 +180,20 @@ def test_class2_the_environment_is_an_allowlist(probed):
     got = probed[0]
     # unlisted names (a database URL with its password, an endpoint) and a password inside an allowed one: dropped;
     # what the frameworks read, the contract's workload.env and the names workload.pass_env lists: kept
-    assert got["env"] == ["FROM_CONTRACT", "HF_HUB_OFFLINE", "LISTED_BY_USER", "OMP_NUM_THREADS", "PATH"]
+    assert got["env"] == sorted(["FROM_CONTRACT", "HF_HUB_OFFLINE", "LISTED_BY_USER", "OMP_NUM_THREADS", "PATH",
+                                 *HONEST_ENV])
+
+
+def test_class2_values_are_judged_and_prefixes_keep_only_documented_names(probed):
+    """Issue 66 class 3: a token in a URL's query or userinfo, a Bearer/Basic value, a *_PASS name, a high-entropy
+    value under a name nobody documents, an undocumented HF_/PYTHON name: none reaches the trial; the frameworks'
+    own knobs (NCCL_DEBUG, PYTORCH_CUDA_ALLOC_CONF, a cache path with a commit hash) still do."""
+    got = probed[0]
+    assert sorted(set(got["env"]) & set(SECRET_VALUES)) == []
+    assert set(HONEST_ENV) <= set(got["env"])
+    # workload.pass_env is the user's door: a name listed there passes as it is, whatever its value
+    assert isolation.clean_environment(SECRET_VALUES, pass_env=["LISTED_SECRET_URL", "NCCL_DB_PASS"]) == \
+        {k: SECRET_VALUES[k] for k in ("LISTED_SECRET_URL", "NCCL_DB_PASS")}
 
 
 def test_class3_the_kernel_keyring_is_refused(probed):

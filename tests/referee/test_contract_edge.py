@@ -100,6 +100,36 @@ def test_a_newline_in_a_knob_value_is_refused_at_init(cli, project):
     assert not (project / "PWNED").exists() and not (project / "run").exists()
 
 
+def test_an_environment_key_that_is_no_name_is_refused_at_init(cli, project):
+    """Issue 66 class 7: a key of workload.env is written unquoted (`export KEY=...` in a trial's sbatch.sh, in
+    apply's launch.sh and sbatch.sh); a newline in it would write a command of its own there."""
+    for table, key in (("env", "OMP_NUM_THREADS\ntouch PWNED; X"), ("env", "A;touch PWNED"),
+                       ("script_env", "1NUM"), ("env", "A B")):
+        text = tiny().replace("[invariants.timing]", f'[workload.{table}]\n{json.dumps(key)} = "1"\n\n[invariants.timing]')
+        r = _init(cli, project, text)
+        assert r.returncode == 1 and f"workload.{table} has the key" in r.err, (key, r.stderr)
+        assert "no environment variable's name" in r.err and len(r.stderr.strip().splitlines()) <= 3
+    assert not (project / "PWNED").exists() and not (project / "run").exists()
+    r = _init(cli, project, tiny().replace("[invariants.timing]", '[workload.env]\nOMP_NUM_THREADS = "1"\n\n'
+                                                                  '[invariants.timing]'))
+    assert r.returncode == 0, r.stderr  # a name is a name
+
+
+def test_apply_writes_no_environment_key_that_is_no_name():
+    """What reaches launch.sh/sbatch.sh is checked where it is written too (a record made before init refused it):
+    values quoted, names refused."""
+    from infrarsi.apply.launch_edit import EditError, edit_script
+    from infrarsi.apply.writer import _exports
+
+    assert _exports({"A": "x; touch PWNED"}) == ["export A='x; touch PWNED'"]
+    with pytest.raises(ValueError, match="no variable's name"):
+        _exports({"A\ntouch PWNED; B": "1"})
+    script = "#!/bin/bash\npython train.py --lr 1\n"
+    with pytest.raises(EditError, match="no variable's name"):
+        edit_script(script, lambda text: ([], {}, None, {}), target_args=[], target_env={"A\ntouch PWNED; B": "1"},
+                    launch_line=2, env_keys={"A\ntouch PWNED; B"})
+
+
 def test_an_injected_value_cannot_reach_a_script_through_apply(recorded, repo_factory, cli):
     """A candidate setting with a shell line in a knob value, sealed by a key holder: apply refuses it."""
     from infrarsi.testing.sealed import rewrite_sealed
@@ -121,7 +151,7 @@ def _megatron(project):
     # the script takes its paths as positional arguments ($1..$5): the contract passes them
     (project / "c.toml").write_text('name = "mt"\n[workload]\nadapter = "megatron"\nlaunch = "launch.sh"\n'
                                     'script_args = ["ckpt", "tb", "vocab.json", "merges.txt", "data_text_document"]\n'
-                                    '[hardware]\nkind = "H100-80GB"\ndevices = 8\nmemory_capacity_gib = 80\n')
+                                    '[hardware]\nkind = "H100-80GB"\ndevices = 128\nmemory_capacity_gib = 80\n')
 
 
 def test_an_edited_launch_script_is_refused_naming_it(cli, project):

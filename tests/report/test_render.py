@@ -320,3 +320,30 @@ def test_the_best_candidate_is_the_one_with_the_highest_lower_bound():
     assert best_of([sure, tie]) is tie
     as_json = [{"speedup": 1.292, "ci95": [1.180, 1.414]}, {"speedup": 1.261, "ci95": [1.219, 1.303]}]
     assert best_of(as_json) is as_json[1] and best_of([]) is None
+
+
+# An LLM prior's rationale as a hostile model (or a poisoned bank) would write it: raw HTML, a javascript: link, an
+# image that calls home, a link definition of its own.
+HOSTILE = ("<script>alert(1)</script><img src=x onerror=alert(2)> [click](javascript:alert(3)) "
+           "![t](http://tracker.example/p.png) <javascript:alert(4)>\n[r]: javascript:alert(5) [go][r]")
+
+
+def test_untrusted_text_is_inert_in_report_md(run_dir):
+    """Issue 66 class 7: report.md is rendered (a repository's web view, an editor's preview); a prior's rationale
+    comes from an LLM. Rendered with CommonMark (raw HTML allowed, as many renderers do), no tag, handler or link of
+    it is live; its words are still there to read."""
+    from markdown_it import MarkdownIt
+
+    from infrarsi.testing.sealed import rewrite_sealed
+
+    search = json.loads((run_dir / "search.json").read_text())
+    text = json.dumps(search)
+    assert "two cores: intra-op parallelism nearly halves matmul time" in text
+    rewrite_sealed(run_dir, "search.json", text.replace("two cores: intra-op parallelism nearly halves matmul time",
+                                                        json.dumps(HOSTILE)[1:-1]))
+    md = to_markdown(build(load_run(run_dir), sections=["priors"]))
+    page = MarkdownIt("commonmark", {"html": True}).enable("table").render(md)
+    assert "<script" not in page and not re.search(r"<a[ >]", page)  # no tag of it, no link at all
+    assert re.findall(r"<img [^>]*>", page) == ['<img src="report_files/priors.png" alt="Prior vs posterior, '
+                                                'miscalibrated priors in red" />']  # the report's own plot only
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "click" in page  # the words are still there
