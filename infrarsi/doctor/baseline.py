@@ -5,10 +5,15 @@ a time (parallel trials on a shared machine would be part of the noise we measur
 Runner and the run record with role "doctor". A doctor that was killed resumes: its in-flight trial
 is adopted or run again, and finished ok baseline runs count toward the repeats. A baseline run that
 fails in this invocation stops the doctor: the baseline has to run before anything can be tuned.
+
+A stop on the noise (:class:`DoctorStop`) is a checkpoint, not a verdict: the doctor run again measures the baseline
+again. The runs that stopped it stay in the record (and in the noise record of the stop) as evidence; only runs made
+after them count toward the new measurement.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +30,7 @@ from ..execute.runner import Runner
 from ..execute.trial import Trial, TrialStatus
 from ..rundir import RunDir
 from ..execute.conditions import cores, load_of
+from ..progress import clock
 from .noise import NoiseProfile, confirmable, cv, profile, repeats_to_confirm
 
 ROLE = "doctor"
@@ -68,7 +74,12 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
         for fut in runner.resume(roles={ROLE}):
             t = fut.result()
             progress(f"resumed baseline trial {t.id}: {_line(t)}")
-        ok = [t for t in record.matching(baseline, role=ROLE) if t.status is TrialStatus.OK]
+        stopped = stopped_measurement(contract, RunDir(run_dir).noise())
+        after = max(stopped.trial_ids) if stopped else -1  # a measurement that stopped on its noise is not reused
+        ok = [t for t in record.matching(baseline, role=ROLE) if t.status is TrialStatus.OK and t.id > after]
+        if stopped:
+            progress(f"the last measurement stopped on its noise (CV {stopped.cv:.1%}, trials {stopped.trial_ids}): "
+                     f"measuring the baseline again; those runs stay in the record as evidence")
         reused = len(ok)
         if reused:
             progress(f"reusing {reused} finished baseline run(s): trials {[t.id for t in ok]}")
@@ -108,7 +119,7 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
         raise DoctorError(f"the baseline does not reproduce its own loss trace within rtol {loss.rtol} over "
                           f"{loss.compare_steps} steps ({bad[0]}); the workload is not deterministic enough for "
                           f"[invariants.loss] -- fix its seeding or raise rtol in the contract")
-    stop = noise_stop(contract, noise, ok)
+    stop = noise_stop(contract, noise, ok, run_dir=Path(run_dir))
     if stop:
         raise DoctorStop(stop)
     return DoctorResult(noise=noise, trials=ok, reused=reused)
@@ -125,9 +136,23 @@ def _more_repeats(contract: Contract, ok: list[Trial]) -> int | None:
     return need if need is not None and len(ok) < need <= b.doctor_max_repeats else None
 
 
-def noise_stop(contract: Contract, noise: NoiseProfile, ok: list[Trial]) -> str | None:
+def stopped_measurement(contract: Contract, noise: NoiseProfile | None) -> NoiseProfile | None:
+    """The recorded noise profile when it is one the doctor stopped on (the noise hides ``budget.confirm_speedup``:
+    :func:`noise_stop`'s test on the recorded figures); None otherwise, or before any measurement."""
+    if noise is None or not noise.loss_reproduces or not noise.trial_ids:
+        return None
+    b = contract.budget
+    return noise if confirmable(noise.cv, noise.repeats, b.verify_pairs) > b.confirm_speedup else None
+
+
+def noise_stop(contract: Contract, noise: NoiseProfile, ok: list[Trial], *, run_dir: Path | None = None) -> str | None:
     """One plain sentence when the measured noise means this budget cannot confirm ``budget.confirm_speedup``: the
-    figures, the machine's load, and the fix; None when it can."""
+    figures, the machine's load, and what to do, with values a user can set; None when it can.
+
+    The fixes, in order: run the same command again on a quieter machine (the doctor measures again: see the module
+    doc); or change the contract (a new run directory: the lock holds this one) to ``budget.confirm_speedup`` = what
+    this noise can confirm, rounded up, or, when it is within 4x the runs made, ``budget.doctor_max_repeats`` = the
+    runs that would let it confirm the asked speedup, with their cost at this run's pace."""
     b = contract.budget
     can = confirmable(noise.cv, noise.repeats, b.verify_pairs)
     if can <= b.confirm_speedup:
@@ -135,11 +160,21 @@ def noise_stop(contract: Contract, noise: NoiseProfile, ok: list[Trial]) -> str 
     la = load_of(t.conditions for t in ok)
     where = f" (load average {la:.1f} on {cores()} cores)" if la is not None else ""
     need = repeats_to_confirm(noise.cv, b.confirm_speedup, b.verify_pairs)
-    fix = (f"raise budget.doctor_max_repeats to {need}" if need is not None else
-           f"raise budget.verify_pairs above {b.verify_pairs}, or lower budget.confirm_speedup")
+    kept = f" stay in {run_dir} as evidence" if run_dir is not None else " stay in the run directory as evidence"
+    settings = []
+    if math.isfinite(can):
+        settings.append(f"budget.confirm_speedup = {math.ceil(can * 100) / 100:g} (what this noise can confirm)")
+    if need is not None and need <= 4 * noise.repeats:
+        walls = sorted(t.cost.wall_s for t in ok if t.cost.wall_s > 0)
+        each = walls[len(walls) // 2] if walls else None
+        cost = f", about {clock((need - noise.repeats) * each)} more at {each:.3g} s a run" if each else ""
+        settings.append(f"budget.doctor_max_repeats = {need} ({need - noise.repeats} more baseline runs{cost})")
+    change = (f", or set {' or '.join(settings)} in the contract and start a new --run-dir (the lock holds this one)"
+              if settings else "")
     return (f"step time varies {noise.cv:.1%} run to run{where}; with {noise.repeats} baseline runs and at most "
             f"{b.verify_pairs} A/B pairs this budget can confirm only a {can:.0%} speedup (the contract asks for "
-            f"{b.confirm_speedup:.0%}, budget.confirm_speedup); run on an idle machine or {fix}")
+            f"{b.confirm_speedup:.0%}, budget.confirm_speedup); run the same command again once the machine is quieter "
+            f"(the baseline is measured again; these runs{kept}){change}")
 
 
 SEED_ROLE = "doctor-seed"

@@ -88,5 +88,35 @@ def test_noise_the_budget_cannot_resolve_stops_the_doctor_at_once_with_the_fix(t
         assert rng_tries < 4
     assert why.startswith("step time varies ") and "run to run (load average " in why
     assert "this budget can confirm only a " in why and "budget.confirm_speedup" in why
-    assert "run on an idle machine or raise budget." in why
+    assert "run the same command again once the machine is quieter (the baseline is measured again" in why
+    assert "budget.confirm_speedup = " in why and "start a new --run-dir" in why
     assert load_noise(tmp_path / str(rng_tries)).cv > 0.1
+
+
+def test_a_doctor_run_again_after_a_noise_stop_measures_the_baseline_again(tmp_path):
+    """A stop on the noise is a checkpoint: the same command run again (the machine may be quieter now) measures the
+    baseline again instead of reusing the runs that stopped it (which stay in the record as evidence), and the stop
+    says so, with the run directory and a budget value the contract accepts."""
+    from infrarsi.doctor import DoctorStop
+    from infrarsi.contract.model import Contract
+
+    c = toy_contract()  # 20 ms steps: some noise whatever the machine; no contract could confirm a 0.0001% speedup
+    c = c.model_copy(update={"budget": c.budget.model_copy(update={"confirm_speedup": 1e-6})})
+    with pytest.raises(DoctorStop) as first:
+        run_doctor(tmp_path, c, adapter=ToyAdapter(), executor=LocalExecutor())
+    why = str(first.value)
+    assert f"run the same command again once the machine is quieter (the baseline is measured again; these runs stay " \
+           f"in {tmp_path} as evidence)" in why
+    figure = float(why.split("budget.confirm_speedup = ")[1].split()[0])
+    assert figure > 1e-6  # a value the contract's field accepts (and validates): what this noise can confirm
+    Contract.model_validate({**c.model_dump(), "budget": {**c.budget.model_dump(), "confirm_speedup": figure}})
+    assert load_noise(tmp_path).trial_ids == [1, 2]
+    lines = []
+    with pytest.raises(DoctorStop):
+        run_doctor(tmp_path, c, adapter=ToyAdapter(), executor=LocalExecutor(), progress=lines.append)
+    assert lines[0].startswith("the last measurement stopped on its noise") and "trials [1, 2]" in lines[0]
+    assert not any(line.startswith("reusing") for line in lines)
+    assert load_noise(tmp_path).trial_ids == [3, 4]  # measured again (no second warm-up: the machine is warm)
+    rec = RunRecord(tmp_path)
+    assert [(t.id, t.role, t.status) for t in rec.trials()][1:3] == [(1, "doctor", TrialStatus.OK),
+                                                                     (2, "doctor", TrialStatus.OK)]  # kept
