@@ -29,7 +29,23 @@ console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 DEFAULT_RUN_DIR = Path(".infrarsi/run")
-RunDir = typer.Option(DEFAULT_RUN_DIR, "--run-dir", metavar="DIR", help="The run's directory (lock, trials, reports).")
+
+
+def _run_dir_ok(value: Path | None) -> Path | None:
+    """--run-dir names a folder, or a path one can be made at: a file there (or on its way) is bad usage (exit 2)."""
+    if value is None:
+        return value
+    here = Path(value)
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if here.exists() and not here.is_dir():
+        where = "is a file" if here == Path(value) else f"cannot be made: {here} is a file"
+        raise typer.BadParameter(f"{value} {where}, not a directory; give the run's folder (made when missing)")
+    return value
+
+
+RunDir = typer.Option(DEFAULT_RUN_DIR, "--run-dir", metavar="DIR", callback=_run_dir_ok,
+                      help="The run's directory (lock, trials, reports).")
 Json = typer.Option(False, "--json", help="Print one JSON object on stdout (shape: docs/cli.md); other lines go to stderr.")
 # sbatch flags (doctor, run, tune): validated here, kept in the run directory, used again on resume
 Partition = typer.Option(None, "--partition", metavar="NAME", help="Slurm: the partition trials are submitted to.")
@@ -41,6 +57,18 @@ Time = typer.Option(None, "--time", metavar="TIME", help="Slurm: the most a tria
 def fail(message: str, code: int = 1) -> None:
     err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
+
+
+def check_environment() -> None:
+    """The trials' executor as the environment sets it ($INFRARSI_EXECUTOR, $INFRARSI_ISOLATION, the Slurm
+    variables), checked before the first stage runs: a bad value is one line naming it, exit 2."""
+    from .errors import SettingError
+    from .execute import make_executor
+
+    try:
+        make_executor()  # builds the executor only: nothing is launched or asked of Slurm
+    except SettingError as e:
+        fail(str(e), exitcodes.USAGE)
 
 
 def locked(run_dir: Path, command: str):
@@ -85,6 +113,25 @@ def slurm_flags(run_dir: Path | None, **flags: str | None):
     return opts
 
 
+def _git_tree_ok(value: Path | None) -> Path | None:
+    """--apply-to names a git work tree, checked before the first stage (hours before apply would find out)."""
+    from .gitops import toplevel
+
+    if value is not None and toplevel(value) is None:
+        raise typer.BadParameter(f"{value} is not a git work tree (the tuned launch is committed there); give the "
+                                 f"repository's folder, or leave --apply-to out for a dry run")
+    return value
+
+
+def check_seed(run_dir: Path, seed: int | None) -> None:
+    """--seed against the seed the run directory's search started with (a resume may not change it): exit 2."""
+    from .stages.run_state import seed_conflict
+
+    why = seed_conflict(run_dir, seed)
+    if why:
+        fail(why, exitcodes.USAGE)
+
+
 @app.command()
 def init(
     contract: Path = typer.Argument(None, metavar="CONTRACT", help="The contract TOML file (or draft one with --from-request)."),
@@ -109,9 +156,9 @@ def init(
 def doctor(run_dir: Path = RunDir, json_out: bool = typer.Option(False, "--json", help="Print the noise profile as JSON."),
            partition: str = Partition, account: str = Account, qos: str = Qos, time: str = Time) -> None:
     """Run the baseline, profile its phases and measure run-to-run noise."""
-    from .stages import doctor as stage
-
     slurm_flags(run_dir, partition=partition, account=account, qos=qos, time=time)
+    check_environment()
+    from .stages import doctor as stage
     with locked(run_dir, "doctor"), interruptible(f"infrarsi doctor --run-dir {run_dir}"):
         code = stage.run(run_dir, json_out=json_out, console=console, err=err)
     raise typer.Exit(code)
@@ -120,8 +167,10 @@ def doctor(run_dir: Path = RunDir, json_out: bool = typer.Option(False, "--json"
 @app.command("run")
 def run_(
     run_dir: Path = RunDir,
-    max_trials: int = typer.Option(None, "--max-trials", metavar="N", help="Override the contract's budget.max_trials (lower only)."),
-    parallel: int = typer.Option(None, "--parallel", metavar="N", help="Trials at once (default: the contract's budget.parallel_trials)."),
+    max_trials: int = typer.Option(None, "--max-trials", metavar="N", min=1,
+                                   help="Override the contract's budget.max_trials (lower only)."),
+    parallel: int = typer.Option(None, "--parallel", metavar="N", min=1,
+                                 help="Trials at once (default: the contract's budget.parallel_trials)."),
     seed_from_simulated: bool = typer.Option(False, "--seed-from-simulated",
                                              help="Let simulated (what-if) runs in the bank seed this measured run."),
     more: int = typer.Option(None, "--more", metavar="N", help="Extend a finished search by N more trials, then re-verify.", min=1),
@@ -131,10 +180,12 @@ def run_(
     json_out: bool = Json,
 ) -> None:
     """Search launch knobs and kernel patches; re-verify the best against the baseline. Exit 0 promoted, 3 none."""
-    from .stages import run as stage
+    slurm_flags(run_dir, partition=partition, account=account, qos=qos, time=time)
+    check_environment()
+    check_seed(run_dir, seed)
+    from .stages import run as stage  # after the checks: importing the stages takes seconds
     from .stages.outcome import run_outcome
 
-    slurm_flags(run_dir, partition=partition, account=account, qos=qos, time=time)
     say, _ = out_consoles(json_out)
     with locked(run_dir, "run"), interruptible(f"infrarsi run --run-dir {run_dir}"):
         code = stage.run(run_dir, max_trials=max_trials, parallel=parallel, more=more, console=say, err=err,
@@ -180,17 +231,23 @@ def apply(
 def tune(
     contract: Path = typer.Argument(..., metavar="CONTRACT", help="The contract TOML file."),
     run_dir: Path = RunDir,
-    max_trials: int = typer.Option(None, "--max-trials", metavar="N", help="Override the contract's budget.max_trials (lower only)."),
-    apply_to: Path = typer.Option(None, "--apply-to", metavar="DIR", help="Commit the promoted changes into this git tree (default: apply --dry-run)."),
+    max_trials: int = typer.Option(None, "--max-trials", metavar="N", min=1,
+                                   help="Override the contract's budget.max_trials (lower only)."),
+    apply_to: Path = typer.Option(None, "--apply-to", metavar="DIR", callback=_git_tree_ok,
+                                  help="Commit the promoted changes into this git tree (default: apply --dry-run)."),
     seed: int = typer.Option(None, "--seed", metavar="N", min=0, help="The search's random seed (default 0), as `infrarsi run --seed`."),
     partition: str = Partition, account: str = Account, qos: str = Qos, time: str = Time,
     json_out: bool = Json,
 ) -> None:
     """Run all five stages in order: init, doctor, run, report, apply. Exit 0 promoted, 3 none, 130 interrupted."""
-    from .stages import tune as stage
+    slurm = slurm_flags(None, partition=partition, account=account, qos=qos, time=time)
+    check_environment()
+    check_seed(run_dir, seed)
+    if not contract.is_file():
+        fail(f"contract {contract} is not a file; give the contract TOML (contracts/ has examples)", exitcodes.USAGE)
+    from .stages import tune as stage  # after the checks: importing the stages takes seconds
     from .stages.outcome import run_outcome
 
-    slurm = slurm_flags(None, partition=partition, account=account, qos=qos, time=time)
     out: dict = {}
     say, _ = out_consoles(json_out)
     run_dir.mkdir(parents=True, exist_ok=True)

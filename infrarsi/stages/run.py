@@ -178,6 +178,11 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
     if isinstance(loaded, int):
         return loaded
     contract, noise = loaded
+    if max_trials is not None and max_trials > contract.budget.max_trials:
+        console.print(f"[yellow]note:[/] --max-trials {max_trials} is above the contract's budget.max_trials "
+                      f"({contract.budget.max_trials}): the search runs at most {contract.budget.max_trials} trials "
+                      f"(raise budget.max_trials in the contract, with a new --run-dir, for more; or `infrarsi run "
+                      f"--more N` after it finishes)")
     code = _guards(run_dir, max_trials, more, console, err)
     if code is not None:
         return code
@@ -216,7 +221,7 @@ def _load(run_dir: Path, err: Console) -> tuple[Contract, NoiseProfile] | int:
 def _guards(run_dir: Path, max_trials: int | None, more: int | None, console: Console, err: Console) -> int | None:
     """The exit code of a run asked for nothing to do (a bad --max-trials, a finished stage), else None; --more
     reopens the search and verification."""
-    if max_trials is not None and max_trials < 1:
+    if max_trials is not None and max_trials < 1:  # the command line refuses it first (min=1)
         err.print("[bold red]error:[/] --max-trials must be >= 1")
         return 2
     if more is None and state.done(run_dir, "verify"):  # a finished stage is finished

@@ -73,13 +73,24 @@ def search_seed(run_dir: Path, asked: int | None) -> int:
     body = run.stages()
     kept = body.search_seed
     if kept is not None:
-        if asked is not None and asked != kept:
-            raise ValueError(f"--seed {asked}: this run directory's search started with seed {kept}; resume with "
-                             f"--seed {kept} (or no --seed), or use a new --run-dir for another seed")
+        why = seed_conflict(run_dir, asked)
+        if why:
+            raise ValueError(why)
         return int(kept)
     seed = 0 if asked is None else int(asked)
     run.write_stages(body.model_copy(update={"search_seed": seed}))
     return seed
+
+
+def seed_conflict(run_dir: Path, asked: int | None) -> str | None:
+    """Why ``--seed asked`` may not resume this run directory's search (it started with another seed), or None;
+    read only, so the command line checks it before the first stage runs."""
+    run = RunDir(run_dir)
+    kept = run.stages().search_seed if asked is not None and run.has_lock() else None
+    if kept is None or asked == kept:
+        return None
+    return (f"--seed {asked}: this run directory's search started with seed {kept}; resume with --seed {kept} (or no "
+            f"--seed), or use a new --run-dir for another seed")
 
 
 def finished_line(run_dir: Path) -> str:

@@ -124,3 +124,58 @@ def test_slurm_flags_are_kept_in_the_run_and_shape_every_job(run_dir, monkeypatc
         assert line in lines, lines
     times = [ln for ln in lines if ln.startswith("#SBATCH --time=")]
     assert times[-1] == "#SBATCH --time=4:00:00"  # sbatch keeps the last: the flag caps the contract's limit
+
+
+CONTRACT = os.path.join(os.path.dirname(__file__), "..", "..", "contracts", "sim-dense8b-h100x8.toml")
+
+
+@pytest.mark.parametrize("args, env, says", [
+    (["--max-trials", "0"], {}, "--max-trials"),
+    (["--apply-to", "{tmp}"], {}, "is not a git work tree"),
+    ([], {"INFRARSI_EXECUTOR": "slurmm"}, "unknown executor 'slurmm'"),
+    ([], {"INFRARSI_ISOLATION": "maybe"}, "INFRARSI_ISOLATION='maybe'"),
+    ([], {"INFRARSI_EXECUTOR": "slurm", "INFRARSI_SLURM_ARGS": "gres=gpu:8"}, "is not one sbatch option"),
+])
+def test_every_flag_and_the_executor_setting_is_checked_before_the_first_stage(tmp_path, monkeypatch, args, env,
+                                                                                says):
+    """A bad flag or executor setting is refused (exit 2, naming it) before init: no run directory is made, no
+    warm-up or baseline run (hours on a GPU job) happens first."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    run = tmp_path / "run"
+    r = invoke("tune", CONTRACT, "--run-dir", run, *[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert r.exit_code == exitcodes.USAGE, r.output
+    assert says in r.output and not run.exists()
+
+
+def test_a_run_directory_that_is_a_file_is_bad_usage_in_every_verb(tmp_path):
+    """`--run-dir <a file>` (or a path through one) is one usage error, exit 2: not init's FileExistsError
+    traceback, nor report's "does not exist"."""
+    f = tmp_path / "notes.txt"
+    f.write_text("mine\n")
+    for verb in (["init", CONTRACT], ["doctor"], ["run"], ["report"], ["apply", "--dry-run"], ["tune", CONTRACT]):
+        for where in (f, f / "run"):
+            r = invoke(*verb, "--run-dir", where)
+            assert r.exit_code == exitcodes.USAGE, (verb, r.output)
+            assert "Traceback" not in r.output and f"{where} " in r.output and "is a file" in r.output, r.output
+    assert f.read_text() == "mine\n"
+
+
+def test_a_seed_the_run_directory_cannot_resume_with_is_refused_before_the_first_stage(run_dir):
+    """`tune --seed 4` on a run directory whose search started with seed 3: refused at once (exit 2), not after
+    the doctor."""
+    state.search_seed(run_dir, 3)
+    contract = run_dir.parent / "minigpt-cpu.toml"
+    before = sorted(p.name for p in run_dir.iterdir())
+    r = invoke("tune", contract, "--run-dir", run_dir, "--seed", "4")
+    assert r.exit_code == exitcodes.USAGE and "--seed 4: this run directory's search started with seed 3" in r.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+    assert invoke("run", "--run-dir", run_dir, "--seed", "4").exit_code == exitcodes.USAGE
+
+
+def test_a_max_trials_above_the_contracts_budget_is_capped_and_says_so(run_dir):
+    state.mark_done(run_dir, "search", stop_reason="budget spent", trials=12, budget=12)
+    state.mark_done(run_dir, "verify", promoted=1)
+    r = invoke("run", "--run-dir", run_dir, "--max-trials", "1000")
+    assert r.exit_code == 0, r.output
+    assert "--max-trials 1000 is above the contract's budget.max_trials" in " ".join(r.stdout.split())
