@@ -17,6 +17,17 @@ r_i = log(t_baseline_i / t_candidate_i). The speedup is exp(mean r); its CI is t
 exp(mean r +- t_{0.975, n-1} sd(r) / sqrt(n)) for one look (:func:`speedup_ci`). Under an A/A test (candidate == baseline) with
 log-normal noise, the lower bound exceeds 0 with probability 2.5%, and exceeds log(1 + mde) far less:
 ``scripts/bench_aa.py`` measures the false-promotion rate.
+
+One name for one interval: the interval of the look that decided is a **95% CI** (:data:`CI_NAME`, the records' key
+``ci95``), and that is the level the rule really gives, not the look's own nominal level (98.75% at a first look of 3
+pairs out of 12, 99.58% at a later one). Each look's two-sided interval misses the true speedup with probability at
+most 2 alpha_k, and these add up to 2 ALPHA = 5% over every look the budget allows, so with probability 95% or more
+every look's interval covers it at once (a repeated confidence interval), the one the rule stopped at included,
+however the stop was chosen. ``tests/test_speedup.py`` measures the coverage.
+
+The headline figure is the geometric mean of the pairs' ratios, exp(mean r), which is exactly the ratio of the two
+sides' geometric mean step times (:attr:`Speedup.baseline_s`, :attr:`Speedup.candidate_s`): those are the times to
+print beside it (the ratio of the medians is another statistic).
 """
 
 from __future__ import annotations
@@ -29,15 +40,28 @@ from dataclasses import dataclass
 
 
 
+ALPHA = 0.025  # one-sided: the same 2.5% a fixed-n 95% CI's lower bound spends
+LEVEL = 1 - 2 * ALPHA  # the confidence the interval has, one look or many (module doc)
+CI_NAME = f"{LEVEL:.0%} CI"  # its name in every line, table, plot and commit message
+
+
 @dataclass(frozen=True)
 class Speedup:
-    speedup: float  # baseline time / candidate time (> 1 = faster)
-    lo: float  # the interval (95% for one look; the sequential rule's level for a look among many)
+    speedup: float  # baseline time / candidate time (> 1 = faster): exp(mean log ratio), a geometric mean
+    lo: float  # the 95% CI (module doc: one look, or the sequential rule's looks)
     hi: float
     pairs: int
 
     def to_dict(self) -> dict[str, float]:
         return {"speedup": self.speedup, "ci95": [self.lo, self.hi], "pairs": self.pairs}
+
+
+def geometric_means(baseline_s: Sequence[float], candidate_s: Sequence[float]) -> tuple[float, float]:
+    """(baseline, candidate) geometric mean step times in seconds, whose ratio is the pairs' speedup exactly."""
+    if not baseline_s or len(baseline_s) != len(candidate_s):
+        raise ValueError(f"need pairs of equal length, got {len(baseline_s)} and {len(candidate_s)}")
+    return (math.exp(statistics.fmean(math.log(x) for x in baseline_s)),
+            math.exp(statistics.fmean(math.log(x) for x in candidate_s)))
 
 
 def speedup_ci(baseline_s: Sequence[float], candidate_s: Sequence[float]) -> Speedup:
@@ -49,12 +73,12 @@ def speedup_ci(baseline_s: Sequence[float], candidate_s: Sequence[float]) -> Spe
 def promote(s: Speedup, mde: float) -> tuple[bool, str]:
     """The promotion rule, with the arithmetic in the reason."""
     bar = 1.0 + mde
+    figs = f"speedup {s.speedup:.3f}x, {CI_NAME} [{s.lo:.3f}, {s.hi:.3f}]"
     if s.lo > bar:
-        return True, f"speedup {s.speedup:.3f}x, CI [{s.lo:.3f}, {s.hi:.3f}]: lower bound > 1 + mde = {bar:.3f}"
-    return False, f"speedup {s.speedup:.3f}x, CI [{s.lo:.3f}, {s.hi:.3f}]: lower bound <= 1 + mde = {bar:.3f}, not promoted"
+        return True, f"{figs}: lower bound > 1 + mde = {bar:.3f}"
+    return False, f"{figs}: lower bound <= 1 + mde = {bar:.3f}, not promoted"
 
 
-ALPHA = 0.025  # one-sided: the same 2.5% a fixed-n 95% CI's lower bound spends
 FIRST_LOOK = 3  # pairs before the first look: two give a t interval with df = 1 (t = 12.7 at 2.5%)
 
 
@@ -90,7 +114,7 @@ class Decision:
 
     state: str  # "promote" | "reject" (cannot clear the bar) | "budget" (pairs ran out) | "continue"
     speedup: Speedup | None  # None before the first look
-    alpha: float  # the one-sided alpha of this look (0 before the first)
+    alpha: float  # the one-sided alpha this look spends (0 before the first); the interval is still a 95% CI
     reason: str
 
     @property
@@ -111,8 +135,8 @@ def decide(baseline_s: Sequence[float], candidate_s: Sequence[float], *, mde: fl
     a = look_alpha(min(n, max_pairs), max_pairs)
     s = interval(baseline_s, candidate_s, a)
     bar = 1.0 + mde
-    figs = (f"speedup {s.speedup:.3f}x, {1 - 2 * a:.2%} interval [{s.lo:.3f}, {s.hi:.3f}] after {n} pairs "
-            f"(sequential: look {n - FIRST_LOOK + 1} of {max_pairs - FIRST_LOOK + 1}, alpha {a:.4f})")
+    figs = (f"speedup {s.speedup:.3f}x, {CI_NAME} [{s.lo:.3f}, {s.hi:.3f}] after {n} pairs (sequential: look "
+            f"{n - FIRST_LOOK + 1} of {max_pairs - FIRST_LOOK + 1}, spending alpha {a:.4f} of {ALPHA})")
     if s.lo > bar:
         return Decision("promote", s, a, f"{figs}: lower bound > 1 + mde = {bar:.3f}")
     if s.hi < bar:

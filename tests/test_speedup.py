@@ -2,6 +2,7 @@
 
 import math
 import random
+import statistics
 
 import pytest
 
@@ -79,3 +80,33 @@ def test_sequential_rule_stops_early_on_a_clear_answer_and_adds_pairs_when_uncle
     assert slow.state == "reject" and slow.speedup.pairs == FIRST_LOOK and "upper bound < 1 + mde" in slow.reason
     unclear = _sequential(rng, 0.15, 1.1, mde=0.3)
     assert unclear.state in ("budget", "reject") and unclear.speedup.pairs > FIRST_LOOK
+
+
+def test_the_interval_the_sequential_rule_stops_at_is_a_95_percent_ci_and_is_named_so():
+    """The level the rule really gives: the interval of the look that decided holds the true speedup 95% of the time
+    or more (the looks' alphas add up to 2.5% a side), whatever look it stopped at, so every line calls it a 95% CI
+    (not the look's own nominal 98.75% or 99.58%)."""
+    from infrarsi.speedup import CI_NAME, LEVEL
+
+    rng = random.Random(5)
+    n, covered, looks = 1500, 0, set()
+    for _ in range(n):
+        d = _sequential(rng, 0.10, 1.2, mde=0.02)
+        covered += d.speedup.lo <= 1.2 <= d.speedup.hi
+        looks.add(d.speedup.pairs)
+    assert len(looks) > 3  # stops at many different looks
+    assert covered / n >= LEVEL - 3 * math.sqrt(LEVEL * (1 - LEVEL) / n)
+    assert CI_NAME == "95% CI" and f"{CI_NAME} [" in d.reason and "interval" not in d.reason
+
+
+def test_the_speedup_is_the_ratio_of_the_geometric_mean_times_not_of_the_medians():
+    """The headline's figure, named: exp(mean log ratio) is the ratio of the sides' geometric means exactly (here
+    the ratio of the medians is 2.5x, the speedup 2.08x)."""
+    from infrarsi.speedup import geometric_means
+
+    base, cand = [3.0, 2.5, 1.0], [1.0, 0.8333, 1.0]
+    s = speedup_ci(base, cand)
+    gb, gc = geometric_means(base, cand)
+    assert gb / gc == pytest.approx(s.speedup, rel=1e-12)
+    assert statistics.median(base) / statistics.median(cand) == pytest.approx(2.5 / 1.0)
+    assert s.speedup == pytest.approx((3.0 * 3.0001 * 1.0) ** (1 / 3), rel=1e-3)

@@ -1,6 +1,6 @@
 """What ``infrarsi apply`` writes, decided before anything is written: the plan.
 
-For the best promoted candidate (highest verified speedup) of a run whose verification still belongs to
+For the best promoted candidate (the highest lower bound of its 95% CI, ties by speedup) of a run whose verification still belongs to
 its lock, the plan holds, under ``infrarsi-tuned/<contract name>/`` in the user's tree:
 
     (Megatron / torchtitan with a launch file) the user's own launch file, edited in place: a minimal diff
@@ -37,6 +37,7 @@ from ..launch.command import shell_join
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
 from ..report.load import RunData
 from ..rundir import RunDir, VerifiedCandidate
+from ..speedup import CI_NAME
 
 OUT_ROOT = "infrarsi-tuned"
 PROFILE_FRAMEWORKS = ("megatron", "torchtitan")  # what infrarsi-launch can rewrite
@@ -93,7 +94,7 @@ def _header(data: RunData, cand: VerifiedCandidate, changes: dict[str, Any]) -> 
     lo, hi = _ci(cand)
     pairs = ", ".join(f"{a}/{b}" for a, b in cand.trials)
     return [f"# Tuned launch for contract {data.contract.name} (sha256 {data.contract_sha256[:16]}), written by `infrarsi apply`.",
-            f"# Verified: speedup {cand.speedup:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] over {cand.pairs} interleaved "
+            f"# Verified: speedup {cand.speedup:.3f}x, {CI_NAME} [{lo:.3f}, {hi:.3f}] over {cand.pairs} interleaved "
             f"pairs (baseline/candidate trials {pairs}).",
             f"# Knobs changed from the baseline: {_knobs(changes)}."]
 
@@ -248,7 +249,7 @@ def _message(data: RunData, cand: VerifiedCandidate, changes: dict[str, Any], fi
     lines = [f"infrarsi: tuned launch for {data.contract.name}, {cand.speedup:.3f}x [{lo:.3f}, {hi:.3f}]", "",
              f"Contract: {data.contract.name}, sha256 {data.contract_sha256}",
              f"Candidate (best of {n_prom} promoted): {_knobs(changes)}",
-             f"Speedup: {cand.speedup:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}] over {cand.pairs} interleaved pairs "
+             f"Speedup: {cand.speedup:.3f}x, {CI_NAME} [{lo:.3f}, {hi:.3f}] over {cand.pairs} interleaved pairs "
              f"(baseline/candidate trials {pairs})",
              f"Rule: {ver.rule if ver else ''} (mde {ver.mde if ver else 0:.2%})",
              f"Run: {data.run_dir.resolve()}", "", "Audit:"]

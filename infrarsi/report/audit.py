@@ -243,11 +243,19 @@ def candidate_problems(data: RunData, cand: VerifiedCandidate, audits: list[File
 
 
 def best_promoted(data: RunData) -> VerifiedCandidate | None:
-    """The promoted candidate with the highest speedup (ties: the higher CI lower bound)."""
+    """The best promoted candidate: the one whose 95% CI has the highest lower bound (the speedup it is surest of),
+    ties by the point estimate."""
     cands = [c for c in data.verification.promoted() if c.speedup is not None and c.ci95] if data.verification else []
-    if not cands:
-        return None
-    return max(cands, key=lambda c: (float(c.speedup or 0), float(c.ci95[0] if c.ci95 else 0)))
+    return best_of(cands)
+
+
+def best_of(cands: Sequence[Any]) -> Any:
+    """Of candidates with ``speedup`` and ``ci95`` (records or the --json dicts), the one with the highest lower
+    bound, ties by the point estimate; None when there are none."""
+    def key(c: Any) -> tuple[float, float]:
+        ci, sp = (c["ci95"], c["speedup"]) if isinstance(c, dict) else (c.ci95, c.speedup)
+        return float(ci[0]) if ci else -math.inf, float(sp) if sp is not None else -math.inf
+    return max(cands, key=key) if cands else None
 
 
 def changed(setting: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:

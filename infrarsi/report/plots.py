@@ -20,6 +20,7 @@ import matplotlib.ticker  # noqa: E402
 
 from ..execute.trial import Trial  # noqa: E402
 from ..rundir.models import EffectRecord, RevisionRecord  # noqa: E402
+from ..speedup import CI_NAME  # noqa: E402
 from ..status import TrialStatus  # noqa: E402
 from .fit import Fit  # noqa: E402
 
@@ -245,7 +246,7 @@ def verification(candidates: Sequence[Any], mde: float) -> bytes:
     ax.axvline(1.0 + mde, color="tab:red", ls="--", lw=1, label=f"1 + mde = {1 + mde:.3f}")
     ax.set_yticks(range(len(candidates)), [f"candidate {i + 1}" + (" (promoted)" if c.promoted else "")
                                            for i, c in enumerate(candidates)], fontsize=8)
-    ax.set_xlabel("speedup over the baseline (95% CI; dots: individual pairs)")
+    ax.set_xlabel(f"speedup over the baseline ({CI_NAME}; dots: individual pairs)")
     ax.legend(fontsize=7)
     ax.set_title("Re-verification, interleaved pairs")
     return _png(fig)

@@ -27,6 +27,7 @@ from ..execute.runner import unisolated
 from ..io import atomic_write
 from ..knobs import Setting
 from ..rundir import ModelsRecord, RunDir, VerifiedCandidate
+from ..speedup import CI_NAME, geometric_means
 from ..status import TrialStatus
 from . import conditions, plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
@@ -147,8 +148,10 @@ class _Builder:
             lo, hi = best.ci95 or (math.nan, math.nan)
             note = (f" {len(best.unisolated)} of its trials ran without isolation (allowed by the contract)."
                     if best.unisolated else "")
-            times = (f" ({statistics.median(best.baseline_s):.4g} s -> {statistics.median(best.candidate_s):.4g} s "
-                     f"per step, medians)" if best.baseline_s and best.candidate_s else "")
+            times = ""
+            if best.baseline_s and len(best.baseline_s) == len(best.candidate_s or []):
+                gb, gc = geometric_means(best.baseline_s, best.candidate_s)
+                times = f" ({gb:.4g} s -> {gc:.4g} s per step, geometric means of its {len(best.baseline_s)} pairs)"
             self.p(f"**Result:** {_knobs(changed(best.setting, self.baseline))} makes a training step "
                    f"**{best.speedup:.3f}x** as fast as the baseline{times}. How sure: with 95% confidence or more, the "
                    f"speedup lies between {lo:.3f}x and {hi:.3f}x, from {best.pairs} back-to-back runs of baseline "
@@ -158,7 +161,7 @@ class _Builder:
         elif d.verification is not None:
             self.p(f"**No candidate was promoted**: no setting re-ran faster than the baseline by more than the noise "
                    f"floor (+{mde:.1%}, the smallest change the run-to-run noise lets us tell from chance) at the "
-                   f"pessimistic end of its 95% confidence interval (see Verification). The launch stays as it is.")
+                   f"pessimistic end of its {CI_NAME} (see Verification). The launch stays as it is.")
         else:
             self.p(f"No verification yet (`{V}` is missing): run `infrarsi run`.")
         ts = d.trials
@@ -370,8 +373,9 @@ class _Builder:
                f"promoted when even the pessimistic end of its confidence interval is faster than the baseline by more "
                f"than the noise floor, the minimum detectable effect (mde) of {ver.mde:.2%}, and its loss trace matches "
                f"the baseline's. Rule as recorded: {ver.rule}; finished {_when(ver.finished_at)}. Speedup = exp(mean "
-               f"of log(t_baseline / t_candidate) over the pairs); the interval is the sequential one of the look that "
-               f"decided (its level in the reason, 95% or more).")
+               f"of log(t_baseline / t_candidate) over the pairs), the geometric mean of the pairs' ratios; the "
+               f"{CI_NAME} is the sequential one of the look that decided: the looks spend 5% between them, so it "
+               f"holds the true speedup with 95% confidence or more however many looks were made.")
         rows = []
         for i, c in enumerate(cands, 1):
             pairs = ", ".join(f"{a}/{b}" for a, b in c.trials)
@@ -379,7 +383,7 @@ class _Builder:
             ci = f"[{c.ci95[0]:.3f}, {c.ci95[1]:.3f}]" if c.ci95 else "-"
             rows.append((i, _knobs(changed(c.setting, self.baseline)), pairs, sp, ci,
                          "**yes**" if c.promoted else "no", c.reason))
-        self.table(["#", "knobs vs baseline", "pairs (baseline/candidate trials)", "speedup", "95% CI", "promoted",
+        self.table(["#", "knobs vs baseline", "pairs (baseline/candidate trials)", "speedup", CI_NAME, "promoted",
                     "reason"], rows)
         for line in conditions.drift_lines(self.d.trials):
             self.p(f"**The machine changed:** {line}")
@@ -387,7 +391,7 @@ class _Builder:
             if c.explanation:
                 self.p(f"Candidate #{i} ({_knobs(changed(c.setting, self.baseline))}): {c.explanation}.")
         if cands:
-            self.img("verification", "Speedup with its 95% CI per candidate",
+            self.img("verification", f"Speedup with its {CI_NAME} per candidate",
                      plots.verification(cands, ver.mde))
         self.rerun(ver)
         self.mfu(cands)

@@ -122,7 +122,7 @@ class VerifiedCandidate(_Record):
     baseline_peak_memory_bytes: float | None = None
     mfu: float | None = None
     baseline_mfu: float | None = None
-    level: float | None = None  # the interval's level at the look that decided (sequential: above 95%)
+    level: float | None = None  # the confidence of ci95: 0.95 (speedup.LEVEL); records before it held the look's own
     decision: str | None = None  # "promote" | "reject" | "budget" (speedup.py's Decision.state)
     explanation: str = ""  # a candidate that did not reproduce, in words: search and A/B figures, conditions of each
 

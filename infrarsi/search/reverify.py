@@ -1,5 +1,5 @@
 """The verify step: the best settings of a search rerun interleaved with the baseline (A B A B ...), pairs that
-another job disturbed rerun, and promotion by :func:`~infrarsi.speedup.promote` (the paired speedup's
+another job disturbed rerun, and promotion by the sequential rule of :mod:`infrarsi.speedup` (the paired speedup's
 95% CI) and the contract's loss invariant. The statistics live in ``speedup.py``; this module runs the
 pairs and records them (RunDir's verification progress and verification records).
 
@@ -24,7 +24,7 @@ from ..execute.trial import Trial, TrialStatus
 from ..knobs import Setting
 from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
 from .tuner import Tuner
-from ..speedup import FIRST_LOOK, decide
+from ..speedup import FIRST_LOOK, LEVEL, decide
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -101,7 +101,7 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
                     passed, why = False, refused
                 elif passed:
                     why = f"{why} (on evidence from {len(bare)} unisolated trials: the contract allows it)"
-            entry.update(sp.to_dict(), promoted=passed, reason=why, level=1 - 2 * d.alpha, decision=d.state,
+            entry.update(sp.to_dict(), promoted=passed, reason=why, level=LEVEL, decision=d.state,
                          baseline_s=[a.metrics.step_time_s for a, _ in ok_pairs],
                          candidate_s=[b.metrics.step_time_s for _, b in ok_pairs],
                          peak_memory_bytes=max((b.metrics.peak_memory_bytes or 0) for _, b in ok_pairs) or None,

@@ -35,6 +35,7 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
     from ..contract import ContractError
     from ..contract.seal import SealError
     from ..report import RunDataError, load_run
+    from ..speedup import CI_NAME
 
     def refuse(msg: str, code: int = exitcodes.ERROR) -> int:
         err.print(f"[bold red]apply refused:[/] {escape(msg)}", highlight=False, soft_wrap=True)
@@ -88,7 +89,7 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
     out["candidate"] = {"changes": dict(plan.changes), "speedup": cand.speedup, "ci95": list(cand.ci95 or []),
                         "trials": [list(p) for p in cand.trials], "promoted": plan.n_promoted}
     which = (f"best of {plan.n_promoted} promoted candidate(s): {', '.join(f'{k}={v}' for k, v in plan.changes.items())} "
-             f"({cand.speedup:.3f}x, 95% CI [{lo:.3f}, {hi:.3f}], trials {[list(p) for p in cand.trials]})")
+             f"({cand.speedup:.3f}x, {CI_NAME} [{lo:.3f}, {hi:.3f}], trials {[list(p) for p in cand.trials]})")
     if dry_run:
         console.print(f"apply --dry-run: {which}", highlight=False, soft_wrap=True)
         if unclean:

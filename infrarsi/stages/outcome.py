@@ -8,7 +8,7 @@ Read from the run directory's records only, so it is the same whether the run fi
      "baseline": {knob: value} | null,
      "candidates": [{"changes": {knob: value}, "promoted": bool, "speedup": float | null,
                      "ci95": [lo, hi] | null, "pairs": int | null, "reason": str}],
-     "best": <the promoted candidate with the highest speedup> | null}
+     "best": <the promoted candidate whose 95% CI has the highest lower bound (ties: speedup)> | null}
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..report.audit import best_of
 from ..rundir import RunDir
 
 
@@ -30,7 +31,7 @@ def run_outcome(run_dir: Path, exit_code: int) -> dict[str, Any]:
         cands.append({"changes": changes, "promoted": c.promoted, "speedup": c.speedup,
                       "ci95": list(c.ci95) if c.ci95 else None, "pairs": c.pairs, "reason": c.reason})
     promoted = [c for c in cands if c["promoted"]]
-    best = max(promoted, key=lambda c: c["speedup"] or 0.0) if promoted else None
+    best = best_of(promoted)  # the highest lower bound, ties by the point estimate
     return {"run_dir": str(run_dir), "exit_code": exit_code,
             "outcome": "unfinished" if ver is None else ("promoted" if promoted else "no_promotion"),
             "search": {"trials": search.trials, "budget": search.budget, "stop_reason": search.stop_reason}

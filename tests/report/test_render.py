@@ -290,3 +290,33 @@ def test_the_summary_says_which_trials_ran_without_isolation(run_dir):
     md = to_markdown(build(dataclasses.replace(data, trials=bare, contract=loose), sections=["summary"]))
     assert "The contract allows promotion on such evidence" in md
     assert "**Isolation:**" not in to_markdown(build(data, sections=["summary"]))
+
+
+def test_the_headline_names_its_statistic_and_its_times_agree_with_it(reported_run):
+    """The headline speedup is the geometric mean of the pairs' ratios; the step times beside it are the sides'
+    geometric means, whose ratio it is (the medians' ratio is another figure), and the table, plot and summary
+    call the interval by one name: 95% CI."""
+    run_dir, _ = reported_run
+    md = (run_dir / "report.md").read_text()
+    m = re.search(r"\*\*([\d.]+)x\*\* as fast as the baseline \(([\d.]+) s -> ([\d.]+) s per step, geometric means "
+                  r"of its (\d+) pairs\)", md)
+    assert m, md[:2000]
+    speedup, base, cand = float(m[1]), float(m[2]), float(m[3])
+    assert base / cand == pytest.approx(speedup, rel=2e-3)
+    assert "the geometric mean of the pairs' ratios" in md and "| 95% CI |" in md
+    assert not re.search(r"\d\.\d+% interval", md) and "medians)" not in md  # the 90% posterior intervals stay
+
+
+def test_the_best_candidate_is_the_one_with_the_highest_lower_bound():
+    """2.718x [1.118, 6.606] against 2.444x [1.343, 4.446]: the second is the one the evidence is surest of; a tie
+    on the lower bound goes to the higher point estimate."""
+    from infrarsi.report.audit import best_of
+    from infrarsi.rundir import VerifiedCandidate
+
+    wide = VerifiedCandidate(setting={"a": 1}, promoted=True, reason="", speedup=2.718, ci95=(1.118, 6.606), pairs=3)
+    sure = VerifiedCandidate(setting={"a": 2}, promoted=True, reason="", speedup=2.444, ci95=(1.343, 4.446), pairs=5)
+    assert best_of([wide, sure]) is sure and best_of([sure, wide]) is sure
+    tie = VerifiedCandidate(setting={"a": 3}, promoted=True, reason="", speedup=2.5, ci95=(1.343, 4.0), pairs=5)
+    assert best_of([sure, tie]) is tie
+    as_json = [{"speedup": 1.292, "ci95": [1.180, 1.414]}, {"speedup": 1.261, "ci95": [1.219, 1.303]}]
+    assert best_of(as_json) is as_json[1] and best_of([]) is None
