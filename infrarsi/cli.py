@@ -213,6 +213,8 @@ def apply(
     run_dir: Path = RunDir,
     repo: Path = typer.Option(Path("."), "--repo", metavar="DIR", help="The git tree to write the promoted changes into."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff; write nothing."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Do not run the repository's git hooks (as git commit "
+                                   "--no-verify)."),
     json_out: bool = Json,
 ) -> None:
     """Write the promoted, audited changes inside the locked scope, as one git commit. Exit 0 applied, 3 nothing
@@ -221,7 +223,7 @@ def apply(
 
     out: dict = {}
     say, _ = out_consoles(json_out)
-    code = stage.run(run_dir, repo=repo, dry_run=dry_run, console=say, err=err, out=out)
+    code = stage.run(run_dir, repo=repo, dry_run=dry_run, console=say, err=err, out=out, hooks=not no_verify)
     if json_out:
         print_json({"run_dir": str(run_dir), "exit_code": code, **out})
     raise typer.Exit(code)
@@ -236,6 +238,7 @@ def tune(
     apply_to: Path = typer.Option(None, "--apply-to", metavar="DIR", callback=_git_tree_ok,
                                   help="Commit the promoted changes into this git tree (default: apply --dry-run)."),
     seed: int = typer.Option(None, "--seed", metavar="N", min=0, help="The search's random seed (default 0), as `infrarsi run --seed`."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="With --apply-to: do not run the repository's git hooks."),
     partition: str = Partition, account: str = Account, qos: str = Qos, time: str = Time,
     json_out: bool = Json,
 ) -> None:
@@ -253,7 +256,7 @@ def tune(
     run_dir.mkdir(parents=True, exist_ok=True)
     with locked(run_dir, "tune"), interruptible(f"infrarsi tune {contract} --run-dir {run_dir}"):
         code = stage.run(contract, run_dir, max_trials=max_trials, apply_to=apply_to, console=say, err=err, seed=seed,
-                         slurm=slurm, out=out)
+                         slurm=slurm, out=out, hooks=not no_verify)
     if json_out:
         print_json({**run_outcome(run_dir, code), **out})
     raise typer.Exit(code)

@@ -9,13 +9,17 @@ anywhere); it is not a hard link (the other names would change too); git does no
 the user's and could not be committed); a kernel file lands inside ``scope.files``; and no stale
 ``index.lock`` stands in the way.
 
-Then (:func:`commit`): the commit is built first with git's plumbing, from the exact bytes the audit lists
-(``hash-object --no-filters``, a temporary index, ``write-tree``, ``commit-tree``): no hook of the user's runs
-(hooks are also disabled on every git call), no clean filter rewrites a file, and the new tree is compared with
-the audit (each path's blob and mode, and no other path changed) before any file is touched. Then each file is
-written atomically in its own folder (temp file + rename through folder descriptors opened without following
-links), the index gets the new entries, and HEAD moves last, only if it still is the commit the plan was made
-on. Any failure undoes what was done, in reverse: each replaced file back (the very file: it kept a second name
+Then (:func:`commit`): the tree is built first with git's plumbing, from the exact bytes the audit lists
+(``hash-object --no-filters``, a temporary index, ``write-tree``): no clean filter rewrites a file, and the new tree
+is compared with the audit (each path's blob and mode, and no other path changed) before any file is touched. Then
+each file is written atomically in its own folder (temp file + rename through folder descriptors opened without
+following links) and the index gets the new entries. The repository's hooks then run as ``git commit`` runs them
+(``pre-commit``, ``prepare-commit-msg``, ``commit-msg``, through ``git hook run``; ``hooks=False`` is
+``--no-verify``): a hook that fails stops the commit with its output, and one that changes a file (a formatter) stops
+it too, since the commit must hold the audited bytes; a hook may add to the message (a sign-off, a Change-Id). The
+commit is made (``commit-tree``) and HEAD moves last, only if it still is the commit the plan was made on;
+``post-commit`` runs after it, as git's does (its failure is reported, the commit stays). Every other git call runs
+with hooks off. Any failure undoes what was done, in reverse: each replaced file back (the very file: it kept a second name
 until the commit was made), new files and new folders removed, the index back to its bytes. HEAD then never moved. Objects already written to ``.git/objects`` stay
 unreferenced (``git gc`` drops them); nothing else of the repository differs.
 """
@@ -27,12 +31,12 @@ import os
 import stat
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..gitops import GitError
-from .writer import ApplyPlan, ApplyRefused, FileChange
+from .writer import OUT_ROOT, ApplyPlan, ApplyRefused, FileChange
 
 # Every git call of the transaction: none of the user's hooks, no file-system monitor program.
 HARDENED = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
@@ -146,9 +150,14 @@ def changed_files(plan: ApplyPlan, root: Path) -> list[FileChange]:
     return out
 
 
-def commit(plan: ApplyPlan, repo: Path) -> tuple[str | None, list[str]]:
+HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit")  # those `git commit` runs, in its order
+
+
+def commit(plan: ApplyPlan, repo: Path, *, hooks: bool = True,
+           say: Callable[[str], None] = lambda line: None) -> tuple[str | None, list[str]]:
     """Write the plan into ``repo`` as one commit; (its sha, the paths written), or (None, []) when the tree
-    already holds it. Raises ApplyRefused / GitError with the repository as it was."""
+    already holds it. Raises ApplyRefused / GitError with the repository as it was. ``hooks``: run the repository's
+    hooks (module doc); ``say`` gets what ``post-commit`` printed."""
     root = Path(repo)
     files = changed_files(plan, root)
     if not files:
@@ -156,7 +165,7 @@ def commit(plan: ApplyPlan, repo: Path) -> tuple[str | None, list[str]]:
     head = _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}", check=False)
     old = _out(head) if head.returncode == 0 else None
     tree, blobs = _tree(root, old, files)
-    sha = _out(_git(root, "commit-tree", tree, *(["-p", old] if old else []), stdin=plan.message.encode()))
+    message = plan.message
     undo = _Undo()
     try:
         for f in files:
@@ -164,12 +173,70 @@ def commit(plan: ApplyPlan, repo: Path) -> tuple[str | None, list[str]]:
         index = _index(root)
         undo.index = index.read_bytes() if index.exists() else b""
         stage_index(root, files, blobs)
-        _git(root, "update-ref", "-m", f"infrarsi apply: {plan.message.splitlines()[0]}", "HEAD", sha, old or ZERO)
+        if hooks:
+            message = _pre_commit_hooks(root, plan, tree, message)
+        sha = _out(_git(root, "commit-tree", tree, *(["-p", old] if old else []), stdin=message.encode()))
+        _git(root, "update-ref", "-m", f"infrarsi apply: {message.splitlines()[0]}", "HEAD", sha, old or ZERO)
     except BaseException:
         _rollback(root, undo)
         raise
     _settle(root, undo)
+    if hooks:
+        r = _hook(root, "post-commit")
+        if r.returncode != 0 or r.stdout.strip():
+            say(f"post-commit hook (exit {r.returncode}, the commit stays): {_tail(r.stdout)}")
     return sha, [f.path for f in files]
+
+
+def hooks_present(repo: Path) -> list[str]:
+    """The hooks of :data:`HOOKS` the repository has (``--git-path hooks`` honours core.hooksPath), for the line
+    apply prints."""
+    r = subprocess.run(["git", "-C", str(repo), "rev-parse", "--git-path", "hooks"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return []
+    d = Path(r.stdout.strip())
+    d = d if d.is_absolute() else Path(repo) / d  # (not _git: its hooksPath is /dev/null)
+    return [h for h in HOOKS if (d / h).is_file() and os.access(d / h, os.X_OK)]
+
+
+def _hook(root: Path, name: str, *args: str) -> subprocess.CompletedProcess:
+    """One of the repository's hooks, as git runs it (``git hook run``: core.hooksPath honoured; none: exit 0),
+    in the work tree's root, its stdout and stderr together."""
+    env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_EDITOR": ":"}
+    return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(root), "hook", "run", "--ignore-missing",
+                           name, *(["--", *args] if args else [])], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace", env=env)
+
+
+def _tail(text: str, lines: int = 12) -> str:
+    kept = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return " | ".join(kept[-lines:]) or "(no output)"
+
+
+def _pre_commit_hooks(root: Path, plan: ApplyPlan, tree: str, message: str) -> str:
+    """pre-commit, prepare-commit-msg and commit-msg on the staged change; the message as they left it. A hook that
+    fails, or one that changes what is staged or written, refuses the commit (ApplyRefused: the caller rolls back)."""
+    r = _hook(root, "pre-commit")
+    if r.returncode != 0:
+        raise ApplyRefused(f"the repository's pre-commit hook refused the commit (exit {r.returncode}): "
+                           f"{_tail(r.stdout)}; fix what it says, or skip the hooks with --no-verify")
+    moved = [f.path for f in changed_files(plan, root)]
+    staged = _out(_git(root, "write-tree"))
+    if moved or staged != tree:
+        what = f"rewrote {', '.join(moved[:3])}" if moved else "changed what is staged"
+        raise ApplyRefused(f"the repository's pre-commit hook {what}: the commit must hold exactly the audited bytes "
+                           f"(audit.json lists them); skip the hooks with --no-verify, or exclude "
+                           f"{OUT_ROOT}/ from the hook")
+    path = Path(_out(_git(root, "rev-parse", "--git-path", "COMMIT_EDITMSG")))
+    path = path if path.is_absolute() else root / path
+    path.write_text(message)
+    for name, args in (("prepare-commit-msg", (str(path), "message")), ("commit-msg", (str(path),))):
+        r = _hook(root, name, *args)
+        if r.returncode != 0:
+            raise ApplyRefused(f"the repository's {name} hook refused the commit (exit {r.returncode}): "
+                               f"{_tail(r.stdout)}; fix what it says, or skip the hooks with --no-verify")
+    said = path.read_text()
+    return said if said.strip() else message
 
 
 def _tree(root: Path, old: str | None, files: list[FileChange]) -> tuple[str, dict[str, str]]:

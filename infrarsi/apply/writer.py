@@ -70,6 +70,7 @@ class ApplyPlan:
     files: list[FileChange]
     message: str  # the commit message: contract hash, speedup with CI, the audit
     n_promoted: int
+    replaces: str | None = None  # the earlier tuned launch this one replaces, in words (None: the first)
 
 
 def _adapter(data: RunData):
@@ -117,15 +118,18 @@ def sbatch_script(data: RunData, spec: LaunchSpec, cand: VerifiedCandidate, chan
     torchrun = prog == "torchrun" or argv[1:3] == ["-m", "torch.distributed.run"]
     has_srun = prog == "srun"
     tasks = 1 if torchrun else spec.processes  # torchrun starts its own workers: one task per node
-    minutes = max(1, math.ceil(spec.time_limit_s / 60))
     threads = int(spec.env.get("OMP_NUM_THREADS", "1") or 1)  # per process
+    hw = data.contract.hardware
+    gpus = math.ceil(hw.devices / spec.nodes)  # the contract's devices, over the launch's nodes
     lines = ["#!/bin/bash", f"#SBATCH --job-name={shlex.quote('infrarsi-' + data.contract.name)}",
              f"#SBATCH --nodes={spec.nodes}",
              f"#SBATCH --ntasks-per-node={tasks}", f"#SBATCH --cpus-per-task={threads * (spec.processes if torchrun else 1)}",
-             f"#SBATCH --time={minutes}", "#SBATCH --output=infrarsi-tuned-%j.out",
-             *([f"#SBATCH --gpus-per-node={spec.processes}"] if data.contract.hardware.kind.lower() != "cpu" else []),
+             "#SBATCH --output=infrarsi-tuned-%j.out",
+             *([f"#SBATCH --gpus-per-node={gpus}"] if hw.kind.lower() != "cpu" else []),
              *_header(data, cand, changes),
-             f"# --time is the contract's trial timeout ({spec.time_limit_s:.0f} s): raise it for a full training run.",
+             f"# Resources: the contract's {hw.devices} x {hw.kind} on {spec.nodes} node(s). No --time: the job runs "
+             f"under the partition's limit (add `#SBATCH --time=...` for your training run; the contract's "
+             f"{spec.time_limit_s:.0f} s was the limit of one measured trial).",
              f"# Submit from the repository root: sbatch {OUT_ROOT}/{data.contract.name}/sbatch.sh",
              "set -euo pipefail", 'cd "${SLURM_SUBMIT_DIR:-.}"', *_exports(spec.env)]
     if spec.memory_cap_bytes is not None:
@@ -141,6 +145,38 @@ def _sbatch_spec(data: RunData, adapter: Adapter, setting: dict[str, Any], spec:
     """The launch inside job.sbatch, as the adapter builds it (Megatron rebuilds its launcher as srun; every other
     launch is wrapped as it is)."""
     return adapter.batch_launch(data.contract, setting, spec)
+
+
+def run_label(run_dir: Path, repo: Path | None) -> str:
+    """The run directory as the committed files name it: relative to the repository when inside it, else its name
+    only. No machine path: a commit travels to other clones and machines."""
+    try:
+        if repo is not None:
+            return Path(run_dir).resolve().relative_to(Path(repo).resolve()).as_posix()
+    except ValueError:
+        pass
+    return f"{Path(run_dir).resolve().name} (outside the repository)"
+
+
+def earlier(repo: Path | None, out: str, audit: dict[str, Any]) -> str | None:
+    """The tuned launch an earlier ``apply`` committed under ``out`` (its audit.json), in words, when this plan
+    replaces it with another candidate or run; None when there is none or it is this very one."""
+    if repo is None:
+        return None
+    try:
+        old = json.loads((Path(repo) / out / "audit.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(old, dict):
+        return None
+    keep = ("setting", "speedup", "ci95", "trials", "contract_sha256", "run")
+    if all(old.get(k) == audit.get(k) for k in keep):
+        return None
+    sp = old.get("speedup")
+    figs = f"{sp:.3f}x" if isinstance(sp, (int, float)) else "speedup unknown"
+    changes = old.get("changes") if isinstance(old.get("changes"), dict) else {}
+    return (f"the tuned launch committed earlier in {out} ({_knobs(changes)}; {figs}, run {old.get('run', '?')}, "
+            f"contract sha256 {str(old.get('contract_sha256', '?'))[:12]})")
 
 
 def _knobs(d: dict[str, Any]) -> str:
@@ -212,7 +248,7 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
                "setting": {k: v for k, v in setting.items() if not k.startswith(KERNEL_PREFIX)},
                "name": data.contract.name,
                "speedup": {"speedup": cand.speedup, "ci95": list(_ci(cand)), "pairs": cand.pairs},
-               "trial": [list(p) for p in cand.trials], "run": str(data.run_dir.resolve()),
+               "trial": [list(p) for p in cand.trials], "run": run_label(data.run_dir, repo),
                "notes": ("infrarsi-launch --profile rewrites Megatron and torchtitan commands" if fw in PROFILE_FRAMEWORKS
                          else f"{fw}: run launch.sh (infrarsi-launch rewrites Megatron and torchtitan commands only)")}
     own, fallback = _in_place(data, adapter, spec, repo)
@@ -233,16 +269,18 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
     audit = {"contract": data.contract.name, "contract_sha256": data.contract_sha256, "setting": setting,
              "changes": changes, "speedup": cand.speedup, "ci95": list(_ci(cand)), "pairs": cand.pairs,
              "trials": [list(p) for p in cand.trials], "rule": ver.rule, "mde": ver.mde,
-             "verified_at": ver.finished_at, "run": str(data.run_dir.resolve()),
+             "verified_at": ver.finished_at, "run": run_label(data.run_dir, repo),
              "files": [{"path": f.path, "sha256": f.sha256, "why": f.why} for f in files]}
     files.append(FileChange(f"{out}/audit.json", (json.dumps(audit, indent=2, sort_keys=True) + "\n").encode(),
                             "the audit trail (this commit's evidence)", "audit"))
     n_prom = len(ver.promoted())
-    return ApplyPlan(candidate=cand, changes=changes, files=files, message=_message(data, cand, changes, files, n_prom),
-                     n_promoted=n_prom)
+    replaces = earlier(repo, out, audit)
+    return ApplyPlan(candidate=cand, changes=changes, files=files, n_promoted=n_prom, replaces=replaces,
+                     message=_message(data, cand, changes, files, n_prom, run_label(data.run_dir, repo), replaces))
 
 
-def _message(data: RunData, cand: VerifiedCandidate, changes: dict[str, Any], files: list[FileChange], n_prom: int) -> str:
+def _message(data: RunData, cand: VerifiedCandidate, changes: dict[str, Any], files: list[FileChange], n_prom: int,
+             run: str, replaces: str | None) -> str:
     lo, hi = _ci(cand)
     pairs = ", ".join(f"{a}/{b}" for a, b in cand.trials)
     ver = data.verification
@@ -252,7 +290,7 @@ def _message(data: RunData, cand: VerifiedCandidate, changes: dict[str, Any], fi
              f"Speedup: {cand.speedup:.3f}x, {CI_NAME} [{lo:.3f}, {hi:.3f}] over {cand.pairs} interleaved pairs "
              f"(baseline/candidate trials {pairs})",
              f"Rule: {ver.rule if ver else ''} (mde {ver.mde if ver else 0:.2%})",
-             f"Run: {data.run_dir.resolve()}", "", "Audit:"]
+             f"Run directory: {run}", *([f"Replaces: {replaces}"] if replaces else []), "", "Audit:"]
     lines += [f"  {f.path}  sha256 {f.sha256}  {f.why}" for f in files]
     return "\n".join(lines) + "\n"
 

@@ -7,9 +7,11 @@ match the verification, a record that does not match its seal, stale or missing 
 candidate, a candidate whose trials no longer give its numbers, a kernel file outside the locked scope / never
 verified / changed since it was verified, a knob value outside scope.knobs, a tree that is not a git work
 tree, a dirty tree, or a destination apply may not write (a symlink or hard link on its way, a git-ignored
-file, a stale ``index.lock``: apply/transaction.py). The commit is built from the audited bytes with the
-repository's hooks off and compared with the audit before any file is written; a failure after that puts
-every file and the index back (HEAD never moved). ``--dry-run`` prints the unified diff and the commit
+file, a stale ``index.lock``: apply/transaction.py). The commit's tree is built from the audited bytes and compared
+with the audit before any file is written; the repository's hooks run as ``git commit`` runs them (a failing one
+stops the commit with its output; ``hooks=False`` is ``--no-verify``); a failure after the first write puts every
+file and the index back (HEAD never moved). Replacing a tuned launch an earlier apply committed is said (and in
+the commit message). ``--dry-run`` prints the unified diff and the commit
 message and writes nothing (a dirty tree, or a folder that is not a git tree, is then only a note).
 """
 
@@ -20,7 +22,8 @@ from pathlib import Path
 from rich.console import Console
 
 
-def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Console, out: dict | None = None) -> int:
+def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Console, out: dict | None = None,
+        hooks: bool = True) -> int:
     """Exit 0 applied (or shown, with ``dry_run``), 3 no promoted candidate, 1 refused. ``out`` (a dict, for
     ``--json``) is filled with what happened: docs/cli.md#apply."""
     from rich.markup import escape
@@ -28,7 +31,8 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
     from .. import exitcodes
 
     out = {} if out is None else out
-    out.update(applied=False, dry_run=dry_run, repo=str(repo), commit=None, files=[], candidate=None, refused=None)
+    out.update(applied=False, dry_run=dry_run, repo=str(repo), commit=None, files=[], candidate=None, refused=None,
+               replaces=None)
 
     from ..apply import ApplyRefused, GitError, commit, diff, make_plan, problems
     from ..gitops import dirty, toplevel
@@ -88,6 +92,9 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
     lo, hi = cand.ci95 or (float("nan"), float("nan"))
     out["candidate"] = {"changes": dict(plan.changes), "speedup": cand.speedup, "ci95": list(cand.ci95 or []),
                         "trials": [list(p) for p in cand.trials], "promoted": plan.n_promoted}
+    out["replaces"] = plan.replaces
+    if plan.replaces:
+        console.print(f"apply: this replaces {plan.replaces}", highlight=False, soft_wrap=True)
     which = (f"best of {plan.n_promoted} promoted candidate(s): {', '.join(f'{k}={v}' for k, v in plan.changes.items())} "
              f"({cand.speedup:.3f}x, {CI_NAME} [{lo:.3f}, {hi:.3f}], trials {[list(p) for p in cand.trials]})")
     if dry_run:
@@ -103,16 +110,22 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
         console.print(plan.message, markup=False, highlight=False, soft_wrap=True)
         out["diff"] = text
         return exitcodes.OK
+    from ..apply.transaction import hooks_present
+
+    ran = hooks_present(root) if hooks else []
     try:
-        sha, written = commit(plan, root)
+        sha, written = commit(plan, root, hooks=hooks,
+                              say=lambda line: console.print(f"apply: {line}", markup=False, highlight=False,
+                                                             soft_wrap=True))
     except (ApplyRefused, GitError, OSError) as e:
         return refuse(f"{e}; the repository was left as it was")
     if sha is None:
         console.print(f"apply: nothing to commit, {root} already holds this tuned launch", highlight=False)
         out["applied"] = True
         return exitcodes.OK
+    hooks_said = (f"the repository's hooks ran: {', '.join(ran)}" if ran else "the repository has no commit hooks"
+                  ) if hooks else "--no-verify: the repository's hooks were not run"
     console.print(f"apply: committed {sha[:12]} in {root}: {which}; {len(written)} file(s): {', '.join(written)} "
-                  f"(the repository's git hooks were not run: the commit holds exactly the audited files)",
-                  highlight=False, soft_wrap=True)
+                  f"({hooks_said})", highlight=False, soft_wrap=True)
     out.update(applied=True, commit=sha, files=list(written))
     return exitcodes.OK

@@ -17,7 +17,7 @@ from . import run as run_stage
 
 
 def run(contract: Path, run_dir: Path, *, max_trials: int | None, apply_to: Path | None, console: Console, err: Console,
-        seed: int | None = None, slurm: SlurmOptions | None = None, out: dict | None = None) -> int:
+        seed: int | None = None, slurm: SlurmOptions | None = None, out: dict | None = None, hooks: bool = True) -> int:
     out = {} if out is None else out
     out.update(stages={}, report=None, apply=None)
     reported, applied = {}, {}
@@ -35,7 +35,7 @@ def run(contract: Path, run_dir: Path, *, max_trials: int | None, apply_to: Path
                                       seed=seed)),
         ("report", lambda: report.run(run_dir, console=console, err=err, out=reported)),
         ("apply", lambda: apply.run(run_dir, repo=apply_to or Path("."), dry_run=apply_to is None, console=console,
-                                    err=err, out=applied)),
+                                    err=err, out=applied, hooks=hooks)),
     ]
     result = exitcodes.OK
     for name, step in steps:

@@ -18,9 +18,10 @@ def git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-def _apply(run_dir, repo, consoles):
+def _apply(run_dir, repo, consoles, hooks=True):
     con, err, out, errbuf = consoles
-    return stage.run(run_dir, repo=repo, dry_run=False, console=con, err=err), out.getvalue(), errbuf.getvalue()
+    return (stage.run(run_dir, repo=repo, dry_run=False, console=con, err=err, hooks=hooks), out.getvalue(),
+            errbuf.getvalue())
 
 
 def snapshot(repo):
@@ -105,7 +106,8 @@ def test_a_failure_after_the_files_are_written_puts_everything_back(run_dir, rep
 
 def test_the_commit_holds_exactly_what_the_audit_certifies_whatever_the_hooks_and_filters(run_dir, repo, consoles):
     """A pre-commit hook that edits an audited file, a post-commit hook, a reference-transaction hook and a clean
-    filter that rewrites every .sh file: the commit holds the audited bytes, and no hook of the user's runs."""
+    filter that rewrites every .sh file: the hooks run, and the one that edits refuses the commit with the repository
+    as it was; with --no-verify no hook of the user's runs and the commit holds the audited bytes."""
     hooks = repo / ".git" / "hooks"
     ran = repo.parent / "hooks-ran"
     for name, body in (("pre-commit", f"echo '# hook' >> {OUT}/launch.sh; git add {OUT}/launch.sh"),
@@ -117,7 +119,13 @@ def test_the_commit_holds_exactly_what_the_audit_certifies_whatever_the_hooks_an
     git(repo, "add", ".gitattributes")
     git(repo, "commit", "-qm", "a filter", "--no-verify")
     ran.unlink(missing_ok=True)
+    before = snapshot(repo)
     code, out, err = _apply(run_dir, repo, consoles)
+    assert code == 1 and "the repository's pre-commit hook rewrote infrarsi-tuned/" in err, err
+    assert "--no-verify" in err and ran.read_text() == "pre-commit\n"
+    assert snapshot(repo) == before
+    ran.unlink()
+    code, out, err = _apply(run_dir, repo, consoles, hooks=False)
     assert code == 0, err
     audit = json.loads(git(repo, "show", f"HEAD:{OUT}/audit.json"))
     for f in audit["files"]:
@@ -128,7 +136,7 @@ def test_the_commit_holds_exactly_what_the_audit_certifies_whatever_the_hooks_an
     assert set(git(repo, "show", "--name-only", "--format=", "HEAD").split()) == {f["path"] for f in audit["files"]} | {
         f"{OUT}/audit.json"}
     assert not ran.exists(), ran.read_text()  # no hook of the user's ran
-    assert "hooks were not run" in out
+    assert "--no-verify: the repository's hooks were not run" in out
 
 
 def test_an_empty_repository_gets_its_first_commit(run_dir, tmp_path, consoles):
