@@ -25,8 +25,9 @@ from . import exitcodes
 # Plain click-style help (`--json`, `--max-trials INTEGER`, `CONTRACT`): what scripts and other CLIs print.
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Make distributed LLM training faster without changing what it computes.")
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# emoji off: a message's own text ("H:M:S", "1:M:2") is never an emoji code
+console = Console(highlight=False, emoji=False)
+err = Console(stderr=True, highlight=False, emoji=False)
 
 DEFAULT_RUN_DIR = Path(".infrarsi/run")
 

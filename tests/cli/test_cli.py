@@ -50,6 +50,8 @@ def test_bad_usage_exits_2_and_a_bad_slurm_flag_is_one_line(tmp_path):
     assert r.exit_code == exitcodes.USAGE and "--partition" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = invoke("tune", tmp_path / "c.toml", "--time", "four hours")
     assert r.exit_code == exitcodes.USAGE and "--time 'four hours'" in r.stderr, r.stderr
+    assert "H:M:S (4:00:00)" in r.stderr  # as written: not rich's emoji for ':M:'
+    assert "\u24c2" not in run_cli("tune", tmp_path / "c.toml", "--time", "four").stderr
     assert not (tmp_path / "c.toml").exists() and not list(tmp_path.iterdir())  # nothing started
 
 
