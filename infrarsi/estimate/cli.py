@@ -59,6 +59,7 @@ def estimate(
 ) -> None:
     """Pre-flight estimate: per-rank peak memory by category and a roofline step time, before launching."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from ..adapters.workload import Workload
@@ -66,14 +67,26 @@ def estimate(
     from ..progress import Heartbeat
     from . import EstimateError
     from .devices import device_for
-    from .run import estimate_workload
+    from .run import estimate_workload, unsupported
 
-    console, err = Console(highlight=False), Console(stderr=True, highlight=False)
+    console, err = Console(highlight=False, emoji=False), Console(stderr=True, highlight=False, emoji=False)
+    bad = [s for s in sets if not s.partition("=")[0] or not s.partition("=")[1]]
+    if bad:  # bad usage, before the contract is read
+        err.print(f"[bold red]error:[/] --set {bad[0]!r}: expected KNOB=VALUE, e.g. --set micro_batch_size=4",
+                  markup=True)
+        raise typer.Exit(2)
     try:
         workload = Workload.of_file(contract_path)  # the launch read from the contract's folder, as trials read it
         contract, adapter = workload.contract, workload.adapter
+        why = unsupported(contract)
+        if why:  # said before anything is stepped
+            raise EstimateError(why)
         space = workload.knob_space()
-        setting = space.complete(_setting(contract, adapter, space, sets))
+        try:
+            setting = space.complete(_setting(contract, adapter, space, sets))
+        except ValueError as exc:  # a --set naming no knob, or a value the knob does not take: bad usage
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(2) from None
         kw = {"device": device_for(contract.hardware)}
         if unseen_gib is not None:
             kw["unseen_gib"] = unseen_gib
@@ -85,7 +98,7 @@ def estimate(
                             f"by category; a minute or two for a large job)", plain_every_s=30.0, announce=True):
             e = estimate_workload(workload, setting, **kw)
     except (ContractError, EstimateError, ValueError, OSError) as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(1)
     cap = contract.hardware.memory_capacity_bytes
     fits = e.peak_bytes <= cap

@@ -26,18 +26,27 @@ def _adapter(contract: Contract) -> type[Adapter]:
     return adapter_class(contract.workload.adapter)
 
 
+def unsupported(contract: Contract) -> str | None:
+    """Why ``contract``'s framework has no estimate (one line), or None: checked before anything is stepped."""
+    from ..adapters import ADAPTERS, adapter_class
+
+    if _adapter(contract).estimate_module:
+        return None
+    able = [n for n in ADAPTERS if adapter_class(n).estimate_module]
+    return f"workload.adapter = {contract.workload.adapter!r}: the estimate runs the real model of {able} only"
+
+
 def estimate(contract: Contract, setting: Mapping[str, Any], *, adapter: Adapter | None = None,
              **kw: Any) -> Estimate:
     """One rank's peak for ``setting`` of ``contract``'s job (minigpt, torchtitan or Megatron-LM: the adapters
     that name an ``estimate_module``). ``adapter``: the one that reads this contract's launch (a Workload's; its
     parse is reused), else the registry's, unbound (the contract's launch is absolute: :func:`anchored`)."""
-    from ..adapters import ADAPTERS, adapter_class, get_adapter
+    from ..adapters import get_adapter
 
     cls = _adapter(contract)
-    if not cls.estimate_module:
-        able = [n for n in ADAPTERS if adapter_class(n).estimate_module]
-        raise EstimateError(f"workload.adapter = {contract.workload.adapter!r}: the estimate runs the real model of "
-                            f"{able} only")
+    why = unsupported(contract)
+    if why:
+        raise EstimateError(why)
     ad = adapter if adapter is not None else get_adapter(contract.workload.adapter)
     return importlib.import_module(f".{cls.estimate_module}", __package__).estimate(contract, setting, adapter=ad, **kw)
 
