@@ -80,13 +80,17 @@ def locked(run_dir: Path, command: str):
 
 
 @contextlib.contextmanager
-def interruptible(resume: str):
+def interruptible(resume: str, on_interrupt=None):
     """Ctrl-C ends the command with the line that resumes it and exit 130. What finished is recorded; a trial cut
-    short is recorded cancelled and costs no budget: the resume runs its setting again."""
+    short is recorded cancelled and costs no budget: the resume runs its setting again. ``on_interrupt()`` runs
+    first (``--json``: the outcome so far, "unfinished", on stdout)."""
     try:
         yield
     except KeyboardInterrupt:
         err.print(f"\n[yellow]interrupted[/]; resume with: {escape(resume)}", soft_wrap=True)
+        if on_interrupt is not None:
+            with contextlib.suppress(Exception, KeyboardInterrupt):  # the exit and its line come whatever it does
+                on_interrupt()
         raise typer.Exit(exitcodes.INTERRUPTED) from None
 
 
@@ -188,7 +192,8 @@ def run_(
     from .stages.outcome import run_outcome
 
     say, _ = out_consoles(json_out)
-    with locked(run_dir, "run"), interruptible(f"infrarsi run --run-dir {run_dir}"):
+    cut = (lambda: print_json(run_outcome(run_dir, exitcodes.INTERRUPTED))) if json_out else None
+    with locked(run_dir, "run"), interruptible(f"infrarsi run --run-dir {run_dir}", cut):
         code = stage.run(run_dir, max_trials=max_trials, parallel=parallel, more=more, console=say, err=err,
                          seed_from_simulated=seed_from_simulated, seed=seed)
     if json_out:
@@ -255,7 +260,8 @@ def tune(
     out: dict = {}
     say, _ = out_consoles(json_out)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with locked(run_dir, "tune"), interruptible(f"infrarsi tune {contract} --run-dir {run_dir}"):
+    cut = (lambda: print_json({**run_outcome(run_dir, exitcodes.INTERRUPTED), **out})) if json_out else None
+    with locked(run_dir, "tune"), interruptible(f"infrarsi tune {contract} --run-dir {run_dir}", cut):
         code = stage.run(contract, run_dir, max_trials=max_trials, apply_to=apply_to, console=say, err=err, seed=seed,
                          slurm=slurm, out=out, hooks=not no_verify)
     if json_out:

@@ -16,11 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .. import exitcodes
 from ..report.audit import best_of
 from ..rundir import RunDir
 
 
 def run_outcome(run_dir: Path, exit_code: int) -> dict[str, Any]:
+    """The object above; "unfinished" before the verification, or when the command was interrupted (exit 130)."""
     run = RunDir(run_dir)
     stages = run.stages() if run.has_lock() else None
     search = stages.search if stages else None
@@ -33,7 +35,8 @@ def run_outcome(run_dir: Path, exit_code: int) -> dict[str, Any]:
     promoted = [c for c in cands if c["promoted"]]
     best = best_of(promoted)  # the highest lower bound, ties by the point estimate
     return {"run_dir": str(run_dir), "exit_code": exit_code,
-            "outcome": "unfinished" if ver is None else ("promoted" if promoted else "no_promotion"),
+            "outcome": "unfinished" if ver is None or exit_code == exitcodes.INTERRUPTED else (
+                "promoted" if promoted else "no_promotion"),
             "search": {"trials": search.trials, "budget": search.budget, "stop_reason": search.stop_reason}
             if search else None,
             "baseline": ver.baseline if ver else None, "candidates": cands, "best": best}

@@ -52,3 +52,20 @@ def test_ctrl_c_prints_the_resume_command_and_the_cut_trial_reruns_without_costi
     assert body["search"]["trials"] == len(measured)  # cancelled trials are not counted
     if body["search"]["stop_reason"] == "budget spent":
         assert len(measured) == 5  # the budget was intact: five measured trials besides the cancelled ones
+
+
+def test_ctrl_c_under_json_still_prints_the_outcome_so_far(tmp_path):
+    """`tune --json` cut by Ctrl-C (in the doctor's first run): stdout is the one JSON object docs/cli.md
+    lists, with the outcome "unfinished" and exit code 130, not empty."""
+    from tests.faults.conftest import wait_for
+
+    env = sim_env(tmp_path)
+    contract, run_dir = sim_contract(tmp_path), tmp_path / "run"
+    p = start("tune", contract, "--run-dir", run_dir, "--json", env=env)
+    assert wait_for(lambda: trials(run_dir, finished=False), timeout_s=120, proc=p), p.communicate()
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-3000:]
+    body = json.loads(out)
+    assert body["outcome"] == "unfinished" and body["exit_code"] == 130 and body["run_dir"] == str(run_dir)
+    assert body["stages"]["init"] == 0 and "doctor" not in body["stages"]
