@@ -33,6 +33,14 @@ def eta(done: int, total: int, elapsed_s: float) -> str:
     return f"ETA ~{clock(left)}" if left < 3600 else f"ETA ~{left / 3600:.1f} h"
 
 
+def eta_at_most(done: int, left: int, elapsed_s: float) -> str:
+    """'ETA at most ~4:10' for work that may end early (verification's pairs: the rule may decide at any look), from
+    the mean time per finished unit so far and the most units ``left``; '' until one has finished."""
+    if done <= 0 or left <= 0:
+        return ""
+    return eta(done, done + left, elapsed_s).replace("ETA ~", "ETA at most ~")
+
+
 class Heartbeat:
     """See the module docstring. The subject and its ETA may change from any thread (``note``)."""
 

@@ -33,3 +33,19 @@ def test_on_a_terminal_it_draws_one_status_line():
 def test_clock_and_eta():
     assert clock(42) == "0:42" and clock(190) == "3:10" and clock(3725) == "1:02:05"
     assert eta(0, 10, 100.0) == "" and eta(2, 10, 60.0) == "ETA ~4:00" and eta(1, 100, 3600.0).endswith(" h")
+
+
+def test_verification_has_an_eta_at_most_the_pairs_left():
+    """Verification's live line gets an ETA from the pace per pair over the most pairs left (the rule may decide at
+    any look, so 'at most'); none before a pair has finished."""
+    from infrarsi.progress import eta_at_most
+    from infrarsi.stages.run import _pair_eta
+
+    assert eta_at_most(0, 10, 5.0) == "" and eta_at_most(2, 6, 60.0) == "ETA at most ~3:00"
+    beat = Heartbeat(Console(file=io.StringIO()), "verify: A/B pairs against the baseline")
+    note = _pair_eta(beat)
+    note("verify: candidate 1 of 2, pair 1 (at most 12)", 24)
+    assert beat.eta == ""
+    time.sleep(0.05)
+    note("verify: candidate 1 of 2, pair 2 (at most 12)", 23)
+    assert beat.subject.endswith("pair 2 (at most 12)") and beat.eta.startswith("ETA at most ~0:0")

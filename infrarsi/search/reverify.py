@@ -35,12 +35,12 @@ if TYPE_CHECKING:
 
 
 def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runner, tuner: Tuner, baseline: Setting, base_losses, noise,
-              console: Console, on_pair: Callable[[str], None] = lambda subject: None) -> Verification:
+              console: Console, on_pair: Callable[[str, int], None] = lambda subject, left: None) -> Verification:
     """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out), added one pair at a time
     until the sequential rule decides (speedup.py) or ``budget.verify_pairs`` run out; promotion by that rule and
     the loss invariant. Resumable: the pairs run so far are kept in the verification progress record. Writes and
-    returns the verification record. Each pair is printed as it finishes; ``on_pair(subject)`` is told which pair runs
-    next (the live progress line)."""
+    returns the verification record. Each pair is printed as it finishes; ``on_pair(subject, left)`` is told which pair
+    runs next and the most pairs left, this one included (the live progress line and its ETA)."""
     max_pairs = contract.budget.verify_pairs
     top = to_verify(tuner.top(3), baseline)
     out: dict[str, Any] = {"repeats": max_pairs, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
@@ -70,7 +70,7 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
                 break  # decided, out of pairs, or a candidate (or baseline) that keeps failing
             # A then B, back to back: drifts of the machine cancel in the pair
             which = f"candidate {n_cand} of {len(top)}, pair {len(used) + 1} (at most {max_pairs})"
-            on_pair(f"verify: {which}")
+            on_pair(f"verify: {which}", max_pairs - len(used) + (len(top) - n_cand) * max_pairs)
             a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
             b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
             pairs.append((a, b))

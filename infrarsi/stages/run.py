@@ -26,7 +26,7 @@ from ..contract.numerics import reference_of
 from ..execute.trial import Trial
 from ..knobs import KnobSpace, Setting
 from ..priors.prior import Prior
-from ..progress import Heartbeat, eta
+from ..progress import Heartbeat, eta, eta_at_most
 from ..rundir import RunDir, StageDone, Verification
 from ..search import Outcome, Tuner, TunerConfig
 from ..search import rebaseline
@@ -312,9 +312,20 @@ def _search_and_verify(s: _Search, console: Console, err: Console) -> Verificati
         _loop(s, runner, beat, console, err)
         beat.note("verify: A/B pairs against the baseline")
         verification = reverify(s.run_dir, s.contract, s.record, runner, s.tuner, s.baseline, s.base_losses, s.noise,
-                                console, on_pair=beat.note)
+                                console, on_pair=_pair_eta(beat))
         state.mark_done(s.run_dir, "verify", promoted=len(verification.promoted()))
     return verification
+
+
+def _pair_eta(beat: Heartbeat):
+    """The live line during verification: which pair runs, and an ETA from this session's pace per pair over the most
+    pairs left (the sequential rule may decide sooner: 'at most')."""
+    started, pairs = time.monotonic(), [0]
+
+    def note(subject: str, left: int) -> None:
+        beat.note(subject, eta_at_most(pairs[0], left, time.monotonic() - started))
+        pairs[0] += 1
+    return note
 
 
 def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Console) -> None:
@@ -328,9 +339,13 @@ def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Co
     stop_reason = (s.search_done.stop_reason or "budget spent") if s.search_done else "budget spent"
     started, done_before = time.monotonic(), len(done)
 
-    def progress(n_batch: int) -> None:  # the live line: which trial of the budget, the ETA from this session's pace
-        first = len(done) + 1
-        which = f"trial {first} of {s.budget}" if n_batch <= 1 else f"trials {first}-{first + n_batch - 1} of {s.budget}"
+    def progress(n_batch: int) -> None:  # the live line: which trial (its id, as the log names it) of the budget, ETA
+        first, tid = len(done) + 1, record.next_id()
+        if first > s.budget:  # the last trial finished: nothing of the budget runs next
+            beat.note(f"run: the search's {s.budget} trials ran; its record next")
+            return
+        which = (f"trial {tid} (search {first} of {s.budget})" if n_batch <= 1 else
+                 f"trials {tid}-{tid + n_batch - 1} (search {first}-{first + n_batch - 1} of {s.budget})")
         beat.note(f"run: {which}", eta(len(done) - done_before, s.budget - done_before, time.monotonic() - started))
 
     for fut in runner.resume(roles={"search"}, reference_losses=s.base_losses):
