@@ -8,11 +8,16 @@ baseline against that space, and the kernel candidates it names against ``scope.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
 from ..contract import ContractError, write_lock
+
+if TYPE_CHECKING:
+    from ..adapters.base import Adapter
+    from ..contract.model import Contract
 
 
 def edge_problems(contract_path: Path) -> list[str]:
@@ -31,12 +36,26 @@ def edge_problems(contract_path: Path) -> list[str]:
         errors = getattr(e, "errors", None)
         msg = errors()[0]["msg"].removeprefix("Value error, ") if callable(errors) else str(e).splitlines()[0]
         return out + [msg]
+    world = launch_world(adapter, c)
+    if world is not None and world != c.hardware.devices:
+        out.append(f"hardware.devices = {c.hardware.devices}, but the launch starts {world} ranks (its nodes x processes "
+                   f"per node); set hardware.devices = {world} in the contract, or launch {c.hardware.devices} ranks")
     # Baseline knobs outside the (scoped) space describe the launch as it is; the adapter reads them itself.
     known = {k: v for k, v in c.baseline.items() if k in space}
     out += [f"baseline: {v}" for v in space.validate(space.complete(known)) if v.constraint != "missing_knob"]
     from ..contract.invariants import env_violations
 
     return out + env_violations(c, adapter)
+
+
+def launch_world(adapter: Adapter, contract: Contract) -> int | None:
+    """The ranks the contract's launch file starts, where it says (Megatron, torchtitan: ``--nnodes`` x
+    ``--nproc-per-node``, ``srun`` tasks); None when it does not, or the adapter reads no launch."""
+    from ..adapters.base import LaunchFileAdapter
+
+    if not isinstance(adapter, LaunchFileAdapter) or not contract.workload.launch:
+        return None
+    return getattr(adapter.parsed(contract), "world_size", None)
 
 
 def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int:

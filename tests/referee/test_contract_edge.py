@@ -121,7 +121,7 @@ def _megatron(project):
     # the script takes its paths as positional arguments ($1..$5): the contract passes them
     (project / "c.toml").write_text('name = "mt"\n[workload]\nadapter = "megatron"\nlaunch = "launch.sh"\n'
                                     'script_args = ["ckpt", "tb", "vocab.json", "merges.txt", "data_text_document"]\n'
-                                    '[hardware]\nkind = "H100-80GB"\ndevices = 8\nmemory_capacity_gib = 80\n')
+                                    '[hardware]\nkind = "H100-80GB"\ndevices = 128\nmemory_capacity_gib = 80\n')  # its 128 ranks
 
 
 def test_an_edited_launch_script_is_refused_naming_it(cli, project):
