@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -67,9 +68,14 @@ def check_environment() -> None:
     from .execute import make_executor
 
     try:
-        make_executor()  # builds the executor only: nothing is launched or asked of Slurm
+        ex = make_executor()  # builds the executor only: nothing is launched or asked of Slurm
     except SettingError as e:
         fail(str(e), exitcodes.USAGE)
+    conf = os.environ.get("SLURM_CONF")
+    if getattr(ex, "kind", None) == "slurm" and conf and not Path(conf).is_file():
+        # every Slurm client would retry for about a minute before failing on it
+        fail(f"SLURM_CONF={conf} is not a file; point SLURM_CONF at the cluster's slurm.conf (`scontrol show config "
+             f"| grep SLURM_CONF` on a login node says where), or unset it", exitcodes.USAGE)
 
 
 def locked(run_dir: Path, command: str):

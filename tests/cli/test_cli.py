@@ -137,6 +137,8 @@ CONTRACT = os.path.join(os.path.dirname(__file__), "..", "..", "contracts", "sim
     ([], {"INFRARSI_EXECUTOR": "slurmm"}, "unknown executor 'slurmm'"),
     ([], {"INFRARSI_ISOLATION": "maybe"}, "INFRARSI_ISOLATION='maybe'"),
     ([], {"INFRARSI_EXECUTOR": "slurm", "INFRARSI_SLURM_ARGS": "gres=gpu:8"}, "is not one sbatch option"),
+    ([], {"INFRARSI_EXECUTOR": "slurm", "SLURM_CONF": "/nonexistent/slurm.conf"},
+     "SLURM_CONF=/nonexistent/slurm.conf is not a file"),
 ])
 def test_every_flag_and_the_executor_setting_is_checked_before_the_first_stage(tmp_path, monkeypatch, args, env,
                                                                                 says):
