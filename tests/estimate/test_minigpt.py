@@ -85,7 +85,7 @@ def test_cli_prints_one_json_object_and_the_verdict():
     assert d["fits"] == (d["peak_bytes"] <= d["capacity_bytes"])
     assert set(d["by_category"]) >= {"parameters", "gradients", "optimizer", "activations", "temporaries"}
     r = runner.invoke(app, ["estimate", str(ROOT / "contracts/minigpt-cpu.toml"), "--set", "micro_batch_size=3"])
-    assert r.exit_code == 1 and "micro_batch_size" in r.output and len(r.output.strip().splitlines()) <= 3
+    assert r.exit_code == 2 and "micro_batch_size" in r.output and len(r.output.strip().splitlines()) <= 3  # bad usage
 
 
 def test_run_stage_offset_is_cached_per_memory_layout_and_falls_back(contract, monkeypatch):

@@ -56,7 +56,7 @@ def _megatron(tmp_path, launch_text, launch_name="launch.sh", adapter="megatron"
     (tmp_path / launch_name).write_text(launch_text)
     c = tmp_path / "c.toml"
     c.write_text(f'name = "m"\n[workload]\nadapter = "{adapter}"\nlaunch = "{tmp_path / launch_name}"\n'
-                 f'[hardware]\nkind = "H100-80GB"\ndevices = 8\nmemory_capacity_gib = 80\n')
+                 f'[hardware]\nkind = "H100-80GB"\ndevices = 4\nmemory_capacity_gib = 80\n')  # gpt2_345m_idioms.sh: 4 ranks
     return c
 
 
