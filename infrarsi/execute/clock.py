@@ -46,7 +46,7 @@ import re
 import statistics
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from collections.abc import Callable
 from typing import IO, Any
@@ -283,41 +283,52 @@ def read_clock(trial_dir: Path) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Line:
-    """A step line as the harness saw it."""
+    """A step line as the harness saw it (the last copy of its step, as the parsers read it)."""
 
     arrival_s: float  # seconds since the launch
     chunk: tuple[str, int]  # (stream, read number): lines with the same one came together
     cpu: tuple[float, float] | None  # (sampled at, the group's CPU seconds) right after it, or None
+    first_s: float | None = None  # when the step's first copy arrived (None: ``arrival_s``, it came once)
+
+    @property
+    def earliest_s(self) -> float:
+        return self.arrival_s if self.first_s is None else self.first_s
 
 
 @dataclass(frozen=True)
 class Timing:
     """What the harness's clock says of a trial's measured window. Seconds."""
 
-    step_s: float  # the step time the trial is scored by: ``gap_s``, or ``bound_s`` when the lines came in bursts
-    gap_s: float | None  # median gap between consecutive step lines that arrived in different reads
-    bound_s: float | None  # when not timed step by step: last window line's arrival / its step (start-up included)
+    step_s: float  # the step time the trial is scored by: ``window_s``, or ``bound_s`` (see ``held``)
+    gap_s: float | None  # median gap between consecutive step lines that arrived in different reads (per step)
+    bound_s: float | None  # an upper bound the trial is scored by instead (``held`` says why), or None
     first: int  # the window's first and last step
     last: int
     stream: str
     paced: int  # gaps measured (consecutive lines in different reads) of ``gaps``
     gaps: int
     cpu_fraction: float | None  # cores the trial's processes kept busy over the window
+    window_s: float | None = None  # the window timed end to end: first copy of its line ``first - 1`` to the last
+    # copy of line ``last``, over its steps (None when its lines came in bursts)
+    held: str = ""  # why the trial is scored by ``bound_s`` ("" when it is scored by ``window_s``)
 
     @property
     def timed(self) -> bool:
-        return self.gap_s is not None
+        return self.bound_s is None
 
     def line(self) -> str:
         """One evidence line: what the harness measured."""
         cpu = "" if self.cpu_fraction is None else f"; its processes ran {self.cpu_fraction:.0%} of a core"
+        gap = "" if self.gap_s is None else f" (one by one: every {self.gap_s * 1000:.1f} ms, median of {self.paced} gaps)"
         if self.timed:
-            return (f"harness clock: step lines {self.first - 1}..{self.last} on {self.stream} arrived every "
-                    f"{self.gap_s * 1000:.1f} ms (median of {self.paced} gaps){cpu}")
-        return (f"harness clock: step lines {self.first - 1}..{self.last} on {self.stream} arrived in bursts "
-                f"({self.gaps - self.paced} of {self.gaps} gaps inside one read: buffered output), so the steps "
-                f"cannot be timed one by one; scored by the arrival of step {self.last}'s line over its "
-                f"{self.last} steps, {self.bound_s * 1000:.1f} ms (start-up included: an upper bound){cpu}")
+            apart = ""
+            if self.gap_s is not None and self.gap_s < (1 - TOLERANCE) * self.window_s:
+                apart = (f"; its lines came faster than its steps ({self.gap_s * 1000:.1f} ms apart, "
+                         f"{self.window_s * 1000:.1f} ms per step end to end): the end-to-end time is the record")
+            return (f"harness clock: step lines {self.first - 1}..{self.last} on {self.stream} took "
+                    f"{self.window_s * 1000:.1f} ms per step end to end{gap}{cpu}{apart}")
+        return (f"harness clock: step lines {self.first - 1}..{self.last} on {self.stream}: {self.held}; scored by "
+                f"{self.bound_s * 1000:.1f} ms per step (an upper bound, never faster than the truth){cpu}")
 
 
 class ClockProblem(ValueError):
@@ -326,7 +337,14 @@ class ClockProblem(ValueError):
 
 def measure(trial_dir: Path, *, warmup_steps: int, measured_steps: int, copies: int = 1) -> Timing | None:
     """The harness's timing of the window ``warmup+1 .. warmup+measured`` (None without a clock, or without the
-    window's step lines); raises :class:`ClockProblem` for a tampered record. ``copies``: :func:`_step_lines`."""
+    window's step lines); raises :class:`ClockProblem` for a tampered record. ``copies``: :func:`_step_lines`.
+
+    A line arrives after its step was computed, never before (it carries the step's loss), but a trial chooses how
+    late. So the window is timed end to end from the FIRST copy of the line before it to the LAST copy of its last
+    line (a copy printed early or late only lengthens it), and that is the score, not the gaps' pattern (which the
+    trial shapes: lines held back, then let go one by one, arrive at any pace it likes). Lines held back from before
+    the window leave a silence before it that is longer than the window: the steps were computed in that silence, so
+    the trial is scored from the line before it. Of every rank that printed the window, the slowest is scored."""
     clock = read_clock(trial_dir)
     if clock is None:
         return None
@@ -337,23 +355,47 @@ def measure(trial_dir: Path, *, warmup_steps: int, measured_steps: int, copies: 
                            f"second line overrides the first, so the log's times are not the process's")
     first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
     last = warmup_steps + measured_steps
+    out: Timing | None = None
     for rank in sorted({r for r, _ in steps}):
-        seen = {i: ln for (r, i), ln in steps.items() if r == rank}
-        have = [i for i in range(first, last + 1) if i in seen and i - 1 in seen]
-        if not have:
-            continue
-        gaps = [(seen[i].arrival_s - seen[i - 1].arrival_s, seen[i].chunk != seen[i - 1].chunk) for i in have]
-        paced = [g for g, apart in gaps if apart]
-        cpu = _cpu_fraction(seen, max(1, warmup_steps), last)
-        stream = seen[have[-1]].chunk[0]
-        if len(paced) * 2 >= len(gaps):  # most gaps came read by read: a stalled reader merges a few, no more
-            gap = statistics.median(paced)
-            return Timing(step_s=gap, gap_s=gap, bound_s=None, first=have[0], last=have[-1], stream=stream,
-                          paced=len(paced), gaps=len(gaps), cpu_fraction=cpu)
-        bound = seen[have[-1]].arrival_s / have[-1]
-        return Timing(step_s=bound, gap_s=None, bound_s=bound, first=have[0], last=have[-1], stream=stream,
-                      paced=len(paced), gaps=len(gaps), cpu_fraction=cpu)
-    return None
+        t = _rank_timing({i: ln for (r, i), ln in steps.items() if r == rank}, first, last, max(1, warmup_steps))
+        if t is not None and (out is None or t.step_s > out.step_s):
+            out = t
+    return out
+
+
+def _rank_timing(seen: dict[int, Line], first: int, last: int, warmup: int) -> Timing | None:
+    """One rank's :class:`Timing` of steps ``first..last`` (its lines ``first - 1 .. last``), or None."""
+    have = [i for i in range(first, last + 1) if i in seen and i - 1 in seen]
+    if not have:
+        return None
+    start, end = have[0] - 1, have[-1]
+    gaps = [(seen[i].arrival_s - seen[i - 1].arrival_s, seen[i].chunk != seen[i - 1].chunk) for i in have]
+    paced = [g for g, apart in gaps if apart]
+    cpu = _cpu_fraction(seen, warmup, last)
+    stream = seen[end].chunk[0]
+    common = dict(first=have[0], last=end, stream=stream, paced=len(paced), gaps=len(gaps), cpu_fraction=cpu)
+    if len(paced) * 2 < len(gaps):  # most lines came together: held back and let go at once (a stalled reader merges
+        # a few, no more); the last line's arrival over its steps, start-up included
+        bound = seen[end].arrival_s / end
+        return Timing(step_s=bound, gap_s=None, bound_s=bound, window_s=None, held=(
+            f"arrived in bursts ({len(gaps) - len(paced)} of {len(gaps)} gaps inside one read: buffered output), so "
+            f"the steps cannot be timed one by one: the arrival of step {end}'s line over its {end} steps, start-up "
+            f"included"), **common)
+    gap = statistics.median(paced)
+    window = (seen[end].arrival_s - seen[start].earliest_s) / (end - start)
+    # the longest silence between consecutive step lines before the window (from the first step line on)
+    lead = [(seen[i].earliest_s - seen[i - 1].arrival_s, i - 1) for i in range(min(seen) + 1, start + 1)
+            if i in seen and i - 1 in seen]
+    silence, before = max(lead, default=(0.0, start))
+    span = seen[end].arrival_s - seen[start].earliest_s
+    if silence > span:
+        bound = (seen[end].arrival_s - seen[before].arrival_s) / (end - before)
+        return Timing(step_s=bound, gap_s=gap, bound_s=bound, window_s=window, held=(
+            f"{silence:.3f} s passed without a step line between steps {before} and {before + 1}, longer than the "
+            f"{span:.3f} s the window's {end - start} steps then took (held back, then let go): timed from step "
+            f"{before}'s line, {end - before} steps in {seen[end].arrival_s - seen[before].arrival_s:.3f} s"),
+            **common)
+    return Timing(step_s=window, gap_s=gap, bound_s=None, window_s=window, **common)
 
 
 def referee(trial_dir: Path, *, step_time_s: float | None, step_times_s: list[float], warmup_steps: int,
@@ -436,7 +478,7 @@ def _step_lines(trial_dir: Path, clock: dict[str, Any], *, copies: int = 1):
         seen.setdefault(key, []).append(t)
         if len(seen[key]) == copies + 1:
             twice.append((key, seen[key][0], t))
-        steps[key] = ln
+        steps[key] = ln if len(seen[key]) == 1 else replace(ln, first_s=seen[key][0])
     return steps, twice
 
 
