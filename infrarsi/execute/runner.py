@@ -37,6 +37,7 @@ from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..contract.seal import settled_problems
 from ..knobs import KnobSpace
 from ..trial.parsed import ParsedRun
+from .cgroup import usable_memory_bytes
 from .classify import Verdict, apply_loss_check, classify
 from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
 from .conditions import Watch
@@ -60,26 +61,6 @@ class TrialAdapter(Protocol):
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec: ...
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun: ...
-
-
-def usable_memory_bytes() -> int:
-    """MemAvailable, or the cgroup's memory limit when that is smaller (containers)."""
-    avail = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                avail = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    limits = [avail] if avail else []
-    for p in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            v = Path(p).read_text().strip()
-        except OSError:
-            continue
-        if v.isdigit() and int(v) < 2**60:
-            limits.append(int(v))
-    return min(limits) if limits else 8 * 2**30
 
 
 def local_parallel_limit(requested: int, *, processes: int, cap_bytes: int | None, cores: int | None = None,
