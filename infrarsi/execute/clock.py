@@ -46,6 +46,7 @@ import re
 import statistics
 import threading
 import time
+from array import array
 from dataclasses import dataclass, replace
 from pathlib import Path
 from collections.abc import Callable
@@ -135,26 +136,42 @@ def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
     return out
 
 
+# What the runner keeps of one stream of one trial, whatever it prints: past either, the rest is read and dropped
+# (the trial is stopped and recorded invalid, LocalExecutor.poll): a flood of short lines grew the runner's memory
+# (a stamp per line), a line without end its copy of that line. ~16 bytes of stamps per line while it runs.
+MAX_LINES = 200_000
+MAX_BYTES = 64 * 2**20  # also the most of a log the runner reads back (runner._read_text)
+
+
 class _Stream:
     """One pipe copied to one file, each line stamped with its arrival and the read that brought it."""
 
-    def __init__(self, pipe: IO[bytes], out_path: Path) -> None:
+    def __init__(self, pipe: IO[bytes], out_path: Path, *, max_lines: int = MAX_LINES,
+                 max_bytes: int = MAX_BYTES) -> None:
         self.pipe, self.out_path = pipe, Path(out_path)
-        self.arrivals: list[float] = []  # seconds since the launch, one per line (when its \n came)
-        self.chunks: list[int] = []  # per line, the number of the read that completed it (same number: same burst)
-        # Per line: seconds of CPU the group had used, and when that was sampled (seconds since the launch), for
-        # step lines (None for other lines, and for a step line that came while the sampler was busy).
-        self.cpu_s: list[float | None] = []
-        self.cpu_t_s: list[float | None] = []
+        self.max_lines, self.max_bytes = max_lines, max_bytes
+        self.arrivals = array("d")  # seconds since the launch, one per line (when its \n came)
+        self.chunks = array("q")  # per line, the number of the read that completed it (same number: same burst)
+        # Per step line (its index): seconds of CPU the group had used, and when that was sampled (seconds since the
+        # launch); none for other lines, nor for a step line that came while the sampler was busy.
+        self.cpu: dict[int, tuple[float, float]] = {}
         self.sha = hashlib.sha256()
+        self.kept = 0  # bytes copied to the file (the sha256 is theirs)
+        self.read = 0  # bytes that came through the pipe
+        self.dropped = ""  # why the rest was not kept ("" while all is)
         # exists from the launch on (tail -f it), not from the first line; a new file (O_EXCL | O_NOFOLLOW): nothing a
         # trial put there is followed
         self.out = os.fdopen(create_new(self.out_path), "wb")
         self.thread: threading.Thread | None = None
 
     def body(self) -> dict[str, Any]:
-        return {"sha256": self.sha.hexdigest(), "arrivals_s": [round(t, 6) for t in self.arrivals],
-                "chunks": self.chunks, "cpu_s": self.cpu_s, "cpu_t_s": self.cpu_t_s}
+        n = len(self.arrivals)
+        cpu = [self.cpu.get(i) for i in range(n)]
+        out = {"sha256": self.sha.hexdigest(), "arrivals_s": [round(t, 6) for t in self.arrivals],
+               "chunks": list(self.chunks), "cpu_s": [c and c[0] for c in cpu], "cpu_t_s": [c and c[1] for c in cpu]}
+        if self.dropped:
+            out["dropped"] = f"{self.dropped}; {self.read - self.kept} more bytes came through the pipe, not kept"
+        return out
 
 
 class LineClock:
@@ -163,14 +180,15 @@ class LineClock:
 
     def __init__(self, pipe: IO[bytes], out_path: Path, *, pgid: int | None = None,
                  members: Callable[[], list[int]] | None = None, err_pipe: IO[bytes] | None = None,
-                 err_path: Path | None = None) -> None:
+                 err_path: Path | None = None, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES) -> None:
         # members: the trial's processes (its cgroup's list, which setsid cannot leave); else the process group
         self.out_path, self.pgid, self.members = Path(out_path), pgid, members
         self.t0 = time.monotonic()
         self.started_unix = time.time()
-        self._streams = [_Stream(pipe, out_path)]
+        limits = {"max_lines": max_lines, "max_bytes": max_bytes}
+        self._streams = [_Stream(pipe, out_path, **limits)]
         if err_pipe is not None and err_path is not None:
-            self._streams.append(_Stream(err_pipe, err_path))
+            self._streams.append(_Stream(err_pipe, err_path, **limits))
         # The CPU is the sum, over samples, of each thread's increase since the previous sample (a thread that ended
         # takes its last part with it). A sampler thread takes the samples, so the readers' stamps never wait for a
         # /proc scan.
@@ -190,10 +208,14 @@ class LineClock:
 
     @property
     def arrivals(self) -> list[float]:
-        return self._streams[0].arrivals
+        return list(self._streams[0].arrivals)
+
+    def dropped(self) -> str:
+        """Why part of the trial's output was not kept (one line, with the figures), or ""."""
+        return next((f"{st.out_path.name}: {st.dropped}" for st in self._streams if st.dropped), "")
 
     def _copy(self, st: _Stream) -> None:
-        fd, n, rest = st.pipe.fileno(), 0, b""
+        fd, n, rest = st.pipe.fileno(), 0, bytearray()
         with st.out as out:
             while True:
                 data = os.read(fd, 1 << 16)
@@ -201,21 +223,36 @@ class LineClock:
                 if not data:
                     break
                 n += 1
+                st.read += len(data)
+                if st.dropped:
+                    continue  # read and dropped: the trial never blocks on a full pipe, the runner keeps nothing
+                lines = data.count(b"\n")
+                if st.kept + len(data) > st.max_bytes or len(st.arrivals) + lines > st.max_lines:
+                    st.dropped = (f"printed more than the runner keeps of a stream ({st.max_bytes / 2**20:.0f} MiB, "
+                                  f"{st.max_lines} lines): {st.kept} bytes and {len(st.arrivals)} lines kept")
+                    continue
+                try:
+                    out.write(data)
+                    out.flush()
+                except OSError as e:  # the disk is full (a trial filled it): what came is kept up to here
+                    st.dropped = f"could not be kept: {e.strerror or e} after {st.kept} bytes"
+                    continue
+                st.kept += len(data)
                 st.sha.update(data)
-                out.write(data)
-                out.flush()
-                *lines, rest = (rest + data).split(b"\n")
-                for line in lines:
+                if not lines:  # a line goes on (a progress bar, or a line without end): no copy of it per read
+                    rest += data
+                    continue
+                *done, tail = (bytes(rest) + data).split(b"\n")
+                rest = bytearray(tail)
+                for line in done:
                     self._stamp(st, line, now, n)
             if rest:  # the last line, without its \n
-                self._stamp(st, rest, time.monotonic() - self.t0, n)
+                self._stamp(st, bytes(rest), time.monotonic() - self.t0, n)
         st.pipe.close()
 
     def _stamp(self, st: _Stream, line: bytes, now: float, chunk: int) -> None:
         st.arrivals.append(now)
         st.chunks.append(chunk)
-        st.cpu_s.append(None)
-        st.cpu_t_s.append(None)
         if self.pgid is not None and step_of(line) is not None:
             with self._cv:
                 self._want = (st, len(st.arrivals) - 1)
@@ -238,7 +275,7 @@ class LineClock:
                 continue
             self._cpu_total_ns += sum(max(0, ns - self._cpu_prev.get(tid, 0)) for tid, ns in cpu.items())
             self._cpu_prev = cpu
-            st.cpu_s[i], st.cpu_t_s[i] = round(self._cpu_total_ns / 1e9, 6), round(now, 6)
+            st.cpu[i] = (round(self._cpu_total_ns / 1e9, 6), round(now, 6))
 
     def cpu_total_s(self) -> float:
         """Seconds of CPU the trial's processes had used at the last sample."""
@@ -260,6 +297,8 @@ class LineClock:
                 "complete": not any(st.thread.is_alive() for st in self._streams),
                 "stdout_sha256": o["sha256"], "arrivals_s": o["arrivals_s"], "chunks": o["chunks"],
                 "cpu_s": o["cpu_s"], "cpu_t_s": o["cpu_t_s"]}
+        if "dropped" in o:
+            body["dropped"] = o["dropped"]
         if err:
             body["stderr"] = err[0].body()
         # Sealed into the run's chain when the trial lives in a locked run (RUN_DIR/trials/<n>/).

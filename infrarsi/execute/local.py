@@ -278,15 +278,17 @@ class LocalExecutor:
         with self._lock:
             proc = self._procs.get(handle.token)
             started = self._started.get(handle.token)
+            clock = self._clocks.get(handle.token)
         if proc is None:
             return LaunchEnd(state="lost", lost=True, evidence=[f"no process for token {handle.token} in this executor"])
         rc = proc.poll()
         elapsed = time.monotonic() - started
         if rc is None:
-            if elapsed <= handle.time_limit_s:
+            dropped = clock.dropped() if clock is not None else ""
+            if elapsed <= handle.time_limit_s and not dropped:
                 return None
-            with self._lock:
-                self._why.setdefault(handle.token, "timeout")
+            with self._lock:  # past its time, or its output past what the runner keeps (the clock drops the rest)
+                self._why.setdefault(handle.token, "dropped" if dropped else "timeout")
             rc = self._kill_group(proc, handle.token)
             elapsed = time.monotonic() - started
         else:
@@ -447,6 +449,9 @@ def _launch_end(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s
                   + (f" (then up to {grace_s:g} s between SIGTERM and SIGKILL)" if grace_s else ""))
     elif why == "cancel":
         ev.append(f"cancelled after {wall_s:.1f} s")
+    elif why == "dropped":
+        ev.append(f"stopped after {wall_s:.1f} s: its output was more than the runner keeps (clock.MAX_BYTES, "
+                  f"clock.MAX_LINES) or the disk could not hold it")
     if sig is not None:
         ev.append(f"ended by signal {sig} ({_signame(sig)})")
     else:

@@ -39,7 +39,7 @@ from ..knobs import KnobSpace
 from ..trial.parsed import ParsedRun
 from .cgroup import usable_memory_bytes
 from .classify import Verdict, apply_loss_check, classify
-from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
+from .clock import ClockProblem, disagreement, measure, own_cpu_s, read_clock, referee
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from .local import OUTPUTS, kill_token, trial_env
@@ -349,6 +349,9 @@ class Runner:
         """``reference``: the baseline's loss trace (checked within rtol), or a calibrated loss referee
         (infrarsi.contract.numerics.Referee: loss and grad norm against the setting's band). ``copies``: the
         trial's processes, each of which may print a step's line (clock.py)."""
+        dropped = _dropped(trial_dir)
+        if dropped and not end.cancelled:  # what it printed was not all kept: nothing it printed is believed (or read)
+            return invalidate(classify(end, ParsedRun(status=TrialStatus.CRASH)), dropped)
         stdout = _read_text(trial_dir / STDOUT)
         stderr = _read_text(trial_dir / STDERR)
         parsed: ParsedRun | None = None
@@ -397,6 +400,15 @@ def invalidate(v: Verdict, why: str, evidence: Sequence[str] = ()) -> Verdict:
         "status": TrialStatus.INVALID, "reason": why[:300], "evidence": v.evidence + (list(evidence) or [why]),
         "metrics": v.metrics.model_copy(update={"step_time_s": None, "tokens_per_s": None, "mfu": None,
                                                 "tflops_per_device": None})})
+
+
+def _dropped(trial_dir: Path) -> str:
+    """Why the runner did not keep all a trial printed (clock.MAX_BYTES, MAX_LINES, a full disk), or ""."""
+    clock = read_clock(trial_dir) or {}
+    for name, body in (("stdout", clock), ("stderr", clock.get("stderr") or {})):
+        if body.get("dropped"):
+            return f"its {name} {body['dropped']}"
+    return ""
 
 
 def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_dir: Path, end: LaunchEnd, *,

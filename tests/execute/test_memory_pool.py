@@ -13,6 +13,8 @@ from infrarsi.execute.trial import TrialStatus
 from infrarsi.knobs import Knob, KnobSpace
 
 LIMIT = 200 * 2**20
+FLOOD = "import sys\nw = sys.stdout.write\nfor i in range(1_000_000):\n    w('x\\n')\n"  # 1M short lines, 2 MB
+ENDLESS = "import sys\nfor i in range(100):\n    sys.stdout.write('y' * 2**20)\n"  # one line of 100 MiB
 FILL_TMP = ("import os\nprint('filling /dev/shm', flush=True)\nwith open('/dev/shm/fill', 'wb') as f:\n"
             "    for _ in range(400):\n        f.write(b'x' * 2**20)\n        f.flush()\nprint('filled', flush=True)\n")
 
@@ -28,12 +30,13 @@ class Script(ToyAdapter):
     """The toy workload, plus mode "shm": a script that writes 400 MiB into its /dev/shm (a tmpfs: memory)."""
 
     def knob_space(self, contract):
-        return KnobSpace([Knob(name="mode", kind="categorical", domain=("shm", "alloc", "ok"), default="ok"),
+        return KnobSpace([Knob(name="mode", kind="categorical", domain=("shm", "alloc", "ok", "flood", "endless"), default="ok"),
                           Knob(name="alloc_mb", kind="int", domain=(0, 600), default=0)])
 
     def launch(self, contract, setting):
-        if setting.get("mode") == "shm":
-            return super().launch(contract, {}).model_copy(update={"argv": ["python", "-c", FILL_TMP]})
+        script = {"shm": FILL_TMP, "flood": FLOOD, "endless": ENDLESS}.get(setting.get("mode"))
+        if script:
+            return super().launch(contract, {}).model_copy(update={"argv": ["python", "-c", script]})
         return super().launch(contract, setting)
 
 
@@ -60,3 +63,22 @@ def test_the_runners_own_memory_cgroup_is_found_in_either_version():
     assert cgroup.own_memory_cgroup(v1, info1) == (cgroup.Path("/sys/fs/cgroup/memory/process_api/abc"), 1)
     assert cgroup.own_memory_cgroup("0::/user.slice/x.scope\n", "1 0 0:1 / /proc rw - proc proc rw\n") is None
     assert cgroup.own_memory_cgroup("", "") is None
+
+
+def test_a_flood_of_short_lines_or_a_line_without_end_is_not_kept_past_the_runners_bound(tmp_path):
+    """The runner keeps at most clock.MAX_LINES stamps and clock.MAX_BYTES of each stream of a trial: past them the
+    trial is stopped and recorded invalid with the figures; the next trial runs."""
+    from infrarsi.execute.clock import MAX_BYTES, MAX_LINES, read_clock
+
+    rec = RunRecord(tmp_path)
+    with Runner(rec, LocalExecutor(), Script(), toy_contract(timeout_s=60)) as runner:
+        flood, endless, after = runner.run([{"mode": "flood"}, {"mode": "endless"}, {"mode": "ok"}])
+    for t in (flood, endless):
+        assert t.status is TrialStatus.INVALID, (t.status, t.reason, t.evidence)
+        assert t.reason.startswith("its stdout printed more than the runner keeps of a stream"), t.reason
+        assert "lines kept" in t.reason and "more bytes came through the pipe, not kept" in t.reason
+        clock = read_clock(rec.trial_dir(t.id))
+        assert len(clock["arrivals_s"]) <= MAX_LINES
+        assert (rec.trial_dir(t.id) / "stdout").stat().st_size <= MAX_BYTES
+    assert "200000 lines" in flood.reason and "64 MiB" in endless.reason
+    assert after.status is TrialStatus.OK, (after.reason, after.evidence)
