@@ -40,6 +40,7 @@ keep the model's time (their lines are clocked all the same).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -161,7 +162,7 @@ class _Stream:
         self.dropped = ""  # why the rest was not kept ("" while all is)
         # exists from the launch on (tail -f it), not from the first line; a new file (O_EXCL | O_NOFOLLOW): nothing a
         # trial put there is followed
-        self.out = os.fdopen(create_new(self.out_path), "wb")
+        self.out = create_new(self.out_path)  # a raw fd: nothing buffered that a full disk could refuse at close
         self.thread: threading.Thread | None = None
 
     def body(self) -> dict[str, Any]:
@@ -172,6 +173,12 @@ class _Stream:
         if self.dropped:
             out["dropped"] = f"{self.dropped}; {self.read - self.kept} more bytes came through the pipe, not kept"
         return out
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 class LineClock:
@@ -216,7 +223,7 @@ class LineClock:
 
     def _copy(self, st: _Stream) -> None:
         fd, n, rest = st.pipe.fileno(), 0, bytearray()
-        with st.out as out:
+        try:
             while True:
                 data = os.read(fd, 1 << 16)
                 now = time.monotonic() - self.t0
@@ -232,9 +239,10 @@ class LineClock:
                                   f"{st.max_lines} lines): {st.kept} bytes and {len(st.arrivals)} lines kept")
                     continue
                 try:
-                    out.write(data)
-                    out.flush()
+                    _write_all(st.out, data)
                 except OSError as e:  # the disk is full (a trial filled it): what came is kept up to here
+                    with contextlib.suppress(OSError):  # a write cut short leaves no part of its read behind
+                        os.ftruncate(st.out, st.kept)
                     st.dropped = f"could not be kept: {e.strerror or e} after {st.kept} bytes"
                     continue
                 st.kept += len(data)
@@ -248,7 +256,9 @@ class LineClock:
                     self._stamp(st, line, now, n)
             if rest:  # the last line, without its \n
                 self._stamp(st, bytes(rest), time.monotonic() - self.t0, n)
-        st.pipe.close()
+        finally:
+            os.close(st.out)
+            st.pipe.close()
 
     def _stamp(self, st: _Stream, line: bytes, now: float, chunk: int) -> None:
         st.arrivals.append(now)

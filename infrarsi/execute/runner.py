@@ -36,6 +36,7 @@ from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..contract.seal import settled_problems
 from ..knobs import KnobSpace
+from ..rundir import RunDir
 from ..trial.parsed import ParsedRun
 from .cgroup import usable_memory_bytes
 from .classify import Verdict, apply_loss_check, classify
@@ -140,6 +141,7 @@ class Runner:
         self._closing = False  # close(cancel=True) ran (Ctrl-C): a trial launched after it is cancelled at once
         self._repos: dict[Path, Path] = {}  # working directory -> repository root
         self._lock = threading.Lock()
+        _hold_reserve(record.run_dir)
 
     # ---------------------------------------------------------------- public
     def complete(self, setting: Mapping[str, Any]) -> dict[str, Any]:
@@ -211,6 +213,7 @@ class Runner:
                 except Exception:  # noqa: BLE001 - e.g. Slurm down: the trial stays recorded running for a resume
                     pass
         self._pool.shutdown(wait=True, cancel_futures=cancel)
+        RunDir(self.record.run_dir).release_reserve()  # held while it runs, not after
 
     def __enter__(self) -> "Runner":
         return self
@@ -297,11 +300,13 @@ class Runner:
         if attempt and adopted is None:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
                 f"launch attempt {attempt + 1}: an earlier attempt was interrupted by a restart"]})
-        return self.record.finish(trial.model_copy(update={
+        done = self.record.finish(trial.model_copy(update={
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
             "cost": Cost(wall_s=end.wall_s, devices=spec.devices), "finished_at": ended_at,
             "warnings": warnings, "conditions": conditions, "network": handle.network}))
+        _hold_reserve(self.record.run_dir)  # given back if a full disk needed it for the records: held again
+        return done
 
     def _repo(self, spec: LaunchSpec) -> Path:
         """The repository a trial must leave alone: the git work tree of its working directory (cached)."""
@@ -443,6 +448,9 @@ def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_d
 
 RESERVE_BYTES = 512 * 2**20  # free space the runner keeps on the run directory's disk for its own records
 RESERVE_FRACTION = 0.125  # ... or this much of a smaller disk (a 48 MiB tmpfs keeps 6 MiB)
+# Of the reserve, this much is allocated to ``runner.reserve`` while a runner runs: the records of the trials in
+# flight (each trial's clock holds at most 2 x clock.MAX_LINES stamps, ~12 MB of JSON; the rest is kilobytes).
+HELD_BYTES = 64 * 2**20
 
 
 def _free_bytes(path: Path) -> int:
@@ -454,6 +462,16 @@ def _room(path: Path) -> tuple[int, int]:
     """(free bytes, the reserve) on ``path``'s disk: RESERVE_BYTES, or RESERVE_FRACTION of a disk too small for it."""
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize, min(RESERVE_BYTES, int(st.f_blocks * st.f_frsize * RESERVE_FRACTION))
+
+
+def _hold_reserve(run_dir: Path) -> bool:
+    """The reserve allocated to the run directory's ``runner.reserve`` (RunDir.hold_reserve): room for the records
+    that no trial can take, even one that fills the disk between two polls; False where the disk lacks it."""
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        return RunDir(run_dir).hold_reserve(min(HELD_BYTES, _room(run_dir)[1]))
+    except OSError:
+        return False
 
 
 def _check_reserve(run_dir: Path) -> None:
