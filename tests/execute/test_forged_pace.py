@@ -74,3 +74,27 @@ def test_an_honest_trial_is_timed_end_to_end_at_its_pace(tmp_path):
     assert t.status is TrialStatus.OK, (t.reason, t.evidence)
     assert 0.09 < t.metrics.step_time_s < 0.2, (t.metrics.step_time_s, t.evidence)
     assert any("per step end to end" in e for e in t.evidence), t.evidence
+
+
+@pytest.mark.slurm
+def test_on_slurm_the_jobs_output_is_clocked_as_it_is_written_and_a_forger_is_no_faster(slurm, tmp_path):
+    """A Slurm job writes its own output: the runner reads it as it grows and scores the steps by it, relative to
+    the job's start and within its elapsed time as Slurm accounted them. Lines held back from step 2 and let go
+    20 ms apart are scored no faster than their 100 ms steps; an honest job is timed at its pace."""
+    from infrarsi.execute.clock import read_clock
+    from infrarsi.execute.slurm import SlurmExecutor
+
+    rec = RunRecord(tmp_path)
+    contract = toy_contract(warmup_steps=3, measured_steps=4, timeout_s=120)
+    ex = SlurmExecutor(SlurmExecutor.Config(isolation="off"), env=slurm.env)
+    with Runner(rec, ex, ForgerAdapter(), contract, config=Runner.Config(parallel=2)) as r:
+        forged, honest = r.run([{"hold_from": 2}, {}])
+    for t in (forged, honest):
+        clock = read_clock(rec.trial_dir(t.id))
+        assert clock is not None and clock["source"] == "slurm" and len(clock["arrivals_s"]) >= 9, clock
+        assert abs(clock["wall_s"] - t.cost.wall_s) < 1e-6  # Slurm's elapsed time
+    assert forged.metrics.reported_step_time_s < 0.03
+    assert forged.status is TrialStatus.INVALID or forged.metrics.step_time_s >= 0.95 * STEP_S, \
+        (forged.status, forged.metrics.step_time_s, forged.evidence)
+    assert honest.status is TrialStatus.OK, (honest.reason, honest.evidence)
+    assert 0.09 < honest.metrics.step_time_s < 0.25, (honest.metrics.step_time_s, honest.evidence)
