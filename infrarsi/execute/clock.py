@@ -11,13 +11,20 @@ process can print anything and time itself with any clock, so the harness keeps 
   group is gone, so nothing the trial ran can write it.
 
 :func:`measure` then times the contract's measured window from the arrivals of the step lines (every framework's
-spelling, :func:`step_of`, on every stream the parsers read): the median gap between consecutive step lines that
-arrived in different reads. That is the step time the trial is scored by (execute/runner.py); the log's own number
-is kept beside it as evidence, and a disagreement is reported, never held against an honest trial (a loaded
-machine delays lines; it does not make a log lie). So:
+spelling, :func:`step_of`, on every stream the parsers read), end to end: from the first copy of the line before the
+window to the last copy of its last line, over its steps. A line arrives after its step was computed (it carries
+its loss) but the trial chooses how much later, so the pattern of the gaps is the trial's to shape (lines held back,
+then let go one by one at any pace); the window's length is not, unless the lines before it were held too, which
+leaves a silence before the window longer than the window: the trial is then timed from the line before that
+silence. That is the step time the trial is scored by (execute/runner.py); the median gap between lines is kept as
+the per-step cross-check, the log's own number beside it as evidence, and a disagreement is reported, never held
+against an honest trial (a loaded machine delays lines; it does not make a log lie). So:
 
-- a trial that slows its own clock reports shorter steps, and is scored by the harness's gaps all the same;
+- a trial that slows its own clock reports shorter steps, and is scored by the harness's window all the same;
 - a trial that prints its step lines on stderr is clocked there;
+- a trial that holds its lines back and lets them go paced is scored by the window they span, or from the line
+  before the silence they left (an upper bound); extra copies of a line (one per process is allowed: torchtitan
+  logs on every rank) only lengthen the window;
 - a trial whose step lines arrive in bursts (buffered output, or held back and let go together) cannot be timed
   step by step: it is scored by the arrival of its last measured step line over that step's number (start-up
   included: an upper bound, never faster than the truth), with why in its evidence.
@@ -25,15 +32,21 @@ machine delays lines; it does not make a log lie). So:
 A trial is invalid only for what the machine's load cannot cause: a stdout or stderr rewritten during the trial
 (its sha256 is not what came through the pipe), a step line printed more often than the trial has processes (a
 forged line after the real one; torchtitan logs each step on every rank), a process that left children holding a
-pipe, a log whose step times add up to more than the process ran, and a measured window whose processes slept. The clock samples the CPU time of the trial's process group right after each
-step line arrives (a sampler thread, each sample stamped with its own time; nanoseconds on a CPU,
-``/proc/<pid>/task/<tid>/schedstat``, summed over every thread of every process in the group). A measured window
-whose processes spent less than ``MIN_CPU_FRACTION`` of one core is a window of sleeping, not of training steps.
-What is left: a forger that computes every step silently, then prints its lines quickly one by one while it burns
-CPU, is scored by its fast lines; the loss referee still holds its losses against the baseline's, its measured wall
-time (cost) is its real one, and the verification's A/B pairs rerun it.
+pipe, a log whose step times add up to more than the process ran, and a measured window whose processes slept. The
+clock samples the CPU time of the trial's process group right after each step line arrives (a sampler thread, each
+sample stamped with its own time; nanoseconds on a CPU, ``/proc/<pid>/task/<tid>/schedstat``, summed over every
+thread of every process in the group). A measured window whose processes spent less than ``MIN_CPU_FRACTION`` of
+one core is a window of sleeping, not of training steps. What is left: a trial that computes every step before its
+first step line, then lets the lines go paced while it burns CPU, looks like a trial with a long start-up (as a
+``torch.compile`` does) and is scored by its release; its measured wall time (cost) is its real one and the loss
+referee still holds its losses.
 
-Slurm trials have no clock file (the job writes its own output): the log's time is kept, with the wall-time bound.
+What the runner keeps of a trial's output is bounded (MAX_LINES stamps, MAX_BYTES per stream): past it, or when
+the disk refuses the copy, the rest is read and dropped and the trial is recorded invalid with the figures.
+
+Slurm trials (the job writes its own output) are clocked by :class:`TailClock`: the runner reads the job's files as
+they grow, and the stamps are taken from the job's start as Slurm accounted it, with Slurm's elapsed time as the
+record's wall time.
 Adapters whose step time is modelled, not measured (``Adapter.measured_time = False``, the simulated clusters),
 keep the model's time (their lines are clocked all the same).
 """
