@@ -27,7 +27,7 @@ required (``"on"``, or a probe that passed), a job that lands on a node without 
 unisolated. The decision is the runner's, made before submitting: nothing a job could print or write decides
 it. A launch that starts its own ``srun`` is not isolated (its tasks would run outside).
 
-The harness's clock (clock.py's :class:`~infrarsi.execute.clock.TailClock`): the job writes its own output, so the
+The harness's clock (tail_clock.py's :class:`~infrarsi.execute.tail_clock.TailClock`): the job writes its own output, so the
 runner reads the job's stdout and stderr as they grow (every 50 ms, on the shared file system) and stamps each line;
 at the end the stamps are taken relative to the job's StartTime and the record's wall time is Slurm's own elapsed
 time (RunTime, or sacct's ElapsedRaw): the bound a trial whose lines came in bursts is scored by, and the one its
@@ -53,7 +53,7 @@ from ..errors import SlurmError, SlurmPendingTimeout, SlurmUnreachable  # known 
 from ..rundir.names import JOB_SCRIPT
 from ..contract.scope import repository_root
 from . import isolation
-from .clock import TailClock
+from .tail_clock import TailClock
 from .executor import STDERR, STDOUT, Handle, LaunchEnd, fresh_trial_dir
 from .local import CAP_ENV, EXIT_STATUS, OUTPUTS, WRAPPER, resolve_argv, run_dir_of, trial_env
 from .spec import LaunchSpec
