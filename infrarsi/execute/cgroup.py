@@ -21,6 +21,7 @@ controller); the trial then runs with its per-process RLIMIT_DATA only and its r
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import signal
@@ -147,6 +148,11 @@ class MemoryPool:
             d.mkdir(exist_ok=True)
             if self.version == 2:
                 _enable_memory(d)
+            else:  # v1: the pool's limit holds its children only with hierarchical accounting (settable while empty)
+                try:
+                    (d / "memory.use_hierarchy").write_text("1")
+                except OSError:
+                    pass
             _set_limit(d, self.version, limit_bytes)
         except OSError as e:
             try:
@@ -156,6 +162,22 @@ class MemoryPool:
             self.why = f"cannot make a memory cgroup under {base} ({e.strerror or e})"
             return
         self.path = d
+        atexit.register(self.remove)
+
+    def remove(self) -> None:
+        """Remove the pool and its empty trial cgroups (at exit: a pool lives as long as its runner's process)."""
+        if self.path is None:
+            return
+        for t in self.path.iterdir() if self.path.is_dir() else ():
+            if t.is_dir() and not (_read(t / "cgroup.procs") or "").strip():
+                try:
+                    t.rmdir()
+                except OSError:
+                    pass
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
 
     def trial(self, token: str, limit_bytes: int) -> TrialMemory | None:
         """A new memory cgroup for one trial, at most ``limit_bytes`` (and the pool's limit), or None."""

@@ -13,8 +13,8 @@ from infrarsi.execute.trial import TrialStatus
 from infrarsi.knobs import Knob, KnobSpace
 
 LIMIT = 200 * 2**20
-FLOOD = "import sys\nw = sys.stdout.write\nfor i in range(1_000_000):\n    w('x\\n')\n"  # 1M short lines, 2 MB
-ENDLESS = "import sys\nfor i in range(100):\n    sys.stdout.write('y' * 2**20)\n"  # one line of 100 MiB
+FLOOD = "import sys\nw = sys.stdout.write\nfor i in range(300_000):\n    w('x\\n')\n"  # 300,000 short lines, 600 kB
+ENDLESS = "import sys\nfor i in range(70):\n    sys.stdout.write('y' * 2**20)\n"  # one line of 70 MiB
 FILL_TMP = ("import os\nprint('filling /dev/shm', flush=True)\nwith open('/dev/shm/fill', 'wb') as f:\n"
             "    for _ in range(400):\n        f.write(b'x' * 2**20)\n        f.flush()\nprint('filled', flush=True)\n")
 
