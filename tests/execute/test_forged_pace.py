@@ -46,10 +46,11 @@ def _run(tmp_path, settings):
         return r.run(settings)
 
 
-@pytest.mark.parametrize("hold_from", [2, 4])
+@pytest.mark.parametrize("hold_from", [2, 3, 4])
 def test_lines_held_back_and_let_go_one_by_one_are_scored_no_faster_than_their_steps(tmp_path, hold_from):
-    """Held from step 2 (a silence in the warm-up, then every line 20 ms apart) and from step 4 (the window's own
-    lines): the log claims 20 ms steps; the trial is scored by what its 100 ms steps took, or more."""
+    """Held from step 2 (a silence in the warm-up, then every line 20 ms apart), from step 3 (the line the window is
+    timed from) and from step 4 (the window's own lines): the log claims 20 ms steps; the trial is scored by what
+    its 100 ms steps took, or more."""
     (t,) = _run(tmp_path, [{"hold_from": hold_from}])
     assert t.metrics.reported_step_time_s < 0.03, t.metrics
     if t.status is TrialStatus.OK:
