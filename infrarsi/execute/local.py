@@ -54,7 +54,8 @@ CAP_ENV = "INFRARSI_MEMORY_CAP_BYTES"
 
 # argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, cgroup.procs files (":"-joined) or "none",
 # command...]: lowers RLIMIT_DATA, starts the watchdog that ends the group when the runner dies, joins the trial's
-# cgroups (pids, memory), raises its oom_score_adj, then becomes the command (an isolated one: bwrap ... -- python trial_wrapper.py --inner STATUS command...).
+# cgroups (pids, memory), raises its oom_score_adj, then becomes the command (an isolated one: bwrap ... -- python
+# trial_wrapper.py --inner STATUS command...).
 WRAPPER = str(Path(__file__).with_name("trial_wrapper.py"))
 EXIT_STATUS = "exit.status"  # a Slurm trial's inner wrapper writes how the command ended (bwrap says 128+N)
 # A trial's directory belongs to the runner (stdout, stderr, its records): an isolated trial writes only OUTPUTS;
