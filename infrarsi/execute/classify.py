@@ -4,7 +4,8 @@ Precedence, first match wins; every branch leaves evidence lines:
 
 1. cancelled by a user                       -> cancelled
 2. past its time limit (ours or Slurm's)     -> timeout   (partial metrics kept, step time dropped)
-3. the executor saw a memory kill (Slurm)    -> oom       (no step time: peak > capacity is all we know)
+3. the executor saw a memory kill           -> oom       (no step time: peak > capacity is all we know): Slurm's
+                                                          OUT_OF_MEMORY, the trial's memory cgroup's oom_kill
 4. the adapter's verdict on the log          -> ok / oom / crash / invalid / ...
    - the parser itself failing is a crash, with the last log lines as evidence
    - "ok" from a process that exited non-zero or by a signal is a crash
@@ -66,7 +67,8 @@ def classify(end: LaunchEnd, parsed: ParsedRun | None, *, stdout: str = "", stde
                        reason=timeout_reason(end), **common)
     if end.oom:
         return Verdict(status=TrialStatus.OOM, metrics=_partial(metrics), evidence=evidence,
-                       reason="killed by the scheduler for exceeding its memory", **common)
+                       reason=next((e for e in evidence if "memory limit" in e),
+                                   "killed by the scheduler for exceeding its memory")[:300], **common)
     if end.lost:
         why = "the scheduler held every launch of it" if end.relaunch else "the executor lost track of the launch"
         return Verdict(status=TrialStatus.CRASH, evidence=evidence, reason=why, **common)

@@ -11,13 +11,20 @@ process can print anything and time itself with any clock, so the harness keeps 
   group is gone, so nothing the trial ran can write it.
 
 :func:`measure` then times the contract's measured window from the arrivals of the step lines (every framework's
-spelling, :func:`step_of`, on every stream the parsers read): the median gap between consecutive step lines that
-arrived in different reads. That is the step time the trial is scored by (execute/runner.py); the log's own number
-is kept beside it as evidence, and a disagreement is reported, never held against an honest trial (a loaded
-machine delays lines; it does not make a log lie). So:
+spelling, :func:`step_of`, on every stream the parsers read), end to end: from the first copy of the line before the
+window to the last copy of its last line, over its steps. A line arrives after its step was computed (it carries
+its loss) but the trial chooses how much later, so the pattern of the gaps is the trial's to shape (lines held back,
+then let go one by one at any pace); the window's length is not, unless the lines before it were held too, which
+leaves a silence before the window longer than the window: the trial is then timed from the line before that
+silence. That is the step time the trial is scored by (execute/runner.py); the median gap between lines is kept as
+the per-step cross-check, the log's own number beside it as evidence, and a disagreement is reported, never held
+against an honest trial (a loaded machine delays lines; it does not make a log lie). So:
 
-- a trial that slows its own clock reports shorter steps, and is scored by the harness's gaps all the same;
+- a trial that slows its own clock reports shorter steps, and is scored by the harness's window all the same;
 - a trial that prints its step lines on stderr is clocked there;
+- a trial that holds its lines back and lets them go paced is scored by the window they span, or from the line
+  before the silence they left (an upper bound); extra copies of a line (one per process is allowed: torchtitan
+  logs on every rank) only lengthen the window;
 - a trial whose step lines arrive in bursts (buffered output, or held back and let go together) cannot be timed
   step by step: it is scored by the arrival of its last measured step line over that step's number (start-up
   included: an upper bound, never faster than the truth), with why in its evidence.
@@ -25,28 +32,36 @@ machine delays lines; it does not make a log lie). So:
 A trial is invalid only for what the machine's load cannot cause: a stdout or stderr rewritten during the trial
 (its sha256 is not what came through the pipe), a step line printed more often than the trial has processes (a
 forged line after the real one; torchtitan logs each step on every rank), a process that left children holding a
-pipe, a log whose step times add up to more than the process ran, and a measured window whose processes slept. The clock samples the CPU time of the trial's process group right after each
-step line arrives (a sampler thread, each sample stamped with its own time; nanoseconds on a CPU,
-``/proc/<pid>/task/<tid>/schedstat``, summed over every thread of every process in the group). A measured window
-whose processes spent less than ``MIN_CPU_FRACTION`` of one core is a window of sleeping, not of training steps.
-What is left: a forger that computes every step silently, then prints its lines quickly one by one while it burns
-CPU, is scored by its fast lines; the loss referee still holds its losses against the baseline's, its measured wall
-time (cost) is its real one, and the verification's A/B pairs rerun it.
+pipe, a log whose step times add up to more than the process ran, and a measured window whose processes slept. The
+clock samples the CPU time of the trial's process group right after each step line arrives (a sampler thread, each
+sample stamped with its own time; nanoseconds on a CPU, ``/proc/<pid>/task/<tid>/schedstat``, summed over every
+thread of every process in the group). A measured window whose processes spent less than ``MIN_CPU_FRACTION`` of
+one core is a window of sleeping, not of training steps. What is left: a trial that computes every step before its
+first step line, then lets the lines go paced while it burns CPU, looks like a trial with a long start-up (as a
+``torch.compile`` does) and is scored by its release; its measured wall time (cost) is its real one and the loss
+referee still holds its losses.
 
-Slurm trials have no clock file (the job writes its own output): the log's time is kept, with the wall-time bound.
+What the runner keeps of a trial's output is bounded (MAX_LINES stamps, MAX_BYTES per stream): past it, or when
+the disk refuses the copy, the rest is read and dropped and the trial is recorded invalid with the figures.
+
+Slurm trials (the job writes its own output) are clocked by tail_clock.py's :class:`TailClock`: the runner reads the job's files as
+they grow, and the stamps are taken from the job's start as Slurm accounted it, with Slurm's elapsed time as the
+record's wall time.
 Adapters whose step time is modelled, not measured (``Adapter.measured_time = False``, the simulated clusters),
 keep the model's time (their lines are clocked all the same).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import statistics
 import threading
 import time
-from dataclasses import dataclass
+from array import array
+from dataclasses import dataclass, replace
 from pathlib import Path
 from collections.abc import Callable
 from typing import IO, Any
@@ -135,27 +150,49 @@ def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
     return out
 
 
+# What the runner keeps of one stream of one trial, whatever it prints: past either, the rest is read and dropped
+# (the trial is stopped and recorded invalid, LocalExecutor.poll): a flood of short lines grew the runner's memory
+# (a stamp per line), a line without end its copy of that line. ~16 bytes of stamps per line while it runs.
+MAX_LINES = 200_000
+MAX_BYTES = 64 * 2**20  # also the most of a log the runner reads back (runner._read_text)
+
+
 class _Stream:
     """One pipe copied to one file, each line stamped with its arrival and the read that brought it."""
 
-    def __init__(self, pipe: IO[bytes], out_path: Path) -> None:
+    def __init__(self, pipe: IO[bytes], out_path: Path, *, max_lines: int = MAX_LINES,
+                 max_bytes: int = MAX_BYTES) -> None:
         self.pipe, self.out_path = pipe, Path(out_path)
-        self.arrivals: list[float] = []  # seconds since the launch, one per line (when its \n came)
-        self.chunks: list[int] = []  # per line, the number of the read that completed it (same number: same burst)
-        # Per line: seconds of CPU the group had used, and when that was sampled (seconds since the launch), for
-        # step lines (None for other lines, and for a step line that came while the sampler was busy).
-        self.cpu_s: list[float | None] = []
-        self.cpu_t_s: list[float | None] = []
+        self.max_lines, self.max_bytes = max_lines, max_bytes
+        self.arrivals = array("d")  # seconds since the launch, one per line (when its \n came)
+        self.chunks = array("q")  # per line, the number of the read that completed it (same number: same burst)
+        # Per step line (its index): seconds of CPU the group had used, and when that was sampled (seconds since the
+        # launch); none for other lines, nor for a step line that came while the sampler was busy.
+        self.cpu: dict[int, tuple[float, float]] = {}
         self.sha = hashlib.sha256()
         self.steps: list[tuple[int, int, float, int]] = []  # (rank, step, arrival, read) of each step line so far
+        self.kept = 0  # bytes copied to the file (the sha256 is theirs)
+        self.read = 0  # bytes that came through the pipe
+        self.dropped = ""  # why the rest was not kept ("" while all is)
         # exists from the launch on (tail -f it), not from the first line; a new file (O_EXCL | O_NOFOLLOW): nothing a
         # trial put there is followed
-        self.out = os.fdopen(create_new(self.out_path), "wb")
+        self.out = create_new(self.out_path)  # a raw fd: nothing buffered that a full disk could refuse at close
         self.thread: threading.Thread | None = None
 
     def body(self) -> dict[str, Any]:
-        return {"sha256": self.sha.hexdigest(), "arrivals_s": [round(t, 6) for t in self.arrivals],
-                "chunks": self.chunks, "cpu_s": self.cpu_s, "cpu_t_s": self.cpu_t_s}
+        n = len(self.arrivals)
+        cpu = [self.cpu.get(i) for i in range(n)]
+        out = {"sha256": self.sha.hexdigest(), "arrivals_s": [round(t, 6) for t in self.arrivals],
+               "chunks": list(self.chunks), "cpu_s": [c and c[0] for c in cpu], "cpu_t_s": [c and c[1] for c in cpu]}
+        if self.dropped:
+            out["dropped"] = f"{self.dropped}; {self.read - self.kept} more bytes came through the pipe, not kept"
+        return out
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 class LineClock:
@@ -164,14 +201,15 @@ class LineClock:
 
     def __init__(self, pipe: IO[bytes], out_path: Path, *, pgid: int | None = None,
                  members: Callable[[], list[int]] | None = None, err_pipe: IO[bytes] | None = None,
-                 err_path: Path | None = None) -> None:
+                 err_path: Path | None = None, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES) -> None:
         # members: the trial's processes (its cgroup's list, which setsid cannot leave); else the process group
         self.out_path, self.pgid, self.members = Path(out_path), pgid, members
         self.t0 = time.monotonic()
         self.started_unix = time.time()
-        self._streams = [_Stream(pipe, out_path)]
+        limits = {"max_lines": max_lines, "max_bytes": max_bytes}
+        self._streams = [_Stream(pipe, out_path, **limits)]
         if err_pipe is not None and err_path is not None:
-            self._streams.append(_Stream(err_pipe, err_path))
+            self._streams.append(_Stream(err_pipe, err_path, **limits))
         # The CPU is the sum, over samples, of each thread's increase since the previous sample (a thread that ended
         # takes its last part with it). A sampler thread takes the samples, so the readers' stamps never wait for a
         # /proc scan.
@@ -191,32 +229,54 @@ class LineClock:
 
     @property
     def arrivals(self) -> list[float]:
-        return self._streams[0].arrivals
+        return list(self._streams[0].arrivals)
+
+    def dropped(self) -> str:
+        """Why part of the trial's output was not kept (one line, with the figures), or ""."""
+        return next((f"{st.out_path.name}: {st.dropped}" for st in self._streams if st.dropped), "")
 
     def _copy(self, st: _Stream) -> None:
-        fd, n, rest = st.pipe.fileno(), 0, b""
-        with st.out as out:
+        fd, n, rest = st.pipe.fileno(), 0, bytearray()
+        try:
             while True:
                 data = os.read(fd, 1 << 16)
                 now = time.monotonic() - self.t0
                 if not data:
                     break
                 n += 1
+                st.read += len(data)
+                if st.dropped:
+                    continue  # read and dropped: the trial never blocks on a full pipe, the runner keeps nothing
+                lines = data.count(b"\n")
+                if st.kept + len(data) > st.max_bytes or len(st.arrivals) + lines > st.max_lines:
+                    st.dropped = (f"printed more than the runner keeps of a stream ({st.max_bytes / 2**20:.0f} MiB, "
+                                  f"{st.max_lines} lines): {st.kept} bytes and {len(st.arrivals)} lines kept")
+                    continue
+                try:
+                    _write_all(st.out, data)
+                except OSError as e:  # the disk is full (a trial filled it): what came is kept up to here
+                    with contextlib.suppress(OSError):  # a write cut short leaves no part of its read behind
+                        os.ftruncate(st.out, st.kept)
+                    st.dropped = f"could not be kept: {e.strerror or e} after {st.kept} bytes"
+                    continue
+                st.kept += len(data)
                 st.sha.update(data)
-                out.write(data)
-                out.flush()
-                *lines, rest = (rest + data).split(b"\n")
-                for line in lines:
+                if not lines:  # a line goes on (a progress bar, or a line without end): no copy of it per read
+                    rest += data
+                    continue
+                *done, tail = (bytes(rest) + data).split(b"\n")
+                rest = bytearray(tail)
+                for line in done:
                     self._stamp(st, line, now, n)
             if rest:  # the last line, without its \n
-                self._stamp(st, rest, time.monotonic() - self.t0, n)
-        st.pipe.close()
+                self._stamp(st, bytes(rest), time.monotonic() - self.t0, n)
+        finally:
+            os.close(st.out)
+            st.pipe.close()
 
     def _stamp(self, st: _Stream, line: bytes, now: float, chunk: int) -> None:
         st.arrivals.append(now)
         st.chunks.append(chunk)
-        st.cpu_s.append(None)
-        st.cpu_t_s.append(None)
         key = step_of(line)
         if key is not None:
             st.steps.append((*key, now, chunk))
@@ -242,7 +302,7 @@ class LineClock:
                 continue
             self._cpu_total_ns += sum(max(0, ns - self._cpu_prev.get(tid, 0)) for tid, ns in cpu.items())
             self._cpu_prev = cpu
-            st.cpu_s[i], st.cpu_t_s[i] = round(self._cpu_total_ns / 1e9, 6), round(now, 6)
+            st.cpu[i] = (round(self._cpu_total_ns / 1e9, 6), round(now, 6))
 
     def step_lines(self) -> list[tuple[str, int, int, float, int]]:
         """The step lines so far, while the trial runs: (stream, rank, step, arrival seconds, read) in arrival order
@@ -269,6 +329,8 @@ class LineClock:
                 "complete": not any(st.thread.is_alive() for st in self._streams),
                 "stdout_sha256": o["sha256"], "arrivals_s": o["arrivals_s"], "chunks": o["chunks"],
                 "cpu_s": o["cpu_s"], "cpu_t_s": o["cpu_t_s"]}
+        if "dropped" in o:
+            body["dropped"] = o["dropped"]
         if err:
             body["stderr"] = err[0].body()
         # Sealed into the run's chain when the trial lives in a locked run (RUN_DIR/trials/<n>/).
@@ -292,41 +354,52 @@ def read_clock(trial_dir: Path) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Line:
-    """A step line as the harness saw it."""
+    """A step line as the harness saw it (the last copy of its step, as the parsers read it)."""
 
     arrival_s: float  # seconds since the launch
     chunk: tuple[str, int]  # (stream, read number): lines with the same one came together
     cpu: tuple[float, float] | None  # (sampled at, the group's CPU seconds) right after it, or None
+    first_s: float | None = None  # when the step's first copy arrived (None: ``arrival_s``, it came once)
+
+    @property
+    def earliest_s(self) -> float:
+        return self.arrival_s if self.first_s is None else self.first_s
 
 
 @dataclass(frozen=True)
 class Timing:
     """What the harness's clock says of a trial's measured window. Seconds."""
 
-    step_s: float  # the step time the trial is scored by: ``gap_s``, or ``bound_s`` when the lines came in bursts
-    gap_s: float | None  # median gap between consecutive step lines that arrived in different reads
-    bound_s: float | None  # when not timed step by step: last window line's arrival / its step (start-up included)
+    step_s: float  # the step time the trial is scored by: ``window_s``, or ``bound_s`` (see ``held``)
+    gap_s: float | None  # median gap between consecutive step lines that arrived in different reads (per step)
+    bound_s: float | None  # an upper bound the trial is scored by instead (``held`` says why), or None
     first: int  # the window's first and last step
     last: int
     stream: str
     paced: int  # gaps measured (consecutive lines in different reads) of ``gaps``
     gaps: int
     cpu_fraction: float | None  # cores the trial's processes kept busy over the window
+    window_s: float | None = None  # the window timed end to end: first copy of its line ``first - 1`` to the last
+    # copy of line ``last``, over its steps (None when its lines came in bursts)
+    held: str = ""  # why the trial is scored by ``bound_s`` ("" when it is scored by ``window_s``)
 
     @property
     def timed(self) -> bool:
-        return self.gap_s is not None
+        return self.bound_s is None
 
     def line(self) -> str:
         """One evidence line: what the harness measured."""
         cpu = "" if self.cpu_fraction is None else f"; its processes ran {self.cpu_fraction:.0%} of a core"
+        gap = "" if self.gap_s is None else f" (one by one: every {self.gap_s * 1000:.1f} ms, median of {self.paced} gaps)"
         if self.timed:
-            return (f"harness clock: step lines {self.first - 1}..{self.last} on {self.stream} arrived every "
-                    f"{self.gap_s * 1000:.1f} ms (median of {self.paced} gaps){cpu}")
-        return (f"harness clock: step lines {self.first - 1}..{self.last} on {self.stream} arrived in bursts "
-                f"({self.gaps - self.paced} of {self.gaps} gaps inside one read: buffered output), so the steps "
-                f"cannot be timed one by one; scored by the arrival of step {self.last}'s line over its "
-                f"{self.last} steps, {self.bound_s * 1000:.1f} ms (start-up included: an upper bound){cpu}")
+            apart = ""
+            if self.gap_s is not None and self.gap_s < (1 - TOLERANCE) * self.window_s:
+                apart = (f"; its lines came faster than its steps ({self.gap_s * 1000:.1f} ms apart, "
+                         f"{self.window_s * 1000:.1f} ms per step end to end): the end-to-end time is the record")
+            return (f"harness clock: step lines {self.first - 1}..{self.last} on {self.stream} took "
+                    f"{self.window_s * 1000:.1f} ms per step end to end{gap}{cpu}{apart}")
+        return (f"harness clock: step lines {self.first - 1}..{self.last} on {self.stream}: {self.held}; scored by "
+                f"{self.bound_s * 1000:.1f} ms per step (an upper bound, never faster than the truth){cpu}")
 
 
 class ClockProblem(ValueError):
@@ -335,7 +408,14 @@ class ClockProblem(ValueError):
 
 def measure(trial_dir: Path, *, warmup_steps: int, measured_steps: int, copies: int = 1) -> Timing | None:
     """The harness's timing of the window ``warmup+1 .. warmup+measured`` (None without a clock, or without the
-    window's step lines); raises :class:`ClockProblem` for a tampered record. ``copies``: :func:`_step_lines`."""
+    window's step lines); raises :class:`ClockProblem` for a tampered record. ``copies``: :func:`_step_lines`.
+
+    A line arrives after its step was computed, never before (it carries the step's loss), but a trial chooses how
+    late. So the window is timed end to end from the FIRST copy of the line before it to the LAST copy of its last
+    line (a copy printed early or late only lengthens it), and that is the score, not the gaps' pattern (which the
+    trial shapes: lines held back, then let go one by one, arrive at any pace it likes). Lines held back from before
+    the window leave a silence before it that is longer than the window: the steps were computed in that silence, so
+    the trial is scored from the line before it. Of every rank that printed the window, the slowest is scored."""
     clock = read_clock(trial_dir)
     if clock is None:
         return None
@@ -346,23 +426,47 @@ def measure(trial_dir: Path, *, warmup_steps: int, measured_steps: int, copies: 
                            f"second line overrides the first, so the log's times are not the process's")
     first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
     last = warmup_steps + measured_steps
+    out: Timing | None = None
     for rank in sorted({r for r, _ in steps}):
-        seen = {i: ln for (r, i), ln in steps.items() if r == rank}
-        have = [i for i in range(first, last + 1) if i in seen and i - 1 in seen]
-        if not have:
-            continue
-        gaps = [(seen[i].arrival_s - seen[i - 1].arrival_s, seen[i].chunk != seen[i - 1].chunk) for i in have]
-        paced = [g for g, apart in gaps if apart]
-        cpu = _cpu_fraction(seen, max(1, warmup_steps), last)
-        stream = seen[have[-1]].chunk[0]
-        if len(paced) * 2 >= len(gaps):  # most gaps came read by read: a stalled reader merges a few, no more
-            gap = statistics.median(paced)
-            return Timing(step_s=gap, gap_s=gap, bound_s=None, first=have[0], last=have[-1], stream=stream,
-                          paced=len(paced), gaps=len(gaps), cpu_fraction=cpu)
-        bound = seen[have[-1]].arrival_s / have[-1]
-        return Timing(step_s=bound, gap_s=None, bound_s=bound, first=have[0], last=have[-1], stream=stream,
-                      paced=len(paced), gaps=len(gaps), cpu_fraction=cpu)
-    return None
+        t = _rank_timing({i: ln for (r, i), ln in steps.items() if r == rank}, first, last, max(1, warmup_steps))
+        if t is not None and (out is None or t.step_s > out.step_s):
+            out = t
+    return out
+
+
+def _rank_timing(seen: dict[int, Line], first: int, last: int, warmup: int) -> Timing | None:
+    """One rank's :class:`Timing` of steps ``first..last`` (its lines ``first - 1 .. last``), or None."""
+    have = [i for i in range(first, last + 1) if i in seen and i - 1 in seen]
+    if not have:
+        return None
+    start, end = have[0] - 1, have[-1]
+    gaps = [(seen[i].arrival_s - seen[i - 1].arrival_s, seen[i].chunk != seen[i - 1].chunk) for i in have]
+    paced = [g for g, apart in gaps if apart]
+    cpu = _cpu_fraction(seen, warmup, last)
+    stream = seen[end].chunk[0]
+    common = dict(first=have[0], last=end, stream=stream, paced=len(paced), gaps=len(gaps), cpu_fraction=cpu)
+    if len(paced) * 2 < len(gaps):  # most lines came together: held back and let go at once (a stalled reader merges
+        # a few, no more); the last line's arrival over its steps, start-up included
+        bound = seen[end].arrival_s / end
+        return Timing(step_s=bound, gap_s=None, bound_s=bound, window_s=None, held=(
+            f"arrived in bursts ({len(gaps) - len(paced)} of {len(gaps)} gaps inside one read: buffered output), so "
+            f"the steps cannot be timed one by one: the arrival of step {end}'s line over its {end} steps, start-up "
+            f"included"), **common)
+    gap = statistics.median(paced)
+    window = (seen[end].arrival_s - seen[start].earliest_s) / (end - start)
+    # the longest silence between consecutive step lines before the window (from the first step line on)
+    lead = [(seen[i].earliest_s - seen[i - 1].arrival_s, i - 1) for i in range(min(seen) + 1, start + 1)
+            if i in seen and i - 1 in seen]
+    silence, before = max(lead, default=(0.0, start))
+    span = seen[end].arrival_s - seen[start].earliest_s
+    if silence > span:
+        bound = (seen[end].arrival_s - seen[before].arrival_s) / (end - before)
+        return Timing(step_s=bound, gap_s=gap, bound_s=bound, window_s=window, held=(
+            f"{silence:.3f} s passed without a step line between steps {before} and {before + 1}, longer than the "
+            f"{span:.3f} s the window's {end - start} steps then took (held back, then let go): timed from step "
+            f"{before}'s line, {end - before} steps in {seen[end].arrival_s - seen[before].arrival_s:.3f} s"),
+            **common)
+    return Timing(step_s=window, gap_s=gap, bound_s=None, window_s=window, **common)
 
 
 def referee(trial_dir: Path, *, step_time_s: float | None, step_times_s: list[float], warmup_steps: int,
@@ -445,7 +549,7 @@ def _step_lines(trial_dir: Path, clock: dict[str, Any], *, copies: int = 1):
         seen.setdefault(key, []).append(t)
         if len(seen[key]) == copies + 1:
             twice.append((key, seen[key][0], t))
-        steps[key] = ln
+        steps[key] = ln if len(seen[key]) == 1 else replace(ln, first_s=seen[key][0])
     return steps, twice
 
 

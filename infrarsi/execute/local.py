@@ -42,6 +42,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..contract.scope import repository_root
+from . import cgroup as memcg
 from . import isolation
 from .isolation import PIDS_MAX
 from .clock import LineClock
@@ -51,9 +52,10 @@ from .spec import LaunchSpec
 TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"
 CAP_ENV = "INFRARSI_MEMORY_CAP_BYTES"
 
-# argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, cgroup.procs_or_"none", command...]:
-# lowers RLIMIT_DATA, starts the watchdog that ends the group when the runner dies, joins the trial's cgroup, then
-# becomes the command (an isolated one: bwrap ... -- python trial_wrapper.py --inner STATUS command...).
+# argv: [python, trial_wrapper.py, cap_bytes_or_"none", runner pid, cgroup.procs files (":"-joined) or "none",
+# command...]: lowers RLIMIT_DATA, starts the watchdog that ends the group when the runner dies, joins the trial's
+# cgroups (pids, memory), raises its oom_score_adj, then becomes the command (an isolated one: bwrap ... -- python
+# trial_wrapper.py --inner STATUS command...).
 WRAPPER = str(Path(__file__).with_name("trial_wrapper.py"))
 EXIT_STATUS = "exit.status"  # a Slurm trial's inner wrapper writes how the command ended (bwrap says 128+N)
 # A trial's directory belongs to the runner (stdout, stderr, its records): an isolated trial writes only OUTPUTS;
@@ -150,6 +152,13 @@ class LocalExecutor:
         pids_max: int = Field(PIDS_MAX, ge=16)
         """Processes and threads one isolated trial may have at once (its cgroup's ``pids.max``, where the
         machine lets infrarsi make one)."""
+        memory_max_bytes: int | None = Field(None, ge=16 << 20)
+        """The memory one trial may hold, its processes and the scratch tmpfs pages they write (its memory cgroup,
+        cgroup.py). Default: the launch's per-process cap x its processes + one scratch tmpfs' size, or the pool's
+        limit without a cap."""
+        memory_pool_bytes: int | None = Field(None, ge=16 << 20)
+        """The memory every trial of this executor may hold together. Default: the usable memory less
+        cgroup.POOL_RESERVE_BYTES, so that the kernel ends a trial's process, never the runner."""
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or LocalExecutor.Config()
@@ -158,6 +167,8 @@ class LocalExecutor:
         self._why: dict[str, str] = {}  # token -> "timeout" | "cancel"
         self._clocks: dict[str, LineClock] = {}  # token -> the stdout pipe's line clock
         self._boxes: dict[str, _Isolated] = {}  # token -> what an isolated trial's end needs
+        self._mems: dict[str, memcg.TrialMemory] = {}  # token -> the trial's memory cgroup
+        self._pool: memcg.MemoryPool | None = None  # made at the first trial
         self._warned: set[str] = set()  # isolation warnings already logged
         self._lock = threading.Lock()
 
@@ -190,10 +201,13 @@ class LocalExecutor:
 
     def command(self, spec: LaunchSpec, trial_dir: Path | None = None, *, info_fd: int | None = None,
                 cgroup: isolation.PidsCgroup | None = None, status_fd: int | None = None,
-                seccomp_fd: int | None = None, env: dict[str, str] | None = None) -> list[str]:
+                seccomp_fd: int | None = None, env: dict[str, str] | None = None,
+                memory: memcg.TrialMemory | None = None) -> list[str]:
         """The exact argv started (the wrapper, bwrap and the inner wrapper when isolated, then the spec's command)."""
         cap = "none" if spec.memory_cap_bytes is None else str(spec.memory_cap_bytes)
-        procs = cgroup.procs_file if cgroup is not None else "none"
+        files = [f for f in (cgroup.procs_file if cgroup is not None else "none",
+                             memory.procs_file if memory is not None else "none") if f != "none"]
+        procs = ":".join(files) or "none"
         argv = resolve_argv(spec.argv)
         if trial_dir is None or not self.isolates(trial_dir):
             return [sys.executable, WRAPPER, cap, str(os.getpid()), procs, *argv]
@@ -223,12 +237,13 @@ class LocalExecutor:
             status_r, status_w = os.pipe()
             sec = isolation.seccomp_fd()
             cgroup = isolation.PidsCgroup(token, pids_max=self.config.pids_max)
+        memory = self._memory(spec, token)
         passed = tuple(fd for fd in (info_w, status_w, sec) if fd is not None)
         try:
             # stdout and stderr through pipes: the harness stamps each line's arrival (clock.py), outside the
             # trial's reach, on both streams the parsers read; the clock creates both files (O_EXCL | O_NOFOLLOW)
             argv = self.command(spec, trial_dir, info_fd=info_w, cgroup=cgroup, status_fd=status_w,
-                                seccomp_fd=sec, env=env)
+                                seccomp_fd=sec, env=env, memory=memory)
             proc = subprocess.Popen(argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True, pass_fds=passed)
         except BaseException:
@@ -237,6 +252,8 @@ class LocalExecutor:
                     os.close(fd)
             if cgroup is not None:
                 cgroup.close()
+            if memory is not None:
+                memory.close()
             raise
         for fd in passed:
             os.close(fd)
@@ -247,6 +264,8 @@ class LocalExecutor:
             self._procs[token] = proc
             self._started[token] = time.monotonic()
             self._clocks[token] = clock
+            if memory is not None:
+                self._mems[token] = memory
             if isolated:
                 self._boxes[token] = _Isolated(info_r, cgroup, trial_dir, status_r)
         missing = isolation.seccomp_problem() if isolated else None
@@ -260,15 +279,17 @@ class LocalExecutor:
         with self._lock:
             proc = self._procs.get(handle.token)
             started = self._started.get(handle.token)
+            clock = self._clocks.get(handle.token)
         if proc is None:
             return LaunchEnd(state="lost", lost=True, evidence=[f"no process for token {handle.token} in this executor"])
         rc = proc.poll()
         elapsed = time.monotonic() - started
         if rc is None:
-            if elapsed <= handle.time_limit_s:
+            dropped = clock.dropped() if clock is not None else ""
+            if elapsed <= handle.time_limit_s and not dropped:
                 return None
-            with self._lock:
-                self._why.setdefault(handle.token, "timeout")
+            with self._lock:  # past its time, or its output past what the runner keeps (the clock drops the rest)
+                self._why.setdefault(handle.token, "dropped" if dropped else "timeout")
             rc = self._kill_group(proc, handle.token)
             elapsed = time.monotonic() - started
         else:
@@ -281,14 +302,21 @@ class LocalExecutor:
             self._started.pop(handle.token, None)
             clock = self._clocks.pop(handle.token, None)
             box = self._boxes.pop(handle.token, None)
+            memory = self._mems.pop(handle.token, None)
         left: list[str] = []
         if box is not None:
             rc, left = box.after(rc, stopped=why is not None)
+        oom = None
+        if memory is not None:
+            oom = memory.evidence()
+            memory.close()
         if clock is not None:
             clock.finish(elapsed)
         end = _launch_end(rc, elapsed, why, handle.time_limit_s, self.config.kill_grace_s)
         if left:
             end = end.model_copy(update={"leftovers": len(left), "evidence": end.evidence + left})
+        if oom:
+            end = end.model_copy(update={"oom": True, "evidence": end.evidence + [oom]})
         return end
 
     def live_clock(self, handle: Handle) -> LineClock | None:
@@ -310,6 +338,25 @@ class LocalExecutor:
         kill_token(handle.token)
         isolation.PidsCgroup.discard(handle.token)  # the cgroup the dead runner could not remove
         return None
+
+    def _memory(self, spec: LaunchSpec, token: str) -> memcg.TrialMemory | None:
+        """The trial's memory cgroup (cgroup.py), or None where the machine gives none (logged once: the trial is
+        then bounded by its per-process RLIMIT_DATA only)."""
+        with self._lock:
+            if self._pool is None:
+                pool = self.config.memory_pool_bytes or memcg.pool_limit(memcg.usable_memory_bytes())
+                self._pool = memcg.MemoryPool(pool)
+                if self._pool.why:
+                    log.warning("%s: each trial's memory is bounded per process only (RLIMIT_DATA)", self._pool.why)
+            pool = self._pool
+        limit = self.config.memory_max_bytes
+        if limit is None and spec.memory_cap_bytes is not None:
+            limit = spec.memory_cap_bytes * max(1, spec.processes) + (spec.scratch_bytes or isolation.SCRATCH_BYTES)
+        group = pool.trial(token, limit or pool.limit_bytes)
+        if group is not None and ":" in group.procs_file:  # the wrapper's list of cgroup files is ":"-joined
+            group.close()
+            return None
+        return group
 
     def _kill_group(self, proc: subprocess.Popen, token: str) -> int:
         """SIGTERM the group (an isolated trial: every process of its PID namespace but bwrap's init, so that bwrap
@@ -408,6 +455,9 @@ def _launch_end(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s
                   + (f" (then up to {grace_s:g} s between SIGTERM and SIGKILL)" if grace_s else ""))
     elif why == "cancel":
         ev.append(f"cancelled after {wall_s:.1f} s")
+    elif why == "dropped":
+        ev.append(f"stopped after {wall_s:.1f} s: its output was more than the runner keeps (clock.MAX_BYTES, "
+                  f"clock.MAX_LINES) or the disk could not hold it")
     if sig is not None:
         ev.append(f"ended by signal {sig} ({_signame(sig)})")
     else:

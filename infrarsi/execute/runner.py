@@ -36,9 +36,11 @@ from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..contract.seal import settled_problems
 from ..knobs import KnobSpace
+from ..rundir import RunDir
 from ..trial.parsed import ParsedRun
+from .cgroup import usable_memory_bytes
 from .classify import Verdict, apply_loss_check, classify
-from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
+from .clock import ClockProblem, disagreement, measure, own_cpu_s, read_clock, referee
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from .local import OUTPUTS, kill_token, trial_env
@@ -61,26 +63,6 @@ class TrialAdapter(Protocol):
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec: ...
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun: ...
-
-
-def usable_memory_bytes() -> int:
-    """MemAvailable, or the cgroup's memory limit when that is smaller (containers)."""
-    avail = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                avail = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    limits = [avail] if avail else []
-    for p in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            v = Path(p).read_text().strip()
-        except OSError:
-            continue
-        if v.isdigit() and int(v) < 2**60:
-            limits.append(int(v))
-    return min(limits) if limits else 8 * 2**30
 
 
 def local_parallel_limit(requested: int, *, processes: int, cap_bytes: int | None, cores: int | None = None,
@@ -160,6 +142,7 @@ class Runner:
         self._closing = False  # close(cancel=True) ran (Ctrl-C): a trial launched after it is cancelled at once
         self._repos: dict[Path, Path] = {}  # working directory -> repository root
         self._lock = threading.Lock()
+        _hold_reserve(record.run_dir)
 
     # ---------------------------------------------------------------- public
     def complete(self, setting: Mapping[str, Any]) -> dict[str, Any]:
@@ -232,6 +215,7 @@ class Runner:
                 except Exception:  # noqa: BLE001 - e.g. Slurm down: the trial stays recorded running for a resume
                     pass
         self._pool.shutdown(wait=True, cancel_futures=cancel)
+        RunDir(self.record.run_dir).release_reserve()  # held while it runs, not after
 
     def __enter__(self) -> "Runner":
         return self
@@ -327,11 +311,13 @@ class Runner:
         if attempt and adopted is None:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
                 f"launch attempt {attempt + 1}: an earlier attempt was interrupted by a restart"]})
-        return self.record.finish(trial.model_copy(update={
+        done = self.record.finish(trial.model_copy(update={
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
             "cost": Cost(wall_s=end.wall_s, devices=spec.devices), "finished_at": ended_at,
             "warnings": warnings, "conditions": conditions, "network": handle.network}))
+        _hold_reserve(self.record.run_dir)  # given back if a full disk needed it for the records: held again
+        return done
 
     def _repo(self, spec: LaunchSpec) -> Path:
         """The repository a trial must leave alone: the git work tree of its working directory (cached)."""
@@ -379,6 +365,9 @@ class Runner:
         """``reference``: the baseline's loss trace (checked within rtol), or a calibrated loss referee
         (infrarsi.contract.numerics.Referee: loss and grad norm against the setting's band). ``copies``: the
         trial's processes, each of which may print a step's line (clock.py)."""
+        dropped = _dropped(trial_dir)
+        if dropped and not end.cancelled:  # what it printed was not all kept: nothing it printed is believed (or read)
+            return invalidate(classify(end, ParsedRun(status=TrialStatus.CRASH)), dropped)
         stdout = _read_text(trial_dir / STDOUT)
         stderr = _read_text(trial_dir / STDERR)
         parsed: ParsedRun | None = None
@@ -429,6 +418,15 @@ def invalidate(v: Verdict, why: str, evidence: Sequence[str] = ()) -> Verdict:
                                                 "tflops_per_device": None})})
 
 
+def _dropped(trial_dir: Path) -> str:
+    """Why the runner did not keep all a trial printed (clock.MAX_BYTES, MAX_LINES, a full disk), or ""."""
+    clock = read_clock(trial_dir) or {}
+    for name, body in (("stdout", clock), ("stderr", clock.get("stderr") or {})):
+        if body.get("dropped"):
+            return f"its {name} {body['dropped']}"
+    return ""
+
+
 def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_dir: Path, end: LaunchEnd, *,
                   copies: int = 1) -> Verdict:
     """An ok verdict scored by the harness's clock (clock.py): its step time becomes the one the harness measured over
@@ -461,6 +459,9 @@ def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_d
 
 RESERVE_BYTES = 512 * 2**20  # free space the runner keeps on the run directory's disk for its own records
 RESERVE_FRACTION = 0.125  # ... or this much of a smaller disk (a 48 MiB tmpfs keeps 6 MiB)
+# Of the reserve, this much is allocated to ``runner.reserve`` while a runner runs: the records of the trials in
+# flight (each trial's clock holds at most 2 x clock.MAX_LINES stamps, ~12 MB of JSON; the rest is kilobytes).
+HELD_BYTES = 64 * 2**20
 
 
 def _free_bytes(path: Path) -> int:
@@ -472,6 +473,16 @@ def _room(path: Path) -> tuple[int, int]:
     """(free bytes, the reserve) on ``path``'s disk: RESERVE_BYTES, or RESERVE_FRACTION of a disk too small for it."""
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize, min(RESERVE_BYTES, int(st.f_blocks * st.f_frsize * RESERVE_FRACTION))
+
+
+def _hold_reserve(run_dir: Path) -> bool:
+    """The reserve allocated to the run directory's ``runner.reserve`` (RunDir.hold_reserve): room for the records
+    that no trial can take, even one that fills the disk between two polls; False where the disk lacks it."""
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        return RunDir(run_dir).hold_reserve(min(HELD_BYTES, _room(run_dir)[1]))
+    except OSError:
+        return False
 
 
 def _check_reserve(run_dir: Path) -> None:

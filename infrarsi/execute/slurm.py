@@ -25,8 +25,13 @@ every trial is recorded as unisolated (the runner then checks the repository and
 job, the report says so, and promotion on such evidence needs the contract's opt-in). With the isolation
 required (``"on"``, or a probe that passed), a job that lands on a node without bwrap fails; it never runs
 unisolated. The decision is the runner's, made before submitting: nothing a job could print or write decides
-it. A launch that starts its own ``srun`` is not isolated (its tasks would run outside). There is no line
-clock (the job writes its own output): only the wall-time bound applies to its reported steps.
+it. A launch that starts its own ``srun`` is not isolated (its tasks would run outside).
+
+The harness's clock (tail_clock.py's :class:`~infrarsi.execute.tail_clock.TailClock`): the job writes its own output, so the
+runner reads the job's stdout and stderr as they grow (every 50 ms, on the shared file system) and stamps each line;
+at the end the stamps are taken relative to the job's StartTime and the record's wall time is Slurm's own elapsed
+time (RunTime, or sacct's ElapsedRaw): the bound a trial whose lines came in bursts is scored by, and the one its
+log's steps must fit in. Its step time is the harness's, as for a local trial.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from ..errors import SlurmError, SlurmPendingTimeout, SlurmUnreachable  # known 
 from ..rundir.names import JOB_SCRIPT
 from ..contract.scope import repository_root
 from . import isolation
+from .tail_clock import TailClock
 from .executor import STDERR, STDOUT, Handle, LaunchEnd, fresh_trial_dir
 from .local import CAP_ENV, EXIT_STATUS, OUTPUTS, WRAPPER, resolve_argv, run_dir_of, trial_env
 from .spec import LaunchSpec
@@ -115,6 +121,7 @@ class SlurmExecutor:
         self._pending_since: dict[str, float] = {}  # job id -> monotonic time this process first saw it pending
         self._lock = threading.Lock()
         self._probed: str | None = None  # "" once the probe found bwrap working; else why not
+        self._clocks: dict[str, TailClock] = {}  # job id -> the clock reading its output as it is written
 
     # ------------------------------------------------------------- the client
     def _call(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -290,6 +297,8 @@ class SlurmExecutor:
         job_id = r.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise SlurmError(f"sbatch printed no job id: {r.stdout.strip()!r}")
+        with self._lock:
+            self._clocks[job_id] = TailClock(trial_dir)
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=job_id,
                       submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
                       pending_timeout_s=spec.pending_timeout_s, sandboxed=why is None, unsandboxed_why=why or "",
@@ -340,7 +349,13 @@ class SlurmExecutor:
             self._pending_since.pop(handle.job_id, None)
         if state not in FINISHED_STATES:
             run_s = _duration_s(info.get("RunTime", "0"))
-            if state == "RUNNING" and run_s > handle.time_limit_s + self.config.time_slack_s:
+            with self._lock:
+                clock = self._clocks.get(handle.job_id)
+            if clock is not None and clock.dropped() and handle.job_id not in self._why:
+                with self._lock:  # its output past what the runner keeps: stopped (recorded invalid by the runner)
+                    self._why.setdefault(handle.job_id, "dropped")
+                self._call("scancel", handle.job_id, check=False)
+            elif state == "RUNNING" and run_s > handle.time_limit_s + self.config.time_slack_s:
                 with self._lock:
                     self._why.setdefault(handle.job_id, "timeout")
                 self._call("scancel", handle.job_id)
@@ -384,13 +399,22 @@ class SlurmExecutor:
         """Keep watching the job when Slurm still knows it by id and token; else look it up by the
         token alone (the id was lost in a crash between sbatch and the record); else None."""
         if handle.job_id and self._info(handle) is not None:
+            self._watch(handle)
             return handle
         # -t all: a job that finished while nobody watched is still this trial's result.
         r = self._call("squeue", "-h", "-t", "all", "--name", f"infrarsi-{handle.token}", "-o", "%i")
         ids = r.stdout.split()
         if ids:
-            return handle.model_copy(update={"job_id": ids[0]})
+            handle = handle.model_copy(update={"job_id": ids[0]})
+            self._watch(handle)
+            return handle
         return None
+
+    def _watch(self, handle: Handle) -> None:
+        """A clock for an adopted job (what it wrote before is stamped at once: one burst, scored by the bound)."""
+        with self._lock:
+            if handle.job_id not in self._clocks:
+                self._clocks[handle.job_id] = TailClock(Path(handle.trial_dir))
 
     def _launch_end(self, handle: Handle, info: dict[str, str], why: str | None) -> LaunchEnd:
         state = info["JobState"]
@@ -406,6 +430,13 @@ class SlurmExecutor:
         cancelled = state == "CANCELLED" and why != "timeout" and not oom
         if timed_out and why == "timeout":
             ev.append(f"cancelled by infrarsi after {wall:.0f} s: past its time limit of {handle.time_limit_s:g} s")
+        if why == "dropped":
+            ev.append(f"cancelled by infrarsi after {wall:.0f} s: its output was more than the runner keeps")
+            cancelled = False
+        with self._lock:
+            clock = self._clocks.pop(handle.job_id, None)
+        if clock is not None:  # stamps relative to the job's start as Slurm accounted it; Slurm's elapsed time
+            clock.finish(started_unix=_unix(info.get("StartTime", "")) or time.time() - wall, wall_s=wall)
         # 125 is slurmstepd's own code for an OOM kill, not the command's exit status.
         returncode = None if signum or state == "OUT_OF_MEMORY" else rc
         return LaunchEnd(state=state, returncode=returncode, signal=signum or None, timed_out=timed_out,
@@ -445,6 +476,14 @@ def _duration_s(text: str) -> float:
     for p in parts:
         secs = secs * 60 + p
     return days * 86400 + secs
+
+
+def _unix(stamp: str) -> float | None:
+    """Slurm's ``2026-12-07T04:01:02`` (the controller's local time) -> unix seconds, or None ("Unknown", "None")."""
+    try:
+        return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def _read(path: Path, max_bytes: int = 256_000) -> str:

@@ -11,8 +11,10 @@ Runs as the leader of the trial's own process group (the executor starts it in a
    on), then the whole group; when the leader ends first it just exits. An isolated trial needs none of
    this (bwrap dies with the runner and its PID namespace with it, see ``isolation.py``): the watchdog is
    the second line, and the only one for an unisolated trial;
-3. joins the trial's cgroup (writes its pid into CGROUP_PROCS, a ``cgroup.procs`` file; "none": no cgroup),
-   so every process the command starts is counted against its ``pids.max`` and listed there;
+3. joins the trial's cgroups (writes its pid into each of CGROUP_PROCS, ``cgroup.procs`` files joined by ":";
+   "none": no cgroup), so every process the command starts is counted against its ``pids.max`` and its memory
+   limit (execute/cgroup.py) and listed there, and raises its ``oom_score_adj`` to 1000: should the machine run
+   out of memory, the kernel ends the trial's processes before the runner (raising it needs no privilege);
 4. ``execvp`` s the command (for an isolated trial ``bwrap ... -- python trial_wrapper.py --inner ...``): it
    keeps the leader's pid, its exit status and signals.
 
@@ -161,6 +163,7 @@ def inner(status_file: str, command: list) -> None:
         for sig in state["pending"]:
             os.kill(os.getpid(), sig)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, POLITE)
+        _first_to_go()
         try:
             os.execvp(command[0], command)
         except OSError as e:
@@ -189,21 +192,33 @@ def inner(status_file: str, command: list) -> None:
         pass
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset (EINVAL)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         os._exit(128 + sig)  # a signal that does not end a process by default
     os._exit(os.waitstatus_to_exitcode(status))
 
 
-def _join(procs_file: str) -> None:
-    if procs_file == "none":
-        return
+def _first_to_go() -> None:
+    """The kernel's OOM killer picks this process (and what it starts) before any other: the command, not the
+    runner, nor bwrap or the inner wrapper (left at their score, so the one that reports how it ended lives)."""
     try:
-        with open(procs_file, "w") as f:
-            f.write(str(os.getpid()))
-    except OSError as e:
-        sys.stderr.write(f"infrarsi: could not join the trial's cgroup ({procs_file}): {e.strerror or e}\n")
-        os._exit(126)
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
+def _join(procs_files: str) -> None:
+    if procs_files == "none":
+        return
+    for procs_file in procs_files.split(":"):
+        try:
+            with open(procs_file, "w") as f:
+                f.write(str(os.getpid()))
+        except OSError as e:
+            sys.stderr.write(f"infrarsi: could not join the trial's cgroup ({procs_file}): {e.strerror or e}\n")
+            os._exit(126)
 
 
 def main(argv: list) -> None:
@@ -222,6 +237,8 @@ def main(argv: list) -> None:
         os._exit(0)
     os.waitpid(mid, 0)
     _join(procs)
+    if "--inner" not in command:  # unisolated: the command itself (isolated: the inner wrapper's child)
+        _first_to_go()
     try:
         os.execvp(command[0], command)
     except OSError as e:

@@ -5,6 +5,7 @@ Layout (relative, posix)::
     contract.lock                 the locked contract (init); sealed by its own HMAC
     seals.jsonl                   the seal chain: one entry per write of a sealed record (chain.py)
     runner.lock                   who holds the run directory (runlock.py); not a record
+    runner.reserve                space on the disk kept for the records (allocated; given back when full)
     noise.json                    the doctor's noise profile and loss referee
     search.json                   the search's proposals, priors, kernel verdicts and fitted models
     verification.progress.json    the A/B pairs run so far, per candidate, and the pairs run again
@@ -29,6 +30,7 @@ from pathlib import Path
 LOCK = "contract.lock"
 SEALS = "seals.jsonl"
 RUNNER_LOCK = "runner.lock"
+RESERVE = "runner.reserve"
 NOISE = "noise.json"
 SEARCH = "search.json"
 PROGRESS = "verification.progress.json"

@@ -13,7 +13,9 @@ no module outside this package names a file of the run directory or writes one.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -123,9 +125,45 @@ class RunDir:
 
     # ------------------------------------------------------------------------------------ writing
     def write(self, path: Path, data: str | bytes | None) -> None:
-        """Write (``None``: remove) a record of this run, sealed into its chain (unsealed before the lock)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        chain.write(self.path, path, data.encode() if isinstance(data, str) else data)
+        """Write (``None``: remove) a record of this run, sealed into its chain (unsealed before the lock). A disk
+        that is full (a trial filled it) gives the run's reserve back first (:meth:`hold_reserve`), then the write is
+        tried again: a record is never lost for want of room."""
+        body = data.encode() if isinstance(data, str) else data
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            chain.write(self.path, path, body)
+        except OSError as e:
+            if e.errno != errno.ENOSPC or not self.release_reserve():
+                raise
+            path.parent.mkdir(parents=True, exist_ok=True)
+            chain.write(self.path, path, body)
+
+    def hold_reserve(self, size: int) -> bool:
+        """Allocate ``size`` bytes of the disk to ``runner.reserve`` (real blocks, not a sparse file), which no trial
+        can take and :meth:`write` gives back when the disk is full; False where the disk has no room for it."""
+        p = self.file(names.RESERVE)
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            return False
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return True
+        except OSError:
+            os.ftruncate(fd, 0)
+            return False
+        finally:
+            os.close(fd)
+
+    def release_reserve(self) -> int:
+        """Give the reserve's blocks back to the disk; the bytes freed (0 when none were held)."""
+        p = self.file(names.RESERVE)
+        try:
+            size = p.lstat().st_blocks * 512
+            p.unlink()
+        except OSError:
+            return 0
+        return size
 
     def _write_model(self, path: Path, body: BaseModel) -> None:
         self.write(path, body.model_dump_json(indent=2, by_alias=True))

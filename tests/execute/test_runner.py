@@ -85,22 +85,6 @@ def test_cancel_a_running_trial(tmp_path):
     assert any("cancelled after" in e for e in t.evidence)
 
 
-def test_a_trial_that_fills_the_disk_is_stopped_while_it_runs(tmp_path, monkeypatch):
-    """Its outputs take the run directory's disk under the runner's reserve: the runner stops it there (it would
-    have written 128 MiB), records it invalid with the arithmetic, and removes its outputs so its record fits."""
-    from infrarsi.execute import runner as runner_mod
-
-    monkeypatch.setattr(runner_mod, "RESERVE_BYTES", runner_mod._free_bytes(tmp_path) - 32 * 2**20)
-    monkeypatch.setattr(runner_mod, "RESERVE_FRACTION", 1.0)
-    rec = RunRecord(tmp_path)
-    with Runner(rec, LocalExecutor(), ToyAdapter(), toy_contract(timeout_s=60)) as runner:
-        [t] = runner.run([{"mode": "fill"}])
-    assert t.status is TrialStatus.INVALID and t.reason.startswith("stopped while it ran"), t.reason
-    assert "MiB the runner keeps for its records" in t.reason and t.metrics.step_time_s is None
-    assert any(e.startswith("outputs removed") for e in t.evidence)
-    assert not (rec.trial_dir(t.id) / "outputs").exists() and rec.get(t.id) == t
-
-
 def _max_overlap(trials) -> int:
     events = sorted([(t.started_at, 1) for t in trials] + [(t.finished_at, -1) for t in trials])
     cur = best = 0

@@ -1,0 +1,101 @@
+"""Trials that compute honestly but choose when their step lines reach the pipe (tests/execute/forger.py: lines held
+back, then let go one by one, each in its own write, 20 ms apart, the CPU kept busy; or every step's line printed
+again at that pace, within a two-process trial's allowance of copies) are scored no faster than the 100 ms their
+steps took: the window is timed end to end from the harness's arrivals, never by the pattern of the gaps. An honest
+trial keeps its time."""
+
+import pytest
+from toy import ToyAdapter, toy_contract
+
+from infrarsi.adapters.megatron.log import parse_log, to_metrics
+from infrarsi.execute.local import LocalExecutor
+from infrarsi.execute.record import RunRecord
+from infrarsi.execute.runner import Runner
+from infrarsi.execute.spec import LaunchSpec
+from infrarsi.execute.trial import TrialStatus
+from infrarsi.knobs import Knob, KnobSpace
+from infrarsi.trial.parsed import ParsedRun
+from pathlib import Path
+
+FORGER = str(Path(__file__).with_name("forger.py"))
+STEP_S = 0.1  # what each of the forger's steps computes for
+
+
+class ForgerAdapter(ToyAdapter):
+    def knob_space(self, contract):
+        return KnobSpace([Knob(name="hold_from", kind="int", domain=(0, 2, 3, 4), default=0),
+                          Knob(name="copies", kind="int", domain=(1, 2), default=1)])
+
+    def launch(self, contract, setting):
+        copies = int(setting.get("copies", 1))
+        argv = ["python", FORGER, "--steps", "8", "--step-ms", str(STEP_S * 1000), "--release-ms", "20",
+                "--hold-from", str(setting.get("hold_from", 0)), "--copies", str(copies)]
+        # a trial of `copies` processes may print each step's line that many times (torchtitan logs on every rank)
+        return LaunchSpec(argv=argv, processes=copies, devices=copies, time_limit_s=60)
+
+    def parse(self, contract, stdout, stderr, returncode):
+        t = contract.invariants.timing
+        m = to_metrics(parse_log(stdout), warmup_steps=t.warmup_steps, measured_steps=t.measured_steps)
+        return ParsedRun(status=TrialStatus.OK if returncode == 0 and m.step_time_s else TrialStatus.CRASH, metrics=m)
+
+
+def _run(tmp_path, settings):
+    rec = RunRecord(tmp_path)
+    contract = toy_contract(warmup_steps=3, measured_steps=4, timeout_s=60)
+    with Runner(rec, LocalExecutor(), ForgerAdapter(), contract, config=Runner.Config(oversubscribe=True)) as r:
+        return r.run(settings)
+
+
+@pytest.mark.parametrize("hold_from", [2, 3, 4])
+def test_lines_held_back_and_let_go_one_by_one_are_scored_no_faster_than_their_steps(tmp_path, hold_from):
+    """Held from step 2 (a silence in the warm-up, then every line 20 ms apart), from step 3 (the line the window is
+    timed from) and from step 4 (the window's own lines): the log claims 20 ms steps; the trial is scored by what
+    its 100 ms steps took, or more."""
+    (t,) = _run(tmp_path, [{"hold_from": hold_from}])
+    assert t.metrics.reported_step_time_s < 0.03, t.metrics
+    if t.status is TrialStatus.OK:
+        assert t.metrics.step_time_s >= 0.95 * STEP_S, (t.metrics.step_time_s, t.evidence)
+    else:
+        assert t.status is TrialStatus.INVALID and t.metrics.step_time_s is None, (t.status, t.reason)
+
+
+def test_per_rank_duplicate_lines_let_go_at_a_forged_pace_are_scored_no_faster_than_their_steps(tmp_path):
+    """A trial of two processes may print each step twice (each rank logs it): the second copies, printed 20 ms apart
+    after the run, do not make its steps 20 ms."""
+    (t,) = _run(tmp_path, [{"copies": 2}])
+    assert t.metrics.reported_step_time_s < 0.03, t.metrics
+    if t.status is TrialStatus.OK:
+        assert t.metrics.step_time_s >= 0.95 * STEP_S, (t.metrics.step_time_s, t.evidence)
+    else:
+        assert t.status is TrialStatus.INVALID and t.metrics.step_time_s is None, (t.status, t.reason)
+
+
+def test_an_honest_trial_is_timed_end_to_end_at_its_pace(tmp_path):
+    (t,) = _run(tmp_path, [{}])
+    assert t.status is TrialStatus.OK, (t.reason, t.evidence)
+    assert 0.09 < t.metrics.step_time_s < 0.2, (t.metrics.step_time_s, t.evidence)
+    assert any("per step end to end" in e for e in t.evidence), t.evidence
+
+
+@pytest.mark.slurm
+def test_on_slurm_the_jobs_output_is_clocked_as_it_is_written_and_a_forger_is_no_faster(slurm, tmp_path):
+    """A Slurm job writes its own output: the runner reads it as it grows and scores the steps by it, relative to
+    the job's start and within its elapsed time as Slurm accounted them. Lines held back from step 2 and let go
+    20 ms apart are scored no faster than their 100 ms steps; an honest job is timed at its pace."""
+    from infrarsi.execute.clock import read_clock
+    from infrarsi.execute.slurm import SlurmExecutor
+
+    rec = RunRecord(tmp_path)
+    contract = toy_contract(warmup_steps=3, measured_steps=4, timeout_s=120)
+    ex = SlurmExecutor(SlurmExecutor.Config(isolation="off"), env=slurm.env)
+    with Runner(rec, ex, ForgerAdapter(), contract, config=Runner.Config(parallel=2)) as r:
+        forged, honest = r.run([{"hold_from": 2}, {}])
+    for t in (forged, honest):
+        clock = read_clock(rec.trial_dir(t.id))
+        assert clock is not None and clock["source"] == "slurm" and len(clock["arrivals_s"]) >= 9, clock
+        assert abs(clock["wall_s"] - t.cost.wall_s) < 1e-6  # Slurm's elapsed time
+    assert forged.metrics.reported_step_time_s < 0.03
+    assert forged.status is TrialStatus.INVALID or forged.metrics.step_time_s >= 0.95 * STEP_S, \
+        (forged.status, forged.metrics.step_time_s, forged.evidence)
+    assert honest.status is TrialStatus.OK, (honest.reason, honest.evidence)
+    assert 0.09 < honest.metrics.step_time_s < 0.25, (honest.metrics.step_time_s, honest.evidence)
