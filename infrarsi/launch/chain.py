@@ -305,8 +305,12 @@ def _follow(reader: _Reader, text: str, path: str, environ: dict[str, str], expo
             cd = reader.folder(cmd.argv[1], cmd.path or path, cd)
             continue
         if claims(cmd.argv):
-            best = Followed(command=cmd, result=res, text=text, path=path, args=args,
-                            env={**exported, **res.exported, **cmd.env}, sbatch=[], hops=list(hops))
+            env = {**exported, **res.exported, **cmd.env}
+            _, wrap_env, _, (clean, passed) = _wrappers(cmd.argv)  # `docker run -e K=V IMAGE torchrun ...`
+            if clean:
+                env = {n: env[n] for n in passed if n in env}
+            best = Followed(command=cmd, result=res, text=text, path=path, args=args, env={**env, **wrap_env},
+                            sbatch=[], hops=list(hops))
             continue
         got = _child(reader, cmd, path, cd, res, environ, exported, args, hops, claims, depth)
         if got is not None:

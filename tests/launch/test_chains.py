@@ -271,6 +271,11 @@ def test_container_runners_pass_the_environment_the_way_they_do(tmp_path):
         "enroot start --rw --mount /data:/data pytorch bash train.sh": (2, "Ring", None),
         "env TP=8 NCCL_ALGO=Tree bash train.sh": (8, "Tree", ["torchrun"]),
     }
+    cases.update({  # the runner in front of the training command itself
+        "docker run --rm --gpus all -e NCCL_ALGO=Ring -v $PWD:/ws IMAGE " + _TORCHRUN: (1, "Ring", ["docker", "run"]),
+        "enroot start --mount /data:/data pytorch " + _TORCHRUN: (1, "Ring", ["enroot", "start"]),
+        "srun apptainer exec --cleanenv img.sif " + _TORCHRUN: (1, "default", ["srun", "apptainer", "exec"]),
+    })
     for wrapper, (tp, algo, launcher) in cases.items():
         (tmp_path / "top.sh").write_text(f"#!/bin/bash\nsource env.sh\n{wrapper}\n")
         p = parse_megatron_file(tmp_path / "top.sh", cwd=tmp_path)
