@@ -90,22 +90,26 @@ def write_lock(contract_path: str | Path, run_dir: str | Path) -> tuple[Contract
 
 # Config files a launch script names (torchtitan's --job.config_file, a YAML, a JSON of settings).
 _CONFIG_TOKEN = re.compile(r"[\w./~-]+\.(?:toml|ya?ml|json|sh)\b")
+_MAX_CHAIN_FILES = 32  # scripts followed from the launch (a chain is a few files; a loop of names ends here)
 
 
 def workload_files(contract: Contract, base: Path) -> dict[str, Path]:
     """Every file besides the contract that defines the workload, by its path relative to the contract's folder
-    ``base`` (absolute when it was named absolute) -> where it is: ``workload.launch``, the config files the launch
-    names (looked for where the launch runs, then in the launch's folder, then in ``base``), and the values of
+    ``base`` (absolute when it was named absolute) -> where it is: ``workload.launch``, the config files and scripts
+    it names and, through those scripts, the rest of its chain (each looked for where the launch runs, then in the
+    naming script's folder, then in ``base``), and the values of
     ``[workload.args]`` and ``[workload.env]`` that are existing files. Kernel candidates are not here: they are
     proposals, checked by the kernel verifier's hash."""
     out: dict[str, Path] = {}
     base = Path(base).resolve()
 
-    def add(name: str, root: Path) -> None:
+    def add(name: str, root: Path) -> Path | None:
         named = Path(name).expanduser()
         p = named if named.is_absolute() else Path(root).resolve() / named
-        if p.is_file():
-            out.setdefault(str(p) if named.is_absolute() else os.path.relpath(p, base), p)
+        if not p.is_file():
+            return None
+        out.setdefault(str(p) if named.is_absolute() else os.path.relpath(p, base), p)
+        return p
 
     w = contract.workload
     if w.launch:
@@ -118,14 +122,24 @@ def workload_files(contract: Contract, base: Path) -> dict[str, Path]:
                                 f"relative to the contract's folder")
         # found in the contract's folder or, failing that, the working directory (place.py)
         add(w.launch if Path(w.launch).expanduser().is_absolute() else os.path.relpath(launch, base), base)
-        try:
-            text = launch.read_text(errors="replace")
-        except OSError:
-            text = ""
-        for tok in _CONFIG_TOKEN.findall(text):
-            add(tok, launch_cwd(w, base))  # where the launch runs: the shell's reading
-            add(tok, launch.parent)
-            add(tok, base)
+        # The launch and, through it, every script of its chain (an sbatch file's `srun bash train.sh`, a sourced
+        # cluster file: launch/chain.py reads them all): each script's own names are looked for where the launch
+        # runs, then in that script's folder, then in ``base``.
+        todo, seen = [launch.resolve()], set()
+        while todo and len(seen) < _MAX_CHAIN_FILES:
+            script = todo.pop()
+            if script in seen:
+                continue
+            seen.add(script)
+            try:
+                text = script.read_text(errors="replace")
+            except OSError:
+                continue
+            for tok in _CONFIG_TOKEN.findall(text):
+                found = [add(tok, root) for root in (launch_cwd(w, base), script.parent, base)]  # where it runs first
+                if tok.startswith("/") and not any(found):  # "$(dirname "$0")/x.sh", "${DIR}/x.sh": beside the script
+                    found.append(add(tok.lstrip("/"), script.parent))
+                todo += [f.resolve() for f in found if f is not None and f.suffix == ".sh"]
     for v in [*w.args.values(), *w.env.values()]:
         if isinstance(v, str) and 0 < len(v) < 4096 and "\n" not in v and ("/" in v or "." in v):
             add(v, base)

@@ -125,3 +125,25 @@ def test_a_run_locked_under_the_old_names_resumes_and_a_gone_file_is_named_with_
     msg = str(e.value)
     assert "\n" not in msg and "helper.sh is gone" in msg and "locked by an older infrarsi" in msg
     assert f"infrarsi init {cpath.resolve()} --run-dir NEW_DIR" in msg
+
+
+def test_every_script_of_a_launch_chain_is_locked(tmp_path, monkeypatch):
+    """A wrapper passing "$@" to `bash scripts/megatron_run.sh`, which sources the model's arguments from
+    "$(dirname "$0")/llama2_7b_model.sh" (launch/chain.py reads all three): the sourced file defines the workload as
+    much as the launch, so it is locked and an edit to it is caught by its path (before, only the launch file and the
+    names written in it were)."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "tests/fixtures/chains/args_wrapper", repo)
+    (repo / "c.toml").write_text('name = "chain"\n[workload]\nadapter = "megatron"\n'
+                                 'launch = "scripts/pretrain_llama2_7b.sh"\n'
+                                 '[hardware]\nkind = "H100-80GB"\ndevices = 8\nmemory_capacity_gib = 80\n')
+    monkeypatch.chdir(tmp_path)
+    write_lock(repo / "c.toml", tmp_path / "run")
+    assert {"scripts/pretrain_llama2_7b.sh", "scripts/megatron_run.sh", "scripts/llama2_7b_model.sh"} <= set(
+        RunDir(tmp_path / "run").read_lock().files)
+    inner = repo / "scripts" / "llama2_7b_model.sh"
+    inner.write_text(inner.read_text() + "\nMODEL_ARGS+=(--ignored)\n")
+    with pytest.raises(ContractError, match=rf"workload file {inner} changed since it was locked"):
+        load_locked(tmp_path / "run")
