@@ -320,7 +320,8 @@ class Runner:
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
             "cost": Cost(wall_s=end.wall_s, devices=spec.devices), "finished_at": ended_at,
-            "warnings": warnings, "conditions": conditions, "network": handle.network}))
+            "warnings": warnings, "conditions": conditions, "network": handle.network,
+            "isolation": handle.isolation or ("bwrap" if handle.sandboxed else "")}))
 
     def _repo(self, spec: LaunchSpec) -> Path:
         """The repository a trial must leave alone: the git work tree of its working directory (cached)."""

@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import SlurmError, SlurmPendingTimeout, SlurmUnreachable  # known failures (errors.py), still named here
 from ..rundir.names import JOB_SCRIPT
 from ..contract.scope import repository_root
-from . import isolation
+from . import isolation, user_srun
 from .executor import STDERR, STDOUT, Handle, LaunchEnd, fresh_trial_dir
 from .local import CAP_ENV, EXIT_STATUS, OUTPUTS, WRAPPER, resolve_argv, run_dir_of, trial_env
 from .spec import LaunchSpec
@@ -144,12 +144,31 @@ class SlurmExecutor:
 
     def command_line(self, spec: LaunchSpec) -> list[str]:
         """The command the job script runs (``srun ...`` when it starts several tasks), as a person would."""
+        srun, command = self._steps(spec)
+        return srun + command
+
+    def _steps(self, spec: LaunchSpec) -> tuple[list[str], list[str]]:
+        """(the srun that starts the tasks, [] for none; the command each task runs). A launch that starts its own
+        srun keeps it, with every option as written (user_srun.py); otherwise the executor starts several tasks
+        itself, one per rank (one per node for torchrun, which starts the ranks)."""
         argv = resolve_argv(spec.argv)
-        return self._srun(spec) + argv
+        own = user_srun.split(argv)
+        if own is not None:
+            return own.srun, resolve_argv(own.command)
+        tasks = 1 if is_torchrun(argv) else spec.processes
+        return (["srun", f"--ntasks-per-node={tasks}"] if spec.nodes * tasks > 1 else []), argv
 
     def _srun(self, spec: LaunchSpec) -> list[str]:
-        tasks = 1 if is_torchrun(resolve_argv(spec.argv)) else spec.processes
-        return ["srun", f"--ntasks-per-node={tasks}"] if spec.nodes * tasks > 1 else []
+        return self._steps(spec)[0]
+
+    def _shape(self, spec: LaunchSpec) -> tuple[int, int]:
+        """(tasks per node, CPUs per task) of the job."""
+        argv = resolve_argv(spec.argv)
+        own = user_srun.split(argv)
+        if own is not None:
+            return user_srun.job_shape(own, processes=spec.processes, nodes=spec.nodes)
+        launcher = is_torchrun(argv)  # torchrun starts the workers itself: one task per node
+        return (1, spec.processes) if launcher else (spec.processes, 1)
 
     # ---------------------------------------------------------------- isolation
     def isolation_why(self, trial_dir: Path, spec: LaunchSpec | None = None) -> str | None:
@@ -157,8 +176,6 @@ class SlurmExecutor:
         directory, which is never isolated)."""
         if run_dir_of(trial_dir) is None:
             return ""
-        if spec is not None and Path(resolve_argv(spec.argv)[0]).name == "srun":
-            return "the launch starts its own srun, whose tasks slurmd starts outside any isolation of the job"
         if self.config.isolation == "off":
             return "trial isolation is off (SlurmExecutor.Config.isolation = off or INFRARSI_ISOLATION=off)"
         if self.config.isolation == "on":
@@ -202,9 +219,8 @@ class SlurmExecutor:
         """srun (several tasks) + bwrap ... -- python trial_wrapper.py --inner STATUS command (one status file: only
         a single task's signal is told apart from its exit status)."""
         cwd = Path(spec.cwd).resolve() if spec.cwd else Path.cwd().resolve()
-        argv = resolve_argv(spec.argv)
+        srun, argv = self._steps(spec)
         box = self._box(spec, trial_dir, cwd, argv)
-        srun = self._srun(spec)
         status = str(_status_file(trial_dir)) if not srun else "/dev/null"
         inner = [sys.executable, "-I", "-S", WRAPPER, "--inner", status, *argv]
         if not (trial_dir / SECCOMP_FILE).is_file():
@@ -212,6 +228,13 @@ class SlurmExecutor:
         # each task opens the filter for its own bwrap (srun hands its tasks no descriptor of the script's)
         opened = ["/bin/sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"', str(trial_dir / SECCOMP_FILE)]
         return srun + opened + box.argv(inner, bwrap_path=self.config.bwrap, seccomp_fd=SECCOMP_FD)
+
+    def _isolated_by(self, spec: LaunchSpec) -> str:
+        """What isolates an isolated trial: a bwrap around the job's command, one around each task of the executor's
+        own srun, or one around each task of the launch's own srun (user_srun.py)."""
+        if user_srun.split(resolve_argv(spec.argv)) is not None:
+            return BWRAP_PER_USER_TASK
+        return "bwrap per task" if self._srun(spec) else "bwrap"
 
     def _box(self, spec: LaunchSpec, trial_dir: Path, cwd: Path, argv: list[str]) -> isolation.Box:
         # Several tasks (srun, each in a bwrap of its own) keep the node's PID and IPC namespaces and /dev/shm:
@@ -227,8 +250,7 @@ class SlurmExecutor:
         """The sbatch script for one trial."""
         trial_dir = Path(trial_dir).resolve()
         spec = spec.for_trial(trial_dir)
-        launcher = is_torchrun(resolve_argv(spec.argv))  # torchrun starts the workers itself: one task per node
-        tasks = 1 if launcher else spec.processes
+        tasks, cpus = self._shape(spec)
         minutes = max(1, math.ceil(spec.time_limit_s / 60))
         lines = [
             "#!/bin/bash",
@@ -236,7 +258,7 @@ class SlurmExecutor:
             f"#SBATCH --comment=infrarsi-{token}",
             f"#SBATCH --nodes={spec.nodes}",
             f"#SBATCH --ntasks-per-node={tasks}",
-            f"#SBATCH --cpus-per-task={spec.processes if launcher else 1}",
+            f"#SBATCH --cpus-per-task={cpus}",
             f"#SBATCH --mem={self.mem_mb(spec)}M",
             f"#SBATCH --time={minutes}",
             f"#SBATCH --output={trial_dir / STDOUT}",
@@ -294,6 +316,7 @@ class SlurmExecutor:
                       submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
                       pending_timeout_s=spec.pending_timeout_s, sandboxed=why is None, unsandboxed_why=why or "",
                       network="" if why is not None else "shared" if _needs_network(spec, self._srun(spec)) else "own",
+                      isolation="" if why is not None else self._isolated_by(spec),
                       unisolated=[f"the kernel keyring ({missing})"] if missing else [])
 
     # ------------------------------------------------------------------- state
@@ -457,6 +480,7 @@ __all__ = ["CAP_ENV", "SlurmError", "SlurmExecutor", "SlurmPendingTimeout", "Slu
            "parse_scontrol"]
 
 
+BWRAP_PER_USER_TASK = "bwrap per task of the launch's srun"  # a trial record's isolation (user_srun.py)
 SECCOMP_FILE = "seccomp.bpf"  # in the trial's folder: each task's bwrap reads the filter from it (--seccomp 9 9<file)
 SECCOMP_FD = 9
 
