@@ -264,7 +264,7 @@ class Runner:
         relaunched: list[str] = []  # evidence of launches the scheduler held (each cancelled and launched again)
         # An isolated trial cannot write outside its directory (the repository is read-only to it): nothing to watch.
         # An unisolated one is watched: the repository is compared before and after it.
-        guard = None if self.executor.isolates(self.record.trial_dir(trial.id)) else \
+        guard = None if self.executor.isolates(self.record.trial_dir(trial.id), spec) else \
             TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
         before = guard.snapshot() if guard is not None else {}
         watch = Watch()  # the machine's conditions over the trial (execute/conditions.py)

@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import SlurmError, SlurmPendingTimeout, SlurmUnreachable  # known failures (errors.py), still named here
 from ..rundir.names import JOB_SCRIPT
 from ..contract.scope import repository_root
-from . import isolation, user_srun
+from . import containers, isolation, user_srun
 from .executor import STDERR, STDOUT, Handle, LaunchEnd, fresh_trial_dir
 from .local import CAP_ENV, EXIT_STATUS, OUTPUTS, WRAPPER, resolve_argv, run_dir_of, trial_env
 from .spec import LaunchSpec
@@ -178,6 +178,11 @@ class SlurmExecutor:
             return ""
         if self.config.isolation == "off":
             return "trial isolation is off (SlurmExecutor.Config.isolation = off or INFRARSI_ISOLATION=off)"
+        kind = self._container(spec)
+        if kind is not None and (why := containers.not_isolation(kind)):
+            return why
+        if kind == "podman":  # the container is the box (containers.py): no bwrap on the node needed
+            return self._podman(spec, Path(trial_dir))[2]
         if self.config.isolation == "on":
             return None
         key = (self.env.get("SLURM_CONF", ""), self.config.bwrap, self.config.partition, tuple(self.config.extra_args))
@@ -188,8 +193,26 @@ class SlurmExecutor:
                 self._probed = _PROBED[key] = self._probe(Path(trial_dir))
             return self._probed or None
 
-    def isolates(self, trial_dir: Path) -> bool:
-        return self.isolation_why(trial_dir) is None
+    def _container(self, spec: LaunchSpec | None) -> str | None:
+        """The container runtime the launch's own srun starts its tasks in (containers.py), or None."""
+        own = user_srun.split(resolve_argv(spec.argv)) if spec is not None else None
+        return containers.runtime(own.command, own.options) if own is not None else None
+
+    def _podman(self, spec: LaunchSpec, trial_dir: Path) -> tuple[list[str], str, str | None]:
+        """containers.podman_isolation for the launch's ``podman run``: (options added, network, why not)."""
+        srun, command = self._steps(spec)
+        try:
+            run = containers.split_podman(command)
+        except ValueError as e:
+            return [], "", str(e)
+        cwd = Path(spec.cwd).resolve() if spec.cwd else Path.cwd().resolve()
+        box = self._box(spec, trial_dir, cwd, [*run.options, *run.command])
+        names = sorted(trial_env(spec, "-", trial_dir))
+        return containers.podman_isolation(run, box, outputs=Path(trial_dir).resolve() / OUTPUTS, env_names=names,
+                                           one_node=spec.nodes == 1, profile=Path(trial_dir).resolve() / PODMAN_PROFILE)
+
+    def isolates(self, trial_dir: Path, spec: LaunchSpec | None = None) -> bool:
+        return self.isolation_why(trial_dir, spec) is None
 
     def _probe(self, trial_dir: Path) -> str:
         """Run bwrap with a trial's options in a job of its own; "" when it worked, else why not (one line)."""
@@ -220,6 +243,9 @@ class SlurmExecutor:
         a single task's signal is told apart from its exit status)."""
         cwd = Path(spec.cwd).resolve() if spec.cwd else Path.cwd().resolve()
         srun, argv = self._steps(spec)
+        if self._container(spec) == "podman":  # podman's container is the box, with the options InfraRSI adds
+            run = containers.split_podman(argv)
+            return [*srun, *run.head, *run.options, *self._podman(spec, trial_dir)[0], run.image, *run.command]
         box = self._box(spec, trial_dir, cwd, argv)
         status = str(_status_file(trial_dir)) if not srun else "/dev/null"
         inner = [sys.executable, "-I", "-S", WRAPPER, "--inner", status, *argv]
@@ -232,9 +258,17 @@ class SlurmExecutor:
     def _isolated_by(self, spec: LaunchSpec) -> str:
         """What isolates an isolated trial: a bwrap around the job's command, one around each task of the executor's
         own srun, or one around each task of the launch's own srun (user_srun.py)."""
+        if self._container(spec) == "podman":
+            return containers.PODMAN_RUNTIME
         if user_srun.split(resolve_argv(spec.argv)) is not None:
             return BWRAP_PER_USER_TASK
         return "bwrap per task" if self._srun(spec) else "bwrap"
+
+    def _network(self, spec: LaunchSpec, trial_dir: Path) -> str:
+        """An isolated trial's network: "own" (a namespace of its own) or "shared" (the node's)."""
+        if self._container(spec) == "podman":
+            return self._podman(spec, trial_dir)[1]
+        return "shared" if _needs_network(spec, self._srun(spec)) else "own"
 
     def _box(self, spec: LaunchSpec, trial_dir: Path, cwd: Path, argv: list[str]) -> isolation.Box:
         # Several tasks (srun, each in a bwrap of its own) keep the node's PID and IPC namespaces and /dev/shm:
@@ -246,8 +280,8 @@ class SlurmExecutor:
                                    network=_needs_network(spec, self._srun(spec)),
                                    scratch_bytes=spec.scratch_bytes or isolation.SCRATCH_BYTES)
 
-    def script(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> str:
-        """The sbatch script for one trial."""
+    def script(self, spec: LaunchSpec, trial_dir: Path, *, token: str, isolated: bool | None = None) -> str:
+        """The sbatch script for one trial (``isolated``: the submit's decision; None asks isolation_why)."""
         trial_dir = Path(trial_dir).resolve()
         spec = spec.for_trial(trial_dir)
         tasks, cpus = self._shape(spec)
@@ -269,7 +303,8 @@ class SlurmExecutor:
             lines.append(f"#SBATCH --partition={self.config.partition}")
         lines += [f"#SBATCH {a}" for a in self.config.extra_args]
         lines.append("")
-        isolated = self.isolation_why(trial_dir, spec) is None
+        if isolated is None:
+            isolated = self.isolation_why(trial_dir, spec) is None
         if isolated:  # the submitting shell's secrets (sbatch exports its environment) stay out of the job
             for k in sorted(set(os.environ) - set(isolation.clean_environment(os.environ, pass_env=spec.pass_env))):
                 lines.append(f"unset {k}")
@@ -300,14 +335,16 @@ class SlurmExecutor:
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         trial_dir = Path(trial_dir)
-        fresh_trial_dir(trial_dir, (STDOUT, STDERR, EXIT_STATUS, JOB_SCRIPT, SECCOMP_FILE), OUTPUTS)
+        fresh_trial_dir(trial_dir, (STDOUT, STDERR, EXIT_STATUS, JOB_SCRIPT, SECCOMP_FILE, PODMAN_PROFILE), OUTPUTS)
         spec = spec.for_trial(trial_dir)
         why = self.isolation_why(trial_dir, spec)
         missing = None
-        if why is None and not isolation.write_seccomp(trial_dir / SECCOMP_FILE):
+        if why is None and self._container(spec) == "podman":
+            why = containers.write_seccomp_profile(trial_dir / PODMAN_PROFILE)  # the keyring too, or no isolation
+        elif why is None and not isolation.write_seccomp(trial_dir / SECCOMP_FILE):
             missing = isolation.seccomp_problem()
         path = trial_dir / JOB_SCRIPT
-        path.write_text(self.script(spec, trial_dir, token=token))
+        path.write_text(self.script(spec, trial_dir, token=token, isolated=why is None))
         r = self._call("sbatch", "--parsable", str(path.resolve()))
         job_id = r.stdout.strip().split(";")[0]
         if not job_id.isdigit():
@@ -315,7 +352,7 @@ class SlurmExecutor:
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=job_id,
                       submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
                       pending_timeout_s=spec.pending_timeout_s, sandboxed=why is None, unsandboxed_why=why or "",
-                      network="" if why is not None else "shared" if _needs_network(spec, self._srun(spec)) else "own",
+                      network=self._network(spec, trial_dir) if why is None else "",
                       isolation="" if why is not None else self._isolated_by(spec),
                       unisolated=[f"the kernel keyring ({missing})"] if missing else [])
 
@@ -483,6 +520,7 @@ __all__ = ["CAP_ENV", "SlurmError", "SlurmExecutor", "SlurmPendingTimeout", "Slu
 BWRAP_PER_USER_TASK = "bwrap per task of the launch's srun"  # a trial record's isolation (user_srun.py)
 SECCOMP_FILE = "seccomp.bpf"  # in the trial's folder: each task's bwrap reads the filter from it (--seccomp 9 9<file)
 SECCOMP_FD = 9
+PODMAN_PROFILE = "podman-seccomp.json"  # in the trial's folder: the profile its podman container runs under
 
 
 def _status_file(trial_dir: Path) -> Path:

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 
 from ..launch.command import _SRUN_FLAGS, _launcher_options, is_python
+from . import containers
 from .torchrun import is_torchrun
 
 
@@ -59,6 +60,7 @@ def split(argv: list[str]) -> UserSrun | None:
 def starts_workers(command: list[str]) -> bool:
     """Whether one task's command starts the ranks itself (torchrun, or a shell script that runs a launcher), so that
     the job runs one task per node; a ``python`` program run straight by srun is one rank per task."""
+    command = containers.program(command)  # what runs inside a container the task starts
     if not command:
         return False
     return is_torchrun(command) or not is_python(command[0])
