@@ -25,8 +25,9 @@ every trial is recorded as unisolated (the runner then checks the repository and
 job, the report says so, and promotion on such evidence needs the contract's opt-in). With the isolation
 required (``"on"``, or a probe that passed), a job that lands on a node without bwrap fails; it never runs
 unisolated. The decision is the runner's, made before submitting: nothing a job could print or write decides
-it. A launch that starts its own ``srun`` is not isolated (its tasks would run outside). There is no line
-clock (the job writes its own output): only the wall-time bound applies to its reported steps.
+it. A launch that starts its own ``srun`` keeps it, every option as written, with the box between srun and the
+command (``srun [options] bwrap ... -- command``: user_srun.py), or a podman container as the box (containers.py;
+pyxis, enroot and docker containers are not counted as isolation). There is no line clock (the job writes its own output): only the wall-time bound applies to its reported steps.
 """
 
 from __future__ import annotations
@@ -153,8 +154,8 @@ class SlurmExecutor:
         itself, one per rank (one per node for torchrun, which starts the ranks)."""
         argv = resolve_argv(spec.argv)
         own = user_srun.split(argv)
-        if own is not None:
-            return own.srun, resolve_argv(own.command)
+        if own is not None:  # a container's command runs the image's python, not this machine's
+            return own.srun, own.command if containers.runtime(own.command, own.options) else resolve_argv(own.command)
         tasks = 1 if is_torchrun(argv) else spec.processes
         return (["srun", f"--ntasks-per-node={tasks}"] if spec.nodes * tasks > 1 else []), argv
 

@@ -110,3 +110,20 @@ def test_a_trial_with_its_own_srun_is_recorded_isolated_and_needs_no_opt_in(slur
     assert t.isolation == BWRAP_PER_USER_TASK and t.network == "shared" and not unisolated(t), t.warnings
     assert rec.launch_info(t.id).handle.isolation == BWRAP_PER_USER_TASK
     assert (rec.trial_dir(t.id) / "command").read_text().startswith("srun --ntasks-per-node=1 --kill-on-bad-exit=1")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["srun", "--container-image=nvcr.io#nvidia/pytorch:24.05-py3", "--container-mounts=/data:/data", "python", "t.py"],
+     "pyxis's container shares the node's processes, network and environment"),
+    (["srun", "docker", "run", "--rm", "img", "python", "t.py"], "docker's daemon starts the container outside"),
+    (["srun", "enroot", "start", "img", "python", "t.py"], "enroot's container shares the node's processes"),
+])
+def test_a_container_that_is_no_isolation_leaves_the_trial_unisolated_with_the_reason(tmp_path, argv, said):
+    """pyxis/enroot and docker are not counted as isolation: the job runs the launch as written, recorded unisolated
+    (the runner watches the repository and the seals; promotion needs the contract's opt-in)."""
+    trial = _run_dir(tmp_path)
+    ex = SlurmExecutor(SlurmExecutor.Config(isolation="on"))
+    spec = LaunchSpec(argv=argv, processes=1, time_limit_s=60)
+    assert said in ex.isolation_why(trial, spec) and not ex.isolates(trial, spec)
+    script = ex.script(spec, trial, token="t")
+    assert "bwrap" not in script and ("exec " + shlex.join(argv)) in script  # as written: its options kept

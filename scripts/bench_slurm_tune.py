@@ -1,0 +1,135 @@
+"""Benchmark: ``infrarsi tune`` end to end on a real one-node Slurm, for a launch that starts its own ``srun``.
+
+Writes a small project (a megatron-core GPT on this machine's CPU, 2 gloo ranks, the shipped
+``launchers/pretrain_gpt_cpu.py``) whose launch is the cluster shape: ``srun`` starting one task per node, whose
+``torchrun`` starts the ranks. Starts a one-node Slurm on localhost (``infrarsi/testing/slurm.py``), runs
+``infrarsi tune`` with ``INFRARSI_EXECUTOR=slurm`` (every trial a batch job, each srun task in the box on the node),
+and prints the tune's wall time, its trials, what isolated them, and the promoted speedup (baseline time /
+candidate time, from the verification's A/B pairs) with its 95% interval.
+
+    .venv/bin/python scripts/bench_slurm_tune.py                  # prints one line; exit 0 when it promoted
+
+The 1-minute load average before and after is printed too: on a shared 2-core machine it decides how much the
+wall time says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infrarsi.testing.slurm import SlurmCluster  # noqa: E402
+
+# The launch as a cluster team writes it: srun starts one task per node, torchrun starts the 2 ranks in it.
+# A small GPT (2 layers, hidden 64, sequence 128, 16 sequences per step) so that a trial takes seconds.
+TRAIN_SH = """#!/bin/bash
+# megatron-core's GPT on this machine's CPU, launched the way a cluster team launches it: srun starts one task per
+# node, whose torchrun starts the 2 ranks (gloo).
+set -euo pipefail
+
+LAUNCHERS={launchers}
+
+srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+    torchrun --standalone --nproc-per-node 2 ${{LAUNCHERS}}/pretrain_gpt_cpu.py \\
+    --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 \\
+    --vocab-size 1024 --micro-batch-size 1 --global-batch-size 16 --train-iters 6 --lr 3.0e-4 --seed 1234 \\
+    --use-cpu-initialization --log-interval 1 --attention-dropout 0.0 --hidden-dropout 0.0
+"""
+
+CONTRACT = """name = "srun-cpu"
+
+[workload]
+adapter = "megatron"
+launch = "{launch}"
+
+[hardware]
+kind = "cpu"
+devices = 2
+memory_capacity_gib = 2.0
+
+[invariants.timing]
+warmup_steps = 2
+measured_steps = 4
+timeout_s = 240
+
+[invariants.loss]
+compare_steps = 6
+rtol = 0.05
+
+[scope]
+files = []
+
+# micro-batch 1 (16 micro-batches a step) as written; larger micro-batches do the same step in fewer, larger matmuls
+[scope.knobs]
+micro_batch_size = [1, 2, 4, 8]
+
+[baseline]
+micro_batch_size = 1
+
+[budget]
+max_trials = 4
+parallel_trials = 1
+doctor_repeats = 2
+verify_pairs = 4
+"""
+
+
+def write_project(where: Path) -> Path:
+    """The project (train.sh, c.toml) in ``where``; returns the contract's path."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "train.sh").write_text(TRAIN_SH.format(launchers=ROOT / "launchers"))
+    (where / "c.toml").write_text(CONTRACT.format(launch="train.sh"))
+    return where / "c.toml"
+
+
+def tune(project: Path, cluster: SlurmCluster, *, timeout_s: float = 3000) -> dict:
+    """Run ``infrarsi tune c.toml --run-dir run`` in ``project`` on ``cluster``; the figures as a dict."""
+    env = {**os.environ, **cluster.env, "INFRARSI_EXECUTOR": "slurm"}
+    load0 = os.getloadavg()[0]
+    t0 = time.monotonic()
+    with open(project / "tune.log", "w") as log:
+        r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "tune", "c.toml", "--run-dir", "run"], cwd=project,
+                           env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+    wall = time.monotonic() - t0
+    run = project / "run"
+    trials = [json.loads(p.read_text()) for p in sorted((run / "trials").glob("*/trial.json"))]
+    verification = json.loads((run / "verification.json").read_text()) if (run / "verification.json").exists() else {}
+    promoted = [c for c in verification.get("candidates", []) if c.get("promoted")]
+    return {"returncode": r.returncode, "wall_s": wall, "load": (load0, os.getloadavg()[0]), "trials": trials,
+            "promoted": promoted, "log": (project / "tune.log").read_text()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workdir", type=Path, help="where to write the project (default: a temporary folder)")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-slurm-tune-") as tmp:
+        project = a.workdir or Path(tmp) / "project"
+        write_project(project)
+        with SlurmCluster(cpus=4, workdir=Path(tmp) / "slurm") as cluster:
+            out = tune(project, cluster)
+    isolated: dict[str, int] = {}
+    for t in out["trials"]:
+        isolated[t.get("isolation") or "none"] = isolated.get(t.get("isolation") or "none", 0) + 1
+    best = out["promoted"][0] if out["promoted"] else None
+    said = (f"promoted {best['setting']}: speedup {best['speedup']:.2f}x (95% CI {best['ci95'][0]:.2f}-"
+            f"{best['ci95'][1]:.2f}, {best['pairs']} pairs)" if best else "promoted nothing")
+    print(f"slurm tune (srun -> torchrun, megatron-core CPU, 2 ranks): wall {out['wall_s']:.0f} s, "
+          f"{len(out['trials'])} trials ({', '.join(f'{n} {k}' for k, n in isolated.items())}), {said}; "
+          f"exit {out['returncode']}; load {out['load'][0]:.1f} -> {out['load'][1]:.1f}")
+    if out["returncode"] not in (0, 3):
+        print(out["log"][-3000:])
+    return 0 if best else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
