@@ -127,3 +127,28 @@ def test_a_container_that_is_no_isolation_leaves_the_trial_unisolated_with_the_r
     assert said in ex.isolation_why(trial, spec) and not ex.isolates(trial, spec)
     script = ex.script(spec, trial, token="t")
     assert "bwrap" not in script and ("exec " + shlex.join(argv)) in script  # as written: its options kept
+
+
+@pytest.mark.slurm
+def test_srun_then_a_script_then_torchrun_runs_its_ranks_in_the_box(slurm, tmp_path):
+    """The usual wrapper chain below sbatch: srun runs one task, a shell script, whose torchrun starts 2 ranks, all
+    inside the task's box (the script and its torchrun included)."""
+    import sys
+
+    from toy import TOY
+
+    trial = _run_dir(tmp_path)
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/bash\nset -euo pipefail\nNPROC=$1\n"
+                      f"exec {shlex.quote(sys.executable)} -m torch.distributed.run --standalone --nproc-per-node $NPROC "
+                      f"{TOY} --mode ok --steps 3 --step-ms 20\n")
+    ex = SlurmExecutor(env=slurm.env)
+    spec = LaunchSpec(argv=["srun", "--ntasks-per-node=1", "bash", str(script), "2"], processes=2, time_limit_s=120)
+    h = ex.submit(spec, trial, token="tok-chain")
+    out = wait(ex, h, timeout_s=180)
+    assert out.state == "COMPLETED" and out.returncode == 0, (trial / "stderr").read_text()[-2000:]
+    assert h.isolation == BWRAP_PER_USER_TASK
+    job = (trial / "job.sbatch").read_text()
+    assert "#SBATCH --ntasks-per-node=1" in job and "#SBATCH --cpus-per-task=2" in job  # one task, two ranks
+    starts = [ln for ln in (trial / "stdout").read_text().splitlines() if ln.startswith("toy start")]
+    assert sorted(ln.split()[3] for ln in starts) == ["rank=0", "rank=1"], starts
