@@ -106,17 +106,22 @@ class LaunchFileAdapter(Adapter):
         """The user's launch as this framework reads it (cached per contract)."""
 
     @abc.abstractmethod
-    def reread(self, contract: Contract, text: str) -> Any:
-        """``text`` read as the contract's launch file is read (its environment, arguments, working directory)."""
+    def reread(self, contract: Contract, text: str, files: Mapping[str, str] | None = None) -> Any:
+        """``text`` read as the contract's launch file is read (its environment, arguments, working directory);
+        ``files``: the texts of the scripts it runs (path -> text), read instead of the disk's (an edit of them)."""
 
     @abc.abstractmethod
-    def differences(self, contract: Contract, setting: Mapping[str, Any], text: str) -> list[str]:
-        """What differs, by the framework's reading, between the user's launch and the launch file ``text`` that
-        the complete ``setting`` does not explain ([] when it computes the user's job)."""
+    def differences(self, contract: Contract, setting: Mapping[str, Any], text: str,
+                    files: Mapping[str, str] | None = None) -> list[str]:
+        """What differs, by the framework's reading, between the user's launch and the launch file ``text`` (and
+        ``files``, as :meth:`reread`) that the complete ``setting`` does not explain ([] when it computes the
+        user's job)."""
 
     @abc.abstractmethod
-    def reading(self, contract: Contract, text: str) -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
-        """(program arguments, environment, setting, fixed) of ``text`` read as the launch file."""
+    def reading(self, contract: Contract, text: str, files: Mapping[str, str] | None = None
+                ) -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
+        """(program arguments, environment, setting, fixed) of ``text`` read as the launch file (``files``: as
+        :meth:`reread`)."""
 
     def model_shape(self, contract: Contract) -> dict[str, Any]:
         """The model's shape as the analytical memory estimate reads it (Megatron's names), from the launch; {}

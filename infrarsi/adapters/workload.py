@@ -78,19 +78,21 @@ class Workload:
     def launch(self, setting: Mapping[str, Any]) -> LaunchSpec:
         return self.adapter.launch(self.contract, setting)
 
-    def reread(self, text: str) -> Any:
-        """``text`` read as the launch file is read (what ``apply`` would write, read back)."""
-        return self._launch_file_adapter().reread(self.contract, text)
+    def reread(self, text: str, files: Mapping[str, str] | None = None) -> Any:
+        """``text`` read as the launch file is read (what ``apply`` would write, read back; ``files``: the scripts
+        it runs, path -> text, as edited)."""
+        return self._launch_file_adapter().reread(self.contract, text, files)
 
-    def differences(self, setting: Mapping[str, Any], text: str) -> list[str]:
-        """What differs between the user's launch and the launch file ``text`` that the tuned ``setting`` does
-        not explain; [] when the workload has no launch file."""
+    def differences(self, setting: Mapping[str, Any], text: str, files: Mapping[str, str] | None = None) -> list[str]:
+        """What differs between the user's launch and the launch file ``text`` (and the scripts it runs,
+        ``files``) that the tuned ``setting`` does not explain; [] when the workload has no launch file."""
         if not self.reads_launch_file:
             return []
         # the space completes the contract's baseline and the setting with its defaults; the launch's own values
         # stand for the knobs outside the space
         complete = self.knob_space().complete({**self.contract.baseline, **dict(setting)})
-        return self._launch_file_adapter().differences(self.contract, {**self.parsed().setting, **complete}, text)
+        return self._launch_file_adapter().differences(self.contract, {**self.parsed().setting, **complete}, text,
+                                                       files)
 
     @classmethod
     def of_run(cls, contract: Contract, run_dir: str | Path) -> "Workload":

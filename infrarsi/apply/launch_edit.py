@@ -191,15 +191,33 @@ def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[
     ``line_of`` gives the 1-based line the launch command starts on in an edited text: new flags and ``export``
     lines go by the command's place after the edits before them (a flag removed with its line above the command
     moves it up); without it, ``launch_line`` is used throughout."""
-    args0, env0, _, fixed0 = read(text)
-    new = text
+    edits = edit_files({path: text}, lambda t: read(t[path]), main=path, target_args=target_args,
+                       target_env=target_env, launch_line=launch_line, env_keys=env_keys,
+                       line_of=None if line_of is None else (lambda t: line_of(t[path])))
+    return edits[path]
+
+
+Texts = dict[str, str]  # the files of a launch chain, path -> text, outermost first
+
+
+def edit_files(texts: Mapping[str, str], read: Callable[[Texts], Reading], *, main: str, target_args: list[str],
+               target_env: Mapping[str, str], launch_line: int, env_keys: set[str],
+               line_of: Callable[[Texts], int | None] | None = None) -> dict[str, Edit]:
+    """The files of a launch chain (``texts``; ``main``: the one the launch command is in) edited so that ``read``
+    gives ``target_args`` and ``target_env``: each value changed in the file where it is written (a flag in the
+    script that passes it, a variable where it is assigned: an ``export TP=4`` in the sbatch file for a
+    ``--tensor-model-parallel-size $TP`` in train.sh), new flags and ``export`` lines in ``main``. Every file is
+    returned, with its edit (``changed_lines`` 0: untouched). EditError as :func:`edit_script`."""
+    old: Texts = dict(texts)
+    args0, env0, _, fixed0 = read(old)
+    new: Texts = dict(old)
     before = dict(_items(args0))
     after = dict(_items(target_args))
 
-    def state(t: str) -> dict[str, list[str]]:
+    def state(t: Texts) -> dict[str, list[str]]:
         return dict(_items(read(t)[0]))
 
-    def line(t: str) -> int:
+    def line(t: Texts) -> int:
         try:
             got = line_of(t) if line_of is not None else None
         except ValueError:
@@ -212,7 +230,7 @@ def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[
     while todo:
         waiting = []
         for flag, vals in todo:
-            got = _change(new, flag, vals, after.get(flag), state, path)
+            got = _change(new, flag, vals, after.get(flag), state, main)
             if got is None:
                 waiting.append((flag, vals))
             else:
@@ -220,46 +238,58 @@ def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[
         if len(waiting) == len(todo):
             flag, vals = waiting[0]
             want = after.get(flag)
-            raise EditError(f"{path}: cannot change {flag} {' '.join(vals)} -> "
+            raise EditError(f"{main}: cannot change {flag} {' '.join(vals)} -> "
                             f"{' '.join(want) if want is not None else '(removed)'} where it is written")
         todo = waiting
-    new = _add_and_export(new, read, args0, env0, target_args, target_env, env_keys, before, line, path)
+    new = _add_and_export(new, main, args0, env0, target_args, target_env, env_keys, before, line)
     try:
         args1, env1, _, fixed1 = read(new)
     except ValueError as e:  # the reader's own refusal (e.g. no launch command left): one line, nothing written
-        raise EditError(f"{path}: the edited script cannot be read back ({' '.join(str(e).split())})") from None
+        raise EditError(f"{main}: the edited script cannot be read back ({' '.join(str(e).split())})") from None
     if args1 != target_args and sorted(args1) != sorted(target_args):
-        raise EditError(f"{path}: the edited script reads back as `{shlex.join(args1)}`, not the tuned launch")
+        raise EditError(f"{main}: the edited script reads back as `{shlex.join(args1)}`, not the tuned launch")
     if any(env1.get(k) != target_env.get(k) for k in env_keys):
-        raise EditError(f"{path}: the edited script's environment does not read back as the tuned one")
+        raise EditError(f"{main}: the edited script's environment does not read back as the tuned one")
     if fixed1 != fixed0:
-        raise EditError(f"{path}: the edit would change the workload ({sorted(k for k in fixed0 if fixed0[k] != fixed1.get(k))})")
-    return Edit(text=new, changed_lines=changed_lines(text, new))
+        raise EditError(f"{main}: the edit would change the workload ({sorted(k for k in fixed0 if fixed0[k] != fixed1.get(k))})")
+    return {p: Edit(text=new[p], changed_lines=changed_lines(old[p], new[p])) for p in old}
 
 
-def _change(new: str, flag: str, vals: list[str], want: list[str] | None, state, path: str) -> str | None:
+def _inner_first(texts: Texts, main: str) -> list[str]:
+    """The chain's files, the launch command's first, then from the innermost outwards: where a value the launch
+    sees was set last."""
+    return [main, *[p for p in reversed(list(texts)) if p != main]]
+
+
+def _change(new: Texts, flag: str, vals: list[str], want: list[str] | None, state, main: str) -> Texts | None:
     """``new`` with ``flag``'s values ``vals`` changed to ``want`` (None: removed) where it is written, the rest of
-    the launch as it was; None when no such edit reads back."""
-    options = []
-    for pos in reversed(_occurrences(new, flag)):
-        if want is None:
-            options.append(_remove(new, pos, flag, len(vals)))
-            continue
-        if len(vals) != 1 or len(want) != 1:
-            continue
-        span = _value_span(new, pos, flag)
-        if span is None:
-            continue
-        a, b, raw = span
-        var = _VAR.match(raw)
-        if var:
-            asg = _assignment(new, var.group(1), vals[0])
-            if asg:
-                options.append(new[:asg[0]] + _bare(want[0], f"{path}: {var.group(1)}") + new[asg[1]:])
-            options.append(new[:a] + _quote(want[0]) + new[b:])
-        else:
-            options.append(new[:a] + (_quote(want[0]) if raw[:1] not in "\"'" else raw[0] + _bare(want[0], path) + raw[0])
-                           + new[b:])
+    the launch as it was; None when no such edit reads back. A value given by a variable is changed where the
+    variable is assigned, in whichever file of the chain that is, before it is changed at the flag."""
+    options: list[Texts] = []
+    order = _inner_first(new, main)
+    for fp in order:
+        text = new[fp]
+        for pos in reversed(_occurrences(text, flag)):
+            if want is None:
+                options.append({**new, fp: _remove(text, pos, flag, len(vals))})
+                continue
+            if len(vals) != 1 or len(want) != 1:
+                continue
+            span = _value_span(text, pos, flag)
+            if span is None:
+                continue
+            a, b, raw = span
+            var = _VAR.match(raw)
+            if var:
+                for vp in order:
+                    asg = _assignment(new[vp], var.group(1), vals[0])
+                    if asg:
+                        t = new[vp]
+                        options.append({**new, vp: t[:asg[0]] + _bare(want[0], f"{vp}: {var.group(1)}") + t[asg[1]:]})
+                options.append({**new, fp: text[:a] + _quote(want[0]) + text[b:]})
+            else:
+                options.append({**new, fp: text[:a] + (_quote(want[0]) if raw[:1] not in "\"'"
+                                                       else raw[0] + _bare(want[0], fp) + raw[0]) + text[b:]})
     try:
         now = state(new)
     except ValueError:
@@ -274,7 +304,9 @@ def _change(new: str, flag: str, vals: list[str], want: list[str] | None, state,
     return None
 
 
-def _add_and_export(new: str, read, args0, env0, target_args, target_env, env_keys, before, line, path) -> str:
+def _add_and_export(texts: Texts, main: str, args0, env0, target_args, target_env, env_keys, before, line) -> Texts:
+    texts = dict(texts)
+    new = texts[main]
     # 2. flags the setting adds: at the end of the launch command (torchtitan 0.3's AC choice stays last)
     added = [(f, v) for f, v in _items(target_args) if f.startswith("--") and f not in before]
     old_sub = next((f for f, _ in _items(args0) if _SUB.match(f)), None)
@@ -282,33 +314,40 @@ def _add_and_export(new: str, read, args0, env0, target_args, target_env, env_ke
     if old_sub != new_sub and old_sub is not None:
         at = [m.start() for a, b in _code_spans(new) for m in re.finditer(re.escape(old_sub), new[:b]) if m.start() >= a]
         if len(at) != 1:
-            raise EditError(f"{path}: cannot find {old_sub} once in the script")
+            raise EditError(f"{main}: cannot find {old_sub} once in the script")
         new = new[:at[0]] + (new_sub or "") + new[at[0] + len(old_sub):]
     words = [w for f, v in added for w in (f, *v)] + ([new_sub] if new_sub is not None and old_sub is None else [])
     if words:
-        at = _insert_point(new, line(new), new_sub if old_sub is not None else None)
+        at = _insert_point(new, line({**texts, main: new}), new_sub if old_sub is not None else None)
         new = new[:at] + " " + " ".join(_quote(w) for w in words) + new[at:]
-    # 3. the environment knobs
+    texts[main] = new
+    # 3. the environment knobs, in the file that sets them last (the launch command's first, then outwards)
     for key in sorted(env_keys):
         old, want = env0.get(key), target_env.get(key)
         if old == want:
             continue
-        m = None
-        for m in re.finditer(rf"(?m)^[ \t]*(?:export[ \t]+)?{re.escape(key)}=.*$", new):
-            pass
+        m, fp = None, main
+        for fp in _inner_first(texts, main):
+            for m in re.finditer(rf"(?m)^[ \t]*(?:export[ \t]+)?{re.escape(key)}=.*$", texts[fp]):
+                pass
+            if m is not None:
+                break
+        new = texts[fp] if m is not None else texts[main]
         if m is not None and want is None:
             a, b = m.span()
             new = new[:a] + new[b + 1:]
         elif m is not None:
             asg = _assignment(new, key, old or "")
             if asg is None:
-                raise EditError(f"{path}: cannot change {key} where it is set ({m.group(0).strip()})")
-            new = new[:asg[0]] + _bare(want, f"{path}: {key}") + new[asg[1]:]
+                raise EditError(f"{fp}: cannot change {key} where it is set ({m.group(0).strip()})")
+            new = new[:asg[0]] + _bare(want, f"{fp}: {key}") + new[asg[1]:]
         else:  # a new export line just above the launch command, where it stands now
+            fp = main
             lines = new.split("\n")
-            lines.insert(line(new) - 1, f"export {key}={_quote(want)}")
+            lines.insert(line(texts) - 1, f"export {key}={_quote(want)}")
             new = "\n".join(lines)
-    return new
+        texts[fp] = new
+    return texts
 
 
 def edit_toml(text: str, values: Mapping[str, Any], *, path: str = "job.toml") -> Edit:
@@ -329,7 +368,22 @@ def changed_lines(a: str, b: str) -> int:
 def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract, spec: LaunchSpec) -> tuple[Path, Edit] | None:
     """(path, edit) of the contract's launch file (``workload.launch``) that makes it the launch ``spec`` (the
     adapter's launch for the tuned setting); None when the workload names no launch file. EditError when the
-    change cannot be made as a minimal edit."""
+    change cannot be made as a minimal edit, or when it is made in another script of the launch's chain (see
+    :func:`edit_launch_files`)."""
+    got = edit_launch_files(adapter, contract, spec)
+    if got is None:
+        return None
+    top, *others = got
+    if any(e.changed_lines for _, e in others):
+        raise EditError(f"{top[0]}: the tuned setting is written in {', '.join(str(p) for p, _ in others)} too")
+    return top
+
+
+def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract, spec: LaunchSpec) -> list[tuple[Path, Edit]] | None:
+    """(path, edit) of each file of the contract's launch (``workload.launch``, then the scripts it runs to reach
+    the launch command, :mod:`infrarsi.launch.chain`) that together make it the launch ``spec`` (the adapter's
+    launch for the tuned setting), the launch file first; an untouched file has ``changed_lines`` 0. None when the
+    workload names no launch file. EditError when the change cannot be made as a minimal edit."""
     from ..adapters.workload import Workload
 
     workload = Workload(contract, adapter.base_dir, adapter)
@@ -340,10 +394,14 @@ def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract, spec: Launc
     parsed = workload.parsed()
     values = adapter.job_file_values(contract, spec)
     if values is not None:  # a bare job file: the changed fields go into it
-        return p, edit_toml(text, values, path=str(p))
+        return [(p, edit_toml(text, values, path=str(p)))]
+    chain = getattr(parsed, "chain", None)
+    top = str(p)
+    texts = {top: text, **{k: v for k, v in (chain.files if chain is not None else {}).items() if k != top}}
+    main = (chain.command.path if chain is not None and chain.command is not None else None) or top
 
-    def read(t: str) -> Reading:
-        return adapter.reading(contract, t)
+    def read(t: Texts) -> Reading:
+        return adapter.reading(contract, t[top], t)
 
     la = parsed.launch
     n = len(la.launcher) + len(la.program)
@@ -360,10 +418,11 @@ def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract, spec: Launc
                         "by hand: set converters = [] in its [model] table")
     line = la.line or 1
     try:
-        return p, edit_script(text, read, target_args=target, target_env=spec.env, launch_line=line,
-                              env_keys=adapter.env_keys(), path=str(p),
-                              line_of=lambda t: (adapter.reread(contract, t).launch or la).line)
+        edits = edit_files(texts, read, main=main, target_args=target, target_env=spec.env, launch_line=line,
+                           env_keys=adapter.env_keys(),
+                           line_of=lambda t: (adapter.reread(contract, t[top], t).launch or la).line)
     except EditError:
         raise
     except ValueError as e:  # the launch reader's refusal of a text on the way: one line, the caller falls back
         raise EditError(f"{p}: {' '.join(str(e).split())}") from None
+    return [(Path(k), e) for k, e in edits.items()]

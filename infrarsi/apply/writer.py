@@ -146,30 +146,39 @@ def _knobs(d: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items()) or "(none)"
 
 
-def _in_place(data: RunData, adapter: Adapter, spec: LaunchSpec, repo: Path | None) -> tuple[FileChange | None, str]:
-    """The user's own launch file (``workload.launch``) edited to the tuned setting, as a change inside
-    ``repo`` (a file outside it is written as an edited copy under infrarsi-tuned/); (None, why) when the
-    workload names no launch file or the edit cannot be made minimally (then launch.sh is written)."""
-    from .launch_edit import EditError, edit_launch_file
+def _in_place(data: RunData, adapter: Adapter, spec: LaunchSpec,
+              repo: Path | None) -> tuple[list[tuple[str, FileChange]], str]:
+    """The user's own launch file (``workload.launch``) and the scripts it runs to reach the launch command, each
+    edited where a knob of the tuned setting is written, as changes inside ``repo`` (a file outside it is written as
+    an edited copy under infrarsi-tuned/); the launch file comes first, a script the edit leaves untouched is not
+    among them, each with the path the launch reader knows it by. ([], why) when the workload names no launch file or the edit cannot be made minimally (then
+    launch.sh is written)."""
+    from .launch_edit import EditError, edit_launch_files
 
     try:
-        got = edit_launch_file(adapter, data.contract, spec)
+        got = edit_launch_files(adapter, data.contract, spec)
     except (EditError, OSError) as e:
-        return None, f"the launch file could not be edited in place ({e})"
+        return [], f"the launch file could not be edited in place ({e})"
     if got is None:
-        return None, ""
-    src, edit = got
-    src = Path(src).resolve()
-    mode_x = os.access(src, os.X_OK)
-    try:
-        rel = src.relative_to(Path(repo).resolve()).as_posix() if repo is not None else None
-    except ValueError:
-        rel = None
-    why = f"the tuned setting as a {edit.changed_lines}-line edit of the launch the contract names"
-    if rel is None:
-        rel = f"{OUT_ROOT}/{data.contract.name}/{src.name}"
-        why += f" ({src} is outside the repository: the edited copy)"
-    return FileChange(rel, edit.text.encode(), why, "launch", executable=mode_x), ""
+        return [], ""
+    out = []
+    for k, (src, edit) in enumerate(got):
+        if k > 0 and not edit.changed_lines:
+            continue
+        key, src = str(src), Path(src).resolve()
+        mode_x = os.access(src, os.X_OK)
+        try:
+            rel = src.relative_to(Path(repo).resolve()).as_posix() if repo is not None else None
+        except ValueError:
+            rel = None
+        why = (f"the tuned setting as a {edit.changed_lines}-line edit of the launch the contract names" if k == 0 else
+               f"the tuned setting as a {edit.changed_lines}-line edit of a script the launch runs "
+               f"({got[0][0].name} runs it)")
+        if rel is None:
+            rel = f"{OUT_ROOT}/{data.contract.name}/{src.name}"
+            why += f" ({src} is outside the repository: the edited copy)"
+        out.append((key, FileChange(rel, edit.text.encode(), why, "launch", executable=mode_x)))
+    return out, ""
 
 
 def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
@@ -214,12 +223,14 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
                "trial": [list(p) for p in cand.trials], "run": str(data.run_dir.resolve()),
                "notes": ("infrarsi-launch --profile rewrites Megatron and torchtitan commands" if fw in PROFILE_FRAMEWORKS
                          else f"{fw}: run launch.sh (infrarsi-launch rewrites Megatron and torchtitan commands only)")}
-    own, fallback = _in_place(data, adapter, spec, repo)
+    owns, fallback = _in_place(data, adapter, spec, repo)
     workload = Workload(data.contract, data.contract_path.parent, adapter)
-    if own is not None and (differs := workload.differences(setting, own.content.decode())):
-        raise ApplyRefused(f"the edited {own.path} does not compute the user's job: {'; '.join(differs[:3])}")
-    if own is not None:  # the user's launch, edited where each knob is written: a diff a person reviews
-        files.append(own)
+    if owns:
+        edited = {key: f.content.decode() for key, f in owns[1:]}
+        if differs := workload.differences(setting, owns[0][1].content.decode(), edited):
+            raise ApplyRefused(f"the edited {', '.join(f.path for _, f in owns)} does not compute the user's job: "
+                               f"{'; '.join(differs[:3])}")
+        files += [f for _, f in owns]  # the user's launch, edited where each knob is written: a diff a person reviews
     else:
         launch = launch_script(data, spec, cand, changes, depth)
         sbatch = sbatch_script(data, sb_spec, cand, changes)

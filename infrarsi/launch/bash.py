@@ -21,12 +21,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .bash_eval import Command, Interpreter
 from .bash_lex import _ASSIGN, _NAME, ScriptError, Tok, Word, _Lexer
 
-__all__ = ["Command", "ScriptError", "ScriptResult", "interpret_script"]
+__all__ = ["Command", "ScriptError", "ScriptResult", "interpret_script", "sbatch_directives"]
 
 
 @dataclass
@@ -36,6 +37,17 @@ class ScriptResult:
     exported: dict[str, str]  # variables the script exports (their final values)
     sbatch: list[str] = field(default_factory=list)  # #SBATCH directive arguments, in order
     exit_line: int | None = None  # where the script exits (an `exit` it reaches), if it does
+    environ: dict[str, str] = field(default_factory=dict)  # the starting environment's names, final values
+
+
+def sbatch_directives(text: str) -> list[str]:
+    """The ``#SBATCH`` directive arguments of a batch script, in order (a trailing `` #`` comment dropped)."""
+    out: list[str] = []
+    for ln in text.splitlines():
+        m = re.match(r"\s*#SBATCH\s+(.*)", ln)
+        if m:
+            out.extend(shlex.split(m.group(1).split(" #")[0]))
+    return out
 
 
 def _split_commands(toks: list[Tok]) -> list[tuple[list[Word], str, int]]:
@@ -66,22 +78,27 @@ _UNSUPPORTED = ("for", "while", "until", "case", "select", "function", "{", "}")
 
 
 def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = None,
-                     args: list[str] | None = None, cwd: str | None = None) -> ScriptResult:
+                     args: list[str] | None = None, cwd: str | None = None,
+                     include: Callable[[str], tuple[str, str] | None] | None = None) -> ScriptResult:
     """Evaluate a launch script's bash subset; every command it would run, expanded (not executed).
 
     ``env`` is the starting environment (default: empty, so defaults in the script apply);
     ``args`` are the script's positional arguments ($1, $2, ...); ``cwd`` is the directory the script
-    runs from: ``$PWD`` unless ``env`` sets it (default: this process's working directory)."""
-    sbatch = []
-    for ln in text.splitlines():
-        m = re.match(r"\s*#SBATCH\s+(.*)", ln)
-        if m:
-            sbatch.extend(shlex.split(m.group(1).split(" #")[0]))
+    runs from: ``$PWD`` unless ``env`` sets it (default: this process's working directory).
+    ``include`` reads a ``source FILE`` / ``. FILE``: the file's (path, text), or None when it is not read (the
+    command is then kept as it is); a read file's commands run in this script, as bash runs them, and each
+    :class:`Command` names the file it stands in (``path``)."""
+    sbatch = sbatch_directives(text)
     toks = _Lexer(text, path).tokens()
     cmds = _split_commands(toks)
+    where = [path] * len(cmds)  # the file each command stands in (a sourced file's commands are spliced in)
+    included = 0
     start_env = dict(env or {})
     start_env.setdefault("PWD", str(cwd) if cwd is not None else os.getcwd())
     it = Interpreter(path, start_env, args)
+    for name, val in start_env.items():  # a parent script's `export X=$(cmd)`: one word, never run, as in its parent
+        if "$(" in val or "`" in val:
+            it.vars[name] = it.opaque(val)
     # if-stack frames: [active_now, any_branch_taken, parent_active, line of the if]
     stack: list[list] = []
     prev_sep, status = "", True
@@ -89,6 +106,7 @@ def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = 
     k = 0
     while k < len(cmds):
         words, sep, line = cmds[k]
+        it.where = where[k]
         active = all(f[0] for f in stack)
         if not words:
             if sep in ("(", ")"):
@@ -218,8 +236,16 @@ def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = 
             break
         elif argv and argv[0] in ("shift",):
             it.args = it.args[int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else 1:]
+        elif argv and argv[0] in ("source", ".") and len(argv) > 1 and include is not None \
+                and (got := include(_reveal(argv[1], it.substitutions))) is not None:
+            included += 1
+            if included > 32:  # a file that sources itself, directly or not
+                raise it.err(line, f"more than 32 files sourced (is {got[0]} sourcing itself?); source each file once")
+            more = _split_commands(_Lexer(got[1], got[0]).tokens())
+            cmds[k + 1:k + 1] = more
+            where[k + 1:k + 1] = [got[0]] * len(more)
         elif argv:
-            it.commands.append(Command(argv=argv, env=cmd_env, line=line))
+            it.commands.append(Command(argv=argv, env=cmd_env, line=line, path=where[k]))
         k += 1
     if stack:
         raise it.err(stack[-1][3], "if without fi; close it with fi")
@@ -228,9 +254,10 @@ def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = 
     def reveal(v):
         return _reveal(v, it.substitutions)
 
-    commands = [Command(argv=reveal(c.argv), env=reveal(c.env), line=c.line) for c in it.commands]
+    commands = [Command(argv=reveal(c.argv), env=reveal(c.env), line=c.line, path=c.path) for c in it.commands]
+    environ = {n: v for n in (env or {}) if isinstance(v := it.vars.get(n), str)}
     return ScriptResult(commands=commands, variables=reveal(it.vars), exported=reveal(exported), sbatch=sbatch,
-                        exit_line=exit_line)
+                        exit_line=exit_line, environ=reveal(environ))
 
 
 _PLACEHOLDER = re.compile("\x00(\\d+)\x00")

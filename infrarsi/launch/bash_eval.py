@@ -25,6 +25,7 @@ class Command:
     argv: list[str]
     env: dict[str, str]
     line: int
+    path: str = ""  # the file it stands in (a sourced file's, or the script's own)
 
 
 _ARITH_OPS = {
@@ -60,6 +61,7 @@ class Interpreter:
 
     def __init__(self, path: str, env: dict[str, str] | None, args: list[str] | None) -> None:
         self.path = path
+        self.where = path  # the file of the command being read (a sourced one's): what errors name
         self.vars: dict[str, str | list[str]] = dict(env or {})
         self.exported: set[str] = set()
         self.args = list(args or [])
@@ -74,7 +76,7 @@ class Interpreter:
         return f"\x00{len(self.substitutions) - 1}\x00"
 
     def err(self, line: int, msg: str) -> ScriptError:
-        return ScriptError(line, msg, path=self.path)
+        return ScriptError(line, msg, path=self.where)
 
     # ---- values
     def get(self, name: str) -> str | None:

@@ -30,6 +30,32 @@ _SBATCH_FLAGS = {"--exclusive", "--overcommit", "-O", "--requeue", "--no-requeue
                  "--parsable", "-W", "--wait", "--test-only", "--use-min-nodes", "--spread-job", "--ignore-pbs",
                  "-k", "--no-kill", "-Q", "--quiet", "-v", "--verbose", "--reboot", "--get-user-env"}
 _LAUNCHERS = {"torchrun", "srun"}
+# Container runners, as (command, subcommand): the image (or enroot's container name) follows their options, then the
+# command run inside. Per runner family, the options that take no value (every other option takes one).
+RUNNERS = {("apptainer", "exec"): "apptainer", ("apptainer", "run"): "apptainer", ("singularity", "exec"): "apptainer",
+           ("singularity", "run"): "apptainer", ("docker", "run"): "docker", ("podman", "run"): "docker",
+           ("enroot", "start"): "enroot"}
+_RUNNER_FLAGS = {
+    "apptainer": {"--nv", "--nvccli", "--rocm", "-e", "--cleanenv", "-c", "--contain", "-C", "--containall", "-w",
+                  "--writable", "--writable-tmpfs", "--no-home", "-f", "--fakeroot", "-u", "--userns", "-p", "--pid",
+                  "-i", "--ipc", "-n", "--net", "--compat", "--no-init", "--no-privs", "--keep-privs",
+                  "--allow-setuid", "--boot", "--no-htty", "--no-umask", "--no-eval", "--unsquash", "--disable-cache",
+                  "-q", "--quiet", "-s", "--silent", "-d", "--debug", "-v", "--verbose"},
+    "docker": {"--rm", "-i", "-t", "-it", "-ti", "-d", "--detach", "--init", "--privileged", "--interactive", "--tty",
+               "--read-only", "--no-healthcheck", "--oom-kill-disable", "-P", "--publish-all"},
+    "enroot": {"-r", "--root", "-w", "--rw"},
+}
+
+
+def runner_prefix(argv: list[str], k: int) -> int | None:
+    """The index after a container runner's command, options and image at ``argv[k]`` (``apptainer exec --nv
+    img.sif``, ``docker run --rm -v a:b IMAGE``, ``enroot start --mount a:b NAME``); None when ``argv[k]`` starts
+    no runner."""
+    family = RUNNERS.get((os.path.basename(argv[k]), argv[k + 1] if k + 1 < len(argv) else ""))
+    if family is None:
+        return None
+    _, j = _launcher_options(argv, k + 2, [], _RUNNER_FLAGS[family])
+    return j + 1 if j < len(argv) else None
 
 
 @dataclass
@@ -184,6 +210,11 @@ def split_launcher(argv: list[str], *, env: dict[str, str] | None = None, sbatch
             out.nnodes = srun_nodes
             out.nproc_per_node = srun_tpn
             out.ntasks = ntasks if ntasks else ((srun_tpn or 0) * (srun_nodes or 1) or None)
+            continue
+        if (end := runner_prefix(argv, k)) is not None:  # srun [opts] apptainer exec [opts] IMAGE torchrun ...
+            out.kinds.append("container")
+            out.launcher.extend(argv[k:end])
+            k = end
             continue
         if base == "torchrun" or (is_python(w) and argv[k + 1:k + 3] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"])):
             out.kinds.append("torchrun")

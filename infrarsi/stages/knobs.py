@@ -25,24 +25,33 @@ class DetectError(ValueError):
     pass
 
 
-def detect_framework(path: Path, text: str) -> str:
-    """"megatron" or "torchtitan" for a launch file, or a DetectError naming what was looked for."""
-    from ..launch.bash import ScriptError, interpret_script
+def _framework_of(argv: list[str]) -> str | None:
     from ..launch.command import split_launcher
+
+    prog = split_launcher(argv).program
+    if prog[:2] == ["-m", "torchtitan.train"] or (prog and Path(prog[0]).name == "run_train.sh"):
+        return "torchtitan"
+    if prog and Path(prog[-1]).name.startswith("pretrain_") and prog[-1].endswith(".py"):
+        return "megatron"
+    return None
+
+
+def detect_framework(path: Path, text: str) -> str:
+    """"megatron" or "torchtitan" for a launch file (read through the scripts it runs), or a DetectError naming
+    what was looked for."""
+    from ..launch.bash import ScriptError
+    from ..launch.chain import follow
 
     if path.suffix == ".toml":
         return "torchtitan"
     try:
-        res = interpret_script(text, path=str(path))
+        fol = follow(text, path=str(path), env={}, args=None, cwd=None, claims=lambda a: _framework_of(a) is not None)
     except ScriptError as e:
         raise DetectError(str(e)) from None
-    for cmd in reversed(res.commands):
-        la = split_launcher(cmd.argv)
-        prog = la.program
-        if prog[:2] == ["-m", "torchtitan.train"] or (prog and Path(prog[0]).name == "run_train.sh"):
-            return "torchtitan"
-        if prog and Path(prog[-1]).name.startswith("pretrain_") and prog[-1].endswith(".py"):
-            return "megatron"
+    if fol.command is not None:
+        fw = _framework_of(fol.command.argv)
+        assert fw is not None
+        return fw
     raise DetectError(f"{path}: no launch found: expected a Megatron-LM command (torchrun/srun/python ... "
                       "pretrain_gpt.py) or a torchtitan one (-m torchtitan.train, run_train.sh, or a .toml job file)")
 
@@ -79,8 +88,13 @@ def describe(path: Path, *, world_size: int | None = None, core: bool = True) ->
     text = path.read_text()
     via = _contract_workload(path, text)
     if via is not None:
-        return via.describe(core=core)
-    return adapter_class(detect_framework(path, text)).describe_file(path, text, world_size=world_size, core=core)
+        d = via.describe(core=core)
+    else:
+        d = adapter_class(detect_framework(path, text)).describe_file(path, text, world_size=world_size, core=core)
+    chain = getattr(d["parsed"], "chain", None)
+    if chain is not None and chain.hops:  # the scripts read to reach the launch: file:line -> ... -> program
+        d["chain"] = chain.trail(" ".join(d["parsed"].launch.program))
+    return d
 
 
 def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script, command file or config."),
@@ -112,10 +126,13 @@ def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script
     if json_out:
         if check:
             framework_word()
-        typer.echo(json.dumps({k: d[k] for k in ("framework", "fixed", "setting", "violations")}, default=str))
+        keys = ("framework", "fixed", "setting", "violations", *(("chain",) if "chain" in d else ()))
+        typer.echo(json.dumps({k: d[k] for k in keys}, default=str))
         raise typer.Exit(0)
     out = Console(highlight=False)
     out.print(f"[bold]{file}[/]: {d['framework']}, world size {d['world_size'] or 'not stated'}")
+    if "chain" in d:
+        out.print(f"read through: {d['chain']}", soft_wrap=True)
     ft = Table(title="fixed workload arguments", show_header=True)
     ft.add_column("argument", no_wrap=True)
     ft.add_column("value")

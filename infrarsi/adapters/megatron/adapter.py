@@ -43,7 +43,8 @@ from . import equivalence, flags
 from . import log as megatron_log
 from .check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
 from ..base import LaunchFileAdapter, ParsedRun, full_setting, scoped_space
-from ...launch.bash import ScriptError, interpret_script
+from ...launch.bash import ScriptError
+from ...launch.chain import Followed, follow
 from ...launch.command import (KEPT, Launch, split_launcher, unfilled_flags, user_environment,
                                world_from_variables)
 from .args import (_ENTRY, COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError, _read_fixed,
@@ -71,6 +72,7 @@ class MegatronLaunch:
     problems: list[str] = field(default_factory=list)  # launch-level faults (a flag left without its value)
     device: str | None = None  # the contract's hardware.kind: fp8 recipes follow it
     read_with: dict[str, Any] = field(default_factory=dict)  # env, args, cwd the script was read with
+    chain: Followed | None = None  # the scripts read to reach the launch command, with their texts
 
     @property
     def args(self) -> list[str]:
@@ -102,44 +104,44 @@ def parse_megatron_argv(argv: list[str], *, env: Mapping[str, str] | None = None
                           source=source, expert_tensor_parallel=etp)
 
 
-def _pick_launch(commands, source: str):
-    cands = []
-    for c in commands:
-        try:
-            la = split_launcher(c.argv)
-        except Exception:  # noqa: BLE001 - a command we do not understand is not the launch
-            continue
-        if la.program and _ENTRY.search(la.program[-1]):
-            cands.append(c)
-    if not cands:
-        raise MegatronLaunchError(f"{source}: no `torchrun/srun/python ... pretrain_*.py` command found; "
-                                  "the launch must call Megatron's pretrain script")
-    return cands[-1]
+def _claims(argv: list[str]) -> bool:
+    """Whether a command is a Megatron-LM launch: its program (after the launcher) is a ``pretrain_*.py``."""
+    try:
+        la = split_launcher(argv)
+    except Exception:  # noqa: BLE001 - a command we do not understand is not the launch
+        return False
+    return bool(la.program) and _ENTRY.search(la.program[-1]) is not None
 
 
 def parse_megatron(text: str, *, path: str = "<command>", env: Mapping[str, str] | None = None,
-                   args: list[str] | None = None, cwd: str | Path | None = None) -> MegatronLaunch:
-    """Read a Megatron-LM launch script or command line (text). ``env`` seeds the script's
-    environment (default empty); ``args`` are the script's $1, $2, ...; ``cwd`` is where it is read from.
+                   args: list[str] | None = None, cwd: str | Path | None = None,
+                   files: Mapping[str, str] | None = None) -> MegatronLaunch:
+    """Read a Megatron-LM launch script or command line (text), through the scripts it runs (an sbatch file's
+    ``srun bash train.sh``: :mod:`infrarsi.launch.chain`). ``env`` seeds the script's
+    environment (default empty); ``args`` are the script's $1, $2, ...; ``cwd`` is where it is read from;
+    ``files`` are texts read instead of the disk's for the chain's other scripts (an edit being read back).
     ``$PWD`` is kept as the user wrote it (``${PWD}``, resolved where the launch starts:
     :func:`infrarsi.launch.command.expand_kept`) unless ``env`` sets PWD (the contract's ``script_env``)."""
     start = {**user_environment(), "PWD": KEPT, **dict(env or {})}  # $HOME/... as the user's shell reads it
     try:
-        res = interpret_script(text, path=path, env=start, args=args, cwd=None if cwd is None else str(cwd))
+        fol = follow(text, path=path, env=start, args=args, cwd=None if cwd is None else str(cwd), claims=_claims,
+                     files=files)
     except ScriptError as e:
         raise MegatronLaunchError(str(e)) from None
-    try:
-        cmd = _pick_launch(res.commands, path)
-    except MegatronLaunchError as e:
-        if res.exit_line is not None:
-            raise MegatronLaunchError(f"{e} (the script exits at line {res.exit_line} before launching: "
-                                      "set the variables it checks there, e.g. with env=)") from None
-        raise
-    launch_env = {**res.exported, **cmd.env}
-    out = parse_megatron_argv(cmd.argv, env=launch_env, source=path, script_vars=res.variables,
-                              sbatch=res.sbatch, line=cmd.line)
-    out.problems = unfilled_flags(text, cmd.argv, res.variables, args)
+    cmd = fol.command
+    if cmd is None:
+        msg = (f"{path}: no `torchrun/srun/python ... pretrain_*.py` command found; "
+               "the launch must call Megatron's pretrain script")
+        if fol.top is not None and fol.top.exit_line is not None:
+            msg += (f" (the script exits at line {fol.top.exit_line} before launching: "
+                    "set the variables it checks there, e.g. with env=)")
+        raise MegatronLaunchError(msg)
+    res = fol.result
+    out = parse_megatron_argv(cmd.argv, env=fol.env, source=path, script_vars=res.variables,
+                              sbatch=fol.sbatch, line=cmd.line)
+    out.problems = unfilled_flags(fol.text, cmd.argv, res.variables, fol.args)
     out.read_with = {"env": dict(env or {}), "args": list(args or []), "cwd": None if cwd is None else str(cwd)}
+    out.chain = fol
     return out
 
 
@@ -311,23 +313,25 @@ class MegatronAdapter(LaunchFileAdapter):
     def launch_violations(parsed: MegatronLaunch, *, core: bool = True) -> list[str]:
         return violations(parsed, core=core)
 
-    def reread(self, contract: Contract, text: str) -> MegatronLaunch:
-        """``text`` read as the contract's launch file is (the same environment, arguments and working directory):
-        what ``apply`` would write, read back."""
+    def reread(self, contract: Contract, text: str, files: Mapping[str, str] | None = None) -> MegatronLaunch:
+        """``text`` read as the contract's launch file is (the same environment, arguments and working directory;
+        ``files``: the chain's other scripts, edited): what ``apply`` would write, read back."""
         rw = self.parsed(contract).read_with
         return parse_megatron(text, path=str(launch_path(contract.workload, self.base_dir)), env=rw.get("env"),
-                              args=rw.get("args"), cwd=rw.get("cwd"))
+                              args=rw.get("args"), cwd=rw.get("cwd"), files=files)
 
-    def differences(self, contract: Contract, setting: Mapping[str, Any], text: str) -> list[str]:
-        """What differs, by Megatron's reading, between the user's launch and the launch file ``text`` that the
-        complete ``setting`` does not explain."""
-        q = self.reread(contract, text)
+    def differences(self, contract: Contract, setting: Mapping[str, Any], text: str,
+                    files: Mapping[str, str] | None = None) -> list[str]:
+        """What differs, by Megatron's reading, between the user's launch and the launch file ``text`` (``files``:
+        the chain's other scripts, edited) that the complete ``setting`` does not explain."""
+        q = self.reread(contract, text, files)
         return equivalence.compare(self.parsed(contract), q.argv(), q.env, setting)
 
-    def reading(self, contract: Contract, text: str) -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
-        """(program arguments, environment, setting, fixed) of ``text`` read as the launch file: what an in-place
-        edit compares."""
-        q = self.reread(contract, text)
+    def reading(self, contract: Contract, text: str, files: Mapping[str, str] | None = None
+                ) -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
+        """(program arguments, environment, setting, fixed) of ``text`` read as the launch file (``files``: the
+        chain's other scripts, edited): what an in-place edit compares."""
+        q = self.reread(contract, text, files)
         return q.args, q.env, q.setting, q.fixed
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:

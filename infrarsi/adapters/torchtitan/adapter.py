@@ -288,16 +288,17 @@ class TorchtitanAdapter(LaunchFileAdapter):
     def launch_violations(parsed: TorchtitanLaunch, *, core: bool = True) -> list[str]:
         return violations(parsed)
 
-    def reread(self, contract: Contract, text: str) -> TorchtitanLaunch:
+    def reread(self, contract: Contract, text: str, files: Mapping[str, str] | None = None) -> TorchtitanLaunch:
         """``text`` read as the contract's launch script is (the same environment, arguments, working directory
-        and job-file folder): what ``apply`` would write, read back."""
+        and job-file folder; ``files``: the scripts it runs, edited): what ``apply`` would write, read back."""
         parsed = self.parsed(contract)
         rw = parsed.read_with
         return parse_torchtitan(text, path=str(launch_path(contract.workload, self.base_dir)), env=rw.get("env"),
                                 base_dir=parsed.base_dir, args=rw.get("args"), cwd=rw.get("cwd"),
-                                world_size=contract.hardware.devices)
+                                world_size=contract.hardware.devices, files=files)
 
-    def differences(self, contract: Contract, setting: Mapping[str, Any], text: str) -> list[str]:
+    def differences(self, contract: Contract, setting: Mapping[str, Any], text: str,
+                    files: Mapping[str, str] | None = None) -> list[str]:
         """What differs, by torchtitan's reading, between the user's launch and the launch file ``text`` (a
         script, or the job file itself) that the complete ``setting`` does not explain."""
         parsed = self.parsed(contract)
@@ -307,13 +308,14 @@ class TorchtitanAdapter(LaunchFileAdapter):
                 job = Path(d) / launch_path(contract.workload, self.base_dir).name
                 job.write_text(text)
                 return compare(parsed, ["--job.config_file", str(job)], parsed.env, setting, world=world)
-        q = self.reread(contract, text)
+        q = self.reread(contract, text, files)
         return compare(parsed, q.launch.argv() if q.launch else [], q.env, setting, world=world)
 
-    def reading(self, contract: Contract, text: str) -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
-        """(program arguments, environment, setting, fixed) of ``text`` read as the launch script: what an
-        in-place edit compares."""
-        q = self.reread(contract, text)
+    def reading(self, contract: Contract, text: str, files: Mapping[str, str] | None = None
+                ) -> tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]:
+        """(program arguments, environment, setting, fixed) of ``text`` read as the launch script (``files``: the
+        scripts it runs, edited): what an in-place edit compares."""
+        q = self.reread(contract, text, files)
         return q.launch.args if q.launch else [], q.env, q.setting, q.fixed
 
     def job_file_values(self, contract: Contract, spec: LaunchSpec) -> dict[str, Any] | None:

@@ -15,7 +15,8 @@ from typing import Any
 
 from ...knobs.catalog import ENV_PREFIX, knobs_for
 from ...transformer import data_parallel
-from ...launch.bash import ScriptError, interpret_script
+from ...launch.bash import ScriptError
+from ...launch.chain import Followed, follow
 from ...launch.command import Launch, split_launcher, unfilled_flags, user_environment, world_from_variables
 from .configs import (
     _AC_MODES, _BOOL_FIELDS_02, _BOOL_FIELDS_03, _FP8_CONVERTERS, _INT_FIELDS, _SUBCOMMAND, CONFIGS_03, DEFAULTS_02,
@@ -148,6 +149,7 @@ class TorchtitanLaunch:
     device: str | None = None  # the contract's hardware.kind: fp8 recipes follow it
     base_dir: str | None = None  # where relative job-file paths are read from
     read_with: dict[str, Any] = field(default_factory=dict)  # env, args, cwd the script was read with
+    chain: Followed | None = None  # the scripts read to reach the launch command, with their texts
 
     @property
     def bool_keys(self) -> set[str]:
@@ -356,8 +358,10 @@ def parse_torchtitan_argv(argv: list[str], *, env: Mapping[str, str] | None = No
 
 def parse_torchtitan(text: str, *, path: str = "<command>", env: Mapping[str, str] | None = None,
                      base_dir: str | Path | None = None, world_size: int | None = None,
-                     args: list[str] | None = None, cwd: str | Path | None = None) -> TorchtitanLaunch:
-    """Read a torchtitan launch from text: a TOML job file (0.2.x) or a script/command line. ``args``
+                     args: list[str] | None = None, cwd: str | Path | None = None,
+                     files: Mapping[str, str] | None = None) -> TorchtitanLaunch:
+    """Read a torchtitan launch from text: a TOML job file (0.2.x) or a script/command line, through the scripts it
+    runs (:mod:`infrarsi.launch.chain`; ``files``: their texts, read instead of the disk's). ``args``
     are a script's $1, $2, ...; ``cwd`` its $PWD (default: this process's working directory)."""
     if path.endswith(".toml") or re.match(r"^\s*(#.*\n\s*)*\[", text):
         vals = parse_toml_job(text, path=path)
@@ -368,23 +372,29 @@ def parse_torchtitan(text: str, *, path: str = "<command>", env: Mapping[str, st
                                 notes=_toml_notes(vals) + notes,
                                 base_dir=None if base_dir is None else str(base_dir))
     try:
-        res = interpret_script(text, path=path, env={**user_environment(), **dict(env or {})}, args=args,
-                               cwd=None if cwd is None else str(cwd))
+        fol = follow(text, path=path, env={**user_environment(), **dict(env or {})}, args=args,
+                     cwd=None if cwd is None else str(cwd), claims=_claims, files=files)
     except ScriptError as e:
         raise TorchtitanLaunchError(str(e)) from None
-    for cmd in reversed(res.commands):
-        la = split_launcher(cmd.argv)
-        prog = la.program
-        if prog[:2] == ["-m", "torchtitan.train"] or (prog and os.path.basename(prog[0]) == "run_train.sh"):
-            base = base_dir if base_dir is not None else (Path(path).parent if path != "<command>" else None)
-            out = parse_torchtitan_argv(cmd.argv, env={**res.exported, **cmd.env}, base_dir=base,
-                                        script_vars=res.variables, source=path, line=cmd.line)
-            if out.world_size is None and world_size:
-                out = with_world(out, world_size)
-            out.problems = unfilled_flags(text, cmd.argv, res.variables, args)
-            out.read_with = {"env": dict(env or {}), "args": list(args or []), "cwd": None if cwd is None else str(cwd)}
-            return out
-    raise TorchtitanLaunchError(f"{path}: no `torchrun ... -m torchtitan.train` or run_train.sh command found")
+    cmd = fol.command
+    if cmd is None:
+        raise TorchtitanLaunchError(f"{path}: no `torchrun ... -m torchtitan.train` or run_train.sh command found")
+    res = fol.result
+    base = base_dir if base_dir is not None else (Path(path).parent if path != "<command>" else None)
+    out = parse_torchtitan_argv(cmd.argv, env=fol.env, base_dir=base, script_vars=res.variables, source=path,
+                                line=cmd.line)
+    if out.world_size is None and world_size:
+        out = with_world(out, world_size)
+    out.problems = unfilled_flags(fol.text, cmd.argv, res.variables, fol.args)
+    out.read_with = {"env": dict(env or {}), "args": list(args or []), "cwd": None if cwd is None else str(cwd)}
+    out.chain = fol
+    return out
+
+
+def _claims(argv: list[str]) -> bool:
+    """Whether a command is a torchtitan launch: ``-m torchtitan.train`` or run_train.sh after the launcher."""
+    prog = split_launcher(argv).program
+    return prog[:2] == ["-m", "torchtitan.train"] or (bool(prog) and os.path.basename(prog[0]) == "run_train.sh")
 
 
 def with_world(p: TorchtitanLaunch, world: int) -> TorchtitanLaunch:
