@@ -41,6 +41,7 @@ from .classify import Verdict, apply_loss_check, classify
 from .clock import ClockProblem, disagreement, measure, own_cpu_s, referee
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
+from . import user_srun
 from .local import OUTPUTS, kill_token, trial_env
 from .record import RunRecord
 from .spec import LaunchSpec
@@ -347,6 +348,9 @@ class Runner:
             spec = self.adapter.trial_outputs(spec)  # checkpoints & co. into the trial's directory
         except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
             return Verdict(status=TrialStatus.INVALID, evidence=[f"launch: {e}"], reason=str(e).splitlines()[0][:200])
+        if self.executor.kind == "local" and user_srun.split(list(spec.argv)) is not None:
+            return Verdict(status=TrialStatus.INVALID, evidence=[f"launch: {' '.join(spec.argv[:4])} ..."],
+                           reason="the launch starts its own srun: run it with INFRARSI_EXECUTOR=slurm")
         if spec.nodes > 1 and self.executor.kind == "local":
             return Verdict(status=TrialStatus.INVALID,
                            evidence=[f"launch needs {spec.nodes} nodes; the local executor has one"],

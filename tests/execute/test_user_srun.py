@@ -152,3 +152,14 @@ def test_srun_then_a_script_then_torchrun_runs_its_ranks_in_the_box(slurm, tmp_p
     assert "#SBATCH --ntasks-per-node=1" in job and "#SBATCH --cpus-per-task=2" in job  # one task, two ranks
     starts = [ln for ln in (trial / "stdout").read_text().splitlines() if ln.startswith("toy start")]
     assert sorted(ln.split()[3] for ln in starts) == ["rank=0", "rank=1"], starts
+
+
+def test_a_launch_with_its_own_srun_is_refused_by_the_local_executor_in_one_line(tmp_path):
+    """srun cannot reach a controller from inside a local trial's box: the trial is refused before it starts."""
+    from infrarsi.execute.local import LocalExecutor
+
+    rec = RunRecord(tmp_path / "run")
+    with Runner(rec, LocalExecutor(), SrunToy(), toy_contract()) as r:
+        [t] = r.run([{"mode": "ok"}])
+    assert t.status is TrialStatus.INVALID and t.reason == "the launch starts its own srun: run it with INFRARSI_EXECUTOR=slurm"
+    assert not (rec.trial_dir(t.id) / "stdout").exists()  # never launched
