@@ -47,9 +47,9 @@ srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\
     --use-cpu-initialization --log-interval 1 --attention-dropout 0.0 --hidden-dropout 0.0
 """
 
-# The same job as Megatron-LM's Slurm examples launch it: sbatch -> srun -> bash -> torchrun. The layout (tensor
-# parallel 2, micro-batch 1) is exported in the sbatch file, the model is in scripts/train_gpt.sh, which takes the
-# steps as its argument. Tensor parallelism on gloo meets the other rank several times per layer and micro-batch:
+# The same job as Megatron-LM's Slurm examples launch it: sbatch -> srun -> bash -> torchrun. The sbatch file sets the
+# job's environment; scripts/train_gpt.sh (which takes the steps as its argument) sets the model and the layout (tensor
+# parallel 2, micro-batch 1), where apply edits them. Tensor parallelism on gloo meets the other rank several times per layer and micro-batch:
 # on CPU ranks that share 2 cores, data parallelism with larger micro-batches is much faster (a speedup a machine
 # whose step times vary 20-30% run to run can confirm).
 SBATCH_SH = """#!/bin/bash
@@ -62,8 +62,6 @@ SBATCH_SH = """#!/bin/bash
 # megatron-core's GPT on this machine's CPU, launched the way Megatron-LM's Slurm examples are: one srun task per
 # node runs scripts/train_gpt.sh, whose torchrun starts the 2 ranks (gloo).
 
-export TP=2
-export MICRO_BATCH=1
 export OMP_NUM_THREADS=1
 
 srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash scripts/train_gpt.sh 6
@@ -76,7 +74,7 @@ LAUNCHERS={launchers}
 
 torchrun --standalone --nproc-per-node 2 ${{LAUNCHERS}}/pretrain_gpt_cpu.py \\
     --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 \\
-    --vocab-size 1024 --tensor-model-parallel-size ${{TP}} --micro-batch-size ${{MICRO_BATCH}} \\
+    --vocab-size 1024 --tensor-model-parallel-size 2 --micro-batch-size 1 \\
     --global-batch-size 32 --train-iters ${{ITERS}} --lr 3.0e-4 --seed 1234 --use-cpu-initialization \\
     --log-interval 1 --attention-dropout 0.0 --hidden-dropout 0.0
 """
