@@ -171,7 +171,8 @@ def main() -> int:
     for t in out["trials"]:
         isolated[t.get("isolation") or "none"] = isolated.get(t.get("isolation") or "none", 0) + 1
     best = out["promoted"][0] if out["promoted"] else None
-    said = (f"promoted {best['setting']}: speedup {best['speedup']:.2f}x (95% CI {best['ci95'][0]:.2f}-"
+    level = f"{100 * best['level']:.2f}%" if best and best.get("level") else "95%"  # the sequential look's level
+    said = (f"promoted {best['setting']}: speedup {best['speedup']:.2f}x ({level} interval {best['ci95'][0]:.2f}-"
             f"{best['ci95'][1]:.2f}, {best['pairs']} pairs)" if best else "promoted nothing")
     print(f"slurm tune ({SHAPES[a.shape]}, megatron-core CPU, 2 ranks): wall {out['wall_s']:.0f} s, "
           f"{len(out['trials'])} trials ({', '.join(f'{n} {k}' for k, n in isolated.items())}), {said}; "
