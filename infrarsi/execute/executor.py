@@ -49,9 +49,9 @@ class Executor(Protocol):
     def command_line(self, spec: LaunchSpec) -> list[str]:
         """The command as a person would run it (recorded in the trial's ``command`` file)."""
 
-    def isolates(self, trial_dir: Path) -> bool:
-        """Whether the trial of ``trial_dir`` runs in the box (it can write nothing outside its ``outputs/``); an
-        unisolated trial's repository is compared before and after it."""
+    def isolates(self, trial_dir: Path, spec: LaunchSpec | None = None) -> bool:
+        """Whether the trial of ``trial_dir`` (launching ``spec``, when given) runs in the box (it can write nothing
+        outside its ``outputs/``); an unisolated trial's repository is compared before and after it."""
 
     def live_clock(self, handle: Handle) -> StepLines | None:
         """The running trial's step lines as the harness stamps them (execute/prune.py judges them), None where the

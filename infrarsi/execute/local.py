@@ -186,7 +186,7 @@ class LocalExecutor:
         why = isolation_problem()
         return None if why is None else f"this machine cannot isolate trials ({why})"
 
-    def isolates(self, trial_dir: Path) -> bool:
+    def isolates(self, trial_dir: Path, spec: LaunchSpec | None = None) -> bool:
         return self.isolation_why(trial_dir) is None
 
     def box(self, spec: LaunchSpec, trial_dir: Path, env: dict[str, str] | None = None) -> isolation.Box:

@@ -43,6 +43,7 @@ from .classify import Verdict, apply_loss_check, classify
 from .clock import ClockProblem, disagreement, measure, own_cpu_s, read_clock, referee
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
+from . import user_srun
 from .local import OUTPUTS, kill_token, trial_env
 from .prune import PruneWatch, Target
 from .record import RunRecord
@@ -250,7 +251,7 @@ class Runner:
         relaunched: list[str] = []  # evidence of launches the scheduler held (each cancelled and launched again)
         # An isolated trial cannot write outside its directory (the repository is read-only to it): nothing to watch.
         # An unisolated one is watched: the repository is compared before and after it.
-        guard = None if self.executor.isolates(self.record.trial_dir(trial.id)) else \
+        guard = None if self.executor.isolates(self.record.trial_dir(trial.id), spec) else \
             TreeGuard(self._repo(spec), allowed=[self.record.run_dir])
         before = guard.snapshot() if guard is not None else {}
         watch = Watch()  # the machine's conditions over the trial (execute/conditions.py)
@@ -315,7 +316,8 @@ class Runner:
             "status": verdict.status, "metrics": verdict.metrics, "evidence": verdict.evidence, "reason": verdict.reason,
             "exit_code": verdict.exit_code, "signal": verdict.signal, "job_id": handle.job_id,
             "cost": Cost(wall_s=end.wall_s, devices=spec.devices), "finished_at": ended_at,
-            "warnings": warnings, "conditions": conditions, "network": handle.network}))
+            "warnings": warnings, "conditions": conditions, "network": handle.network,
+            "isolation": handle.isolation or ("bwrap" if handle.sandboxed else "")}))
         _hold_reserve(self.record.run_dir)  # given back if a full disk needed it for the records: held again
         return done
 
@@ -343,6 +345,9 @@ class Runner:
             spec = self.adapter.trial_outputs(spec)  # checkpoints & co. into the trial's directory
         except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
             return Verdict(status=TrialStatus.INVALID, evidence=[f"launch: {e}"], reason=str(e).splitlines()[0][:200])
+        if self.executor.kind == "local" and user_srun.split(list(spec.argv)) is not None:
+            return Verdict(status=TrialStatus.INVALID, evidence=[f"launch: {' '.join(spec.argv[:4])} ..."],
+                           reason="the launch starts its own srun: run it with INFRARSI_EXECUTOR=slurm")
         if spec.nodes > 1 and self.executor.kind == "local":
             return Verdict(status=TrialStatus.INVALID,
                            evidence=[f"launch needs {spec.nodes} nodes; the local executor has one"],

@@ -25,7 +25,9 @@ every trial is recorded as unisolated (the runner then checks the repository and
 job, the report says so, and promotion on such evidence needs the contract's opt-in). With the isolation
 required (``"on"``, or a probe that passed), a job that lands on a node without bwrap fails; it never runs
 unisolated. The decision is the runner's, made before submitting: nothing a job could print or write decides
-it. A launch that starts its own ``srun`` is not isolated (its tasks would run outside).
+it. A launch that starts its own ``srun`` keeps it, every option as written, with the box between srun and the
+command (``srun [options] bwrap ... -- command``: user_srun.py), or a podman container as the box (containers.py;
+pyxis, enroot and docker containers are not counted as isolation).
 
 The harness's clock (tail_clock.py's :class:`~infrarsi.execute.tail_clock.TailClock`): the job writes its own output, so the
 runner reads the job's stdout and stderr as they grow (every 50 ms, on the shared file system) and stamps each line;
@@ -52,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import SlurmError, SlurmPendingTimeout, SlurmUnreachable  # known failures (errors.py), still named here
 from ..rundir.names import JOB_SCRIPT
 from ..contract.scope import repository_root
-from . import isolation
+from . import containers, isolation, user_srun
 from .tail_clock import TailClock
 from .executor import STDERR, STDOUT, Handle, LaunchEnd, fresh_trial_dir
 from .local import CAP_ENV, EXIT_STATUS, OUTPUTS, WRAPPER, resolve_argv, run_dir_of, trial_env
@@ -151,12 +153,31 @@ class SlurmExecutor:
 
     def command_line(self, spec: LaunchSpec) -> list[str]:
         """The command the job script runs (``srun ...`` when it starts several tasks), as a person would."""
+        srun, command = self._steps(spec)
+        return srun + command
+
+    def _steps(self, spec: LaunchSpec) -> tuple[list[str], list[str]]:
+        """(the srun that starts the tasks, [] for none; the command each task runs). A launch that starts its own
+        srun keeps it, with every option as written (user_srun.py); otherwise the executor starts several tasks
+        itself, one per rank (one per node for torchrun, which starts the ranks)."""
         argv = resolve_argv(spec.argv)
-        return self._srun(spec) + argv
+        own = user_srun.split(argv)
+        if own is not None:  # a container's command runs the image's python, not this machine's
+            return own.srun, own.command if containers.runtime(own.command, own.options) else resolve_argv(own.command)
+        tasks = 1 if is_torchrun(argv) else spec.processes
+        return (["srun", f"--ntasks-per-node={tasks}"] if spec.nodes * tasks > 1 else []), argv
 
     def _srun(self, spec: LaunchSpec) -> list[str]:
-        tasks = 1 if is_torchrun(resolve_argv(spec.argv)) else spec.processes
-        return ["srun", f"--ntasks-per-node={tasks}"] if spec.nodes * tasks > 1 else []
+        return self._steps(spec)[0]
+
+    def _shape(self, spec: LaunchSpec) -> tuple[int, int]:
+        """(tasks per node, CPUs per task) of the job."""
+        argv = resolve_argv(spec.argv)
+        own = user_srun.split(argv)
+        if own is not None:
+            return user_srun.job_shape(own, processes=spec.processes, nodes=spec.nodes)
+        launcher = is_torchrun(argv)  # torchrun starts the workers itself: one task per node
+        return (1, spec.processes) if launcher else (spec.processes, 1)
 
     # ---------------------------------------------------------------- isolation
     def isolation_why(self, trial_dir: Path, spec: LaunchSpec | None = None) -> str | None:
@@ -164,10 +185,13 @@ class SlurmExecutor:
         directory, which is never isolated)."""
         if run_dir_of(trial_dir) is None:
             return ""
-        if spec is not None and Path(resolve_argv(spec.argv)[0]).name == "srun":
-            return "the launch starts its own srun, whose tasks slurmd starts outside any isolation of the job"
         if self.config.isolation == "off":
             return "trial isolation is off (SlurmExecutor.Config.isolation = off or INFRARSI_ISOLATION=off)"
+        kind = self._container(spec)
+        if kind is not None and (why := containers.not_isolation(kind)):
+            return why
+        if kind == "podman":  # the container is the box (containers.py): no bwrap on the node needed
+            return self._podman(spec, Path(trial_dir))[2]
         if self.config.isolation == "on":
             return None
         key = (self.env.get("SLURM_CONF", ""), self.config.bwrap, self.config.partition, tuple(self.config.extra_args))
@@ -178,8 +202,26 @@ class SlurmExecutor:
                 self._probed = _PROBED[key] = self._probe(Path(trial_dir))
             return self._probed or None
 
-    def isolates(self, trial_dir: Path) -> bool:
-        return self.isolation_why(trial_dir) is None
+    def _container(self, spec: LaunchSpec | None) -> str | None:
+        """The container runtime the launch's own srun starts its tasks in (containers.py), or None."""
+        own = user_srun.split(resolve_argv(spec.argv)) if spec is not None else None
+        return containers.runtime(own.command, own.options) if own is not None else None
+
+    def _podman(self, spec: LaunchSpec, trial_dir: Path) -> tuple[list[str], str, str | None]:
+        """containers.podman_isolation for the launch's ``podman run``: (options added, network, why not)."""
+        srun, command = self._steps(spec)
+        try:
+            run = containers.split_podman(command)
+        except ValueError as e:
+            return [], "", str(e)
+        cwd = Path(spec.cwd).resolve() if spec.cwd else Path.cwd().resolve()
+        box = self._box(spec, trial_dir, cwd, [*run.options, *run.command])
+        names = sorted(trial_env(spec, "-", trial_dir))
+        return containers.podman_isolation(run, box, outputs=Path(trial_dir).resolve() / OUTPUTS, env_names=names,
+                                           one_node=spec.nodes == 1, profile=Path(trial_dir).resolve() / PODMAN_PROFILE)
+
+    def isolates(self, trial_dir: Path, spec: LaunchSpec | None = None) -> bool:
+        return self.isolation_why(trial_dir, spec) is None
 
     def _probe(self, trial_dir: Path) -> str:
         """Run bwrap with a trial's options in a job of its own; "" when it worked, else why not (one line)."""
@@ -209,9 +251,11 @@ class SlurmExecutor:
         """srun (several tasks) + bwrap ... -- python trial_wrapper.py --inner STATUS command (one status file: only
         a single task's signal is told apart from its exit status)."""
         cwd = Path(spec.cwd).resolve() if spec.cwd else Path.cwd().resolve()
-        argv = resolve_argv(spec.argv)
+        srun, argv = self._steps(spec)
+        if self._container(spec) == "podman":  # podman's container is the box, with the options InfraRSI adds
+            run = containers.split_podman(argv)
+            return [*srun, *run.head, *run.options, *self._podman(spec, trial_dir)[0], run.image, *run.command]
         box = self._box(spec, trial_dir, cwd, argv)
-        srun = self._srun(spec)
         status = str(_status_file(trial_dir)) if not srun else "/dev/null"
         inner = [sys.executable, "-I", "-S", WRAPPER, "--inner", status, *argv]
         if not (trial_dir / SECCOMP_FILE).is_file():
@@ -219,6 +263,21 @@ class SlurmExecutor:
         # each task opens the filter for its own bwrap (srun hands its tasks no descriptor of the script's)
         opened = ["/bin/sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"', str(trial_dir / SECCOMP_FILE)]
         return srun + opened + box.argv(inner, bwrap_path=self.config.bwrap, seccomp_fd=SECCOMP_FD)
+
+    def _isolated_by(self, spec: LaunchSpec) -> str:
+        """What isolates an isolated trial: a bwrap around the job's command, one around each task of the executor's
+        own srun, or one around each task of the launch's own srun (user_srun.py)."""
+        if self._container(spec) == "podman":
+            return containers.PODMAN_RUNTIME
+        if user_srun.split(resolve_argv(spec.argv)) is not None:
+            return BWRAP_PER_USER_TASK
+        return "bwrap per task" if self._srun(spec) else "bwrap"
+
+    def _network(self, spec: LaunchSpec, trial_dir: Path) -> str:
+        """An isolated trial's network: "own" (a namespace of its own) or "shared" (the node's)."""
+        if self._container(spec) == "podman":
+            return self._podman(spec, trial_dir)[1]
+        return "shared" if _needs_network(spec, self._srun(spec)) else "own"
 
     def _box(self, spec: LaunchSpec, trial_dir: Path, cwd: Path, argv: list[str]) -> isolation.Box:
         # Several tasks (srun, each in a bwrap of its own) keep the node's PID and IPC namespaces and /dev/shm:
@@ -230,12 +289,11 @@ class SlurmExecutor:
                                    network=_needs_network(spec, self._srun(spec)),
                                    scratch_bytes=spec.scratch_bytes or isolation.SCRATCH_BYTES)
 
-    def script(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> str:
-        """The sbatch script for one trial."""
+    def script(self, spec: LaunchSpec, trial_dir: Path, *, token: str, isolated: bool | None = None) -> str:
+        """The sbatch script for one trial (``isolated``: the submit's decision; None asks isolation_why)."""
         trial_dir = Path(trial_dir).resolve()
         spec = spec.for_trial(trial_dir)
-        launcher = is_torchrun(resolve_argv(spec.argv))  # torchrun starts the workers itself: one task per node
-        tasks = 1 if launcher else spec.processes
+        tasks, cpus = self._shape(spec)
         minutes = max(1, math.ceil(spec.time_limit_s / 60))
         lines = [
             "#!/bin/bash",
@@ -243,7 +301,7 @@ class SlurmExecutor:
             f"#SBATCH --comment=infrarsi-{token}",
             f"#SBATCH --nodes={spec.nodes}",
             f"#SBATCH --ntasks-per-node={tasks}",
-            f"#SBATCH --cpus-per-task={spec.processes if launcher else 1}",
+            f"#SBATCH --cpus-per-task={cpus}",
             f"#SBATCH --mem={self.mem_mb(spec)}M",
             f"#SBATCH --time={minutes}",
             f"#SBATCH --output={trial_dir / STDOUT}",
@@ -254,7 +312,8 @@ class SlurmExecutor:
             lines.append(f"#SBATCH --partition={self.config.partition}")
         lines += [f"#SBATCH {a}" for a in self.config.extra_args]
         lines.append("")
-        isolated = self.isolation_why(trial_dir, spec) is None
+        if isolated is None:
+            isolated = self.isolation_why(trial_dir, spec) is None
         if isolated:  # the submitting shell's secrets (sbatch exports its environment) stay out of the job
             for k in sorted(set(os.environ) - set(isolation.clean_environment(os.environ, pass_env=spec.pass_env))):
                 lines.append(f"unset {k}")
@@ -285,14 +344,16 @@ class SlurmExecutor:
 
     def submit(self, spec: LaunchSpec, trial_dir: Path, *, token: str) -> Handle:
         trial_dir = Path(trial_dir)
-        fresh_trial_dir(trial_dir, (STDOUT, STDERR, EXIT_STATUS, JOB_SCRIPT, SECCOMP_FILE), OUTPUTS)
+        fresh_trial_dir(trial_dir, (STDOUT, STDERR, EXIT_STATUS, JOB_SCRIPT, SECCOMP_FILE, PODMAN_PROFILE), OUTPUTS)
         spec = spec.for_trial(trial_dir)
         why = self.isolation_why(trial_dir, spec)
         missing = None
-        if why is None and not isolation.write_seccomp(trial_dir / SECCOMP_FILE):
+        if why is None and self._container(spec) == "podman":
+            why = containers.write_seccomp_profile(trial_dir / PODMAN_PROFILE)  # the keyring too, or no isolation
+        elif why is None and not isolation.write_seccomp(trial_dir / SECCOMP_FILE):
             missing = isolation.seccomp_problem()
         path = trial_dir / JOB_SCRIPT
-        path.write_text(self.script(spec, trial_dir, token=token))
+        path.write_text(self.script(spec, trial_dir, token=token, isolated=why is None))
         r = self._call("sbatch", "--parsable", str(path.resolve()))
         job_id = r.stdout.strip().split(";")[0]
         if not job_id.isdigit():
@@ -302,7 +363,8 @@ class SlurmExecutor:
         return Handle(kind=self.kind, trial_dir=str(trial_dir), token=token, job_id=job_id,
                       submitted_at=time.time(), time_limit_s=spec.time_limit_s, devices=spec.devices,
                       pending_timeout_s=spec.pending_timeout_s, sandboxed=why is None, unsandboxed_why=why or "",
-                      network="" if why is not None else "shared" if _needs_network(spec, self._srun(spec)) else "own",
+                      network=self._network(spec, trial_dir) if why is None else "",
+                      isolation="" if why is not None else self._isolated_by(spec),
                       unisolated=[f"the kernel keyring ({missing})"] if missing else [])
 
     # ------------------------------------------------------------------- state
@@ -500,8 +562,10 @@ __all__ = ["CAP_ENV", "SlurmError", "SlurmExecutor", "SlurmPendingTimeout", "Slu
            "parse_scontrol"]
 
 
+BWRAP_PER_USER_TASK = "bwrap per task of the launch's srun"  # a trial record's isolation (user_srun.py)
 SECCOMP_FILE = "seccomp.bpf"  # in the trial's folder: each task's bwrap reads the filter from it (--seccomp 9 9<file)
 SECCOMP_FD = 9
+PODMAN_PROFILE = "podman-seccomp.json"  # in the trial's folder: the profile its podman container runs under
 
 
 def _status_file(trial_dir: Path) -> Path:

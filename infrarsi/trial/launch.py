@@ -63,6 +63,7 @@ class Handle(BaseModel):
     unsandboxed_why: str = ""  # why a trial of a run was not isolated ("" when it was, or had no run around it)
     unisolated: list[str] = []  # classes an isolated trial went without ("kernel keyring: ..."): recorded as such
     network: str = ""  # "own" (a network namespace of its own), "shared" (the node's), "" (no isolation)
+    isolation: str = ""  # what isolated it: "bwrap", "bwrap per task", "bwrap per task of the launch's srun"; "": none
 
 
 class LaunchEnd(BaseModel):

@@ -67,6 +67,7 @@ class Trial(BaseModel):
     warnings: list[str] = []  # what the harness could not guarantee for this trial (e.g. it ran without isolation)
     conditions: dict[str, Any] = {}  # the machine while it ran: load averages, others' CPU, GPUs (execute/conditions.py)
     network: str = ""  # "own": its own network namespace; "shared": the node's (a Slurm job); "": not isolated
+    isolation: str = ""  # what isolated it (Handle.isolation): "bwrap", "bwrap per task of the launch's srun", ...
 
     @model_validator(mode="after")
     def _check(self) -> "Trial":
