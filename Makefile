@@ -14,6 +14,7 @@ install: $(VENV)/.installed
 # line saying what and why; not root, one line says what is left out and what that skips (pytest -ra lists it):
 #   bubblewrap  (demo, test) trials and kernel checks run isolated in it (infrarsi/execute/isolation.py)
 #   chromium    (test) the report's HTML is rendered in it (tests/report/test_html.py)
+#   podman runc (test) a launch whose own srun starts a podman container, with podman as the box (execute/containers.py)
 #   slurm + munge (test) a one-node Slurm on localhost for the Slurm executor's tests (installed by the tests
 #               themselves as root, with the package scripts kept from starting daemons: infrarsi/testing/slurm.py)
 define need
@@ -55,6 +56,7 @@ demo: install
 
 test: install
 	$(call need,chromium,chromium,the report test renders the HTML report in it,the report's rendering test is skipped)
+	$(call need,podman,podman runc,a launch whose srun starts a podman container is tested with podman as the box (tests/execute/test_podman_trials.py),the podman container tests are skipped)
 	@command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || { [ "$$(id -u)" = 0 ] && \
 		echo "slurmctld slurmd slurm-client munge: the Slurm tests install them with apt-get when they start (daemons kept from starting), for a one-node Slurm on localhost"; } || \
 		echo "not installing slurmctld slurmd slurm-client munge (needs root; ask an administrator): the Slurm tests are skipped"

@@ -3,9 +3,11 @@
 #   make demo                                        contracts/minigpt-cpu.toml  (the embedded CPU transformer)
 #   infrarsi tune contracts/torchtitan-cpu.toml      torchtitan 0.2.2, 2 gloo ranks
 #   infrarsi tune contracts/megatron-cpu.toml        megatron-core 0.16.1, 2 gloo ranks
-# Each prints its exit code, wall time and verdict. A tune passes when it promotes a candidate (exit 0), or when the
+# Each prints its exit code, wall time and verdict. A tune passes when it promotes a candidate (exit 0), when the
 # doctor stops it early on the machine's noise (exit 3, its run unfinished, with the doctor's "stopped:" line as
-# the reason); anything else fails (an error, a usage error, a run that finished without a promotion, a time-out).
+# the reason), or when it walks every stage and finishes without a promotion (exit 3, its answer: on a loaded
+# machine the verification may not clear the detectable effect, and saying so is a true answer); anything else
+# fails (an error, a usage error, exit 3 with neither, a time-out).
 # Each run starts from nothing: its own run directory and an empty experience bank, under one temporary folder.
 #
 #   scripts/ci_tunes.sh [NAME ...]     NAME: demo, torchtitan-cpu, megatron-cpu (default: all three)
@@ -47,7 +49,8 @@ print(o["outcome"], b.get("speedup") or "", b.get("changes") or "")' "$run" 2>/d
         3:unfinished|0:unfinished)  # 0: a make target that passes the doctor's stop on as its own success
             if [ -n "$reason" ]; then echo "pass: stopped early on the machine's noise: ${reason#stopped: }"
             else echo "FAIL: exit 3 before the search without the doctor's reason (no 'stopped:' line in $log)"; fi ;;
-        3:no_promotion) echo "FAIL: finished without a promotion: the search or the verification found nothing (see $run/report.md)" ;;
+        3:no_promotion)  # every stage ran and the run's answer is "nothing verified faster": a true answer, not a fault
+            echo "pass: finished without a promotion (every stage ran; nothing cleared the verification: $run/report.md)" ;;
         124:*|137:*) echo "FAIL: still running after its limit of ${LIMIT} s, stopped" ;;
         *) echo "FAIL: exit $code, run $outcome: $(grep -a -E '^(error|tune: stopped)' "$log" | tail -n 1)" ;;
     esac
