@@ -6,6 +6,11 @@
 The setting is the contract's baseline with ``--set`` applied. Prints the per-rank peak by category, what is
 added for what trackers cannot see (and where that figure comes from), the contract's capacity and the verdict,
 and a roofline step time where the device's peaks are known. ``--json`` prints one object.
+
+For Megatron and simulated GPU contracts it also prints the step-time model's predicted step time with its interval
+(:mod:`.step_model`); ``--fastest N`` lists the N fastest layouts of the scope that fit, without a fake step:
+
+    infrarsi estimate contracts/sim-dense8b-h100x8.toml --fastest 5 --json
 """
 
 from __future__ import annotations
@@ -176,18 +181,15 @@ def _predict_only(console, err, workload, setting: dict, n: int | None, json_out
     from . import EstimateError
     from . import step_model as sm
 
-    pred, refused = _prediction(workload, setting)
+    try:
+        w = sm.cost_workload(workload)  # the contract itself cannot be priced: one line, exit 1
+    except EstimateError as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    pred, refused = _prediction(workload, setting)  # this setting may not be, while others of the scope are
     ranking = None
     if n is not None:
-        try:
-            if pred is None and refused and not refused.startswith(("recompute_method", "fp8_recipe", "expert_tensor")):
-                raise EstimateError(refused)  # the contract itself cannot be priced, not only this setting
-            w = sm.cost_workload(workload)
-            ranking = sm.fastest(w, workload.knob_space(), sm.launch_setting(workload, setting),
-                                 sm.capacity_bytes(workload), n)
-        except EstimateError as e:
-            err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
-            raise typer.Exit(1) from None
+        ranking = sm.fastest(w, workload.knob_space(), sm.launch_setting(workload, setting), sm.capacity_bytes(workload), n)
     elif pred is None:
         err.print(f"[bold red]error:[/] {escape(refused or '')}", soft_wrap=True)
         raise typer.Exit(1)

@@ -106,6 +106,12 @@ def test_a_layout_the_model_cannot_price_says_why():
     with pytest.raises(EstimateError, match="recompute_num_layers=1 < 20 layers per chunk"):
         sm.predict(sm.cost_workload(wl), {**s, "recompute_granularity": "full", "recompute_method": "block"},
                    sm.capacity_bytes(wl))
+    # in a ranking, the layouts it cannot price are counted and listed with the reason, the others ranked
+    rk = sm.fastest(sm.cost_workload(wl), wl.knob_space(), {**s, "recompute_method": "block"}, sm.capacity_bytes(wl), 3)
+    assert rk.unpriced_count > 0 and len(rk.fastest) == 3
+    assert all(u["setting"]["recompute_granularity"] == "full" and "recompute_method=block" in u["reason"]
+               for u in rk.unpriced)
+    assert all(p.setting["recompute_granularity"] != "full" for p in rk.fastest)
     r = _estimate(ROOT / "contracts/megatron-deepseek-v2-lite-h100x64.toml", "--fastest", 2)
     assert r.exit_code == 1 and "multi-latent attention" in r.stderr, r.output
     r = _estimate(ROOT / "contracts/torchtitan-cpu.toml", "--fastest", 2)
