@@ -205,31 +205,36 @@ def fastest(w: SimWorkload, space: KnobSpace, setting: Mapping[str, Any], capaci
     """The ``n`` fastest valid settings of ``space`` that fit ``capacity_bytes`` by the cost model's memory.
     Knobs the model does not read are held at ``setting``'s values (one value each, so layouts differing only
     there are not listed twice)."""
-    from ..workloads.simulated import SIM_KNOBS, iter_valid
+    from ..workloads.simulated import SIM_KNOBS, _layout, _memory, _step_time, iter_valid
 
     if n < 1:
         raise EstimateError(f"--fastest {n}: give a count of at least 1")
     held = {k: setting[k] for k in space.names if k not in SIM_KNOBS and k in setting}
     sub = space.restrict({k: (v,) for k, v in held.items()}, keep=space.names)
     cache: dict = {}
-    priced: list[StepPrediction] = []
+    timed: list[tuple[float, float, dict[str, Any]]] = []  # (step seconds, memory bytes, setting)
     unpriced: list[dict[str, Any]] = []
     considered = oom = n_unpriced = 0
+    mem_cache: dict = {}  # memory depends on the layout, not on the overlap knobs (as in exhaustive_optimum)
     for s in iter_valid(sub):
         considered += 1
         full = {**setting, **s}
-        try:
-            p = predict(w, full, capacity_bytes, cache=cache)
-        except EstimateError as e:
+        why = unpriced_reason(w, full)
+        if why:
             n_unpriced += 1
             if len(unpriced) < max_listed_unpriced:
-                unpriced.append({"setting": dict(s), "reason": str(e)})
+                unpriced.append({"setting": dict(s), "reason": why})
             continue
-        if not p.fits:
+        lay = _layout(w, full)
+        mkey = lay._replace(ogr=False, opg=False, gg=False)
+        if mkey not in mem_cache:
+            mem_cache[mkey] = _memory(w, lay).device_used
+        if mem_cache[mkey] > capacity_bytes:
             oom += 1
             continue
-        priced.append(p)
-    priced.sort(key=lambda p: (p.step_time_s, p.memory_bytes))
+        timed.append((_step_time(w, lay, cache)[0], mem_cache[mkey], full))
+    timed.sort(key=lambda x: (x[0], x[1]))
+    priced = [predict(w, full, capacity_bytes, cache=cache) for _, _, full in timed[:n]]
     return Ranking(fastest=tuple(priced[:n]), considered=considered, out_of_memory=oom, unpriced=tuple(unpriced),
                    unpriced_count=n_unpriced, held=held)
 
