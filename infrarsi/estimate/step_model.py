@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from ..knobs import KnobSpace
     from ..workloads.simulated import SimWorkload
 
-GiB = 2**30
-
 # Megatron-LM README "Training Speed and Scalability" (images/model_table.png): H100, seq 4096, vocab 131072, MHA,
 # GeLU 4h MLP, tied embeddings; the runs overlap DP and TP communication. The cost model's constants were fitted on
 # it (tests/workloads/test_simulated.py::test_calibration_megatron_readme).
@@ -58,8 +56,6 @@ INTERVAL_SOURCES = {
 # The smallest per-GPU work of the README rows: hidden/TP, tokens per micro-batch, hidden.
 CALIBRATED_MIN = {"hidden_per_tp": 1024, "tokens_per_microbatch": 4096, "hidden": 2048}
 
-# Knobs the cost model reads; any other knob of a scope is held at the setting's value when ranking layouts.
-_GPU_KINDS_HINT = "A100, H100, H200, B200"
 _MEGATRON_MODEL_FLAGS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
                          "ffn_hidden_size", "vocab_size", "seq_length", "global_batch_size", "num_experts",
                          "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size")
@@ -115,7 +111,7 @@ class Ranking:
 
 def cost_workload(workload: Workload) -> SimWorkload:
     """The cost model's view of a contract's job: its model and cluster, or EstimateError saying why it has none."""
-    from ..workloads.simulated import SimWorkload, gpu, workload_from_args
+    from ..workloads.simulated import HARDWARE, SimWorkload, gpu, workload_from_args
     from ..workloads.simulated.workload import ModelSpec
 
     contract = workload.contract
@@ -126,7 +122,7 @@ def cost_workload(workload: Workload) -> SimWorkload:
     try:
         spec = gpu(str(hw.kind))
     except ValueError:
-        raise EstimateError(f"hardware.kind = {hw.kind!r}: the step-time model knows the GPUs {_GPU_KINDS_HINT} only; "
+        raise EstimateError(f"hardware.kind = {hw.kind!r}: the step-time model knows the GPUs {', '.join(HARDWARE)} only; "
                             "a predicted step time needs one of them") from None
     if how != "launch":
         raise EstimateError(f"workload.adapter = {contract.workload.adapter!r}: the step-time model reads a Megatron "
