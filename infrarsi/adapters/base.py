@@ -47,6 +47,10 @@ class Adapter(abc.ABC):
     """The package that estimate imports ("": none beyond torch); without it the run uses the analytical offset."""
     estimate_progress: bool = False
     """Its estimate takes minutes and takes a ``progress`` callback (one line per step of the fake step)."""
+    step_model: str = ""
+    """Where the step-time model (estimate/step_model.py) reads this framework's model and cluster: "args" (the
+    contract's ``[workload.args]``, as the simulated clusters do), "launch" (the model flags of the parsed launch,
+    ``parsed(contract).fixed``) or "" (no predicted step time)."""
     memory_offset: str = "analytical"
     """What the run stage's memory model refines by default: "estimate" (the fake step, for trials that cost
     minutes or a GPU allocation) or "analytical" (for trials that cost about what an estimate does)."""

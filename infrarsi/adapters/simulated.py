@@ -52,6 +52,7 @@ class SimulatedAdapter(Adapter):
     name = "simulated"
     runs_own_program = True
     measured_time = False  # the step times are the analytical model's, printed in a fraction of a second
+    step_model = "args"
 
     def __init__(self, base_dir=None) -> None:
         super().__init__(base_dir)

@@ -6,6 +6,11 @@
 The setting is the contract's baseline with ``--set`` applied. Prints the per-rank peak by category, what is
 added for what trackers cannot see (and where that figure comes from), the contract's capacity and the verdict,
 and a roofline step time where the device's peaks are known. ``--json`` prints one object.
+
+For Megatron and simulated GPU contracts it also prints the step-time model's predicted step time with its interval
+(:mod:`.step_model`); ``--fastest N`` lists the N fastest layouts of the scope that fit, without a fake step:
+
+    infrarsi estimate contracts/sim-dense8b-h100x8.toml --fastest 5 --json
 """
 
 from __future__ import annotations
@@ -56,8 +61,10 @@ def estimate(
     json_out: bool = typer.Option(False, "--json", help="Print the estimate as one JSON object."),
     unseen_gib: float = typer.Option(None, "--unseen-gib", metavar="GIB", help="Bytes outside tensors per rank (GiB), measured on "
                                                                 "your device; default: the measured constant."),
+    fastest: int = typer.Option(None, "--fastest", metavar="N", min=1, help="List the N fastest layouts of the contract's scope "
+                                "that fit, by the step-time model (no fake step)."),
 ) -> None:
-    """Pre-flight estimate: per-rank peak memory by category and a roofline step time, before launching."""
+    """Pre-flight estimate: per-rank peak memory by category and a predicted step time, before launching."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -78,7 +85,8 @@ def estimate(
     try:
         workload = Workload.of_file(contract_path)  # the launch read from the contract's folder, as trials read it
         contract, adapter = workload.contract, workload.adapter
-        why = unsupported(contract)
+        model_only = fastest is not None or (adapter.step_model and not adapter.estimate_module)  # no fake step
+        why = None if model_only else unsupported(contract)
         if why:  # said before anything is stepped
             raise EstimateError(why)
         space = workload.knob_space()
@@ -87,6 +95,9 @@ def estimate(
         except ValueError as exc:  # a --set naming no knob, or a value the knob does not take: bad usage
             err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
+        if model_only:
+            _predict_only(console, err, workload, setting.to_dict(), fastest, json_out)
+            return
         kw = {"device": device_for(contract.hardware)}
         if unseen_gib is not None:
             kw["unseen_gib"] = unseen_gib
@@ -102,8 +113,10 @@ def estimate(
         raise typer.Exit(1)
     cap = contract.hardware.memory_capacity_bytes
     fits = e.peak_bytes <= cap
+    pred, refused = _prediction(workload, setting.to_dict())
     if json_out:
         print(json.dumps({**e.to_dict(), "setting": setting.to_dict(), "capacity_bytes": cap, "fits": fits,
+                          "prediction": pred.to_dict() if pred else None, "prediction_refused": refused,
                           "end_to_end_s": round(since_start(), 1)}, default=str))
         return
     t = Table(title=f"{contract.name}: rank {e.layout.get('rank', 0)} of {e.world_size}, peak by category")
@@ -126,11 +139,89 @@ def estimate(
                       f"communication not counted: a lower bound)")
     else:
         console.print(f"step time: {e.step_time_note}")
+    console.print(_describe_or_refusal(pred, refused))
     for n in e.notes:
         console.print(f"note: {n}")
     console.print(f"estimated in {since_start():.1f} s end to end (start-up and reading the launch included; the "
                   f"ranks' fake steps {e.wall_s:.1f} s, summed); not seen by any tracker: allocator fragmentation, NCCL/gloo "
                   f"buffers, CUDA context / the CPU runtime (the 'outside tensors' line)")
+
+
+def _prediction(workload, setting: dict):
+    """(the step-time model's prediction, None) for ``setting``, or (None, why it cannot price it)."""
+    from . import EstimateError
+    from . import step_model as sm
+
+    try:
+        w = sm.cost_workload(workload)
+        full = sm.launch_setting(workload, setting)
+        unread = sm.unread_knobs(full)
+        notes = (f"not in the step-time model (priced as at Megatron's defaults): {', '.join(unread)}",) if unread else ()
+        return sm.predict(w, full, sm.capacity_bytes(workload), notes=notes), None
+    except EstimateError as e:
+        return None, str(e)
+
+
+def _describe_or_refusal(pred, refused: str | None) -> str:
+    from rich.markup import escape
+
+    from .step_model import describe
+
+    if pred is None:
+        return f"predicted step time: none ({escape(refused or '')})"
+    return escape(describe(pred)) + "".join(f"\nnote: {escape(n)}" for n in pred.notes)
+
+
+def _predict_only(console, err, workload, setting: dict, n: int | None, json_out: bool) -> None:
+    """The step-time model's answer alone (no fake step): the setting's predicted time and memory, and with ``n`` the
+    N fastest layouts of the scope that fit. Exit 1 with the reason when the model cannot price the contract."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from . import EstimateError
+    from . import step_model as sm
+
+    try:
+        w = sm.cost_workload(workload)  # the contract itself cannot be priced: one line, exit 1
+    except EstimateError as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    pred, refused = _prediction(workload, setting)  # this setting may not be, while others of the scope are
+    ranking = None
+    if n is not None:
+        ranking = sm.fastest(w, workload.knob_space(), sm.launch_setting(workload, setting), sm.capacity_bytes(workload), n)
+    elif pred is None:
+        err.print(f"[bold red]error:[/] {escape(refused or '')}", soft_wrap=True)
+        raise typer.Exit(1)
+    if json_out:
+        print(json.dumps({"contract": workload.contract.name, "setting": setting,
+                          "prediction": pred.to_dict() if pred else None, "prediction_refused": refused,
+                          **({"ranking": ranking.to_dict()} if ranking else {})}, default=str))
+        return
+    cap = sm.capacity_bytes(workload)
+    console.print(f"{workload.contract.name}: setting {', '.join(f'{k}={v}' for k, v in setting.items())}")
+    if pred is not None:
+        verdict = "fits" if pred.fits else "does not fit"
+        console.print(f"model memory {pred.memory_bytes / GiB:.2f} GiB of {cap / GiB:.2f} GiB per GPU: {verdict}")
+    console.print(_describe_or_refusal(pred, refused))
+    if ranking is None:
+        return
+    t = Table(title=f"{len(ranking.fastest)} fastest of {ranking.considered} valid layouts in scope "
+                    f"({ranking.out_of_memory} out of memory, {ranking.unpriced_count} not priced)")
+    for col in ("#", "step s", "interval s", "GiB", "changed from the setting"):
+        t.add_column(col, justify="left" if col.startswith("changed") else "right")
+    for i, p in enumerate(ranking.fastest, 1):
+        diff = sm.changed(p.setting, sm.launch_setting(workload, setting))
+        t.add_row(str(i), f"{p.step_time_s:.3f}", f"{p.low_s:.3f}-{p.high_s:.3f}", f"{p.memory_bytes / GiB:.2f}",
+                  escape(", ".join(f"{k}={v}" for k, v in diff.items()) or "(the setting itself)"))
+    console.print(t)
+    if ranking.held:
+        console.print(f"held at the setting's value (not in the step-time model): "
+                      f"{escape(', '.join(f'{k}={v}' for k, v in ranking.held.items()))}")
+    for u in ranking.unpriced:
+        console.print(f"not priced: {escape(str(u['setting']))}: {escape(u['reason'])}")
+    console.print("memory here is the step-time model's analytical figure; `infrarsi estimate CONTRACT --set ...` on a "
+                  "listed layout steps the real model for its memory where the framework has a fake step")
 
 
 def since_start() -> float:

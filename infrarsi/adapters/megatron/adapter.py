@@ -242,6 +242,7 @@ class MegatronAdapter(LaunchFileAdapter):
     name = FRAMEWORK
     estimate_module = "megatron"
     estimate_needs = "megatron.core"
+    step_model = "launch"
     memory_offset = "estimate"
     estimate_progress = True
     extra_env_keys = frozenset({"CUDA_DEVICE_MAX_CONNECTIONS"})

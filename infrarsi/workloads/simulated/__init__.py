@@ -13,7 +13,8 @@ The model, per GPU (all times in seconds, memory in bytes)::
     t_stage   = layers/p * t_layer (+ logits + cross-entropy on the last stage)
     t_layer   = GEMMs (FLOPs / (peak * eff(M, N, K)))      -- thin TP slices, small M are less efficient
               + flash attention (FLOPs / (peak * attn_eff)) + memory-bound element-wise work
-              + exposed TP collectives (all-reduce, or AG+RS with sequence parallel; 15% with tp_comm_overlap)
+              + exposed TP collectives (all-reduce, or AG+RS with sequence parallel; 15% with tp_comm_overlap;
+                latency one constant per collective, or NCCL's ring model: GPUSpec.collective_latency)
               + context-parallel KV ring (overlapped with attention) + MoE dispatch (all-to-all or all-gather)
               + recompute (selective: attention core again; full: the whole forward again)
               floor: CPU launch time per layer (small slices become launch-bound)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
 
 GiB = 2**30
@@ -30,6 +32,9 @@ class GPUSpec(BaseModel):
     attn_eff_bwd: float
     fp8_recipes: tuple[str, ...] = ()
     launch_bound_s: float = 0.0  # CPU time to launch one layer's forward+backward kernels
+    collective_latency: Literal["fixed", "nccl"] = "fixed"
+    """Latency of a collective: "fixed" (one constant per collective, what the benchmark landscapes were built
+    with) or "nccl" (NCCL's own ring/Simple model, per ring step: step_time.NCCL_RING_*)."""
 
 
 HARDWARE: dict[str, GPUSpec] = {

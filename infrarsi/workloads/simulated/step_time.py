@@ -33,14 +33,39 @@ def _gemm_eff(spec: GPUSpec, mm: float, n: float, k: float) -> float:
             * (size / (size + GEMM_F0)))
 
 
-def _coll_bw(spec: GPUSpec, n: int, stride: int) -> tuple[float, float]:
-    """(bus bandwidth, latency) of a collective over ``n`` ranks spaced ``stride`` apart in rank order.
-    Inside one node: NVLink. Across nodes: each node's share of the group drives that many NICs."""
+# NCCL's own latency model for the ring algorithm with the Simple protocol (the one it picks for messages of a MB
+# and more): NVIDIA/nccl src/graph/tuning.cc (commit 01afd20, 2020), ``baseLat`` Ring/Simple 8.4 us once per
+# collective, ``hwLat`` Ring/Simple 3.4 us per ring step over NVLink and 9.6 us per step over the network. A ring
+# all-reduce takes 2(n-1) steps, a reduce-scatter or all-gather n-1, of which 2(nodes-1) (resp. nodes-1) cross the
+# network. Used where ``GPUSpec.collective_latency == "nccl"``; the default ("fixed") keeps one latency per
+# collective (COLL_LATENCY_S inside a node, IB_LATENCY_S across), which the benchmark landscapes were built with.
+NCCL_RING_BASE_LAT_S = 8.4e-6
+NCCL_RING_STEP_NVLINK_S = 3.4e-6
+NCCL_RING_STEP_NET_S = 9.6e-6
+
+
+def _nccl_ring_latency(spec: GPUSpec, n: int, stride: int, op: str) -> float:
+    """Seconds of latency of a ring ``op`` ("ar", "rs" or "ag") over ``n`` ranks ``stride`` apart, NCCL's model."""
+    nodes = 1 if n * stride <= spec.gpus_per_node else min(n, -(-n * stride // spec.gpus_per_node))
+    per_step = 2 if op == "ar" else 1
+    steps, inter = per_step * (n - 1), per_step * (nodes - 1)
+    return NCCL_RING_BASE_LAT_S + (steps - inter) * NCCL_RING_STEP_NVLINK_S + inter * NCCL_RING_STEP_NET_S
+
+
+def _coll_bw(spec: GPUSpec, n: int, stride: int, op: str = "rs") -> tuple[float, float]:
+    """(bus bandwidth, latency) of a collective ``op`` ("ar", "rs", "ag") over ``n`` ranks spaced ``stride`` apart
+    in rank order. Inside one node: NVLink. Across nodes: each node's share of the group drives that many NICs.
+    The latency is one constant per collective, or NCCL's ring model (``spec.collective_latency``)."""
     per_node = spec.gpus_per_node
-    if n * stride <= per_node:
-        return spec.nvlink_bytes_per_s, COLL_LATENCY_S
+    inside = n * stride <= per_node
+    if spec.collective_latency == "nccl":
+        lat = _nccl_ring_latency(spec, n, stride, op)
+    else:
+        lat = COLL_LATENCY_S if inside else IB_LATENCY_S
+    if inside:
+        return spec.nvlink_bytes_per_s, lat
     in_node = max(1, min(n, per_node // stride)) if stride < per_node else 1
-    return min(spec.nvlink_bytes_per_s, in_node * spec.ib_bytes_per_s), IB_LATENCY_S
+    return min(spec.nvlink_bytes_per_s, in_node * spec.ib_bytes_per_s), lat
 
 
 def _layer_time(w: SimWorkload, lay: _Layout) -> tuple[float, dict[str, float]]:
@@ -98,12 +123,12 @@ def _layer_time(w: SimWorkload, lay: _Layout) -> tuple[float, dict[str, float]]:
                 bw_t = off / (spec.ib_bytes_per_s * 0.7) + (1 - off) / (spec.nvlink_bytes_per_s * 0.8)
                 a2a += 2 * (vol * bw_t + lay.ep * 5e-6 + (IB_LATENCY_S if off else COLL_LATENCY_S))
             if tp > 1:  # gather the received tokens over expert TP
-                bw, lat = _coll_bw(spec, tp, 1)
+                bw, lat = _coll_bw(spec, tp, 1, "ag")
                 a2a += 2 * (T * k_top * h * a * (tp - 1) / tp * imb / bw + lat)
         else:  # allgather tokens of the EP x TP group, reduce-scatter the outputs
             n = lay.ep * tp
             if n > 1:
-                bw, lat = _coll_bw(spec, n, 1)
+                bw, lat = _coll_bw(spec, n, 1, "ag")
                 a2a += 2 * (T / spd * h * a * (n - 1) / bw + lat)
             elem += 2 * rows_gpu * h * a
     else:
@@ -124,7 +149,7 @@ def _layer_time(w: SimWorkload, lay: _Layout) -> tuple[float, dict[str, float]]:
     # tensor-parallel collectives: bytes = T * h * a per collective (AR = RS + AG, same volume with SP)
     tp_comm = 0.0
     if tp > 1:
-        bw, lat = _coll_bw(spec, tp, 1)
+        bw, lat = _coll_bw(spec, tp, 1, "rs" if lay.sp else "ar")  # SP: reduce-scatter + all-gather
         vol = T * h * a
         per = 2 * (tp - 1) / tp * vol / bw + (2 * lat if lay.sp else lat)
         tp_comm = n_tp_coll * per  # one direction
@@ -204,7 +229,7 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
     t_logits = 3 * 2 * T * h * V / tp / (peak * _gemm_eff(spec, T, V / tp, h)) + T * V / tp * 20 / hbm
     t_embed = 3 * T * h * a / hbm
     if tp > 1:
-        bw, lat = _coll_bw(spec, tp, 1)
+        bw, lat = _coll_bw(spec, tp, 1, "ar")
         t_embed += 2 * (2 * (tp - 1) / tp * T * h * a / bw + lat)
     L, p, v, nmb = m.num_layers, lay.pp, lay.vp, lay.nmb
     per_stage = L / p * t_layer

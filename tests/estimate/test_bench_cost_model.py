@@ -1,0 +1,34 @@
+"""scripts/bench_cost_model.py on its smallest input: one row, its source named, predicted against published."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infrarsi.estimate.step_model import INTERVALS, README_SOURCE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(*args):
+    return subprocess.run([sys.executable, str(ROOT / "scripts/bench_cost_model.py"), *args], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+
+
+def test_bench_cost_model_prints_one_row_per_measurement_with_its_source_and_error():
+    r = _bench("--rows", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    (row,) = out["rows"]
+    assert row["source"].startswith(README_SOURCE) and row["fitted_on"] is True
+    assert row["error"] == pytest.approx(row["predicted_s"] / row["published_s"] - 1)
+    # the 1.7B row's measured/predicted is the top of the calibrated interval's spread, or inside it
+    lo, hi = INTERVALS["calibrated"]
+    assert lo <= row["published_s"] / row["predicted_s"] <= hi
+    assert out["summary"] == {"collectives": "fixed", "rows": 1, "mean_abs_error": pytest.approx(abs(row["error"])),
+                              "max_abs_error": pytest.approx(abs(row["error"])), "spearman_step_time": None}
+    text = _bench("--rows", "1")
+    assert text.returncode == 0 and "row 1.7B" in text.stdout and "1 rows (fitted on: in-sample; collective latency fixed)" in text.stdout
+    assert _bench("--rows", "0").returncode == 2
