@@ -120,6 +120,13 @@ SCENES: dict[tuple[str, str], Scene] = {
         slow="fake steps of Llama 3 70B and DeepSeek-V2-Lite: ~5 min each on 2 cores; the CPU contract's estimate is "
              "the default run's tests/estimate/test_megatron.py::test_cli_prints_each_pipeline_stages_peak_for_the_"
              "cpu_contract"),
+    # docs/launches.md: a chain as teams write it (Megatron-LM's Slurm shape: sbatch -> srun -> bash -> torchrun)
+    ("docs/launches.md", "infrarsi knobs scripts/sbatch_gpt.sh"): Scene(
+        files={f"scripts/{n}": f"tests/fixtures/chains/megatron_slurm/scripts/{n}" for n in ("sbatch_gpt.sh",
+                                                                                            "train_gpt.sh")},
+        slow="megatron's argument parser behind the chain: ~20 s idle, ~100 s at load 14; the default run's "
+             "tests/launch/test_chains.py::test_knobs_prints_the_chain_it_followed runs the same command on the same "
+             "files"),
     ("docs/torchtitan.md", "torchrun --nproc-per-node 2 launchers/torchtitan_cpu.py --job.config_file "
                            "contracts/torchtitan-cpu/llama3_cpu.toml"): Scene(
         slow="a 2-process torchtitan training: ~20 s idle, ~100 s at load 9; the default run's "

@@ -316,7 +316,7 @@ class LocalExecutor:
         if left:
             end = end.model_copy(update={"leftovers": len(left), "evidence": end.evidence + left})
         if oom:
-            end = end.model_copy(update={"oom": True, "evidence": end.evidence + [oom]})
+            end = end.model_copy(update=dict(oom=True, evidence=end.evidence + [oom]))  # the field, not a status
         return end
 
     def live_clock(self, handle: Handle) -> LineClock | None:

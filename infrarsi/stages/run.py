@@ -342,7 +342,7 @@ def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Co
     stopping rule or the space ends the search; the search record is written once it stops."""
     from ..kernels.space import after_trial as kernel_after_trial
 
-    tuner, record, done, proposals, in_flight = s.tuner, s.record, s.done, s.proposals, s.in_flight
+    tuner, record, done, proposals = s.tuner, s.record, s.done, s.proposals
     cap_s = s.contract.budget.max_device_hours * 3600.0
     used_s = s.used_s
     stop_reason = (s.search_done.stop_reason or "budget spent") if s.search_done else "budget spent"
@@ -357,12 +357,7 @@ def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Co
                  f"trials {tid}-{tid + n_batch - 1} (search {first}-{first + n_batch - 1} of {s.budget})")
         beat.note(f"run: {which}", eta(len(done) - done_before, s.budget - done_before, time.monotonic() - started))
 
-    for fut in runner.resume(roles={"search"}, reference_losses=s.base_losses):
-        t = fut.result()
-        tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, record.trials(), s.ref_s)))
-        done.append(t)
-        proposals[str(t.id)] = why = in_flight.get(s.space.complete(t.setting).key(), {"kind": "resumed"})
-        state.write_proposal(record, t.id, why)
+    _resumed(s, runner)
     while not s.search_done and len(done) < s.budget:
         if used_s >= cap_s:
             stop_reason = f"device-hour budget spent ({used_s / 3600:.2f} h)"
@@ -394,6 +389,16 @@ def _loop(s: _Search, runner: Runner, beat: Heartbeat, console: Console, err: Co
         save_search(s.run_dir, tuner, s.priors, proposals, stop_reason, s.kernel_verdicts, s.bank_sources)
         state.mark_done(s.run_dir, "search", stop_reason=stop_reason, trials=len(done), budget=s.budget)
     console.print(f"search stopped: {stop_reason}" + (" (earlier)" if s.search_done else ""))
+
+
+def _resumed(s: _Search, runner: Runner) -> None:
+    """The search trials in flight when the run was killed: waited for (or run again), told, their proposals kept."""
+    for fut in runner.resume(roles={"search"}, reference_losses=s.base_losses):
+        t = fut.result()
+        s.tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, s.record.trials(), s.ref_s)))
+        s.done.append(t)
+        s.proposals[str(t.id)] = why = s.in_flight.get(s.space.complete(t.setting).key(), {"kind": "resumed"})
+        state.write_proposal(s.record, t.id, why)
 
 
 def prune_target(s: _Search) -> Target | None:

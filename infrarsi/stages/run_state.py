@@ -73,7 +73,7 @@ def search_seed(run_dir: Path, asked: int | None) -> int:
     body = run.stages()
     kept = body.search_seed
     if kept is not None:
-        why = seed_conflict(run_dir, asked)
+        why = _seed_conflict(kept, asked)
         if why:
             raise ValueError(why)
         return int(kept)
@@ -86,8 +86,11 @@ def seed_conflict(run_dir: Path, asked: int | None) -> str | None:
     """Why ``--seed asked`` may not resume this run directory's search (it started with another seed), or None;
     read only, so the command line checks it before the first stage runs."""
     run = RunDir(run_dir)
-    kept = run.stages().search_seed if asked is not None and run.has_lock() else None
-    if kept is None or asked == kept:
+    return _seed_conflict(run.stages().search_seed if asked is not None and run.has_lock() else None, asked)
+
+
+def _seed_conflict(kept: int | None, asked: int | None) -> str | None:
+    if kept is None or asked is None or asked == kept:
         return None
     return (f"--seed {asked}: this run directory's search started with seed {kept}; resume with --seed {kept} (or no "
             f"--seed), or use a new --run-dir for another seed")
