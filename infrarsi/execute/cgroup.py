@@ -26,6 +26,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 POOL_RESERVE_BYTES = 1 << 30  # what the machine keeps beyond every trial together: the runner, the kernel, others
@@ -73,6 +74,18 @@ def own_memory_cgroup(proc_cgroup: str | None = None, mountinfo: str | None = No
     return None
 
 
+def kill_members(members: Callable[[], list[int]], *, timeout_s: float) -> None:
+    """SIGKILL every process ``members()`` lists until it lists none or ``timeout_s`` passed (a cgroup's procs: a
+    process forked while the first ones die is listed, and killed, on the next pass)."""
+    deadline = time.monotonic() + timeout_s
+    while members() and time.monotonic() < deadline:
+        for pid in members():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.02)
+
 class TrialMemory:
     """One trial's memory cgroup (made by :meth:`MemoryPool.trial`)."""
 
@@ -113,14 +126,7 @@ class TrialMemory:
     def close(self, *, timeout_s: float = 5.0) -> None:
         """SIGKILL what is left in it and remove it (its charges, the tmpfs pages of a box that is gone, go to the
         pool)."""
-        deadline = time.monotonic() + timeout_s
-        while self.members() and time.monotonic() < deadline:
-            for pid in self.members():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.02)
+        kill_members(self.members, timeout_s=timeout_s)
         try:
             self.path.rmdir()
         except OSError:

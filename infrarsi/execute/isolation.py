@@ -49,7 +49,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -681,15 +680,10 @@ class PidsCgroup:
 
     def close(self, *, timeout_s: float = 5.0) -> list[int]:
         """SIGKILL whatever is still in the group, remove it; the pids that were left."""
+        from .cgroup import kill_members
+
         left = self.members()
-        deadline = time.monotonic() + timeout_s
-        while self.members() and time.monotonic() < deadline:
-            for pid in self.members():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.02)
+        kill_members(self.members, timeout_s=timeout_s)
         if self.path is not None:
             try:
                 self.path.rmdir()
