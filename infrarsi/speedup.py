@@ -10,7 +10,9 @@ alpha-spending function), and its interval is exp(mean r +- t_{1 - alpha_k, n_k 
 alphas add up to ALPHA over every look the budget allows, so by the union bound the chance that ANY look's lower
 bound clears 1 (let alone 1 + mde) under an A/A test is <= 2.5%, however the run stops (conservative: the looks are
 correlated). The rule stops at the first look whose lower bound clears 1 + mde (promoted), whose upper bound falls
-below it (it cannot be shown: stopping for that never raises the false promotions), or when N pairs ran.
+below it (it cannot be shown: stopping for that never raises the false promotions), whose upper bound falls below
+the lower bound of a candidate already promoted in this verification (``outrank``: the best is the highest lower
+bound, so it cannot become the best; stopping never promotes anything), or when N pairs ran.
 
 Statistic: each A/B pair ran back to back, so slow drifts of the machine cancel in the pair's log ratio
 r_i = log(t_baseline_i / t_candidate_i). The speedup is exp(mean r); its CI is the t-interval
@@ -112,7 +114,8 @@ def t_quantile(p: float, df: int) -> float:
 class Decision:
     """Where the sequential rule stands after the pairs so far."""
 
-    state: str  # "promote" | "reject" (cannot clear the bar) | "budget" (pairs ran out) | "continue"
+    state: str  # "promote" | "reject" (cannot clear the bar) | "outranked" (cannot beat a promoted candidate)
+    #             | "budget" (pairs ran out) | "continue"
     speedup: Speedup | None  # None before the first look
     alpha: float  # the one-sided alpha this look spends (0 before the first); the interval is still a 95% CI
     reason: str
@@ -126,8 +129,10 @@ class Decision:
         return self.state == "promote"
 
 
-def decide(baseline_s: Sequence[float], candidate_s: Sequence[float], *, mde: float, max_pairs: int) -> Decision:
-    """The sequential rule after ``len(baseline_s)`` ok pairs (module doc), with the arithmetic in the reason."""
+def decide(baseline_s: Sequence[float], candidate_s: Sequence[float], *, mde: float, max_pairs: int,
+           outrank: float | None = None) -> Decision:
+    """The sequential rule after ``len(baseline_s)`` ok pairs (module doc), with the arithmetic in the reason.
+    ``outrank``: the lower bound of the best candidate promoted before this one (None: none was)."""
     n = len(baseline_s)
     max_pairs = max(max_pairs, FIRST_LOOK)
     if n < FIRST_LOOK:
@@ -142,6 +147,9 @@ def decide(baseline_s: Sequence[float], candidate_s: Sequence[float], *, mde: fl
     if s.hi < bar:
         return Decision("reject", s, a, f"{figs}: upper bound < 1 + mde = {bar:.3f}, not promoted (it cannot clear "
                                        f"the bar)")
+    if outrank is not None and s.hi < outrank:
+        return Decision("outranked", s, a, f"{figs}: upper bound < {outrank:.3f}, the lower bound of a candidate "
+                                           f"already promoted: it cannot rank above it, not promoted")
     if n >= max_pairs:
         return Decision("budget", s, a, f"{figs}: the interval still holds 1 + mde = {bar:.3f} after the contract's "
                                        f"{max_pairs} pairs (budget.verify_pairs), not promoted")

@@ -110,3 +110,20 @@ def test_the_speedup_is_the_ratio_of_the_geometric_mean_times_not_of_the_medians
     assert gb / gc == pytest.approx(s.speedup, rel=1e-12)
     assert statistics.median(base) / statistics.median(cand) == pytest.approx(2.5 / 1.0)
     assert s.speedup == pytest.approx((3.0 * 3.0001 * 1.0) ** (1 / 3), rel=1e-3)
+
+
+def test_a_candidate_that_cannot_beat_one_already_promoted_stops_at_its_first_look():
+    """The best is the highest lower bound: once a candidate is promoted at [1.23, 1.54], a second at ~1.06 whose
+    upper bound is under 1.23 cannot become the best, so its pairs stop ("outranked", not promoted); without a
+    promoted rival the same pairs go on (its interval still holds 1 + mde)."""
+    from infrarsi.speedup import decide
+
+    base = [1.00, 1.02, 0.98]
+    cand = [0.945, 0.955, 0.93]  # ~1.06x, a tight interval that holds 1.05
+    alone = decide(base, cand, mde=0.05, max_pairs=12)
+    assert alone.state == "continue", alone.reason
+    d = decide(base, cand, mde=0.05, max_pairs=12, outrank=1.229)
+    assert d.state == "outranked" and d.done and not d.promoted
+    assert d.speedup.hi < 1.229 and "cannot rank above it" in d.reason
+    # a rival's lower bound under the candidate's upper bound stops nothing
+    assert decide(base, cand, mde=0.05, max_pairs=12, outrank=1.0).state == "continue"

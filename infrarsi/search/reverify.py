@@ -46,12 +46,14 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
     out: dict[str, Any] = {"repeats": max_pairs, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
                            "rule": f"pairs added one at a time (at most {max_pairs}); promote when the sequential "
                                    f"interval's lower bound (alpha spent over the looks) > 1 + mde and the loss trace "
-                                   f"matches the baseline within the contract; stop when its upper bound < 1 + mde"}
+                                   f"matches the baseline within the contract; stop when its upper bound < 1 + mde, "
+                                   f"or < the lower bound of a candidate already promoted"}
     run = RunDir(run_dir)
     recorded = run.progress()
     progress = account(recorded.model_copy(deep=True), record.trials(), baseline)  # key -> [(baseline, candidate)]
     if progress != recorded:
         run.write_progress(progress)
+    best_lo: float | None = None  # the highest lower bound promoted so far: a later candidate below it stops early
     for n_cand, cand in enumerate(top, 1):
         ids = progress.pairs.setdefault(cand.key(), [])
         pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
@@ -65,7 +67,7 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
                 continue
             ok_pairs = [(a, b) for a, b in used if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
             d = decide([a.metrics.step_time_s for a, _ in ok_pairs], [b.metrics.step_time_s for _, b in ok_pairs],
-                       mde=noise.mde, max_pairs=max_pairs)
+                       mde=noise.mde, max_pairs=max_pairs, outrank=best_lo)
             if d.done or len(used) >= max_pairs or len(used) - len(ok_pairs) >= FIRST_LOOK:
                 break  # decided, out of pairs, or a candidate (or baseline) that keeps failing
             # A then B, back to back: drifts of the machine cancel in the pair
@@ -108,6 +110,8 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
                          baseline_peak_memory_bytes=max((a.metrics.peak_memory_bytes or 0) for a, _ in ok_pairs) or None,
                          mfu=_median([b.metrics.mfu for _, b in ok_pairs]),
                          baseline_mfu=_median([a.metrics.mfu for a, _ in ok_pairs]))
+        if entry["promoted"]:
+            best_lo = max(best_lo or 0.0, entry["ci95"][0])
         entry["explanation"] = explain(cand, record.trials(), ok_pairs, noise, promoted=entry["promoted"])
         out["candidates"].append(entry)
         changes = ", ".join(f"{k}={v}" for k, v in cand.items() if baseline.get(k) != v) or "the baseline"
