@@ -60,7 +60,8 @@ test: install
 	@command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || { [ "$$(id -u)" = 0 ] && \
 		echo "slurmctld slurmd slurm-client munge: the Slurm tests install them with apt-get when they start (daemons kept from starting), for a one-node Slurm on localhost"; } || \
 		echo "not installing slurmctld slurmd slurm-client munge (needs root; ask an administrator): the Slurm tests are skipped"
-	$(PY) -m pytest -q
+	# two workers, a test file each at a time (pytest-xdist): most tests wait on trial processes, so two share 2 cores
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-slow: install
 	$(PY) -m pytest -q -m slow

@@ -15,6 +15,7 @@ Facts this rests on (Slurm 22.05 from Debian 12):
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import shutil
@@ -40,9 +41,17 @@ def missing_binaries() -> list[str]:
 
 def install(*, timeout_s: float = 300) -> None:
     """``apt-get install --no-install-recommends`` the Slurm and munge packages, without letting the
-    package scripts start daemons. Needs root. Raises SlurmSetupError naming the failed command."""
+    package scripts start daemons. Needs root. Raises SlurmSetupError naming the failed command. Test processes
+    started side by side (pytest -n) install one at a time: the others wait on a lock file, then find it done."""
     if not missing_binaries():
         return
+    with open(os.path.join(tempfile.gettempdir(), "infrarsi-slurm-install.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if missing_binaries():
+            _install(timeout_s=timeout_s)
+
+
+def _install(*, timeout_s: float) -> None:
     if os.geteuid() != 0:
         raise SlurmSetupError(f"Slurm is not installed ({', '.join(missing_binaries())} missing) and installing needs root")
     if shutil.which("apt-get") is None:
