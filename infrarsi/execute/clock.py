@@ -36,10 +36,9 @@ pipe, a log whose step times add up to more than the process ran, and a measured
 clock samples the CPU time of the trial's process group right after each step line arrives (a sampler thread, each
 sample stamped with its own time; nanoseconds on a CPU, ``/proc/<pid>/task/<tid>/schedstat``, summed over every
 thread of every process in the group). A measured window whose processes spent less than ``MIN_CPU_FRACTION`` of
-one core is a window of sleeping, not of training steps. What is left: a trial that computes every step before its
-first step line, then lets the lines go paced while it burns CPU, looks like a trial with a long start-up (as a
-``torch.compile`` does) and is scored by its release; its measured wall time (cost) is its real one and the loss
-referee still holds its losses.
+one core is a window of sleeping, not of training steps. A trial that computes every step before its first step
+line, then lets the lines go paced while it burns CPU, looks here like a trial with a long start-up (as a
+``torch.compile`` does): its figure is held to its wall time by end_to_end.py.
 
 What the runner keeps of a trial's output is bounded (MAX_LINES stamps, MAX_BYTES per stream): past it, or when
 the disk refuses the copy, the rest is read and dropped and the trial is recorded invalid with the figures.
@@ -382,6 +381,7 @@ class Timing:
     window_s: float | None = None  # the window timed end to end: first copy of its line ``first - 1`` to the last
     # copy of line ``last``, over its steps (None when its lines came in bursts)
     held: str = ""  # why the trial is scored by ``bound_s`` ("" when it is scored by ``window_s``)
+    steps_seen: int | None = None  # the last step this rank printed a line of (the steps the process ran, at least)
 
     @property
     def timed(self) -> bool:
@@ -444,7 +444,8 @@ def _rank_timing(seen: dict[int, Line], first: int, last: int, warmup: int) -> T
     paced = [g for g, apart in gaps if apart]
     cpu = _cpu_fraction(seen, warmup, last)
     stream = seen[end].chunk[0]
-    common = dict(first=have[0], last=end, stream=stream, paced=len(paced), gaps=len(gaps), cpu_fraction=cpu)
+    common = dict(first=have[0], last=end, stream=stream, paced=len(paced), gaps=len(gaps), cpu_fraction=cpu,
+                  steps_seen=max(seen))
     if len(paced) * 2 < len(gaps):  # most lines came together: held back and let go at once (a stalled reader merges
         # a few, no more); the last line's arrival over its steps, start-up included
         bound = seen[end].arrival_s / end
