@@ -427,10 +427,16 @@ def measure(trial_dir: Path, *, warmup_steps: int, measured_steps: int, copies: 
     first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
     last = warmup_steps + measured_steps
     out: Timing | None = None
-    for rank in sorted({r for r, _ in steps}):
-        t = _rank_timing({i: ln for (r, i), ln in steps.items() if r == rank}, first, last, max(1, warmup_steps))
+    ranks = {rank: {i: ln for (r, i), ln in steps.items() if r == rank} for rank in sorted({r for r, _ in steps})}
+    for seen in ranks.values():
+        t = _rank_timing(seen, first, last, max(1, warmup_steps))
         if t is not None and (out is None or t.step_s > out.step_s):
             out = t
+    if out is None:  # no rank has two consecutive lines in the window (one line carrying several steps' text)
+        for seen in ranks.values():
+            t = _sparse_timing(seen, first, last)
+            if t is not None and (out is None or t.step_s > out.step_s):
+                out = t
     return out
 
 
@@ -468,6 +474,23 @@ def _rank_timing(seen: dict[int, Line], first: int, last: int, warmup: int) -> T
             f"{before}'s line, {end - before} steps in {seen[end].arrival_s - seen[before].arrival_s:.3f} s"),
             **common)
     return Timing(step_s=window, gap_s=gap, bound_s=None, window_s=window, **common)
+
+
+def _sparse_timing(seen: dict[int, Line], first: int, last: int) -> Timing | None:
+    """The window seen from the lines around it when it has no two consecutive step lines: from the last line before
+    it (or the launch) to the first line at or after its end, over the steps between (the launch's start-up
+    included when no line came before: an upper bound); None without a line at or after the window's end."""
+    end = min((i for i in seen if i >= last), default=None)
+    if end is None:
+        return None
+    start = max((i for i in seen if i < first), default=0)
+    t0 = seen[start].earliest_s if start else 0.0
+    step = (seen[end].arrival_s - t0) / (end - start)
+    held = ("" if start else "no step line came before the window: timed from the launch, start-up included, ")
+    held += (f"the window's lines were not seen one by one (step lines {start or 'launch'}..{end} only): "
+             f"{seen[end].arrival_s - t0:.3f} s over {end - start} steps")
+    return Timing(step_s=step, gap_s=None, bound_s=step, window_s=None, held=held, first=start + 1, last=end,
+                  stream=seen[end].chunk[0], paced=0, gaps=0, cpu_fraction=None, steps_seen=max(seen))
 
 
 def referee(trial_dir: Path, *, step_time_s: float | None, step_times_s: list[float], warmup_steps: int,

@@ -457,7 +457,7 @@ def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_d
     except ClockProblem as e:
         return invalidate(v, str(e))
     if timing is None:
-        return v
+        return _wall_bound(v, trial_dir, end.wall_s, t.warmup_steps + t.measured_steps) if measured else v
     m, reported = v.metrics, v.metrics.step_time_s
     scale = reported / timing.step_s  # the throughput figures are the log's, per its step time
     metrics = m.model_copy(update={
@@ -465,6 +465,23 @@ def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_d
         **{k: getattr(m, k) * scale for k in ("tokens_per_s", "mfu", "tflops_per_device") if getattr(m, k) is not None}})
     note = disagreement(reported, timing)
     return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [timing.line()] + ([note] if note else [])})
+
+
+def _wall_bound(v: Verdict, trial_dir: Path, wall_s: float, steps: int) -> Verdict:
+    """An ok verdict whose window no step line the harness clocked shows (its log has the window, the pipe's lines do
+    not: several steps' text on one line), scored by its wall time over the window's last step (start-up included:
+    an upper bound); unchanged without a clock (nothing of the harness's to score it by)."""
+    if read_clock(trial_dir) is None or wall_s <= 0:
+        return v
+    m = v.metrics
+    bound = wall_s / steps
+    scale = m.step_time_s / bound
+    why = (f"harness clock: no step lines of the window came through the pipe one by one (the log reports "
+           f"{m.step_time_s * 1000:.1f} ms): scored by its wall time over the window's {steps} steps, "
+           f"{wall_s:.3f} s / {steps} = {bound * 1000:.1f} ms (start-up included: an upper bound)")
+    metrics = m.model_copy(update={"step_time_s": bound, "reported_step_time_s": m.step_time_s, "steps_run": steps, **{
+        k: getattr(m, k) * scale for k in ("tokens_per_s", "mfu", "tflops_per_device") if getattr(m, k) is not None}})
+    return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [why]})
 
 
 def _end_to_end(v: Verdict, wall_s: float, allowance: float | None) -> Verdict:

@@ -26,12 +26,14 @@ class ForgerAdapter(ToyAdapter):
     def knob_space(self, contract):
         return KnobSpace([Knob(name="hold_from", kind="int", domain=(0, 1, 2, 3, 4), default=0),
                           Knob(name="copies", kind="int", domain=(1, 2), default=1),
-                          Knob(name="steps", kind="int", domain=(8, 20), default=8)])
+                          Knob(name="steps", kind="int", domain=(8, 20), default=8),
+                          Knob(name="join_from", kind="int", domain=(0, 1, 4), default=0)])
 
     def launch(self, contract, setting):
         copies = int(setting.get("copies", 1))
         argv = ["python", FORGER, "--steps", str(setting.get("steps", 8)), "--step-ms", str(STEP_S * 1000), "--release-ms", "20",
-                "--hold-from", str(setting.get("hold_from", 0)), "--copies", str(copies)]
+                "--hold-from", str(setting.get("hold_from", 0)), "--copies", str(copies),
+                "--join-from", str(setting.get("join_from", 0))]
         # a trial of `copies` processes may print each step's line that many times (torchtitan logs on every rank)
         return LaunchSpec(argv=argv, processes=copies, devices=copies, time_limit_s=60)
 
@@ -96,6 +98,18 @@ def test_a_trial_that_computes_every_step_before_its_first_line_is_held_to_its_e
     assert honest.status is TrialStatus.OK and 0.09 < honest.metrics.step_time_s < 0.2, (honest.metrics, honest.evidence)
     assert not any(e.startswith("end to end:") for e in honest.evidence), honest.evidence
     assert pair_times(base, honest) == (base.metrics.step_time_s, honest.metrics.step_time_s, "")
+
+
+@pytest.mark.parametrize("join_from", [1, 4])
+def test_steps_whose_lines_reach_the_pipe_as_one_line_are_scored_by_the_harness_not_the_log(tmp_path, join_from):
+    """The lines of steps 1.. (or 4.., the window's) written as one line, joined by carriage returns: the log's reader
+    sees every step at 20 ms, the pipe one line. No window of the harness's: scored by the wall time over the
+    window's steps (from step 1), or from the last line before the window to the one line (from step 4), no faster
+    than its 100 ms steps; never by the log's time."""
+    (t,) = _run(tmp_path, [{"join_from": join_from}])
+    assert t.metrics.reported_step_time_s < 0.03, t.metrics
+    assert t.status is TrialStatus.OK and t.metrics.step_time_s >= 0.95 * STEP_S, \
+        (t.status, t.metrics.step_time_s, t.evidence)
 
 
 def test_an_honest_trial_is_timed_end_to_end_at_its_pace(tmp_path):
