@@ -4,7 +4,9 @@ and the end-to-end window (the score) stays near the median gap between step lin
     .venv/bin/python scripts/bench_honest_clock.py [--trials 6] [--burners 1]
 
 One row per trial: status, the harness's step time (end to end over the contract's window), the median gap, the
-log's own step time; then the count of ok trials. Burners are `python -c "while True: pass"` processes, killed at
+log's own step time, its time outside its steps (wall - steps x step) and whether execute/end_to_end.py bounds it
+against the first trial (the baseline, as a search holds a trial to the doctor's and a pair to its own baseline run);
+then the count of ok trials and of bounded ones. Burners are `python -c "while True: pass"` processes, killed at
 the end. The trials run isolated in a temporary run directory (contracts/minigpt-cpu.toml, its baseline setting
 and its knobs' other values, one at a time).
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from infrarsi.adapters import get_adapter
 from infrarsi.contract.model import load_contract
 from infrarsi.execute.clock import measure
+from infrarsi.execute.end_to_end import outside_s, pair_times
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
@@ -52,18 +55,28 @@ def main() -> None:
             p.kill()
             p.wait()
     t = contract.invariants.timing
-    print(f"{'setting':<40} {'status':<8} {'window s':>9} {'gap s':>8} {'log s':>8}")
+    print(f"{'setting':<40} {'status':<8} {'window s':>9} {'gap s':>8} {'log s':>8} {'outside s':>9} {'e2e':>8}")
+    bounded = 0
     for trial, setting in zip(trials, settings):
         timing = measure(rec.trial_dir(trial.id), warmup_steps=t.warmup_steps, measured_steps=t.measured_steps)
         diff = {k: v for k, v in setting.items() if base.get(k) != v} or "baseline"
         m = trial.metrics
         fmt = lambda x: f"{x:.4f}" if x is not None else "-"  # noqa: E731
         print(f"{str(diff):<40} {trial.status.value:<8} {fmt(m.step_time_s):>9} "
-              f"{fmt(timing.gap_s if timing else None):>8} {fmt(m.reported_step_time_s):>8}")
+              f"{fmt(timing.gap_s if timing else None):>8} {fmt(m.reported_step_time_s):>8} "
+              f"{fmt(outside_s(trial)):>9} {e2e(trials[0], trial):>8}")
+        bounded += e2e(trials[0], trial) == "bounded"
         if trial.status is not TrialStatus.OK:
             print("   ", trial.reason)
     ok = sum(t.status is TrialStatus.OK for t in trials)
-    print(f"ok: {ok} of {len(trials)} (burners: {a.burners})")
+    print(f"ok: {ok} of {len(trials)}, bounded end to end: {bounded} (burners: {a.burners})")
+
+
+def e2e(base, trial) -> str:
+    """Whether the end-to-end check bounds ``trial`` against ``base``'s time outside its steps."""
+    if TrialStatus.OK not in (base.status,) or trial.status is not TrialStatus.OK:
+        return "-"
+    return "bounded" if pair_times(base, trial)[2] else "agrees"
 
 
 if __name__ == "__main__":

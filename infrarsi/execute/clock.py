@@ -36,10 +36,9 @@ pipe, a log whose step times add up to more than the process ran, and a measured
 clock samples the CPU time of the trial's process group right after each step line arrives (a sampler thread, each
 sample stamped with its own time; nanoseconds on a CPU, ``/proc/<pid>/task/<tid>/schedstat``, summed over every
 thread of every process in the group). A measured window whose processes spent less than ``MIN_CPU_FRACTION`` of
-one core is a window of sleeping, not of training steps. What is left: a trial that computes every step before its
-first step line, then lets the lines go paced while it burns CPU, looks like a trial with a long start-up (as a
-``torch.compile`` does) and is scored by its release; its measured wall time (cost) is its real one and the loss
-referee still holds its losses.
+one core is a window of sleeping, not of training steps. A trial that computes every step before its first step
+line, then lets the lines go paced while it burns CPU, looks here like a trial with a long start-up (as a
+``torch.compile`` does): its figure is held to its wall time by end_to_end.py.
 
 What the runner keeps of a trial's output is bounded (MAX_LINES stamps, MAX_BYTES per stream): past it, or when
 the disk refuses the copy, the rest is read and dropped and the trial is recorded invalid with the figures.
@@ -382,6 +381,7 @@ class Timing:
     window_s: float | None = None  # the window timed end to end: first copy of its line ``first - 1`` to the last
     # copy of line ``last``, over its steps (None when its lines came in bursts)
     held: str = ""  # why the trial is scored by ``bound_s`` ("" when it is scored by ``window_s``)
+    steps_seen: int | None = None  # the last step this rank printed a line of (the steps the process ran, at least)
 
     @property
     def timed(self) -> bool:
@@ -427,10 +427,16 @@ def measure(trial_dir: Path, *, warmup_steps: int, measured_steps: int, copies: 
     first = warmup_steps + 1 if warmup_steps > 0 else 2  # a gap needs the line before the step
     last = warmup_steps + measured_steps
     out: Timing | None = None
-    for rank in sorted({r for r, _ in steps}):
-        t = _rank_timing({i: ln for (r, i), ln in steps.items() if r == rank}, first, last, max(1, warmup_steps))
+    ranks = {rank: {i: ln for (r, i), ln in steps.items() if r == rank} for rank in sorted({r for r, _ in steps})}
+    for seen in ranks.values():
+        t = _rank_timing(seen, first, last, max(1, warmup_steps))
         if t is not None and (out is None or t.step_s > out.step_s):
             out = t
+    if out is None:  # no rank has two consecutive lines in the window (one line carrying several steps' text)
+        for seen in ranks.values():
+            t = _sparse_timing(seen, first, last)
+            if t is not None and (out is None or t.step_s > out.step_s):
+                out = t
     return out
 
 
@@ -444,7 +450,8 @@ def _rank_timing(seen: dict[int, Line], first: int, last: int, warmup: int) -> T
     paced = [g for g, apart in gaps if apart]
     cpu = _cpu_fraction(seen, warmup, last)
     stream = seen[end].chunk[0]
-    common = dict(first=have[0], last=end, stream=stream, paced=len(paced), gaps=len(gaps), cpu_fraction=cpu)
+    common = dict(first=have[0], last=end, stream=stream, paced=len(paced), gaps=len(gaps), cpu_fraction=cpu,
+                  steps_seen=max(seen))
     if len(paced) * 2 < len(gaps):  # most lines came together: held back and let go at once (a stalled reader merges
         # a few, no more); the last line's arrival over its steps, start-up included
         bound = seen[end].arrival_s / end
@@ -467,6 +474,23 @@ def _rank_timing(seen: dict[int, Line], first: int, last: int, warmup: int) -> T
             f"{before}'s line, {end - before} steps in {seen[end].arrival_s - seen[before].arrival_s:.3f} s"),
             **common)
     return Timing(step_s=window, gap_s=gap, bound_s=None, window_s=window, **common)
+
+
+def _sparse_timing(seen: dict[int, Line], first: int, last: int) -> Timing | None:
+    """The window seen from the lines around it when it has no two consecutive step lines: from the last line before
+    it (or the launch) to the first line at or after its end, over the steps between (the launch's start-up
+    included when no line came before: an upper bound); None without a line at or after the window's end."""
+    end = min((i for i in seen if i >= last), default=None)
+    if end is None:
+        return None
+    start = max((i for i in seen if i < first), default=0)
+    t0 = seen[start].earliest_s if start else 0.0
+    step = (seen[end].arrival_s - t0) / (end - start)
+    held = ("" if start else "no step line came before the window: timed from the launch, start-up included, ")
+    held += (f"the window's lines were not seen one by one (step lines {start or 'launch'}..{end} only): "
+             f"{seen[end].arrival_s - t0:.3f} s over {end - start} steps")
+    return Timing(step_s=step, gap_s=None, bound_s=step, window_s=None, held=held, first=start + 1, last=end,
+                  stream=seen[end].chunk[0], paced=0, gaps=0, cpu_fraction=None, steps_seen=max(seen))
 
 
 def referee(trial_dir: Path, *, step_time_s: float | None, step_times_s: list[float], warmup_steps: int,

@@ -3,7 +3,8 @@
     clean_environment(os.environ, pass_env=["WANDB_ENTITY"])   # -> what a trial inherits of the runner's
 
 A name passes when the frameworks need it (ENV_NAMES) or it is under one of their prefixes (ENV_PREFIXES); under
-HF_, TRANSFORMERS_, TOKENIZERS_ and PYTHON only the names those projects document (ENV_DOCUMENTED). Dropped whatever
+HF_, TRANSFORMERS_, TOKENIZERS_, PYTHON, NCCL_, CUDA_, TORCH, PYTORCH_ and SLURM_ only the names those projects
+document (ENV_DOCUMENTED, env_names.py). Dropped whatever
 its prefix: a name that says it holds a secret (SECRET_NAME, SECRET_ENV_NAME: ``HF_TOKEN``, ``NCCL_DB_PASS``), and a
 value that carries a credential (:func:`credential`: a URL's userinfo or query parameters, an Authorization scheme's
 token, and under a name not documented a high-entropy word). ``pass_env`` (the contract's ``workload.pass_env``) is
@@ -18,6 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from ..launch.command import SECRET_NAME  # the names that say they hold a secret
+from . import env_names
 
 # The runner's variables a trial inherits (an allowlist): what the frameworks and the launchers need.
 ENV_NAMES = frozenset({
@@ -32,11 +34,13 @@ ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NVTE_", "NCCL_",
                 "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "TRITON", "HF_", "TRANSFORMERS_",
                 "TOKENIZERS_", "PYTHON", "SLURM_")
 # Under these prefixes only the names the frameworks document pass (Hugging Face's hub, datasets and transformers
-# docs, tokenizers, CPython's command-line docs); an unlisted HF_FOO or PYTHONFOO stays out (a token under a name of
-# the user's making). Under the other prefixes (NCCL_, CUDA_, TORCH*, TRITON*, SLURM_, OMP_, ...: families of
-# hundreds of documented knobs, SLURM_* set by Slurm itself) a name passes when its value is plain (ENV_DOCUMENTED
-# names: when it carries no credential).
+# docs, tokenizers, CPython's command-line docs; NCCL's, CUDA's, torch's and Slurm's in env_names.py, each with its
+# source); an unlisted HF_FOO, NCCL_FOO or SLURM_FOO stays out (a token under a name of the user's making: the
+# contract's workload.pass_env passes it). Under the other prefixes (TRITON*, OMP_, MKL_, UCX_, ...) a name passes
+# when its value is plain (listed names: when it carries no credential).
 ENV_DOCUMENTED = {
+    "NCCL_": env_names.NCCL, "CUDA_": env_names.CUDA, "TORCH": env_names.TORCH, "PYTORCH_": env_names.TORCH,
+    "SLURM_": env_names.SLURM,
     "HF_": frozenset("""HF_HOME HF_HUB_CACHE HF_ASSETS_CACHE HF_DATASETS_CACHE HF_MODULES_CACHE HF_XET_CACHE
         HF_HUB_OFFLINE HF_DATASETS_OFFLINE HF_ENDPOINT HF_HUB_DISABLE_TELEMETRY HF_HUB_DISABLE_PROGRESS_BARS
         HF_HUB_DISABLE_SYMLINKS_WARNING HF_HUB_DISABLE_EXPERIMENTAL_WARNING

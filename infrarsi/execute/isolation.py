@@ -8,14 +8,15 @@ root and :func:`bwrap_argv` adds, in this order::
     /tmp /var/tmp /dev/shm /run, $HOME   fresh, empty and writable (tmpfs), each at most ``scratch_bytes``
     readable paths         read-only: the repository, the working directory, the Python environment and
                            sys.path, the files and folders the command names, INFRARSI_READABLE, the Hugging
-                           Face caches (hub/, datasets/: not the token files beside them); each normalised ('..'
-                           folded) and never a home folder, a parent of one, or what holds keys (SECRET_BEARING)
+                           Face hub cache (hub/: not the token files beside it); each normalised ('..' folded)
+                           and never a home folder, a parent of one, or what holds keys (SECRET_BEARING)
     hidden paths           then covered again (an empty read-only tmpfs; over a file, /dev/null): every run
                            directory under what it can read, at any depth (found by its marker files,
                            RUN_MARKERS) and what holds keys, the experience bank, the verifier's cache, the seal
                            key, every ``.git``
     writable paths         the trial's ``outputs/`` (kernel verification: none); cache folders the launch names
-                           (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR: CACHE_ENV) an empty tmpfs of their own
+                           (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR: CACHE_ENV) and the datasets cache (the
+                           Hugging Face home's datasets/, HF_DATASETS_CACHE) an empty tmpfs of their own
 
 Nothing else of the machine exists inside: no /home, /srv, /mnt, /var, nor the sockets under /run (Slurm's munge,
 a desktop bus). A read-only mount refuses every write (EROFS), the root included. The process has no capabilities
@@ -73,7 +74,12 @@ SCRATCH_BYTES = 4 * 2**30  # each tmpfs of a box (scratch_gib in the contract's 
 # Caches of the frameworks in the home folder: shown read-only (a tokenizer or model read offline). Only the
 # cache folders of the Hugging Face home: its token files (token, stored_tokens) beside them stay out of the box.
 HF_HOME_DEFAULT = ".cache/huggingface"  # relative to the home folder; HF_HOME names another
-HF_CACHES = ("hub", "datasets")  # in the Hugging Face home; HF_HUB_CACHE / HF_DATASETS_CACHE name others
+HF_CACHES = ("hub",)  # in the Hugging Face home, read-only; HF_HUB_CACHE names another
+# The datasets cache (the Hugging Face home's datasets/, HF_DATASETS_CACHE) is written by every load_dataset (a
+# .lock beside each prepared dataset, the arrow files it prepares, even from local files): shown read-only, it
+# crashed every torchtitan trial once a run by hand had made it. Each trial gets an empty, writable tmpfs there
+# instead (datasets_caches): it prepares its data anew from the files it reads (the hub cache, the repository).
+HF_DATASETS = "datasets"
 # What holds a user's keys, wherever it sits (by name): never shown, and covered inside any folder a trial is shown.
 SECRET_BEARING = frozenset({".ssh", ".aws", ".netrc", ".gnupg", ".git-credentials", ".pypirc", ".docker", ".kube",
                             ".azure", "gcloud", ".huggingface", ".vault-token", ".terraform.d", ".pgpass", ".my.cnf"})
@@ -470,11 +476,19 @@ def hf_homes(env: Mapping[str, str]) -> list[Path]:
 
 
 def home_caches(env: Mapping[str, str]) -> list[Path]:
-    """The frameworks' caches, shown read-only: the Hugging Face home's ``hub`` and ``datasets`` (not its token
-    files), HF_HUB_CACHE, HF_DATASETS_CACHE."""
+    """The frameworks' caches, shown read-only: the Hugging Face home's ``hub`` (not its token files),
+    HF_HUB_CACHE."""
     out = [h / c for h in hf_homes(env) for c in HF_CACHES]
-    out += [Path(env[k]) for k in ("HF_HUB_CACHE", "HF_DATASETS_CACHE") if env.get(k, "").startswith("/")]
+    out += [Path(env[k]) for k in ("HF_HUB_CACHE",) if env.get(k, "").startswith("/")]
     return [p for p in out if p.is_dir()]
+
+
+def datasets_caches(env: Mapping[str, str]) -> list[Path]:
+    """The datasets caches (HF_DATASETS): HF_DATASETS_CACHE, the named Hugging Face home's ``datasets``, and a home
+    folder's where it exists (elsewhere the home folder's own tmpfs is writable): each an empty tmpfs of its own."""
+    out = [Path(env["HF_DATASETS_CACHE"])] if env.get("HF_DATASETS_CACHE", "").startswith("/") else []
+    named = env.get("HF_HOME", "").startswith("/")
+    return out + [h / HF_DATASETS for h in hf_homes(env) if named or (h / HF_DATASETS).is_dir()]
 
 
 
@@ -499,7 +513,7 @@ def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mappi
     not_a_root = _not_a_root  # a path that would bring a whole home folder, /tmp or a user's keys back: not shown
 
     whole = {**inherited, **env}
-    caches = cache_folders(whole)
+    caches = [*cache_folders(whole), *map(_norm, datasets_caches(whole))]
     homes = [_norm(h) for h in hf_homes(whole)]  # named by HF_HOME: its caches are shown below, its tokens are not
     named = [p for p in not_a_root(named_paths(argv, env, cwd)) if not _under(p, caches) and p not in homes]
     machine = [Path(m) for m in MACHINE]

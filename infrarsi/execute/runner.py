@@ -43,7 +43,7 @@ from .classify import Verdict, apply_loss_check, classify
 from .clock import ClockProblem, disagreement, measure, own_cpu_s, read_clock, referee
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
-from . import user_srun
+from . import end_to_end, user_srun
 from .local import OUTPUTS, kill_token, trial_env
 from .prune import PruneWatch, Target
 from .record import RunRecord
@@ -127,6 +127,9 @@ class Runner:
         """Cores to plan with (default: os.cpu_count())."""
         usable_memory_bytes: int | None = Field(None, ge=1)
         """Memory to plan with (default: MemAvailable, or the cgroup limit when smaller)."""
+        outside_allowance_s: float | None = Field(None, ge=0)
+        """The baseline's time outside its steps (end_to_end.allowance_s of its trials): a search trial that spent
+        more outside its own is scored by its end-to-end bound (execute/end_to_end.py). None: not checked."""
 
     def __init__(self, record: RunRecord, executor: Executor, adapter: TrialAdapter, contract: Contract, *,
                  config: Config | None = None) -> None:
@@ -281,6 +284,8 @@ class Runner:
         conditions = watch.end(own_cpu_s=own_cpu_s(Path(handle.trial_dir)))
         freed = _keep_reserve(self.record.run_dir, Path(handle.trial_dir))
         verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting, copies=procs)
+        if role == "search":  # told to the search as it is; an A/B pair is held to its own baseline (pair_times)
+            verdict = _end_to_end(verdict, end.wall_s, self.config.outside_allowance_s)
         pruned = pruner.decision if pruner is not None and verdict.status is TrialStatus.CANCELLED else None
         if pruned is not None:  # stopped by the runner, not by a user: its checks below apply as to any trial
             verdict = verdict.model_copy(update={
@@ -452,14 +457,46 @@ def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_d
     except ClockProblem as e:
         return invalidate(v, str(e))
     if timing is None:
-        return v
+        return _wall_bound(v, trial_dir, end.wall_s, t.warmup_steps + t.measured_steps) if measured else v
     m, reported = v.metrics, v.metrics.step_time_s
     scale = reported / timing.step_s  # the throughput figures are the log's, per its step time
     metrics = m.model_copy(update={
-        "step_time_s": timing.step_s, "reported_step_time_s": reported,
+        "step_time_s": timing.step_s, "reported_step_time_s": reported, "steps_run": timing.steps_seen,
         **{k: getattr(m, k) * scale for k in ("tokens_per_s", "mfu", "tflops_per_device") if getattr(m, k) is not None}})
     note = disagreement(reported, timing)
     return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [timing.line()] + ([note] if note else [])})
+
+
+def _wall_bound(v: Verdict, trial_dir: Path, wall_s: float, steps: int) -> Verdict:
+    """An ok verdict whose window no step line the harness clocked shows (its log has the window, the pipe's lines do
+    not: several steps' text on one line), scored by its wall time over the window's last step (start-up included:
+    an upper bound); unchanged without a clock (nothing of the harness's to score it by)."""
+    if read_clock(trial_dir) is None or wall_s <= 0:
+        return v
+    m = v.metrics
+    bound = wall_s / steps
+    scale = m.step_time_s / bound
+    why = (f"harness clock: no step lines of the window came through the pipe one by one (the log reports "
+           f"{m.step_time_s * 1000:.1f} ms): scored by its wall time over the window's {steps} steps, "
+           f"{wall_s:.3f} s / {steps} = {bound * 1000:.1f} ms (start-up included: an upper bound)")
+    metrics = m.model_copy(update={"step_time_s": bound, "reported_step_time_s": m.step_time_s, "steps_run": steps, **{
+        k: getattr(m, k) * scale for k in ("tokens_per_s", "mfu", "tflops_per_device") if getattr(m, k) is not None}})
+    return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [why]})
+
+
+def _end_to_end(v: Verdict, wall_s: float, allowance: float | None) -> Verdict:
+    """An ok verdict whose figure disagrees with its wall time beyond the baseline's time outside its steps, scored by
+    the end-to-end bound (execute/end_to_end.py); throughput and MFU follow."""
+    if v.status is not TrialStatus.OK:
+        return v
+    m = v.metrics
+    out = end_to_end.bound(wall_s=wall_s, steps=m.steps_run, step_s=m.step_time_s, allowance=allowance)
+    if out is None:
+        return v
+    scale = m.step_time_s / out[0]
+    metrics = m.model_copy(update={"step_time_s": out[0], **{
+        k: getattr(m, k) * scale for k in ("tokens_per_s", "mfu", "tflops_per_device") if getattr(m, k) is not None}})
+    return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [out[1]]})
 
 
 RESERVE_BYTES = 512 * 2**20  # free space the runner keeps on the run directory's disk for its own records

@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..contract.invariants import free_knobs
+from ..execute.end_to_end import pair_times
 from ..execute.trial import TrialStatus
 from ..kernels.loader import generated_folder, split_spec
 from ..rundir import RunDir, VerifiedCandidate
@@ -216,8 +217,9 @@ def recomputed_speedup(data: RunData, cand: VerifiedCandidate) -> tuple[Any, lis
             problems.append(f"verification pair {list(pair)}: the trials ran other settings than recorded")
             continue
         if a.status is TrialStatus.OK and b.status is TrialStatus.OK:
-            a_s.append(a.metrics.step_time_s)
-            b_s.append(b.metrics.step_time_s)
+            ta, tb, _ = pair_times(a, b)  # as the verification scored the pair: held to its end-to-end time
+            a_s.append(ta)
+            b_s.append(tb)
     sp = speedup_ci(a_s, b_s) if len(a_s) >= 2 else None
     return sp, problems
 

@@ -112,6 +112,7 @@ class VerifiedCandidate(_Record):
     trials: list[Pair] = []  # the pairs the verdict uses
     disturbed: Disturbed | None = None
     unisolated: list[int] = []  # ids of the pairs' trials that ran without isolation (execute/isolation.py)
+    end_to_end: list[str] = []  # pairs whose candidate was scored by its end-to-end bound (execute/end_to_end.py)
     promoted: bool
     reason: str
     speedup: float | None = None

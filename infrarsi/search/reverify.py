@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..contract import contract_hash
 from ..contract.numerics import drift_of
 from ..execute.conditions import drift, load_of
+from ..execute.end_to_end import pair_times
 from ..execute.runner import unisolated
 from ..execute.trial import Trial, TrialStatus
 from ..knobs import Setting
@@ -66,8 +67,9 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
                 disturbed += bad[: MAX_DISTURBED - len(disturbed)]
                 continue
             ok_pairs = [(a, b) for a, b in used if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
-            d = decide([a.metrics.step_time_s for a, _ in ok_pairs], [b.metrics.step_time_s for _, b in ok_pairs],
-                       mde=noise.mde, max_pairs=max_pairs, outrank=best_lo)
+            times = [pair_times(a, b) for a, b in ok_pairs]  # the candidate held to its pair's end-to-end time
+            d = decide([x[0] for x in times], [x[1] for x in times], mde=noise.mde, max_pairs=max_pairs,
+                       outrank=best_lo)
             if d.done or len(used) >= max_pairs or len(used) - len(ok_pairs) >= FIRST_LOOK:
                 break  # decided, out of pairs, or a candidate (or baseline) that keeps failing
             # A then B, back to back: drifts of the machine cancel in the pair
@@ -81,8 +83,11 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
             console.print(f"  verify {which}: {_pair_line(a, b)}", highlight=False)
         pairs = [p for p in pairs if p not in disturbed]
         ok_pairs = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
+        times = [pair_times(a, b) for a, b in ok_pairs]
         entry: dict[str, Any] = {"setting": cand.to_dict(), "why": tuner.why(cand),
                                  "trials": [[a.id, b.id] for a, b in pairs]}
+        if any(note for *_, note in times):
+            entry["end_to_end"] = [note for *_, note in times if note]
         if disturbed:
             entry["disturbed"] = {"trials": [[a.id, b.id] for a, b in disturbed],
                                   "reason": f"a run took over {DISTURBED_FACTOR:g}x the median of its side: another job "
@@ -104,8 +109,7 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
                 elif passed:
                     why = f"{why} (on evidence from {len(bare)} unisolated trials: the contract allows it)"
             entry.update(sp.to_dict(), promoted=passed, reason=why, level=LEVEL, decision=d.state,
-                         baseline_s=[a.metrics.step_time_s for a, _ in ok_pairs],
-                         candidate_s=[b.metrics.step_time_s for _, b in ok_pairs],
+                         baseline_s=[x[0] for x in times], candidate_s=[x[1] for x in times],
                          peak_memory_bytes=max((b.metrics.peak_memory_bytes or 0) for _, b in ok_pairs) or None,
                          baseline_peak_memory_bytes=max((a.metrics.peak_memory_bytes or 0) for a, _ in ok_pairs) or None,
                          mfu=_median([b.metrics.mfu for _, b in ok_pairs]),

@@ -316,7 +316,11 @@ def _search_and_verify(s: _Search, console: Console, err: Console) -> Verificati
     RunDir(s.run_dir).search()  # refuses a search record it could not read: never rewritten over
     s.proposals, s.in_flight = state.proposals(s.record, s.done), state.pending(s.run_dir)
     state.settle_interrupted(s.record, executor, roles={"verify", rebaseline.ROLE})  # before anything new starts
-    with Runner(s.record, executor, s.adapter, s.contract, config=Runner.Config(parallel=s.par)) as runner, \
+    from ..execute.end_to_end import allowance_s
+
+    # a search trial's figure must agree with its wall time beyond the doctor's baseline's time outside its steps
+    cfg = Runner.Config(parallel=s.par, outside_allowance_s=allowance_s(s.base_trials))
+    with Runner(s.record, executor, s.adapter, s.contract, config=cfg) as runner, \
             Heartbeat(console, f"run: trial {len(s.done) + 1} of {s.budget}") as beat:
         _loop(s, runner, beat, console, err)
         beat.note("verify: A/B pairs against the baseline")

@@ -24,6 +24,7 @@ class Metrics(BaseModel):
     step_time_s: float | None = None  # median steady-state step time (contract's window), as the harness measured it
     reported_step_time_s: float | None = None  # the same as the trial's log reports it (evidence; None: not clocked)
     step_times_s: list[float] = []  # every step's time, warm-up included
+    steps_run: int | None = None  # the last step the harness saw a line of (execute/end_to_end.py; None: not clocked)
     tokens_per_s: float | None = None
     mfu: float | None = None  # fraction in [0, 1]; None when peak FLOP/s is unknown
     tflops_per_device: float | None = None

@@ -4,7 +4,9 @@ lines reach the pipe. Megatron-style iteration lines (lm loss as the toy's), so 
 --hold-from K: the lines of steps K.. are held back while their steps compute, then let go one by one, each in a
 write of its own, --release-ms apart, with the CPU kept busy between them (a sleeping release is the clock's
 older case). --copies C: after the run, every step's line is printed again (C copies in all, within a trial of C
-processes' allowance), one by one, --release-ms apart, busy: the last copies arrive at the forged pace."""
+processes' allowance), one by one, --release-ms apart, busy: the last copies arrive at the forged pace. --join-from
+K: the lines of steps K.. are held, then written as one line, joined by carriage returns (a log reader that splits
+at \r sees every step; the pipe sees one line)."""
 
 import argparse
 import os
@@ -17,6 +19,7 @@ p.add_argument("--step-ms", type=float, default=100.0)
 p.add_argument("--release-ms", type=float, default=20.0)
 p.add_argument("--hold-from", type=int, default=0)  # 0: nothing held
 p.add_argument("--copies", type=int, default=1)
+p.add_argument("--join-from", type=int, default=0)  # 0: nothing joined
 a = p.parse_args()
 
 
@@ -37,10 +40,15 @@ held = []
 for i in range(1, a.steps + 1):
     busy(a.step_ms)
     text = line(i, a.release_ms)  # it claims the pace it will release at
-    if a.hold_from and i >= a.hold_from:
+    if a.join_from and i >= a.join_from:
+        held.append(text.rstrip("\n"))
+    elif a.hold_from and i >= a.hold_from:
         held.append(text)
     else:
         os.write(1, text.encode())
+if a.join_from:
+    os.write(1, ("\r".join(held) + "\n").encode())
+    held = []
 for text in held:
     busy(a.release_ms)
     os.write(1, text.encode())  # one write per line: each arrives in a read of its own

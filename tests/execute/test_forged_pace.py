@@ -8,6 +8,7 @@ import pytest
 from toy import ToyAdapter, toy_contract
 
 from infrarsi.adapters.megatron.log import parse_log, to_metrics
+from infrarsi.execute.end_to_end import allowance_s, pair_times
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
@@ -23,13 +24,16 @@ STEP_S = 0.1  # what each of the forger's steps computes for
 
 class ForgerAdapter(ToyAdapter):
     def knob_space(self, contract):
-        return KnobSpace([Knob(name="hold_from", kind="int", domain=(0, 2, 3, 4), default=0),
-                          Knob(name="copies", kind="int", domain=(1, 2), default=1)])
+        return KnobSpace([Knob(name="hold_from", kind="int", domain=(0, 1, 2, 3, 4), default=0),
+                          Knob(name="copies", kind="int", domain=(1, 2), default=1),
+                          Knob(name="steps", kind="int", domain=(8, 20), default=8),
+                          Knob(name="join_from", kind="int", domain=(0, 1, 4), default=0)])
 
     def launch(self, contract, setting):
         copies = int(setting.get("copies", 1))
-        argv = ["python", FORGER, "--steps", "8", "--step-ms", str(STEP_S * 1000), "--release-ms", "20",
-                "--hold-from", str(setting.get("hold_from", 0)), "--copies", str(copies)]
+        argv = ["python", FORGER, "--steps", str(setting.get("steps", 8)), "--step-ms", str(STEP_S * 1000), "--release-ms", "20",
+                "--hold-from", str(setting.get("hold_from", 0)), "--copies", str(copies),
+                "--join-from", str(setting.get("join_from", 0))]
         # a trial of `copies` processes may print each step's line that many times (torchtitan logs on every rank)
         return LaunchSpec(argv=argv, processes=copies, devices=copies, time_limit_s=60)
 
@@ -68,6 +72,44 @@ def test_per_rank_duplicate_lines_let_go_at_a_forged_pace_are_scored_no_faster_t
         assert t.metrics.step_time_s >= 0.95 * STEP_S, (t.metrics.step_time_s, t.evidence)
     else:
         assert t.status is TrialStatus.INVALID and t.metrics.step_time_s is None, (t.status, t.reason)
+
+
+def test_a_trial_that_computes_every_step_before_its_first_line_is_held_to_its_end_to_end_time(tmp_path):
+    """Every line held (hold_from 1: 20 steps of 100 ms computed, then their lines let go 20 ms apart, busy): to the
+    line clock a long start-up and 20 ms steps. Its wall time is not its to shape: beyond the baseline's time outside
+    its steps (measured on the baseline's own trial), the search scores it by its end-to-end bound, and its A/B pair
+    holds it to the pair's baseline run, both no faster than its 100 ms. An honest trial keeps its time in both."""
+    rec = RunRecord(tmp_path)
+    contract = toy_contract(warmup_steps=3, measured_steps=4, timeout_s=60)
+    with Runner(rec, LocalExecutor(), ForgerAdapter(), contract, config=Runner.Config(oversubscribe=True)) as r:
+        (base,) = r.run([{"steps": 20}], role="doctor")
+    allowance = allowance_s([base])
+    assert base.status is TrialStatus.OK and allowance is not None, (base.reason, base.evidence)
+    cfg = Runner.Config(oversubscribe=True, outside_allowance_s=allowance)
+    with Runner(rec, LocalExecutor(), ForgerAdapter(), contract, config=cfg) as r:
+        forged, honest = r.run([{"hold_from": 1, "steps": 20}, {"steps": 20}])
+        (paired,) = r.run([{"hold_from": 1, "steps": 20}], role="verify")
+    assert forged.metrics.reported_step_time_s < 0.03, forged.metrics
+    assert forged.status is TrialStatus.OK and forged.metrics.step_time_s >= 0.95 * STEP_S, \
+        (forged.status, forged.metrics.step_time_s, forged.evidence)
+    assert any(e.startswith("end to end:") for e in forged.evidence), forged.evidence
+    assert paired.metrics.step_time_s < 0.03  # the line clock alone: the release pace
+    assert pair_times(base, paired)[1] >= 0.95 * STEP_S, (pair_times(base, paired), paired.cost, base.cost)
+    assert honest.status is TrialStatus.OK and 0.09 < honest.metrics.step_time_s < 0.2, (honest.metrics, honest.evidence)
+    assert not any(e.startswith("end to end:") for e in honest.evidence), honest.evidence
+    assert pair_times(base, honest) == (base.metrics.step_time_s, honest.metrics.step_time_s, "")
+
+
+@pytest.mark.parametrize("join_from", [1, 4])
+def test_steps_whose_lines_reach_the_pipe_as_one_line_are_scored_by_the_harness_not_the_log(tmp_path, join_from):
+    """The lines of steps 1.. (or 4.., the window's) written as one line, joined by carriage returns: the log's reader
+    sees every step at 20 ms, the pipe one line. No window of the harness's: scored by the wall time over the
+    window's steps (from step 1), or from the last line before the window to the one line (from step 4), no faster
+    than its 100 ms steps; never by the log's time."""
+    (t,) = _run(tmp_path, [{"join_from": join_from}])
+    assert t.metrics.reported_step_time_s < 0.03, t.metrics
+    assert t.status is TrialStatus.OK and t.metrics.step_time_s >= 0.95 * STEP_S, \
+        (t.status, t.metrics.step_time_s, t.evidence)
 
 
 def test_an_honest_trial_is_timed_end_to_end_at_its_pace(tmp_path):

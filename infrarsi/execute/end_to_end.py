@@ -1,0 +1,74 @@
+"""The end-to-end check: a trial's per-step figure must agree with how long the harness saw its process run, from
+the launch to its exit.
+
+The line clock (clock.py) times the measured window by the arrivals of its step lines. A trial that computes every
+step before it prints its first step line, then lets the lines go at a forged pace, looks to that clock like a
+trial with a long start-up. What it cannot shape is how long it ran: its steps times its per-step figure, plus its
+time outside the steps (start-up, the warm-up's extra, shutdown), is its wall time (the harness's, launch to exit;
+Slurm's elapsed time for a job). So the time a trial spent outside its steps is held against the baseline's, measured
+on the baseline's own trials::
+
+    outside = wall - steps x step           (steps: the last step the harness saw a line of)
+    agrees  when outside <= allowance + max(SLACK_S, SLACK_FRACTION x allowance)
+    else    scored by (wall - allowance) / steps    (the end-to-end bound)
+
+where ``allowance`` is the baseline's outside time: in the search the largest of the doctor's (and re-baseline)
+trials (``Runner.Config.outside_allowance_s``), in an A/B pair the pair's own baseline run, back to back with the
+candidate on the same machine (:func:`pair_times`; the verification and the audit both score a pair by it). The
+bound is never faster than the truth while the trial's own start-up is at least the baseline's; a setting that
+starts slower (``torch.compile`` before its first step) is scored by it too, start-up included, as its whole run
+costs. A trial that hides time outside its steps gains at most the slack over its steps. Nothing here makes a trial
+invalid: load slows a start-up, it does not forge one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .trial import Trial, TrialStatus
+
+# What a loaded machine adds to a start-up beside the baseline's (the baseline measured earlier, or just before in
+# its pair): importing torch on 2 cores beside a CPU burner took ~1.5x its quiet time. A trial can hide this much.
+SLACK_S = 1.0
+SLACK_FRACTION = 0.5
+
+
+def outside_s(t: Trial) -> float | None:
+    """Seconds the trial ran outside its steps (wall - steps x step time), or None (not ok, or not clocked)."""
+    m = t.metrics
+    if t.status is not TrialStatus.OK or not m.step_time_s or not m.steps_run or not t.cost.wall_s:
+        return None
+    return t.cost.wall_s - m.steps_run * m.step_time_s
+
+
+def allowance_s(baseline: Iterable[Trial]) -> float | None:
+    """The baseline's time outside its steps: the largest over its ok, clocked trials (None without one)."""
+    xs = [x for x in map(outside_s, baseline) if x is not None]
+    return max(0.0, max(xs)) if xs else None
+
+
+def bound(*, wall_s: float, steps: int | None, step_s: float | None, allowance: float | None) -> tuple[float, str] | None:
+    """(the end-to-end bound, one evidence line with the arithmetic) when the trial's figure disagrees with its wall
+    time beyond the slack, or None when it agrees (or cannot be checked)."""
+    if allowance is None or not steps or not step_s or wall_s <= 0:
+        return None
+    outside = wall_s - steps * step_s
+    slack = max(SLACK_S, SLACK_FRACTION * allowance)
+    if outside <= allowance + slack:
+        return None
+    b = (wall_s - allowance) / steps
+    return b, (f"end to end: the process ran {wall_s:.3f} s for {steps} steps of {step_s * 1000:.1f} ms "
+               f"({steps * step_s:.3f} s), {outside:.3f} s outside its steps against the baseline's {allowance:.3f} s "
+               f"(+ {slack:.3f} s slack): scored by ({wall_s:.3f} - {allowance:.3f}) s / {steps} = {b * 1000:.1f} ms "
+               f"per step (its steps ran before its lines, or it started slower than the baseline)")
+
+
+def pair_times(a: Trial, b: Trial) -> tuple[float, float, str]:
+    """(baseline's step time, candidate's step time, evidence or "") of an ok A/B pair: the candidate is held to the
+    time its own baseline run spent outside its steps, back to back on the same machine (:func:`bound`)."""
+    ta, tb = a.metrics.step_time_s, b.metrics.step_time_s
+    own = outside_s(a)
+    out = bound(wall_s=b.cost.wall_s, steps=b.metrics.steps_run, step_s=tb, allowance=None if own is None else max(0.0, own))
+    if out is None:
+        return ta, tb, ""
+    return ta, out[0], f"trials {a.id}/{b.id}: {out[1]}"
