@@ -19,7 +19,12 @@ seconds each arm spent to first measure the setting the arm without pruning ends
 run ``--trials`` times, each held against the latest baseline run before it (the doctor's median for the first),
 as the run stage holds a search trial against a drift-corrected incumbent; prints each trial and the share pruned.
 
+``outrank``: the verify step's skip before pairs (speedup.outranked_before_pairs): how often a second candidate
+exactly as fast as a promoted first is left unverified (the A/A: at most ALPHA = 2.5% is the bar), and how often one
+0.8x or 0.5x as fast is (the pairs it saves), on simulated draws (infrarsi/testing/prune_draws.py).
+
     python scripts/bench_prune.py aa --draws 2000
+    python scripts/bench_prune.py outrank --draws 2000
     python scripts/bench_prune.py search --seeds 10 --budget 20
     python scripts/bench_prune.py real --run-dir RUN_DIR --trials 8      # RUN_DIR: after `infrarsi doctor`
 """
@@ -42,7 +47,7 @@ from infrarsi.doctor.noise import mde  # noqa: E402
 from infrarsi.execute.prune import Target, judge  # noqa: E402
 from infrarsi.search import Outcome, Tuner  # noqa: E402
 from infrarsi.status import TrialStatus  # noqa: E402
-from infrarsi.testing.prune_draws import table  # noqa: E402
+from infrarsi.testing.prune_draws import outrank_skip_rate, table  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
 
 from bench_landscape import NOISE_CV, Bench, Landscape  # noqa: E402
@@ -58,6 +63,20 @@ def aa(args: argparse.Namespace) -> None:
         print(f"{'run CV':>7} {'A/A pruned':>11} {'1.3x pruned':>12} {'2x pruned':>10}")
         for cv, same, slow13, slow2 in table(draws=args.draws, seed=args.seed, measured_steps=measured):
             print(f"{cv:7.0%} {same:11.2%} {slow13:12.1%} {slow2:10.1%}")
+
+
+def outrank(args: argparse.Namespace) -> None:
+    print(f"The skip before pairs (speedup.outranked_before_pairs): the second candidate left unverified once the "
+          f"first is promoted, {args.draws} simulated draws per cell (doctor 3 runs + 2 re-baselined; 1 search run "
+          f"of the second; the first verified by the sequential rule, at most 12 pairs)")
+    print(f"{'run CV':>7} {'speedup':>8} {'1st promoted':>13} {'A/A skipped':>12} {'0.8x skipped':>13} "
+          f"{'0.5x skipped':>13}")
+    for cv in (0.01, 0.03, 0.05, 0.10, 0.15):
+        for sp in (1.3, 3.0):
+            same, prom = outrank_skip_rate(cv=cv, speedup=sp, draws=args.draws, seed=args.seed)
+            r8, _ = outrank_skip_rate(cv=cv, speedup=sp, draws=args.draws, seed=args.seed, second=0.8)
+            r5, _ = outrank_skip_rate(cv=cv, speedup=sp, draws=args.draws, seed=args.seed, second=0.5)
+            print(f"{cv:7.0%} {sp:7.1f}x {prom:13.1%} {same:12.2%} {r8:13.1%} {r5:13.1%}")
 
 
 class Arm:
@@ -225,11 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--startup-steps", type=float, default=10.0, help="a trial's start-up, in baseline steps")
     s.add_argument("--warmup", type=int, default=3)
     s.add_argument("--measured", type=int, default=20)
+    o = sub.add_parser("outrank", help="A/A of the skip before pairs of a candidate outranked by a promoted one")
+    o.add_argument("--draws", type=int, default=2000)
+    o.add_argument("--seed", type=int, default=0)
     r = sub.add_parser("real", help="A/A with real trials of a run directory's baseline")
     r.add_argument("--run-dir", type=Path, required=True)
     r.add_argument("--trials", type=int, default=8)
     args = ap.parse_args(argv)
-    {"aa": aa, "search": search, "real": real}[args.cmd](args)
+    {"aa": aa, "search": search, "real": real, "outrank": outrank}[args.cmd](args)
     return 0
 
 
