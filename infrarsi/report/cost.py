@@ -1,11 +1,12 @@
 """The run's cost: device-seconds per phase, what pruning and skipping saved, and what they risked.
 
 Device-seconds are wall seconds x devices of every finished trial (a cancelled one included: its devices were held).
-Phases by role: ``doctor`` (the baseline's repeats and its warm-up run, ``warmup``), ``search`` (search trials and
-the baseline run again between them, ``rebaseline``), ``verification`` (the A/B pairs, ``verify``); any other role
-is its own phase. Each phase's device-seconds are split into start-up and steps by the harness's clock (execute/clock.py, :func:`first_step_s`):
-start-up is the launch to the first step line (interpreter, imports, dataset, model build, compile, and the first
-step itself), steps the rest; a trial that never printed a step line is all start-up; a trial without a clock record
+Phases by role: ``doctor`` (the baseline's repeats, its warm-up run ``warmup`` and its seed runs
+``doctor-seed-N``), ``search`` (search trials and the baseline run again between them, ``rebaseline``),
+``verification`` (the A/B pairs, ``verify``); any other role is its own phase. Each phase's device-seconds are split
+into start-up and steps by the harness's clock (execute/clock.py, :func:`first_step_s`): start-up is the launch to
+the first step line (interpreter, imports, dataset, model build, compile, and the first step itself), steps the
+rest; a trial that never printed a step line is all start-up; a trial without a clock record
 (recorded before clocks, or never launched) is left out of the split, and the table says for how many.
 
 What was saved is estimated, from the run's own trials:
@@ -110,7 +111,7 @@ def run_cost(trials: Sequence[Trial]) -> RunCost:
     startup: dict[str, tuple[int, float]] = {}
     clocked: dict[str, float] = {}
     for t in done:
-        p = PHASE.get(t.role, t.role)
+        p = _phase(t.role)
         n, s = phases.get(p, (0, 0.0))
         phases[p] = (n + 1, s + t.cost.device_s)
         up = _startup_s(t)
@@ -131,6 +132,11 @@ def run_cost(trials: Sequence[Trial]) -> RunCost:
                    pruned_saved_s=saved, skipped=[t.id for t in skipped], skipped_saved_s=launch * len(skipped),
                    launch_basis=basis, risked=_contradicted(done, pruned, skipped), startup=startup,
                    clocked_s=clocked)
+
+
+def _phase(role: str) -> str:
+    """The phase of a trial's role (the doctor's seed runs, ``doctor-seed-N``, are the doctor's)."""
+    return PHASE.get(role) or ("doctor" if role.startswith("doctor-") else role)
 
 
 def _startup_s(t: Trial) -> float | None:
