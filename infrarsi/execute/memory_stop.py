@@ -3,13 +3,13 @@ ended there (at step 1, where Megatron-LM and minigpt print their memory report;
 every step line), recorded ``oom`` with the figures, instead of running its whole contract on memory it would not
 have on the job's devices.
 
-The peak is the adapter's own reading of the log so far (``Adapter.parse`` on what the trial printed up to now:
-the same figure its record will carry, e.g. Megatron's "max reserved"), compared with
-``hardware.memory_capacity_gib`` per device. Where the capacity is also the process's enforced limit (a CPU trial's
+The peak is the adapter's own reading of the lines printed since the last look (``Adapter.parse``: the same figure
+the trial's record will carry, e.g. Megatron's "max reserved"), compared with ``hardware.memory_capacity_gib`` per
+device. Where the capacity is also the process's enforced limit (a CPU trial's
 RLIMIT_DATA) the process fails on its own first; the stop matters where the contract's capacity is under what the
 machine has (a team's headroom on a GPU, an allocator that reserves past it). The log is read from the harness's
-copies of the trial's streams (``trial_dir/stdout`` and ``stderr``, written by the clock), and parsed only when new
-text mentions memory.
+copies of the trial's streams (``trial_dir/stdout`` and ``stderr``, written by the clock), each byte once: the lines
+that came since the last look are parsed, and only when they mention memory.
 
     watch = MemoryWatch(capacity_bytes=0.75 * 2**30, trial_dir=d, peak=lambda out, err: ...)
     watch.check() -> MemoryStop | None      # per poll; the same stop on every call once made
@@ -47,31 +47,34 @@ class MemoryWatch:
 
     def __init__(self, *, capacity_bytes: float, trial_dir: Path, peak: Callable[[str, str], float | None]) -> None:
         self.capacity_bytes, self.trial_dir, self._peak = capacity_bytes, Path(trial_dir), peak
-        self._sizes = (0, 0)
+        self._read = {"stdout": 0, "stderr": 0}  # bytes of each stream judged so far (complete lines only)
         self.decision: MemoryStop | None = None
 
     def check(self) -> MemoryStop | None:
         if self.decision is not None:
             return self.decision
-        paths = [self.trial_dir / "stdout", self.trial_dir / "stderr"]
-        sizes = tuple(min(p.stat().st_size, MAX_BYTES) if p.is_file() else 0 for p in paths)
-        if sizes == self._sizes:  # a stat per poll; the files are read only when they grew
-            return None
-        data = []
-        for p, n in zip(paths, sizes):
+        new = {}
+        for name, done in self._read.items():
+            path = self.trial_dir / name
             try:
-                with open(p, "rb") as fh:
-                    data.append(fh.read(n))
+                size = min(path.stat().st_size, MAX_BYTES)
+                if size <= done:  # a stat per poll; a stream is read only when it grew, from where it was judged
+                    new[name] = ""
+                    continue
+                with open(path, "rb") as fh:
+                    fh.seek(done)
+                    data = fh.read(size - done)
             except OSError:
-                data.append(b"")
-        # what is new, from a few bytes back (a word the last read cut in two)
-        new = b"".join(d[max(0, old - 16):] for d, old in zip(data, self._sizes))
-        self._sizes = sizes
-        if b"memory" not in new.lower():
+                new[name] = ""
+                continue
+            data = data[:data.rfind(b"\n") + 1]  # complete lines only: the rest is judged when its line ends
+            self._read[name] = done + len(data)
+            new[name] = data.decode(errors="replace")
+        if "memory" not in (new["stdout"] + new["stderr"]).lower():
             return None
-        try:
-            peak = self._peak(data[0].decode(errors="replace"), data[1].decode(errors="replace"))
-        except Exception:  # noqa: BLE001 -- a parser reading a log cut mid-line decides nothing; the record's parse will
+        try:  # the adapter's reading of the new lines (a report is one line: its peak is there)
+            peak = self._peak(new["stdout"], new["stderr"])
+        except Exception:  # noqa: BLE001 -- a parser that cannot read a fragment decides nothing (the record's will)
             return None
         if peak is not None and peak > self.capacity_bytes:
             self.decision = MemoryStop(peak_bytes=float(peak), capacity_bytes=self.capacity_bytes)

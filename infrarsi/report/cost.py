@@ -96,7 +96,8 @@ class RunCost:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device_s": {p: round(s, 3) for p, (_, s) in self.phases.items()}, "total_device_s": round(self.total_s, 3),
+        return {"device_s": {p: round(s, 3) for p, (_, s) in self.phases.items()},
+                "total_device_s": round(self.total_s, 3),
                 "pruned": {"trials": self.pruned, "spent_device_s": round(self.pruned_spent_s, 3),
                            "saved_device_s_at_least": round(self.pruned_saved_s, 3)},
                 "skipped": {"trials": self.skipped, "saved_device_s_about": round(self.skipped_saved_s, 3)},

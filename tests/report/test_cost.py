@@ -37,7 +37,8 @@ def test_phases_savings_and_risks_arithmetic():
     assert c.rows()[-1] == ("total", "7", "104.0", "100%", "no clock")  # no trial here has a clock record
     assert c.to_dict()["pruned"] == {"trials": [3], "spent_device_s": 12.0, "saved_device_s_at_least": 24.0}
     # the doctor's warm-up and seed runs are the doctor's
-    doctor = [_t(0, "warmup", TrialStatus.OK, wall=5, step=1.0), _t(1, "doctor-seed-1", TrialStatus.OK, wall=7, step=1.0)]
+    doctor = [_t(0, "warmup", TrialStatus.OK, wall=5, step=1.0),
+              _t(1, "doctor-seed-1", TrialStatus.OK, wall=7, step=1.0)]
     assert run_cost(doctor).phases == {"doctor": (2, 24.0)}
 
 
