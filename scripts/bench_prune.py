@@ -19,9 +19,22 @@ seconds each arm spent to first measure the setting the arm without pruning ends
 run ``--trials`` times, each held against the latest baseline run before it (the doctor's median for the first),
 as the run stage holds a search trial against a drift-corrected incumbent; prints each trial and the share pruned.
 
+``outrank``: the verify step's skip before pairs (speedup.outranked_before_pairs): how often a second candidate
+exactly as fast as a promoted first is left unverified (the A/A: at most ALPHA = 2.5% is the bar), and how often one
+0.8x or 0.5x as fast is (the pairs it saves), on simulated draws (infrarsi/testing/prune_draws.py).
+
     python scripts/bench_prune.py aa --draws 2000
+    python scripts/bench_prune.py outrank --draws 2000
     python scripts/bench_prune.py search --seeds 10 --budget 20
     python scripts/bench_prune.py real --run-dir RUN_DIR --trials 8      # RUN_DIR: after `infrarsi doctor`
+    python scripts/bench_prune.py cost --run-dir RUN_DIR [RUN_DIR ...]   # where a run's device time went
+
+``cost``: a recorded run's device-seconds per phase (the report's Cost table, report/cost.py), each split into
+start-up (launch to the first step line, by the harness's clock) and steps, with the load average its trials ran
+at; then the start-up's parts: the first step line, one steady step (the median gap between later step lines), and
+what is left before step 1 (interpreter, imports, dataset, model build), per phase's median trial; and the
+interpreter with ``import torch`` alone, timed here three times (the share no trial can avoid without sharing a
+process, which isolation rules out).
 """
 
 from __future__ import annotations
@@ -42,7 +55,7 @@ from infrarsi.doctor.noise import mde  # noqa: E402
 from infrarsi.execute.prune import Target, judge  # noqa: E402
 from infrarsi.search import Outcome, Tuner  # noqa: E402
 from infrarsi.status import TrialStatus  # noqa: E402
-from infrarsi.testing.prune_draws import table  # noqa: E402
+from infrarsi.testing.prune_draws import outrank_skip_rate, table  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
 
 from bench_landscape import NOISE_CV, Bench, Landscape  # noqa: E402
@@ -58,6 +71,20 @@ def aa(args: argparse.Namespace) -> None:
         print(f"{'run CV':>7} {'A/A pruned':>11} {'1.3x pruned':>12} {'2x pruned':>10}")
         for cv, same, slow13, slow2 in table(draws=args.draws, seed=args.seed, measured_steps=measured):
             print(f"{cv:7.0%} {same:11.2%} {slow13:12.1%} {slow2:10.1%}")
+
+
+def outrank(args: argparse.Namespace) -> None:
+    print(f"The skip before pairs (speedup.outranked_before_pairs): the second candidate left unverified once the "
+          f"first is promoted, {args.draws} simulated draws per cell (doctor 3 runs + 2 re-baselined; 1 search run "
+          f"of the second; the first verified by the sequential rule, at most 12 pairs)")
+    print(f"{'run CV':>7} {'speedup':>8} {'1st promoted':>13} {'A/A skipped':>12} {'0.8x skipped':>13} "
+          f"{'0.5x skipped':>13}")
+    for cv in (0.01, 0.03, 0.05, 0.10, 0.15):
+        for sp in (1.3, 3.0):
+            same, prom = outrank_skip_rate(cv=cv, speedup=sp, draws=args.draws, seed=args.seed)
+            r8, _ = outrank_skip_rate(cv=cv, speedup=sp, draws=args.draws, seed=args.seed, second=0.8)
+            r5, _ = outrank_skip_rate(cv=cv, speedup=sp, draws=args.draws, seed=args.seed, second=0.5)
+            print(f"{cv:7.0%} {sp:7.1f}x {prom:13.1%} {same:12.2%} {r8:13.1%} {r5:13.1%}")
 
 
 class Arm:
@@ -180,6 +207,54 @@ def search(args: argparse.Namespace) -> None:
           f"than the incumbent by its noise-free time x (1 + mde): {sum(r['false_prunes'] for r in rows)}")
 
 
+def cost(args: argparse.Namespace) -> None:
+    import subprocess
+    import time
+
+    from infrarsi.execute.clock import first_step_s, read_clock
+    from infrarsi.execute.conditions import load_of
+    from infrarsi.execute.record import RunRecord
+    from infrarsi.execute.trial import TrialStatus as TS
+    from infrarsi.report.cost import _phase, run_cost
+
+    for run_dir in args.run_dir:
+        trials = RunRecord(run_dir).finished()
+        c = run_cost(trials)
+        print(f"\n{run_dir}: {len(trials)} finished trials, {c.total_s:.1f} device-s")
+        print(f"{'phase':<13} {'trials':>6} {'device-s':>9} {'share':>6} {'start-up':>9} {'steps':>8} {'load':>10}")
+        for phase, (n, dev) in c.phases.items():
+            mine = [t for t in trials if _phase(t.role) == phase]
+            loads = [la for t in mine if (la := load_of([t.conditions])) is not None]
+            up = c.startup.get(phase, (0, 0.0))[1]
+            span = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "?"
+            print(f"{phase:<13} {n:>6} {dev:>9.1f} {dev / (c.total_s or 1):>6.0%} {up:>9.1f} "
+                  f"{c.clocked_s.get(phase, 0.0) - up:>8.1f} {span:>10}")
+        print("start-up of an ok trial, median per phase (s): first step line = before step 1 + step 1")
+        for phase in c.phases:
+            firsts, steady = [], []
+            for t in trials:
+                if _phase(t.role) != phase or t.status is not TS.OK or not t.path:
+                    continue
+                f, clock = first_step_s(t.path), read_clock(t.path)
+                if f is None or clock is None:
+                    continue
+                firsts.append(f)
+                if t.metrics.step_times_s:
+                    steady.append(statistics.median(t.metrics.step_times_s[1:] or t.metrics.step_times_s))
+            if firsts:
+                f, st = statistics.median(firsts), statistics.median(steady) if steady else 0.0
+                print(f"  {phase:<13} first step line {f:6.2f}  one steady step (the log's) {st:6.2f}  "
+                      f"before step 1 ~{max(0.0, f - st):6.2f}  ({len(firsts)} trials)")
+    walls = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+        walls.append(time.perf_counter() - t0)
+    la = __import__("os").getloadavg()[0]
+    print(f"\ninterpreter + import torch here: {statistics.median(walls):.2f} s (median of 3; "
+          f"{', '.join(f'{w:.2f}' for w in walls)}) at load average {la:.1f}")
+
+
 def real(args: argparse.Namespace) -> None:
     import tempfile
 
@@ -225,11 +300,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--startup-steps", type=float, default=10.0, help="a trial's start-up, in baseline steps")
     s.add_argument("--warmup", type=int, default=3)
     s.add_argument("--measured", type=int, default=20)
+    o = sub.add_parser("outrank", help="A/A of the skip before pairs of a candidate outranked by a promoted one")
+    o.add_argument("--draws", type=int, default=2000)
+    o.add_argument("--seed", type=int, default=0)
+    c = sub.add_parser("cost", help="where a recorded run's device time went: phases, start-up and steps, load")
+    c.add_argument("--run-dir", type=Path, nargs="+", required=True)
     r = sub.add_parser("real", help="A/A with real trials of a run directory's baseline")
     r.add_argument("--run-dir", type=Path, required=True)
     r.add_argument("--trials", type=int, default=8)
     args = ap.parse_args(argv)
-    {"aa": aa, "search": search, "real": real}[args.cmd](args)
+    {"aa": aa, "search": search, "real": real, "outrank": outrank, "cost": cost}[args.cmd](args)
     return 0
 
 

@@ -577,6 +577,20 @@ def _step_lines(trial_dir: Path, clock: dict[str, Any], *, copies: int = 1):
     return steps, twice
 
 
+def first_step_s(trial_dir: Path) -> float | None:
+    """Seconds from the launch to the first step line's arrival, any rank, any stream: the trial's start-up as the
+    harness's clock sees it (interpreter and imports, dataset, model build, compile, and the first step itself, which
+    carries the first-step costs a framework defers). None without a clock, a step line, or an intact record."""
+    clock = read_clock(trial_dir)
+    if clock is None:
+        return None
+    try:
+        steps, _ = _step_lines(Path(trial_dir), clock, copies=MAX_LINES)
+    except (ClockProblem, OSError):
+        return None
+    return min((ln.earliest_s for ln in steps.values()), default=None)
+
+
 def own_cpu_s(trial_dir: Path) -> float | None:
     """CPU seconds the trial's processes had used at the clock's last sample (None without a sampled clock)."""
     clock = read_clock(trial_dir)

@@ -45,6 +45,7 @@ from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from . import end_to_end, user_srun
 from .local import OUTPUTS, kill_token, trial_env
+from .memory_stop import MemoryWatch
 from .prune import PruneWatch, Target
 from .record import RunRecord
 from .spec import LaunchSpec
@@ -228,6 +229,13 @@ class Runner:
         self.close(cancel=exc[0] is not None)
 
     # ---------------------------------------------------------------- worker
+    def _memory_watch(self, trial_dir: Path) -> MemoryWatch:
+        """The memory stop of one trial (execute/memory_stop.py): the adapter's peak from the log so far."""
+        def peak(out: str, err: str) -> float | None:
+            return self.adapter.parse(self.contract, out, err, None).metrics.peak_memory_bytes
+
+        return MemoryWatch(capacity_bytes=self.contract.hardware.memory_capacity_bytes, trial_dir=trial_dir, peak=peak)
+
     def _run_one(self, setting: dict[str, Any], role: str,
                  reference: Sequence[float] | None, existing: Trial | None, adopted: Handle | None,
                  attempt: int = 0, *, prune: Target | None = None) -> Trial:
@@ -271,7 +279,8 @@ class Runner:
                 if cancelled_early:
                     self.executor.cancel(handle)
                 pruner = PruneWatch(prune, lambda h=handle: self.executor.live_clock(h)) if prune is not None else None
-                end, filled = _wait(self.executor, handle, self.record.run_dir, pruner)
+                memory = self._memory_watch(Path(handle.trial_dir))
+                end, filled = _wait(self.executor, handle, self.record.run_dir, pruner, memory)
                 if not end.relaunch or len(relaunched) >= MAX_RELAUNCHES:
                     break
                 relaunched += [*end.evidence, f"launched again (attempt {attempt + 2})"]
@@ -293,7 +302,15 @@ class Runner:
                 "metrics": verdict.metrics.model_copy(update={"step_time_s": pruned.bound_s}),
                 "reason": f"slower than the incumbent: step time >= {pruned.bound_s * 1000:.1f} ms "
                           f"> {pruned.threshold_s * 1000:.1f} ms (stopped at step {pruned.step})"})
-        stopped = end.cancelled and pruned is None  # cut short by a user: what it did is not held against it
+        over = memory.decision if pruned is None and verdict.status is TrialStatus.CANCELLED else None
+        if over is not None:  # ended by the runner at its memory report: out of memory on the job's devices
+            verdict = verdict.model_copy(update={
+                "status": TrialStatus.OOM, "evidence": verdict.evidence + [over.line()],
+                "metrics": verdict.metrics.model_copy(update={"step_time_s": None,
+                                                              "peak_memory_bytes": over.peak_bytes}),
+                "reason": f"out of memory: reported peak {over.peak_bytes / 2**20:.0f} MiB > capacity "
+                          f"{over.capacity_bytes / 2**20:.0f} MiB (stopped at its memory report)"})
+        stopped = end.cancelled and pruned is None and over is None  # cut short by a user: not held against it
         if freed:
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [freed]})
         if relaunched:
@@ -554,17 +571,20 @@ def _keep_reserve(run_dir: Path, trial_dir: Path) -> str:
             f"{reserve / 2**20:.0f} MiB kept for the run's records")
 
 
-def _wait(executor: Executor, handle: Handle, run_dir: Path, pruner: PruneWatch | None = None) -> tuple[LaunchEnd, str]:
+def _wait(executor: Executor, handle: Handle, run_dir: Path, pruner: PruneWatch | None = None,
+          memory: MemoryWatch | None = None) -> tuple[LaunchEnd, str]:
     """The trial's end, and why the runner stopped it ("" when it did not): a trial whose outputs take the run
     directory's disk under the reserve is cancelled while it runs (its writes are not watched, the disk's free
     space is: a statvfs per poll), so that no trial, its own or one running beside it, is left without room for
-    its record. ``pruner``: judged per poll; a trial it stops is cancelled (``pruner.decision`` says why)."""
+    its record. ``pruner``, ``memory``: judged per poll; a trial either stops is cancelled (its ``decision`` says
+    why)."""
     pause, filled, pruning = 0.02, "", False
     while True:
         out = executor.poll(handle)
         if out is not None:
             return out, filled
-        if pruner is not None and not pruning and not filled and pruner.check() is not None:
+        if not pruning and not filled and ((pruner is not None and pruner.check() is not None)
+                                           or (memory is not None and memory.check() is not None)):
             pruning = True
             executor.cancel(handle)
         if not filled:

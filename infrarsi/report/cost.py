@@ -1,8 +1,13 @@
 """The run's cost: device-seconds per phase, what pruning and skipping saved, and what they risked.
 
 Device-seconds are wall seconds x devices of every finished trial (a cancelled one included: its devices were held).
-Phases by role: ``doctor`` (the baseline's repeats), ``search`` (search trials and the baseline run again between
-them, ``rebaseline``), ``verification`` (the A/B pairs, ``verify``); any other role is its own phase.
+Phases by role: ``doctor`` (the baseline's repeats, its warm-up run ``warmup`` and its seed runs
+``doctor-seed-N``), ``search`` (search trials and the baseline run again between them, ``rebaseline``),
+``verification`` (the A/B pairs, ``verify``); any other role is its own phase. Each phase's device-seconds are split
+into start-up and steps by the harness's clock (execute/clock.py, :func:`first_step_s`): start-up is the launch to
+the first step line (interpreter, imports, dataset, model build, compile, and the first step itself), steps the
+rest; a trial that never printed a step line is all start-up; a trial without a clock record
+(recorded before clocks, or never launched) is left out of the split, and the table says for how many.
 
 What was saved is estimated, from the run's own trials:
 
@@ -27,9 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..execute.clock import first_step_s, read_clock
 from ..execute.trial import Trial, TrialStatus
 
-PHASE = {"doctor": "doctor", "search": "search", "rebaseline": "search", "verify": "verification"}
+PHASE = {"doctor": "doctor", "warmup": "doctor", "search": "search", "rebaseline": "search", "verify": "verification"}
 
 
 @dataclass(frozen=True)
@@ -42,16 +48,32 @@ class RunCost:
     skipped_saved_s: float = 0.0  # about this many: a launch each, at the run's median cost of one
     launch_basis: str = ""  # what a skipped launch was priced at
     risked: list[str] = field(default_factory=list)  # one line per stop a later trial contradicted
+    startup: dict[str, tuple[int, float]] = field(default_factory=dict)  # phase -> (trials clocked, device-seconds
+    # from launch to the first step line of those trials)
+
+    clocked_s: dict[str, float] = field(default_factory=dict)  # phase -> device-seconds of its clocked trials
 
     @property
     def total_s(self) -> float:
         return sum(s for _, s in self.phases.values())
 
-    def rows(self) -> list[tuple[str, str, str, str]]:
-        """(phase, trials, device-s, share) per phase, then the total."""
+    def rows(self) -> list[tuple[str, str, str, str, str]]:
+        """(phase, trials, device-s, share, start-up) per phase, then the total; start-up: device-seconds from launch
+        to the first step line and their share of the phase's clocked trials' device-seconds."""
         total = self.total_s or 1.0
-        out = [(p, str(n), f"{s:.1f}", f"{s / total:.1%}") for p, (n, s) in self.phases.items()]
-        return out + [("total", str(sum(n for n, _ in self.phases.values())), f"{self.total_s:.1f}", "100%")]
+        out = [(p, str(n), f"{s:.1f}", f"{s / total:.1%}", self._startup(p)) for p, (n, s) in self.phases.items()]
+        return out + [("total", str(sum(n for n, _ in self.phases.values())), f"{self.total_s:.1f}", "100%",
+                       self._startup(None))]
+
+    def _startup(self, phase: str | None) -> str:
+        keys = [phase] if phase is not None else list(self.phases)
+        n = sum(self.startup.get(k, (0, 0.0))[0] for k in keys)
+        if not n:
+            return "no clock"
+        s = sum(self.startup[k][1] for k in keys if k in self.startup)
+        clocked = sum(self.clocked_s.get(k, 0.0) for k in keys)
+        runs = sum(self.phases[k][0] for k in keys)
+        return f"{s:.1f} ({s / (clocked or 1.0):.0%})" + (f" of {n} clocked" if n < runs else "")
 
     def lines(self) -> list[str]:
         total = self.total_s or 1.0
@@ -74,21 +96,30 @@ class RunCost:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device_s": {p: round(s, 3) for p, (_, s) in self.phases.items()}, "total_device_s": round(self.total_s, 3),
+        return {"device_s": {p: round(s, 3) for p, (_, s) in self.phases.items()},
+                "total_device_s": round(self.total_s, 3),
                 "pruned": {"trials": self.pruned, "spent_device_s": round(self.pruned_spent_s, 3),
                            "saved_device_s_at_least": round(self.pruned_saved_s, 3)},
                 "skipped": {"trials": self.skipped, "saved_device_s_about": round(self.skipped_saved_s, 3)},
-                "risked": self.risked}
+                "risked": self.risked,
+                "startup_device_s": {p: round(s, 3) for p, (_, s) in self.startup.items()}}
 
 
 def run_cost(trials: Sequence[Trial]) -> RunCost:
     """The cost of a run's finished trials (see the module docstring)."""
     done = [t for t in trials if t.status.is_finished()]
     phases: dict[str, tuple[int, float]] = {}
+    startup: dict[str, tuple[int, float]] = {}
+    clocked: dict[str, float] = {}
     for t in done:
-        p = PHASE.get(t.role, t.role)
+        p = _phase(t.role)
         n, s = phases.get(p, (0, 0.0))
         phases[p] = (n + 1, s + t.cost.device_s)
+        up = _startup_s(t)
+        if up is not None:
+            n, s = startup.get(p, (0, 0.0))
+            startup[p] = (n + 1, s + up * t.cost.devices)
+            clocked[p] = clocked.get(p, 0.0) + t.cost.device_s
     pruned = [t for t in done if t.status is TrialStatus.PRUNED]
     skipped = [t for t in done if t.status is TrialStatus.SKIPPED]
     steps = max((len(t.metrics.step_times_s) for t in done if t.status is TrialStatus.OK), default=0)
@@ -100,7 +131,24 @@ def run_cost(trials: Sequence[Trial]) -> RunCost:
                      if search else (0.0, "no launch to price it by"))
     return RunCost(phases=phases, pruned=[t.id for t in pruned], pruned_spent_s=sum(t.cost.device_s for t in pruned),
                    pruned_saved_s=saved, skipped=[t.id for t in skipped], skipped_saved_s=launch * len(skipped),
-                   launch_basis=basis, risked=_contradicted(done, pruned, skipped))
+                   launch_basis=basis, risked=_contradicted(done, pruned, skipped), startup=startup,
+                   clocked_s=clocked)
+
+
+def _phase(role: str) -> str:
+    """The phase of a trial's role (the doctor's seed runs, ``doctor-seed-N``, are the doctor's)."""
+    return PHASE.get(role) or ("doctor" if role.startswith("doctor-") else role)
+
+
+def _startup_s(t: Trial) -> float | None:
+    """Wall seconds from ``t``'s launch to its first step line (all of its wall time when it printed none), or None
+    without a clock record."""
+    if not t.path or t.cost.wall_s <= 0:
+        return None
+    first = first_step_s(t.path)
+    if first is None:
+        return t.cost.wall_s if read_clock(t.path) is not None else None
+    return min(first, t.cost.wall_s)
 
 
 def _contradicted(done: list[Trial], pruned: list[Trial], skipped: list[Trial]) -> list[str]:

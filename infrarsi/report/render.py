@@ -485,7 +485,8 @@ class _Builder:
         """Device-seconds per phase, what pruning and skipping saved and risked (report/cost.py)."""
         self.h2("Cost")
         c = run_cost(self.d.trials)
-        self.table(["phase", "trials", "wall s here" if self.sim else "device-s", "share"], c.rows())
+        self.table(["phase", "trials", "wall s here" if self.sim else "device-s", "share", "of which start-up"],
+                   c.rows())
         for line in c.lines():
             self.p(line)
 

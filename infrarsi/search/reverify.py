@@ -25,7 +25,7 @@ from ..execute.trial import Trial, TrialStatus
 from ..knobs import Setting
 from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
 from .tuner import Tuner
-from ..speedup import FIRST_LOOK, LEVEL, decide
+from ..speedup import FIRST_LOOK, LEVEL, decide, outranked_before_pairs
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -60,6 +60,13 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
         pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
         disturbed: list[tuple[Trial, Trial]] = []
+        skip = None if pairs else outranked_before_pairs(*_search_figures(cand, record.trials()), cv=noise.cv,
+                                                         outrank=best_lo)
+        if skip is not None:  # its pairs could only end outranked (speedup.py): none are run
+            out["candidates"].append({"setting": cand.to_dict(), "why": tuner.why(cand), "trials": [],
+                                      "promoted": False, "decision": "outranked", "reason": skip})
+            console.print(f"  candidate {n_cand} of {len(top)}: {skip}", highlight=False)
+            continue
         while True:
             used = [p for p in pairs if p not in disturbed]
             bad = [p for p in disturbed_pairs(used) if len(disturbed) < MAX_DISTURBED]
@@ -152,12 +159,11 @@ def explain(cand: Setting, trials: list[Trial], ok_pairs: list[tuple[Trial, Tria
     conditions of each ("" for a promoted candidate, or one without a search trial or pairs to compare)."""
     if promoted or not ok_pairs:
         return ""
+    s_b, s_c = _search_figures(cand, trials)
+    if not s_c or not s_b:
+        return ""
     seen = [t for t in trials if t.role == "search" and t.status is TrialStatus.OK and t.setting == cand.to_dict()]
     base = [t for t in trials if t.role in ("doctor", "rebaseline") and t.status is TrialStatus.OK]
-    if not seen or not base:
-        return ""
-    s_c = [t.metrics.step_time_s for t in seen]
-    s_b = [t.metrics.step_time_s for t in base]
     v_b = [a.metrics.step_time_s for a, _ in ok_pairs]
     v_c = [b.metrics.step_time_s for _, b in ok_pairs]
     search_x = statistics.median(s_b) / statistics.median(s_c)
@@ -170,6 +176,13 @@ def explain(cand: Setting, trials: list[Trial], ok_pairs: list[tuple[Trial, Tria
     shift = drift("during the search", load_of(t.conditions for t in seen + base), "during verification",
                   load_of(t.conditions for p in ok_pairs for t in p))
     return words + (f"; the machine changed: {shift}" if shift else "")
+
+
+def _search_figures(cand: Setting, trials: list[Trial]) -> tuple[list[float], list[float]]:
+    """(the baseline's ok doctor and re-baselined step times, ``cand``'s ok search step times), seconds."""
+    base = [t.metrics.step_time_s for t in trials if t.role in ("doctor", "rebaseline") and t.status is TrialStatus.OK]
+    return base, [t.metrics.step_time_s for t in trials
+                  if t.role == "search" and t.status is TrialStatus.OK and t.setting == cand.to_dict()]
 
 
 def account(progress: VerificationProgress, trials: list[Trial], baseline: Setting) -> VerificationProgress:

@@ -60,3 +60,39 @@ def table(cvs: tuple[float, ...] = (0.01, 0.03, 0.05, 0.10, 0.15), *, draws: int
     return [(cv, prune_rate(cv=cv, draws=draws, seed=seed, **kw),
              prune_rate(cv=cv, draws=draws, seed=seed + 1, slower=1.3, **kw),
              prune_rate(cv=cv, draws=draws, seed=seed + 2, slower=2.0, **kw)) for cv in cvs]
+
+
+def outrank_skip_rate(*, cv: float, speedup: float, draws: int = 2000, seed: int = 0, repeats: int = 3,
+                      rebaselines: int = 2, search_runs: int = 1, max_pairs: int = 12,
+                      second: float = 1.0) -> tuple[float, float]:
+    """The A/A of the skip before pairs (speedup.outranked_before_pairs): two candidates exactly as fast (true
+    ``speedup`` over the baseline, run-to-run CV ``cv``); the first is verified by the sequential rule
+    (speedup.decide, pairs until done); when it is promoted, the second is judged on its search figures
+    (``search_runs`` of it against ``repeats`` doctor runs and ``rebaselines`` re-baselined ones of the baseline),
+    with the doctor's CV estimated from its runs. Draws carry no winner's curse (the search's figure of the second
+    is unbiased: the hard case). Returns (the fraction of draws whose second candidate was skipped, the fraction
+    whose first was promoted). ``second``: the second's true speedup over the first's (1: the A/A; below 1, the
+    fraction skipped is the rule's saving)."""
+    from ..speedup import decide, outranked_before_pairs
+
+    rng = np.random.default_rng(seed)
+    skipped = promoted = 0
+    ls = math.log(speedup)
+    for _ in range(draws):
+        doctor = np.exp(rng.normal(0.0, cv, repeats))
+        cv_hat = max(float(np.std(doctor, ddof=1) / np.mean(doctor)), 1e-3)
+        base, cand = [], []
+        while True:
+            base.append(float(np.exp(rng.normal(0.0, cv))))
+            cand.append(float(np.exp(rng.normal(-ls, cv))))
+            d = decide(base, cand, mde=mde(cv_hat, repeats), max_pairs=max_pairs)
+            if d.done:
+                break
+        if not d.promoted:
+            continue
+        promoted += 1
+        b = [*doctor.tolist(), *np.exp(rng.normal(0.0, cv, rebaselines)).tolist()]
+        c = np.exp(rng.normal(-ls - math.log(second), cv, search_runs)).tolist()
+        if outranked_before_pairs(b, c, cv=cv_hat, outrank=d.speedup.lo) is not None:
+            skipped += 1
+    return skipped / draws, promoted / draws

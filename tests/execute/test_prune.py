@@ -132,3 +132,30 @@ def test_the_benchmark_prints_the_aa_table():
                        capture_output=True, text=True, timeout=300, cwd=root)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "warm-up 2, measured 20 steps" in r.stdout and " 15%" in r.stdout and "A/A pruned" in r.stdout
+
+
+@pytest.mark.slow
+def test_the_benchmark_prints_the_outrank_table_and_a_runs_cost(tmp_path):
+    """scripts/bench_prune.py outrank and cost (BENCHMARKS.md's tables): the skip's A/A table with few draws, and a
+    real run's split (two real toy trials). Slow: 30 cells of draws, three interpreters importing torch; the default
+    tests/test_speedup.py::test_aa_the_skip_before_pairs_* and tests/report/test_cost.py::test_start_up_is_split_*
+    keep the same functions covered."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    bench = str(root / "scripts" / "bench_prune.py")
+    r = subprocess.run([sys.executable, bench, "outrank", "--draws", "40"], capture_output=True, text=True,
+                       timeout=300, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "A/A skipped" in r.stdout and " 15%" in r.stdout and "3.0x" in r.stdout
+    rec = RunRecord(tmp_path)
+    with Runner(rec, LocalExecutor(LocalExecutor.Config(kill_grace_s=0.5)), _LongToy(), _contract()) as runner:
+        runner.submit({"mode": "ok", "step_ms": 100}, role="doctor").result()
+        runner.submit({"mode": "ok", "step_ms": 20}, role="verify").result()
+    r = subprocess.run([sys.executable, bench, "cost", "--run-dir", str(tmp_path)], capture_output=True, text=True,
+                       timeout=300, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "2 finished trials" in r.stdout and "\ndoctor " in r.stdout and "\nverification " in r.stdout
+    assert "first step line" in r.stdout and "interpreter + import torch here" in r.stdout

@@ -14,7 +14,7 @@ from infrarsi.execute.trial import TrialStatus
 from infrarsi.knobs import Knob, KnobSpace
 
 TOY = str(Path(__file__).with_name("toy_workload.py"))
-MODES = ("ok", "drift", "hang", "garbage", "alloc", "signal", "exit", "gloo", "paced", "progress", "slowclock", "stderr", "buffered", "noisy", "titan", "fill")
+MODES = ("ok", "drift", "hang", "garbage", "alloc", "signal", "exit", "gloo", "paced", "progress", "slowclock", "stderr", "buffered", "noisy", "titan", "fill", "gpumem")
 
 
 def toy_contract(*, cap_gib: float = 0.25, timeout_s: float = 30, name: str = "toy",

@@ -8,7 +8,9 @@ Trials that lie about their time (each computes its steps, then misreports them)
 clock running at 80%), stderr (the same, its iteration lines on stderr), buffered (claims half its real step time and
 holds its iteration lines until it exits). noisy: an honest run whose steps take 0.5x to 2x --step-ms, drawn per
 run (a machine with a noisy neighbour). titan: torchtitan's step lines on stderr (colours and a rank prefix), a
-throughput 25% above the one its 1,000-token steps ran at.
+throughput 25% above the one its 1,000-token steps ran at. gpumem: an honest run that prints Megatron's memory report
+after step 1 with --alloc-mb MiB reserved, as a GPU's caching allocator reports what it holds on the device (on
+this CPU nothing is allocated: the report is the framework's figure the runner reads).
 """
 
 import argparse
@@ -94,6 +96,9 @@ for i in range(1, a.steps + 1):
         held.append(line)
     else:
         print(line, file=sys.stderr if a.mode == "stderr" else sys.stdout, flush=True)
+    if a.mode == "gpumem" and i == 1:
+        print(f"[Rank 0] (after 1 iterations) memory (MB) | allocated: {a.alloc_mb * 0.8:.1f} | max allocated: "
+              f"{a.alloc_mb * 0.9:.1f} | reserved: {a.alloc_mb:.1f} | max reserved: {a.alloc_mb:.1f}", flush=True)
     if a.mode == "signal":
         os.kill(os.getpid(), a.signal)
     if a.mode == "hang":

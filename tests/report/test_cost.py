@@ -34,8 +34,12 @@ def test_phases_savings_and_risks_arithmetic():
     assert c.pruned_saved_s == (10 - 4) * 2.0 * 2  # the 6 steps left at its 2.0 s lower bound, on 2 devices
     assert c.skipped == [5] and c.skipped_saved_s == 6.0 and "1 OOM trial" in c.launch_basis  # an OOM's 3 s x 2
     assert c.risked == ["trial 3 was pruned at >= 2 s/step, trial 6 (verify) ran it at 1.5 s/step"]
-    assert c.rows()[-1] == ("total", "7", "104.0", "100%")
+    assert c.rows()[-1] == ("total", "7", "104.0", "100%", "no clock")  # no trial here has a clock record
     assert c.to_dict()["pruned"] == {"trials": [3], "spent_device_s": 12.0, "saved_device_s_at_least": 24.0}
+    # the doctor's warm-up and seed runs are the doctor's
+    doctor = [_t(0, "warmup", TrialStatus.OK, wall=5, step=1.0),
+              _t(1, "doctor-seed-1", TrialStatus.OK, wall=7, step=1.0)]
+    assert run_cost(doctor).phases == {"doctor": (2, 24.0)}
 
 
 def test_the_report_and_run_json_show_the_cost_of_a_recorded_run(run_dir):
@@ -55,3 +59,30 @@ def test_the_report_and_run_json_show_the_cost_of_a_recorded_run(run_dir):
     cost = run_outcome(run_dir, 0)["cost"]
     assert cost["pruned"]["trials"] == [t.id] and cost["skipped"]["trials"] == [k.id]
     assert cost["total_device_s"] == pytest.approx(sum(x.cost.device_s for x in rec.finished()), abs=0.01)
+
+
+def test_start_up_is_split_from_steps_by_the_harness_clock_of_real_trials(tmp_path):
+    """Two real processes through the runner: a 4-step trial (500 ms steps) is start-up from its launch to its first
+    step line (at least one step, and at least three steps before its end), steps after; a trial that raises before
+    any step is all start-up. The cost table's split is those seconds per phase."""
+    from tests.execute.toy import ToyAdapter, toy_contract
+
+    from infrarsi.execute.clock import first_step_s
+    from infrarsi.execute.local import LocalExecutor
+    from infrarsi.execute.runner import Runner
+
+    rec = RunRecord(tmp_path)
+    with Runner(rec, LocalExecutor(LocalExecutor.Config(kill_grace_s=0.5)), ToyAdapter(), toy_contract()) as runner:
+        ok = runner.submit({"mode": "ok", "step_ms": 500}, role="search").result()
+        dead = runner.submit({"mode": "exit"}, role="verify").result()
+    assert ok.status is TrialStatus.OK and dead.status is not TrialStatus.OK, (ok.reason, dead.reason)
+    first = first_step_s(ok.path)
+    assert first is not None and 0.5 <= first <= ok.cost.wall_s - 3 * 0.5, (first, ok.cost.wall_s)
+    assert first_step_s(dead.path) is None
+    c = run_cost(rec.finished())
+    assert c.startup["search"] == (1, pytest.approx(first * ok.cost.devices))
+    assert c.startup["verification"] == (1, pytest.approx(dead.cost.device_s))  # no step line: all of it
+    rows = {r[0]: r for r in c.rows()}
+    assert rows["verification"][4] == f"{dead.cost.device_s:.1f} (100%)"
+    assert rows["search"][4] == f"{first * ok.cost.devices:.1f} ({first / ok.cost.wall_s:.0%})"
+    assert c.to_dict()["startup_device_s"]["search"] == pytest.approx(first * ok.cost.devices, abs=1e-3)
