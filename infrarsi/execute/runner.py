@@ -581,25 +581,34 @@ def _wait(executor: Executor, handle: Handle, run_dir: Path, pruner: PruneWatch 
     pause, filled, pruning = 0.02, "", False
     while True:
         out = executor.poll(handle)
-        if out is not None:
-            return out, filled
+        if out is not None:  # it may have filled the disk since the last poll (and been stopped for it: its copies
+            # of stdout/stderr could not be written): said all the same, before its outputs are removed
+            return out, filled or _filled(run_dir, stopped=out.state == "killed" and not out.timed_out)
         if not pruning and not filled and ((pruner is not None and pruner.check() is not None)
                                            or (memory is not None and memory.check() is not None)):
             pruning = True
             executor.cancel(handle)
         if not filled:
-            try:
-                free, reserve = _room(run_dir)
-            except OSError:
-                free = reserve = 0
-            if free < reserve:
-                filled = (f"stopped while it ran: the run directory's disk held {free / 2**20:.0f} MiB free, under the "
-                          f"{reserve / 2**20:.0f} MiB the runner keeps for its records (its outputs filled it; "
-                          f"free space or write less to outputs/)")
+            filled = _filled(run_dir)
+            if filled:
                 executor.cancel(handle)
         time.sleep(pause)
         # Local polls are a waitpid (cheap) and bound the error of the measured wall time; Slurm polls cost a client call.
         pause = min(0.2 if handle.kind == "local" else 1.0, pause * 1.5)
+
+
+def _filled(run_dir: Path, *, stopped: bool = True) -> str:
+    """Why a trial is invalid when the run directory's disk holds less than the runner's reserve ("" when it holds
+    more); ``stopped``: the harness stopped it (else it ended by itself with the disk full)."""
+    try:
+        free, reserve = _room(run_dir)
+    except OSError:
+        free = reserve = 0
+    if free >= reserve:
+        return ""
+    return (f"{'stopped while it ran' if stopped else 'ended with the disk full'}: the run directory's disk held "
+            f"{free / 2**20:.0f} MiB free, under the {reserve / 2**20:.0f} MiB the runner keeps for its records "
+            f"(its outputs filled it; free space or write less to outputs/)")
 
 
 def _read_text(path: Path, max_bytes: int = 64 * 2**20) -> str:
