@@ -110,3 +110,21 @@ SPEC = FrameworkSpec(name="throwaway", title="Throwaway", adapter="throwaway:Thr
 def test_a_spec_refuses_a_malformed_adapter_reference():
     with pytest.raises(ValueError, match="module:Class"):
         FrameworkSpec(name="x", adapter="x.XAdapter")
+
+
+@pytest.mark.parametrize("folder", ["megatron", "torchtitan"])
+def test_a_frameworks_modules_import_each_other_in_no_circle(folder):
+    """Megatron's launch type lives in adapters/megatron/launch.py: the adapter, the writer (emit) and the
+    equivalence check import it, and it imports none of them (they were a circle through adapter.py)."""
+    from graphlib import CycleError, TopologicalSorter
+
+    from infrarsi.testing import import_graph
+
+    pkg = ROOT / "infrarsi" / "adapters" / folder
+    prefix = f"infrarsi.adapters.{folder}."
+    graph = {p.stem: {m.removeprefix(prefix).split(".")[0] for m in import_graph.imports(p) if m.startswith(prefix)}
+             for p in pkg.glob("*.py") if p.stem != "__init__"}
+    try:
+        list(TopologicalSorter(graph).static_order())
+    except CycleError as e:
+        pytest.fail(f"adapters/{folder}: import circle {e.args[1]}")

@@ -225,7 +225,7 @@ def _env_owners() -> dict[str, tuple[str, ...]]:
 def reading(argv: list[str], env: Mapping[str, str]) -> dict[str, Any]:
     """Everything the comparison looks at for one launch: ``arg.*`` destinations, ``config.*`` keyword
     arguments, ``model.*`` megatron-core's config, ``env.*``, ``launch.*``."""
-    from .adapter import parse_megatron_argv
+    from .launch import parse_megatron_argv
 
     p = parse_megatron_argv(list(argv), env=dict(env))
     ns = namespace(p.args)
