@@ -81,6 +81,11 @@ def simulated(name: str) -> bool:
     return spec(name).simulated
 
 
+def launch_file_frameworks() -> str:
+    """The frameworks whose launch files are read, in words: "Megatron or torchtitan"."""
+    return " or ".join(s.title for s in specs() if s.looks_for)
+
+
 def profile_frameworks() -> tuple[str, ...]:
     """The frameworks ``infrarsi-launch --profile`` can rewrite a command of."""
     return tuple(s.name for s in specs() if s.rewrite_profile is not None)
@@ -92,4 +97,4 @@ def adapter_ref(name: str) -> tuple[str, str]:
 
 
 __all__ = ["DetectError", "SPECS", "adapter_ref", "draft_framework", "framework_of", "framework_of_file",
-           "profile_frameworks", "simulated", "spec", "specs"]
+           "launch_file_frameworks", "profile_frameworks", "simulated", "spec", "specs"]

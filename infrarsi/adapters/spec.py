@@ -46,7 +46,7 @@ class FrameworkSpec:
     drafts: Callable[[str, Mapping[str, Any]], bool] = _never
     drafts_any: bool = False
     rewrite_profile: ProfileRewrite | None = None
-    flops_convention: str = "megatron"
+    flops_convention: str  # a convention transformer.Transformer.flops_per_token knows
     simulated: bool = False
 
     def __post_init__(self) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import typer
 
-from ..adapters.registry import DetectError
+from ..adapters.registry import DetectError, launch_file_frameworks
 
 
 
@@ -52,7 +52,7 @@ def _contract_workload(path: Path, text: str) -> Any:
     w = Workload.of_file(path)
     if not w.reads_launch_file:
         raise DetectError(f"{path}: a contract for adapter {w.contract.workload.adapter!r} without workload.launch; "
-                          "pass the Megatron or torchtitan launch file itself")
+                          f"pass the {launch_file_frameworks()} launch file itself")
     return w
 
 

@@ -21,6 +21,11 @@ def test_each_registered_spec_names_its_adapter_and_says_if_its_runs_are_simulat
     s = registry.spec(name)
     assert s.name == name and adapter_class(name).name == name
     assert s.simulated == (not adapter_class(name).measured_time)  # one answer to "is this run simulated"
+    from infrarsi.transformer import Transformer
+
+    t = Transformer.from_args({"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 16,
+                               "vocab_size": 128, "global_batch_size": 1})
+    assert t.flops_per_token(convention=s.flops_convention) > 0  # a convention the FLOPs count knows
 
 
 @pytest.mark.parametrize("argv, want", [
@@ -88,7 +93,8 @@ def rewrite(argv, setting, env, cwd):
 
 
 SPEC = FrameworkSpec(name="throwaway", title="Throwaway", adapter="throwaway:ThrowawayAdapter", claims=claims,
-                     looks_for="a throwaway_train.py", rewrite_profile=rewrite)
+                     looks_for="a throwaway_train.py", rewrite_profile=rewrite,
+                     flops_convention="megatron")
 '''
     exec(compile(src, str(tmp_path / "throwaway.py"), "exec"), mod.__dict__)
     monkeypatch.setitem(sys.modules, "infrarsi.adapters.throwaway", mod)
@@ -109,7 +115,7 @@ SPEC = FrameworkSpec(name="throwaway", title="Throwaway", adapter="throwaway:Thr
 
 def test_a_spec_refuses_a_malformed_adapter_reference():
     with pytest.raises(ValueError, match="module:Class"):
-        FrameworkSpec(name="x", adapter="x.XAdapter")
+        FrameworkSpec(name="x", adapter="x.XAdapter", flops_convention="megatron")
 
 
 @pytest.mark.parametrize("folder", ["megatron", "torchtitan"])
