@@ -54,7 +54,7 @@ def test_a_launch_file_nothing_claims_names_what_each_framework_looks_for(tmp_pa
                             "file)")
 
 
-def test_megatrons_flag_tables_spell_each_knob_as_the_catalog_does():
+def test_megatrons_flag_tables_are_the_catalogs_spellings():
     """The Megatron reader's flag -> knob tables and the catalog's spellings are the same table: a knob spelled in
     one and not the other would be read but never written (or the reverse)."""
     from infrarsi.adapters.megatron import args
