@@ -134,3 +134,15 @@ def test_a_frameworks_modules_import_each_other_in_no_circle(folder):
         list(TopologicalSorter(graph).static_order())
     except CycleError as e:
         pytest.fail(f"adapters/{folder}: import circle {e.args[1]}")
+
+
+def test_torchtitans_field_tables_spell_each_knob_as_the_catalog_does():
+    """torchtitan's field -> knob tables (the reader's and the writer's) use the catalog's spelling of each knob;
+    the one exception is 0.2.x's own name for async TP, which 0.3 moved under compile."""
+    from infrarsi.adapters.torchtitan import configs
+
+    catalog = {k.name: k.spelling.get("torchtitan") for k in KNOBS}
+    for table in (configs._INT_FIELDS, configs._BOOL_FIELDS_03):
+        assert {f: k for f, k in table.items() if catalog.get(k) != f} == {}
+    assert {f: k for f, k in configs._BOOL_FIELDS_02.items() if catalog.get(k) != f} == {
+        "parallelism.enable_async_tensor_parallel": "async_tp"}
