@@ -309,19 +309,21 @@ def run_torchtitan(args) -> int:
 
     from types import SimpleNamespace
 
-    from infrarsi.estimate.overhead import FRAGMENTING, unseen_bytes
+    from infrarsi.estimate.overhead import unseen_bytes
+    from infrarsi.estimate.torchtitan import FRAGMENTING, cpu_rank
 
     tiny = ["--training.local_batch_size", "1", "--training.seq_len", "32"]
     base = measured(tiny) - tracked(tiny).tracked_bytes
-    print(f"process base (measured now at local batch 1, seq 32; overhead.BASE carries it): {base / MiB:.1f} MiB")
+    print(f"process base (measured now at local batch 1, seq 32; estimate/torchtitan.RANK_BASE carries it): "
+          f"{base / MiB:.1f} MiB")
     cpu = SimpleNamespace(hardware=SimpleNamespace(kind="cpu"))
     rows = []
     for ac, lb in itertools.product(("none", "selective", "full"), (2, 8)):
         over = ["--activation_checkpoint.mode", ac, "--training.local_batch_size", str(lb)]
         e = tracked(over)
         m = measured(over)
-        unseen, _ = unseen_bytes(cpu, bf16=True, framework="torchtitan",
-                                 transient_bytes=sum(e.tracked.get(c, 0) for c in FRAGMENTING["cpu-torchtitan"]))
+        transient = sum(e.tracked.get(c, 0) for c in FRAGMENTING)
+        unseen, _ = unseen_bytes(cpu, bf16=True, transient_bytes=transient, rank=lambda: cpu_rank(transient))
         rows.append((ac, lb, m, e.tracked_bytes + unseen, e))
     print(f"{'ac':>9} {'lb':>3} | {'measured':>8} {'estimate':>8} {'err':>6} | tracked: params grads opt act temp (MiB)")
     for ac, lb, m, est, e in rows:
@@ -350,21 +352,20 @@ TT_HELD_OUT = [("fp32 params", {"bf16": False}, []),
 
 
 def run_calibrate_torchtitan(args) -> int:
-    """torchtitan's constants (overhead.BASE["cpu-torchtitan"...], FRAGMENTATION["cpu-torchtitan"]) from the process
+    """torchtitan's constants (estimate/torchtitan.py's RANK_BASE, RANK_FRAGMENTATION) from the process
     a trial of contracts/torchtitan-cpu.toml really is: torchtitan.train through the CPU launcher under torchrun,
     2 ranks on gloo, with its tokenizer and dataloader, launched as the adapter launches a trial (no cap). The
     unseen bytes of a run are its reported peak (the highest memory line of any rank, what the tuner is told) minus
     the fake step's tracked bytes for the same job; a least-squares line over the TT_FIT runs gives
-    base + fragmentation x transient (the tracked categories overhead.FRAGMENTING names), and the TT_HELD_OUT runs
-    test it."""
+    base + fragmentation x transient (the tracked categories estimate/torchtitan.FRAGMENTING names), and the
+    TT_HELD_OUT runs test it."""
     import os
     import subprocess
 
     from infrarsi.adapters.torchtitan import TorchtitanAdapter
     from infrarsi.adapters.torchtitan.log import parse_torchtitan_log
-    from infrarsi.estimate.overhead import FRAGMENTING
     from infrarsi.estimate.run import anchored
-    from infrarsi.estimate.torchtitan import estimate_job, job_args, job_config
+    from infrarsi.estimate.torchtitan import FRAGMENTING, estimate_job, job_args, job_config
 
     contract = load_contract(TT_CONTRACT)
     adapter = TorchtitanAdapter(base_dir=TT_CONTRACT.parent)
@@ -389,7 +390,7 @@ def run_calibrate_torchtitan(args) -> int:
     def tracked(change: dict, extra: list[str]):
         setting = {**contract.baseline, **change}
         e = estimate_job(job_config(job_args(anchored_c, setting, adapter=adapter) + extra), world_size=int(contract.hardware.devices))
-        return e.tracked_bytes, sum(e.tracked.get(c, 0) for c in FRAGMENTING["cpu-torchtitan"])
+        return e.tracked_bytes, sum(e.tracked.get(c, 0) for c in FRAGMENTING)
 
     rows = []
     for name, change, extra in TT_FIT + TT_HELD_OUT:

@@ -236,6 +236,50 @@ def _modules(folder: Path) -> str:
     return "; ".join(out)
 
 
+# How to extend the project: the files each addition touches, as tests/adapters/test_framework_spec.py measures them
+# (a throwaway framework reaches detection, the adapter registry and the profile rewrite through its module and one
+# registry line).
+ADDING = """
+## How to add a framework, a knob, a kernel operator
+
+A framework (what `infrarsi knobs`, `init` and `infrarsi-launch` need; measured by
+`tests/adapters/test_framework_spec.py::test_a_framework_is_its_module_and_one_registry_line`):
+
+1. `infrarsi/adapters/<framework>/`: its adapter (`Adapter`, or `LaunchFileAdapter` for a framework whose launch
+   files are read) and `spec.py`, a `FrameworkSpec` (`adapters/spec.py`): the adapter, `claims` (the one
+   detection), `looks_for`, `drafts`, `rewrite_profile`, `flops_convention`, `simulated`;
+2. one line in `infrarsi/adapters/registry.py` (`SPECS`);
+3. `infrarsi/contract/model.py`: the name in `workload.adapter`'s allowed values (`contract/` does not import
+   `adapters/`);
+4. `infrarsi/knobs/catalog.py`: its spelling of each knob it can set (and its name in `FRAMEWORKS`).
+
+Optional: a pre-flight estimate (`infrarsi/estimate/<framework>.py`, named by the adapter's `estimate_module`) and
+its row in the fidelity table (`adapters/fidelity.py`).
+
+A flag knob:
+
+1. `infrarsi/knobs/catalog.py`: its entry (meaning, domain, default, group) with its spelling per framework; the
+   rules it takes part in, in `infrarsi/knobs/rules.py`. Megatron reads and writes the flag and owns its argument
+   destination from that spelling (`adapters/megatron/args.py`, `equivalence.py`); torchtitan's emit and
+   equivalence read it too;
+2. torchtitan: the field in `adapters/torchtitan/configs.py`'s field tables (`_INT_FIELDS`, `_BOOL_FIELDS_02/03`:
+   0.2 and 0.3 spell some fields differently; a test ties them to the catalog);
+3. only where it applies: `adapters/megatron/args.py`'s `_FLAG_VALUES` (values the flag takes that differ from the
+   domain), `adapters/megatron/equivalence.py`'s `_FIELD_KNOBS` (megatron-core config fields it changes).
+
+A kernel operator:
+
+1. `kernels/<op>/`: `reference.py` and its candidates;
+2. the op table, held twice: `infrarsi/kernels/loader.py` (`OPS`) and `infrarsi/adapters/minigpt.py`
+   (`KERNEL_OPS`);
+3. its memory traffic per layer in `infrarsi/kernels/space.py`, and the op names in the help of
+   `infrarsi/kernels/cli.py` and `infrarsi/workloads/minigpt.py`;
+4. its call site in the model that runs it (`infrarsi/workloads/minigpt.py`; torchtitan:
+   `launchers/torchtitan_patches.py`, whose `OPS` and `adapters/torchtitan/trial.py`'s `PATCHABLE_OPS` list
+   the ops it can patch).
+"""
+
+
 def architecture_page() -> str:
     pkg = import_graph.PKG
     graph = import_graph.package_graph()
@@ -263,6 +307,7 @@ def architecture_page() -> str:
             out.append(f"| {n} | `{path}` | {what} | {below} |\n")
     out.append("\n## Beside the package\n\n| path | what lives there |\n|---|---|\n")
     out += [f"| `{path}` | {what} |\n" for path, what in _BESIDE]
+    out.append(ADDING)
     out.append("\n## One setting, from the contract to the report\n\n")
     out.append(_plain(root_doc.split("\n\n")[2].removeprefix("One setting, from the contract to the report: ")) + "\n")
     return "".join(out)

@@ -73,3 +73,18 @@ def test_the_cli_page_names_every_verb_and_flag():
                     assert f"`{opt}" in text or f"{opt} " in text or f"{opt}]" in text, f"{verb}: {opt} not in docs/cli.md"
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 130 |"):
         assert code in text
+
+
+def test_every_file_the_how_to_add_section_names_exists():
+    """docs/architecture.md's "How to add a framework, a knob, a kernel operator" lists files: each one it names
+    (outside the <placeholders>) is in the tree, so the list cannot point at a file that moved."""
+    import re
+
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    section = page.split("## How to add a framework, a knob, a kernel operator", 1)[1].split("\n## ", 1)[0]
+    # a path (with a folder) is checked; a bare file name (`reference.py`) lives in the folder named before it
+    named = {m for m in re.findall(r"`([\w/<>.-]+\.py|[\w/<>.-]+/)`", section) if "<" not in m and "/" in m}
+    assert named, "the section names no file"
+    missing = [n for n in sorted(named)
+               if not any((ROOT / base / n).exists() for base in ("", "infrarsi", "infrarsi/adapters"))]
+    assert missing == []

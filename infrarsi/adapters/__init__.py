@@ -13,20 +13,14 @@ from pathlib import Path
 
 from .base import Adapter, FrameworkRejected, ParsedRun
 
-# workload.adapter -> (module under infrarsi.adapters, class)
-ADAPTERS: dict[str, tuple[str, str]] = {
-    "minigpt": ("minigpt", "MiniGPTAdapter"),
-    "megatron": ("megatron", "MegatronAdapter"),
-    "torchtitan": ("torchtitan", "TorchtitanAdapter"),
-    "simulated": ("simulated", "SimulatedAdapter"),
-}
+from .registry import SPECS as ADAPTERS  # workload.adapter -> the module of its FrameworkSpec (adapters/registry.py)
 
 
 def adapter_class(name: str) -> type[Adapter]:
     """The adapter class for a contract's ``workload.adapter``."""
-    if name not in ADAPTERS:
-        raise ValueError(f"unknown adapter {name!r}; use one of {', '.join(ADAPTERS)}")
-    module, cls = ADAPTERS[name]
+    from .registry import adapter_ref
+
+    module, cls = adapter_ref(name)
     return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
 
 

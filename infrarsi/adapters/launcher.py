@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ..execute.spec import LaunchSpec
-from ..transformer import data_parallel
-from ..launch.command import shell_join, split_launcher
+from ..launch.command import shell_join
+from .registry import framework_of, profile_frameworks, spec
 
-FRAMEWORKS = ("megatron", "torchtitan")
 
 
 class ProfileError(ValueError):
@@ -43,8 +42,8 @@ def load_profile(path: str | Path) -> tuple[str | None, dict[str, Any]]:
     if not isinstance(data, dict) or not isinstance(data.get("setting"), dict):
         raise ProfileError(f"profile {p}: expected {{\"framework\": ..., \"setting\": {{knob: value}}}}")
     fw = data.get("framework")
-    if fw is not None and fw not in FRAMEWORKS:
-        raise ProfileError(f"profile {p}: framework {fw!r} is not one of {', '.join(FRAMEWORKS)}")
+    if fw is not None and fw not in profile_frameworks():
+        raise ProfileError(f"profile {p}: framework {fw!r} is not one of {', '.join(profile_frameworks())}")
     unknown = set(data) - {"framework", "setting", "name", "speedup", "trial", "run", "notes"}
     if unknown:
         raise ProfileError(f"profile {p}: unknown key(s) {sorted(unknown)}; keep framework and setting")
@@ -52,50 +51,24 @@ def load_profile(path: str | Path) -> tuple[str | None, dict[str, Any]]:
 
 
 def detect(argv: list[str]) -> str:
-    la = split_launcher(argv)
-    prog = la.program
-    if prog[:2] == ["-m", "torchtitan.train"] or (prog and Path(prog[0]).name == "run_train.sh"):
-        return "torchtitan"
-    if prog and Path(prog[-1]).name.startswith("pretrain_"):
-        return "megatron"
-    raise ProfileError(f"cannot tell the framework of `{' '.join(argv[:6])} ...`; set \"framework\" in the profile")
+    fw = framework_of(argv)
+    if fw is None or fw not in profile_frameworks():
+        raise ProfileError(f"cannot tell the framework of `{' '.join(argv[:6])} ...`; set \"framework\" in the profile")
+    return fw
 
 
 def apply_profile(argv: list[str], framework: str | None, setting: Mapping[str, Any], *,
                   env: Mapping[str, str] | None = None, cwd: str | Path = ".") -> tuple[LaunchSpec, list[str]]:
-    """The rewritten launch and the rule violations of the resulting setting (empty = fine).
+    """The rewritten launch and the rule violations of the resulting setting (empty = fine): the framework's
+    spec rewrites it (``FrameworkSpec.rewrite_profile``).
 
     ``env`` is the environment the command would have run with (NCCL variables are read from it)."""
     fw = framework or detect(argv)
     base_env = {k: v for k, v in (env or {}).items() if k.startswith(("NCCL_", "CUDA_DEVICE_MAX_CONNECTIONS"))}
-    if fw == "megatron":
-        from . import megatron as mg
-
-        parsed = mg.parse_megatron_argv(argv, env=base_env)
-        unknown = [k for k in setting if k not in parsed.setting]
-        if unknown:
-            raise ProfileError(f"profile names knob(s) {unknown} that Megatron cannot set; known: {', '.join(parsed.setting)}")
-        new = {**parsed.setting, **dict(setting)}
-        if parsed.world_size and "data_parallel" not in setting:
-            new["data_parallel"] = data_parallel(parsed.world_size, new["tensor_parallel"], new["pipeline_parallel"],
-                                                 new["context_parallel"])
-        return mg.emit_megatron(parsed, new), mg.violations(parsed, new, core=False)
-    from . import torchtitan as tt
-    from .torchtitan.trial import ENV_KNOBS
-
-    parsed_t = tt.parse_torchtitan_argv(argv, env=base_env, base_dir=cwd)
-    env_set = {ENV_KNOBS[k]: str(int(v)) for k, v in setting.items() if k in ENV_KNOBS}  # e.g. OMP_NUM_THREADS
-    setting = {k: v for k, v in setting.items() if k not in ENV_KNOBS}
-    unknown = [k for k in setting if k not in parsed_t.setting]
-    if unknown:
-        raise ProfileError(f"profile names knob(s) {unknown} that torchtitan cannot set; known: "
-                           f"{', '.join([*parsed_t.setting, *ENV_KNOBS])}")
-    new = {**parsed_t.setting, **dict(setting)}
-    if parsed_t.world_size and "data_parallel" not in setting:
-        new["data_parallel"] = data_parallel(parsed_t.world_size, new["tensor_parallel"], new["pipeline_parallel"],
-                                             new["context_parallel"])
-    spec = tt.emit_torchtitan(parsed_t, new)
-    return spec.model_copy(update={"env": {**spec.env, **env_set}}), tt.violations(parsed_t, new)
+    rewrite = spec(fw).rewrite_profile
+    if rewrite is None:
+        raise ProfileError(f"framework {fw!r}: infrarsi-launch rewrites {', '.join(profile_frameworks())} commands only")
+    return rewrite(argv, setting, base_env, cwd)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from ..execute.spec import LaunchSpec
 from ..execute.trial import TrialStatus
 from ..knobs import Constraint, Knob, KnobSpace, catalog
 from .base import Adapter, ParsedRun
+from .spec import FrameworkSpec
 from .megatron.log import classify_failure, parse_log, to_metrics
 
 KERNEL_OPS = ("rmsnorm", "swiglu", "rope", "cross_entropy", "add_rmsnorm")
@@ -227,3 +228,11 @@ class MiniGPTAdapter(Adapter):
                              evidence=tail, reason="exited 0 without the measured iteration lines")
         return ParsedRun(status=TrialStatus.CRASH, metrics=metrics.model_copy(update={"step_time_s": None}), evidence=tail,
                          reason=f"exit code {returncode}")
+
+
+def _drafts(program: str, flags: Mapping[str, Any]) -> bool:
+    """The embedded workload's own program (``-m infrarsi.workloads.minigpt``)."""
+    return "infrarsi.workloads.minigpt" in program
+
+
+SPEC = FrameworkSpec(name="minigpt", adapter="minigpt:MiniGPTAdapter", drafts=_drafts, flops_convention="megatron")

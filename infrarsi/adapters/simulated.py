@@ -25,6 +25,7 @@ from ..execute.trial import TrialStatus
 from ..knobs import KnobSpace, Setting
 from ..workloads import simulated as sim
 from .base import Adapter, ParsedRun
+from .spec import FrameworkSpec
 from .megatron.log import classify_failure, parse_log, to_metrics
 
 def workload_for(contract: Contract) -> sim.SimWorkload:
@@ -140,3 +141,7 @@ class SimulatedAdapter(Adapter):
             return ParsedRun(status=TrialStatus.CRASH, metrics=no_time, evidence=tail,
                              reason="exited 0 without the measured iteration lines")
         return ParsedRun(status=TrialStatus.CRASH, metrics=no_time, evidence=tail, reason=f"exit code {returncode}")
+
+
+SPEC = FrameworkSpec(name="simulated", adapter="simulated:SimulatedAdapter", flops_convention="megatron",
+                     simulated=True)

@@ -18,6 +18,7 @@ from ..contract.place import launch_cwd, launch_path
 from ..execute.spec import LaunchSpec
 from ..knobs import KnobSpace
 from .base import Adapter, LaunchFileAdapter, full_setting
+from .registry import launch_file_frameworks
 
 
 class Workload:
@@ -57,8 +58,8 @@ class Workload:
     def _launch_file_adapter(self) -> LaunchFileAdapter:
         if not self.reads_launch_file:
             raise ContractError(f"workload.adapter {self.contract.workload.adapter!r} with workload.launch "
-                                f"{self.contract.workload.launch!r}: no launch file to read; name a Megatron or "
-                                "torchtitan launch in workload.launch")
+                                f"{self.contract.workload.launch!r}: no launch file to read; name a "
+                                f"{launch_file_frameworks()} launch in workload.launch")
         assert isinstance(self.adapter, LaunchFileAdapter)
         return self.adapter
 

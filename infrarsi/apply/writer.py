@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..adapters import Adapter, contract_adapter
+from ..adapters.registry import profile_frameworks, specs
 from ..adapters.workload import Workload
 from ..contract.model import ENV_NAME
 from ..execute.spec import LaunchSpec
@@ -41,7 +42,6 @@ from ..rundir import RunDir, VerifiedCandidate
 from ..speedup import CI_NAME
 
 OUT_ROOT = "infrarsi-tuned"
-PROFILE_FRAMEWORKS = ("megatron", "torchtitan")  # what infrarsi-launch can rewrite
 
 
 class ApplyRefused(ValueError):
@@ -262,13 +262,14 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
                                 why=f"kernel patch for {f.op} ({f.candidate}); inside scope ({f.scope_glob}); "
                                     f"verifier: {f.verdict}, sha256 matches the verified file", kind="kernel"))
     fw = data.contract.workload.adapter
-    profile = {"framework": fw if fw in PROFILE_FRAMEWORKS else None,
+    rewrites = " and ".join(s.title for s in specs() if s.rewrite_profile is not None)  # what infrarsi-launch can
+    profile = {"framework": fw if fw in profile_frameworks() else None,
                "setting": {k: v for k, v in setting.items() if not k.startswith(KERNEL_PREFIX)},
                "name": data.contract.name,
                "speedup": {"speedup": cand.speedup, "ci95": list(_ci(cand)), "pairs": cand.pairs},
                "trial": [list(p) for p in cand.trials], "run": run_label(data.run_dir, repo),
-               "notes": ("infrarsi-launch --profile rewrites Megatron and torchtitan commands" if fw in PROFILE_FRAMEWORKS
-                         else f"{fw}: run launch.sh (infrarsi-launch rewrites Megatron and torchtitan commands only)")}
+               "notes": (f"infrarsi-launch --profile rewrites {rewrites} commands" if fw in profile_frameworks()
+                         else f"{fw}: run launch.sh (infrarsi-launch rewrites {rewrites} commands only)")}
     owns, fallback = _in_place(data, adapter, spec, repo)
     workload = Workload(data.contract, data.contract_path.parent, adapter)
     if owns:

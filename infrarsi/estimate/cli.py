@@ -155,8 +155,8 @@ def _prediction(workload, setting: dict):
     try:
         w = sm.cost_workload(workload)
         full = sm.launch_setting(workload, setting)
-        unread = sm.unread_knobs(full)
-        notes = (f"not in the step-time model (priced as at Megatron's defaults): {', '.join(unread)}",) if unread else ()
+        note = sm.unread_note(full)
+        notes = (note,) if note else ()
         return sm.predict(w, full, sm.capacity_bytes(workload), notes=notes), None
     except EstimateError as e:
         return None, str(e)

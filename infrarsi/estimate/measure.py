@@ -43,7 +43,7 @@ def measured_minigpt(contract: Contract, setting: Mapping[str, Any], *, iters: i
     """(peak bytes, median step seconds after the first two iterations, or of all when fewer) of a real run."""
     import statistics
 
-    from ..adapters.megatron.log import parse_log
+    from ..adapters.minigpt import parse_log  # the reader minigpt's trials are parsed with (adapter.parse)
 
     argv, env = minigpt_argv(contract, setting, iters=iters)
     p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)

@@ -32,9 +32,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import overhead_megatron as om
 from .overhead import unseen_bytes
 from .result import Estimate, EstimateError
 from .track import Device
@@ -230,11 +232,9 @@ def from_step(out: dict[str, Any], contract: Contract, *, argv: list[str], world
     for r in out["ranks"]:
         tracked = {k: int(v) for k, v in r["peak"].items() if v}
         transient = tracked.get("Activation", 0) + tracked.get("Temp", 0)
+        reduced = reduced_bytes(r, tracked, bool(args.use_distributed_optimizer))
         unseen, source = unseen_bytes(contract, threads=threads, bf16=bool(args.bf16), transient_bytes=transient,
-                                      override_gib=unseen_gib, framework="megatron",
-                                      process_groups=int(r.get("process_groups", 0)),
-                                      local_experts=int(r.get("local_experts", 0)), heap=r.get("heap"),
-                                      reduced_bytes=reduced_bytes(r, tracked, bool(args.use_distributed_optimizer)))
+                                      override_gib=unseen_gib, rank=partial(cpu_rank, r, reduced))
         per_rank.append({**r, "tracked": tracked, "unseen_bytes": unseen, "unseen_source": source,
                          "peak_bytes": sum(tracked.values()) + unseen})
     top = max(per_rank, key=lambda r: r["peak_bytes"])
@@ -255,6 +255,15 @@ def from_step(out: dict[str, Any], contract: Contract, *, argv: list[str], world
                     step_time_note="no roofline time for Megatron (the fake step runs in a process of its own)",
                     wall_s=sum(r["wall_s"] for r in per_rank), notes=tuple(_notes(args, out)),
                     per_rank=tuple(_rank_row(r) for r in per_rank))
+
+
+def cpu_rank(r: Mapping[str, Any], reduced: float) -> tuple[float, str]:
+    """(bytes, where they come from) no tracker sees in a rank ``r`` of the fake step (its process_groups,
+    local_experts and heap) run as the megatron-core CPU training loop: overhead_megatron.py's measured model;
+    ``reduced`` is reduced_bytes() of the rank."""
+    groups, experts = int(r.get("process_groups", 0)), int(r.get("local_experts", 0))
+    total, parts = om.unseen(process_groups=groups, local_experts=experts, heap=r.get("heap"), reduced_bytes=reduced)
+    return total, om.describe(parts, process_groups=groups, local_experts=experts)
 
 
 def reduced_bytes(r: Mapping[str, Any], tracked: Mapping[str, int], distributed_optimizer: bool) -> int:

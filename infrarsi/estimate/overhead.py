@@ -18,8 +18,9 @@ which runs minigpt for real at a tiny size (1 layer, hidden 64, seq 16: tensors 
 8) for ``fragmentation``: measured peak data segment (the figure RLIMIT_DATA governs and a trial reports) minus the
 estimate's tracked bytes. The shipped contract's settings are then a held-out test of both.
 
-torchtitan has its own pair, measured on the process its trials really are (torchtitan.train through the CPU
-launcher under torchrun, 2 ranks on gloo, with its tokenizer and dataloader) by
+torchtitan has its own pair (estimate/torchtitan.py's RANK_BASE and RANK_FRAGMENTATION, handed in as ``rank``),
+measured on the process its trials really are (torchtitan.train through the CPU launcher under torchrun, 2 ranks
+on gloo, with its tokenizer and dataloader) by
 
     .venv/bin/python scripts/bench_estimate.py --calibrate-torchtitan
 
@@ -33,10 +34,8 @@ under the contract's 2.25 GiB cap.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from . import overhead_megatron as om
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -49,22 +48,14 @@ BASE: dict[tuple[str, int, str], float] = {
     ("cpu", 2, "fp32"): 309.4 * MiB,
     ("cpu", 1, "bf16"): 268.4 * MiB,
     ("cpu", 2, "bf16"): 327.1 * MiB,
-    # a rank of torchtitan.train (torchtitan 0.2.2, 2 ranks on gloo, its tokenizer and dataloader, 1 thread, bf16
-    # parameters), by scripts/bench_estimate.py --calibrate-torchtitan
-    ("cpu-torchtitan", 1, "bf16"): 1570.8 * MiB,
 }
-FRAGMENTATION: dict[str, float] = {"cpu": 0.674, "cpu-torchtitan": 0.858}
-# The tracked categories fragmentation is per byte of ("transient bytes"). minigpt: activations + temporaries. A
-# torchtitan rank: temporaries only (the logits-sized buffers of the loss, 64 MiB at local batch 8, seq 512, vocab
-# 2048). Its unseen bytes follow the local batch (1572, 1583, 1606, 1597-1648 MiB at local batch 1/seq 32, 2, 4, 8)
-# but not the activations AC keeps (AC none keeps 230 MiB more than selective and has 15 MiB less unseen): fitted
-# per byte of activations + temporaries (0.144) instead, AC none came out 2.5% high against the baseline.
-FRAGMENTING: dict[str, tuple[str, ...]] = {"cpu": ("Activation", "Temp"), "cpu-torchtitan": ("Temp",)}
+FRAGMENTATION: dict[str, float] = {"cpu": 0.674}
+# The tracked categories fragmentation is per byte of ("transient bytes"): activations + temporaries.
+FRAGMENTING: dict[str, tuple[str, ...]] = {"cpu": ("Activation", "Temp")}
 MEASURED_BY = "scripts/bench_estimate.py --calibrate (torch 2.13.0 CPU, 2 cores)"
-MEASURED_BY_TORCHTITAN = "scripts/bench_estimate.py --calibrate-torchtitan (torchtitan 0.2.2, torch 2.13.0 CPU, 2 cores)"
 
-# A rank of the megatron-core CPU training loop: overhead_megatron.py (the heap's high-water mark, gloo's groups, the
-# process, MoE), fitted by scripts/bench_estimate_megatron.py --calibrate.
+# A framework whose CPU rank is measured on its own (its estimate module's constants: a torchtitan.train rank, the
+# megatron-core CPU training loop of overhead_megatron.py) hands unseen_bytes that measurement as ``rank``.
 
 # No GPU was available to measure on: a GPU's base is the analytical model's (priors/offline.py, 1.25 GiB:
 # CUDA context + cuBLAS workspaces + NCCL buffers) and its fragmentation is not counted; both labelled as such.
@@ -73,29 +64,19 @@ GPU_UNMEASURED = 1.25 * 2**30
 
 
 def unseen_bytes(contract: Contract, *, threads: int | None = None, bf16: bool = False, transient_bytes: float = 0.0,
-                 override_gib: float | None = None, framework: str = "minigpt",
-                 process_groups: int = 0, local_experts: int = 0,
-                 heap: Mapping[str, int] | None = None, reduced_bytes: float = 0.0) -> tuple[float, str]:
+                 override_gib: float | None = None,
+                 rank: Callable[[], tuple[float, str]] | None = None) -> tuple[float, str]:
     """(bytes, where they come from) to add to the tracked peak of one rank of ``contract``'s hardware;
-    ``transient_bytes`` are the tracked activations + temporaries at the peak; ``process_groups`` the number of
-    process groups the rank is a member of, ``local_experts`` its MoE layers x experts per layer, ``heap`` the
-    fake step's heap_peaks() and ``reduced_bytes`` the gradient buffer it reduces over data parallel (Megatron)."""
+    ``transient_bytes`` are the tracked activations + temporaries at the peak. On the CPU, ``rank`` is the
+    framework's own measured rank, (bytes, source), when its estimate module has one; else the embedded workload's
+    process measured here."""
     if override_gib is not None:
         return override_gib * 2**30, f"given: {override_gib:g} GiB"
     kind = str(contract.hardware.kind or "cpu").lower()
     if kind == "cpu":
         t = max(1, int(threads or 1))
-        if framework == "megatron":
-            total, parts = om.unseen(process_groups=process_groups, local_experts=local_experts, heap=heap,
-                                     reduced_bytes=reduced_bytes)
-            return total, om.describe(parts, process_groups=process_groups, local_experts=local_experts)
-        if framework == "torchtitan":
-            base = BASE[("cpu-torchtitan", 1, "bf16")]
-            f = FRAGMENTATION["cpu-torchtitan"]
-            return base + f * transient_bytes, (
-                f"measured: a torchtitan.train rank (2 ranks on gloo, 1 thread, bf16; other thread counts and fp32 not "
-                f"measured) {base / MiB:.0f} MiB + allocator {f:.2f} x {transient_bytes / MiB:.0f} MiB transient "
-                f"({MEASURED_BY_TORCHTITAN})")
+        if rank is not None:
+            return rank()
         frag = FRAGMENTATION["cpu"] * transient_bytes
         t = t if ("cpu", t, "fp32") in BASE else max(k[1] for k in BASE if k[0] == "cpu")
         base = BASE[("cpu", t, "bf16" if bf16 else "fp32")]

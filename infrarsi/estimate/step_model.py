@@ -196,6 +196,12 @@ def unread_knobs(setting: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in setting if k not in read)
 
 
+def unread_note(setting: Mapping[str, Any]) -> str | None:
+    """What a prediction of ``setting`` says of the knobs the cost model does not read, or None when it reads all."""
+    unread = unread_knobs(setting)
+    return f"not in the step-time model (priced as at Megatron's defaults): {', '.join(unread)}" if unread else None
+
+
 def fastest(w: SimWorkload, space: KnobSpace, setting: Mapping[str, Any], capacity_bytes: float, n: int, *,
             max_listed_unpriced: int = 5) -> Ranking:
     """The ``n`` fastest valid settings of ``space`` that fit ``capacity_bytes`` by the cost model's memory.

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..adapters import adapter_class
+from ..adapters.registry import simulated
 from ..execute.record import cost_by_status
 from .cost import run_cost
 from ..execute.runner import unisolated
@@ -93,7 +93,7 @@ class _Builder:
         self.baseline = ((data.verification.baseline if data.verification else None)
                          or (data.noise.baseline if data.noise else {}) or data.contract.baseline)
         # a what-if cluster (its step times modelled, not measured): its trials use no devices
-        self.sim = not adapter_class(data.contract.workload.adapter).measured_time
+        self.sim = simulated(data.contract.workload.adapter)
 
     def h1(self, t: str) -> None:
         self.blocks.append(Block("h1", t))

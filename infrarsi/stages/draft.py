@@ -192,14 +192,10 @@ def parse_command(path: Path) -> ParsedLaunch:
             if name == "--nnodes" and val.isdigit():
                 world = (world or 1) * int(val)
     flags = _args_to_dict(args)
-    low = program.lower()
-    if "infrarsi.workloads.minigpt" in low:
-        adapter = "minigpt"
-    elif "torchtitan" in low or any(k.startswith("job.") for k in flags):
-        adapter = "torchtitan"
-    else:
-        adapter = "megatron"
     from ..adapters import adapter_class
+    from ..adapters.registry import draft_framework
+
+    adapter = draft_framework(program, flags)
 
     fixed_keys = set(FIXED_WORKLOAD_KEYS) | set(adapter_class(adapter).fixed_flags)
     fixed = {k: v for k, v in flags.items() if k in fixed_keys}

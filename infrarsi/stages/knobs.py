@@ -22,42 +22,16 @@ from typing import Any
 
 import typer
 
+from ..adapters.registry import DetectError, launch_file_frameworks
 
-
-class DetectError(ValueError):
-    pass
-
-
-def _framework_of(argv: list[str]) -> str | None:
-    from ..launch.command import split_launcher
-
-    prog = split_launcher(argv).program
-    if prog[:2] == ["-m", "torchtitan.train"] or (prog and Path(prog[0]).name == "run_train.sh"):
-        return "torchtitan"
-    if prog and Path(prog[-1]).name.startswith("pretrain_") and prog[-1].endswith(".py"):
-        return "megatron"
-    return None
 
 
 def detect_framework(path: Path, text: str) -> str:
-    """"megatron" or "torchtitan" for a launch file (read through the scripts it runs), or a DetectError naming
-    what was looked for."""
-    from ..launch.bash import ScriptError
-    from ..launch.chain import follow
+    """The framework of a launch file (read through the scripts it runs), or a DetectError naming what was looked
+    for (the registry's one detection)."""
+    from ..adapters.registry import framework_of_file
 
-    if path.suffix == ".toml":
-        return "torchtitan"
-    try:
-        fol = follow(text, path=str(path), env={}, args=None, cwd=None, claims=lambda a: _framework_of(a) is not None)
-    except ScriptError as e:
-        raise DetectError(str(e)) from None
-    if fol.command is not None:
-        fw = _framework_of(fol.command.argv)
-        assert fw is not None
-        return fw
-    raise DetectError(f"{path}: no launch found: expected a Megatron-LM command (torchrun/srun/python ... "
-                      "pretrain_gpt.py) or a torchtitan one (-m torchtitan.train, run_train.sh, or a .toml job file)"
-                      + (f" ({fol.missed[0]})" if fol.missed else ""))
+    return framework_of_file(path, text)
 
 
 def _contract_workload(path: Path, text: str) -> Any:
@@ -78,7 +52,7 @@ def _contract_workload(path: Path, text: str) -> Any:
     w = Workload.of_file(path)
     if not w.reads_launch_file:
         raise DetectError(f"{path}: a contract for adapter {w.contract.workload.adapter!r} without workload.launch; "
-                          "pass the Megatron or torchtitan launch file itself")
+                          f"pass the {launch_file_frameworks()} launch file itself")
     return w
 
 

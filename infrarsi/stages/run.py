@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import exitcodes
-from ..adapters import Adapter, adapter_class, run_adapter
+from ..adapters import Adapter, run_adapter
+from ..adapters.registry import simulated
 from ..contract import ContractError, contract_hash, load_locked
 from ..contract.model import Contract
 from ..contract.numerics import reference_of
@@ -74,7 +75,7 @@ def run_id(contract: Contract, run_dir: Path) -> str:
 
 def evidence_of(contract: Contract) -> str:
     """The kind of evidence this run's trials are: "simulated" (a what-if cluster) or "measured"."""
-    return "measured" if adapter_class(contract.workload.adapter).measured_time else "simulated"
+    return "simulated" if simulated(contract.workload.adapter) else "measured"
 
 
 def bank_seed(space: KnobSpace, contract: Contract, run_dir: Path, base_priors: list, err: Console,

@@ -117,3 +117,9 @@ def test_a_layout_the_model_cannot_price_says_why():
     r = _estimate(ROOT / "contracts/torchtitan-cpu.toml", "--fastest", 2)
     assert r.exit_code == 1 and "hardware.kind = 'cpu'" in r.stderr, r.output
     assert _estimate(SIM8B, "--fastest", 0).exit_code == 2
+
+
+def test_the_unread_note_names_only_the_knobs_the_model_does_not_read():
+    assert sm.unread_note({"tensor_parallel": 2, "micro_batch_size": 1}) is None
+    assert sm.unread_note({"tensor_parallel": 2, "nccl_algo": "ring", "cuda_graph": True}) == (
+        "not in the step-time model (priced as at Megatron's defaults): cuda_graph, nccl_algo")

@@ -1,7 +1,8 @@
 """Megatron-LM's command line as infrarsi reads it: which flag spells which knob, the fixed workload
 flags, and the program arguments split into items and read into a setting.
 
-The tables are the one place that knows Megatron's spellings (:mod:`.adapter` reads launches with them,
+The knob tables are the catalog's Megatron spellings (``knobs/catalog.py``), by kind; the flags that belong to a knob
+without being its spelling and the fixed workload flags are here (:mod:`.launch` reads launches with them,
 :mod:`.emit` writes them). A knob a launch does not mention has Megatron's default.
 """
 
@@ -16,35 +17,18 @@ from ...knobs.catalog import ENV_PREFIX, knobs_for
 
 FRAMEWORK = "megatron"
 
-# Knob flags that take one value: flag -> (knob, parser of the text).
-_INT_KNOBS = {
-    "--tensor-model-parallel-size": "tensor_parallel",
-    "--pipeline-model-parallel-size": "pipeline_parallel",
-    "--num-virtual-stages-per-pipeline-rank": "virtual_pipeline",
-    "--context-parallel-size": "context_parallel",
-    "--expert-model-parallel-size": "expert_parallel",
-    "--micro-batch-size": "micro_batch_size",
-    "--recompute-num-layers": "recompute_num_layers",
-    "--num-workers": "num_workers",
+# The knob flags, read from the catalog's Megatron spellings (knobs/catalog.py, the one table of them): flag -> knob,
+# by the knob's kind. A categorical flag also says the values Megatron's parser accepts: the knob's domain, but for
+# the values the launch states by leaving the flag out (recompute "none", fp8 "none") or that it does not take.
+_FLAG_VALUES: dict[str, tuple[str, ...]] = {
+    "recompute_granularity": ("full", "selective"),
+    "fp8_recipe": ("delayed", "tensorwise", "mxfp8", "blockwise"),
 }
-_CHOICE_KNOBS = {
-    "--recompute-granularity": ("recompute_granularity", ("full", "selective")),
-    "--recompute-method": ("recompute_method", ("uniform", "block")),
-    "--attention-backend": ("attention_backend", ("auto", "flash", "fused", "unfused", "local")),
-    "--moe-token-dispatcher-type": ("moe_token_dispatcher", ("allgather", "alltoall", "flex")),
-    "--fp8-recipe": ("fp8_recipe", ("delayed", "tensorwise", "mxfp8", "blockwise")),
-}
-_BOOL_KNOBS = {
-    "--sequence-parallel": "sequence_parallel",
-    "--use-distributed-optimizer": "distributed_optimizer",
-    "--overlap-grad-reduce": "overlap_grad_reduce",
-    "--overlap-param-gather": "overlap_param_gather",
-    "--tp-comm-overlap": "tp_comm_overlap",
-    "--bf16": "bf16",
-    "--moe-grouped-gemm": "moe_grouped_gemm",
-    "--cross-entropy-loss-fusion": "cross_entropy_fusion",
-    "--manual-gc": "manual_gc",
-}
+_SPELLED = [k for k in knobs_for(FRAMEWORK) if k.spelling.get(FRAMEWORK, "").startswith("--")]  # not env: ones
+_INT_KNOBS = {k.spelling[FRAMEWORK]: k.name for k in _SPELLED if k.kind == "int"}
+_CHOICE_KNOBS = {k.spelling[FRAMEWORK]: (k.name, _FLAG_VALUES.get(k.name, tuple(k.domain)))
+                 for k in _SPELLED if k.kind == "categorical"}
+_BOOL_KNOBS = {k.spelling[FRAMEWORK]: k.name for k in _SPELLED if k.kind == "bool"}
 # Flags that belong to a knob without being its spelling.
 _VP_LAYERS = "--num-layers-per-virtual-pipeline-stage"
 _RECOMPUTE_ACT = "--recompute-activations"

@@ -17,7 +17,7 @@ from .args import (_BOOL_KNOBS, _CHOICE_KNOBS, _FP8_FORMAT, _INT_KNOBS, _ONLY_WH
                             _VP_LAYERS, COUPLED_FLAGS, FRAMEWORK, Item, _read_fixed, _read_setting, split_items)
 
 if TYPE_CHECKING:
-    from .adapter import MegatronLaunch
+    from .launch import MegatronLaunch
 
 
 def _megatron_defaults() -> dict[str, Any]:

@@ -37,39 +37,28 @@ OUTPUTS = frozenset({"arg.save", "arg.tensorboard_dir", "arg.wandb_save_dir"})
 # CUDA_DEVICE_MAX_CONNECTIONS=1 (validate_args insists on it when TP or CP > 1 before Blackwell).
 REQUIRED = frozenset({"env.CUDA_DEVICE_MAX_CONNECTIONS"})
 
-# Argument destination -> the knobs whose change may change it (a knob's own flags and what it derives).
-_DEST_KNOBS: dict[str, tuple[str, ...]] = {
-    "tensor_model_parallel_size": ("tensor_parallel",),
-    "pipeline_model_parallel_size": ("pipeline_parallel",),
+# Argument destination -> the knobs whose change may change it: each knob's own flag (its catalog spelling, as
+# argparse names it: --use-distributed-optimizer -> use_distributed_optimizer), then the destinations more knobs share
+# or that are a knob's without being its spelling.
+_DEST_SHARED: dict[str, tuple[str, ...]] = {
     "num_virtual_stages_per_pipeline_rank": ("virtual_pipeline", "pipeline_parallel"),
     "num_layers_per_virtual_pipeline_stage": ("virtual_pipeline", "pipeline_parallel"),
-    "context_parallel_size": ("context_parallel",),
-    "expert_model_parallel_size": ("expert_parallel",),
-    "micro_batch_size": ("micro_batch_size",),
-    "recompute_granularity": ("recompute_granularity",),
     "recompute_activations": ("recompute_granularity",),
     "recompute_method": ("recompute_method", "recompute_granularity"),
     "recompute_num_layers": ("recompute_num_layers", "recompute_granularity"),
-    "attention_backend": ("attention_backend",),
-    "moe_token_dispatcher_type": ("moe_token_dispatcher",),
-    "fp8_recipe": ("fp8_recipe",),
     "fp8_format": ("fp8_recipe",),
     "fp8_param_gather": ("fp8_recipe", "distributed_optimizer"),
     "fp8_amax_history_len": ("fp8_recipe",),
     "fp8_amax_compute_algo": ("fp8_recipe",),
     "fp8_margin": ("fp8_recipe",),
     "sequence_parallel": ("sequence_parallel", "tensor_parallel"),
-    "use_distributed_optimizer": ("distributed_optimizer",),
-    "overlap_grad_reduce": ("overlap_grad_reduce",),
-    "overlap_param_gather": ("overlap_param_gather",),
     "overlap_param_gather_with_optimizer_step": ("overlap_param_gather", "distributed_optimizer"),
-    "tp_comm_overlap": ("tp_comm_overlap",),
     "tp_comm_overlap_cfg": ("tp_comm_overlap",),
-    "bf16": ("bf16",),
-    "moe_grouped_gemm": ("moe_grouped_gemm",),
-    "cross_entropy_loss_fusion": ("cross_entropy_fusion",),
-    "manual_gc": ("manual_gc",),
-    "num_workers": ("num_workers",),
+}
+_DEST_KNOBS: dict[str, tuple[str, ...]] = {
+    **{k.spelling[FRAMEWORK].removeprefix("--").replace("-", "_"): (k.name,) for k in knobs_for(FRAMEWORK)
+       if k.spelling.get(FRAMEWORK, "").startswith("--")},
+    **_DEST_SHARED,
 }
 # Model-config field -> the knobs that may change it.
 _FIELD_KNOBS: dict[str, tuple[str, ...]] = {
@@ -225,7 +214,7 @@ def _env_owners() -> dict[str, tuple[str, ...]]:
 def reading(argv: list[str], env: Mapping[str, str]) -> dict[str, Any]:
     """Everything the comparison looks at for one launch: ``arg.*`` destinations, ``config.*`` keyword
     arguments, ``model.*`` megatron-core's config, ``env.*``, ``launch.*``."""
-    from .adapter import parse_megatron_argv
+    from .launch import parse_megatron_argv
 
     p = parse_megatron_argv(list(argv), env=dict(env))
     ns = namespace(p.args)

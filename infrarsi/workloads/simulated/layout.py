@@ -53,7 +53,7 @@ def _layout(w: SimWorkload, s: Mapping[str, Any]) -> _Layout:
 def model_flops_per_iteration(model: ModelSpec) -> float:
     """Megatron's ``num_floating_point_operations`` for one global batch (fwd + bwd, no recompute):
     :meth:`infrarsi.transformer.Transformer.flops_per_iteration` (causal attention counted at half)."""
-    return _transformer(model).flops_per_iteration(convention="megatron")
+    return _transformer(model).flops_per_iteration()  # the default convention: a causal mask, as Megatron counts
 
 
 @lru_cache(maxsize=256)

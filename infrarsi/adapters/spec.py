@@ -1,0 +1,59 @@
+"""FrameworkSpec: what the project knows of one framework, in one frozen value per framework.
+
+Each framework declares its spec in its own folder (``adapters/<framework>/spec.py``; minigpt and the simulated
+clusters in their single modules, ``adapters/minigpt.py`` and ``adapters/simulated.py``) and the registry
+(``adapters/registry.py``) lists it in one line. Callers outside ``adapters/<framework>/`` ask the spec (through the
+registry or a Workload), never compare a framework's name:
+
+* ``adapter``: where the adapter class lives, ``"module:Class"`` under ``infrarsi.adapters`` (imported on first use);
+* ``claims(argv)``: whether a command line (launcher included, as ``launch/command.split_launcher`` splits it) runs
+  this framework's training program; ``job_suffixes``: file suffixes that are this framework's job file (``.toml``);
+  ``looks_for``: what that is, in words (the error when no framework claims a launch file);
+* ``drafts(program, flags)``: whether a launch read literally (a lower-cased program, its ``--flag value`` pairs)
+  looks like this framework's, for a contract draft when the adapter's own parser cannot read it; ``drafts_any``:
+  the framework a draft falls back to when no other claims it;
+* ``rewrite_profile(argv, setting, env, cwd)``: ``infrarsi-launch``'s rewrite of a command for a promoted profile,
+  -> (the launch, rule violations); None: the framework has no command to rewrite;
+* ``flops_convention``: how its logs count model FLOPs (``transformer.Transformer.flops_per_token``);
+* ``simulated``: its trials' step times are modelled, not measured (a what-if cluster).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..execute.spec import LaunchSpec
+
+ProfileRewrite = Callable[[list[str], Mapping[str, Any], Mapping[str, str], "str | Path"], "tuple[LaunchSpec, list[str]]"]
+
+
+def _never(*_: Any) -> bool:
+    return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkSpec:
+    name: str
+    title: str = ""  # how prose names it ("Megatron"); default: name
+    adapter: str  # "module:Class" under infrarsi.adapters
+    claims: Callable[[list[str]], bool] = _never
+    job_suffixes: tuple[str, ...] = ()
+    looks_for: str = ""  # what detection looks for, in words ("" : not detected from a launch file)
+    drafts: Callable[[str, Mapping[str, Any]], bool] = _never
+    drafts_any: bool = False
+    rewrite_profile: ProfileRewrite | None = None
+    flops_convention: str  # a convention transformer.Transformer.flops_per_token knows
+    simulated: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"FrameworkSpec name {self.name!r}: use a Python identifier (the contract's "
+                             "workload.adapter)")
+        if not self.title:
+            object.__setattr__(self, "title", self.name)
+        if self.adapter.count(":") != 1:
+            raise ValueError(f"FrameworkSpec {self.name}: adapter={self.adapter!r}; write it as 'module:Class'")
