@@ -176,7 +176,7 @@ def run_replay(args) -> int:
     from infrarsi.estimate import memory_estimator as estimate_offset
     from infrarsi.priors.offline import memory_estimator, offline_priors
     from infrarsi.search import Outcome, Tuner, TunerConfig
-    from infrarsi.status import TrialStatus
+    from infrarsi.trial.status import TrialStatus
 
     contract = load_contract(ROOT / "contracts/minigpt-cpu.toml")
     full = MiniGPTAdapter().knob_space(contract)

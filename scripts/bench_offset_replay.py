@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_estimate import pairs_right  # noqa: E402  (pairs within 2% of each other are ties, skipped)
 from infrarsi.contract.model import load_contract  # noqa: E402
-from infrarsi.status import TrialStatus  # noqa: E402
+from infrarsi.trial.status import TrialStatus  # noqa: E402
 
 GiB = 2**30
 CONTRACT = ROOT / "contracts/torchtitan-cpu.toml"

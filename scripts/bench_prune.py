@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from infrarsi.doctor.noise import mde  # noqa: E402
 from infrarsi.execute.prune import Target, judge  # noqa: E402
 from infrarsi.search import Outcome, Tuner  # noqa: E402
-from infrarsi.status import TrialStatus  # noqa: E402
+from infrarsi.trial.status import TrialStatus  # noqa: E402
 from infrarsi.testing.prune_draws import table  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
 

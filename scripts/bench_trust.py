@@ -58,7 +58,7 @@ def aa(args) -> int:
     from infrarsi.execute import make_executor
     from infrarsi.execute.record import RunRecord
     from infrarsi.execute.runner import Runner
-    from infrarsi.execute.trial import TrialStatus
+    from infrarsi.trial import TrialStatus
     from infrarsi.speedup import promote, speedup_ci
     from infrarsi.search.reverify import MAX_DISTURBED, disturbed_pairs
 
@@ -111,7 +111,7 @@ def reproduce(args) -> int:
     from infrarsi.execute import make_executor
     from infrarsi.execute.record import RunRecord
     from infrarsi.execute.runner import Runner
-    from infrarsi.execute.trial import TrialStatus
+    from infrarsi.trial import TrialStatus
     from infrarsi.report.load import load_run
     from infrarsi.speedup import speedup_ci
 

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from ..adapters import Adapter, contract_adapter
 from ..adapters.workload import Workload
 from ..contract.model import ENV_NAME
-from ..execute.spec import LaunchSpec
+from ..trial import LaunchSpec
 from ..launch.command import shell_join
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
 from ..report.load import RunData

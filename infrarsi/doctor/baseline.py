@@ -27,7 +27,7 @@ from ..execute.classify import loss_drift
 from ..execute.executor import Executor
 from ..execute.record import RunRecord
 from ..execute.runner import Runner
-from ..execute.trial import Trial, TrialStatus
+from ..trial import Trial, TrialStatus
 from ..rundir import RunDir
 from ..execute.conditions import cores, load_of
 from ..progress import clock

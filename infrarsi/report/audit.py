@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..contract.invariants import free_knobs
-from ..execute.trial import TrialStatus
+from ..trial import TrialStatus
 from ..kernels.loader import generated_folder, split_spec
 from ..rundir import RunDir, VerifiedCandidate
 from ..speedup import speedup_ci

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..execute.trial import Trial, TrialStatus
+from ..trial import Trial, TrialStatus
 
 PHASE = {"doctor": "doctor", "search": "search", "rebaseline": "search", "verify": "verification"}
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..knobs import Setting
 from ..priors.prior import Z90
-from ..status import TrialStatus
+from ..trial.status import TrialStatus
 from .load import RunData
 
 

@@ -29,7 +29,7 @@ from ..io import atomic_write
 from ..knobs import Setting
 from ..rundir import ModelsRecord, RunDir, VerifiedCandidate
 from ..speedup import CI_NAME, geometric_means
-from ..status import TrialStatus
+from ..trial.status import TrialStatus
 from . import conditions, plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
 from .fit import saved_fit

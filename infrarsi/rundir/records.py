@@ -1,6 +1,6 @@
 """The typed records of a run directory (pydantic): what each file holds, read and written only by RunDir.
 
-The trial (``execute.trial.Trial``) and the noise profile (``doctor.noise.NoiseProfile``) are their packages'
+The trial (``trial.record.Trial``) and the noise profile (``doctor.noise.NoiseProfile``) are their packages'
 own models; the rest live here. Times are unix seconds unless a name says otherwise; trial ids are the
 folder names under ``trials/``; a pair is ``(baseline trial id, candidate trial id)``, run back to back.
 

@@ -20,7 +20,7 @@ from ..contract import contract_hash
 from ..contract.numerics import drift_of
 from ..execute.conditions import drift, load_of
 from ..execute.runner import unisolated
-from ..execute.trial import Trial, TrialStatus
+from ..trial import Trial, TrialStatus
 from ..knobs import Setting
 from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
 from .tuner import Tuner

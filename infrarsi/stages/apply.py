@@ -37,7 +37,7 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
     from ..apply import ApplyRefused, GitError, commit, diff, make_plan, problems
     from ..gitops import dirty, toplevel
     from ..contract import ContractError
-    from ..contract.seal import SealError
+    from ..rundir.chain import SealError
     from ..report import RunDataError, load_run
     from ..speedup import CI_NAME
 

@@ -24,7 +24,7 @@ from ..contract import ContractError, contract_hash, load_locked
 from ..contract.model import Contract
 from ..contract.numerics import reference_of
 from ..execute.prune import Target
-from ..execute.trial import Trial
+from ..trial import Trial
 from ..knobs import KnobSpace, Setting
 from ..priors.prior import Prior
 from ..progress import Heartbeat, eta, eta_at_most
@@ -33,13 +33,13 @@ from ..search import Outcome, Tuner, TunerConfig
 from ..search import rebaseline
 from ..search.reverify import reverify
 from ..search.skip import over_capacity
-from ..status import TrialStatus
+from ..trial.status import TrialStatus
 from . import run_state as state
 
 if TYPE_CHECKING:
     from ..doctor.noise import NoiseProfile
     from ..execute.record import RunRecord
-    from ..execute.runner import Runner
+    from ..execute.runner import Runner, TrialAdapter
 
 
 def outcome_of(t: Trial) -> Outcome:
@@ -153,7 +153,7 @@ class _Search:
     contract: Contract
     noise: NoiseProfile
     record: RunRecord
-    adapter: Adapter  # pinned to the kernel verdicts (kernels/space.py)
+    adapter: TrialAdapter  # the run's adapter pinned to the kernel verdicts (kernels/verdicts.Pinned)
     contract_dir: Path | None  # the locked contract's folder: workload.launch is relative to it
     space: KnobSpace
     kernel_verdicts: dict[str, Any]
@@ -309,7 +309,7 @@ def _search_and_verify(s: _Search, console: Console, err: Console) -> Verificati
     """The ask/tell loop until the budget or the stopping rule ends it (resumed trials first), its record, then
     the re-verification of the best against the baseline; one Runner and one live line for both."""
     from ..execute import make_executor
-    from ..execute.runner import Runner
+    from ..execute.runner import Runner, TrialAdapter
 
     executor = make_executor(run_dir=s.run_dir)
     s.used_s = sum(t.cost.device_s for t in s.record.finished() if t.status is not TrialStatus.CANCELLED)

@@ -38,7 +38,7 @@ from ..rundir import RunDir
 from ..kernels.space import extended_space
 from ..doctor.noise import profile
 from ..execute.record import RunRecord
-from ..execute.trial import Cost, Metrics, Trial, TrialStatus
+from ..trial import Cost, Metrics, Trial, TrialStatus
 from ..models import TimeModel
 from ..priors.prior import Prior
 from ..search import Tuner, TunerConfig

@@ -11,8 +11,8 @@ from infrarsi.adapters.megatron.log import parse_log, to_metrics
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import TrialStatus
 from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.trial.parsed import ParsedRun
 from pathlib import Path

@@ -18,7 +18,7 @@ from infrarsi.adapters.megatron.log import parse_log, to_metrics
 from infrarsi.contract.model import Loss
 from infrarsi.contract.numerics import Calibration, Referee, calibrate
 from infrarsi.execute.classify import Verdict
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 PATCHES = Path(__file__).resolve().parent / "patches"
 STEPS = 8

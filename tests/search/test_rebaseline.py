@@ -1,7 +1,7 @@
 """The baseline measured close in time: search trials are told on the doctor's scale through the latest baseline run
 before them; the baseline runs again every k search trials and when the load shifts."""
 
-from infrarsi.execute.trial import Metrics, Trial, TrialStatus
+from infrarsi.trial import Metrics, Trial, TrialStatus
 from infrarsi.search import rebaseline
 
 

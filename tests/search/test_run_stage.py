@@ -102,7 +102,7 @@ def test_a_killed_run_resumes_without_rerunning_finished_trials(sim_run):
 
 
 def _trial(i, t):
-    from infrarsi.execute.trial import Metrics, Trial
+    from infrarsi.trial import Metrics, Trial
 
     return Trial(id=i, setting={}, status="ok", role="verify", metrics=Metrics(step_time_s=t))
 
@@ -140,7 +140,7 @@ def test_only_settings_ranked_above_the_baseline_are_verified():
 
 
 def test_the_tuner_is_told_a_trial_that_broke_the_loss_check_with_its_peak():
-    from infrarsi.execute.trial import Metrics, Trial
+    from infrarsi.trial import Metrics, Trial
     from infrarsi.stages.run import outcome_of
 
     drift = Trial(id=3, setting={}, status="numerics_drift", role="search", reason="grad norm off",
@@ -156,7 +156,7 @@ def test_promotion_on_unisolated_evidence_needs_the_contracts_opt_in():
     from pydantic import ValidationError
 
     from infrarsi.contract.model import Contract
-    from infrarsi.execute.trial import Metrics, Trial, TrialStatus
+    from infrarsi.trial import Metrics, Trial, TrialStatus
     from infrarsi.search.reverify import isolation_gate
 
     def trial(i, bare):
@@ -199,7 +199,7 @@ def test_a_search_trial_is_held_against_the_incumbent_put_back_on_the_machines_s
     from infrarsi.contract.model import load_contract
     from infrarsi.doctor.noise import profile
     from infrarsi.execute.record import RunRecord
-    from infrarsi.execute.trial import Metrics, TrialStatus
+    from infrarsi.trial import Metrics, TrialStatus
     from infrarsi.search import Outcome, Tuner
     from infrarsi.stages.run import _Search, prune_target
 

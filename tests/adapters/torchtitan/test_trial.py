@@ -13,7 +13,7 @@ from infrarsi.adapters.torchtitan import trial as torchtitan_trial
 from infrarsi.adapters.torchtitan import TorchtitanAdapter
 from infrarsi.adapters.workload import Workload
 from infrarsi.contract.model import Contract, load_contract
-from infrarsi.execute.spec import TRIAL_DIR
+from infrarsi.trial import TRIAL_DIR
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_CONTRACT = ROOT / "contracts" / "torchtitan-cpu.toml"
