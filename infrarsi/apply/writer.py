@@ -38,7 +38,7 @@ from ..launch.command import shell_join
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
 from ..report.load import RunData
 from ..rundir import RunDir, VerifiedCandidate
-from ..speedup import CI_NAME
+from ..verify.speedup import CI_NAME
 
 OUT_ROOT = "infrarsi-tuned"
 PROFILE_FRAMEWORKS = ("megatron", "torchtitan")  # what infrarsi-launch can rewrite

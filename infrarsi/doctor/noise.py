@@ -68,10 +68,10 @@ def repeats_for(effect: float, cv_: float) -> int:
 
 def confirmable(cv_: float, repeats: int, verify_pairs: int) -> float:
     """The smallest relative speedup verification can confirm (80% power) with the bar 1 + mde(cv, repeats) and at most
-    ``verify_pairs`` A/B pairs under the sequential rule (speedup.py): the pairs' log ratios have sd
+    ``verify_pairs`` A/B pairs under the sequential rule (verify/speedup.py): the pairs' log ratios have sd
     cv * sqrt(2), the last look spends alpha = ALPHA / pairs, so a true speedup S is confirmed when
     log S >= log(1 + mde) + (t_{1 - alpha, pairs - 1} + z_0.80) * cv * sqrt(2) / sqrt(pairs)."""
-    from ..speedup import ALPHA, t_quantile
+    from ..stats import ALPHA, t_quantile
 
     if not math.isfinite(cv_):
         return math.inf

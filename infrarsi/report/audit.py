@@ -33,7 +33,7 @@ from ..contract.invariants import free_knobs
 from ..trial import TrialStatus
 from ..kernels.loader import generated_folder, split_spec
 from ..rundir import RunDir, VerifiedCandidate
-from ..speedup import speedup_ci
+from ..verify.speedup import speedup_ci
 from .load import RunData
 
 KERNEL_PREFIX = "kernel_"

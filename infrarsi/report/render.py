@@ -28,7 +28,7 @@ from ..execute.runner import unisolated
 from ..io import atomic_write
 from ..knobs import Setting
 from ..rundir import ModelsRecord, RunDir, VerifiedCandidate
-from ..speedup import CI_NAME, geometric_means
+from ..verify.speedup import CI_NAME, geometric_means
 from ..trial.status import TrialStatus
 from . import conditions, plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems

@@ -124,7 +124,7 @@ class VerifiedCandidate(_Record):
     mfu: float | None = None
     baseline_mfu: float | None = None
     level: float | None = None  # the confidence of ci95: 0.95 (speedup.LEVEL); records before it held the look's own
-    decision: str | None = None  # "promote" | "reject" | "outranked" | "budget" (speedup.py's Decision.state)
+    decision: str | None = None  # "promote" | "reject" | "outranked" | "budget" (verify/speedup.py's Decision.state)
     explanation: str = ""  # a candidate that did not reproduce, in words: search and A/B figures, conditions of each
 
 

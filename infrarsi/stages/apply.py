@@ -39,7 +39,7 @@ def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Cons
     from ..contract import ContractError
     from ..rundir.chain import SealError
     from ..report import RunDataError, load_run
-    from ..speedup import CI_NAME
+    from ..verify.speedup import CI_NAME
 
     def refuse(msg: str, code: int = exitcodes.ERROR) -> int:
         err.print(f"[bold red]apply refused:[/] {escape(msg)}", highlight=False, soft_wrap=True)

@@ -30,8 +30,8 @@ from ..priors.prior import Prior
 from ..progress import Heartbeat, eta, eta_at_most
 from ..rundir import RunDir, StageDone, Verification
 from ..search import Outcome, Tuner, TunerConfig
-from ..search import rebaseline
-from ..search.reverify import reverify
+from ..verify import rebaseline
+from ..verify.reverify import reverify
 from ..search.skip import over_capacity
 from ..trial.status import TrialStatus
 from . import run_state as state
@@ -287,7 +287,7 @@ def _resume(s: _Search, *, max_trials: int | None, parallel: int | None, more: i
                                                             budget_s=estimate_budget_s(s.base_trials)))
     for t in s.base_trials:
         tuner.tell(t.setting, outcome_of(t))
-    s.ref_s = noise.median_step_s  # search trials are told on the doctor's scale (search/rebaseline.py)
+    s.ref_s = noise.median_step_s  # search trials are told on the doctor's scale (verify/rebaseline.py)
     outside = set(state.refuse_outside_space(s.record, s.space, roles={"search"},
                                              say=lambda line: err.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)))
     finished = [t for t in s.record.finished() if t.role == "search" and t.id not in outside]

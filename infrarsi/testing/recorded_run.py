@@ -42,7 +42,7 @@ from ..trial import Cost, Metrics, Trial, TrialStatus
 from ..models import TimeModel
 from ..priors.prior import Prior
 from ..search import Tuner, TunerConfig
-from ..speedup import promote, speedup_ci
+from ..verify.speedup import promote, speedup_ci
 from ..stages.run import memory_estimate, outcome_of, save_search
 
 PROJECT = Path(__file__).resolve().parents[2]

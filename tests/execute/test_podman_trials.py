@@ -24,7 +24,7 @@ from infrarsi.execute.runner import Runner, unisolated
 from infrarsi.execute.slurm import SlurmExecutor
 from infrarsi.trial import LaunchSpec
 from infrarsi.trial import TrialStatus
-from infrarsi.search.reverify import isolation_gate
+from infrarsi.verify.reverify import isolation_gate
 
 IMAGE = "localhost/infrarsi-test-tree"
 REPO = Path(__file__).resolve().parents[2]

@@ -108,7 +108,7 @@ def _trial(i, t):
 
 
 def test_a_pair_slowed_by_another_job_is_set_aside_by_a_rule_blind_to_the_side():
-    from infrarsi.search.reverify import disturbed_pairs
+    from infrarsi.verify.reverify import disturbed_pairs
 
     pairs = [(_trial(0, 1.45), _trial(1, 0.55)), (_trial(2, 1.44), _trial(3, 15.8)),  # 30x: another job ran
              (_trial(4, 1.39), _trial(5, 0.54)), (_trial(6, 1.37), _trial(7, 0.54))]
@@ -132,7 +132,7 @@ def test_fake_steps_may_cost_at_most_two_baseline_trials(monkeypatch):
 
 
 def test_only_settings_ranked_above_the_baseline_are_verified():
-    from infrarsi.search.reverify import to_verify
+    from infrarsi.verify.reverify import to_verify
 
     assert to_verify(["a", "base", "b"], "base") == ["a"]  # b is predicted slower than the baseline
     assert to_verify(["base", "a", "b"], "base") == []
@@ -157,7 +157,7 @@ def test_promotion_on_unisolated_evidence_needs_the_contracts_opt_in():
 
     from infrarsi.contract.model import Contract
     from infrarsi.trial import Metrics, Trial, TrialStatus
-    from infrarsi.search.reverify import isolation_gate
+    from infrarsi.verify.reverify import isolation_gate
 
     def trial(i, bare):
         w = ["ran without isolation: the Slurm node has no working bwrap (probe job: no bwrap on node1); ..."]

@@ -3,7 +3,7 @@ conditions of each."""
 
 from infrarsi.trial import Metrics, Trial, TrialStatus
 from infrarsi.knobs import Setting
-from infrarsi.search.reverify import explain
+from infrarsi.verify.reverify import explain
 
 CAND = {"intra_op_threads": 2}
 

@@ -1,5 +1,5 @@
 """The verify step: the best settings of a search rerun interleaved with the baseline (A B A B ...), pairs that
-another job disturbed rerun, and promotion by the sequential rule of :mod:`infrarsi.speedup` (the paired speedup's
+another job disturbed rerun, and promotion by the sequential rule of :mod:`.speedup` (the paired speedup's
 95% CI) and the contract's loss invariant. The statistics live in ``speedup.py``; this module runs the
 pairs and records them (RunDir's verification progress and verification records).
 
@@ -23,8 +23,8 @@ from ..execute.runner import unisolated
 from ..trial import Trial, TrialStatus
 from ..knobs import Setting
 from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
-from .tuner import Tuner
-from ..speedup import FIRST_LOOK, LEVEL, decide
+from ..search.tuner import Tuner
+from .speedup import FIRST_LOOK, LEVEL, decide
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runner, tuner: Tuner, baseline: Setting, base_losses, noise,
               console: Console, on_pair: Callable[[str, int], None] = lambda subject, left: None) -> Verification:
     """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out), added one pair at a time
-    until the sequential rule decides (speedup.py) or ``budget.verify_pairs`` run out; promotion by that rule and
+    until the sequential rule decides (verify/speedup.py) or ``budget.verify_pairs`` run out; promotion by that rule and
     the loss invariant. Resumable: the pairs run so far are kept in the verification progress record. Writes and
     returns the verification record. Each pair is printed as it finishes; ``on_pair(subject, left)`` is told which pair
     runs next and the most pairs left, this one included (the live progress line and its ETA)."""

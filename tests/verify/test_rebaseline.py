@@ -2,7 +2,7 @@
 before them; the baseline runs again every k search trials and when the load shifts."""
 
 from infrarsi.trial import Metrics, Trial, TrialStatus
-from infrarsi.search import rebaseline
+from infrarsi.verify import rebaseline
 
 
 def _t(i, role, step=None, load=None, status=TrialStatus.OK):
