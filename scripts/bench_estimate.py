@@ -425,7 +425,7 @@ def tt_prices(contract, adapter, baseline_peak: float, runs: int = 4) -> None:
 
     from infrarsi.priors import priors_for
     from infrarsi.search import Outcome, Tuner
-    from infrarsi.stages.run import memory_estimate
+    from infrarsi.estimate.choice import memory_estimate
 
     space = adapter.knob_space(contract)
     est = memory_estimate(space, contract, contract_dir=TT_CONTRACT.parent)

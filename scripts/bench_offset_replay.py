@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     from infrarsi.adapters.torchtitan import TorchtitanAdapter
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
-    from infrarsi.stages.run import memory_estimate
+    from infrarsi.estimate.choice import memory_estimate
 
     contract = load_contract(CONTRACT)
     adapter = TorchtitanAdapter(base_dir=CONTRACT.parent)

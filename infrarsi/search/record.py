@@ -35,12 +35,14 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..models import Effect, revision
 from ..priors.prior import Prior, Z90
+from ..rundir import RunDir
 from ..rundir.models import EffectRecord, FittedRecord, ModelsRecord, RevisionRecord
 from .memory import AdditivePeak, CensoredPeak, NoMemory, StructuredPeak
 from .time import JointTime, ResidualTime
@@ -159,3 +161,20 @@ def _asdict(x: Any) -> dict[str, Any]:
     d = {k: getattr(x, k) for k in x.__dataclass_fields__}
     d["text"] = str(x)
     return {k: v for k, v in d.items() if not (isinstance(v, float) and math.isnan(v))}
+
+
+def save_search(run_dir: Path, tuner: Tuner, priors: list[Prior], proposals: dict, stop_reason: str, kernel_verdicts: dict,
+                bank_sources: list) -> None:
+    """Write the run's search record (sealed): why it stopped, each trial's proposal, the priors, the kernel verdicts,
+    the bank runs it seeded from and what the tuner's models fitted (effects, revisions, the fit the report reads)."""
+    body: dict[str, Any] = {
+        "stop_reason": stop_reason,
+        "proposals": proposals,
+        "tuner_overhead_s": tuner.overhead_s,
+        "kernel_verdicts": kernel_verdicts,
+        "bank_sources": [str(s) for s in bank_sources],
+        "priors": [p.model_dump(mode="json") for p in priors],
+        # what the tuner fitted: effects as meant, revisions, the fit, which model priced time and P(OOM)
+        "models": models_record(tuner, priors).model_dump(mode="json", by_alias=True),
+    }
+    RunDir(run_dir).write_search(body)

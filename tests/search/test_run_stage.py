@@ -121,7 +121,7 @@ def test_a_pair_slowed_by_another_job_is_set_aside_by_a_rule_blind_to_the_side()
 def test_fake_steps_may_cost_at_most_two_baseline_trials(monkeypatch):
     from types import SimpleNamespace
 
-    from infrarsi.stages.run import estimate_budget_s
+    from infrarsi.estimate.choice import estimate_budget_s
 
     monkeypatch.delenv("INFRARSI_ESTIMATE_BUDGET_S", raising=False)
     runs = [SimpleNamespace(cost=SimpleNamespace(wall_s=w)) for w in (20.0, 22.0, 30.0)]
@@ -187,7 +187,7 @@ def test_the_run_stage_is_a_sequence_of_named_steps():
     long = {name: n.end_lineno - n.lineno + 1 for name, n in funcs.items() if n.end_lineno - n.lineno + 1 > 55}
     assert long == {}
     called = [ast.unparse(c.func) for c in ast.walk(funcs["run"]) if isinstance(c, ast.Call)]
-    steps = ["_load", "_guards", "_prepare", "_resume", "_search_and_verify", "_bank_record"]
+    steps = ["_load", "_guards", "_prepare", "_resume", "_search_and_verify", "bank_record"]
     assert [c for c in called if c in steps] == steps
 
 

@@ -35,7 +35,7 @@ def tiny_contract() -> Contract:
 
 
 def test_pipeline_parallel_trial_trains_and_the_offset_prices_it_within_ten_percent(tmp_path):
-    from infrarsi.stages.run import memory_estimate
+    from infrarsi.estimate.choice import memory_estimate
 
     contract = tiny_contract()
     adapter = MegatronAdapter()

@@ -166,7 +166,7 @@ def test_init_locks_the_shipped_cpu_contract_from_the_repository_root(tmp_path, 
 
 def test_the_run_stages_memory_offset_runs_the_real_model_for_the_shipped_contract(monkeypatch):
     pytest.importorskip("torchtitan", reason="the torchtitan extra is not installed")
-    from infrarsi.stages.run import memory_estimate
+    from infrarsi.estimate.choice import memory_estimate
 
     monkeypatch.chdir(ROOT)
     c = load_contract(CPU_CONTRACT)
