@@ -153,7 +153,7 @@ def reproduce(args) -> int:
 def calibration(args) -> int:
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
-    from infrarsi.priors.prior import Z90
+    from infrarsi.trial.prior import Z90
     from infrarsi.search import Outcome, Tuner
     from infrarsi.workloads.simulated import WORKLOADS, get_workload, simulate, space_for
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..knobs.setting import Setting
 from ..knobs.space import KnobSpace
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ..trial.status import TrialStatus
 from .fingerprint import HardwareFingerprint, fingerprint_from, hardware_distance
 from .signature import WorkloadSignature, signature_from, workload_distance

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..knobs import Setting
-from ..priors.prior import Z90
+from ..trial.prior import Z90
 from ..trial.status import TrialStatus
 from .load import RunData
 

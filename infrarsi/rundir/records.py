@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..trial.launch import Handle, LaunchSpec
+from ..trial.prior import Prior
 from .models import ModelsRecord
 
 Pair = tuple[int, int]
@@ -202,7 +203,7 @@ class SearchRecord(BaseModel):
     tuner_overhead_s: list[float] = []  # seconds per ask (fits + scoring)
     kernel_verdicts: dict[str, KernelVerdict] = {}
     bank_sources: list[str] = []
-    priors: list[dict[str, Any]] = []  # priors.prior.Prior, dumped
+    priors: list[Prior] = []  # the priors the search started from (trial/prior.py)
     models: ModelsRecord | None = None  # None: the search has not fitted anything
 
     @model_validator(mode="before")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..knobs import KnobSpace, Setting
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from .config import TunerConfig
 from .encoder import Encoder
 from .history import History

@@ -32,6 +32,7 @@ figure the tuner priced P(OOM) with before the setting ran.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from dataclasses import replace
@@ -41,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from ..models import Effect, revision
-from ..priors.prior import Prior, Z90
-from ..rundir import RunDir
+from ..trial.prior import Prior, Z90
+from ..rundir import RunDir, SearchRecord
 from ..rundir.models import EffectRecord, FittedRecord, ModelsRecord, RevisionRecord
 from .memory import AdditivePeak, CensoredPeak, NoMemory, StructuredPeak
 from .time import JointTime, ResidualTime
@@ -164,17 +165,16 @@ def _asdict(x: Any) -> dict[str, Any]:
 
 
 def save_search(run_dir: Path, tuner: Tuner, priors: list[Prior], proposals: dict, stop_reason: str, kernel_verdicts: dict,
-                bank_sources: list) -> None:
+                bank_sources: list) -> SearchRecord:
     """Write the run's search record (sealed): why it stopped, each trial's proposal, the priors, the kernel verdicts,
-    the bank runs it seeded from and what the tuner's models fitted (effects, revisions, the fit the report reads)."""
-    body: dict[str, Any] = {
-        "stop_reason": stop_reason,
-        "proposals": proposals,
-        "tuner_overhead_s": tuner.overhead_s,
-        "kernel_verdicts": kernel_verdicts,
-        "bank_sources": [str(s) for s in bank_sources],
-        "priors": [p.model_dump(mode="json") for p in priors],
-        # what the tuner fitted: effects as meant, revisions, the fit, which model priced time and P(OOM)
-        "models": models_record(tuner, priors).model_dump(mode="json", by_alias=True),
-    }
-    RunDir(run_dir).write_search(body)
+    the bank runs it seeded from and what the tuner's models fitted (effects, revisions, the fit the report reads).
+    The proposals and kernel verdicts are their components' open mappings: kept as their JSON (a value JSON cannot
+    hold, as its text)."""
+    rec = SearchRecord(stop_reason=stop_reason, proposals=_json(proposals), tuner_overhead_s=list(tuner.overhead_s),
+                       kernel_verdicts=_json(kernel_verdicts), bank_sources=[str(s) for s in bank_sources],
+                       priors=list(priors), models=models_record(tuner, priors))
+    return RunDir(run_dir).write_search(rec)
+
+
+def _json(x: dict) -> dict:
+    return json.loads(json.dumps(x, default=str))

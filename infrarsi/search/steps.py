@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..knobs import KnobSpace, Setting
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ..trial.status import TrialStatus
 from .acquisition import hamming, score
 from .config import TunerConfig

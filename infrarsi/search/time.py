@@ -26,7 +26,7 @@ import numpy as np
 
 from ..knobs import Setting
 from ..models import TimeModel, mills_ratio
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ..trial.status import TrialStatus
 from .bubble import BubbleColumn
 from .history import History

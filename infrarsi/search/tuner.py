@@ -95,7 +95,7 @@ import numpy as np
 
 from ..knobs import KnobSpace, Setting
 from ..models import MemoryModel, TimeModel
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from .config import TunerConfig
 from .encoder import Encoder
 from .history import History

@@ -26,7 +26,7 @@ from ..contract.numerics import reference_of
 from ..execute.prune import Target
 from ..trial import Trial
 from ..knobs import KnobSpace, Setting
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ..progress import Heartbeat, eta, eta_at_most
 from ..bank.policy import bank_record, bank_seed
 from ..estimate.choice import estimate_budget_s, memory_estimate

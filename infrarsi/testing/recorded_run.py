@@ -40,7 +40,7 @@ from ..doctor.noise import profile
 from ..execute.record import RunRecord
 from ..trial import Cost, Metrics, Trial, TrialStatus
 from ..models import TimeModel
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ..search import Tuner, TunerConfig
 from ..verify.speedup import promote, speedup_ci
 from ..estimate.choice import memory_estimate

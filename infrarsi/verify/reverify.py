@@ -22,9 +22,9 @@ from ..execute.conditions import drift, load_of
 from ..execute.runner import unisolated
 from ..trial import Trial, TrialStatus
 from ..knobs import Setting
-from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
+from ..rundir import Disturbed, RerunPair, RunDir, Verification, VerificationProgress, VerifiedCandidate
 from ..search.tuner import Tuner
-from .speedup import FIRST_LOOK, LEVEL, decide
+from .speedup import FIRST_LOOK, LEVEL, Decision, decide
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -43,11 +43,10 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
     runs next and the most pairs left, this one included (the live progress line and its ETA)."""
     max_pairs = contract.budget.verify_pairs
     top = to_verify(tuner.top(3), baseline)
-    out: dict[str, Any] = {"repeats": max_pairs, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
-                           "rule": f"pairs added one at a time (at most {max_pairs}); promote when the sequential "
-                                   f"interval's lower bound (alpha spent over the looks) > 1 + mde and the loss trace "
-                                   f"matches the baseline within the contract; stop when its upper bound < 1 + mde, "
-                                   f"or < the lower bound of a candidate already promoted"}
+    rule = (f"pairs added one at a time (at most {max_pairs}); promote when the sequential interval's lower bound "
+            f"(alpha spent over the looks) > 1 + mde and the loss trace matches the baseline within the contract; "
+            f"stop when its upper bound < 1 + mde, or < the lower bound of a candidate already promoted")
+    verified: list[VerifiedCandidate] = []
     run = RunDir(run_dir)
     recorded = run.progress()
     progress = account(recorded.model_copy(deep=True), record.trials(), baseline)  # key -> [(baseline, candidate)]
@@ -81,49 +80,53 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
             console.print(f"  verify {which}: {_pair_line(a, b)}", highlight=False)
         pairs = [p for p in pairs if p not in disturbed]
         ok_pairs = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
-        entry: dict[str, Any] = {"setting": cand.to_dict(), "why": tuner.why(cand),
-                                 "trials": [[a.id, b.id] for a, b in pairs]}
-        if disturbed:
-            entry["disturbed"] = {"trials": [[a.id, b.id] for a, b in disturbed],
-                                  "reason": f"a run took over {DISTURBED_FACTOR:g}x the median of its side: another job "
-                                            f"shared the machine; the pair was run again"}
-        if d.speedup is None:
-            entry.update(promoted=False, reason=f"only {len(ok_pairs)} of {len(pairs)} pairs ran ok (the rule needs "
-                                                f"{FIRST_LOOK})")
-        else:
-            sp = d.speedup
-            passed, why = d.promoted, d.reason
-            drift = drift_of(base_losses, contract, cand, ok_pairs[0][1].metrics)
-            if drift:
-                passed, why = False, f"loss invariant broken: {drift}"
-            bare, refused = isolation_gate(contract, ok_pairs)
-            if bare:
-                entry["unisolated"] = bare
-                if refused:
-                    passed, why = False, refused
-                elif passed:
-                    why = f"{why} (on evidence from {len(bare)} unisolated trials: the contract allows it)"
-            entry.update(sp.to_dict(), promoted=passed, reason=why, level=LEVEL, decision=d.state,
-                         baseline_s=[a.metrics.step_time_s for a, _ in ok_pairs],
-                         candidate_s=[b.metrics.step_time_s for _, b in ok_pairs],
-                         peak_memory_bytes=max((b.metrics.peak_memory_bytes or 0) for _, b in ok_pairs) or None,
-                         baseline_peak_memory_bytes=max((a.metrics.peak_memory_bytes or 0) for a, _ in ok_pairs) or None,
-                         mfu=_median([b.metrics.mfu for _, b in ok_pairs]),
-                         baseline_mfu=_median([a.metrics.mfu for a, _ in ok_pairs]))
-        if entry["promoted"]:
-            best_lo = max(best_lo or 0.0, entry["ci95"][0])
-        entry["explanation"] = explain(cand, record.trials(), ok_pairs, noise, promoted=entry["promoted"])
-        out["candidates"].append(entry)
+        entry = _verified(cand, tuner.why(cand), pairs, disturbed, ok_pairs, d, contract, base_losses)
+        entry.explanation = explain(cand, record.trials(), ok_pairs, noise, promoted=entry.promoted)
+        if entry.promoted:
+            best_lo = max(best_lo or 0.0, entry.ci95[0])
+        verified.append(entry)
         changes = ", ".join(f"{k}={v}" for k, v in cand.items() if baseline.get(k) != v) or "the baseline"
         console.print(f"  verified candidate {n_cand} of {len(top)} ({changes}): "
-                      f"{'[green]promoted[/]' if entry['promoted'] else 'not promoted'}: {entry['reason']}",
+                      f"{'[green]promoted[/]' if entry.promoted else 'not promoted'}: {entry.reason}",
                       highlight=False)
-        if entry["explanation"]:
-            console.print(f"    {entry['explanation']}")
-    out["contract_sha256"] = contract_hash(contract)
-    out["finished_at"] = time.time()
-    out["rerun"] = progress.rerun
-    return run.write_verification(out)
+        if entry.explanation:
+            console.print(f"    {entry.explanation}")
+    return run.write_verification(Verification(repeats=max_pairs, mde=noise.mde, baseline=baseline.to_dict(),
+                                               candidates=verified, rule=rule, contract_sha256=contract_hash(contract),
+                                               finished_at=time.time(), rerun=progress.rerun))
+
+
+def _verified(cand: Setting, why: dict[str, Any], pairs: list[tuple[Trial, Trial]],
+              disturbed: list[tuple[Trial, Trial]], ok_pairs: list[tuple[Trial, Trial]], d: Decision,
+              contract: Contract, base_losses) -> VerifiedCandidate:
+    """One candidate's verdict from its pairs (``pairs``: those the verdict uses; ``disturbed``: those set aside and
+    run again) and the sequential rule's decision ``d``, after the loss invariant and the isolation gate."""
+    moved = Disturbed(trials=[(a.id, b.id) for a, b in disturbed],
+                      reason=f"a run took over {DISTURBED_FACTOR:g}x the median of its side: another job shared the "
+                             f"machine; the pair was run again") if disturbed else None
+    ran = [(a.id, b.id) for a, b in pairs]
+    if d.speedup is None:
+        return VerifiedCandidate(setting=cand.to_dict(), why=why, trials=ran, disturbed=moved, promoted=False,
+                                 reason=f"only {len(ok_pairs)} of {len(pairs)} pairs ran ok (the rule needs "
+                                        f"{FIRST_LOOK})")
+    sp = d.speedup
+    passed, reason = d.promoted, d.reason
+    drift = drift_of(base_losses, contract, cand, ok_pairs[0][1].metrics)
+    if drift:
+        passed, reason = False, f"loss invariant broken: {drift}"
+    bare, refused = isolation_gate(contract, ok_pairs)
+    if bare:
+        if refused:
+            passed, reason = False, refused
+        elif passed:
+            reason = f"{reason} (on evidence from {len(bare)} unisolated trials: the contract allows it)"
+    return VerifiedCandidate(
+        setting=cand.to_dict(), why=why, trials=ran, disturbed=moved, unisolated=list(bare or []), promoted=passed,
+        reason=reason, speedup=sp.speedup, ci95=(sp.lo, sp.hi), pairs=sp.pairs, level=LEVEL, decision=d.state,
+        baseline_s=[a.metrics.step_time_s for a, _ in ok_pairs], candidate_s=[b.metrics.step_time_s for _, b in ok_pairs],
+        peak_memory_bytes=max((b.metrics.peak_memory_bytes or 0) for _, b in ok_pairs) or None,
+        baseline_peak_memory_bytes=max((a.metrics.peak_memory_bytes or 0) for a, _ in ok_pairs) or None,
+        mfu=_median([b.metrics.mfu for _, b in ok_pairs]), baseline_mfu=_median([a.metrics.mfu for a, _ in ok_pairs]))
 
 
 def _pair_line(a: Trial, b: Trial) -> str:

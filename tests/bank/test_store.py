@@ -19,7 +19,7 @@ from infrarsi.bank import (
 )
 from infrarsi.bank.store import MIGRATIONS, _statements
 from infrarsi.trial import TrialStatus
-from infrarsi.priors.prior import Prior
+from infrarsi.trial.prior import Prior
 
 from .conftest import A100, GiB, H100, LLAMA8B, make_trial
 
