@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infrarsi.doctor.noise import mde  # noqa: E402
-from infrarsi.speedup import FIRST_LOOK, decide, speedup_ci  # noqa: E402
+from infrarsi.verify.speedup import FIRST_LOOK, decide, speedup_ci  # noqa: E402
 from infrarsi.workloads.simulated import get_workload, simulate, space_for  # noqa: E402
 
 

@@ -33,14 +33,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infrarsi.bank import Bank, priors_from_effects, seed_from_bank, signature_from  # noqa: E402
-from infrarsi.execute.trial import Cost, Metrics, Trial  # noqa: E402
+from infrarsi.trial import Cost, Metrics, Trial  # noqa: E402
 from infrarsi.priors import offline_priors  # noqa: E402
 from infrarsi.priors.offline import memory_estimator  # noqa: E402
 from infrarsi.workloads import simulated as sim  # noqa: E402
 
 from infrarsi.search.outcome import Outcome  # noqa: E402
 from infrarsi.search.tuner import Tuner  # noqa: E402
-from infrarsi.status import TrialStatus  # noqa: E402
+from infrarsi.trial.status import TrialStatus  # noqa: E402
 
 TARGETS = (0.90, 0.95, 0.97)
 ERRORS: list[str] = []  # tuner failures met during the benchmark (printed after each table)

@@ -176,7 +176,7 @@ def run_replay(args) -> int:
     from infrarsi.estimate import memory_estimator as estimate_offset
     from infrarsi.priors.offline import memory_estimator, offline_priors
     from infrarsi.search import Outcome, Tuner, TunerConfig
-    from infrarsi.status import TrialStatus
+    from infrarsi.trial.status import TrialStatus
 
     contract = load_contract(ROOT / "contracts/minigpt-cpu.toml")
     full = MiniGPTAdapter().knob_space(contract)
@@ -426,7 +426,7 @@ def tt_prices(contract, adapter, baseline_peak: float, runs: int = 4) -> None:
 
     from infrarsi.priors import priors_for
     from infrarsi.search import Outcome, Tuner
-    from infrarsi.stages.run import memory_estimate
+    from infrarsi.estimate.choice import memory_estimate
 
     space = adapter.knob_space(contract)
     est = memory_estimate(space, contract, contract_dir=TT_CONTRACT.parent)

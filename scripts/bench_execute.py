@@ -29,8 +29,8 @@ from pathlib import Path
 from infrarsi.execute.executor import wait
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import Metrics, TrialStatus
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import Metrics, TrialStatus
 
 FINE = {"interval_s": 0.005, "max_interval_s": 0.01}
 SPEC = LaunchSpec(argv=["python", "-c", "pass"], time_limit_s=120, memory_cap_bytes=512 * 2**20)

@@ -26,7 +26,7 @@ from infrarsi.execute.end_to_end import outside_s, pair_times
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = [{}, {"micro_batch_size": 4}, {"attention_backend": "auto"}, {"micro_batch_size": 8},

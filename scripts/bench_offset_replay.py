@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_estimate import pairs_right  # noqa: E402  (pairs within 2% of each other are ties, skipped)
 from infrarsi.contract.model import load_contract  # noqa: E402
-from infrarsi.status import TrialStatus  # noqa: E402
+from infrarsi.trial.status import TrialStatus  # noqa: E402
 
 GiB = 2**30
 CONTRACT = ROOT / "contracts/torchtitan-cpu.toml"
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     from infrarsi.adapters.torchtitan import TorchtitanAdapter
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
-    from infrarsi.stages.run import memory_estimate
+    from infrarsi.estimate.choice import memory_estimate
 
     contract = load_contract(CONTRACT)
     adapter = TorchtitanAdapter(base_dir=CONTRACT.parent)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infrarsi.errors import RecordError  # noqa: E402
 from infrarsi.rundir import RunDir  # noqa: E402
-from infrarsi.status import TrialStatus  # noqa: E402
+from infrarsi.trial.status import TrialStatus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from infrarsi.knobs import Setting
 from infrarsi.search import History, StructuredPeak
-from infrarsi.search.parts import Bound
+from infrarsi.search.parts import Bound, TimePart
 from infrarsi.search.residual import Residual
 from infrarsi.workloads.variants import LAYOUT_SD
 
@@ -42,7 +42,7 @@ class OracleMemory(StructuredPeak):
         return np.array([float(self.bench.land.simulate(s, None, 0.0).oom) for s in settings])
 
 
-class OracleTime(Bound):
+class OracleTime(Bound, TimePart):
     """A diagnosis, not a peer: a time part that is the landscape's noise-free step time (for a setting that does not
     fit, the time it would take with memory to spare), off by a fixed error per setting of sd ``ORACLE_TIME_SD`` on the
     log scale (--oracle-time-sd; the predictive sd says so, at least 0.001). The memory part and every step of the
@@ -66,7 +66,7 @@ class OracleTime(Bound):
         return out, np.full(len(settings), max(ORACLE_TIME_SD, 1e-3))
 
 
-class OraclePhysics(Bound):
+class OraclePhysics(Bound, TimePart):
     """A diagnosis, not a peer: a time part that knows the simulator. Its mean is the variant's own step-time formulas on
     the variant's drawn hardware (``Variant.formula_time``: every formula and constant right), plus a GP
     (``search/residual.py``, noise sd the bench's CV) on what those miss, fitted on the log step times that ran: the

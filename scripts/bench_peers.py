@@ -12,7 +12,7 @@ from pathlib import Path
 
 from infrarsi.knobs import Setting
 from infrarsi.search import Outcome
-from infrarsi.status import TrialStatus
+from infrarsi.trial.status import TrialStatus
 
 from bench_landscape import Bench
 

@@ -17,7 +17,7 @@ import time
 
 from infrarsi.knobs import KnobSpace
 from infrarsi.priors.offline import offline_priors
-from infrarsi.priors.prior import Z90
+from infrarsi.trial.prior import Z90
 from infrarsi.workloads import simulated as sim
 
 

@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from infrarsi.doctor.noise import mde  # noqa: E402
 from infrarsi.execute.prune import Target, judge  # noqa: E402
 from infrarsi.search import Outcome, Tuner  # noqa: E402
-from infrarsi.status import TrialStatus  # noqa: E402
+from infrarsi.trial.status import TrialStatus  # noqa: E402
 from infrarsi.testing.prune_draws import outrank_skip_rate, table  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
 
@@ -214,7 +214,7 @@ def cost(args: argparse.Namespace) -> None:
     from infrarsi.execute.clock import first_step_s, read_clock
     from infrarsi.execute.conditions import load_of
     from infrarsi.execute.record import RunRecord
-    from infrarsi.execute.trial import TrialStatus as TS
+    from infrarsi.trial import TrialStatus as TS
     from infrarsi.report.cost import _phase, run_cost
 
     for run_dir in args.run_dir:

@@ -83,7 +83,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from infrarsi.knobs import Setting  # noqa: E402
 from infrarsi.search import Outcome, Tuner, TunerConfig, run_tuner  # noqa: E402
-from infrarsi.status import TrialStatus  # noqa: E402
+from infrarsi.trial.status import TrialStatus  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
 
 import bench_oracles  # noqa: E402  (the diagnosis tuners: cold-oracle-*)

@@ -4,7 +4,7 @@
 processes (LocalExecutor, one at a time, A then B back to back). The doctor runs first (its noise profile
 gives the mde and the repeat count exactly as `infrarsi run` takes them: repeats = max(2, min(repeats for
 the target effect, 4))); then each repetition runs that many A/A pairs, replaces disturbed pairs by the run
-stage's rule (search.reverify.disturbed_pairs) and applies speedup.promote. Every promotion is false;
+stage's rule (verify.reverify.disturbed_pairs) and applies speedup.promote. Every promotion is false;
 target <= 5%.
 
 ``reproduce``: for a finished run directory (e.g. the demo's), every promoted candidate is run again fresh
@@ -58,9 +58,9 @@ def aa(args) -> int:
     from infrarsi.execute import make_executor
     from infrarsi.execute.record import RunRecord
     from infrarsi.execute.runner import Runner
-    from infrarsi.execute.trial import TrialStatus
-    from infrarsi.speedup import promote, speedup_ci
-    from infrarsi.search.reverify import MAX_DISTURBED, disturbed_pairs
+    from infrarsi.trial import TrialStatus
+    from infrarsi.verify.speedup import promote, speedup_ci
+    from infrarsi.verify.reverify import MAX_DISTURBED, disturbed_pairs
 
     root = Path(tempfile.mkdtemp(prefix="bench-aa-"))
     (root / "c.toml").write_text(contract_text(args.size))
@@ -111,9 +111,9 @@ def reproduce(args) -> int:
     from infrarsi.execute import make_executor
     from infrarsi.execute.record import RunRecord
     from infrarsi.execute.runner import Runner
-    from infrarsi.execute.trial import TrialStatus
+    from infrarsi.trial import TrialStatus
     from infrarsi.report.load import load_run
-    from infrarsi.speedup import speedup_ci
+    from infrarsi.verify.speedup import speedup_ci
 
     data = load_run(args.run_dir)
     contract = load_locked(args.run_dir)
@@ -153,7 +153,7 @@ def reproduce(args) -> int:
 def calibration(args) -> int:
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
-    from infrarsi.priors.prior import Z90
+    from infrarsi.trial.prior import Z90
     from infrarsi.search import Outcome, Tuner
     from infrarsi.workloads.simulated import WORKLOADS, get_workload, simulate, space_for
 

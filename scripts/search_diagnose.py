@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_search as bs  # noqa: E402  (puts the repository root on sys.path)
 from infrarsi.search.acquisition import score  # noqa: E402
 from infrarsi.search.steps import Context, within_trust_radius  # noqa: E402
-from infrarsi.status import TrialStatus  # noqa: E402
+from infrarsi.trial.status import TrialStatus  # noqa: E402
 
 
 CONFIG: dict[str, Any] = {}  # TunerConfig overrides (--set), as bench_search.py takes them

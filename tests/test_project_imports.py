@@ -153,8 +153,9 @@ def test_a_contract_adapter_tuner_or_record_parameter_says_its_type():
 
 
 def test_an_adapter_or_executor_is_asked_not_probed():
-    """What an adapter or an executor can do is declared (adapters/base.py, execute/executor.py's protocol, the
-    runner's TrialAdapter): a ``getattr``/``hasattr`` on one hides a capability the type does not state."""
+    """What an adapter, an executor or a tuner's part can do is declared (adapters/base.py, execute/executor.py's
+    protocol, the runner's TrialAdapter, search/parts.py's protocols with their no-op defaults): a
+    ``getattr``/``hasattr`` on one hides a capability the type does not state."""
     import ast
 
     found = []
@@ -162,6 +163,22 @@ def test_an_adapter_or_executor_is_asked_not_probed():
         rel = p.relative_to(ROOT).as_posix()
         for n in ast.walk(ast.parse(p.read_text())):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr") \
-                    and n.args and re.fullmatch(r"(self\._?)?(adapter|executor)", ast.unparse(n.args[0])):
+                    and n.args and re.fullmatch(r"(self\._?)?(adapter|executor)|(\w+\.)?(time|memory|steps)",
+                                                ast.unparse(n.args[0])):
                 found.append(f"{rel}:{n.lineno}: {ast.unparse(n)}")
+    assert found == []
+
+
+def test_no_class_forwards_its_attributes():
+    """A wrapper states what it offers (kernels/verdicts.Pinned is a TrialAdapter method by method): a class
+    ``__getattr__`` forwards every attribute of what it wraps and types as it without being one. (A module's
+    ``__getattr__``, the lazy exports of bank/__init__.py, is not a class's.)"""
+    import ast
+
+    found = []
+    for p in sorted(PKG.rglob("*.py")):
+        for c in ast.walk(ast.parse(p.read_text())):
+            if isinstance(c, ast.ClassDef):
+                found += [f"{p.relative_to(ROOT).as_posix()}:{f.lineno}: {c.name}.{f.name}" for f in c.body
+                          if isinstance(f, ast.FunctionDef) and f.name in ("__getattr__", "__getattribute__")]
     assert found == []

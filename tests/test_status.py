@@ -17,12 +17,12 @@ import pytest
 
 from infrarsi.bank import Bank
 from infrarsi.execute.record import RunRecord
-from infrarsi.execute.trial import Cost, Metrics, Trial
-from infrarsi.execute.trial import TrialStatus as ReExported
+from infrarsi.trial import Cost, Metrics, Trial
+from infrarsi.trial import TrialStatus as ReExported
 from infrarsi.knobs import Setting
 from infrarsi.search import History, Outcome
 from infrarsi.stages.run import outcome_of
-from infrarsi.status import FINISHED, TrialStatus
+from infrarsi.trial.status import FINISHED, TrialStatus
 
 S = TrialStatus
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def test_helpers_truth_table():
     got = {s: (s.is_finished(), s.is_failure(), s.ran(), s.is_memory_evidence()) for s in TrialStatus}
     assert got == TRUTH
     assert FINISHED == tuple(s for s in TrialStatus if s is not S.RUNNING)
-    assert ReExported is TrialStatus  # `from infrarsi.execute.trial import TrialStatus` keeps working
+    assert ReExported is TrialStatus  # `from infrarsi.trial import TrialStatus` keeps working
 
 
 def test_pruned_carries_its_lower_bound_and_skipped_no_time():

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..execute.spec import LaunchSpec
+from ..trial import LaunchSpec
 from ..launch.command import shell_join
 from .registry import framework_of, profile_frameworks, spec
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..contract.model import Contract, ContractError
-from ..execute.spec import LaunchSpec
-from ..execute.trial import TrialStatus
+from ..trial import LaunchSpec
+from ..trial import TrialStatus
 from ..knobs import Constraint, Knob, KnobSpace, catalog
 from .base import Adapter, ParsedRun
 from .spec import FrameworkSpec

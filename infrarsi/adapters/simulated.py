@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..contract.model import Contract, ContractError
-from ..execute.spec import LaunchSpec
-from ..execute.trial import TrialStatus
+from ..trial import LaunchSpec
+from ..trial import TrialStatus
 from ..knobs import KnobSpace, Setting
 from ..workloads import simulated as sim
 from .base import Adapter, ParsedRun

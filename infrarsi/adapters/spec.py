@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..execute.spec import LaunchSpec
+    from ..trial import LaunchSpec
 
 ProfileRewrite = Callable[[list[str], Mapping[str, Any], Mapping[str, str], "str | Path"], "tuple[LaunchSpec, list[str]]"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..contract.model import Contract, ContractError
 from ..contract.place import launch_cwd, launch_path
-from ..execute.spec import LaunchSpec
+from ..trial import LaunchSpec
 from ..knobs import KnobSpace
 from .base import Adapter, LaunchFileAdapter, full_setting
 from .registry import launch_file_frameworks

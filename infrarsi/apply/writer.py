@@ -34,12 +34,12 @@ from ..adapters import Adapter, contract_adapter
 from ..adapters.registry import profile_frameworks, specs
 from ..adapters.workload import Workload
 from ..contract.model import ENV_NAME
-from ..execute.spec import LaunchSpec
+from ..trial import LaunchSpec
 from ..launch.command import shell_join
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
 from ..report.load import RunData
 from ..rundir import RunDir, VerifiedCandidate
-from ..speedup import CI_NAME
+from ..verify.speedup import CI_NAME
 
 OUT_ROOT = "infrarsi-tuned"
 

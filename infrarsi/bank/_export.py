@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..trial.record import Trial
 from ..io import atomic_write
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ._schema import SCHEMA_VERSION, _dumps
 from .errors import BankError, BankSchemaError
 from .fingerprint import HardwareFingerprint

@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..knobs.setting import Setting
 from ..knobs.space import KnobSpace
-from ..priors.prior import Prior
-from ..status import TrialStatus
+from ..trial.prior import Prior
+from ..trial.status import TrialStatus
 from .fingerprint import HardwareFingerprint, fingerprint_from, hardware_distance
 from .signature import WorkloadSignature, signature_from, workload_distance
 from .transfer import combine, map_setting, transfer_prior

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 from ..trial.record import Trial, TrialStatus
 from ..knobs.setting import Setting
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from . import _export
 from ._schema import _SQLITE_MAGIC, EVIDENCE, MIGRATIONS, SCHEMA_VERSION, _dumps, _statements
 from ._export import EXPORT_FORMAT, EXPORT_VERSION

@@ -39,8 +39,8 @@ import numpy as np
 
 from ..knobs.setting import Setting
 from ..knobs.space import KnobSpace
-from ..priors.prior import Z90, Prior
-from ..status import TrialStatus
+from ..trial.prior import Z90, Prior
+from ..trial.status import TrialStatus
 
 # Widening per unit of distance (log-scale sd added in quadrature); see the module docstring.
 TIME_SD_PER_HW = 0.15

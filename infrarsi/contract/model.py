@@ -165,7 +165,7 @@ class Budget(_Section):
     early, with the figures and the fix. The default stops only a run that could not confirm even 2x."""
     verify_pairs: int = Field(12, ge=3)
     """The most interleaved A/B pairs one candidate's verification runs: pairs are added one by one until the
-    sequential interval clears 1 + mde, falls below it, or these run out (speedup.py)."""
+    sequential interval clears 1 + mde, falls below it, or these run out (verify/speedup.py)."""
     rebaseline_every: int = Field(6, ge=0)
     """Search trials between two runs of the baseline during the search (0: never), so each setting is compared to a
     baseline measured close in time; the baseline also runs again when the machine's load shifts."""

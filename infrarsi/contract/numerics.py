@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from ..rundir.records import LossBands
 from .model import Contract
 
 SERIES = ("loss", "grad_norm")
@@ -47,26 +49,9 @@ def _series(metrics: Any) -> dict[str, list[float]]:
     return {"loss": list(metrics.losses), "grad_norm": list(getattr(metrics, "grad_norms", []) or [])}
 
 
-@dataclass(frozen=True)
-class Referee:
-    """The calibrated comparison; built by :func:`calibrate`, stored in the noise record (``numerics``)."""
-
-    window: int
-    reference: dict[str, list[float]]  # series -> the baseline's first run, first `window` steps
-    exact: dict[str, list[float]]  # series -> relative tolerance per step for exact knobs
-    precision: dict[str, list[float]]  # series -> relative band per step for precision knobs
-    repeat_spread: dict[str, list[float]]
-    seed_spread: dict[str, list[float]]  # {} when no seed run was made
-    precision_knobs: list[str]
-    baseline: dict[str, Any]
-    basis: str = ""  # one line: how the bands were made
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Referee":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+class Referee(LossBands):
+    """The calibrated comparison: the bands (built by :func:`calibrate`, stored in the noise record's ``numerics``)
+    and how a trial is judged against them."""
 
     def kind(self, setting: Mapping[str, Any]) -> str:
         """"precision" when the setting moves a precision knob off the baseline, else "exact"."""
@@ -145,7 +130,8 @@ def calibrate(repeats: Sequence[Any], seeds: Sequence[Any], *, window: int, cal:
 def reference_of(noise: Any) -> "Referee | list[float]":
     """What trials are judged against: the doctor's calibrated referee, or (a noise record written before the
     referee existed) the first baseline run's loss trace, checked within ``rtol``."""
-    return Referee.from_dict(noise.numerics) if getattr(noise, "numerics", None) else list(noise.reference_losses)
+    bands = noise.numerics
+    return Referee(**dict(bands)) if bands is not None else list(noise.reference_losses)
 
 
 def drift_of(reference: "Referee | Sequence[float]", contract: Contract, setting: Mapping[str, Any], metrics: Any) -> str | None:

@@ -27,7 +27,7 @@ from ..execute.classify import loss_drift
 from ..execute.executor import Executor
 from ..execute.record import RunRecord
 from ..execute.runner import Runner
-from ..execute.trial import Trial, TrialStatus
+from ..trial import Trial, TrialStatus
 from ..rundir import RunDir
 from ..execute.conditions import cores, load_of
 from ..progress import clock
@@ -113,7 +113,7 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
     noise = profile([t.metrics.step_time_s for t in ok], trial_ids=[t.id for t in ok],
                     phases=[t.metrics.phases_s for t in ok if t.metrics.phases_s],
                     loss_max_rel_diff=worst, loss_reproduces=not bad, reference_losses=ref, baseline=baseline,
-                    numerics=referee(contract, adapter, ok, seeds, baseline).to_dict())
+                    numerics=referee(contract, adapter, ok, seeds, baseline))
     RunDir(run_dir).write_noise(noise)
     if bad:
         raise DoctorError(f"the baseline does not reproduce its own loss trace within rtol {loss.rtol} over "

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..rundir.records import TARGET_EFFECT, NoiseProfile  # the record's type lives with the run's records
+from ..rundir.records import TARGET_EFFECT, LossBands, NoiseProfile  # the record's type lives with the run's records
 
 Z_ALPHA = 1.959964  # z_{0.975}: two-sided 5% test
 Z_POWER = 0.841621  # z_{0.80}: 80% power
@@ -68,10 +68,10 @@ def repeats_for(effect: float, cv_: float) -> int:
 
 def confirmable(cv_: float, repeats: int, verify_pairs: int) -> float:
     """The smallest relative speedup verification can confirm (80% power) with the bar 1 + mde(cv, repeats) and at most
-    ``verify_pairs`` A/B pairs under the sequential rule (speedup.py): the pairs' log ratios have sd
+    ``verify_pairs`` A/B pairs under the sequential rule (verify/speedup.py): the pairs' log ratios have sd
     cv * sqrt(2), the last look spends alpha = ALPHA / pairs, so a true speedup S is confirmed when
     log S >= log(1 + mde) + (t_{1 - alpha, pairs - 1} + z_0.80) * cv * sqrt(2) / sqrt(pairs)."""
-    from ..speedup import ALPHA, t_quantile
+    from ..stats import ALPHA, t_quantile
 
     if not math.isfinite(cv_):
         return math.inf
@@ -108,7 +108,7 @@ def noise_warning(n: NoiseProfile) -> str | None:
 def profile(step_times_s: Sequence[float], *, trial_ids: Sequence[int], phases: Sequence[Mapping[str, float]] = (),
             loss_max_rel_diff: float = 0.0, loss_reproduces: bool = True, reference_losses: Sequence[float] = (),
             baseline: Mapping | None = None, target_effect: float = TARGET_EFFECT,
-            numerics: Mapping | None = None) -> NoiseProfile:
+            numerics: LossBands | None = None) -> NoiseProfile:
     n = len(step_times_s)
     c = cv(step_times_s)
     return NoiseProfile(
@@ -117,5 +117,5 @@ def profile(step_times_s: Sequence[float], *, trial_ids: Sequence[int], phases: 
         mde=mde(c, n), mde_by_repeats={k: mde(c, k) for k in (2, 3, 5, 10, 20)},
         target_effect=target_effect, repeats_for_target=repeats_for(target_effect, c),
         phases=median_phases(phases), loss_max_rel_diff=loss_max_rel_diff, loss_reproduces=loss_reproduces,
-        reference_losses=list(reference_losses), baseline=dict(baseline or {}), numerics=dict(numerics or {}),
+        reference_losses=list(reference_losses), baseline=dict(baseline or {}), numerics=numerics,
     )

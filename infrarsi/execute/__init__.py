@@ -1,7 +1,7 @@
 """Executors (local subprocess, torchrun, Slurm), the trial runner, the crash-safe run record,
 failure classification and cost accounting.
 
-Entry points, each imported from its module (``infrarsi.execute.trial`` stays cheap to import):
+Entry points, each imported from its module (the trial records live in the types floor, ``infrarsi.trial``):
 
 - ``RunRecord(run_dir)`` (``record``): ``trials()``, ``finished()``, ``running()``, ``matching()``, ``next_id()``,
   ``start()``, ``finish()``, ``trial_dir()``, ``cost_by_status()``

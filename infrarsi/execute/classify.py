@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from ..trial.parsed import ParsedRun
 from .executor import LaunchEnd
 from .torchrun import root_cause
-from .trial import Metrics, TrialStatus
+from ..trial import Metrics, TrialStatus
 
 
 class Verdict(ParsedRun):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .trial import Trial, TrialStatus
+from ..trial import Trial, TrialStatus
 
 # What a loaded machine adds to a start-up beside the baseline's (the baseline measured earlier, or just before in
 # its pair): importing torch on 2 cores beside a CPU burner took ~1.5x its quiet time. A trial can hide this much.

@@ -59,6 +59,7 @@ from pathlib import Path
 
 from ..candidate import split_spec  # PATH@VARIANT -> PATH
 from ..rundir import names
+from ..trial import OUTPUTS
 from .environment import ENV_NAMES, ENV_PREFIXES, clean_environment  # noqa: F401  (the box's environment)
 from .machine import ETC_SHOWN, MACHINE, etc_shown, machine_options, opt_paths  # noqa: F401  (the machine's folders)
 
@@ -217,7 +218,7 @@ def secret_paths() -> list[Path]:
     """Files and folders no isolated process may read: the seal key, the verifier's cache (its HMAC secret and
     verdicts), the experience bank (with SQLite's side files)."""
     from ..bank.path import bank_path
-    from ..contract.seal import key_path
+    from ..rundir.chain import key_path
 
     cache = Path(os.environ.get("INFRARSI_CACHE") or Path.home() / ".cache" / "infrarsi")
     bank = bank_path()
@@ -506,8 +507,6 @@ def trial_box(trial_dir: Path, run_dir: Path, *, argv: Sequence[str], env: Mappi
     own included), the bank, the caches, the key and ``.git`` hidden. ``env``: what the launch sets (its values
     name paths to show); ``inherited``: what the trial inherits besides (HF_HOME, TRITON_CACHE_DIR, ... there
     count too)."""
-    from .local import OUTPUTS
-
     cwd, repository, run_dir = Path(cwd).resolve(), Path(repository).resolve(), Path(run_dir).resolve()
     extra = [Path(p) for p in os.environ.get(READABLE_ENV, "").split(os.pathsep) if p]
     not_a_root = _not_a_root  # a path that would bring a whole home folder, /tmp or a user's keys back: not shown

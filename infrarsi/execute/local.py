@@ -47,7 +47,7 @@ from . import isolation
 from .isolation import PIDS_MAX
 from .clock import LineClock
 from .executor import STDERR, STDOUT, Handle, LaunchEnd, create_new, fresh_trial_dir
-from .spec import LaunchSpec
+from ..trial import OUTPUTS, LaunchSpec
 
 TOKEN_ENV = "INFRARSI_TRIAL_TOKEN"
 CAP_ENV = "INFRARSI_MEMORY_CAP_BYTES"
@@ -110,9 +110,6 @@ def resolve_program(prog: str, base: Path | None = None) -> str | None:
                 return str(p)
         return None
     return shutil.which(first)
-
-
-OUTPUTS = "outputs"  # RUN_DIR/trials/<n>/outputs: where a trial's checkpoints, TensorBoard and wandb files go
 
 
 def trial_env(spec: LaunchSpec, token: str, trial_dir: Path) -> dict[str, str]:

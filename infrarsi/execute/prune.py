@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..speedup import t_quantile
+from ..stats import t_quantile
 
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # sd of a normal sample's median / sd of its mean, large samples (1.2533)
 MIN_GAPS = 3  # gaps before the first look: two give no spread worth the name

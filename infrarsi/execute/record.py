@@ -20,8 +20,8 @@ from typing import Any
 
 from ..rundir import LaunchRecord, RunDir
 from .executor import Handle
-from .spec import LaunchSpec
-from .trial import Trial, TrialStatus
+from ..trial import LaunchSpec
+from ..trial import Trial, TrialStatus
 
 
 class RunRecord:

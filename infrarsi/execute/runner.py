@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
 from ..contract.scope import TreeGuard, open_for_writing, repository_root
-from ..contract.seal import settled_problems
+from ..rundir.chain import settled_problems
 from ..knobs import KnobSpace
 from ..rundir import RunDir
 from ..trial.parsed import ParsedRun
@@ -44,12 +44,11 @@ from .clock import ClockProblem, disagreement, measure, own_cpu_s, read_clock, r
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from . import end_to_end, user_srun
-from .local import OUTPUTS, kill_token, trial_env
+from .local import kill_token, trial_env
 from .memory_stop import MemoryWatch
 from .prune import PruneWatch, Target
 from .record import RunRecord
-from .spec import LaunchSpec
-from .trial import Cost, Trial, TrialStatus
+from ..trial import OUTPUTS, Cost, LaunchSpec, Trial, TrialStatus
 
 
 class TrialAdapter(Protocol):

@@ -57,8 +57,8 @@ from ..contract.scope import repository_root
 from . import containers, isolation, user_srun
 from .tail_clock import TailClock
 from .executor import STDERR, STDOUT, Handle, LaunchEnd, fresh_trial_dir
-from .local import CAP_ENV, EXIT_STATUS, OUTPUTS, WRAPPER, resolve_argv, run_dir_of, trial_env
-from .spec import LaunchSpec
+from .local import CAP_ENV, EXIT_STATUS, WRAPPER, resolve_argv, run_dir_of, trial_env
+from ..trial import OUTPUTS, LaunchSpec
 from .torchrun import is_torchrun
 
 MiB = 2**20

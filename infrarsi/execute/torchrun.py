@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .executor import Handle
 from .local import LocalExecutor, resolve_argv
-from .spec import LaunchSpec
+from ..trial import LaunchSpec
 
 TORCHRUN_MODULE = "torch.distributed.run"
 

@@ -221,13 +221,13 @@ def verify_watched(path, op: str, settings, run_dir: Path | None):
 def _changes(guard, before, run_dir: Path | None) -> list[str]:
     if guard is None:
         return []
-    from ..contract import seal
+    from ..rundir import chain
     from ..contract.scope import open_for_writing
 
     wrote = guard.changes(before, ignore=open_for_writing(guard.root))
-    broken = seal.settled_problems(run_dir) if run_dir is not None else []
+    broken = chain.settled_problems(run_dir) if run_dir is not None else []
     if broken:
-        raise seal.SealError(f"tampered records in {run_dir} after an unisolated kernel verification: {broken[0]}")
+        raise chain.SealError(f"tampered records in {run_dir} after an unisolated kernel verification: {broken[0]}")
     return wrote
 
 

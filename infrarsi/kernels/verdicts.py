@@ -13,7 +13,7 @@ The run stage verifies each candidate once, when it starts, and writes the run's
 when the bytes are not the ones that passed (time of check vs time of use), when it never passed, or when
 a trial of this run caught it drifting in situ (``disqualify``: it is then refused for the rest of the run).
 
-The file is one of the run's sealed records (contract/seal.py): every write goes through RunDir,
+The file is one of the run's sealed records (rundir/chain.py): every write goes through RunDir,
 so a verdict edited by hand (``fail`` -> ``pass``) is refused by run, report and apply, naming the file.
 
 The training process needs no seal key. A trial cannot read the key nor the verdict file (its isolation hides
@@ -37,14 +37,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..contract import seal
-from ..rundir import RunDir
+from ..rundir import RunDir, chain
 from .loader import candidate_path, spec_key
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
     from ..execute.runner import TrialAdapter
+    from ..knobs import KnobSpace
     from ..trial.launch import LaunchSpec
+    from ..trial.parsed import ParsedRun
 
 ENV = "INFRARSI_KERNEL_VERDICTS"
 PINS_ENV = "INFRARSI_KERNEL_PINS"  # {resolved candidate value: sha256} that passed when the trial was launched
@@ -172,22 +173,33 @@ def pins_of(f: Path) -> dict[str, str]:
     its seal (raises SealError naming the file when it does not match)."""
     why = seal_problem(Path(f))
     if why is not None:
-        raise seal.SealError(f"tampered records in {Path(f).parent.parent}: {why}")
+        raise chain.SealError(f"tampered records in {Path(f).parent.parent}: {why}")
     return {k: str(e.get("sha256")) for k, e in sorted(_read(Path(f)).items()) if e.get("verdict") == "pass"}
 
 
 def pinned(adapter: TrialAdapter, path: Path) -> TrialAdapter:
     """The adapter, with every launch carrying ``INFRARSI_KERNEL_VERDICTS=<path>`` and the pins
     (``INFRARSI_KERNEL_PINS``) read from that file when the launch is made."""
-    return _Pinned(adapter, str(Path(path).resolve()))
+    return Pinned(adapter, str(Path(path).resolve()))
 
 
-class _Pinned:
+class Pinned:
+    """A :class:`~infrarsi.execute.runner.TrialAdapter` (the runner's whole view of an adapter) made of another:
+    its launches carry the verdict file and the pins; the space, the trial's outputs, the parse and the clock are
+    the inner adapter's."""
+
     def __init__(self, inner: TrialAdapter, path: str) -> None:
         self._inner, self._path = inner, path
+        self.measured_time: bool = inner.measured_time
 
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
+    def knob_space(self, contract: Contract) -> KnobSpace:
+        return self._inner.knob_space(contract)
+
+    def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
+        return self._inner.trial_outputs(spec)
+
+    def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
+        return self._inner.parse(contract, stdout, stderr, returncode)
 
     def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         spec = self._inner.launch(contract, setting)
@@ -212,7 +224,7 @@ def _check_sealed(run_dir: Path) -> None:
     """Refuse to rewrite a verdict file that was edited since its last sealed write (a rewrite would seal the edit)."""
     why = seal_problem(verdict_file(run_dir))
     if why is not None:
-        raise seal.SealError(f"tampered records in {run_dir}: {why}")
+        raise chain.SealError(f"tampered records in {run_dir}: {why}")
 
 
 def _write(run_dir: Path, d: dict) -> None:

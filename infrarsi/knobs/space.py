@@ -8,7 +8,7 @@ shows the numbers ("tensor parallel 3 does not divide 32 attention heads"). Wrap
 Feature encoding (``encode``): one column per non-default value of every knob, named
 ``"knob=value"``, equal to 1.0 when the setting takes that value. The default value is the reference
 level, so a column's coefficient is "the effect of this value relative to the default" -- exactly
-what a :class:`~infrarsi.priors.prior.Prior` states. ``encode_numeric`` adds log2 columns for int
+what a :class:`~infrarsi.trial.prior.Prior` states. ``encode_numeric`` adds log2 columns for int
 knobs (for smooth trends and interactions).
 
 Derived knobs (:class:`Derived`) follow their parents instead of vetoing them: data parallel is world /

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..knobs.space import KnobSpace
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ._design import Design
 from ._fit import GridPosterior, row_moments, run_nuts
 from .revision import Effect, effects_of

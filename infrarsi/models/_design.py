@@ -38,7 +38,7 @@ import numpy as np
 from ..knobs.knob import Knob
 from ..knobs.setting import Setting
 from ..knobs.space import KnobSpace
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 
 Target = Literal["time", "memory"]
 

@@ -67,7 +67,7 @@ from pyro.infer.autoguide import AutoMultivariateNormal
 from pyro.infer.autoguide.initialization import init_to_value
 
 from ..knobs.space import KnobSpace
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ._base import LogLinearModel, f64
 from ._fit import GridPosterior, gaussian_to_grid, ndtr, one_thread, row_moments, tobit_grid
 

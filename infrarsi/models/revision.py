@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from ..priors.prior import Z90, Prior
+from ..trial.prior import Z90, Prior
 
 if TYPE_CHECKING:
     from ._base import LogLinearModel

@@ -53,7 +53,7 @@ import pyro.distributions as dist
 import torch
 
 from ..knobs.space import KnobSpace
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ._base import LogLinearModel, as_float_array, f64
 from ._fit import GridPosterior, conjugate_grid, one_thread, tobit_grid
 

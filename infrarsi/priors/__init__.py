@@ -12,6 +12,6 @@ Public API::
 from .elicit import priors_for, reconcile
 from .llm import Exchange, LLMConfig, exchanges
 from .offline import offline_priors
-from .prior import Prior
+from ..trial.prior import Prior
 
 __all__ = ["Exchange", "LLMConfig", "Prior", "exchanges", "offline_priors", "priors_for", "reconcile"]

@@ -30,7 +30,7 @@ from ..knobs import KnobSpace
 from . import llm as llm_mod
 from .llm import LLMConfig
 from .offline import context, offline_prior
-from .prior import Prior
+from ..trial.prior import Prior
 
 log = logging.getLogger("infrarsi.priors")
 

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from ..knobs import Knob, KnobSpace
 from ..transformer import Layout, Training, Transformer, data_parallel, memory_terms, resolve
-from .prior import Prior
+from ..trial.prior import Prior
 
 _FLASH_BACKENDS = ("auto", "flash", "fused")
 # With no workload shape the model uses a 7B-class shape (and doubles the memory sd).

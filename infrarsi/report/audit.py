@@ -31,10 +31,10 @@ from typing import Any
 
 from ..contract.invariants import free_knobs
 from ..execute.end_to_end import pair_times
-from ..execute.trial import TrialStatus
+from ..trial import TrialStatus
 from ..kernels.loader import generated_folder, split_spec
 from ..rundir import RunDir, VerifiedCandidate
-from ..speedup import speedup_ci
+from ..verify.speedup import speedup_ci
 from .load import RunData
 
 KERNEL_PREFIX = "kernel_"

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..execute.conditions import drift, load_of
-from ..execute.trial import Trial
+from ..trial import Trial
 from ..rundir import EffectRecord, VerifiedCandidate
 from .audit import changed
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..execute.clock import first_step_s, read_clock
-from ..execute.trial import Trial, TrialStatus
+from ..trial import Trial, TrialStatus
 
 PHASE = {"doctor": "doctor", "warmup": "doctor", "search": "search", "rebaseline": "search", "verify": "verification"}
 

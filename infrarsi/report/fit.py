@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..knobs import Setting
-from ..priors.prior import Z90
-from ..status import TrialStatus
+from ..trial.prior import Z90
+from ..trial.status import TrialStatus
 from .load import RunData
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..contract import Contract, ContractError, load_locked, read_lock
 from ..doctor.noise import NoiseProfile
 from ..execute.record import RunRecord
-from ..execute.trial import Trial
+from ..trial import Trial
 from ..rundir import RunDir, SearchRecord, Verification
 
 

@@ -18,10 +18,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.patches  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-from ..execute.trial import Trial  # noqa: E402
+from ..trial import Trial  # noqa: E402
 from ..rundir.models import EffectRecord, RevisionRecord  # noqa: E402
-from ..speedup import CI_NAME  # noqa: E402
-from ..status import TrialStatus  # noqa: E402
+from ..verify.speedup import CI_NAME  # noqa: E402
+from ..trial.status import TrialStatus  # noqa: E402
 from .fit import Fit  # noqa: E402
 
 MiB = 2**20

@@ -28,8 +28,8 @@ from ..execute.runner import unisolated
 from ..io import atomic_write
 from ..knobs import Setting
 from ..rundir import ModelsRecord, RunDir, VerifiedCandidate
-from ..speedup import CI_NAME, geometric_means
-from ..status import TrialStatus
+from ..verify.speedup import CI_NAME, geometric_means
+from ..trial.status import TrialStatus
 from . import conditions, plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
 from .fit import saved_fit
@@ -197,14 +197,14 @@ class _Builder:
                f"repeats per setting. Formula: `{n.formula}`.")
         if n.phases:
             self.table(["phase", "s/step (median)"], [(k, f"{v:.4g}") for k, v in n.phases.items()])
-        if n.numerics:
+        if n.numerics is not None:
             r = n.numerics
-            self.p(f"Loss referee: loss and gradient norm compared step for step over {r['window']} steps on the "
-                   f"fixed data order; {r.get('basis', '')}. Precision knobs: {', '.join(r['precision_knobs']) or 'none'}.")
+            self.p(f"Loss referee: loss and gradient norm compared step for step over {r.window} steps on the "
+                   f"fixed data order; {r.basis}. Precision knobs: {', '.join(r.precision_knobs) or 'none'}.")
             self.table(["series", "exact tolerance (max)", "precision band (min..max)", "seed spread (max)"],
-                       [(k, f"{max(r['exact'][k]):.3g}", f"{min(r['precision'][k]):.3g}..{max(r['precision'][k]):.3g}",
-                         f"{max(r['seed_spread'][k]):.3g}" if r.get("seed_spread", {}).get(k) else "-")
-                        for k in r["exact"]])
+                       [(k, f"{max(r.exact[k]):.3g}", f"{min(r.precision[k]):.3g}..{max(r.precision[k]):.3g}",
+                         f"{max(r.seed_spread[k]):.3g}" if r.seed_spread.get(k) else "-")
+                        for k in r.exact])
 
     def trials(self) -> None:
         self.h2("Trials")

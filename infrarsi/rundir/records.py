@@ -1,6 +1,6 @@
 """The typed records of a run directory (pydantic): what each file holds, read and written only by RunDir.
 
-The trial (``execute.trial.Trial``) and the noise profile (``doctor.noise.NoiseProfile``) are their packages'
+The trial (``trial.record.Trial``) and the noise profile (``doctor.noise.NoiseProfile``) are their packages'
 own models; the rest live here. Times are unix seconds unless a name says otherwise; trial ids are the
 folder names under ``trials/``; a pair is ``(baseline trial id, candidate trial id)``, run back to back.
 
@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from ..trial.launch import Handle, LaunchSpec
+from ..trial.prior import Prior
 from .models import ModelsRecord
 
 Pair = tuple[int, int]
@@ -125,7 +128,7 @@ class VerifiedCandidate(_Record):
     mfu: float | None = None
     baseline_mfu: float | None = None
     level: float | None = None  # the confidence of ci95: 0.95 (speedup.LEVEL); records before it held the look's own
-    decision: str | None = None  # "promote" | "reject" | "outranked" | "budget" (speedup.py's Decision.state)
+    decision: str | None = None  # "promote" | "reject" | "outranked" | "budget" (verify/speedup.py's Decision.state)
     explanation: str = ""  # a candidate that did not reproduce, in words: search and A/B figures, conditions of each
 
 
@@ -149,6 +152,32 @@ class Verification(_Record):
 TARGET_EFFECT = 0.02  # the change we want to be able to see: 2%
 
 
+class LossBands(BaseModel):
+    """``noise.json``'s ``numerics``: the loss referee's calibrated bands (contract/numerics.py: ``calibrate`` makes
+    them, its ``Referee`` judges a trial with them). Series -> one value per step of the first ``window`` steps;
+    tolerances and spreads are relative differences to the baseline's first run (an infinite one is written null)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")  # ignore: an unknown key was always passed over
+
+    window: int
+    reference: dict[str, list[float]]  # series ("loss", "grad_norm") -> the baseline's first run
+    exact: dict[str, list[float]]  # series -> relative tolerance per step for exact knobs
+    precision: dict[str, list[float]]  # series -> relative band per step for precision knobs
+    repeat_spread: dict[str, list[float]]
+    seed_spread: dict[str, list[float]]  # {} when no seed run was made
+    precision_knobs: list[str]
+    baseline: dict[str, Any]
+    basis: str = ""  # one line: how the bands were made
+
+    @field_validator("reference", "exact", "precision", "repeat_spread", "seed_spread", mode="before")
+    @classmethod
+    def _null_is_inf(cls, v: Any) -> Any:
+        """JSON has no infinity: a relative difference past every band (a step a run did not log) reads back."""
+        if isinstance(v, dict):
+            return {k: [math.inf if x is None else x for x in xs] if isinstance(xs, list) else xs for k, xs in v.items()}
+        return v
+
+
 class NoiseProfile(BaseModel):
     """``noise.json``: the doctor's baseline runs and what their scatter allows (doctor/noise.py measures it). Times in seconds, effects as fractions (0.02 = 2%)."""
 
@@ -168,9 +197,21 @@ class NoiseProfile(BaseModel):
     loss_max_rel_diff: float = 0.0  # worst relative loss difference between runs (first compare_steps)
     loss_reproduces: bool = True
     reference_losses: list[float] = []  # the first run's loss trace: the baseline other trials are checked against
-    baseline: dict = {}
-    numerics: dict = {}  # the calibrated loss referee (infrarsi.contract.numerics.Referee.to_dict()); {} before
+    baseline: dict[str, Any] = {}  # the baseline setting the runs used (knob -> value)
+    numerics: LossBands | None = None  # the calibrated loss referee; None (written {}) before the doctor made one
     formula: str = "mde = (z_0.975 + z_0.80) * cv * sqrt(2 / repeats); repeats_for(d) = ceil(2 * (2.80 * cv / d)^2)"
+
+    @field_validator("numerics", mode="before")
+    @classmethod
+    def _bands(cls, v: Any) -> Any:
+        """``{}`` (a record from before the referee) is None; a referee (contract/numerics.py) is kept as its bands."""
+        if isinstance(v, LossBands):
+            return dict(v)
+        return None if v == {} else v
+
+    @field_serializer("numerics")
+    def _empty_when_none(self, v: LossBands | None) -> LossBands | dict:
+        return {} if v is None else v
 
     def summary_json(self) -> dict:
         """The object ``infrarsi doctor --json`` prints."""
@@ -203,7 +244,7 @@ class SearchRecord(BaseModel):
     tuner_overhead_s: list[float] = []  # seconds per ask (fits + scoring)
     kernel_verdicts: dict[str, KernelVerdict] = {}
     bank_sources: list[str] = []
-    priors: list[dict[str, Any]] = []  # priors.prior.Prior, dumped
+    priors: list[Prior] = []  # the priors the search started from (trial/prior.py)
     models: ModelsRecord | None = None  # None: the search has not fitted anything
 
     @model_validator(mode="before")

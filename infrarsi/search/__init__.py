@@ -1,4 +1,4 @@
-"""Search: initial designs, acquisition, memory pricing and pairing, re-verification, promotion.
+"""Search: initial designs, acquisition, memory pricing and pairing (verification and promotion: ``infrarsi.verify``).
 
 The public ask/tell API (kept stable): :class:`Tuner`, :class:`Outcome`, :class:`TunerConfig`; the parts a Tuner is
 made of (:mod:`.parts`): time models (:mod:`.time`), memory models (:mod:`.memory`), the steps (:mod:`.steps`), and the

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import overload
 
 from ..knobs import Setting
-from ..status import TrialStatus
+from ..trial.status import TrialStatus
 from .outcome import Outcome
 
 

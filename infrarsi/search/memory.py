@@ -35,7 +35,7 @@ from .config import TunerConfig
 from .history import History
 from .meaning import interactions
 from .outcome import Outcome
-from .parts import Bound, guarded
+from .parts import Bound, MemoryPart, guarded
 from .structured import STRUCTURE_WITH_SAVERS, StructuredMemory, anchors, structure_prior
 
 SCATTER_SD = math.exp(SIGMA_LOC)  # log scale: the memory model's prior scatter of a peak around its mean (0.1)
@@ -53,7 +53,7 @@ def memory_targets(rows: Sequence[tuple[Setting, Outcome]]) -> tuple[np.ndarray,
     return kind, peak
 
 
-class _PeakBase(Bound):
+class _PeakBase(Bound, MemoryPart):
     """The additive censored MemoryModel (effects per knob value), fitted on every memory row when read."""
 
     ready = False
@@ -276,7 +276,7 @@ class CensoredPeak(_PeakBase):
         return super().p_above(settings, threshold)
 
 
-class NoMemory(Bound):
+class NoMemory(Bound, MemoryPart):
     """No capacity: nothing is priced."""
 
     ready = False

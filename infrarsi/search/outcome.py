@@ -3,7 +3,7 @@
 Failures are data, not exceptions: ``Outcome(status="oom")`` says peak > capacity and nothing else;
 ``crash``/``timeout``/``invalid`` say nothing about time or memory but the setting is not proposed again;
 ``numerics_drift`` (it ran, its loss trace broke the contract) may carry its peak, and its knob values make the
-tuner less keen on settings that share them. ``status`` is a :class:`~infrarsi.status.TrialStatus` (the executor's
+tuner less keen on settings that share them. ``status`` is a :class:`~infrarsi.trial.status.TrialStatus` (the executor's
 vocabulary); its string (``"ok"``, ``"oom"``, ...) is accepted and turned into the member here.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..status import FINISHED, TrialStatus
+from ..trial.status import FINISHED, TrialStatus
 
 
 @dataclass(frozen=True, kw_only=False)

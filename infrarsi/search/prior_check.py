@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..priors.prior import Z90, Prior
+from ..trial.prior import Z90, Prior
 
 
 def z_conflicts(free_effects: Sequence[Any], priors: Sequence[Prior], *, z: float, widen_sd: float,

@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from ..knobs import KnobSpace
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 
 # knob -> {value: (level, sd, why)}: a level of ln(step time) per value, the first value of each entry the reference
 # (level 0, sd 0). A prior states the effect of a value against the knob's default, whatever the space's default is:

@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 
 from ..knobs import KnobSpace, Setting
-from ..priors.prior import Prior
-from ..status import TrialStatus
+from ..trial.prior import Prior
+from ..trial.status import TrialStatus
 from .acquisition import hamming, score
 from .config import TunerConfig
 from .design import maximin
 from .encoder import Encoder
 from .history import History
-from .parts import NUMERICS, Bound, MemoryPart, TimePart
+from .parts import NUMERICS, Bound, MemoryPart, StepsPart, TimePart
 from .prior_check import untested_claim
 from .proposal import Proposal, Scored
 
@@ -68,7 +68,7 @@ class Context:
         return self.memory.cap(self.config) * self.cap_factor
 
 
-class Steps(Bound):
+class Steps(Bound, StepsPart):
     """The search's steps; see the module docstring. ``thompson_every``: every k-th model-guided proposal is the fastest
     fitting setting under one posterior draw (0: never; off: on the perturbed clusters, cold, Thompson steps improved
     the best in 4 of 74 trials, acquisition steps 27 of 184, local steps 59 of 174; BENCHMARKS.md). ``learn_drift``:
@@ -172,7 +172,7 @@ class Steps(Bound):
 
     def probe(self, ctx: Context, sc: Scored) -> int | None:
         """The nearest fitting candidate with the value of :func:`.prior_check.untested_claim` (once per knob)."""
-        priors: list[Prior] = list(getattr(ctx.time, "priors", ()))
+        priors: list[Prior] = list(ctx.time.priors)
         if not priors:
             return None
         ran = [s for s, o in ctx.history if o.status is TrialStatus.OK]
@@ -239,11 +239,8 @@ def within_trust_radius(encoder: Encoder, history: History, cands: list[Setting]
 def thompson_draw(ctx: Context, cands: list[Setting]) -> np.ndarray | None:
     """One coherent posterior draw of log step time over ``cands`` (the time part's ``sample``), or None when the part
     cannot draw or the draw fails on its numerics (logged; the EI maximiser is proposed instead)."""
-    sample = getattr(ctx.time, "sample", None)
-    if sample is None:
-        return None
     try:
-        return sample(cands)
+        return ctx.time.sample(cands)
     except NUMERICS as e:
         ctx.numerics(f"Thompson draw failed ({type(e).__name__}: {e}); proposed by EI instead")
         return None

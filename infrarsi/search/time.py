@@ -26,12 +26,12 @@ import numpy as np
 
 from ..knobs import Setting
 from ..models import TimeModel, mills_ratio
-from ..priors.prior import Prior
-from ..status import TrialStatus
+from ..trial.prior import Prior
+from ..trial.status import TrialStatus
 from .bubble import BubbleColumn
 from .history import History
 from .meaning import interactions
-from .parts import Bound, guarded
+from .parts import Bound, TimePart, guarded
 from .prior_check import evidence_conflicts, z_conflicts
 from .residual import Residual
 from .surrogate import Surrogate
@@ -39,7 +39,7 @@ from .surrogate import Surrogate
 _log = logging.getLogger(__name__)
 
 
-class _AdditiveBase(Bound):
+class _AdditiveBase(Bound, TimePart):
     """The additive TimeModel with the priors, and the prior check; subclasses add what they rank with.
     ``interactions``: the model's interaction columns for the knobs that mean them (False: none, an ablation)."""
 

@@ -95,7 +95,7 @@ import numpy as np
 
 from ..knobs import KnobSpace, Setting
 from ..models import MemoryModel, TimeModel
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from .config import TunerConfig
 from .encoder import Encoder
 from .history import History
@@ -163,6 +163,11 @@ class Tuner:
         self.memory: MemoryPart = memory if memory is not None else default_memory(self.setup.capacity,
                                                                                    memory_estimate)
         self.steps: StepsPart = steps if steps is not None else Steps()
+        for name, part, kind in (("time", self.time, TimePart), ("memory", self.memory, MemoryPart),
+                                 ("steps", self.steps, StepsPart)):
+            if not isinstance(part, kind):
+                raise ValueError(f"{name}={type(part).__name__}(...) is not a {kind.__name__}: subclass "
+                                 f"infrarsi.search.{kind.__name__} (its optional capabilities are no-op defaults there)")
         for part in (self.time, self.memory, self.steps):
             part.bind(self.setup)
         self.history = History()
@@ -228,7 +233,7 @@ class Tuner:
     @property
     def last_best_ei(self) -> float | None:
         """The best expected improvement (log scale) at the last model-guided ask (the steps' figure)."""
-        return getattr(self.steps, "last_best_ei", None)
+        return self.steps.last_best_ei
 
     # ------------------------------------------------------------- the models
     def fit_models(self) -> None:
@@ -246,18 +251,18 @@ class Tuner:
     @property
     def time_model(self) -> TimeModel | None:
         """The additive time model (effects per knob value: what the report shows), when the time part has one."""
-        return getattr(self.time, "additive", None)
+        return self.time.additive
 
     @property
     def memory_model(self) -> MemoryModel | None:
         """The additive censored memory model (effects per knob value: what the report shows), fitted on every trial
         told so far; None without a capacity."""
-        return getattr(self.memory, "additive", None)
+        return self.memory.additive
 
     @property
     def conflicted(self) -> dict[str, str]:
         """{feature: why} of the time priors the trials contradicted (set aside)."""
-        return getattr(self.time, "conflicted", {})
+        return dict(self.time.conflicted)
 
     def predict_time(self, settings: Sequence[Setting]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior of the mean log step time (log seconds), (mean, sd), as the time part ranks."""
@@ -276,8 +281,7 @@ class Tuner:
 
     def p_pass(self, cands: Sequence[Setting]) -> np.ndarray:
         """P(each candidate passes the loss check), as the steps price it (all ones until a trial has broken it)."""
-        p_pass = getattr(self.steps, "p_pass", None)
-        return p_pass(self.history, cands) if p_pass is not None else np.ones(len(cands))
+        return self.steps.p_pass(self.history, cands)
 
     # ------------------------------------------------------------ internals
     def _taken(self) -> set[Setting]:

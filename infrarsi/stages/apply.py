@@ -17,117 +17,72 @@ message and writes nothing (a dirty tree, or a folder that is not a git tree, is
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
+
+from ..apply.outcome import AppliedCandidate, ApplyOutcome
 
 
 def run(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Console, out: dict | None = None,
         hooks: bool = True) -> int:
     """Exit 0 applied (or shown, with ``dry_run``), 3 no promoted candidate, 1 refused. ``out`` (a dict, for
-    ``--json``) is filled with what happened: docs/cli.md#apply."""
-    from rich.markup import escape
+    ``--json``) gets the outcome's fields: docs/cli.md#apply."""
+    o = apply(run_dir, repo=repo, dry_run=dry_run, console=console, err=err, hooks=hooks)
+    if out is not None:
+        out.update(o.to_dict())
+    return o.code
 
-    from .. import exitcodes
 
-    out = {} if out is None else out
-    out.update(applied=False, dry_run=dry_run, repo=str(repo), commit=None, files=[], candidate=None, refused=None,
-               replaces=None)
+def apply(run_dir: Path, *, repo: Path, dry_run: bool, console: Console, err: Console,
+          hooks: bool = True) -> ApplyOutcome:
+    """apply's steps (apply/steps.py), each said as it ends; the outcome they came to."""
+    from ..apply.steps import prepare, show, write
+    from .init import keep_out_of_git
 
-    from ..apply import ApplyRefused, GitError, commit, diff, make_plan, problems
-    from ..gitops import dirty, toplevel
-    from ..contract import ContractError
-    from ..contract.seal import SealError
-    from ..report import RunDataError, load_run
-    from ..speedup import CI_NAME
-
-    def refuse(msg: str, code: int = exitcodes.ERROR) -> int:
-        err.print(f"[bold red]apply refused:[/] {escape(msg)}", highlight=False, soft_wrap=True)
-        out["refused"] = msg
-        return code
-
-    try:
-        data = load_run(run_dir)
-    except SealError as e:
-        return refuse(str(e))
-    except ContractError as e:
-        return refuse(f"contract mismatch: {e}")
-    except RunDataError as e:
-        return refuse(str(e))
-    if data.verification is not None and not data.verification.promoted():
-        n = len(data.verification.candidates)
-        return refuse(f"no promoted candidate: the run finished without one ({n} verified, none faster than the "
-                      f"baseline by more than its noise); nothing to apply (exit 3)", exitcodes.NO_PROMOTION)
-    root = toplevel(Path(repo))
-    notes = []
-    if root is None:
-        if not (dry_run and Path(repo).is_dir()):
-            return refuse(f"{repo} is not a git work tree; pass --repo PATH of the repository to commit into")
-        root = Path(repo).resolve()  # a dry run can still show what would be written
-        notes.append(f"note: {root} is not a git work tree; a real apply would refuse")
-        unclean = []
-        is_git = False
-    else:
-        from .init import keep_out_of_git
-
-        keep_out_of_git(run_dir, err)  # a run directory made before init listed it: never the user's change
-        unclean = dirty(root)
-        is_git = True
-    if unclean and not dry_run:
-        return refuse(f"the git tree {root} is dirty: {len(unclean)} change(s) of your own not committed (first: "
-                      f"{unclean[0].strip()}); commit or stash them first, so the tuned change is one clean commit")
-    out["repo"] = str(root)
-    try:
-        plan = make_plan(data, repo=root)
-    except ApplyRefused as e:
-        return refuse(str(e))
-    for w in plan.warnings:
-        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
-    try:  # every destination, before anything is written
-        bad = problems(plan, root, data.contract.scope.files, git=is_git, lock=not dry_run)
-    except GitError as e:
-        return refuse(f"{e}; nothing was written")
-    if bad:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        return refuse(f"unsafe destination: {bad[0]}{more}; nothing was written")
-    cand = plan.candidate
-    lo, hi = cand.ci95 or (float("nan"), float("nan"))
-    out["candidate"] = {"changes": dict(plan.changes), "speedup": cand.speedup, "ci95": list(cand.ci95 or []),
-                        "trials": [list(p) for p in cand.trials], "promoted": plan.n_promoted}
-    out["replaces"] = plan.replaces
-    if plan.replaces:
-        console.print(f"apply: this replaces {plan.replaces}", highlight=False, soft_wrap=True)
-    which = (f"best of {plan.n_promoted} promoted candidate(s): {', '.join(f'{k}={v}' for k, v in plan.changes.items())} "
-             f"({cand.speedup:.3f}x, {CI_NAME} [{lo:.3f}, {hi:.3f}], trials {[list(p) for p in cand.trials]})")
+    p = prepare(run_dir, repo=repo, dry_run=dry_run, keep_out=lambda d: keep_out_of_git(d, err),
+                warn=lambda w: err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True))
+    if isinstance(p, ApplyOutcome):
+        return _said(p, console, err)
+    if p.plan.replaces:
+        console.print(f"apply: this replaces {p.plan.replaces}", highlight=False, soft_wrap=True)
     if dry_run:
+        return _said(show(p), console, err)
+    return _said(write(p, hooks=hooks, say=lambda line: console.print(f"apply: {line}", markup=False, highlight=False,
+                                                                       soft_wrap=True)), console, err)
+
+
+def _which(c: AppliedCandidate) -> str:
+    from ..verify.speedup import CI_NAME
+
+    lo, hi = c.ci95 or (math.nan, math.nan)
+    return (f"best of {c.promoted} promoted candidate(s): {', '.join(f'{k}={v}' for k, v in c.changes.items())} "
+            f"({c.speedup:.3f}x, {CI_NAME} [{lo:.3f}, {hi:.3f}], trials {[list(p) for p in c.trials]})")
+
+
+def _said(o: ApplyOutcome, console: Console, err: Console) -> ApplyOutcome:
+    """Print the outcome: the refusal (stderr), the dry run's diff and message, or the commit made."""
+    if o.refused is not None:
+        err.print(f"[bold red]apply refused:[/] {escape(o.refused)}", highlight=False, soft_wrap=True)
+        return o
+    assert o.candidate is not None  # every outcome that is not a refusal has its candidate
+    which = _which(o.candidate)
+    if o.dry_run:
         console.print(f"apply --dry-run: {which}", highlight=False, soft_wrap=True)
-        if unclean:
-            notes.append(f"note: {root} is dirty ({len(unclean)} entries); a real apply would refuse")
-        for n in notes:
+        for n in o.notes:
             console.print(n, highlight=False, soft_wrap=True)
-        text = diff(plan, root)
-        console.print(text or "(no change: the tree already holds this tuned launch)", markup=False, highlight=False,
+        console.print(o.diff or "(no change: the tree already holds this tuned launch)", markup=False, highlight=False,
                       soft_wrap=True)
         console.print("--- commit message that would be made ---", highlight=False)
-        console.print(plan.message, markup=False, highlight=False, soft_wrap=True)
-        out["diff"] = text
-        return exitcodes.OK
-    from ..apply.transaction import hooks_present
-
-    ran = hooks_present(root) if hooks else []
-    try:
-        sha, written = commit(plan, root, hooks=hooks,
-                              say=lambda line: console.print(f"apply: {line}", markup=False, highlight=False,
-                                                             soft_wrap=True))
-    except (ApplyRefused, GitError, OSError) as e:
-        return refuse(f"{e}; the repository was left as it was")
-    if sha is None:
-        console.print(f"apply: nothing to commit, {root} already holds this tuned launch", highlight=False)
-        out["applied"] = True
-        return exitcodes.OK
-    hooks_said = (f"the repository's hooks ran: {', '.join(ran)}" if ran else "the repository has no commit hooks"
-                  ) if hooks else "--no-verify: the repository's hooks were not run"
-    console.print(f"apply: committed {sha[:12]} in {root}: {which}; {len(written)} file(s): {', '.join(written)} "
-                  f"({hooks_said})", highlight=False, soft_wrap=True)
-    out.update(applied=True, commit=sha, files=list(written))
-    return exitcodes.OK
+        console.print(o.message, markup=False, highlight=False, soft_wrap=True)
+    elif o.commit is None:
+        console.print(f"apply: nothing to commit, {o.repo} already holds this tuned launch", highlight=False)
+    else:
+        hooks_said = (f"the repository's hooks ran: {', '.join(o.hooks_ran)}" if o.hooks_ran
+                      else "the repository has no commit hooks") if o.hooks else \
+            "--no-verify: the repository's hooks were not run"
+        console.print(f"apply: committed {o.commit[:12]} in {o.repo}: {which}; {len(o.files)} file(s): "
+                      f"{', '.join(o.files)} ({hooks_said})", highlight=False, soft_wrap=True)
+    return o

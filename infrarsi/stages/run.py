@@ -19,28 +19,31 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import exitcodes
-from ..adapters import Adapter, run_adapter
+from ..adapters import run_adapter
 from ..adapters.registry import simulated
-from ..contract import ContractError, contract_hash, load_locked
+from ..contract import ContractError, load_locked
 from ..contract.model import Contract
 from ..contract.numerics import reference_of
 from ..execute.prune import Target
-from ..execute.trial import Trial
+from ..trial import Trial
 from ..knobs import KnobSpace, Setting
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ..progress import Heartbeat, eta, eta_at_most
+from ..bank.policy import bank_record, bank_seed
+from ..estimate.choice import estimate_budget_s, memory_estimate
 from ..rundir import RunDir, StageDone, Verification
 from ..search import Outcome, Tuner, TunerConfig
-from ..search import rebaseline
-from ..search.reverify import reverify
+from ..verify import rebaseline
+from ..verify.reverify import reverify
+from ..search.record import save_search
 from ..search.skip import over_capacity
-from ..status import TrialStatus
+from ..trial.status import TrialStatus
 from . import run_state as state
 
 if TYPE_CHECKING:
     from ..doctor.noise import NoiseProfile
     from ..execute.record import RunRecord
-    from ..execute.runner import Runner
+    from ..execute.runner import Runner, TrialAdapter
 
 
 def outcome_of(t: Trial) -> Outcome:
@@ -68,82 +71,9 @@ def load_priors(space: KnobSpace, contract: Contract, run_dir: Path, err: Consol
         return []
 
 
-def run_id(contract: Contract, run_dir: Path) -> str:
-    """This run's id in the experience bank: contract name, hash and run directory."""
-    return f"{contract.name}:{contract_hash(contract)[:12]}:{Path(run_dir).resolve()}"
-
-
 def evidence_of(contract: Contract) -> str:
     """The kind of evidence this run's trials are: "simulated" (a what-if cluster) or "measured"."""
     return "simulated" if simulated(contract.workload.adapter) else "measured"
-
-
-def bank_seed(space: KnobSpace, contract: Contract, run_dir: Path, base_priors: list, err: Console,
-              from_simulated: bool = False) -> tuple[list[Setting], list, list]:
-    """Initial settings from the most similar past runs, and the offline/LLM priors merged with their posteriors.
-    A measured run never seeds from simulated runs unless ``from_simulated`` (and then it says so)."""
-    from ..bank import Bank, bank_path, seed_from_bank
-
-    try:
-        with Bank(bank_path(None)) as bank:
-            skip = [run_id(contract, run_dir)]  # not its own past
-            sim = [r.run_id for r in bank.runs() if r.evidence == "simulated"]
-            if evidence_of(contract) == "measured" and sim:
-                if from_simulated:
-                    err.print(f"[yellow]seeding from simulated runs too, as asked ({len(sim)} in the bank): their "
-                              f"trials are what-if estimates, not measurements[/]")
-                else:
-                    skip += sim
-                    err.print(f"{len(sim)} simulated run(s) in the bank not used to seed this measured run "
-                              f"(--seed-from-simulated to use them)")
-            seed = seed_from_bank(bank, space, hardware=contract.hardware.model_dump(), workload=_workload_sig(contract),
-                                  base_priors=base_priors, exclude_runs=skip)
-        return list(seed.initial), seed.merged_with(base_priors), list(seed.sources)
-    except Exception as e:  # experience is advice: a broken bank never stops a run
-        err.print(f"[yellow]experience bank unavailable ({type(e).__name__}: {escape(str(e))}); starting unseeded[/]")
-        return [], base_priors, []
-
-
-def _workload_sig(contract: Contract) -> dict[str, Any]:
-    return {"framework": contract.workload.adapter, **contract.workload.args}
-
-
-def memory_estimate(space: KnobSpace, contract: Contract, *, contract_dir: Path | None = None, budget_s: float | None = None,
-                    adapter: Adapter | None = None):
-    """The peak-memory estimate the memory model refines: the real model's fake step where it runs (estimate/),
-    else the analytical one. ``contract_dir``: the locked contract's folder, which ``workload.launch`` is
-    relative to; ``budget_s``: seconds of fake steps (None: the estimate's own default); ``adapter``: the run's,
-    bound to ``contract_dir`` (None: one is built)."""
-    from ..estimate import memory_estimator as real_model_estimator
-    from ..estimate.run import anchored
-    from ..priors.offline import memory_estimator
-
-    from ..adapters.workload import Workload
-
-    workload = dict(contract.workload.args)
-    try:  # the model's shape, where the launch states it
-        workload = {**Workload(contract, contract_dir, adapter).model_shape(), **workload}
-    except ValueError:  # an unreadable launch: the run reports it where it launches
-        pass
-    analytical = memory_estimator(space, workload=workload, hardware=contract.hardware.model_dump())
-    return real_model_estimator(space, anchored(contract, contract_dir), fallback=analytical, budget_s=budget_s,
-                                adapter=adapter) or analytical
-
-
-ESTIMATE_TRIALS = 2.0
-
-
-def estimate_budget_s(base_trials: list[Trial]) -> float | None:
-    """Fake steps exist to save trials, so they may cost at most ESTIMATE_TRIALS of the baseline's trials (wall
-    time, median of the doctor's runs); None (the estimate's default) when $INFRARSI_ESTIMATE_BUDGET_S is set."""
-    import os
-
-    from ..estimate.run import BUDGET_ENV, DEFAULT_BUDGET_S
-
-    walls = [t.cost.wall_s for t in base_trials if t.cost.wall_s > 0]
-    if os.environ.get(BUDGET_ENV) or not walls:
-        return None
-    return min(DEFAULT_BUDGET_S, ESTIMATE_TRIALS * statistics.median(walls))
 
 
 @dataclass
@@ -154,7 +84,7 @@ class _Search:
     contract: Contract
     noise: NoiseProfile
     record: RunRecord
-    adapter: Adapter  # pinned to the kernel verdicts (kernels/space.py)
+    adapter: TrialAdapter  # the run's adapter pinned to the kernel verdicts (kernels/verdicts.Pinned)
     contract_dir: Path | None  # the locked contract's folder: workload.launch is relative to it
     space: KnobSpace
     kernel_verdicts: dict[str, Any]
@@ -204,7 +134,7 @@ def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console:
                   f"noise CV {noise.cv:.2%}, mde {noise.mde:.2%}; {len(s.priors)} priors; "
                   f"{len(s.bank_initial)} settings seeded from the bank")
     verification = _search_and_verify(s, console, err)
-    _bank_record(run_dir, contract, s.record, s.tuner, err)
+    bank_record(run_dir, contract, s.record.finished(), s.tuner, err, evidence=evidence_of(contract))
     n_prom = len(verification.promoted())
     console.print(f"[bold]{n_prom} candidate(s) promoted[/]; see {RunDir(run_dir).file(RunDir.VERIFICATION)}")
     return exitcodes.OK if n_prom else exitcodes.NO_PROMOTION
@@ -264,7 +194,8 @@ def _prepare(run_dir: Path, contract: Contract, noise: NoiseProfile, err: Consol
                 base_trials=base_trials, base_losses=reference_of(noise))
     s.bank_initial, s.priors, s.bank_sources = bank_seed(space, contract, run_dir,
                                                          load_priors(space, contract, run_dir, err), err,
-                                                         seed_from_simulated)
+                                                         evidence=evidence_of(contract),
+                                                         from_simulated=seed_from_simulated)
     return s
 
 
@@ -288,7 +219,7 @@ def _resume(s: _Search, *, max_trials: int | None, parallel: int | None, more: i
                                                             budget_s=estimate_budget_s(s.base_trials)))
     for t in s.base_trials:
         tuner.tell(t.setting, outcome_of(t))
-    s.ref_s = noise.median_step_s  # search trials are told on the doctor's scale (search/rebaseline.py)
+    s.ref_s = noise.median_step_s  # search trials are told on the doctor's scale (verify/rebaseline.py)
     outside = set(state.refuse_outside_space(s.record, s.space, roles={"search"},
                                              say=lambda line: err.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)))
     finished = [t for t in s.record.finished() if t.role == "search" and t.id not in outside]
@@ -310,7 +241,7 @@ def _search_and_verify(s: _Search, console: Console, err: Console) -> Verificati
     """The ask/tell loop until the budget or the stopping rule ends it (resumed trials first), its record, then
     the re-verification of the best against the baseline; one Runner and one live line for both."""
     from ..execute import make_executor
-    from ..execute.runner import Runner
+    from ..execute.runner import Runner, TrialAdapter
 
     executor = make_executor(run_dir=s.run_dir)
     s.used_s = sum(t.cost.device_s for t in s.record.finished() if t.status is not TrialStatus.CANCELLED)
@@ -508,48 +439,3 @@ def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Sett
     changed = ", ".join(f"{k}={v}" for k, v in t.setting.items() if baseline.get(k) != v) or "the baseline"
     extra = f" with {' + '.join(why['savers'])}" if why.get("savers") else ""
     console.print(f"  trial {t.id:3d} [{color}]{st:8s}[/] {ms:>8s} {mem:>9s}  ({why.get('kind', '?')}{extra}) {changed}")
-
-
-def save_search(run_dir: Path, tuner: Tuner, priors: list[Prior], proposals: dict, stop_reason: str, kernel_verdicts: dict,
-                bank_sources: list) -> None:
-    """Write the run's search record (sealed): why it stopped, each trial's proposal, the priors, the kernel verdicts,
-    the bank runs it seeded from and what the tuner's models fitted (effects, revisions, the fit the report reads)."""
-    from ..search.record import models_record
-
-    body: dict[str, Any] = {
-        "stop_reason": stop_reason,
-        "proposals": proposals,
-        "tuner_overhead_s": tuner.overhead_s,
-        "kernel_verdicts": kernel_verdicts,
-        "bank_sources": [str(s) for s in bank_sources],
-        "priors": [p.model_dump(mode="json") for p in priors],
-        # what the tuner fitted: effects as meant, revisions, the fit, which model priced time and P(OOM)
-        "models": models_record(tuner, priors).model_dump(mode="json", by_alias=True),
-    }
-    RunDir(run_dir).write_search(body)
-
-
-def _bank_record(run_dir: Path, contract: Contract, record: RunRecord, tuner: Tuner, err: Console) -> None:
-    """Keep the run in the experience bank: every finished trial, the time effects it learned, its LLM exchanges."""
-    from ..bank import Bank, bank_path, priors_from_effects
-    from ..priors import exchanges
-
-    hw, wl = contract.hardware.model_dump(), _workload_sig(contract)
-    rid = run_id(contract, run_dir)
-    try:
-        with Bank(bank_path(None)) as bank:
-            bank.add_trials(rid, record.finished(), hardware=hw, workload=wl, evidence=evidence_of(contract))
-            for ex in exchanges(run_dir):
-                bank.add_llm_exchange(rid, ex.model_dump(mode="json"))
-            tuner.fit_models()
-            # With the analytical memory offset, memory coefficients are residuals, not effects: only time travels.
-            mem = [] if tuner.memory_model is None or tuner.memory_estimate is not None or not tuner.memory_model.n_obs \
-                else tuner.memory_model.effects()
-            posts = priors_from_effects(tuner.time_model.effects(), mem, space=tuner.space) if tuner.time_model.n_obs else []
-            peaks = sorted(t.metrics.peak_memory_bytes for t in record.finished()
-                           if t.role == "doctor" and t.metrics.peak_memory_bytes)
-            if posts:  # memory effects travel in bytes, relative to this baseline's peak
-                bank.add_posteriors(rid, posts, hardware=hw, workload=wl,
-                                    reference_peak_bytes=peaks[len(peaks) // 2] if peaks else None)
-    except Exception as e:  # the run is recorded on disk whatever happens to the bank
-        err.print(f"[yellow]could not write the experience bank ({type(e).__name__}: {escape(str(e))}); the run itself is recorded[/]")

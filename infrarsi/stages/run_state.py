@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..execute.record import RunRecord
-from ..execute.trial import Trial, TrialStatus
+from ..trial import Trial, TrialStatus
 from ..rundir import RunDir, StageDone
 
 Part = str  # "search" | "verify"

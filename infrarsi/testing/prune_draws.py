@@ -73,7 +73,7 @@ def outrank_skip_rate(*, cv: float, speedup: float, draws: int = 2000, seed: int
     is unbiased: the hard case). Returns (the fraction of draws whose second candidate was skipped, the fraction
     whose first was promoted). ``second``: the second's true speedup over the first's (1: the A/A; below 1, the
     fraction skipped is the rule's saving)."""
-    from ..speedup import decide, outranked_before_pairs
+    from ..verify.speedup import decide, outranked_before_pairs
 
     rng = np.random.default_rng(seed)
     skipped = promoted = 0

@@ -11,7 +11,7 @@ What it writes under ``root`` (a stand-in for the user's repository)::
         the trials                 by RunRecord.start/finish: doctor x3, search x12 (ok, OOM, crash,
                                    timeout), verify pairs for two candidates
         the noise profile          by doctor.noise.profile
-        the search record          by the run stage's own writer (stages.run.save_search) from a real Tuner
+        the search record          by the run stage's own writer (search.record.save_search) from a real Tuner
                                    told every doctor and search trial: proposals, kernel verdicts (sha256 of
                                    the copied file), priors, effects, prior revisions and the tuner's fit
         the verification           speedups from speedup.speedup_ci/promote on the verify trials
@@ -38,12 +38,14 @@ from ..rundir import RunDir
 from ..kernels.space import extended_space
 from ..doctor.noise import profile
 from ..execute.record import RunRecord
-from ..execute.trial import Cost, Metrics, Trial, TrialStatus
+from ..trial import Cost, Metrics, Trial, TrialStatus
 from ..models import TimeModel
-from ..priors.prior import Prior
+from ..trial.prior import Prior
 from ..search import Tuner, TunerConfig
-from ..speedup import promote, speedup_ci
-from ..stages.run import memory_estimate, outcome_of, save_search
+from ..verify.speedup import promote, speedup_ci
+from ..estimate.choice import memory_estimate
+from ..search.record import save_search
+from ..stages.run import outcome_of
 
 PROJECT = Path(__file__).resolve().parents[2]
 KERNEL = "kernels/rmsnorm/triton_rows.py"  # the candidate's file (what apply writes and the audit hashes)

@@ -1,6 +1,6 @@
 """Edits made by someone who holds the seal key: for tests of the checks that stand behind the seals.
 
-The seal chain (:mod:`infrarsi.contract.seal`) refuses any edit of a record made without the key. The
+The seal chain (:mod:`infrarsi.rundir.chain`) refuses any edit of a record made without the key. The
 audit's own checks (numbers that do not follow from their trials, a verification under another lock)
 are a second line; testing them needs a record that is wrong *and* sealed, which only a key holder can
 write. These helpers are that key holder.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..contract import seal
+from ..rundir import chain
 from ..rundir import RunDir
 
 
@@ -22,4 +22,4 @@ def rewrite_sealed(run_dir: str | Path, name: str, text: str) -> None:
 
 def reseal_lock(run_dir: str | Path, body: dict[str, Any]) -> None:
     """Write a lock body with a valid seal (the records made under it keep their own lock hashes)."""
-    RunDir(run_dir).write_lock(seal.seal_lock({k: v for k, v in body.items() if k != "seal"}))
+    RunDir(run_dir).write_lock(chain.seal_lock({k: v for k, v in body.items() if k != "seal"}))

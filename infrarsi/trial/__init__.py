@@ -2,17 +2,21 @@
 of the project's (pydantic only), so that any package may import it.
 
 - :mod:`.status`: :class:`TrialStatus`, the one vocabulary of a trial's state;
-- :mod:`.launch`: :class:`LaunchSpec` (what an executor starts), :class:`Handle`, :class:`LaunchEnd`;
+- :mod:`.launch`: :class:`LaunchSpec` (what an executor starts), :class:`Handle`, :class:`LaunchEnd`, and the
+  trial directory's placeholders (``TRIAL_DIR``, ``OUTPUTS``);
 - :mod:`.record`: :class:`Trial`, :class:`Metrics`, :class:`Cost`;
-- :mod:`.parsed`: :class:`ParsedRun`, what an adapter read from a trial's output.
+- :mod:`.parsed`: :class:`ParsedRun`, what an adapter read from a trial's output;
+- :mod:`.prior`: :class:`Prior`, what a source believes one knob value does (the search starts from them and its
+  record keeps them).
 """
 
 from __future__ import annotations
 
-from .launch import TRIAL_DIR, Handle, LaunchEnd, LaunchSpec
+from .launch import OUTPUTS, TRIAL_DIR, Handle, LaunchEnd, LaunchSpec
 from .parsed import ParsedRun
+from .prior import Prior
 from .record import Cost, Metrics, Trial
 from .status import FINISHED, TrialStatus
 
-__all__ = ["FINISHED", "TRIAL_DIR", "Cost", "Handle", "LaunchEnd", "LaunchSpec", "Metrics", "ParsedRun", "Trial",
-           "TrialStatus"]
+__all__ = ["FINISHED", "OUTPUTS", "TRIAL_DIR", "Cost", "Handle", "LaunchEnd", "LaunchSpec", "Metrics", "ParsedRun",
+           "Prior", "Trial", "TrialStatus"]

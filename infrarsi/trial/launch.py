@@ -9,7 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 TRIAL_DIR = "@INFRARSI_TRIAL_DIR@"
 """In an argv word or an env value: replaced by the trial's directory when the trial is launched (adapters point a
-framework's checkpoints, TensorBoard and log folders there: ``f"{TRIAL_DIR}/outputs/checkpoints"``)."""
+framework's checkpoints, TensorBoard and log folders there: ``f"{TRIAL_DIR}/{OUTPUTS}/checkpoints"``)."""
+
+OUTPUTS = "outputs"
+"""RUN_DIR/trials/<n>/outputs: where a trial's checkpoints, TensorBoard and wandb files go (the one folder of its
+trial directory an isolated trial may write)."""
 
 
 class LaunchSpec(BaseModel):

@@ -88,7 +88,7 @@ def claims(argv):
 
 
 def rewrite(argv, setting, env, cwd):
-    from infrarsi.execute.spec import LaunchSpec
+    from infrarsi.trial import LaunchSpec
     return LaunchSpec(argv=[*argv, *(f"--{k}={v}" for k, v in setting.items())]), []
 
 

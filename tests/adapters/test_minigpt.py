@@ -6,7 +6,7 @@ import pytest
 
 from infrarsi.adapters.minigpt import MiniGPTAdapter
 from infrarsi.contract import load_contract
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from infrarsi.adapters import get_adapter
 from infrarsi.adapters.simulated import SimulatedAdapter, workload_for
 from infrarsi.contract import ContractError, load_contract
 from infrarsi.contract.model import Contract
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 from infrarsi.workloads import simulated as sim
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from infrarsi.bank import Bank
-from infrarsi.execute.trial import Cost, Metrics, Trial
+from infrarsi.trial import Cost, Metrics, Trial
 
 GiB = 2**30
 

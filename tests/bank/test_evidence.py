@@ -11,7 +11,7 @@ from rich.console import Console
 from infrarsi.adapters import get_adapter
 from infrarsi.bank import Bank
 from infrarsi.contract import load_contract
-from infrarsi.stages import run as run_stage
+from infrarsi.bank.policy import bank_seed
 
 from .conftest import make_trial
 
@@ -38,13 +38,13 @@ def test_simulated_runs_are_kept_apart_and_only_seed_a_measured_run_when_asked(t
     assert kinds == {"measured-1": "measured", "simulated-1": "simulated"}
 
     err = io.StringIO()
-    initial, _, sources = run_stage.bank_seed(space, c, tmp_path / "run", [], Console(file=err, width=200))
+    initial, _, sources = bank_seed(space, c, tmp_path / "run", [], Console(file=err, width=200), evidence="measured")
     assert what_if not in [s.to_dict() for s in initial] and real in [s.to_dict() for s in initial]
     assert "1 simulated run(s) in the bank not used to seed this measured run" in err.getvalue()
 
     err = io.StringIO()
-    initial, _, _ = run_stage.bank_seed(space, c, tmp_path / "run", [], Console(file=err, width=200),
-                                        from_simulated=True)
+    initial, _, _ = bank_seed(space, c, tmp_path / "run", [], Console(file=err, width=200), evidence="measured",
+                              from_simulated=True)
     assert what_if in [s.to_dict() for s in initial]
     assert "seeding from simulated runs too, as asked" in err.getvalue()
 

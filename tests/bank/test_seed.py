@@ -8,7 +8,7 @@ import pytest
 
 from infrarsi.bank import Bank, Seed, seed_from_bank
 from infrarsi.knobs import Knob, KnobSpace
-from infrarsi.priors.prior import Prior
+from infrarsi.trial.prior import Prior
 
 from .conftest import A100, H100, LLAMA8B, LLAMA70B, MIXTRAL, GiB, make_trial
 

@@ -18,8 +18,8 @@ from infrarsi.bank import (
     BankSchemaError,
 )
 from infrarsi.bank.store import MIGRATIONS, _statements
-from infrarsi.execute.trial import TrialStatus
-from infrarsi.priors.prior import Prior
+from infrarsi.trial import TrialStatus
+from infrarsi.trial.prior import Prior
 
 from .conftest import A100, GiB, H100, LLAMA8B, make_trial
 

@@ -9,9 +9,9 @@ import pytest
 
 from infrarsi.bank import combine, distill, map_setting, transfer_prior
 from infrarsi.bank.transfer import MEM_SD_PER_HW, TIME_SD_PER_HW, TIME_SD_PER_WL, Z90
-from infrarsi.execute.trial import Metrics, Trial
+from infrarsi.trial import Metrics, Trial
 from infrarsi.knobs import Knob, KnobSpace
-from infrarsi.priors.prior import Prior
+from infrarsi.trial.prior import Prior
 
 GiB = 2**30
 

@@ -89,7 +89,7 @@ def test_a_run_that_promoted_nothing_exits_3_and_says_so_in_json(run_dir):
 
 def test_a_cancelled_setting_is_run_again_and_costs_nothing():
     """The rule the resume follows (the slow test tests/cli/test_interrupt.py interrupts a real run)."""
-    from infrarsi.execute.trial import Metrics, Trial
+    from infrarsi.trial import Metrics, Trial
     from infrarsi.knobs import Knob, KnobSpace
     from infrarsi.stages.run import interrupted_settings
 
@@ -107,7 +107,7 @@ def test_slurm_flags_are_kept_in_the_run_and_shape_every_job(run_dir, monkeypatc
     """`--partition --account --qos --time` on run: validated, kept in the run directory (a resume with no flags
     submits the same way), written as #SBATCH lines after the environment's, which they override."""
     from infrarsi.execute import make_executor
-    from infrarsi.execute.spec import LaunchSpec
+    from infrarsi.trial import LaunchSpec
 
     state.mark_done(run_dir, "search", stop_reason="budget spent", trials=12, budget=12)
     state.mark_done(run_dir, "verify", promoted=1)  # a finished run: `run` only says so

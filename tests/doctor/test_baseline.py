@@ -16,7 +16,7 @@ from toy import ToyAdapter, toy_contract
 from infrarsi.doctor import DoctorError, load_noise, run_doctor
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 
 def test_doctor_measures_and_writes_noise_json(tmp_path):

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from infrarsi.contract import write_lock
 from infrarsi.execute.record import RunRecord
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 from infrarsi.stages import doctor as stage
 
 TINY = """

@@ -7,7 +7,7 @@ import math
 from infrarsi.adapters.base import ParsedRun
 from infrarsi.execute.classify import apply_loss_check, classify, loss_drift
 from infrarsi.execute.executor import LaunchEnd
-from infrarsi.execute.trial import Metrics, TrialStatus
+from infrarsi.trial import Metrics, TrialStatus
 
 OK = ParsedRun(status=TrialStatus.OK, metrics=Metrics(step_time_s=0.5, losses=[5.0, 4.0, 3.0]))
 

@@ -7,7 +7,7 @@ from infrarsi.execute.clock import MIN_CPU_FRACTION, pipe_lines, read_clock
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 
 def test_paced_lines_are_invalid_and_computed_steps_are_ok(tmp_path):

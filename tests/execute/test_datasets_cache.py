@@ -12,7 +12,7 @@ import pytest
 
 from infrarsi.execute.executor import tail, wait
 from infrarsi.execute.local import LocalExecutor, isolation_problem
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def test_a_torchtitan_trial_runs_with_a_datasets_cache_in_the_home_folder(tmp_pa
     from infrarsi.contract.model import load_contract
     from infrarsi.execute.record import RunRecord
     from infrarsi.execute.runner import Runner
-    from infrarsi.execute.trial import TrialStatus
+    from infrarsi.trial import TrialStatus
 
     assert isolation_problem() is None, isolation_problem()
     _, cache = _home(tmp_path, monkeypatch)

@@ -12,8 +12,8 @@ from infrarsi.execute.end_to_end import allowance_s, pair_times
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import TrialStatus
 from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.trial.parsed import ParsedRun
 from pathlib import Path

@@ -12,7 +12,7 @@ from toy import ToyAdapter, toy_contract
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 from infrarsi.knobs import Knob, KnobSpace
 
 # 1 MiB writes into outputs/ until the disk refuses, no pause: the disk is full well within one 0.2 s poll

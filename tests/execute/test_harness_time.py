@@ -14,7 +14,7 @@ from infrarsi.execute.clock import read_clock, step_of
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 
 class MegatronToy(ToyAdapter):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from infrarsi.execute.executor import wait
 from infrarsi.execute.local import LocalExecutor, kill_token, processes_with_token
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 
 PY = sys.executable
 MiB = 2**20

@@ -4,7 +4,7 @@ import pytest
 
 from infrarsi.errors import SettingError, explain
 from infrarsi.execute import make_executor
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 
 
 def test_slurm_partition_and_sbatch_options_come_from_the_environment(monkeypatch, tmp_path):

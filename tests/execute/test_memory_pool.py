@@ -9,7 +9,7 @@ from infrarsi.execute import cgroup
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 from infrarsi.knobs import Knob, KnobSpace
 
 LIMIT = 200 * 2**20

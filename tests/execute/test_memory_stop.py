@@ -8,7 +8,7 @@ from toy import ToyAdapter, toy_contract
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 
 def test_a_trial_whose_step_1_memory_report_is_past_capacity_ends_there_recorded_oom(tmp_path):

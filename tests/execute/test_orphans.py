@@ -20,7 +20,7 @@ RUNNER = r"""
 import sys, time
 from pathlib import Path
 from infrarsi.execute.local import LocalExecutor
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 code = sys.argv[2]
 h = LocalExecutor().submit(LaunchSpec(argv=["python", "-c", code], time_limit_s=600), Path(sys.argv[1]), token=sys.argv[3])
 print(h.job_id, flush=True)
@@ -111,7 +111,7 @@ TORCHRUN_RUNNER = r"""
 import sys, time
 from pathlib import Path
 from infrarsi.execute.local import LocalExecutor
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 argv = ["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *sys.argv[3:]]
 h = LocalExecutor().submit(LaunchSpec(argv=argv, time_limit_s=600), Path(sys.argv[1]), token=sys.argv[2])
 print(h.job_id, flush=True)
@@ -157,7 +157,7 @@ def test_a_timed_out_torchrun_trial_leaves_no_rank_behind(tmp_path):
     """A torchrun trial past its limit: SIGTERM (torchrun forwards it; these ranks ignore it), SIGKILL after the
     grace period, and every rank is gone when the executor reports the time-out."""
     from infrarsi.execute.local import LocalExecutor
-    from infrarsi.execute.spec import LaunchSpec
+    from infrarsi.trial import LaunchSpec
 
     script = tmp_path / "rank.py"
     script.write_text(RANK)

@@ -22,9 +22,9 @@ from infrarsi.execute.executor import wait
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner, unisolated
 from infrarsi.execute.slurm import SlurmExecutor
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import TrialStatus
-from infrarsi.search.reverify import isolation_gate
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import TrialStatus
+from infrarsi.verify.reverify import isolation_gate
 
 IMAGE = "localhost/infrarsi-test-tree"
 REPO = Path(__file__).resolve().parents[2]

@@ -18,8 +18,8 @@ from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.prune import Target, judge, window_gaps
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import TrialStatus
 from infrarsi.testing.prune_draws import prune_rate
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from infrarsi.execute.executor import Handle
 from infrarsi.execute.record import RunRecord, cost_by_status
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import Cost, Metrics, TrialStatus
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import Cost, Metrics, TrialStatus
 
 
 def test_start_launch_finish_roundtrip(tmp_path):

@@ -15,7 +15,7 @@ from toy import ToyAdapter, toy_contract
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner, local_parallel_limit
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 GiB = 2**30
 

@@ -19,8 +19,8 @@ from infrarsi.execute.executor import Handle, wait
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
 from infrarsi.execute.slurm import SlurmExecutor, SlurmUnreachable, parse_scontrol
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import TrialStatus
 from infrarsi.testing.slurm import free_port
 
 MiB = 2**20

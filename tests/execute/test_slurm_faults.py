@@ -19,8 +19,8 @@ from infrarsi.execute.executor import wait
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
 from infrarsi.execute.slurm import SlurmExecutor, SlurmPendingTimeout
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from toy import TOY
 
 from infrarsi.execute.classify import classify
 from infrarsi.execute.executor import wait
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 from infrarsi.execute.torchrun import TorchrunExecutor, is_torchrun, root_cause, torchrun_argv, wrap
 
 

@@ -13,8 +13,8 @@ from infrarsi.execute.executor import wait
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner, unisolated
 from infrarsi.execute.slurm import BWRAP_PER_USER_TASK, SlurmExecutor
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import TrialStatus
 
 
 def _run_dir(tmp_path: Path) -> Path:

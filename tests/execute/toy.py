@@ -9,8 +9,8 @@ from typing import Any
 from infrarsi.adapters.base import Adapter, ParsedRun
 from infrarsi.adapters.megatron.log import classify_failure, parse_log, to_metrics
 from infrarsi.contract.model import Contract
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import TrialStatus
 from infrarsi.knobs import Knob, KnobSpace
 
 TOY = str(Path(__file__).with_name("toy_workload.py"))

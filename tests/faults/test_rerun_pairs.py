@@ -76,13 +76,13 @@ def test_a_pair_cut_by_a_kill_is_recorded_and_a_rolled_back_pair_is_refused(shor
     line = one_line_error(cli("run", "--run-dir", attacked, env=env))
     assert "tampered records" in line and "(and 2 more)" in line, line
     assert len(trials(attacked, finished=False)) == n  # nothing was run again
-    from infrarsi.contract import seal
+    from infrarsi.rundir import chain
     from infrarsi.report import load_run
 
-    found = " ".join(seal.problems(attacked))  # what report and apply refuse with, in full
+    found = " ".join(chain.problems(attacked))  # what report and apply refuse with, in full
     assert f"{STAGES} was edited after it was sealed" in found and f"{VERIFICATION} was sealed but is gone" in found
     assert f"{PROGRESS} was rolled back to an earlier sealed version" in found, found
-    with pytest.raises(seal.SealError):
+    with pytest.raises(chain.SealError):
         load_run(attacked)
 
     # The honest run: the pair the kill cut was run again, and the report says which and why.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from infrarsi.execute.classify import classify
 from infrarsi.execute.executor import wait
 from infrarsi.execute.local import LocalExecutor
-from infrarsi.execute.spec import LaunchSpec
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import LaunchSpec
+from infrarsi.trial import TrialStatus
 
 
 def test_the_timeout_reason_names_the_limit_and_the_grace(tmp_path):

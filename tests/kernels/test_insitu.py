@@ -12,7 +12,7 @@ import sys
 import torch
 
 from infrarsi.adapters.megatron.log import classify_failure
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 from infrarsi.kernels import verdicts
 from infrarsi.kernels.insitu import SpotChecked
 from infrarsi.kernels.loader import KERNELS_ROOT, load_candidate, load_reference, sha256_of

@@ -8,7 +8,7 @@ import pytest
 
 from infrarsi.models import Design
 from infrarsi.testing.synthetic import megatron_like_space
-from infrarsi.priors.prior import Prior
+from infrarsi.trial.prior import Prior
 
 
 def test_main_columns_are_the_space_encoding_and_interactions_follow_knobs():

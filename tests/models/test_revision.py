@@ -9,7 +9,7 @@ import numpy as np
 
 from infrarsi.models import MemoryModel, TimeModel, revision
 from infrarsi.models.revision import Effect
-from infrarsi.priors.prior import Prior
+from infrarsi.trial.prior import Prior
 
 
 def test_wrong_sign_priors_flagged_and_corrected_within_20_trials(space, truth, time_coef, mem_coef):

@@ -18,7 +18,7 @@ from infrarsi.adapters.megatron.log import parse_log, to_metrics
 from infrarsi.contract.model import Loss
 from infrarsi.contract.numerics import Calibration, Referee, calibrate
 from infrarsi.execute.classify import Verdict
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 PATCHES = Path(__file__).resolve().parent / "patches"
 STEPS = 8
@@ -81,7 +81,7 @@ def test_the_bands_are_stated_and_calibrated(calibrated):
     assert all(p >= e for p, e in zip(ref.precision["grad_norm"], ref.exact["grad_norm"]))
     assert max(ref.seed_spread["grad_norm"]) > 1e-3  # a new seed moves the grad norm visibly
     assert "precision: max(exact, 0.1 x spread of 1 other-seed run(s))" in ref.basis
-    assert Referee.from_dict(ref.to_dict()) == ref
+    assert Referee.model_validate_json(ref.model_dump_json()) == ref
 
 
 @pytest.mark.slow
@@ -114,3 +114,44 @@ def test_every_defective_patch_is_numerics_drift(calibrated, name, extra, dp):
     m = train(*extra, dp=dp)
     setting = {**BASELINE, "bf16": "--bf16" in extra}
     assert ref.judge(verdict(m), setting).status is TrialStatus.NUMERICS_DRIFT, name
+
+
+def test_the_noise_records_referee_is_typed_and_its_file_is_as_before():
+    """A step a repeat run did not log makes an infinite spread: written null as the untyped record wrote it, read
+    back infinite; a noise record from before the referee (``"numerics": {}``) still reads and writes back."""
+    import dataclasses
+    import json
+    import math
+
+    from pydantic import BaseModel
+
+    from infrarsi.contract.numerics import reference_of
+    from infrarsi.doctor.noise import profile
+    from infrarsi.rundir.records import NoiseProfile
+    from infrarsi.trial import Metrics
+
+    base = Metrics(step_time_s=1.0, losses=[4.0, 3.5, 3.2, 3.0], grad_norms=[2.0, 1.8, 1.7, 1.6])
+    short = Metrics(step_time_s=1.0, losses=[4.0, 3.5, 3.2], grad_norms=[2.0, 1.8, 1.7])  # its 4th step not logged
+    cal = Calibration(exact_rtol=1e-4, spread_factor=3.0, precision_fraction=0.1, rtol=0.05)
+    ref = calibrate([base, short], [], window=4, cal=cal, precision_knobs=["bf16"], baseline=BASELINE)
+    noise = profile([1.0, 1.1], trial_ids=[0, 1], baseline=BASELINE, numerics=ref)
+    text = noise.model_dump_json(indent=2)
+    # the same bytes as when the record held the referee as a mapping (its fields in their order, infinity null)
+    class Untyped(BaseModel):
+        numerics: dict
+
+    assert json.dumps(json.loads(text)["numerics"], indent=2) == json.dumps(
+        json.loads(Untyped(numerics=dict(ref)).model_dump_json())["numerics"], indent=2)
+    assert json.loads(text)["numerics"]["exact"]["loss"][3] is None
+    back = NoiseProfile.model_validate_json(text)
+    assert back.numerics.exact["loss"][3] == math.inf and back.model_dump_json(indent=2) == text
+    judge = reference_of(back)
+    assert isinstance(judge, Referee) and judge.kind({"bf16": True}) == "precision"
+    off = Metrics(step_time_s=1.0, losses=[4.0, 3.9, 3.2, 3.0], grad_norms=[2.0, 1.8, 1.7, 1.6])
+    assert judge.violations(BASELINE, off)[1][0].startswith("step 2: loss 3.9 vs baseline 3.5")
+    older = json.loads(text)
+    older["numerics"] = {}
+    old = NoiseProfile.model_validate(older)
+    assert old.numerics is None and json.loads(old.model_dump_json())["numerics"] == {}
+    assert reference_of(old) == []  # no referee: the first run's loss trace (none recorded here)
+    assert not dataclasses.is_dataclass(ref)

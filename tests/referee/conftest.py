@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.contract import seal
+from infrarsi.rundir import chain
 from infrarsi.testing.recorded_run import copy_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ def tiny(knobs: str = "", baseline: str = "") -> str:
 
 @pytest.fixture
 def env(tmp_path):
-    return {**os.environ, "INFRARSI_SEAL_KEY": str(seal.key_path()), "INFRARSI_LLM": "off",
+    return {**os.environ, "INFRARSI_SEAL_KEY": str(chain.key_path()), "INFRARSI_LLM": "off",
             "INFRARSI_BANK": str(tmp_path / "bank.sqlite"), "INFRARSI_CACHE": str(tmp_path / "cache"),
             "PYTHONPATH": str(ROOT)}
 

@@ -20,7 +20,7 @@ import pytest
 from infrarsi.execute import isolation, runner
 from infrarsi.execute.executor import tail, wait
 from infrarsi.execute.local import LocalExecutor, isolation_problem
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from infrarsi.execute.executor import tail, wait
 from infrarsi.execute.local import LocalExecutor, isolation_problem
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 from tests.execute.toy import ToyAdapter, toy_contract
 
 JOB = r"""

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.contract import seal
+from infrarsi.rundir import chain
 from infrarsi.execute.executor import wait
 from infrarsi.execute.local import LocalExecutor, isolation_problem
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 
 from .conftest import ROOT, TRITON_RMSNORM, tiny
 
@@ -84,7 +84,7 @@ def _attack(run: Path, tmp_path: Path, executor, bank: Path, records=RECORDS):
     script = tmp_path / "attack.py"
     script.write_text(ATTACK)
     trial = run / "trials" / "99"
-    spec = LaunchSpec(argv=[sys.executable, str(script), str(seal.key_path()), str(bank), *records], time_limit_s=60,
+    spec = LaunchSpec(argv=[sys.executable, str(script), str(chain.key_path()), str(bank), *records], time_limit_s=60,
                       cwd=str(run.parent))
     handle = executor.submit(spec, trial, token=f"attack-{uuid.uuid4().hex[:8]}")
     outcome = wait(executor, handle, timeout_s=60)
@@ -101,7 +101,7 @@ def test_an_isolated_trial_cannot_read_its_runs_records_nor_write_the_bank(recor
     monkeypatch.setenv("OPENAI_API_KEY", "sk-the-runner-s")  # the runner's secrets stay in the runner
     monkeypatch.setenv("HF_TOKEN", "hf-the-runner-s")
     before = {rel: (recorded / rel).read_bytes() for rel in RECORDS}
-    assert seal.problems(recorded) == []
+    assert chain.problems(recorded) == []
     handle, got, trial = _attack(recorded, tmp_path, LocalExecutor(), bank)
     assert handle.sandboxed and not handle.unsandboxed_why
     assert {k: v for k, v in got.items() if k.startswith("read ") and k[5:] in RECORDS} == \
@@ -122,7 +122,7 @@ def test_an_isolated_trial_cannot_read_its_runs_records_nor_write_the_bank(recor
     after = {rel: (recorded / rel).read_bytes() for rel in RECORDS}
     assert after["seals.jsonl"].startswith(before.pop("seals.jsonl"))  # the runner sealed the trial's clock.json
     assert {rel: after[rel] for rel in before} == before  # nothing recorded changed
-    assert seal.problems(recorded) == []
+    assert chain.problems(recorded) == []
 
 
 def test_without_isolation_the_writes_land_and_the_handle_says_why(recorded, tmp_path):
@@ -131,8 +131,8 @@ def test_without_isolation_the_writes_land_and_the_handle_says_why(recorded, tmp
     handle, got, _ = _attack(recorded, tmp_path, LocalExecutor(LocalExecutor.Config(isolation=False)), bank,
                              ["noise.json", "verification.json", "trials/0/trial.json"])
     assert not handle.sandboxed and "isolation is off" in handle.unsandboxed_why
-    assert got["write noise.json"] == "written" and got["read key"] == len(seal.key_path().read_bytes())
-    found = seal.problems(recorded)  # the post-hoc check the runner makes after every unisolated trial
+    assert got["write noise.json"] == "written" and got["read key"] == len(chain.key_path().read_bytes())
+    found = chain.problems(recorded)  # the post-hoc check the runner makes after every unisolated trial
     assert found[0].startswith("noise.json was edited after it was sealed"), found
     assert any(p.startswith("trials/0/trial.json was edited") for p in found)
 
@@ -159,7 +159,7 @@ def test_a_kernel_candidate_under_verification_reaches_no_secret(recorded, tmp_p
     monkeypatch.setenv("ATTACKED_RUN", str(recorded))
     noise = (recorded / "noise.json").read_bytes()
     reasons, cases = _dynamic_in_subprocess(cand, "rmsnorm", VerifySettings(seed=1))
-    assert (recorded / "noise.json").read_bytes() == noise and seal.problems(recorded) == []
+    assert (recorded / "noise.json").read_bytes() == noise and chain.problems(recorded) == []
     assert reasons and reasons[0].startswith("error: importing the candidate raised"), reasons
     assert cases == []
 
@@ -261,7 +261,7 @@ RUNNER = r"""
 import sys, time
 from pathlib import Path
 from infrarsi.execute.local import LocalExecutor
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 h = LocalExecutor().submit(LaunchSpec(argv=[sys.executable, "-c", sys.argv[2], sys.argv[3], "1", "stay"],
                                       time_limit_s=600), Path(sys.argv[1]), token="tok-runner-killed")
 print(h.job_id, flush=True)
@@ -387,7 +387,7 @@ def test_an_isolated_trial_finds_no_sibling_to_edit_through_the_cli(cli, project
     r = _doctor(cli, project, monkeypatch, "on")
     run = project / "run"
     assert "attack:" not in (run / "trials/1/stdout").read_text()  # its trials/ holds its own folder only
-    assert seal.problems(run) == []  # the doctor's records are as the runner wrote them
+    assert chain.problems(run) == []  # the doctor's records are as the runner wrote them
     t1 = json.loads((run / "trials/1/trial.json").read_text())
     assert t1["warnings"] == []
     assert r.returncode == 0, r.stderr  # otherwise an honest kernel: the doctor finishes

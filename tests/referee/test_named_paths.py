@@ -13,7 +13,7 @@ import pytest
 
 from infrarsi.execute.executor import tail, wait
 from infrarsi.execute.local import LocalExecutor, isolation_problem
-from infrarsi.execute.spec import LaunchSpec
+from infrarsi.trial import LaunchSpec
 
 PROBE = r"""
 import json, os, sys

@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from infrarsi.contract import seal
+from infrarsi.rundir import chain
+from infrarsi.rundir.names import SEALS
 
 
 def _edit_json(path, fn):
@@ -109,7 +110,7 @@ def test_records_remember_the_lock_they_were_made_under(recorded, cli):
 
 
 def test_an_edited_chain_is_refused(recorded, cli):
-    log = recorded / seal.SEAL_LOG
+    log = recorded / SEALS
     lines = log.read_text().splitlines()
     e = json.loads(lines[4])
     e["sha256"] = "0" * 64
@@ -126,8 +127,8 @@ def test_the_honest_run_still_reports_and_applies(recorded, cli):
 
 
 def test_the_key_lives_outside_the_run(recorded):
-    assert not seal.key_path().resolve().is_relative_to(recorded.resolve())
-    assert seal.key_path().stat().st_mode & 0o077 == 0
+    assert not chain.key_path().resolve().is_relative_to(recorded.resolve())
+    assert chain.key_path().stat().st_mode & 0o077 == 0
 
 
 def test_a_write_cut_by_a_crash_still_resumes(recorded, monkeypatch):
@@ -151,15 +152,15 @@ def test_a_write_cut_by_a_crash_still_resumes(recorded, monkeypatch):
         with pytest.raises(SystemExit):
             run.write(t, json.dumps(body))
     assert t.read_text() == before
-    with open(recorded / seal.SEAL_LOG, "a") as f:
+    with open(recorded / SEALS, "a") as f:
         f.write('{"n": 99, "path": "trials/2/tr')  # and a later entry cut mid-line
     load_locked(recorded)
     run.write(run.trial_file(3, "trial.json"), run.trial_file(3, "trial.json").read_text())
-    last = [json.loads(x) for x in (recorded / seal.SEAL_LOG).read_text().splitlines()[-2:]]
+    last = [json.loads(x) for x in (recorded / SEALS).read_text().splitlines()[-2:]]
     assert last[0]["path"] == "trials/2/trial.json" and last[0]["mends"] == last[0]["n"] - 1  # sealed as it is
     load_locked(recorded)
     t.write_text(json.dumps(body))  # the write that never happened, made by hand now: an edit
-    with pytest.raises(seal.SealError, match="trials/2/trial.json was edited after it was sealed"):
+    with pytest.raises(chain.SealError, match="trials/2/trial.json was edited after it was sealed"):
         load_locked(recorded)
 
 
@@ -174,17 +175,17 @@ def test_a_chain_cut_back_with_its_records_is_refused(recorded, tmp_path):
     shutil.copytree(recorded, backup)
     old = (recorded / "noise.json").read_bytes()
     rewrite_sealed(recorded, "noise.json", json.dumps({**noise, "mde": noise["mde"] / 10}))
-    assert seal.problems(recorded) == []
+    assert chain.problems(recorded) == []
     # the chain's last entry cut, and the record it sealed put back as it was
-    log = recorded / seal.SEAL_LOG
+    log = recorded / SEALS
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:-1]))
     (recorded / "noise.json").write_bytes(old)
-    found = seal.problems(recorded)
+    found = chain.problems(recorded)
     assert found and "the chain was cut and records rolled back" in found[0], found
     # the whole run directory put back from the copy
     shutil.rmtree(recorded)
     shutil.copytree(backup, recorded)
-    found = seal.problems(recorded)
+    found = chain.problems(recorded)
     assert found and "the chain was cut and records rolled back" in found[0], found
 
 
@@ -197,7 +198,7 @@ def _fail_verdict(run):
     sha = __import__("hashlib").sha256(cand.read_bytes()).hexdigest()
     f = verdicts.record(run, {str(cand): {"op": "rmsnorm", "verdict": "fail", "sha256": sha,
                                           "reasons": ["forward: output 0: 9 of 4096 elements off"]}})
-    assert seal.problems(run) == []  # as written, the records are whole
+    assert chain.problems(run) == []  # as written, the records are whole
     return cand, f
 
 
@@ -243,5 +244,5 @@ def test_an_edited_kernel_verdict_is_refused_inside_the_run_too(recorded, monkey
     _pass_it(f)
     why = verdicts.refusal("rmsnorm", str(cand))
     assert why is not None and "kernels/verdicts.json was edited after it was sealed" in why
-    with pytest.raises(seal.SealError, match="kernels/verdicts.json was edited"):
+    with pytest.raises(chain.SealError, match="kernels/verdicts.json was edited"):
         verdicts.disqualify(recorded, str(cand), "numerics_drift in trial 9")

@@ -1,6 +1,6 @@
 """The report names the drift between the run's phases, and flags the knob effects verification did not bear out."""
 
-from infrarsi.execute.trial import Metrics, Trial, TrialStatus
+from infrarsi.trial import Metrics, Trial, TrialStatus
 from infrarsi.report.conditions import drift_lines, unreproduced_effects
 from infrarsi.rundir import EffectRecord, VerifiedCandidate
 

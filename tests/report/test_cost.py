@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from infrarsi.execute.record import RunRecord
-from infrarsi.execute.trial import Cost, Metrics, Trial, TrialStatus
+from infrarsi.trial import Cost, Metrics, Trial, TrialStatus
 from infrarsi.report import load_run
 from infrarsi.report.cost import run_cost
 from infrarsi.report.render import build, to_markdown

@@ -3,7 +3,7 @@ a success in green; whole sentences; the best-so-far line follows what was repro
 
 import dataclasses
 
-from infrarsi.execute.trial import Metrics, Trial
+from infrarsi.trial import Metrics, Trial
 from infrarsi.report.plots import best_so_far
 
 

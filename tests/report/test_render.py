@@ -223,7 +223,7 @@ def test_every_trial_shows_its_preflight_estimate_against_its_measured_peak(run_
     the trials on disk and the analytical model itself."""
     from infrarsi.adapters import get_adapter
     from infrarsi.rundir import RunDir
-    from infrarsi.execute.trial import TrialStatus
+    from infrarsi.trial import TrialStatus
     from infrarsi.priors.offline import memory_estimator
 
     MiB = 2**20

@@ -80,3 +80,25 @@ def test_apply_tells_a_kernel_file_by_its_kind_not_by_its_audit_line(run_dir, tm
     reworded = dataclasses.replace(plan, files=[dataclasses.replace(f, why="a verified candidate") for f in plan.files])
     assert problems(reworded, repo, ["kernels/swiglu/*.py"], git=False) == [
         f"{KERNEL} is outside the locked scope ['kernels/swiglu/*.py']"]
+
+
+def test_the_search_records_priors_are_typed_and_an_older_search_record_reads(run_dir):
+    import json
+
+    from infrarsi.rundir import RunDir, SearchRecord
+    from infrarsi.trial import Prior
+
+    run = RunDir(run_dir)
+    path = run.file(run.SEARCH)
+    before = path.read_bytes()
+    rec = run.search()
+    assert rec.priors and all(isinstance(p, Prior) for p in rec.priors)
+    run.write_search(rec)
+    assert path.read_bytes() == before  # typed in code, the same bytes on disk
+    # a search record as the run stage wrote it before its priors were typed: each prior as its dumped mapping
+    older = json.loads(before)
+    older["priors"] = [{"knob": "micro_batch_size", "value": 4, "time_mean": -0.1, "time_sd": 0.3, "mem_mean": 0.2,
+                        "mem_sd": 0.4, "source": "llm", "rationale": "fewer steps"}]
+    assert SearchRecord.model_validate(older).priors == [
+        Prior(knob="micro_batch_size", value=4, time_mean=-0.1, time_sd=0.3, mem_mean=0.2, mem_sd=0.4, source="llm",
+              rationale="fewer steps")]

@@ -10,7 +10,7 @@ from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.models import MemoryModel
 from infrarsi.models._fit import GridPosterior
 from infrarsi.models.revision import revision
-from infrarsi.priors.prior import Prior
+from infrarsi.trial.prior import Prior
 from infrarsi.search.surrogate import Surrogate
 from infrarsi.search import JointTime, Outcome, ResidualTime, Steps, StructuredPeak, Tuner, TunerConfig, run_tuner
 

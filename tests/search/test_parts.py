@@ -40,8 +40,9 @@ def test_the_search_parts_meet_their_protocols():
     assert isinstance(Tuner(space(), memory_capacity_bytes=CAP, memory_estimate=lambda s: 1e9).memory, CensoredPeak)
 
 
-class KnownTime:
-    """A time part of one's own: it knows the step time (the protocol: bind, fit, predict)."""
+class KnownTime(TimePart):
+    """A time part of one's own: it knows the step time (the protocol: bind, fit, predict; what it lacks, such as
+    ``sample`` or ``additive``, is the protocol's no-op default)."""
 
     def bind(self, setup):
         self.fits = 0
@@ -55,7 +56,7 @@ class KnownTime:
         return mean, np.full(len(settings), 1e-3)
 
 
-class KnownMemory:
+class KnownMemory(MemoryPart):
     """A memory part of one's own: it knows the peak."""
 
     ready = True
@@ -87,6 +88,24 @@ def test_parts_of_ones_own_drive_the_same_search():
     best = min(fits, key=lambda s: truth(s).step_time_s)
     assert t.best()[0] == best  # and finds the optimum its time part knows
     assert t.time_model is None and t.memory_model is None  # no additive models in these parts: nothing to report
+
+
+def test_a_part_that_is_not_its_protocol_is_refused_naming_the_fix():
+    """The tuner asks a part for its optional capabilities (no probing), so a part states them: by subclassing its
+    protocol, which holds the no-op defaults."""
+
+    class Bare:
+        def bind(self, setup):
+            pass
+
+        def fit(self, history):
+            pass
+
+        def predict(self, settings):
+            return np.zeros(len(settings)), np.ones(len(settings))
+
+    with pytest.raises(ValueError, match=r"time=Bare\(...\) is not a TimePart: subclass infrarsi.search.TimePart"):
+        Tuner(space(), seed=0, time=Bare())
 
 
 def test_a_part_belongs_to_one_tuner_and_a_memory_part_needs_a_capacity():

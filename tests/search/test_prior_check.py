@@ -11,7 +11,7 @@ from scipy.stats import multivariate_normal, norm
 from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.models import TimeModel
 from infrarsi.models._fit import conjugate_grid
-from infrarsi.priors.prior import Prior
+from infrarsi.trial.prior import Prior
 from infrarsi.search import Outcome, Tuner, TunerConfig
 from infrarsi.search.prior_check import evidence_conflicts
 

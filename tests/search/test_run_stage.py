@@ -102,13 +102,13 @@ def test_a_killed_run_resumes_without_rerunning_finished_trials(sim_run):
 
 
 def _trial(i, t):
-    from infrarsi.execute.trial import Metrics, Trial
+    from infrarsi.trial import Metrics, Trial
 
     return Trial(id=i, setting={}, status="ok", role="verify", metrics=Metrics(step_time_s=t))
 
 
 def test_a_pair_slowed_by_another_job_is_set_aside_by_a_rule_blind_to_the_side():
-    from infrarsi.search.reverify import disturbed_pairs
+    from infrarsi.verify.reverify import disturbed_pairs
 
     pairs = [(_trial(0, 1.45), _trial(1, 0.55)), (_trial(2, 1.44), _trial(3, 15.8)),  # 30x: another job ran
              (_trial(4, 1.39), _trial(5, 0.54)), (_trial(6, 1.37), _trial(7, 0.54))]
@@ -121,7 +121,7 @@ def test_a_pair_slowed_by_another_job_is_set_aside_by_a_rule_blind_to_the_side()
 def test_fake_steps_may_cost_at_most_two_baseline_trials(monkeypatch):
     from types import SimpleNamespace
 
-    from infrarsi.stages.run import estimate_budget_s
+    from infrarsi.estimate.choice import estimate_budget_s
 
     monkeypatch.delenv("INFRARSI_ESTIMATE_BUDGET_S", raising=False)
     runs = [SimpleNamespace(cost=SimpleNamespace(wall_s=w)) for w in (20.0, 22.0, 30.0)]
@@ -132,7 +132,7 @@ def test_fake_steps_may_cost_at_most_two_baseline_trials(monkeypatch):
 
 
 def test_only_settings_ranked_above_the_baseline_are_verified():
-    from infrarsi.search.reverify import to_verify
+    from infrarsi.verify.reverify import to_verify
 
     assert to_verify(["a", "base", "b"], "base") == ["a"]  # b is predicted slower than the baseline
     assert to_verify(["base", "a", "b"], "base") == []
@@ -140,7 +140,7 @@ def test_only_settings_ranked_above_the_baseline_are_verified():
 
 
 def test_the_tuner_is_told_a_trial_that_broke_the_loss_check_with_its_peak():
-    from infrarsi.execute.trial import Metrics, Trial
+    from infrarsi.trial import Metrics, Trial
     from infrarsi.stages.run import outcome_of
 
     drift = Trial(id=3, setting={}, status="numerics_drift", role="search", reason="grad norm off",
@@ -156,8 +156,8 @@ def test_promotion_on_unisolated_evidence_needs_the_contracts_opt_in():
     from pydantic import ValidationError
 
     from infrarsi.contract.model import Contract
-    from infrarsi.execute.trial import Metrics, Trial, TrialStatus
-    from infrarsi.search.reverify import isolation_gate
+    from infrarsi.trial import Metrics, Trial, TrialStatus
+    from infrarsi.verify.reverify import isolation_gate
 
     def trial(i, bare):
         w = ["ran without isolation: the Slurm node has no working bwrap (probe job: no bwrap on node1); ..."]
@@ -187,7 +187,7 @@ def test_the_run_stage_is_a_sequence_of_named_steps():
     long = {name: n.end_lineno - n.lineno + 1 for name, n in funcs.items() if n.end_lineno - n.lineno + 1 > 55}
     assert long == {}
     called = [ast.unparse(c.func) for c in ast.walk(funcs["run"]) if isinstance(c, ast.Call)]
-    steps = ["_load", "_guards", "_prepare", "_resume", "_search_and_verify", "_bank_record"]
+    steps = ["_load", "_guards", "_prepare", "_resume", "_search_and_verify", "bank_record"]
     assert [c for c in called if c in steps] == steps
 
 
@@ -199,7 +199,7 @@ def test_a_search_trial_is_held_against_the_incumbent_put_back_on_the_machines_s
     from infrarsi.contract.model import load_contract
     from infrarsi.doctor.noise import profile
     from infrarsi.execute.record import RunRecord
-    from infrarsi.execute.trial import Metrics, TrialStatus
+    from infrarsi.trial import Metrics, TrialStatus
     from infrarsi.search import Outcome, Tuner
     from infrarsi.stages.run import _Search, prune_target
 

@@ -4,7 +4,7 @@ import math
 import random
 
 from infrarsi.knobs import Knob, KnobSpace
-from infrarsi.priors.prior import Prior
+from infrarsi.trial.prior import Prior
 from infrarsi.search import Outcome, Tuner, TunerConfig
 from infrarsi.search.semantics import TIME, semantic_priors
 from infrarsi.testing.synthetic import megatron_like_space

@@ -214,7 +214,7 @@ def test_a_drifted_trial_is_memory_data_and_prices_what_shares_its_values():
 
 
 def test_an_estimate_that_states_its_error_sets_the_memory_models_priors():
-    from infrarsi.priors.prior import Prior
+    from infrarsi.trial.prior import Prior
     from infrarsi.search.memory import RESIDUAL_MEM_SD
 
     space = KnobSpace(knobs=[Knob(name="micro_batch_size", kind="int", domain=[2, 4, 8]),

@@ -12,10 +12,10 @@ from infrarsi.doctor.noise import profile
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 from infrarsi.knobs import Setting
 from infrarsi.search import Outcome, Tuner
-from infrarsi.search.reverify import reverify
+from infrarsi.verify.reverify import reverify
 from tests.execute.toy import ToyAdapter, toy_contract
 
 

@@ -18,7 +18,7 @@ from infrarsi.contract.model import Contract
 from infrarsi.execute import make_executor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 FORK = ROOT / "tests" / "fixtures" / "megatron_fork" / "provider_fork"

@@ -16,7 +16,7 @@ from infrarsi.contract.model import Contract
 from infrarsi.execute import make_executor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "tests" / "fixtures" / "megatron_cpu" / "tiny_pp2.sh"
@@ -35,7 +35,7 @@ def tiny_contract() -> Contract:
 
 
 def test_pipeline_parallel_trial_trains_and_the_offset_prices_it_within_ten_percent(tmp_path):
-    from infrarsi.stages.run import memory_estimate
+    from infrarsi.estimate.choice import memory_estimate
 
     contract = tiny_contract()
     adapter = MegatronAdapter()

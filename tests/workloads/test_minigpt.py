@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from infrarsi.adapters.megatron.log import classify_failure, parse_log, steady_step_time_s
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 TINY = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
         "--vocab-size", "64", "--global-batch-size", "8", "--micro-batch-size", "4", "--intra-op-threads", "1"]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from infrarsi.adapters.megatron.log import classify_failure, parse_log
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 from infrarsi.workloads import simulated as sim
 from infrarsi.workloads.simulated import ModelSpec, SimWorkload
 

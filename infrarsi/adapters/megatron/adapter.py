@@ -33,8 +33,8 @@ from typing import Any
 
 from ...contract.model import Contract
 from ...contract.place import launch_cwd, launch_path
-from ...execute.spec import LaunchSpec
-from ...execute.trial import Metrics, TrialStatus
+from ...trial import LaunchSpec
+from ...trial import Metrics, TrialStatus
 from ...knobs import KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
 from ...transformer import data_parallel
@@ -250,8 +250,7 @@ OUTPUT_FLAGS = {"--save": "checkpoints", "--tensorboard-dir": "tensorboard", "--
 def trial_outputs(argv: list[str]) -> list[str]:
     """``argv`` with the value of every output flag (:data:`OUTPUT_FLAGS`, ``--flag v`` or ``--flag=v``) pointed
     into the trial's directory (``spec.TRIAL_DIR``, filled in at launch)."""
-    from ...execute.local import OUTPUTS
-    from ...execute.spec import TRIAL_DIR
+    from ...trial import OUTPUTS, TRIAL_DIR
 
     out = list(argv)
     for i, tok in enumerate(out):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ...execute.spec import LaunchSpec
+from ...trial import LaunchSpec
 from ...knobs.catalog import ENV_PREFIX, FRAMEWORK_DEFAULTS, knobs_for
 from .args import (_BOOL_KNOBS, _CHOICE_KNOBS, _FP8_FORMAT, _INT_KNOBS, _ONLY_WHEN_WANTED, _RECOMPUTE_ACT,
                             _VP_LAYERS, COUPLED_FLAGS, FRAMEWORK, Item, _read_fixed, _read_setting, split_items)

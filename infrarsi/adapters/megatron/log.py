@@ -21,7 +21,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from ...execute.trial import Metrics, TrialStatus
+from ...trial import Metrics, TrialStatus
 
 MB = 2**20
 

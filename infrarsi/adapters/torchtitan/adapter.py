@@ -36,7 +36,7 @@ from typing import Any
 
 from ...contract.model import Contract
 from ...contract.place import launch_cwd, launch_path
-from ...execute.spec import LaunchSpec
+from ...trial import LaunchSpec
 from ...knobs import Constraint, Derived, Knob, KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
 from . import trial as torchtitan_trial

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...execute.spec import LaunchSpec
+from ...trial import LaunchSpec
 from ...knobs.catalog import ENV_PREFIX, knobs_for
 from ...transformer import data_parallel
 from .configs import _BOOL_FIELDS_02, _BOOL_FIELDS_03, _FP8_CONVERTERS, _INT_FIELDS, _SUBCOMMAND, FRAMEWORK

@@ -35,7 +35,7 @@ import statistics
 from dataclasses import dataclass
 from datetime import datetime
 
-from ...execute.trial import Metrics, TrialStatus
+from ...trial import Metrics, TrialStatus
 from ..megatron import log as megatron_log
 from ..base import ParsedRun
 

@@ -11,7 +11,7 @@ from ...launch.command import split_launcher
 from ..spec import FrameworkSpec
 
 if TYPE_CHECKING:
-    from ...execute.spec import LaunchSpec
+    from ...trial import LaunchSpec
 
 
 def claims(argv: list[str]) -> bool:

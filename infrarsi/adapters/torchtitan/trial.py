@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ...contract.model import Contract
-from ...execute.spec import LaunchSpec
+from ...trial import LaunchSpec
 from ...knobs import Knob, KnobSpace
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -98,8 +98,7 @@ def dump_folder_in_trial(argv: list[str]) -> list[str]:
     under it) in the trial's directory, ``RUN_DIR/trials/<n>/outputs`` (``spec.TRIAL_DIR``, filled in at launch):
     the repository is read-only to a trial. An override already there gets the new value; else one is added
     before the activation-checkpoint subcommand, which stays last."""
-    from ...execute.local import OUTPUTS
-    from ...execute.spec import TRIAL_DIR
+    from ...trial import OUTPUTS, TRIAL_DIR
     from .configs import _SUBCOMMAND
 
     where = f"{TRIAL_DIR}/{OUTPUTS}"

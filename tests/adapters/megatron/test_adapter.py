@@ -19,7 +19,7 @@ from infrarsi.adapters.megatron import (
     violations,
 )
 from infrarsi.contract.model import Contract
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 FIX = Path(__file__).parents[2] / "fixtures" / "megatron"
 
@@ -196,7 +196,7 @@ def test_a_trials_checkpoints_and_tensorboard_go_into_its_own_directory(tmp_path
     """--save and --tensorboard-dir (either spelling) point into RUN_DIR/trials/<n>/outputs, filled in at launch (the
     repository is read-only to a trial); --load stays what the launch says (it is read)."""
     from infrarsi.adapters.megatron.adapter import trial_outputs
-    from infrarsi.execute.spec import TRIAL_DIR, LaunchSpec
+    from infrarsi.trial import TRIAL_DIR, LaunchSpec
 
     c = Contract.model_validate({
         "name": "gpt3", "workload": {"adapter": "megatron", "launch": str(FIX / "gpt3_175b.sh"),

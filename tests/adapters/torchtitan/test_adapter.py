@@ -20,7 +20,7 @@ from infrarsi.adapters.torchtitan import (
     violations,
 )
 from infrarsi.contract.model import Contract
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 FIX = Path(__file__).parents[2] / "fixtures" / "torchtitan"
 

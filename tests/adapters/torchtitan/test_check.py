@@ -25,7 +25,7 @@ from infrarsi.contract.model import Contract
 from infrarsi.execute import make_executor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 FIX = Path(__file__).parents[2] / "fixtures"
 N_SAMPLE = 4  # per fixture, on top of every valid neighbour (the slow run draws 40)

@@ -12,7 +12,7 @@ import pytest
 from infrarsi.adapters.torchtitan.log import (aborted_after_training, cause_line, classify_torchtitan_failure,
                                               parse_lines, parse_torchtitan_log, parse_torchtitan_output,
                                               step_times_s)
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 FIX = Path(__file__).parents[2] / "fixtures" / "torchtitan_cpu"
 TOKENS = 16 * 512

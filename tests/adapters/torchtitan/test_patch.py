@@ -20,7 +20,7 @@ from infrarsi.contract.model import Contract
 from infrarsi.execute import make_executor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
-from infrarsi.execute.trial import TrialStatus
+from infrarsi.trial import TrialStatus
 
 # find_spec, not importorskip: importing torchtitan here would import triton into the test process before the
 # kernel tests set TRITON_INTERPRET=1 (the trials import it in their own processes)

@@ -13,7 +13,7 @@ from infrarsi.adapters.torchtitan import trial as torchtitan_trial
 from infrarsi.adapters.torchtitan import TorchtitanAdapter
 from infrarsi.adapters.workload import Workload
 from infrarsi.contract.model import Contract, load_contract
-from infrarsi.execute.spec import TRIAL_DIR
+from infrarsi.trial import TRIAL_DIR
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_CONTRACT = ROOT / "contracts" / "torchtitan-cpu.toml"
@@ -166,7 +166,7 @@ def test_init_locks_the_shipped_cpu_contract_from_the_repository_root(tmp_path, 
 
 def test_the_run_stages_memory_offset_runs_the_real_model_for_the_shipped_contract(monkeypatch):
     pytest.importorskip("torchtitan", reason="the torchtitan extra is not installed")
-    from infrarsi.stages.run import memory_estimate
+    from infrarsi.estimate.choice import memory_estimate
 
     monkeypatch.chdir(ROOT)
     c = load_contract(CPU_CONTRACT)

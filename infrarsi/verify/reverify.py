@@ -1,5 +1,5 @@
 """The verify step: the best settings of a search rerun interleaved with the baseline (A B A B ...), pairs that
-another job disturbed rerun, and promotion by the sequential rule of :mod:`infrarsi.speedup` (the paired speedup's
+another job disturbed rerun, and promotion by the sequential rule of :mod:`.speedup` (the paired speedup's
 95% CI) and the contract's loss invariant. The statistics live in ``speedup.py``; this module runs the
 pairs and records them (RunDir's verification progress and verification records).
 
@@ -21,11 +21,11 @@ from ..contract.numerics import drift_of
 from ..execute.conditions import drift, load_of
 from ..execute.end_to_end import pair_times
 from ..execute.runner import unisolated
-from ..execute.trial import Trial, TrialStatus
+from ..trial import Trial, TrialStatus
 from ..knobs import Setting
-from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
-from .tuner import Tuner
-from ..speedup import FIRST_LOOK, LEVEL, decide, outranked_before_pairs
+from ..rundir import Disturbed, RerunPair, RunDir, Verification, VerificationProgress, VerifiedCandidate
+from ..search.tuner import Tuner
+from .speedup import FIRST_LOOK, LEVEL, Decision, decide, outranked_before_pairs
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -38,17 +38,16 @@ if TYPE_CHECKING:
 def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runner, tuner: Tuner, baseline: Setting, base_losses, noise,
               console: Console, on_pair: Callable[[str, int], None] = lambda subject, left: None) -> Verification:
     """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out), added one pair at a time
-    until the sequential rule decides (speedup.py) or ``budget.verify_pairs`` run out; promotion by that rule and
+    until the sequential rule decides (verify/speedup.py) or ``budget.verify_pairs`` run out; promotion by that rule and
     the loss invariant. Resumable: the pairs run so far are kept in the verification progress record. Writes and
     returns the verification record. Each pair is printed as it finishes; ``on_pair(subject, left)`` is told which pair
     runs next and the most pairs left, this one included (the live progress line and its ETA)."""
     max_pairs = contract.budget.verify_pairs
     top = to_verify(tuner.top(3), baseline)
-    out: dict[str, Any] = {"repeats": max_pairs, "mde": noise.mde, "baseline": baseline.to_dict(), "candidates": [],
-                           "rule": f"pairs added one at a time (at most {max_pairs}); promote when the sequential "
-                                   f"interval's lower bound (alpha spent over the looks) > 1 + mde and the loss trace "
-                                   f"matches the baseline within the contract; stop when its upper bound < 1 + mde, "
-                                   f"or < the lower bound of a candidate already promoted"}
+    rule = (f"pairs added one at a time (at most {max_pairs}); promote when the sequential interval's lower bound "
+            f"(alpha spent over the looks) > 1 + mde and the loss trace matches the baseline within the contract; "
+            f"stop when its upper bound < 1 + mde, or < the lower bound of a candidate already promoted")
+    verified: list[VerifiedCandidate] = []
     run = RunDir(run_dir)
     recorded = run.progress()
     progress = account(recorded.model_copy(deep=True), record.trials(), baseline)  # key -> [(baseline, candidate)]
@@ -59,14 +58,14 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
         ids = progress.pairs.setdefault(cand.key(), [])
         pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-        disturbed: list[tuple[Trial, Trial]] = []
         skip = None if pairs else outranked_before_pairs(*_search_figures(cand, record.trials()), cv=noise.cv,
                                                          outrank=best_lo)
         if skip is not None:  # its pairs could only end outranked (speedup.py): none are run
-            out["candidates"].append({"setting": cand.to_dict(), "why": tuner.why(cand), "trials": [],
-                                      "promoted": False, "decision": "outranked", "reason": skip})
+            verified.append(VerifiedCandidate(setting=cand.to_dict(), why=tuner.why(cand), trials=[], promoted=False,
+                                              decision="outranked", reason=skip))
             console.print(f"  candidate {n_cand} of {len(top)}: {skip}", highlight=False)
             continue
+        disturbed: list[tuple[Trial, Trial]] = []
         while True:
             used = [p for p in pairs if p not in disturbed]
             bad = [p for p in disturbed_pairs(used) if len(disturbed) < MAX_DISTURBED]
@@ -90,51 +89,57 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
             console.print(f"  verify {which}: {_pair_line(a, b)}", highlight=False)
         pairs = [p for p in pairs if p not in disturbed]
         ok_pairs = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
-        times = [pair_times(a, b) for a, b in ok_pairs]
-        entry: dict[str, Any] = {"setting": cand.to_dict(), "why": tuner.why(cand),
-                                 "trials": [[a.id, b.id] for a, b in pairs]}
-        if any(note for *_, note in times):
-            entry["end_to_end"] = [note for *_, note in times if note]
-        if disturbed:
-            entry["disturbed"] = {"trials": [[a.id, b.id] for a, b in disturbed],
-                                  "reason": f"a run took over {DISTURBED_FACTOR:g}x the median of its side: another job "
-                                            f"shared the machine; the pair was run again"}
-        if d.speedup is None:
-            entry.update(promoted=False, reason=f"only {len(ok_pairs)} of {len(pairs)} pairs ran ok (the rule needs "
-                                                f"{FIRST_LOOK})")
-        else:
-            sp = d.speedup
-            passed, why = d.promoted, d.reason
-            drift = drift_of(base_losses, contract, cand, ok_pairs[0][1].metrics)
-            if drift:
-                passed, why = False, f"loss invariant broken: {drift}"
-            bare, refused = isolation_gate(contract, ok_pairs)
-            if bare:
-                entry["unisolated"] = bare
-                if refused:
-                    passed, why = False, refused
-                elif passed:
-                    why = f"{why} (on evidence from {len(bare)} unisolated trials: the contract allows it)"
-            entry.update(sp.to_dict(), promoted=passed, reason=why, level=LEVEL, decision=d.state,
-                         baseline_s=[x[0] for x in times], candidate_s=[x[1] for x in times],
-                         peak_memory_bytes=max((b.metrics.peak_memory_bytes or 0) for _, b in ok_pairs) or None,
-                         baseline_peak_memory_bytes=max((a.metrics.peak_memory_bytes or 0) for a, _ in ok_pairs) or None,
-                         mfu=_median([b.metrics.mfu for _, b in ok_pairs]),
-                         baseline_mfu=_median([a.metrics.mfu for a, _ in ok_pairs]))
-        if entry["promoted"]:
-            best_lo = max(best_lo or 0.0, entry["ci95"][0])
-        entry["explanation"] = explain(cand, record.trials(), ok_pairs, noise, promoted=entry["promoted"])
-        out["candidates"].append(entry)
+        entry = _verified(cand, tuner.why(cand), pairs, disturbed, ok_pairs, d, contract, base_losses)
+        entry.explanation = explain(cand, record.trials(), ok_pairs, noise, promoted=entry.promoted)
+        if entry.promoted:
+            best_lo = max(best_lo or 0.0, entry.ci95[0])
+        verified.append(entry)
         changes = ", ".join(f"{k}={v}" for k, v in cand.items() if baseline.get(k) != v) or "the baseline"
         console.print(f"  verified candidate {n_cand} of {len(top)} ({changes}): "
-                      f"{'[green]promoted[/]' if entry['promoted'] else 'not promoted'}: {entry['reason']}",
+                      f"{'[green]promoted[/]' if entry.promoted else 'not promoted'}: {entry.reason}",
                       highlight=False)
-        if entry["explanation"]:
-            console.print(f"    {entry['explanation']}")
-    out["contract_sha256"] = contract_hash(contract)
-    out["finished_at"] = time.time()
-    out["rerun"] = progress.rerun
-    return run.write_verification(out)
+        if entry.explanation:
+            console.print(f"    {entry.explanation}")
+    return run.write_verification(Verification(repeats=max_pairs, mde=noise.mde, baseline=baseline.to_dict(),
+                                               candidates=verified, rule=rule, contract_sha256=contract_hash(contract),
+                                               finished_at=time.time(), rerun=progress.rerun))
+
+
+def _verified(cand: Setting, why: dict[str, Any], pairs: list[tuple[Trial, Trial]],
+              disturbed: list[tuple[Trial, Trial]], ok_pairs: list[tuple[Trial, Trial]], d: Decision,
+              contract: Contract, base_losses) -> VerifiedCandidate:
+    """One candidate's verdict from its pairs (``pairs``: those the verdict uses; ``disturbed``: those set aside and
+    run again) and the sequential rule's decision ``d``, after the loss invariant and the isolation gate."""
+    moved = Disturbed(trials=[(a.id, b.id) for a, b in disturbed],
+                      reason=f"a run took over {DISTURBED_FACTOR:g}x the median of its side: another job shared the "
+                             f"machine; the pair was run again") if disturbed else None
+    ran = [(a.id, b.id) for a, b in pairs]
+    times = [pair_times(a, b) for a, b in ok_pairs]
+    bounded = [note for *_, note in times if note]
+    if d.speedup is None:
+        return VerifiedCandidate(setting=cand.to_dict(), why=why, trials=ran, disturbed=moved, end_to_end=bounded,
+                                 promoted=False,
+                                 reason=f"only {len(ok_pairs)} of {len(pairs)} pairs ran ok (the rule needs "
+                                        f"{FIRST_LOOK})")
+    sp = d.speedup
+    passed, reason = d.promoted, d.reason
+    drift = drift_of(base_losses, contract, cand, ok_pairs[0][1].metrics)
+    if drift:
+        passed, reason = False, f"loss invariant broken: {drift}"
+    bare, refused = isolation_gate(contract, ok_pairs)
+    if bare:
+        if refused:
+            passed, reason = False, refused
+        elif passed:
+            reason = f"{reason} (on evidence from {len(bare)} unisolated trials: the contract allows it)"
+    return VerifiedCandidate(
+        setting=cand.to_dict(), why=why, trials=ran, disturbed=moved, unisolated=list(bare or []), end_to_end=bounded,
+        promoted=passed,
+        reason=reason, speedup=sp.speedup, ci95=(sp.lo, sp.hi), pairs=sp.pairs, level=LEVEL, decision=d.state,
+        baseline_s=[x[0] for x in times], candidate_s=[x[1] for x in times],
+        peak_memory_bytes=max((b.metrics.peak_memory_bytes or 0) for _, b in ok_pairs) or None,
+        baseline_peak_memory_bytes=max((a.metrics.peak_memory_bytes or 0) for a, _ in ok_pairs) or None,
+        mfu=_median([b.metrics.mfu for _, b in ok_pairs]), baseline_mfu=_median([a.metrics.mfu for a, _ in ok_pairs]))
 
 
 def _pair_line(a: Trial, b: Trial) -> str:
@@ -159,11 +164,11 @@ def explain(cand: Setting, trials: list[Trial], ok_pairs: list[tuple[Trial, Tria
     conditions of each ("" for a promoted candidate, or one without a search trial or pairs to compare)."""
     if promoted or not ok_pairs:
         return ""
+    seen = [t for t in trials if t.role == "search" and t.status is TrialStatus.OK and t.setting == cand.to_dict()]
+    base = [t for t in trials if t.role in ("doctor", "rebaseline") and t.status is TrialStatus.OK]
     s_b, s_c = _search_figures(cand, trials)
     if not s_c or not s_b:
         return ""
-    seen = [t for t in trials if t.role == "search" and t.status is TrialStatus.OK and t.setting == cand.to_dict()]
-    base = [t for t in trials if t.role in ("doctor", "rebaseline") and t.status is TrialStatus.OK]
     v_b = [a.metrics.step_time_s for a, _ in ok_pairs]
     v_c = [b.metrics.step_time_s for _, b in ok_pairs]
     search_x = statistics.median(s_b) / statistics.median(s_c)

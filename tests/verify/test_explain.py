@@ -1,9 +1,9 @@
 """A candidate that does not reproduce is explained in words: its search and A/B figures side by side, and the
 conditions of each."""
 
-from infrarsi.execute.trial import Metrics, Trial, TrialStatus
+from infrarsi.trial import Metrics, Trial, TrialStatus
 from infrarsi.knobs import Setting
-from infrarsi.search.reverify import explain
+from infrarsi.verify.reverify import explain
 
 CAND = {"intra_op_threads": 2}
 

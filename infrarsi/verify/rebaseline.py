@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Iterable
 
 from ..execute.conditions import load, shifted
-from ..execute.trial import Trial, TrialStatus
+from ..trial import Trial, TrialStatus
 
 ROLE = "rebaseline"
 MIN_BETWEEN = 2  # search trials between two baseline runs a load shift asks for (a load that swings costs no more)

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from infrarsi.speedup import promote, speedup_ci
+from infrarsi.verify.speedup import promote, speedup_ci
 
 
 def test_a_clear_speedup_is_promoted_with_the_arithmetic_in_the_reason():
@@ -42,7 +42,7 @@ def test_aa_promotes_at_most_5_percent_of_the_time(cv, repeats):
 
 
 def _sequential(rng, cv, speedup, *, mde, max_pairs=12):
-    from infrarsi.speedup import decide
+    from infrarsi.verify.speedup import decide
 
     a, b = [], []
     while True:
@@ -71,7 +71,7 @@ def test_sequential_rule_keeps_aa_below_alpha_however_often_it_looks(cv):
 
 
 def test_sequential_rule_stops_early_on_a_clear_answer_and_adds_pairs_when_unclear():
-    from infrarsi.speedup import FIRST_LOOK
+    from infrarsi.verify.speedup import FIRST_LOOK
 
     rng = random.Random(3)
     fast = _sequential(rng, 0.03, 2.5, mde=0.05)
@@ -86,7 +86,7 @@ def test_the_interval_the_sequential_rule_stops_at_is_a_95_percent_ci_and_is_nam
     """The level the rule really gives: the interval of the look that decided holds the true speedup 95% of the time
     or more (the looks' alphas add up to 2.5% a side), whatever look it stopped at, so every line calls it a 95% CI
     (not the look's own nominal 98.75% or 99.58%)."""
-    from infrarsi.speedup import CI_NAME, LEVEL
+    from infrarsi.verify.speedup import CI_NAME, LEVEL
 
     rng = random.Random(5)
     n, covered, looks = 1500, 0, set()
@@ -102,7 +102,7 @@ def test_the_interval_the_sequential_rule_stops_at_is_a_95_percent_ci_and_is_nam
 def test_the_speedup_is_the_ratio_of_the_geometric_mean_times_not_of_the_medians():
     """The headline's figure, named: exp(mean log ratio) is the ratio of the sides' geometric means exactly (here
     the ratio of the medians is 2.5x, the speedup 2.08x)."""
-    from infrarsi.speedup import geometric_means
+    from infrarsi.verify.speedup import geometric_means
 
     base, cand = [3.0, 2.5, 1.0], [1.0, 0.8333, 1.0]
     s = speedup_ci(base, cand)
@@ -116,7 +116,7 @@ def test_a_candidate_that_cannot_beat_one_already_promoted_stops_at_its_first_lo
     """The best is the highest lower bound: once a candidate is promoted at [1.23, 1.54], a second at ~1.06 whose
     upper bound is under 1.23 cannot become the best, so its pairs stop ("outranked", not promoted); without a
     promoted rival the same pairs go on (its interval still holds 1 + mde)."""
-    from infrarsi.speedup import decide
+    from infrarsi.verify.speedup import decide
 
     base = [1.00, 1.02, 0.98]
     cand = [0.945, 0.955, 0.93]  # ~1.06x, a tight interval that holds 1.05
@@ -136,7 +136,7 @@ def test_a_candidate_whose_search_figures_cannot_beat_a_promoted_one_is_not_veri
     doctor's CV (a drifting machine), it is verified."""
     import math
 
-    from infrarsi.speedup import outranked_before_pairs
+    from infrarsi.verify.speedup import outranked_before_pairs
 
     base, cand = [1.0] * 5, [1 / 1.10]
     why = outranked_before_pairs(base, cand, cv=0.03, outrank=1.229)
@@ -156,7 +156,7 @@ def test_aa_the_skip_before_pairs_leaves_an_equal_candidate_unverified_in_at_mos
     second candidate exactly as fast as a promoted first is skipped in at most ALPHA (2.5%) of draws; one half as
     fast is skipped in most draws where the first was promoted at CV 3% (the pairs saved; at 10% the search's one run
     is too noisy for that: the bench prints ~37%)."""
-    from infrarsi.speedup import ALPHA
+    from infrarsi.verify.speedup import ALPHA
     from infrarsi.testing.prune_draws import outrank_skip_rate
 
     same, promoted = outrank_skip_rate(cv=cv, speedup=3.0, draws=400, seed=1)

@@ -25,7 +25,7 @@ One name for one interval: the interval of the look that decided is a **95% CI**
 pairs out of 12, 99.58% at a later one). Each look's two-sided interval misses the true speedup with probability at
 most 2 alpha_k, and these add up to 2 ALPHA = 5% over every look the budget allows, so with probability 95% or more
 every look's interval covers it at once (a repeated confidence interval), the one the rule stopped at included,
-however the stop was chosen. ``tests/test_speedup.py`` measures the coverage.
+however the stop was chosen. ``tests/verify/test_speedup.py`` measures the coverage.
 
 The headline figure is the geometric mean of the pairs' ratios, exp(mean r), which is exactly the ratio of the two
 sides' geometric mean step times (:attr:`Speedup.baseline_s`, :attr:`Speedup.candidate_s`): those are the times to
@@ -34,15 +34,15 @@ print beside it (the ratio of the medians is another statistic).
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..stats import ALPHA, t_quantile
 
 
-ALPHA = 0.025  # one-sided: the same 2.5% a fixed-n 95% CI's lower bound spends
+
 LEVEL = 1 - 2 * ALPHA  # the confidence the interval has, one look or many (module doc)
 CI_NAME = f"{LEVEL:.0%} CI"  # its name in every line, table, plot and commit message
 
@@ -100,14 +100,6 @@ def interval(baseline_s: Sequence[float], candidate_s: Sequence[float], alpha: f
     m = statistics.fmean(r)
     half = t_quantile(1 - alpha, n - 1) * statistics.stdev(r) / math.sqrt(n)
     return Speedup(math.exp(m), math.exp(m - half), math.exp(m + half), n)
-
-
-@functools.lru_cache(maxsize=1024)
-def t_quantile(p: float, df: int) -> float:
-    """Student t's ``p`` quantile with ``df`` degrees of freedom (scipy; cached: a run asks the same few)."""
-    from scipy.stats import t as student_t  # at first use (~0.6 s): a command that stops on bad input never pays it
-
-    return float(student_t.ppf(p, df))
 
 
 @dataclass(frozen=True)

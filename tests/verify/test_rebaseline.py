@@ -1,8 +1,8 @@
 """The baseline measured close in time: search trials are told on the doctor's scale through the latest baseline run
 before them; the baseline runs again every k search trials and when the load shifts."""
 
-from infrarsi.execute.trial import Metrics, Trial, TrialStatus
-from infrarsi.search import rebaseline
+from infrarsi.trial import Metrics, Trial, TrialStatus
+from infrarsi.verify import rebaseline
 
 
 def _t(i, role, step=None, load=None, status=TrialStatus.OK):
