@@ -340,7 +340,7 @@ def _resumed(s: _Search, runner: Runner) -> None:
 def prune_target(s: _Search) -> Target | None:
     """What a search trial is held against while it runs (execute/prune.py), or None (pruning off, or nothing
     told yet): the incumbent (the told setting with the fastest run) at the median of its told runs, on the doctor's
-    scale and put back on the scale the machine has now (the latest baseline run's: search/rebaseline.py), its
+    scale and put back on the scale the machine has now (the latest baseline run's: verify/rebaseline.py), its
     figure's sd the doctor's CV over the root of its runs."""
     if not s.contract.budget.prune or s.tuner is None or not s.adapter.measured_time:
         return None  # a simulated cluster's step time is modelled, not clocked: nothing to judge while it runs

@@ -138,7 +138,7 @@ def test_the_benchmark_prints_the_aa_table():
 def test_the_benchmark_prints_the_outrank_table_and_a_runs_cost(tmp_path):
     """scripts/bench_prune.py outrank and cost (BENCHMARKS.md's tables): the skip's A/A table with few draws, and a
     real run's split (two real toy trials). Slow: 30 cells of draws, three interpreters importing torch; the default
-    tests/test_speedup.py::test_aa_the_skip_before_pairs_* and tests/report/test_cost.py::test_start_up_is_split_*
+    tests/verify/test_speedup.py::test_aa_the_skip_before_pairs_* and tests/report/test_cost.py::test_start_up_is_split_*
     keep the same functions covered."""
     import subprocess
     import sys

@@ -1,4 +1,4 @@
-"""The verify step's skip before pairs (speedup.outranked_before_pairs, search/reverify.py), with real trials: once
+"""The verify step's skip before pairs (speedup.outranked_before_pairs, verify/reverify.py), with real trials: once
 a candidate is promoted, a second whose search figures cannot beat its lower bound gets no pair at all."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def test_a_second_candidate_outranked_on_its_search_figures_runs_no_pair(tmp_pat
     candidate 2 at 100 ms (~5x), each searched once and told to a real Tuner. Candidate 1 is verified in pairs and
     promoted; candidate 2's search speedup has an upper bound far under candidate 1's lower bound, so it is recorded
     'outranked' with no trials, and no verify trial of its setting exists. Slow (~25 s at load 10: 11 real
-    trials); the default tests/test_speedup.py::test_a_candidate_whose_search_figures_cannot_beat_a_promoted_one_*
+    trials); the default tests/verify/test_speedup.py::test_a_candidate_whose_search_figures_cannot_beat_a_promoted_one_*
     and ::test_aa_the_skip_before_pairs_* keep the rule's arithmetic and A/A covered."""
     contract = toy_contract(timeout_s=30)
     contract = contract.model_copy(update={"budget": contract.budget.model_copy(update={"verify_pairs": 4})})
