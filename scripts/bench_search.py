@@ -102,8 +102,8 @@ History = list[tuple[Setting, Outcome]]
 
 # ------------------------------------------------------------------------------------------ ours
 def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
-          oracle: str | None = None) -> tuple[History, float]:
-    t, pri = _run_ours(b, budget, priors=priors, estimate=estimate, typical=typical, oracle=oracle)
+          oracle: str | None = None, time_est: str | None = None) -> tuple[History, float]:
+    t, pri = _run_ours(b, budget, priors=priors, estimate=estimate, typical=typical, oracle=oracle, time_est=time_est)
     if priors == "wrong":  # which of the reversed priors the run flags as miscalibrated (what the report shows)
         from infrarsi.models import revision
 
@@ -115,8 +115,35 @@ def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
     return t.history, statistics.fmean(t.overhead_s)
 
 
+def time_prior(b: Bench, how: str) -> Callable[[Any], float | None]:
+    """The predicted step time the run stage starts from (estimate/step_model.py), as a landscape's time prior:
+    ``right``: the step-time model on the base workload's model and nominal H100/B200 constants (what
+    ``infrarsi estimate`` prints for the job; the variant's drawn constants, per-layout efficiencies and knob-pair
+    interactions are what it does not know); ``reversed``: the same turned upside down around the baseline's
+    time (est(baseline)^2 / est(s): the fastest layout priced slowest), a wrong prior the trials must overturn."""
+    from infrarsi.estimate.step_model import TimeEstimate, unread_knobs
+
+    land = b.land
+    unread = set(unread_knobs({k: None for k in land.named_space.names}))
+    est = TimeEstimate(w=land.w, base={}, knobs=frozenset(k for k in land.named_space.names if k not in unread))
+    named = (lambda s: est(land.to_named(s))) if land.ren is not None else est
+    if how == "right":
+        return named
+    if how == "reversed":
+        pivot = named(b.baseline)
+
+        def fn(s: Any) -> float | None:
+            t = named(s)
+            return None if t is None or pivot is None else pivot * pivot / t
+    else:
+        raise ValueError(f"time_est={how!r}: right or reversed")
+    if land.ren is None:
+        fn.knobs = est.knobs  # type: ignore[attr-defined]  # the columns whose prior moves to the residual's
+    return fn
+
+
 def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
-              oracle: str | None = None) -> tuple[Tuner, list]:
+              oracle: str | None = None, time_est: str | None = None) -> tuple[Tuner, list]:
     """This search as ``_ours`` configures it, driven for ``budget`` trials: (the tuner, its priors)."""
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
@@ -139,6 +166,10 @@ def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bo
     parts = ablated_parts({k: v for k, v in CONFIG.items() if k not in config}, estimate=est is not None)
     if oracle:
         parts.update(bench_oracles.ORACLES[oracle](b))
+    if time_est:
+        from infrarsi.search.estimated import EstimatedTime
+
+        parts["time"] = EstimatedTime(time_prior(b, time_est))
     t = Tuner(b.space, memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**config),
               initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
               memory_estimate=est, **parts)
@@ -167,7 +198,7 @@ def wrong_knobs(priors: list) -> list[str]:
 
 
 OURS = ("cold", "cold-est", "priors", "priors-noest", "wrong", "cold-oracle-memory", "cold-oracle-time", "cold-oracle-physics",
-        "cold-oracle-formulas")
+        "cold-oracle-formulas", "cold-time", "priors-time", "priors-time-reversed")
 TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
     "cold": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False),
     "priors": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True),
@@ -181,6 +212,10 @@ TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
                                              oracle="physics"),
     "cold-oracle-formulas": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False,
                                               oracle="formulas"),
+    "cold-time": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False, time_est="right"),
+    "priors-time": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True, time_est="right"),
+    "priors-time-reversed": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True,
+                                               time_est="reversed"),
     "random": run_random,
     "tpe": lambda b, n: _optuna(b, n, "tpe"),
     "gp": lambda b, n: _optuna(b, n, "gp"),

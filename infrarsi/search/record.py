@@ -43,6 +43,7 @@ from ..models import Effect, revision
 from ..priors.prior import Prior, Z90
 from ..rundir.models import EffectRecord, FittedRecord, ModelsRecord, RevisionRecord
 from .memory import AdditivePeak, CensoredPeak, NoMemory, StructuredPeak
+from .estimated import EstimatedTime
 from .time import JointTime, ResidualTime
 from .tuner import Tuner
 
@@ -110,6 +111,9 @@ def fitted(tuner: Tuner) -> FittedRecord:
 def time_priced_by(tuner: Tuner) -> str:
     """The model that ranked step time at the end of the search (search/time.py's parts)."""
     part = tuner.time
+    if isinstance(part, EstimatedTime):
+        return ("the joint GP on the predicted step time (its log as a column with coefficient prior 1; "
+                "search/estimated.py, estimate/step_model.py)")
     if isinstance(part, JointTime) and part.surrogate is not None:
         return "the joint GP: the additive effects plus a kernel on the knob values (search/surrogate.py)"
     if isinstance(part, ResidualTime) and part.residual is not None:
