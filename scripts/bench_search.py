@@ -61,6 +61,7 @@ ran, by its noise-free time (what a pick that noise could not fool would keep).
     python scripts/bench_search.py --suite named --seeds 10 --tuners cold priors greedy
     python scripts/bench_search.py --jobs 2 --json > family.json
     python scripts/bench_search.py --tuners cold random --names opaque --oom-heavy --variant-seeds 3 --budgets 20 30
+    python scripts/bench_search.py --table family.json --paired priors priors-time   # B minus A, paired
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ from infrarsi.status import TrialStatus  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
 
 import bench_oracles  # noqa: E402  (the diagnosis tuners: cold-oracle-*)
-from bench_compare import read_runs  # noqa: E402
+from bench_compare import compare, print_rows, read_runs  # noqa: E402
 from bench_landscape import NAMES, NOISE_CV, Bench, Landscape  # noqa: E402  (the objectives)
 from bench_peers import _optuna, run_greedy, run_random, run_smac  # noqa: E402  (the tuners users have)
 
@@ -351,6 +352,21 @@ def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int
     print_checks(runs, tuners, budgets)
 
 
+def print_paired(runs: list[dict[str, Any]], a: str, b: str) -> None:
+    """``--paired A B``: row B minus row A (:func:`label`) paired on the same landscape and seed, per budget, as
+    ``bench_compare.py`` pairs two files (its statistics and its table: 95% bootstrap interval of the mean difference)."""
+    def keyed(tuner: str) -> dict[tuple[str, int], dict[str, Any]]:
+        return {(r["landscape"], int(r["seed"])): {str(k): v for k, v in r["scores"].items()}
+                for r in runs if label(r) == tuner}
+
+    base, new = keyed(a), keyed(b)
+    if not base.keys() & new.keys():
+        raise SystemExit(f"--paired {a} {b}: no landscape and seed ran both; the runs' tuners: "
+                         f"{', '.join(dict.fromkeys(label(r) for r in runs))}")
+    print(f"paired: {b} minus {a}, fraction of the optimum (best measured), per (landscape, seed) both ran")
+    print_rows(compare(base, new))
+
+
 def print_checks(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int]) -> None:
     """Per row and budget, against random search on the same landscapes (random is the same whatever the knobs are
     called): the landscapes where the row's median over seeds is below random's, its mean OOM trials over random's, and
@@ -565,7 +581,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the wrong-prior tuner at each --budgets: which knobs' priors it has set aside; and exit")
     ap.add_argument("--table", nargs="+", type=Path, metavar="JSON",
                     help="print the table of runs saved with --json (several files: one table) and exit")
+    ap.add_argument("--paired", nargs=2, metavar=("A", "B"),
+                    help="with --table: tuner B minus tuner A paired on the same landscapes and seeds, per budget")
     args = ap.parse_args(argv)
+    if args.paired and not args.table:
+        ap.error("--paired A B compares saved runs: give them with --table JSON ...")
     if args.table:
         runs = [r for f in args.table for r in read_runs(f)]
         budgets = sorted({int(n) for r in runs for n in r["scores"]})
@@ -573,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
         bases = list(dict.fromkeys(r["base"] for r in runs))
         print_table(runs, tuners, budgets, ["all"] + (bases if args.suite == "named" else []),
                     f"suite {args.suite} (from {len(args.table)} file(s))")
+        if args.paired:
+            print_paired(runs, *args.paired)
         return 0
     bad = [t for t in args.tuners if t not in TUNERS]
     if bad:
@@ -615,8 +637,9 @@ def main(argv: list[str] | None = None) -> int:
         med = {k: statistics.median(r[k] for r in rows) for k in ("bias", "sd", "blocked", "headroom")}
         print(f"{'median':24s} {med['bias']:6.2f} {med['sd']:6.2f} {med['blocked']:6.0%} {med['headroom']:8.2f}")
         return 0
+    # tuners innermost: a cut --append run holds every tuner on the cells it reached (what --paired compares)
     jobs = [(base, var, seed, args.report, t, args.budgets, config, dict(ARM))
-            for t in args.tuners for base, var, seed in cells]
+            for base, var, seed in cells for t in args.tuners]
     t0 = time.perf_counter()
     if args.append:
         return append_runs(args.append, jobs, args.jobs)
