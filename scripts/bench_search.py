@@ -27,6 +27,10 @@ Tuners (``--tuners``), each given the same space, validity rule and repair moves
   on its drawn hardware constants (``Variant.formula_time``) plus a GP on what they miss, learned from the trials: the
   ceiling of a search that knows the simulator; ``cold-oracle-formulas``: the same with the base workload's nominal
   constants (the formulas alone, not the cluster). Family suite only;
+- ``priors-time``: ``priors`` whose time model starts from the predicted step time (``search/estimated.py``, the run
+  stage's default on a Megatron GPU launch: estimate/step_model.py on the base workload's nominal constants, which the
+  variant's drawn constants, per-layout efficiencies and interactions are not); ``priors-time-reversed``: the same
+  with the estimate turned upside down around the baseline's (a wrong one); ``cold-time``: ``cold`` with the estimate;
 - ``random``: uniform over valid settings;
 - ``tpe``: Optuna TPE, multivariate and grouped, with ``constraints_func`` (an invalid or OOM setting is
   infeasible); ``gp``: Optuna GPSampler with the same constraints; ``smac``: SMAC3 random-forest BO
