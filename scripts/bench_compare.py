@@ -110,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     base, new = load(args.base, args.tuner), load(args.new, args.tuner)
     if args.by == "landscape":
         base, new = by_landscape(base, args.base), by_landscape(new, args.new)
-    rows = compare(base, new)
+    print_rows(compare(base, new))
+    return 0
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    """:func:`compare`'s rows as the table this script prints (``bench_search.py --paired`` prints it too)."""
     print(f"{'budget':>6s} {'pairs':>5s} {'median base -> new':>19s} {'mean base -> new':>17s} "
           f"{'worst base -> new':>18s} {'mean diff [95% CI]':>26s} {'ahead':>5s} {'behind':>6s} {'OOM base -> new':>16s}")
     for r in rows:
@@ -118,7 +123,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['base_mean']:>7.3f} -> {r['new_mean']:.3f} {r['base_worst']:>8.3f} -> {r['new_worst']:.3f} "
               f"{r['diff']:>+9.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] "
               f"{r['ahead']:5d} {r['behind']:6d} {r['base_ooms']:>7.1f} -> {r['new_ooms']:.1f}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@ Tuners (``--tuners``), each given the same space, validity rule and repair moves
   on its drawn hardware constants (``Variant.formula_time``) plus a GP on what they miss, learned from the trials: the
   ceiling of a search that knows the simulator; ``cold-oracle-formulas``: the same with the base workload's nominal
   constants (the formulas alone, not the cluster). Family suite only;
+- ``priors-time``: ``priors`` whose time model starts from the predicted step time (``search/estimated.py``, the run
+  stage's default on a Megatron GPU launch: estimate/step_model.py on the base workload's nominal constants, which the
+  variant's drawn constants, per-layout efficiencies and interactions are not); ``priors-time-reversed``: the same
+  with the estimate turned upside down around the baseline's (a wrong one); ``cold-time``: ``cold`` with the estimate;
 - ``random``: uniform over valid settings;
 - ``tpe``: Optuna TPE, multivariate and grouped, with ``constraints_func`` (an invalid or OOM setting is
   infeasible); ``gp``: Optuna GPSampler with the same constraints; ``smac``: SMAC3 random-forest BO
@@ -61,6 +65,7 @@ ran, by its noise-free time (what a pick that noise could not fool would keep).
     python scripts/bench_search.py --suite named --seeds 10 --tuners cold priors greedy
     python scripts/bench_search.py --jobs 2 --json > family.json
     python scripts/bench_search.py --tuners cold random --names opaque --oom-heavy --variant-seeds 3 --budgets 20 30
+    python scripts/bench_search.py --table family.json --paired priors priors-time   # B minus A, paired
 """
 
 from __future__ import annotations
@@ -87,7 +92,7 @@ from infrarsi.trial.status import TrialStatus  # noqa: E402
 from infrarsi.workloads.simulated import WORKLOADS  # noqa: E402
 
 import bench_oracles  # noqa: E402  (the diagnosis tuners: cold-oracle-*)
-from bench_compare import read_runs  # noqa: E402
+from bench_compare import compare, print_rows, read_runs  # noqa: E402
 from bench_landscape import NAMES, NOISE_CV, Bench, Landscape  # noqa: E402  (the objectives)
 from bench_peers import _optuna, run_greedy, run_random, run_smac  # noqa: E402  (the tuners users have)
 
@@ -102,8 +107,8 @@ History = list[tuple[Setting, Outcome]]
 
 # ------------------------------------------------------------------------------------------ ours
 def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
-          oracle: str | None = None) -> tuple[History, float]:
-    t, pri = _run_ours(b, budget, priors=priors, estimate=estimate, typical=typical, oracle=oracle)
+          oracle: str | None = None, time_est: str | None = None) -> tuple[History, float]:
+    t, pri = _run_ours(b, budget, priors=priors, estimate=estimate, typical=typical, oracle=oracle, time_est=time_est)
     if priors == "wrong":  # which of the reversed priors the run flags as miscalibrated (what the report shows)
         from infrarsi.models import revision
 
@@ -115,8 +120,35 @@ def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
     return t.history, statistics.fmean(t.overhead_s)
 
 
+def time_prior(b: Bench, how: str) -> Callable[[Any], float | None]:
+    """The predicted step time the run stage starts from (estimate/step_model.py), as a landscape's time prior:
+    ``right``: the step-time model on the base workload's model and nominal H100/B200 constants (what
+    ``infrarsi estimate`` prints for the job; the variant's drawn constants, per-layout efficiencies and knob-pair
+    interactions are what it does not know); ``reversed``: the same turned upside down around the baseline's
+    time (est(baseline)^2 / est(s): the fastest layout priced slowest), a wrong prior the trials must overturn."""
+    from infrarsi.estimate.step_model import TimeEstimate, unread_knobs
+
+    land = b.land
+    unread = set(unread_knobs({k: None for k in land.named_space.names}))
+    est = TimeEstimate(w=land.w, base={}, knobs=frozenset(k for k in land.named_space.names if k not in unread))
+    named = (lambda s: est(land.to_named(s))) if land.ren is not None else est
+    if how == "right":
+        return named
+    if how == "reversed":
+        pivot = named(b.baseline)
+
+        def fn(s: Any) -> float | None:
+            t = named(s)
+            return None if t is None or pivot is None else pivot * pivot / t
+    else:
+        raise ValueError(f"time_est={how!r}: right or reversed")
+    if land.ren is None:
+        fn.knobs = est.knobs  # type: ignore[attr-defined]  # the columns whose prior moves to the residual's
+    return fn
+
+
 def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
-              oracle: str | None = None) -> tuple[Tuner, list]:
+              oracle: str | None = None, time_est: str | None = None) -> tuple[Tuner, list]:
     """This search as ``_ours`` configures it, driven for ``budget`` trials: (the tuner, its priors)."""
     from infrarsi.priors import priors_for
     from infrarsi.priors.offline import memory_estimator
@@ -139,6 +171,10 @@ def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bo
     parts = ablated_parts({k: v for k, v in CONFIG.items() if k not in config}, estimate=est is not None)
     if oracle:
         parts.update(bench_oracles.ORACLES[oracle](b))
+    if time_est:
+        from infrarsi.search.estimated import EstimatedTime
+
+        parts["time"] = EstimatedTime(time_prior(b, time_est))
     t = Tuner(b.space, memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**config),
               initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
               memory_estimate=est, **parts)
@@ -167,7 +203,7 @@ def wrong_knobs(priors: list) -> list[str]:
 
 
 OURS = ("cold", "cold-est", "priors", "priors-noest", "wrong", "cold-oracle-memory", "cold-oracle-time", "cold-oracle-physics",
-        "cold-oracle-formulas")
+        "cold-oracle-formulas", "cold-time", "priors-time", "priors-time-reversed")
 TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
     "cold": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False),
     "priors": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True),
@@ -181,6 +217,10 @@ TUNERS: dict[str, Callable[[Bench, int], tuple[History, float]]] = {
                                              oracle="physics"),
     "cold-oracle-formulas": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False,
                                               oracle="formulas"),
+    "cold-time": lambda b, n: _ours(b, n, priors="none", estimate=False, typical=False, time_est="right"),
+    "priors-time": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True, time_est="right"),
+    "priors-time-reversed": lambda b, n: _ours(b, n, priors="offline", estimate=True, typical=True,
+                                               time_est="reversed"),
     "random": run_random,
     "tpe": lambda b, n: _optuna(b, n, "tpe"),
     "gp": lambda b, n: _optuna(b, n, "gp"),
@@ -314,6 +354,21 @@ def print_table(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int
             print(f"# {tuner}: reversed priors the run flags as miscalibrated: "
                   f"{', '.join(f'{x} x{fl.count(x)}' for x in sorted(set(fl)))} (runs)")
     print_checks(runs, tuners, budgets)
+
+
+def print_paired(runs: list[dict[str, Any]], a: str, b: str) -> None:
+    """``--paired A B``: row B minus row A (:func:`label`) paired on the same landscape and seed, per budget, as
+    ``bench_compare.py`` pairs two files (its statistics and its table: 95% bootstrap interval of the mean difference)."""
+    def keyed(tuner: str) -> dict[tuple[str, int], dict[str, Any]]:
+        return {(r["landscape"], int(r["seed"])): {str(k): v for k, v in r["scores"].items()}
+                for r in runs if label(r) == tuner}
+
+    base, new = keyed(a), keyed(b)
+    if not base.keys() & new.keys():
+        raise SystemExit(f"--paired {a} {b}: no landscape and seed ran both; the runs' tuners: "
+                         f"{', '.join(dict.fromkeys(label(r) for r in runs))}")
+    print(f"paired: {b} minus {a}, fraction of the optimum (best measured), per (landscape, seed) both ran")
+    print_rows(compare(base, new))
 
 
 def print_checks(runs: list[dict[str, Any]], tuners: list[str], budgets: list[int]) -> None:
@@ -530,7 +585,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the wrong-prior tuner at each --budgets: which knobs' priors it has set aside; and exit")
     ap.add_argument("--table", nargs="+", type=Path, metavar="JSON",
                     help="print the table of runs saved with --json (several files: one table) and exit")
+    ap.add_argument("--paired", nargs=2, metavar=("A", "B"),
+                    help="with --table: tuner B minus tuner A paired on the same landscapes and seeds, per budget")
     args = ap.parse_args(argv)
+    if args.paired and not args.table:
+        ap.error("--paired A B compares saved runs: give them with --table JSON ...")
     if args.table:
         runs = [r for f in args.table for r in read_runs(f)]
         budgets = sorted({int(n) for r in runs for n in r["scores"]})
@@ -538,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
         bases = list(dict.fromkeys(r["base"] for r in runs))
         print_table(runs, tuners, budgets, ["all"] + (bases if args.suite == "named" else []),
                     f"suite {args.suite} (from {len(args.table)} file(s))")
+        if args.paired:
+            print_paired(runs, *args.paired)
         return 0
     bad = [t for t in args.tuners if t not in TUNERS]
     if bad:
@@ -580,8 +641,9 @@ def main(argv: list[str] | None = None) -> int:
         med = {k: statistics.median(r[k] for r in rows) for k in ("bias", "sd", "blocked", "headroom")}
         print(f"{'median':24s} {med['bias']:6.2f} {med['sd']:6.2f} {med['blocked']:6.0%} {med['headroom']:8.2f}")
         return 0
+    # tuners innermost: a cut --append run holds every tuner on the cells it reached (what --paired compares)
     jobs = [(base, var, seed, args.report, t, args.budgets, config, dict(ARM))
-            for t in args.tuners for base, var, seed in cells]
+            for base, var, seed in cells for t in args.tuners]
     t0 = time.perf_counter()
     if args.append:
         return append_runs(args.append, jobs, args.jobs)

@@ -263,3 +263,34 @@ def describe(p: StepPrediction) -> str:
 def changed(setting: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
     """The knobs of ``setting`` that differ from ``base`` (a listed layout, shortly)."""
     return {k: v for k, v in setting.items() if base.get(k) != v}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeEstimate:
+    """The search's time prior (:class:`infrarsi.search.estimated.EstimatedTime`): ``estimate(setting)`` is the
+    predicted step seconds of ``setting`` over the launch's own flags, or None where the model cannot price it
+    (:func:`unpriced_reason`, a layout that does not divide the model). ``knobs``: the scope's knobs the model reads."""
+
+    w: SimWorkload
+    base: Mapping[str, Any]  # what the launch sets itself (launch_setting), under every setting
+    knobs: frozenset[str]
+    cache: dict = field(default_factory=dict, compare=False)
+
+    def __call__(self, setting: Mapping[str, Any]) -> float | None:
+        from ..workloads.simulated import _layout, _step_time
+
+        full = {**self.base, **setting}
+        if unpriced_reason(self.w, full):
+            return None
+        try:
+            return float(_step_time(self.w, _layout(self.w, full), self.cache)[0])
+        except (ValueError, KeyError, ZeroDivisionError):  # a layout the model's shapes do not divide
+            return None
+
+
+def time_estimate(workload: Workload, space: KnobSpace) -> TimeEstimate:
+    """The contract's step-time prior over ``space`` (EstimateError saying why there is none)."""
+    w = cost_workload(workload)
+    base = launch_setting(workload, {})
+    unread = set(unread_knobs({k: None for k in space.names}))
+    return TimeEstimate(w=w, base=base, knobs=frozenset(k for k in space.names if k not in unread))

@@ -46,6 +46,7 @@ from ..trial.prior import Prior, Z90
 from ..rundir import RunDir, SearchRecord
 from ..rundir.models import EffectRecord, FittedRecord, ModelsRecord, RevisionRecord
 from .memory import AdditivePeak, CensoredPeak, NoMemory, StructuredPeak
+from .estimated import EstimatedTime
 from .time import JointTime, ResidualTime
 from .tuner import Tuner
 
@@ -113,6 +114,9 @@ def fitted(tuner: Tuner) -> FittedRecord:
 def time_priced_by(tuner: Tuner) -> str:
     """The model that ranked step time at the end of the search (search/time.py's parts)."""
     part = tuner.time
+    if isinstance(part, EstimatedTime):
+        return ("the joint GP on the predicted step time (its log as a column with coefficient prior 1; "
+                "search/estimated.py, estimate/step_model.py)")
     if isinstance(part, JointTime) and part.surrogate is not None:
         return "the joint GP: the additive effects plus a kernel on the knob values (search/surrogate.py)"
     if isinstance(part, ResidualTime) and part.residual is not None:

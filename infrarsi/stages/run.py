@@ -41,6 +41,7 @@ from ..trial.status import TrialStatus
 from . import run_state as state
 
 if TYPE_CHECKING:
+    from ..adapters import Adapter
     from ..doctor.noise import NoiseProfile
     from ..execute.record import RunRecord
     from ..execute.runner import Runner, TrialAdapter
@@ -74,6 +75,25 @@ def load_priors(space: KnobSpace, contract: Contract, run_dir: Path, err: Consol
 def evidence_of(contract: Contract) -> str:
     """The kind of evidence this run's trials are: "simulated" (a what-if cluster) or "measured"."""
     return "simulated" if simulated(contract.workload.adapter) else "measured"
+
+
+def time_prior(space: KnobSpace, contract: Contract, *, contract_dir: Path | None = None,
+               adapter: Adapter | None = None):
+    """The time part starting from the predicted step time (search/estimated.py), for a Megatron launch on a GPU the
+    step-time model knows; None otherwise (a simulated contract: the estimate is its own landscape, a circular prior;
+    a launch or GPU the model cannot price)."""
+    from ..adapters.workload import Workload
+    from ..estimate.result import EstimateError
+    from ..estimate.step_model import time_estimate
+    from ..search.estimated import EstimatedTime
+
+    try:
+        workload = Workload(contract, contract_dir, adapter)
+        if workload.adapter.step_model != "launch":
+            return None
+        return EstimatedTime(time_estimate(workload, space))
+    except (EstimateError, ValueError):
+        return None
 
 
 @dataclass
@@ -216,7 +236,9 @@ def _resume(s: _Search, *, max_trials: int | None, parallel: int | None, more: i
     s.tuner = tuner = Tuner(s.space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, priors=s.priors,
                             seed=search_seed, initial=s.bank_initial, noise_cv=max(noise.cv, 1e-3), config=cfg,
                             memory_estimate=memory_estimate(s.space, contract, contract_dir=s.contract_dir,
-                                                            budget_s=estimate_budget_s(s.base_trials)))
+                                                            budget_s=estimate_budget_s(s.base_trials)),
+                            time=time_prior(s.space, contract, contract_dir=s.contract_dir)
+                            if cfg.time_prior_from_estimate else None)
     for t in s.base_trials:
         tuner.tell(t.setting, outcome_of(t))
     s.ref_s = noise.median_step_s  # search trials are told on the doctor's scale (verify/rebaseline.py)

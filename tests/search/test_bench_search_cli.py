@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_search.py"
 
@@ -54,3 +57,45 @@ def test_table_reads_an_append_file_one_run_per_line(tmp_path):
     assert out.returncode == 0, out.stderr
     row = out.stdout.splitlines()[2].split()
     assert row[1] == "cold" and row[3] == "0.850" and row[-1] == "(n=2)"
+
+
+
+def test_paired_prints_b_minus_a_on_the_landscapes_and_seeds_both_ran(tmp_path, capsys):
+    # --paired A B: per budget, row B minus row A on each (landscape, seed) both ran (bench_compare.py's table); a run
+    # only one of them has is left out. In-process: three subprocesses of this script took ~60 s on the loaded machine
+    spec = importlib.util.spec_from_file_location("bench_search", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def run(tuner: str, landscape: str, seed: int, at10: float, at20: float) -> dict:
+        return {"landscape": landscape, "base": "w", "tuner": tuner, "seed": seed, "overhead_s": 0.1,
+                "scores": {str(n): {"frac": f, "ooms": ooms, "found_at": 5, "verified": f}
+                           for n, f, ooms in ((10, at10, 1), (20, at20, 2))}}
+
+    runs = [run("priors", "w~v0", 0, 0.80, 0.90), run("priors-time", "w~v0", 0, 0.85, 0.92),
+            run("priors", "w~v0", 1, 0.70, 0.90), run("priors-time", "w~v0", 1, 0.75, 0.94),
+            run("priors", "w~v1", 0, 0.60, 0.80), run("priors-time", "w~v1", 0, 0.65, 0.86),
+            run("priors", "w~v1", 1, 0.50, 0.90), run("priors-time", "w~v1", 1, 0.55, 0.88),
+            run("priors-time", "w~v2", 0, 0.10, 0.10)]  # no priors run beside it: not a pair
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    assert bench.main(["--table", str(path), "--paired", "priors", "priors-time"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines.index("paired: priors-time minus priors, fraction of the optimum (best measured), per (landscape, seed) "
+                       "both ran")
+    at10, at20 = (line.split() for line in lines[head + 2:head + 4])
+    # every pair +0.05 at 10 trials: the bootstrap interval is the one value; 4 pairs, 4 ahead, 0 behind
+    assert at10 == ["10", "4", "0.650", "->", "0.700", "0.650", "->", "0.700", "0.500", "->", "0.550",
+                    "+0.0500", "[+0.0500,", "+0.0500]", "4", "0", "1.0", "->", "1.0"]
+    # +0.02, +0.04, +0.06, -0.02: mean +0.025; the 95% interval inside the pairs' range, around the mean; 3 ahead, 1 behind
+    assert at20[:12] == ["20", "4", "0.900", "->", "0.900", "0.875", "->", "0.900", "0.800", "->", "0.860", "+0.0250"]
+    lo, hi = float(at20[12].strip("[,")), float(at20[13].strip("]"))
+    assert -0.02 <= lo < 0.025 < hi <= 0.06
+    assert at20[14:] == ["3", "1", "2.0", "->", "2.0"]
+
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--table", str(path), "--paired", "priors", "no-such-tuner"])
+    assert "no landscape and seed ran both; the runs' tuners: priors, priors-time" in str(e.value.code)
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--paired", "priors", "priors-time"])
+    assert e.value.code == 2 and "--paired A B compares saved runs: give them with --table" in capsys.readouterr().err
