@@ -27,8 +27,8 @@ def test_bench_cost_model_prints_one_row_per_measurement_with_its_source_and_err
     # the 1.7B row's measured/predicted is the top of the calibrated interval's spread, or inside it
     lo, hi = INTERVALS["calibrated"]
     assert lo <= row["published_s"] / row["predicted_s"] <= hi
-    assert out["summary"] == {"collectives": "fixed", "rows": 1, "mean_abs_error": pytest.approx(abs(row["error"])),
+    assert out["summary"] == {"collectives": "fixed", "small_work_terms": True, "rows": 1, "mean_abs_error": pytest.approx(abs(row["error"])),
                               "max_abs_error": pytest.approx(abs(row["error"])), "spearman_step_time": None}
     text = _bench("--rows", "1")
-    assert text.returncode == 0 and "row 1.7B" in text.stdout and "1 rows (fitted on: in-sample; collective latency fixed)" in text.stdout
+    assert text.returncode == 0 and "row 1.7B" in text.stdout and "1 rows (fitted on: in-sample; small-work terms on)" in text.stdout
     assert _bench("--rows", "0").returncode == 2
