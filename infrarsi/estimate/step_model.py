@@ -6,7 +6,7 @@ and p2p, recompute, the optimizer) applied to the contract's model and cluster: 
 ``[workload.args]`` (its own cluster's model, the numbers its trials print), or the model flags of a Megatron
 launch (read by the adapter, as trials read it) on ``hardware.devices`` GPUs of ``hardware.kind``, priced with the
 small-work terms on (:func:`estimate_spec`: per-kernel gaps, NCCL's collective latency, GEMMs of less than one
-wave, the GEMM memory bound; :mod:`infrarsi.workloads.simulated.small_work` names each term's source). Its memory is the same model's (Korthikanti et al. 2022, Table 2,
+wave, the GEMM memory bound, a host round trip per pipeline exchange; :mod:`infrarsi.workloads.simulated.small_work` names each term's source). Its memory is the same model's (Korthikanti et al. 2022, Table 2,
 generalised; see :mod:`infrarsi.workloads.simulated.memory`), compared with the contract's capacity.
 
 The interval is the model's own error where it was checked (``INTERVALS``), by regime:

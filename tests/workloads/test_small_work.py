@@ -10,7 +10,7 @@ from infrarsi.adapters.workload import Workload
 from infrarsi.estimate import step_model as sm
 from infrarsi.estimate.cli import _setting
 from infrarsi.workloads import simulated as sim
-from infrarsi.workloads.simulated.small_work import KERNEL_GAP_S, KERNELS_PER_LAYER, occupancy
+from infrarsi.workloads.simulated.small_work import KERNEL_GAP_S, KERNELS_PER_LAYER, PIPELINE_SYNC_S, occupancy
 from infrarsi.workloads.simulated.step_time import COLL_LATENCY_S, _nccl_ring_latency
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,3 +97,13 @@ def test_occupancy_is_one_from_a_full_wave_of_the_largest_tile_and_below_it_unde
     else:
         assert 0 < q < 1
     assert occupancy(108, 128, 128) < occupancy(108, 2048, 384) < 1  # fewer tiles, fewer busy SMs
+
+
+def test_each_pipeline_exchange_costs_a_host_round_trip():
+    # megatron-core synchronises the device after each batched p2p exchange: (micro-batches x chunks + p - 1) x 2
+    w = sim.WORKLOADS["dense70b-h100x64"]
+    s = sim.check_setting(w, {**w.baseline, "tensor_parallel": 8, "pipeline_parallel": 4, "virtual_pipeline": 1})
+    lay = sim._layout(w, s)
+    off = sim._step_time(w, lay)[1]["pipeline_p2p"]
+    on = sim._step_time(_on(w), lay)[1]["pipeline_p2p"]
+    assert on - off == pytest.approx((lay.nmb * lay.vp + lay.pp - 1) * 2 * PIPELINE_SYNC_S)

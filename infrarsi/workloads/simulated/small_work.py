@@ -5,7 +5,8 @@ on where `infrarsi estimate` prices a real launch): fixed costs that a large lay
 - collective latency: NCCL's own latency model (ring, Simple protocol) per collective, beside its bandwidth;
 - GEMM tile and wave quantisation: a GEMM's output is cut into thread-block tiles that run on the SMs in waves;
   a GEMM of fewer tiles than SMs leaves SMs idle;
-- a GEMM never runs faster than it reads and writes its operands (the memory bound of the same guide).
+- a GEMM never runs faster than it reads and writes its operands (the memory bound of the same guide);
+- the pipeline's per-micro-batch cost: Megatron synchronises the device after every p2p exchange.
 
 Each constant names its source (document, section or figure, value). None is fitted to measured step times.
 """
@@ -28,6 +29,12 @@ KERNEL_GAP_S = 0.9e-6
 KERNELS_PER_LAYER = 60
 # Embedding, output layer and cross-entropy of one micro-batch, forward + backward (counted the same way).
 KERNELS_PER_MICROBATCH = 15
+
+# Pipeline p2p: megatron-core (0.16.1, pipeline_parallel/p2p_communication.py) calls torch.cuda.synchronize() after
+# every batched send/recv (batch_p2p_comm and batch_p2p_sync, both on by default), so each exchange drains the GPU's
+# queue and the next kernel waits for a host round trip. The same CUDA Graphs post: 9.6 us per 2.9 us kernel when
+# the host synchronises after each launch, so ~6.7 us of synchronise + launch per exchange.
+PIPELINE_SYNC_S = 9.6e-6 - 2.9e-6
 
 # Tile and wave quantisation. NVIDIA Deep Learning Performance documentation, "Matrix Multiplication Background
 # User's Guide" (https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/), sections
@@ -74,3 +81,8 @@ def layer_kernel_overhead_s(spec: GPUSpec, full_recompute: bool) -> float:
 def microbatch_kernel_overhead_s(spec: GPUSpec) -> float:
     """GPU-side kernel gaps of the embedding, output layer and loss of one micro-batch."""
     return KERNELS_PER_MICROBATCH * KERNEL_GAP_S if spec.small_work_terms else 0.0
+
+
+def pipeline_sync_s(spec: GPUSpec, exchanges: float) -> float:
+    """Host round trips of ``exchanges`` pipeline p2p exchanges (each followed by a device synchronise)."""
+    return exchanges * PIPELINE_SYNC_S if spec.small_work_terms else 0.0

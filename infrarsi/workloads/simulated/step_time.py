@@ -7,7 +7,7 @@ from __future__ import annotations
 from .hardware import GPUSpec
 from .layout import _imbalance, _Layout
 from .memory import _stage_params
-from .small_work import gemm_memory_s, layer_kernel_overhead_s, microbatch_kernel_overhead_s, occupancy
+from .small_work import gemm_memory_s, layer_kernel_overhead_s, microbatch_kernel_overhead_s, occupancy, pipeline_sync_s
 from .workload import SimWorkload
 
 # Constants of the model that are not hardware facts (fitted once against Megatron-LM's published
@@ -257,6 +257,7 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
         bw = spec.ib_bytes_per_s if stride >= spec.gpus_per_node else spec.nvlink_bytes_per_s
         t_p2p = T * h * a / spd / bw + IB_LATENCY_S
         p2p = (nmb * v + p - 1) * 2 * t_p2p * (0.5 if v == 1 else 0.3)
+        p2p += pipeline_sync_s(spec, (nmb * v + p - 1) * 2)  # with the small-work terms: one per exchange
     bubble = (p - 1) / v * t_mean
     t_pipe = nmb * t_max + bubble + p2p
 
