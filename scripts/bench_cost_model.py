@@ -20,6 +20,13 @@ Sources, each cited where its rows are built:
   iteration seconds with full recompute, and with sequence parallelism + selective recompute, "present work"; no
   data parallelism). The same runs' MFU (41.5 / 51.4 / 56.0 / 56.3%) is Megatron-LM's README table of that time.
   Held out: nothing in the model was fitted on them. Each model's two settings are a landscape of two layouts.
+- Megatron-Bridge's performance summary, 25.11 NeMo container, "System: DGX-H100" table
+  (https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary.html, docs/performance-summary.md of
+  github.com/NVIDIA-NeMo/Megatron-Bridge): GPUs, precision, GBS, MBS, sequence length, TP, PP, CP, VP and tokens per
+  second per GPU of its dense Megatron rows (Llama 3 70B and 3.1 405B, FP8 current scaling, no FSDP), converted to a
+  step time as GBS x sequence / (tokens/s/GPU x GPUs). The shapes are the public Llama 3 configurations; the run
+  overlaps TP communication (its recipe, scripts/performance/configs/llama/llama3_llm_pretrain.py, sets H100
+  userbuffers) and is priced with the distributed optimizer and overlapped DP communication. Held out.
 Only measurements whose every figure (model shape, layout, GPUs, batch, throughput) the source states are rows.
 """
 
@@ -106,6 +113,40 @@ def small_work_effect() -> dict[int, float]:
     return out
 
 
+BRIDGE_SOURCE = "Megatron-Bridge performance summary, 25.11, DGX-H100 table"
+# (model, layers, hidden, heads, query groups, FFN, GPUs, GBS, MBS, TP, PP, CP, VP, published tokens/s/GPU);
+# vocab 128256, seq 8192, SwiGLU, untied embeddings; FP8 current scaling (Megatron's "tensorwise" recipe)
+BRIDGE_TABLE = (
+    ("LLAMA3_70B", 80, 8192, 64, 8, 28672, 64, 128, 1, 4, 8, 1, 5, 1602),
+    ("LLAMA3.1_405B", 126, 16384, 128, 8, 53248, 1024, 512, 1, 8, 8, 2, 8, 292),
+)
+
+
+def bridge_rows(collectives: str = "fixed", small_work: bool = True) -> list[dict]:
+    """Megatron-Bridge's dense DGX-H100 rows, priced on the stated layout (read directly: 405B's 126 layers do not
+    split evenly over PP x VP = 64 chunks, which Megatron handles by uneven stages and the model by fractional
+    layers per stage)."""
+    out = []
+    spec = sim.gpu("H100").model_copy(update={"collective_latency": collectives, "small_work_terms": small_work})
+    for name, L, h, heads, groups, ffn, gpus, gbs, mbs, tp, pp, cp, vp, tokens_per_s in BRIDGE_TABLE:
+        m = sim.ModelSpec(num_layers=L, hidden_size=h, num_attention_heads=heads, num_query_groups=groups,
+                          ffn_hidden_size=ffn, vocab_size=128256, seq_length=8192, global_batch_size=gbs, swiglu=True,
+                          untie_embeddings_and_output_weights=True)
+        w = sim.SimWorkload(name=name, model=m, gpu="H100", nodes=gpus // 8, gpu_spec=spec)
+        dp = gpus // (tp * pp * cp)
+        setting = dict(tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp, virtual_pipeline=vp,
+                       data_parallel=dp, micro_batch_size=mbs, sequence_parallel=tp > 1, tp_comm_overlap=tp > 1,
+                       fp8_recipe="tensorwise", distributed_optimizer=True, overlap_grad_reduce=True,
+                       overlap_param_gather=True, recompute_granularity="none")
+        predicted_s = sim._step_time(w, sim._layout(w, setting))[0]
+        published_s = gbs * m.seq_length / (tokens_per_s * gpus)
+        out.append({"source": f"{BRIDGE_SOURCE}, {name}", "gpu": "H100", "gpus": gpus,
+                    "layout": f"TP{tp} PP{pp} CP{cp} DP{dp}", "regime": regime(w, setting), "fitted_on": False,
+                    "landscape": None, "published_s": published_s, "predicted_s": predicted_s,
+                    "error": predicted_s / published_s - 1})
+    return out
+
+
 def summarize(rows: list[dict]) -> dict:
     """Mean / worst |error|, Spearman of step time over ``rows``, and per landscape (rows sharing a model and
     cluster) whether the predicted fastest layout is the measured fastest and what following it costs."""
@@ -161,11 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.rows is not None and a.rows < 1:
         ap.error(f"--rows {a.rows}: give at least 1")
-    rows = (readme_rows(a.collectives, a.small_work) + korthikanti_rows(a.collectives, a.small_work))[: a.rows]
+    rows = (readme_rows(a.collectives, a.small_work) + korthikanti_rows(a.collectives, a.small_work)
+            + bridge_rows(a.collectives, a.small_work))[: a.rows]
     summary = {"collectives": a.collectives, "small_work_terms": a.small_work, **summarize(rows)}
     by_source = {name: summarize(part) for name, part in (
         (README_SOURCE, [r for r in rows if r["fitted_on"]]),
-        (KORTHIKANTI_SOURCE, [r for r in rows if r["source"].startswith(KORTHIKANTI_SOURCE)])) if part}
+        (KORTHIKANTI_SOURCE, [r for r in rows if r["source"].startswith(KORTHIKANTI_SOURCE)]),
+        (BRIDGE_SOURCE, [r for r in rows if r["source"].startswith(BRIDGE_SOURCE)])) if part}
     held_out = [r for r in rows if not r["fitted_on"]]
     by_scope = {name: summarize(part) for name, part in (
         ("held out, one node", [r for r in held_out if r["gpus"] <= 8]),
@@ -175,10 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"rows": rows, "summary": summary, "by_source": by_source, "by_scope": by_scope,
                           "small_work_effect_by_tp": effect}))
         return 0
-    print(f"{'source':<82} {'layout':<13} {'fitted':<6} {'regime':<18} {'published s':>11} {'predicted s':>11} "
+    print(f"{'source':<82} {'layout':<17} {'fitted':<6} {'regime':<18} {'published s':>11} {'predicted s':>11} "
           f"{'error':>7}")
     for r in rows:
-        print(f"{r['source']:<82} {r['layout']:<13} {'yes' if r['fitted_on'] else 'no':<6} {r['regime']:<18} "
+        print(f"{r['source']:<82} {r['layout']:<17} {'yes' if r['fitted_on'] else 'no':<6} {r['regime']:<18} "
               f"{r['published_s']:>11.3f} {r['predicted_s']:>11.3f} {r['error']:>+7.1%}")
     terms = "small-work terms on" if a.small_work else f"small-work terms off, collective latency {a.collectives}"
     for name, sm_ in by_source.items():
