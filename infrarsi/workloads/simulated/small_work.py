@@ -23,7 +23,7 @@ from .hardware import GPUSpec
 # ~0.9 us of gap per kernel that launching ahead does not hide. Megatron's eager PyTorch kernels pay it.
 KERNEL_GAP_S = 0.9e-6
 # Kernels of one transformer layer, one micro-batch, forward + backward, as Megatron-core with Transformer Engine
-# launches them (counted, not fitted): forward ~20 (fused norm + QKV GEMM, RoPE on q and k, attention, output
+# launches them (an estimate from the layer's operations, not a measurement, and not fitted): forward ~20 (fused norm + QKV GEMM, RoPE on q and k, attention, output
 # GEMM, bias-dropout-add, fused norm + FC1, activation, FC2, bias-dropout-add, their casts and 2-4 TP
 # collectives), backward about twice that (input and weight gradients per GEMM).
 KERNELS_PER_LAYER = 60
@@ -40,28 +40,26 @@ PIPELINE_SYNC_S = 9.6e-6 - 2.9e-6
 # User's Guide" (https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/), sections
 # "GPU Implementation" (the output is cut into thread-block tiles; cuBLAS tiles 256x128, 128x256, 128x128, 256x64,
 # 64x256, 128x64, 64x128, 64x64, "larger tiles have more data reuse ... more efficient than smaller tiles"),
-# "Tile Quantization" (a dimension not a multiple of the tile computes the padded part too) and "Wave
-# Quantization" (tiles run in waves of one per SM). The losses of a GEMM of several waves (its partial last wave)
-# are inside the model's fitted large-GEMM efficiency and size term (step_time.GEMM_F0). What that fit never saw
-# is a GEMM of less than one wave, where SMs sit idle: for each tile, useful share = (M x N) / (tiles x tile area)
-# x min(1, tiles / SMs), times the tile's data reuse tm*tn/(tm+tn) (multiply-adds per element loaded) over
-# 256x128's (smaller tiles are less efficient); the GEMM takes its best tile.
+# "Tile Quantization" and "Wave Quantization" (tiles run in waves of one per SM). The model's fitted terms already
+# hold a large GEMM's partial last wave (step_time.GEMM_F0) and the padding of thin dimensions (GEMM_M0, GEMM_N0).
+# What they never saw is a GEMM of less than one wave of the largest tile, where SMs sit idle: it takes its best
+# tile, busy share min(1, tiles / SMs) times the tile's data reuse tm*tn/(tm+tn) (multiply-adds per element
+# loaded) over 256x128's (smaller tiles run less efficiently).
 GEMM_TILES = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (64, 128), (64, 64))
 _REUSE_MAX = 256 * 128 / (256 + 128)
 
 
+def _tiles(mm: float, n: float, tm: int, tn: int) -> int:
+    return math.ceil(mm / tm) * math.ceil(n / tn)
+
+
 def occupancy(sm_count: int, mm: float, n: float) -> float:
-    """Share of the GPU's tensor throughput an (mm x k) @ (k x n) GEMM of less than one wave can use, over its
-    best tile; 1.0 once the largest tile fills every SM (the large-GEMM efficiency covers the rest)."""
-    best = 0.0
-    for tm, tn in GEMM_TILES:
-        tiles = math.ceil(mm / tm) * math.ceil(n / tn)
-        pad = (mm * n) / (tiles * tm * tn)
-        share = pad * min(1.0, tiles / sm_count) * (tm * tn / (tm + tn)) / _REUSE_MAX
-        best = max(best, share)
-    if best >= (mm * n) / (math.ceil(mm / 256) * math.ceil(n / 128) * 256 * 128):  # the largest tile fills the GPU
+    """Share of the GPU an (mm x k) @ (k x n) GEMM keeps busy, over its best tile: 1.0 once the largest tile
+    makes at least one full wave (the fitted large-GEMM efficiency covers the rest), less below it."""
+    if min(_tiles(mm, n, 256, 128), _tiles(mm, n, 128, 256)) >= sm_count:
         return 1.0
-    return best
+    return max(min(1.0, _tiles(mm, n, tm, tn) / sm_count) * (tm * tn / (tm + tn)) / _REUSE_MAX
+               for tm, tn in GEMM_TILES)
 
 
 def gemm_memory_s(mm: float, n: float, k: float, a: int, hbm_bytes_per_s: float) -> float:

@@ -28,7 +28,8 @@ FP8_CAST_PASSES = {"delayed": 1.0, "tensorwise": 1.6, "blockwise": 1.8, "mxfp8":
 
 def _gemm_eff(spec: GPUSpec, mm: float, n: float, k: float) -> float:
     """Achieved / peak for an (mm x k) @ (k x n) GEMM: each thin dimension loses efficiency, and a small
-    GEMM (few waves of tiles over the SMs) loses more."""
+    GEMM (few waves of tiles over the SMs) loses more; with the small-work terms, a GEMM of less than one wave
+    of tiles also leaves SMs idle (small_work.occupancy)."""
     size = 2 * mm * n * k
     eff = (spec.gemm_eff * (mm / (mm + GEMM_M0)) * (n / (n + GEMM_N0)) * (k / (k + GEMM_N0))
            * (size / (size + GEMM_F0)))
