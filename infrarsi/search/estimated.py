@@ -36,7 +36,7 @@ from ..knobs import Setting
 from .time import JointTime
 
 # How far the level of the estimate may be off (log scale): e^1 = 2.7x. The step-time model's own band where per-GPU
-# work is small is 0.955-3.0x measured / predicted (estimate/step_model.py INTERVALS); one trial pins the level.
+# work is small is 0.945-3.0x measured / predicted (estimate/step_model.py INTERVALS); one trial pins the level.
 LEVEL_SD = 1.0
 # How far one knob value's effect may be mispriced (log scale, sd): 0.15 = +-15%. The step-time model's rank errors
 # where work per GPU is small are of this size (issue 68's held-out A100 check: TP 4 -43%, TP 8 -68% inside a node

@@ -27,8 +27,26 @@ def test_bench_cost_model_prints_one_row_per_measurement_with_its_source_and_err
     # the 1.7B row's measured/predicted is the top of the calibrated interval's spread, or inside it
     lo, hi = INTERVALS["calibrated"]
     assert lo <= row["published_s"] / row["predicted_s"] <= hi
-    assert out["summary"] == {"collectives": "fixed", "rows": 1, "mean_abs_error": pytest.approx(abs(row["error"])),
+    assert out["summary"] == {"collectives": "fixed", "small_work_terms": True, "rows": 1, "mean_abs_error": pytest.approx(abs(row["error"])),
                               "max_abs_error": pytest.approx(abs(row["error"])), "spearman_step_time": None}
     text = _bench("--rows", "1")
-    assert text.returncode == 0 and "row 1.7B" in text.stdout and "1 rows (fitted on: in-sample; collective latency fixed)" in text.stdout
+    assert text.returncode == 0 and "row 1.7B" in text.stdout and "1 rows (fitted on: in-sample; small-work terms on)" in text.stdout
     assert _bench("--rows", "0").returncode == 2
+
+
+def test_held_out_rows_name_their_table_and_are_not_fitted_on():
+    r = _bench("--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    held = [row for row in out["rows"] if not row["fitted_on"]]
+    paper = [row for row in held if "arXiv 2205.05198, Tables 3+5" in row["source"]]
+    bridge = [row for row in held if "Megatron-Bridge performance summary, 25.11, DGX-H100 table" in row["source"]]
+    assert len(paper) == 8 and len(bridge) == 2 and len(held) == 10
+    assert all(row["error"] == pytest.approx(row["predicted_s"] / row["published_s"] - 1) for row in held)
+    # four models, each a landscape of two layouts (full recompute; SP + selective recompute)
+    assert out["by_source"][paper[0]["source"].split(", 22B")[0]]["landscapes"] == 4
+    assert out["by_scope"]["held out, one node"]["rows"] == 2 and out["by_scope"]["held out, across nodes"]["rows"] == 8
+    assert out["summary"]["rows"] == len(out["rows"]) == 14
+    # the small-work terms slow a hidden-1024 GPT on one node more the thinner its TP slices
+    effect = [out["small_work_effect_by_tp"][str(tp)] for tp in (1, 2, 4, 8)]
+    assert 1 < effect[0] < effect[1] < effect[2] < effect[3]

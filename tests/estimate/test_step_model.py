@@ -38,7 +38,8 @@ def test_the_calibrated_band_is_the_models_error_on_the_readme_table():
         m = sim.ModelSpec(num_layers=L, hidden_size=h, num_attention_heads=heads, ffn_hidden_size=4 * h,
                           vocab_size=131072, seq_length=4096, global_batch_size=gbs, swiglu=False,
                           untie_embeddings_and_output_weights=False)
-        w = sim.SimWorkload(name=f"gpt-{L}x{h}", model=m, gpu="H100", nodes=gpus // 8)
+        w = sim.SimWorkload(name=f"gpt-{L}x{h}", model=m, gpu="H100", nodes=gpus // 8,
+                            gpu_spec=sm.estimate_spec("H100"))  # as the estimate prices a Megatron launch
         s = dict(tensor_parallel=tp, pipeline_parallel=pp, virtual_pipeline=2 if pp > 1 else 1,
                  data_parallel=gpus // (tp * pp), sequence_parallel=tp > 1, tp_comm_overlap=tp > 1,
                  distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)
@@ -48,7 +49,7 @@ def test_the_calibrated_band_is_the_models_error_on_the_readme_table():
     assert sm.INTERVALS["calibrated"] == (round(min(ratios), 3), round(max(ratios), 3))
 
 
-@pytest.mark.parametrize("sets, regime, hi", [({}, "calibrated", 1.075),
+@pytest.mark.parametrize("sets, regime, hi", [({}, "calibrated", 1.065),
                                               ({"tensor_parallel": 8, "data_parallel": 1}, "small work per GPU", 3.0)])
 def test_the_interval_contains_the_point_and_widens_where_work_per_gpu_is_small(sets, regime, hi):
     wl, _, s = _loaded(SIM8B, **sets)

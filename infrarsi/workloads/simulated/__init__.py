@@ -18,6 +18,9 @@ The model, per GPU (all times in seconds, memory in bytes)::
               + context-parallel KV ring (overlapped with attention) + MoE dispatch (all-to-all or all-gather)
               + recompute (selective: attention core again; full: the whole forward again)
               floor: CPU launch time per layer (small slices become launch-bound)
+              + with GPUSpec.small_work_terms (off here, on where `infrarsi estimate` prices a real launch):
+                per-kernel GPU gaps, NCCL's collective latency, GEMMs of less than one wave of tiles, the GEMM
+                memory bound, a host round trip per pipeline p2p exchange (small_work.py, each with its source)
 
 FLOPs follow Megatron's ``num_floating_point_operations`` (GQA, SwiGLU, MoE top-k, causal attention
 counted at half); the reported TFLOP/s per GPU and MFU use it (MFU against the bf16 dense peak, fp8 runs

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .hardware import GPUSpec
 from .layout import _imbalance, _Layout
 from .memory import _stage_params
+from .small_work import gemm_memory_s, layer_kernel_overhead_s, microbatch_kernel_overhead_s, occupancy, pipeline_sync_s
 from .workload import SimWorkload
 
 # Constants of the model that are not hardware facts (fitted once against Megatron-LM's published
@@ -27,10 +28,19 @@ FP8_CAST_PASSES = {"delayed": 1.0, "tensorwise": 1.6, "blockwise": 1.8, "mxfp8":
 
 def _gemm_eff(spec: GPUSpec, mm: float, n: float, k: float) -> float:
     """Achieved / peak for an (mm x k) @ (k x n) GEMM: each thin dimension loses efficiency, and a small
-    GEMM (few waves of tiles over the SMs) loses more."""
+    GEMM (few waves of tiles over the SMs) loses more; with the small-work terms, a GEMM of less than one wave
+    of tiles also leaves SMs idle (small_work.occupancy)."""
     size = 2 * mm * n * k
-    return (spec.gemm_eff * (mm / (mm + GEMM_M0)) * (n / (n + GEMM_N0)) * (k / (k + GEMM_N0))
-            * (size / (size + GEMM_F0)))
+    eff = (spec.gemm_eff * (mm / (mm + GEMM_M0)) * (n / (n + GEMM_N0)) * (k / (k + GEMM_N0))
+           * (size / (size + GEMM_F0)))
+    return eff * occupancy(spec.sm_count, mm, n) if spec.small_work_terms else eff
+
+
+def _gemm_s(spec: GPUSpec, mm: float, n: float, k: float, peak: float, scale: float, a: int) -> float:
+    """Forward seconds of an (mm x k) @ (k x n) GEMM at ``peak`` x ``scale`` FLOP/s; with the small-work terms
+    never under the time to move its operands at HBM bandwidth."""
+    t = 2 * mm * n * k / (peak * _gemm_eff(spec, mm, n, k) * scale)
+    return max(t, gemm_memory_s(mm, n, k, a, spec.hbm_bytes_per_s)) if spec.small_work_terms else t
 
 
 # NCCL's own latency model for the ring algorithm with the Simple protocol (the one it picks for messages of a MB
@@ -58,7 +68,7 @@ def _coll_bw(spec: GPUSpec, n: int, stride: int, op: str = "rs") -> tuple[float,
     The latency is one constant per collective, or NCCL's ring model (``spec.collective_latency``)."""
     per_node = spec.gpus_per_node
     inside = n * stride <= per_node
-    if spec.collective_latency == "nccl":
+    if spec.collective_latency == "nccl" or spec.small_work_terms:
         lat = _nccl_ring_latency(spec, n, stride, op)
     else:
         lat = COLL_LATENCY_S if inside else IB_LATENCY_S
@@ -84,7 +94,7 @@ def _layer_time(w: SimWorkload, lay: _Layout) -> tuple[float, dict[str, float]]:
 
     def gemm(mm: float, n: float, k: float) -> tuple[float, float]:
         """(forward seconds, fp8 cast seconds) of an (mm x k) @ (k x n) GEMM; backward is 2x forward."""
-        t = 2 * mm * n * k / (gemm_peak * _gemm_eff(spec, mm, n, k) * fp8_scale)
+        t = _gemm_s(spec, mm, n, k, gemm_peak, fp8_scale, a)
         cast = (mm * k * (a + 1) * FP8_CAST_PASSES[lay.fp8] / hbm) if fp8 else 0.0
         return t, cast
 
@@ -174,12 +184,13 @@ def _layer_time(w: SimWorkload, lay: _Layout) -> tuple[float, dict[str, float]]:
         tp_exposed = n_tp_passes * tp_comm
     cp_exposed = cp_comm * (3 + (1 if lay.rc == "full" else 0))
     compute = gemm_total + attn_fwd + attn_bwd + 3 * elem_fwd + re_compute
-    gpu_time = compute + tp_exposed + cp_exposed + a2a * n_a2a
+    kernels = layer_kernel_overhead_s(spec, lay.rc == "full")
+    gpu_time = compute + tp_exposed + cp_exposed + a2a * n_a2a + kernels
     cpu_time = launch * (1.33 if lay.rc == "full" else 1.0)
     total = max(gpu_time, cpu_time)
     return total, {"gemm": gemm_total, "attention": attn_fwd + attn_bwd, "elementwise": 3 * elem_fwd,
                    "recompute": re_compute, "tp_comm": tp_exposed, "cp_comm": cp_exposed, "moe_dispatch": a2a * n_a2a,
-                   "launch_bound": max(0.0, cpu_time - gpu_time)}
+                   "launch_bound": max(0.0, cpu_time - gpu_time), **({"kernel_gaps": kernels} if kernels else {})}
 
 
 def _step_time(w: SimWorkload, lay: _Layout, cache: dict | None = None) -> tuple[float, dict[str, float]]:
@@ -227,6 +238,10 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
         t_layer, parts = hit
     # output layer (bf16 even under fp8) + vocab-parallel cross-entropy (fp32, memory-bound)
     t_logits = 3 * 2 * T * h * V / tp / (peak * _gemm_eff(spec, T, V / tp, h)) + T * V / tp * 20 / hbm
+    if spec.small_work_terms:  # the output GEMM's memory bound, and the micro-batch's own kernels
+        t_logits += 3 * max(0.0, gemm_memory_s(T, V / tp, h, a, spec.hbm_bytes_per_s)
+                            - 2 * T * h * V / tp / (peak * _gemm_eff(spec, T, V / tp, h)))
+        t_logits += microbatch_kernel_overhead_s(spec)
     t_embed = 3 * T * h * a / hbm
     if tp > 1:
         bw, lat = _coll_bw(spec, tp, 1, "ar")
@@ -243,6 +258,7 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
         bw = spec.ib_bytes_per_s if stride >= spec.gpus_per_node else spec.nvlink_bytes_per_s
         t_p2p = T * h * a / spd / bw + IB_LATENCY_S
         p2p = (nmb * v + p - 1) * 2 * t_p2p * (0.5 if v == 1 else 0.3)
+        p2p += pipeline_sync_s(spec, (nmb * v + p - 1) * 2)  # with the small-work terms: one per exchange
     bubble = (p - 1) / v * t_mean
     t_pipe = nmb * t_max + bubble + p2p
 
