@@ -35,7 +35,6 @@ from ..launch.toml_edit import TomlEditError, set_values
 if TYPE_CHECKING:
     from ..adapters.base import LaunchFileAdapter
     from ..contract.model import Contract
-    from ..trial.launch import LaunchSpec
 
 # A script "reading": program arguments and environment of its launch command, and the setting and workload.
 Reading = tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]
@@ -489,12 +488,12 @@ def _caller(parsed: Any) -> tuple[str, int] | None:
     return chain.hops[-1].path, chain.hops[-1].line
 
 
-def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract, spec: LaunchSpec) -> tuple[Path, Edit] | None:
-    """(path, edit) of the contract's launch file (``workload.launch``) that makes it the launch ``spec`` (the
-    adapter's launch for the tuned setting); None when the workload names no launch file. EditError when the
-    change cannot be made as a minimal edit, or when it is made in another script of the launch's chain (see
-    :func:`edit_launch_files`)."""
-    got = edit_launch_files(adapter, contract, spec)
+def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract,
+                     setting: Mapping[str, Any]) -> tuple[Path, Edit] | None:
+    """(path, edit) of the contract's launch file (``workload.launch``) that writes the tuned ``setting`` into it;
+    None when the workload names no launch file. EditError when the change cannot be made as a minimal edit, or
+    when it is made in another script of the launch's chain (see :func:`edit_launch_files`)."""
+    got = edit_launch_files(adapter, contract, setting)
     if got is None:
         return None
     top, *others = got
@@ -503,11 +502,13 @@ def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract, spec: Launc
     return top
 
 
-def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract, spec: LaunchSpec) -> list[tuple[Path, Edit]] | None:
+def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract,
+                      setting: Mapping[str, Any]) -> list[tuple[Path, Edit]] | None:
     """(path, edit) of each file of the contract's launch (``workload.launch``, then the scripts it runs to reach
-    the launch command, :mod:`infrarsi.launch.chain`) that together make it the launch ``spec`` (the adapter's
-    launch for the tuned setting), the launch file first; an untouched file has ``changed_lines`` 0. None when the
-    workload names no launch file. EditError when the change cannot be made as a minimal edit."""
+    the launch command, :mod:`infrarsi.launch.chain`) that together write the tuned ``setting`` into it, the launch
+    file first; an untouched file has ``changed_lines`` 0. What the files must read as is the adapter's
+    :meth:`~infrarsi.adapters.base.LaunchFileAdapter.edit` of the user's launch (never a trial's form). None when
+    the workload names no launch file. EditError when the change cannot be made as a minimal edit."""
     from ..adapters.workload import Workload
 
     workload = Workload(contract, adapter.base_dir, adapter)
@@ -516,9 +517,12 @@ def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract, spec: Laun
     p = workload.path
     text = p.read_text()
     parsed = workload.parsed()
-    values = adapter.job_file_values(contract, spec)
-    if values is not None:  # a bare job file: the changed fields go into it
-        return [(p, edit_toml(text, values, path=str(p)))]
+    try:
+        target = adapter.edit(contract, setting)
+    except ValueError as e:  # the adapter's refusal: the change cannot be written into the user's launch
+        raise EditError(f"{p}: {' '.join(str(e).split())}") from None
+    if target.job_values is not None:  # a bare job file: the changed fields go into it
+        return [(p, edit_toml(text, target.job_values, path=str(p)))]
     chain = getattr(parsed, "chain", None)
     top = str(p)
     texts = {top: text, **{k: v for k, v in (chain.files if chain is not None else {}).items() if k != top}}
@@ -528,22 +532,9 @@ def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract, spec: Laun
         return adapter.reading(contract, t[top], t)
 
     la = parsed.launch
-    n = len(la.launcher) + len(la.program)
-    target = spec.argv[n:]
-    if spec.argv[:n] != la.launcher + la.program:
-        prog = la.program[-1] if la.program else None  # a CPU trial's launcher: the arguments follow the program
-        at = len(spec.argv) - 1 - spec.argv[::-1].index(prog) if prog in spec.argv else None
-        target = spec.argv[at + 1:] if at is not None else target
-        if at is None or not adapter.is_trial_form(contract, [*la.launcher, *la.program, *target], spec):
-            raise EditError(f"{p}: the tuned launch changes the launcher itself; nothing to edit in place")
-    if any(a.endswith(".toml") and "/.infrarsi/jobs/" in a for a in target) or \
-            "/.infrarsi/jobs/" in spec.env.get("CONFIG_FILE", ""):
-        raise EditError(f"{p}: the tuned setting changes the job file itself (an empty model.converters); edit it "
-                        "by hand: set converters = [] in its [model] table")
-    line = la.line or 1
     try:
-        edits = edit_files(texts, read, main=main, target_args=target, target_env=spec.env, launch_line=line,
-                           env_keys=adapter.env_keys(),
+        edits = edit_files(texts, read, main=main, target_args=target.args, target_env=target.env,
+                           launch_line=la.line or 1, env_keys=adapter.env_keys(),
                            line_of=lambda t: (adapter.reread(contract, t[top], t).launch or la).line,
                            outer=lambda t: _caller(adapter.reread(contract, t[top], t)))
     except EditError:
