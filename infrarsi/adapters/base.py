@@ -122,6 +122,9 @@ class LaunchFileAdapter(Adapter):
     it imports torch), beyond the catalog's rules."""
     extra_env_keys: frozenset[str] = frozenset()
     """Environment variables an in-place edit may set besides the knobs' own (``ENV:`` spellings)."""
+    last_word: str = ""
+    """A regex for the start of the program argument that stays last in the launch command (an in-place edit adds
+    flags before it and changes it where it stands); "": none."""
 
     @abc.abstractmethod
     def parsed(self, contract: Contract) -> Any:

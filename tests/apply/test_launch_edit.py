@@ -76,7 +76,7 @@ def _edit_torchtitan(name: str, world: int, change: dict):
 
     text = path.read_text()
     e = edit_script(text, read, target_args=spec.argv[n:], target_env=spec.env, launch_line=p.launch.line or 1,
-                    env_keys=TorchtitanAdapter().env_keys(), path=name)
+                    env_keys=TorchtitanAdapter().env_keys(), path=name, last=TorchtitanAdapter.last_word)
     return text, e.text
 
 

@@ -43,7 +43,7 @@ from . import trial as torchtitan_trial
 from ..base import LaunchFileAdapter, LaunchTarget, ParsedRun, full_setting, scoped_space
 from ..equivalence import raise_if_different
 from .check import FrameworkRejected, check_torchtitan
-from .configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK
+from .configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK, SUBCOMMAND
 from .emit import JOBS_DIR, emit_torchtitan, emit_torchtitan_args
 from .equivalence import check_launch, compare
 from .launch import (
@@ -216,6 +216,7 @@ class TorchtitanAdapter(LaunchFileAdapter):
     estimate_module = "torchtitan"
     estimate_needs = "torchtitan"
     memory_offset = "estimate"
+    last_word = SUBCOMMAND  # 0.3's activation-checkpoint choice stays last
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
         super().__init__(base_dir)
