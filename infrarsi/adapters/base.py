@@ -130,6 +130,11 @@ class LaunchFileAdapter(Adapter):
     def parsed(self, contract: Contract) -> Any:
         """The user's launch as this framework reads it (cached per contract)."""
 
+    def full_setting(self, contract: Contract, setting: Mapping[str, Any]) -> dict[str, Any]:
+        """Every knob a launch of ``setting`` runs with: :func:`full_setting` over the launch's own values (what
+        :meth:`parsed` read). The one merge for a launch file; ``Workload.full_setting`` asks it here."""
+        return full_setting(self.parsed(contract).setting, contract, setting)
+
     @abc.abstractmethod
     def reread(self, contract: Contract, text: str, files: Mapping[str, str] | None = None) -> Any:
         """``text`` read as the contract's launch file is read (its environment, arguments, working directory);
