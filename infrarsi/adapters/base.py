@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,18 @@ def full_setting(own: Mapping[str, Any], contract: Contract, setting: Mapping[st
     return {**own, **contract.baseline, **dict(setting)}
 
 
+@dataclass(frozen=True)
+class LaunchTarget:
+    """What the user's launch reads as once a setting is written into it, in the user's own form (the launcher
+    and program as the user wrote them: no trial rewrite, no trial outputs, no working directory): the program
+    arguments after the launcher and program, and the launch's environment; for a launch that is a bare job file,
+    the job-file fields to set instead (``"section.field" -> value``)."""
+
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    job_values: dict[str, Any] | None = None
+
+
 class LaunchFileAdapter(Adapter):
     """An adapter that reads the user's own launch file (``workload.launch``: a script or a job file) and can read
     an edited copy back: what ``knobs`` describes, what ``apply`` edits in place and checks."""
@@ -109,10 +122,18 @@ class LaunchFileAdapter(Adapter):
     it imports torch), beyond the catalog's rules."""
     extra_env_keys: frozenset[str] = frozenset()
     """Environment variables an in-place edit may set besides the knobs' own (``ENV:`` spellings)."""
+    last_word: str = ""
+    """A regex for the start of the program argument that stays last in the launch command (an in-place edit adds
+    flags before it and changes it where it stands); "": none."""
 
     @abc.abstractmethod
     def parsed(self, contract: Contract) -> Any:
         """The user's launch as this framework reads it (cached per contract)."""
+
+    def full_setting(self, contract: Contract, setting: Mapping[str, Any]) -> dict[str, Any]:
+        """Every knob a launch of ``setting`` runs with: :func:`full_setting` over the launch's own values (what
+        :meth:`parsed` read). The one merge for a launch file; ``Workload.full_setting`` asks it here."""
+        return full_setting(self.parsed(contract).setting, contract, setting)
 
     @abc.abstractmethod
     def reread(self, contract: Contract, text: str, files: Mapping[str, str] | None = None) -> Any:
@@ -141,14 +162,13 @@ class LaunchFileAdapter(Adapter):
     """A contract without a ``[baseline]`` is estimated at the knobs its launch sets (its flags), not at the
     catalog's defaults."""
 
-    def is_trial_form(self, contract: Contract, argv: list[str], spec: LaunchSpec) -> bool:
-        """Whether ``spec`` is the launch ``argv`` as a trial of this contract runs it (a launcher rewritten for
-        this machine): an in-place edit then keeps the user's launcher. False by default."""
-        return False
-
-    def job_file_values(self, contract: Contract, spec: LaunchSpec) -> dict[str, Any] | None:
-        """For a launch that is a bare job file: the fields ``spec`` changes in it; None for a launch script."""
-        return None
+    @abc.abstractmethod
+    def edit(self, contract: Contract, changes: Mapping[str, Any]) -> LaunchTarget:
+        """The user's launch (as :meth:`parsed` read it) with the knob ``changes`` written in: what ``apply`` makes
+        the user's files read as, where each knob is written (:mod:`infrarsi.apply.launch_edit`). ``changes``:
+        the tuned setting as :meth:`launch` takes it, merged with the launch's own values as :meth:`launch` merges
+        them. Never the trial's form. ValueError (one line) when the change cannot be written into the user's
+        launch (e.g. it needs a launcher of the project's own)."""
 
     def env_keys(self) -> set[str]:
         """The environment variables the knobs of this framework are spelled as, and :attr:`extra_env_keys`."""

@@ -74,7 +74,9 @@ class Workload:
     def full_setting(self, setting: Mapping[str, Any]) -> dict[str, Any]:
         """The launch's own values, then the contract's baseline, then ``setting`` (later wins): every knob a
         trial of ``setting`` runs with, the ones the space leaves out included."""
-        return full_setting(self.parsed().setting if self.reads_launch_file else {}, self.contract, setting)
+        if self.reads_launch_file:
+            return self._launch_file_adapter().full_setting(self.contract, setting)
+        return full_setting({}, self.contract, setting)
 
     def launch(self, setting: Mapping[str, Any]) -> LaunchSpec:
         return self.adapter.launch(self.contract, setting)

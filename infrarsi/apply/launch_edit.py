@@ -7,8 +7,8 @@ one. So ``apply`` changes the file the contract names where the user wrote each 
   the flag takes a variable (``--tensor-model-parallel-size ${TP}``), the variable's assignment
   (``TP=8`` -> ``TP=4``, ``TP=${TP:-8}`` -> ``TP=${TP:-4}``), inside arrays and option strings alike;
 - a flag the new setting drops (``--overlap-param-gather``) is deleted, with its line when it stood alone;
-- a flag the setting adds is written at the end of the launch command (before ``"$@"``, a redirection or
-  torchtitan 0.3's ``activation-checkpoint:`` choice, which must stay last);
+- a flag the setting adds is written at the end of the launch command (before ``"$@"``, a redirection or the
+  word the framework keeps last, ``last``: torchtitan 0.3's ``activation-checkpoint:`` choice);
 - an environment knob (``NCCL_ALGO``) is changed in its ``export`` line, or a new ``export`` line is added
   before the launch;
 - a TOML job file gets the changed fields (:mod:`infrarsi.launch.toml_edit`).
@@ -35,7 +35,6 @@ from ..launch.toml_edit import TomlEditError, set_values
 if TYPE_CHECKING:
     from ..adapters.base import LaunchFileAdapter
     from ..contract.model import Contract
-    from ..trial.launch import LaunchSpec
 
 # A script "reading": program arguments and environment of its launch command, and the setting and workload.
 Reading = tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]
@@ -51,11 +50,12 @@ class Edit:
     changed_lines: int
 
 
-def _items(args: list[str]) -> list[tuple[str, list[str]]]:
-    """Group program arguments into (flag, values); ``--flag=v`` is (flag, [v]); the 0.3 subcommand is an item."""
+def _items(args: list[str], last: str = "") -> list[tuple[str, list[str]]]:
+    """Group program arguments into (flag, values); ``--flag=v`` is (flag, [v]); a word that starts with ``last``
+    (a regex; "": none) is an item of its own."""
     out: list[tuple[str, list[str]]] = []
     for a in args:
-        if a.startswith("--") or re.match(r"^activation[-_]checkpoint:", a):
+        if a.startswith("--") or (last and re.match(last, a)):
             if "=" in a and a.startswith("--"):
                 name, v = a.split("=", 1)
                 out.append((name, [v]))
@@ -118,7 +118,6 @@ def _value_span(text: str, pos: int, flag: str) -> tuple[int, int, str] | None:
     return m.start(1), m.end(1), m.group(1)
 
 
-_SUB = re.compile(r"^activation[-_]checkpoint:")
 _VAR = re.compile(r"""^"?\$\{?([A-Za-z_]\w*)\}?"?$""")
 
 
@@ -177,9 +176,9 @@ def _passes_args(text: str, line: int) -> bool:
     return re.search(r"""(^|[\s"'])\$\{?[@*]""", "\n".join(lines[line - 1:k + 1])) is not None
 
 
-def _insert_point(text: str, line: int, first: str | None) -> int:
-    """Where new flags go in the launch command that starts at ``line`` (1-based): before the 0.3 subcommand,
-    ``"$@"``, a redirection or pipe, or a comment, else at the end of its last continued line."""
+def _insert_point(text: str, line: int, first: str | None, last: str = "") -> int:
+    """Where new flags go in the launch command that starts at ``line`` (1-based): before the word that stays last
+    (``last``, a regex), ``"$@"``, a redirection or pipe, or a comment, else at the end of its last continued line."""
     lines = text.split("\n")
     k = line - 1
     while k < len(lines) - 1 and lines[k].rstrip().endswith("\\"):
@@ -187,7 +186,8 @@ def _insert_point(text: str, line: int, first: str | None) -> int:
     cmd_start = sum(len(x) + 1 for x in lines[:line - 1])
     cmd_end = sum(len(x) + 1 for x in lines[:k]) + len(lines[k])
     seg = text[cmd_start:cmd_end]
-    cands = [m.start() for m in re.finditer(r"""[ \t]("\$@"|\$@|\d?>|&>|\||#|activation[-_]checkpoint:)""", seg)]
+    stops = r"""[ \t]("\$@"|\$@|\d?>|&>|\||#""" + (f"|{last})" if last else ")")
+    cands = [m.start() for m in re.finditer(stops, seg)]
     if first is not None:
         cands = [c for c in cands if seg[c + 1:].startswith(first)] or cands
     return cmd_start + (min(cands) if cands else len(seg.rstrip(" \t\\")))
@@ -195,16 +195,17 @@ def _insert_point(text: str, line: int, first: str | None) -> int:
 
 def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[str], target_env: Mapping[str, str],
                 launch_line: int, env_keys: set[str], path: str = "launch",
-                line_of: Callable[[str], int | None] | None = None) -> Edit:
+                line_of: Callable[[str], int | None] | None = None, last: str = "") -> Edit:
     """``text`` edited so that ``read`` gives ``target_args`` and ``target_env`` (for ``env_keys``). Raises
     EditError when no minimal edit reads back as the target (also when the edited text cannot be read at all).
 
     ``line_of`` gives the 1-based line the launch command starts on in an edited text: new flags and ``export``
     lines go by the command's place after the edits before them (a flag removed with its line above the command
-    moves it up); without it, ``launch_line`` is used throughout."""
+    moves it up); without it, ``launch_line`` is used throughout. ``last``: a regex for the word that stays last in
+    the launch command (the adapter's :attr:`~infrarsi.adapters.base.LaunchFileAdapter.last_word`)."""
     edits = edit_files({path: text}, lambda t: read(t[path]), main=path, target_args=target_args,
                        target_env=target_env, launch_line=launch_line, env_keys=env_keys,
-                       line_of=None if line_of is None else (lambda t: line_of(t[path])))
+                       line_of=None if line_of is None else (lambda t: line_of(t[path])), last=last)
     return edits[path]
 
 
@@ -214,7 +215,7 @@ Texts = dict[str, str]  # the files of a launch chain, path -> text, outermost f
 def edit_files(texts: Mapping[str, str], read: Callable[[Texts], Reading], *, main: str, target_args: list[str],
                target_env: Mapping[str, str], launch_line: int, env_keys: set[str],
                line_of: Callable[[Texts], int | None] | None = None,
-               outer: Callable[[Texts], tuple[str, int] | None] | None = None) -> dict[str, Edit]:
+               outer: Callable[[Texts], tuple[str, int] | None] | None = None, last: str = "") -> dict[str, Edit]:
     """The files of a launch chain (``texts``; ``main``: the one the launch command is in) edited so that ``read``
     gives ``target_args`` and ``target_env``: each value changed in the file where it is written (a flag in the
     script that passes it, a variable where it is assigned: an ``export TP=4`` in the sbatch file for a
@@ -225,11 +226,11 @@ def edit_files(texts: Mapping[str, str], read: Callable[[Texts], Reading], *, ma
     old: Texts = dict(texts)
     args0, env0, _, fixed0 = read(old)
     new: Texts = dict(old)
-    before = dict(_items(args0))
-    after = dict(_items(target_args))
+    before = dict(_items(args0, last))
+    after = dict(_items(target_args, last))
 
     def state(t: Texts) -> dict[str, list[str]]:
-        return dict(_items(read(t)[0]))
+        return dict(_items(read(t)[0], last))
 
     def line(t: Texts) -> int:
         try:
@@ -240,7 +241,7 @@ def edit_files(texts: Mapping[str, str], read: Callable[[Texts], Reading], *, ma
 
     # 1. values that change and flags that go, where the user wrote them. A change whose text cannot be read on
     # its own (PP 4 -> 16 before --num-layers-per-virtual-pipeline-stage follows) waits for the others.
-    todo = [(flag, vals) for flag, vals in _items(args0) if flag.startswith("--") and after.get(flag) != vals]
+    todo = [(flag, vals) for flag, vals in _items(args0, last) if flag.startswith("--") and after.get(flag) != vals]
     while todo:
         waiting = []
         for flag, vals in todo:
@@ -256,7 +257,7 @@ def edit_files(texts: Mapping[str, str], read: Callable[[Texts], Reading], *, ma
                             f"{' '.join(want) if want is not None else '(removed)'} where it is written")
         todo = waiting
     new = _add_and_export(new, main, args0, env0, target_args, target_env, env_keys, before, line, state, read,
-                          outer)
+                          outer, last)
     try:
         args1, env1, _, fixed1 = read(new)
     except ValueError as e:  # the reader's own refusal (e.g. no launch command left): one line, nothing written
@@ -376,13 +377,13 @@ def _change(new: Texts, flag: str, vals: list[str], want: list[str] | None, stat
 
 
 def _add_and_export(texts: Texts, main: str, args0, env0, target_args, target_env, env_keys, before, line,
-                    state, read, outer) -> Texts:
+                    state, read, outer, last: str) -> Texts:
     texts = dict(texts)
     new = texts[main]
-    # 2. flags the setting adds: at the end of the launch command (torchtitan 0.3's AC choice stays last)
-    added = [(f, v) for f, v in _items(target_args) if f.startswith("--") and f not in before]
-    old_sub = next((f for f, _ in _items(args0) if _SUB.match(f)), None)
-    new_sub = next((f for f, _ in _items(target_args) if _SUB.match(f)), None)
+    # 2. flags the setting adds: at the end of the launch command, before the word that stays last (``last``)
+    added = [(f, v) for f, v in _items(target_args, last) if f.startswith("--") and f not in before]
+    old_sub = next((f for f, _ in _items(args0, last) if last and re.match(last, f)), None)
+    new_sub = next((f for f, _ in _items(target_args, last) if last and re.match(last, f)), None)
     if old_sub != new_sub and old_sub is not None:
         at = [m.start() for a, b in _code_spans(new) for m in re.finditer(re.escape(old_sub), new[:b]) if m.start() >= a]
         if len(at) != 1:
@@ -394,7 +395,7 @@ def _add_and_export(texts: Texts, main: str, args0, env0, target_args, target_en
         # the launch passes on its script's arguments ("$@"): new flags go with the ones the calling script gives
         cp, cl = caller
         ct = new if cp == main else texts[cp]
-        at = _insert_point(ct, cl, None)
+        at = _insert_point(ct, cl, None, last)
         cand = ct[:at] + " " + " ".join(_quote(w) for w in words) + ct[at:]
         trial = {**texts, main: new, cp: cand}
         try:
@@ -404,7 +405,7 @@ def _add_and_export(texts: Texts, main: str, args0, env0, target_args, target_en
         if all(got.get(f) == v for f, v in added):
             new, texts, words = trial[main], trial, []
     if words:
-        at = _insert_point(new, line({**texts, main: new}), new_sub if old_sub is not None else None)
+        at = _insert_point(new, line({**texts, main: new}), new_sub if old_sub is not None else None, last)
         # a command inside a quoted string (srun ... sh -c "cd /repo; python pretrain_gpt.py ..."): the new flags go
         # inside the string when that is what reads back
         spots = [at - 1, at] if new[at - 1:at] in ("\"", "'") else [at]
@@ -489,12 +490,12 @@ def _caller(parsed: Any) -> tuple[str, int] | None:
     return chain.hops[-1].path, chain.hops[-1].line
 
 
-def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract, spec: LaunchSpec) -> tuple[Path, Edit] | None:
-    """(path, edit) of the contract's launch file (``workload.launch``) that makes it the launch ``spec`` (the
-    adapter's launch for the tuned setting); None when the workload names no launch file. EditError when the
-    change cannot be made as a minimal edit, or when it is made in another script of the launch's chain (see
-    :func:`edit_launch_files`)."""
-    got = edit_launch_files(adapter, contract, spec)
+def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract,
+                     setting: Mapping[str, Any]) -> tuple[Path, Edit] | None:
+    """(path, edit) of the contract's launch file (``workload.launch``) that writes the tuned ``setting`` into it;
+    None when the workload names no launch file. EditError when the change cannot be made as a minimal edit, or
+    when it is made in another script of the launch's chain (see :func:`edit_launch_files`)."""
+    got = edit_launch_files(adapter, contract, setting)
     if got is None:
         return None
     top, *others = got
@@ -503,11 +504,13 @@ def edit_launch_file(adapter: LaunchFileAdapter, contract: Contract, spec: Launc
     return top
 
 
-def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract, spec: LaunchSpec) -> list[tuple[Path, Edit]] | None:
+def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract,
+                      setting: Mapping[str, Any]) -> list[tuple[Path, Edit]] | None:
     """(path, edit) of each file of the contract's launch (``workload.launch``, then the scripts it runs to reach
-    the launch command, :mod:`infrarsi.launch.chain`) that together make it the launch ``spec`` (the adapter's
-    launch for the tuned setting), the launch file first; an untouched file has ``changed_lines`` 0. None when the
-    workload names no launch file. EditError when the change cannot be made as a minimal edit."""
+    the launch command, :mod:`infrarsi.launch.chain`) that together write the tuned ``setting`` into it, the launch
+    file first; an untouched file has ``changed_lines`` 0. What the files must read as is the adapter's
+    :meth:`~infrarsi.adapters.base.LaunchFileAdapter.edit` of the user's launch (never a trial's form). None when
+    the workload names no launch file. EditError when the change cannot be made as a minimal edit."""
     from ..adapters.workload import Workload
 
     workload = Workload(contract, adapter.base_dir, adapter)
@@ -516,9 +519,12 @@ def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract, spec: Laun
     p = workload.path
     text = p.read_text()
     parsed = workload.parsed()
-    values = adapter.job_file_values(contract, spec)
-    if values is not None:  # a bare job file: the changed fields go into it
-        return [(p, edit_toml(text, values, path=str(p)))]
+    try:
+        target = adapter.edit(contract, setting)
+    except ValueError as e:  # the adapter's refusal: the change cannot be written into the user's launch
+        raise EditError(f"{p}: {' '.join(str(e).split())}") from None
+    if target.job_values is not None:  # a bare job file: the changed fields go into it
+        return [(p, edit_toml(text, target.job_values, path=str(p)))]
     chain = getattr(parsed, "chain", None)
     top = str(p)
     texts = {top: text, **{k: v for k, v in (chain.files if chain is not None else {}).items() if k != top}}
@@ -528,22 +534,9 @@ def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract, spec: Laun
         return adapter.reading(contract, t[top], t)
 
     la = parsed.launch
-    n = len(la.launcher) + len(la.program)
-    target = spec.argv[n:]
-    if spec.argv[:n] != la.launcher + la.program:
-        prog = la.program[-1] if la.program else None  # a CPU trial's launcher: the arguments follow the program
-        at = len(spec.argv) - 1 - spec.argv[::-1].index(prog) if prog in spec.argv else None
-        target = spec.argv[at + 1:] if at is not None else target
-        if at is None or not adapter.is_trial_form(contract, [*la.launcher, *la.program, *target], spec):
-            raise EditError(f"{p}: the tuned launch changes the launcher itself; nothing to edit in place")
-    if any(a.endswith(".toml") and "/.infrarsi/jobs/" in a for a in target) or \
-            "/.infrarsi/jobs/" in spec.env.get("CONFIG_FILE", ""):
-        raise EditError(f"{p}: the tuned setting changes the job file itself (an empty model.converters); edit it "
-                        "by hand: set converters = [] in its [model] table")
-    line = la.line or 1
     try:
-        edits = edit_files(texts, read, main=main, target_args=target, target_env=spec.env, launch_line=line,
-                           env_keys=adapter.env_keys(),
+        edits = edit_files(texts, read, main=main, target_args=target.args, target_env=target.env,
+                           launch_line=la.line or 1, env_keys=adapter.env_keys(), last=adapter.last_word,
                            line_of=lambda t: (adapter.reread(contract, t[top], t).launch or la).line,
                            outer=lambda t: _caller(adapter.reread(contract, t[top], t)))
     except EditError:

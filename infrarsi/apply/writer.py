@@ -191,7 +191,7 @@ def _knobs(d: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items()) or "(none)"
 
 
-def _in_place(data: RunData, adapter: Adapter, spec: LaunchSpec,
+def _in_place(data: RunData, adapter: Adapter, setting: dict[str, Any],
               repo: Path | None) -> tuple[list[tuple[str, FileChange]], str]:
     """The user's own launch file (``workload.launch``) and the scripts it runs to reach the launch command, each
     edited where a knob of the tuned setting is written, as changes inside ``repo`` (a file outside it is written as
@@ -201,7 +201,7 @@ def _in_place(data: RunData, adapter: Adapter, spec: LaunchSpec,
     from .launch_edit import EditError, edit_launch_files
 
     try:
-        got = edit_launch_files(adapter, data.contract, spec)
+        got = edit_launch_files(adapter, data.contract, setting)
     except (EditError, OSError) as e:
         return [], f"the launch file could not be edited in place ({e})"
     if got is None:
@@ -270,7 +270,7 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
                "trial": [list(p) for p in cand.trials], "run": run_label(data.run_dir, repo),
                "notes": (f"infrarsi-launch --profile rewrites {rewrites} commands" if fw in profile_frameworks()
                          else f"{fw}: run launch.sh (infrarsi-launch rewrites {rewrites} commands only)")}
-    owns, fallback = _in_place(data, adapter, spec, repo)
+    owns, fallback = _in_place(data, adapter, setting, repo)
     workload = Workload(data.contract, data.contract_path.parent, adapter)
     if owns:
         edited = {key: f.content.decode() for key, f in owns[1:]}

@@ -120,7 +120,7 @@ def test_a_subfolder_wrappers_trial_and_apply_run_from_the_repository_root(tmp_p
     assert job == "./train/llama3_debug.toml" and (Path(spec.cwd) / job).is_file()
 
     # apply: the wrapper edited in place reads back as the tuned job, by torchtitan's own reading
-    path, edit = edit_launch_file(adapter, c, spec)
+    path, edit = edit_launch_file(adapter, c, tuned.to_dict())
     assert path == w.path and "./train/llama3_debug.toml" in edit.text and edit.changed_lines >= 1
     assert w.differences(tuned.to_dict(), edit.text) == []
     assert w.differences(c.baseline, edit.text)  # and a launch that is not the tuned one is told apart

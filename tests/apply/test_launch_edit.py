@@ -1,6 +1,7 @@
 """The tuned setting as a minimal edit of the user's launch file, read back by the project's own reader."""
 
 import difflib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,7 @@ def _edit_torchtitan(name: str, world: int, change: dict):
 
     text = path.read_text()
     e = edit_script(text, read, target_args=spec.argv[n:], target_env=spec.env, launch_line=p.launch.line or 1,
-                    env_keys=TorchtitanAdapter().env_keys(), path=name)
+                    env_keys=TorchtitanAdapter().env_keys(), path=name, last=TorchtitanAdapter.last_word)
     return text, e.text
 
 
@@ -125,7 +126,7 @@ def _through_apply(path: Path, setting: dict, *, kind: str = "H100-80GB", device
                                  "hardware": {"kind": kind, "devices": devices, "memory_capacity_gib": 80}})
     ad = mg.MegatronAdapter()
     spec = ad.launch(c, setting)
-    _, e = edit_launch_file(ad, c, spec)
+    _, e = edit_launch_file(ad, c, setting)
     return e.text, mg.parse_megatron(e.text, path=str(path)), spec
 
 
@@ -174,3 +175,36 @@ def test_an_edit_the_reader_cannot_read_back_is_a_one_line_refusal():
         edit_script(path.read_text(), read, target_args=spec.argv[n:], target_env=spec.env,
                     launch_line=p.launch.line, env_keys={"NCCL_ALGO"})
     assert "\n" not in str(e.value)
+
+
+def test_the_adapters_edit_is_the_users_launch_never_the_trials_form():
+    # a CPU trial runs torchrun as this interpreter's `-m torch.distributed.run` with OMP_NUM_THREADS: the edit
+    # target is the user's program arguments and environment, with the knobs written in
+    import sys
+
+    from infrarsi.contract.model import Contract
+
+    path = Path(__file__).parents[2] / "contracts/megatron-cpu/train.sh"
+    c = Contract.model_validate({"name": "cpu", "workload": {"adapter": "megatron", "launch": str(path)},
+                                 "hardware": {"kind": "cpu", "devices": 2, "memory_capacity_gib": 80}})
+    ad = mg.MegatronAdapter()
+    setting = {"tensor_parallel": 1, "sequence_parallel": False, "data_parallel": 2}
+    spec, target = ad.launch(c, setting), ad.edit(c, setting)
+    assert spec.argv[:3] == [sys.executable, "-m", "torch.distributed.run"] and spec.env["OMP_NUM_THREADS"] == "1"
+    assert target.args == spec.argv[-len(target.args):] and "--tensor-model-parallel-size" in target.args
+    assert target.args[target.args.index("--tensor-model-parallel-size") + 1] == "1"
+    assert "OMP_NUM_THREADS" not in target.env and target.job_values is None
+
+
+def test_a_torchtitan_setting_that_needs_the_projects_launcher_is_not_written_in_place(tmp_path):
+    # a kernel patch runs through launchers/torchtitan_cpu.py: the user's launch cannot say it
+    from infrarsi.contract.model import Contract
+
+    shutil.copytree(FIX / "torchtitan", tmp_path / "tt")
+    c = Contract.model_validate({"name": "tt", "workload": {"adapter": "torchtitan",
+                                                            "launch": str(tmp_path / "tt" / "llama3_8b_v03.sh")},
+                                 "hardware": {"kind": "H100-80GB", "devices": 8, "memory_capacity_gib": 80}})
+    ad = TorchtitanAdapter()
+    assert ad.edit(c, {"micro_batch_size": 2}).args  # without the patch: the user's overrides
+    with pytest.raises(tt.TorchtitanLaunchError, match="changes the launcher itself"):
+        ad.edit(c, {"micro_batch_size": 2, "kernel_rmsnorm": "kernels/rmsnorm/cand.py"})

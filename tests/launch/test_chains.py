@@ -40,7 +40,7 @@ def _apply(root: Path, contract: Contract, adapter, setting: dict) -> dict[str, 
     """The tuned launch for ``setting``, emitted by the adapter and written into ``root`` by apply's in-place edit;
     the lines changed per file (relative path), for the files that changed."""
     spec = adapter.launch(contract, setting)
-    edits = edit_launch_files(adapter, contract, spec)
+    edits = edit_launch_files(adapter, contract, setting)
     assert edits is not None
     # the edited files compute the user's job, by the framework's own comparison (what apply checks before writing)
     others = {str(p): e.text for p, e in edits[1:]}

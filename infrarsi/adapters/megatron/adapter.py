@@ -41,7 +41,7 @@ from ...transformer import data_parallel
 from . import equivalence, flags
 from . import log as megatron_log
 from .check import FrameworkRejected, check_megatron, megatron_core_check, megatron_parallel_check
-from ..base import LaunchFileAdapter, ParsedRun, full_setting, scoped_space
+from ..base import LaunchFileAdapter, LaunchTarget, ParsedRun, scoped_space
 from .args import COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError, split_items
 from .emit import emit_megatron, emit_megatron_args, knob_env
 from .launch import MegatronLaunch, parse_megatron, parse_megatron_argv, parse_megatron_file, with_world
@@ -142,7 +142,7 @@ class MegatronAdapter(LaunchFileAdapter):
 
     def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         parsed = self.parsed(contract)
-        s = full_setting(parsed.setting, contract, setting)
+        s = self.full_setting(contract, setting)
         if parsed.world_size and "data_parallel" not in setting:  # None when it does not divide (checked below)
             s["data_parallel"] = data_parallel(parsed.world_size, s["tensor_parallel"], s["pipeline_parallel"],
                                                s["context_parallel"])
@@ -174,20 +174,16 @@ class MegatronAdapter(LaunchFileAdapter):
     def batch_launch(self, contract: Contract, setting: Mapping[str, Any], spec: LaunchSpec) -> LaunchSpec:
         """Megatron's launcher rebuilt as ``srun`` for a batch job."""
         parsed = self.parsed(contract)
-        return emit_megatron(parsed, full_setting(parsed.setting, contract, setting), launcher="srun",
+        return emit_megatron(parsed, self.full_setting(contract, setting), launcher="srun",
                              time_limit_s=spec.time_limit_s)
 
-    def is_trial_form(self, contract: Contract, argv: list[str], spec: LaunchSpec) -> bool:
-        """A CPU contract's trials run ``torchrun`` as this interpreter's ``-m torch.distributed.run``."""
-        if str(contract.hardware.kind).lower() != "cpu":
-            return False
-        from infrarsi.workloads.megatron_trial import cpu_trial
-
-        try:
-            again = cpu_trial(spec.model_copy(update={"argv": list(argv)}), contract)
-        except ValueError:
-            return False
-        return again.argv == spec.argv
+    def edit(self, contract: Contract, changes: Mapping[str, Any]) -> LaunchTarget:
+        """The user's program arguments with each knob's flag rewritten where it stands, and the launch's
+        environment with the knobs' variables (the launcher and program stay the user's)."""
+        parsed = self.parsed(contract)
+        s = self.full_setting(contract, changes)
+        return LaunchTarget(args=emit_megatron_args(parsed.args, s, num_layers=parsed.fixed.get("num_layers")),
+                            env=knob_env(s, parsed.env))
 
     def model_shape(self, contract: Contract) -> dict[str, Any]:
         return dict(self.parsed(contract).fixed)

@@ -40,10 +40,10 @@ from ...trial import LaunchSpec
 from ...knobs import Constraint, Derived, Knob, KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
 from . import trial as torchtitan_trial
-from ..base import LaunchFileAdapter, ParsedRun, full_setting, scoped_space
+from ..base import LaunchFileAdapter, LaunchTarget, ParsedRun, full_setting, scoped_space
 from ..equivalence import raise_if_different
 from .check import FrameworkRejected, check_torchtitan
-from .configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK
+from .configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK, SUBCOMMAND
 from .emit import JOBS_DIR, emit_torchtitan, emit_torchtitan_args
 from .equivalence import check_launch, compare
 from .launch import (
@@ -216,6 +216,7 @@ class TorchtitanAdapter(LaunchFileAdapter):
     estimate_module = "torchtitan"
     estimate_needs = "torchtitan"
     memory_offset = "estimate"
+    last_word = SUBCOMMAND  # 0.3's activation-checkpoint choice stays last
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
         super().__init__(base_dir)
@@ -318,14 +319,28 @@ class TorchtitanAdapter(LaunchFileAdapter):
         q = self.reread(contract, text, files)
         return q.launch.args if q.launch else [], q.env, q.setting, q.fixed
 
-    def job_file_values(self, contract: Contract, spec: LaunchSpec) -> dict[str, Any] | None:
-        """For a launch that is a bare job file: the job-file fields ``spec`` changes (what an in-place edit
-        writes into it); None for a launch script."""
+    def edit(self, contract: Contract, changes: Mapping[str, Any]) -> LaunchTarget:
+        """The user's overrides rewritten for ``changes`` (the activation-checkpoint choice last) and the launch's
+        environment; for a bare job file, the fields the tuned launch changes in it. A setting that needs the
+        project's own launcher (kernel patches; a CPU contract's torchrun) or a derived copy of the job file
+        cannot be written into the user's launch."""
         parsed = self.parsed(contract)
-        if parsed.launch is not None:
-            return None
-        got = parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=launch_path(contract.workload, self.base_dir).parent)
-        return {k: v for k, v in got.values.items() if parsed.values.get(k) != v and k != "job.config_file"}
+        full = full_setting({}, contract, changes)  # emit_torchtitan puts the launch's own values under it
+        spec = emit_torchtitan(parsed, full, world_size=contract.hardware.devices)
+        if parsed.launch is None:  # a bare job file: the fields the tuned launch changes go into it
+            got = parse_torchtitan_argv(spec.argv, env=spec.env,
+                                        base_dir=launch_path(contract.workload, self.base_dir).parent)
+            return LaunchTarget(env=spec.env, job_values={k: v for k, v in got.values.items()
+                                                          if parsed.values.get(k) != v and k != "job.config_file"})
+        if torchtitan_trial.own_launcher(spec, contract, full):
+            raise TorchtitanLaunchError("the tuned launch changes the launcher itself; nothing to edit in place")
+        n = len(parsed.launch.launcher) + len(parsed.launch.program)
+        args = list(spec.argv[n:])
+        if any(a.endswith(".toml") and f"/{JOBS_DIR}/" in a for a in args) or \
+                f"/{JOBS_DIR}/" in spec.env.get("CONFIG_FILE", ""):
+            raise TorchtitanLaunchError("the tuned setting changes the job file itself (an empty model.converters); "
+                                        "edit it by hand: set converters = [] in its [model] table")
+        return LaunchTarget(args=args, env=spec.env)
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun:
         parsed = self.parsed(contract)

@@ -86,5 +86,6 @@ _BOOL_FIELDS_03 = {
 }
 _FP8_CONVERTERS = {"float8": "tensorwise", "quantize.linear.float8": "tensorwise", "quantize.linear.mx": "mxfp8",
                    "mx": "mxfp8"}
-_SUBCOMMAND = re.compile(r"^activation[-_]checkpoint:([a-z_-]+)$")
+SUBCOMMAND = r"activation[-_]checkpoint:"  # 0.3's activation-checkpoint choice, the last argument
+_SUBCOMMAND = re.compile(rf"^{SUBCOMMAND}([a-z_-]+)$")
 _AC_MODES = {"none": "none", "selective": "selective", "full": "full"}

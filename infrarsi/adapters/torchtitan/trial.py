@@ -122,6 +122,36 @@ def _program_at(argv: list[str]) -> int | None:
     return None
 
 
+def _own_program(contract: Contract, setting: Mapping[str, Any]) -> bool:
+    """Whether a trial runs ``launchers/torchtitan_cpu.py`` for ``-m torchtitan.train`` (kernel patches; a CPU
+    contract on a machine without an accelerator)."""
+    cpu = contract.hardware.kind.lower() == "cpu"
+    return bool(patches_of(setting)) or (cpu and not has_accelerator())
+
+
+def _cpu_launcher(argv: list[str], nodes: int, launcher: list[str]) -> list[str]:
+    """``argv`` with a CPU trial's launcher: ``torchrun`` as this interpreter's ``-m torch.distributed.run``, and
+    ``--standalone`` for a single node whose ``launcher`` (its options, as emitted) names no rendezvous."""
+    argv = list(argv)
+    if argv and os.path.basename(argv[0]) == "torchrun":
+        argv[:1] = [sys.executable, "-m", "torch.distributed.run"]
+    if (argv[1:3] == ["-m", "torch.distributed.run"] and nodes == 1
+            and not any(a.split("=", 1)[0] in _RDZV for a in launcher)):
+        argv.insert(3, "--standalone")
+    return argv
+
+
+def own_launcher(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any]) -> bool:
+    """Whether a trial runs the emitted launch ``spec`` with another launcher or program than the user's (what
+    :func:`trial_spec` rewrites): such a launch cannot be written into the user's own files."""
+    argv = list(spec.argv)
+    at = _program_at(argv)
+    if at is not None and _own_program(contract, setting):
+        return True
+    cpu = contract.hardware.kind.lower() == "cpu"
+    return cpu and _cpu_launcher(argv, spec.nodes, argv[:at] if at is not None else argv) != argv
+
+
 def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
     """The emitted launch, as a trial on this machine runs it (see the module docstring)."""
     argv = list(spec.argv)
@@ -135,18 +165,13 @@ def trial_spec(spec: LaunchSpec, contract: Contract, setting: Mapping[str, Any])
             env[var] = str(int(setting[knob]))
     cpu = contract.hardware.kind.lower() == "cpu"
     at = _program_at(argv)
-    if at is not None and (ops or (cpu and not has_accelerator())):
+    if at is not None and _own_program(contract, setting):
         if not LAUNCHER.is_file():
             raise FileNotFoundError(f"the torchtitan launcher {LAUNCHER} is missing; run from a checkout of the project")
         argv[at:at + 2] = [str(LAUNCHER)]
     if not cpu:  # a GPU job runs where its executor puts it (a Slurm node): its launcher and environment stay
         return spec.model_copy(update={"argv": argv, "env": env})
-    if argv and os.path.basename(argv[0]) == "torchrun":
-        argv[:1] = [sys.executable, "-m", "torch.distributed.run"]
-    launcher = spec.argv[:at] if at is not None else spec.argv  # the launcher's own options, as emitted
-    if (argv[1:3] == ["-m", "torch.distributed.run"] and spec.nodes == 1
-            and not any(a.split("=", 1)[0] in _RDZV for a in launcher)):
-        argv.insert(3, "--standalone")
+    argv = _cpu_launcher(argv, spec.nodes, spec.argv[:at] if at is not None else spec.argv)  # options as emitted
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_DATASETS_OFFLINE", "1")
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
