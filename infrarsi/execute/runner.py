@@ -48,7 +48,7 @@ from .local import kill_token, trial_env
 from .memory_stop import MemoryWatch
 from .prune import PruneWatch, Target
 from .record import RunRecord
-from ..trial import OUTPUTS, Cost, LaunchSpec, Trial, TrialStatus
+from ..trial import OUTPUTS, Cost, LaunchSpec, Metrics, Trial, TrialStatus
 
 
 class TrialAdapter(Protocol):
@@ -440,8 +440,7 @@ def invalidate(v: Verdict, why: str, evidence: Sequence[str] = ()) -> Verdict:
     step time or throughput (nothing an invalid trial measured is scored)."""
     return v.model_copy(update={
         "status": TrialStatus.INVALID, "reason": why[:300], "evidence": v.evidence + (list(evidence) or [why]),
-        "metrics": v.metrics.model_copy(update={"step_time_s": None, "tokens_per_s": None, "mfu": None,
-                                                "tflops_per_device": None})})
+        "metrics": v.metrics.model_copy(update={"step_time_s": None, **dict.fromkeys(PER_STEP)})})
 
 
 def _dropped(trial_dir: Path) -> str:
@@ -474,11 +473,8 @@ def _harness_time(v: Verdict, adapter: TrialAdapter, contract: Contract, trial_d
         return invalidate(v, str(e))
     if timing is None:
         return _wall_bound(v, trial_dir, end.wall_s, t.warmup_steps + t.measured_steps) if measured else v
-    m, reported = v.metrics, v.metrics.step_time_s
-    scale = reported / timing.step_s  # the throughput figures are the log's, per its step time
-    metrics = m.model_copy(update={
-        "step_time_s": timing.step_s, "reported_step_time_s": reported, "steps_run": timing.steps_seen,
-        **{k: getattr(m, k) * scale for k in ("tokens_per_s", "mfu", "tflops_per_device") if getattr(m, k) is not None}})
+    reported = v.metrics.step_time_s
+    metrics = _rescored(v.metrics, timing.step_s, reported_step_time_s=reported, steps_run=timing.steps_seen)
     note = disagreement(reported, timing)
     return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [timing.line()] + ([note] if note else [])})
 
@@ -491,12 +487,10 @@ def _wall_bound(v: Verdict, trial_dir: Path, wall_s: float, steps: int) -> Verdi
         return v
     m = v.metrics
     bound = wall_s / steps
-    scale = m.step_time_s / bound
     why = (f"harness clock: no step lines of the window came through the pipe one by one (the log reports "
            f"{m.step_time_s * 1000:.1f} ms): scored by its wall time over the window's {steps} steps, "
            f"{wall_s:.3f} s / {steps} = {bound * 1000:.1f} ms (start-up included: an upper bound)")
-    metrics = m.model_copy(update={"step_time_s": bound, "reported_step_time_s": m.step_time_s, "steps_run": steps, **{
-        k: getattr(m, k) * scale for k in ("tokens_per_s", "mfu", "tflops_per_device") if getattr(m, k) is not None}})
+    metrics = _rescored(m, bound, reported_step_time_s=m.step_time_s, steps_run=steps)
     return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [why]})
 
 
@@ -509,10 +503,17 @@ def _end_to_end(v: Verdict, wall_s: float, allowance: float | None) -> Verdict:
     out = end_to_end.bound(wall_s=wall_s, steps=m.steps_run, step_s=m.step_time_s, allowance=allowance)
     if out is None:
         return v
-    scale = m.step_time_s / out[0]
-    metrics = m.model_copy(update={"step_time_s": out[0], **{
-        k: getattr(m, k) * scale for k in ("tokens_per_s", "mfu", "tflops_per_device") if getattr(m, k) is not None}})
-    return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [out[1]]})
+    return v.model_copy(update={"metrics": _rescored(m, out[0]), "evidence": v.evidence + [out[1]]})
+
+
+PER_STEP = ("tokens_per_s", "mfu", "tflops_per_device")  # figures that follow the step time (the log's, per its own)
+
+
+def _rescored(m: Metrics, step_s: float, **update: Any) -> Metrics:
+    """``m`` scored at ``step_s`` by the harness: the per-step figures scaled by the log's step time over it."""
+    scale = m.step_time_s / step_s
+    return m.model_copy(update={"step_time_s": step_s, **update,
+                                **{k: getattr(m, k) * scale for k in PER_STEP if getattr(m, k) is not None}})
 
 
 RESERVE_BYTES = 512 * 2**20  # free space the runner keeps on the run directory's disk for its own records
