@@ -164,11 +164,10 @@ def explain(cand: Setting, trials: list[Trial], ok_pairs: list[tuple[Trial, Tria
     conditions of each ("" for a promoted candidate, or one without a search trial or pairs to compare)."""
     if promoted or not ok_pairs:
         return ""
-    seen = [t for t in trials if t.role == "search" and t.status is TrialStatus.OK and t.setting == cand.to_dict()]
-    base = [t for t in trials if t.role in ("doctor", "rebaseline") and t.status is TrialStatus.OK]
-    s_b, s_c = _search_figures(cand, trials)
-    if not s_c or not s_b:
+    base, seen = _search_trials(cand, trials)
+    if not seen or not base:
         return ""
+    s_b, s_c = [t.metrics.step_time_s for t in base], [t.metrics.step_time_s for t in seen]
     v_b = [a.metrics.step_time_s for a, _ in ok_pairs]
     v_c = [b.metrics.step_time_s for _, b in ok_pairs]
     search_x = statistics.median(s_b) / statistics.median(s_c)
@@ -183,11 +182,17 @@ def explain(cand: Setting, trials: list[Trial], ok_pairs: list[tuple[Trial, Tria
     return words + (f"; the machine changed: {shift}" if shift else "")
 
 
+def _search_trials(cand: Setting, trials: list[Trial]) -> tuple[list[Trial], list[Trial]]:
+    """(the baseline's ok doctor and re-baseline trials, ``cand``'s ok search trials)."""
+    ok = [t for t in trials if t.status is TrialStatus.OK]
+    return ([t for t in ok if t.role in ("doctor", "rebaseline")],
+            [t for t in ok if t.role == "search" and t.setting == cand.to_dict()])
+
+
 def _search_figures(cand: Setting, trials: list[Trial]) -> tuple[list[float], list[float]]:
     """(the baseline's ok doctor and re-baselined step times, ``cand``'s ok search step times), seconds."""
-    base = [t.metrics.step_time_s for t in trials if t.role in ("doctor", "rebaseline") and t.status is TrialStatus.OK]
-    return base, [t.metrics.step_time_s for t in trials
-                  if t.role == "search" and t.status is TrialStatus.OK and t.setting == cand.to_dict()]
+    base, seen = _search_trials(cand, trials)
+    return [t.metrics.step_time_s for t in base], [t.metrics.step_time_s for t in seen]
 
 
 def account(progress: VerificationProgress, trials: list[Trial], baseline: Setting) -> VerificationProgress:
