@@ -1,6 +1,6 @@
-"""Which peak-memory estimate a run's memory model refines, and how long its fake steps may take: the real model's
-fake step where it runs (this package), else the analytical estimate (priors/offline.py), bounded by the baseline's
-own trial time."""
+"""Which estimates a run's models start from: the peak-memory estimate the memory model refines (the real model's
+fake step where it runs (this package), else the analytical estimate (priors/offline.py)) and how long its fake
+steps may take (bounded by the baseline's own trial time); the predicted step time the time model starts from."""
 
 from __future__ import annotations
 
@@ -49,3 +49,22 @@ def estimate_budget_s(base_trials: list[Trial]) -> float | None:
     if os.environ.get(BUDGET_ENV) or not walls:
         return None
     return min(DEFAULT_BUDGET_S, ESTIMATE_TRIALS * statistics.median(walls))
+
+
+def time_prior(space: KnobSpace, contract: Contract, *, contract_dir: Path | None = None,
+               adapter: Adapter | None = None):
+    """The time part starting from the predicted step time (search/estimated.py), for a Megatron launch on a GPU the
+    step-time model knows; None otherwise (a simulated contract: the estimate is its own landscape, a circular prior;
+    a launch or GPU the model cannot price)."""
+    from ..adapters.workload import Workload
+    from .result import EstimateError
+    from .step_model import time_estimate
+    from ..search.estimated import EstimatedTime
+
+    try:
+        workload = Workload(contract, contract_dir, adapter)
+        if workload.adapter.step_model != "launch":
+            return None
+        return EstimatedTime(time_estimate(workload, space))
+    except (EstimateError, ValueError):
+        return None

@@ -30,7 +30,7 @@ from ..knobs import KnobSpace, Setting
 from ..trial.prior import Prior
 from ..progress import Heartbeat, eta, eta_at_most
 from ..bank.policy import bank_record, bank_seed
-from ..estimate.choice import estimate_budget_s, memory_estimate
+from ..estimate.choice import estimate_budget_s, memory_estimate, time_prior
 from ..rundir import RunDir, StageDone, Verification
 from ..search import Outcome, Tuner, TunerConfig
 from ..verify import rebaseline
@@ -41,7 +41,6 @@ from ..trial.status import TrialStatus
 from . import run_state as state
 
 if TYPE_CHECKING:
-    from ..adapters import Adapter
     from ..doctor.noise import NoiseProfile
     from ..execute.record import RunRecord
     from ..execute.runner import Runner, TrialAdapter
@@ -75,25 +74,6 @@ def load_priors(space: KnobSpace, contract: Contract, run_dir: Path, err: Consol
 def evidence_of(contract: Contract) -> str:
     """The kind of evidence this run's trials are: "simulated" (a what-if cluster) or "measured"."""
     return "simulated" if simulated(contract.workload.adapter) else "measured"
-
-
-def time_prior(space: KnobSpace, contract: Contract, *, contract_dir: Path | None = None,
-               adapter: Adapter | None = None):
-    """The time part starting from the predicted step time (search/estimated.py), for a Megatron launch on a GPU the
-    step-time model knows; None otherwise (a simulated contract: the estimate is its own landscape, a circular prior;
-    a launch or GPU the model cannot price)."""
-    from ..adapters.workload import Workload
-    from ..estimate.result import EstimateError
-    from ..estimate.step_model import time_estimate
-    from ..search.estimated import EstimatedTime
-
-    try:
-        workload = Workload(contract, contract_dir, adapter)
-        if workload.adapter.step_model != "launch":
-            return None
-        return EstimatedTime(time_estimate(workload, space))
-    except (EstimateError, ValueError):
-        return None
 
 
 @dataclass

@@ -16,7 +16,7 @@ from infrarsi.adapters.workload import Workload
 from infrarsi.estimate.step_model import TimeEstimate, unread_knobs
 from infrarsi.search import Outcome, Tuner, TunerConfig
 from infrarsi.search.estimated import EstimatedTime, _column_knobs
-from infrarsi.stages.run import time_prior
+from infrarsi.estimate.choice import time_prior
 from infrarsi.trial import TrialStatus
 from infrarsi.workloads.simulated import space_for
 
