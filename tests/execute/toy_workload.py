@@ -28,7 +28,10 @@ p.add_argument("--signal", type=int, default=9)
 a = p.parse_args()
 
 rank = int(os.environ.get("RANK", "0"))
-print(f"toy start pid={os.getpid()} rank={rank} cap={os.environ.get('INFRARSI_MEMORY_CAP_BYTES')}", flush=True)
+# One write per line: under PYTHONUNBUFFERED print() writes the text and its newline apart, and two ranks sharing the
+# pipe then interleave as "toy start ...toy start ...\n\n".
+sys.stdout.write(f"toy start pid={os.getpid()} rank={rank} cap={os.environ.get('INFRARSI_MEMORY_CAP_BYTES')}\n")
+sys.stdout.flush()
 if a.mode == "gloo":
     import torch
     import torch.distributed as dist
