@@ -62,7 +62,8 @@ def bound(*, wall_s: float, steps: int | None, step_s: float | None, allowance: 
     if outside <= allowance + startup + slack:
         return None
     b = max(step_s, (wall_s - allowance - startup) / steps)  # > step_s here; never faster than the lines
-    free = f"the baseline's {allowance:.3f} s" + (f" + the contract's startup_allowance_s {startup:g} s" if startup else "")
+    free = f"the baseline's {allowance:.3f} s" + (f" + the contract's startup_allowance_s {startup:g} s"
+                                                    if startup else "")
     less = f"{allowance:.3f}" + (f" - {startup:g}" if startup else "")
     return b, (f"end to end: the process ran {wall_s:.3f} s for {steps} steps of {step_s * 1000:.1f} ms "
                f"({steps * step_s:.3f} s), {outside:.3f} s outside its steps against {free} (+ {slack:.3f} s slack): "
