@@ -64,19 +64,20 @@ def main() -> None:
         fmt = lambda x: f"{x:.4f}" if x is not None else "-"  # noqa: E731
         print(f"{str(diff):<40} {trial.status.value:<8} {fmt(m.step_time_s):>9} "
               f"{fmt(timing.gap_s if timing else None):>8} {fmt(m.reported_step_time_s):>8} "
-              f"{fmt(outside_s(trial)):>9} {e2e(trials[0], trial):>8}")
-        bounded += e2e(trials[0], trial) == "bounded"
+              f"{fmt(outside_s(trial)):>9} {e2e(trials[0], trial, t.startup_allowance_s):>8}")
+        bounded += e2e(trials[0], trial, t.startup_allowance_s) == "bounded"
         if trial.status is not TrialStatus.OK:
             print("   ", trial.reason)
     ok = sum(t.status is TrialStatus.OK for t in trials)
     print(f"ok: {ok} of {len(trials)}, bounded end to end: {bounded} (burners: {a.burners})")
 
 
-def e2e(base, trial) -> str:
-    """Whether the end-to-end check bounds ``trial`` against ``base``'s time outside its steps."""
+def e2e(base, trial, startup: float) -> str:
+    """Whether the end-to-end check bounds ``trial`` against ``base``'s time outside its steps (and the contract's
+    ``startup``, seconds)."""
     if TrialStatus.OK not in (base.status,) or trial.status is not TrialStatus.OK:
         return "-"
-    return "bounded" if pair_times(base, trial)[2] else "agrees"
+    return "bounded" if pair_times(base, trial, startup=startup)[2] else "agrees"
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 
 # Fields added after runs were locked, left out of the normalized contract (and so of its hash) while they hold
 # their default: a run locked before they existed still resumes, and its contract still hashes the same.
-LATER_FIELDS = (("workload", "cwd", ""), ("budget", "prune", True), ("budget", "skip_over_capacity", True))
+# (its section's path, its key, its default)
+LATER_FIELDS = (("workload", "cwd", ""), ("budget", "prune", True), ("budget", "skip_over_capacity", True),
+                ("invariants.timing", "startup_allowance_s", 0.0))
 
 # The lock's ``files_relative_to`` when its file names are relative to the contract's folder (every lock written
 # now); absent in a lock written before, whose names were relative to wherever each file was found.
@@ -46,8 +48,11 @@ FILES_RELATIVE_TO = "contract"
 def normalized(contract: Contract) -> dict[str, Any]:
     out = json.loads(json.dumps(contract.model_dump(mode="json"), sort_keys=True))
     for section, key, default in LATER_FIELDS:
-        if out.get(section, {}).get(key) == default:
-            del out[section][key]
+        table = out
+        for part in section.split("."):
+            table = table.get(part, {})
+        if key in table and table[key] == default:
+            del table[key]
     return out
 
 

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ContractError
 
@@ -93,6 +93,22 @@ class Timing(_Section):
     pending_timeout_s: float = Field(3600, gt=0)
     """Slurm: a job still waiting in the queue after this many seconds stops the run, which says why
     (the trial stays recorded for a resume). Held jobs are not waited for: they are launched again."""
+    startup_allowance_s: float = Field(0.0, ge=0)
+    """Seconds of start-up a setting may spend beyond the baseline's (launch to its first step line, plus its
+    shutdown: its time outside its steps) without being charged for them per step: what ``torch.compile`` or
+    autotuning spends before training. A trial that ran longer outside its steps than the baseline's, this and a
+    slack is scored by its end-to-end bound, which counts this much as free (execute/end_to_end.py). No measurement
+    tells such a start-up from steps computed before their lines, so this much is trusted: a trial could hide up to
+    this / (warmup_steps + measured_steps) seconds of computation per step. 0 (the default): none; a slower start-up
+    is charged to the window's steps."""
+
+    @field_validator("startup_allowance_s", mode="before")  # before the bound: this message names the fix
+    @classmethod
+    def _startup(cls, v: Any) -> Any:
+        if isinstance(v, (int, float)) and not 0 <= v < float("inf"):  # NaN too
+            raise ValueError(f"is {v}: seconds of extra start-up a setting may spend, 0 or more (0: none; e.g. 60 for "
+                             f"a torch.compile that takes a minute more than the baseline to its first step)")
+        return v
 
 
 class Loss(_Section):

@@ -9,16 +9,19 @@ Slurm's elapsed time for a job). So the time a trial spent outside its steps is 
 on the baseline's own trials::
 
     outside = wall - steps x step           (steps: the last step the harness saw a line of)
-    agrees  when outside <= allowance + max(SLACK_S, SLACK_FRACTION x allowance)
-    else    scored by (wall - allowance) / steps    (the end-to-end bound)
+    agrees  when outside <= allowance + startup + max(SLACK_S, SLACK_FRACTION x allowance)
+    else    scored by (wall - allowance - startup) / steps    (the end-to-end bound)
 
 where ``allowance`` is the baseline's outside time: in the search the largest of the doctor's (and re-baseline)
 trials (``Runner.Config.outside_allowance_s``), in an A/B pair the pair's own baseline run, back to back with the
-candidate on the same machine (:func:`pair_times`; the verification and the audit both score a pair by it). The
-bound is never faster than the truth while the trial's own start-up is at least the baseline's; a setting that
-starts slower (``torch.compile`` before its first step) is scored by it too, start-up included, as its whole run
-costs. A trial that hides time outside its steps gains at most the slack over its steps. Nothing here makes a trial
-invalid: load slows a start-up, it does not forge one.
+candidate on the same machine (:func:`pair_times`; the verification and the audit both score a pair by it); and
+``startup`` is the contract's ``invariants.timing.startup_allowance_s`` (0 unless the user sets it): the extra
+start-up a setting may spend (``torch.compile``, autotuning) without being charged for it per step. The bound is
+never faster than the truth while the trial's own start-up is at least the baseline's plus ``startup``; a setting
+that starts slower still is scored by it, the rest of its start-up included, as its whole run costs. A trial that
+hides time outside its steps gains at most (startup + the slack) / steps per step. No measurement tells a start-up
+from steps computed before their lines (docs/isolation.md): ``startup`` is trusted, up to the limit the user
+locked. Nothing here makes a trial invalid: load slows a start-up, it does not forge one.
 """
 
 from __future__ import annotations
@@ -47,28 +50,42 @@ def allowance_s(baseline: Iterable[Trial]) -> float | None:
     return max(0.0, max(xs)) if xs else None
 
 
-def bound(*, wall_s: float, steps: int | None, step_s: float | None, allowance: float | None) -> tuple[float, str] | None:
+def bound(*, wall_s: float, steps: int | None, step_s: float | None, allowance: float | None,
+          startup: float) -> tuple[float, str] | None:
     """(the end-to-end bound, one evidence line with the arithmetic) when the trial's figure disagrees with its wall
-    time beyond the slack, or None when it agrees (or cannot be checked)."""
+    time beyond the baseline's ``allowance``, the contract's ``startup`` and the slack, or None when it agrees (or
+    cannot be checked). Seconds; ``startup``: the contract's invariants.timing.startup_allowance_s."""
     if allowance is None or not steps or not step_s or wall_s <= 0:
         return None
     outside = wall_s - steps * step_s
     slack = max(SLACK_S, SLACK_FRACTION * allowance)
-    if outside <= allowance + slack:
+    if outside <= allowance + startup + slack:
         return None
-    b = (wall_s - allowance) / steps
+    b = max(step_s, (wall_s - allowance - startup) / steps)  # > step_s here; never faster than the lines
+    free = f"the baseline's {allowance:.3f} s" + (f" + the contract's startup_allowance_s {startup:g} s"
+                                                    if startup else "")
+    less = f"{allowance:.3f}" + (f" - {startup:g}" if startup else "")
     return b, (f"end to end: the process ran {wall_s:.3f} s for {steps} steps of {step_s * 1000:.1f} ms "
-               f"({steps * step_s:.3f} s), {outside:.3f} s outside its steps against the baseline's {allowance:.3f} s "
-               f"(+ {slack:.3f} s slack): scored by ({wall_s:.3f} - {allowance:.3f}) s / {steps} = {b * 1000:.1f} ms "
-               f"per step (its steps ran before its lines, or it started slower than the baseline)")
+               f"({steps * step_s:.3f} s), {outside:.3f} s outside its steps against {free} (+ {slack:.3f} s slack): "
+               f"scored by ({wall_s:.3f} - {less}) s / {steps} = {b * 1000:.1f} ms per step (its steps ran before "
+               f"its lines, or it started slower than the baseline by more than the contract allows)")
 
 
-def pair_times(a: Trial, b: Trial) -> tuple[float, float, str]:
+def pair_times(a: Trial, b: Trial, *, startup: float) -> tuple[float, float, str]:
     """(baseline's step time, candidate's step time, evidence or "") of an ok A/B pair: the candidate is held to the
-    time its own baseline run spent outside its steps, back to back on the same machine (:func:`bound`)."""
+    time its own baseline run spent outside its steps, back to back on the same machine, plus the contract's
+    ``startup`` (invariants.timing.startup_allowance_s; :func:`bound`)."""
     ta, tb = a.metrics.step_time_s, b.metrics.step_time_s
     own = outside_s(a)
-    out = bound(wall_s=b.cost.wall_s, steps=b.metrics.steps_run, step_s=tb, allowance=None if own is None else max(0.0, own))
+    out = bound(wall_s=b.cost.wall_s, steps=b.metrics.steps_run, step_s=tb,
+                allowance=None if own is None else max(0.0, own), startup=startup)
     if out is None:
         return ta, tb, ""
     return ta, out[0], f"trials {a.id}/{b.id}: {out[1]}"
+
+
+def extra_startup_s(a: Trial, b: Trial) -> float | None:
+    """Seconds the candidate ``b`` of an A/B pair spent outside its steps beyond its baseline run ``a`` (its extra
+    start-up; negative when it started faster), or None when either is not clocked."""
+    oa, ob = outside_s(a), outside_s(b)
+    return None if oa is None or ob is None else ob - oa

@@ -129,7 +129,8 @@ class Runner:
         """Memory to plan with (default: MemAvailable, or the cgroup limit when smaller)."""
         outside_allowance_s: float | None = Field(None, ge=0)
         """The baseline's time outside its steps (end_to_end.allowance_s of its trials): a search trial that spent
-        more outside its own is scored by its end-to-end bound (execute/end_to_end.py). None: not checked."""
+        more outside its own (beyond it, the contract's invariants.timing.startup_allowance_s and a slack) is scored by
+        its end-to-end bound (execute/end_to_end.py). None: not checked."""
 
     def __init__(self, record: RunRecord, executor: Executor, adapter: TrialAdapter, contract: Contract, *,
                  config: Config | None = None) -> None:
@@ -293,7 +294,8 @@ class Runner:
         freed = _keep_reserve(self.record.run_dir, Path(handle.trial_dir))
         verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting, copies=procs)
         if role == "search":  # told to the search as it is; an A/B pair is held to its own baseline (pair_times)
-            verdict = _end_to_end(verdict, end.wall_s, self.config.outside_allowance_s)
+            verdict = _end_to_end(verdict, end.wall_s, self.config.outside_allowance_s,
+                                  self.contract.invariants.timing.startup_allowance_s)
         pruned = pruner.decision if pruner is not None and verdict.status is TrialStatus.CANCELLED else None
         if pruned is not None:  # stopped by the runner, not by a user: its checks below apply as to any trial
             verdict = verdict.model_copy(update={
@@ -494,13 +496,15 @@ def _wall_bound(v: Verdict, trial_dir: Path, wall_s: float, steps: int) -> Verdi
     return v.model_copy(update={"metrics": metrics, "evidence": v.evidence + [why]})
 
 
-def _end_to_end(v: Verdict, wall_s: float, allowance: float | None) -> Verdict:
-    """An ok verdict whose figure disagrees with its wall time beyond the baseline's time outside its steps, scored by
-    the end-to-end bound (execute/end_to_end.py); throughput and MFU follow."""
+def _end_to_end(v: Verdict, wall_s: float, allowance: float | None, startup: float) -> Verdict:
+    """An ok verdict whose figure disagrees with its wall time beyond the baseline's time outside its steps and the
+    contract's ``startup`` (invariants.timing.startup_allowance_s), scored by the end-to-end bound
+    (execute/end_to_end.py); throughput and MFU follow."""
     if v.status is not TrialStatus.OK:
         return v
     m = v.metrics
-    out = end_to_end.bound(wall_s=wall_s, steps=m.steps_run, step_s=m.step_time_s, allowance=allowance)
+    out = end_to_end.bound(wall_s=wall_s, steps=m.steps_run, step_s=m.step_time_s, allowance=allowance,
+                           startup=startup)
     if out is None:
         return v
     return v.model_copy(update={"metrics": _rescored(m, out[0]), "evidence": v.evidence + [out[1]]})

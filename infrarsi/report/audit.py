@@ -217,7 +217,8 @@ def recomputed_speedup(data: RunData, cand: VerifiedCandidate) -> tuple[Any, lis
             problems.append(f"verification pair {list(pair)}: the trials ran other settings than recorded")
             continue
         if a.status is TrialStatus.OK and b.status is TrialStatus.OK:
-            ta, tb, _ = pair_times(a, b)  # as the verification scored the pair: held to its end-to-end time
+            # as the verification scored the pair: held to its end-to-end time
+            ta, tb, _ = pair_times(a, b, startup=data.contract.invariants.timing.startup_allowance_s)
             a_s.append(ta)
             b_s.append(tb)
     sp = speedup_ci(a_s, b_s) if len(a_s) >= 2 else None

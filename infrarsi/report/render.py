@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.registry import simulated
+from ..execute.end_to_end import extra_startup_s
 from ..execute.record import cost_by_status
 from .cost import run_cost
 from ..execute.runner import unisolated
@@ -387,6 +388,7 @@ class _Builder:
                          "**yes**" if c.promoted else "no", c.reason))
         self.table(["#", "knobs vs baseline", "pairs (baseline/candidate trials)", "speedup", CI_NAME, "promoted",
                     "reason"], rows)
+        self.startup()
         for line in conditions.drift_lines(self.d.trials):
             self.p(f"**The machine changed:** {line}")
         for i, c in enumerate(cands, 1):
@@ -397,6 +399,26 @@ class _Builder:
                      plots.verification(cands, ver.mde))
         self.rerun(ver)
         self.mfu(cands)
+
+    def startup(self) -> None:
+        """What the contract's startup_allowance_s exposes, and how much of it the promoted candidate used."""
+        t = self.d.contract.invariants.timing
+        if not t.startup_allowance_s:
+            return
+        n = t.warmup_steps + t.measured_steps
+        words = (f"**Start-up allowance:** the contract lets a setting spend {t.startup_allowance_s:g} s more than the "
+                 f"baseline outside its steps without being charged per step (invariants.timing.startup_allowance_s: "
+                 f"torch.compile, autotuning); no measurement tells a start-up from steps computed before their lines, "
+                 f"so a trial could hide up to {t.startup_allowance_s:g} s / {n} steps = "
+                 f"{t.startup_allowance_s / n * 1000:.1f} ms per step of computation in its start-up.")
+        best, by_id = best_promoted(self.d), self.d.by_id
+        pairs = [(by_id.get(a), by_id.get(b)) for a, b in best.trials] if best is not None else []
+        extra = [x for a, b in pairs if a is not None and b is not None
+                 for x in [extra_startup_s(a, b)] if x is not None]
+        if extra:
+            words += (f" The promoted candidate used {statistics.median(extra):.1f} s of it (its time outside its "
+                      f"steps minus its pair's baseline's, median of {len(extra)} pairs, {_span_s(extra)}).")
+        self.p(words)
 
     def rerun(self, ver) -> None:
         """Every A/B pair that was set aside and run again, and verify trials that no pair accounts for."""
@@ -527,6 +549,10 @@ def build(data: RunData, step: Callable[[str], None] = lambda s: None, *,
 
 
 # ---------------------------------------------------------------------- writers
+def _span_s(xs: Sequence[float]) -> str:
+    return f"{min(xs):.1f} s" if max(xs) - min(xs) < 0.05 else f"{min(xs):.1f} to {max(xs):.1f} s"
+
+
 def _stop_in_words(reason: str | None) -> str:
     """The search's recorded stop reason, said plainly ("expected improvement 0.21 below log(1 + mde 0.36)")."""
     if not reason:

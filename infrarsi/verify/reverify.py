@@ -66,6 +66,7 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
             console.print(f"  candidate {n_cand} of {len(top)}: {skip}", highlight=False)
             continue
         disturbed: list[tuple[Trial, Trial]] = []
+        startup = contract.invariants.timing.startup_allowance_s
         while True:
             used = [p for p in pairs if p not in disturbed]
             bad = [p for p in disturbed_pairs(used) if len(disturbed) < MAX_DISTURBED]
@@ -73,7 +74,8 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
                 disturbed += bad[: MAX_DISTURBED - len(disturbed)]
                 continue
             ok_pairs = [(a, b) for a, b in used if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
-            times = [pair_times(a, b) for a, b in ok_pairs]  # the candidate held to its pair's end-to-end time
+            # the candidate held to its pair's end-to-end time: what the decision, the record and the words use
+            times = [pair_times(a, b, startup=startup) for a, b in ok_pairs]
             d = decide([x[0] for x in times], [x[1] for x in times], mde=noise.mde, max_pairs=max_pairs,
                        outrank=best_lo)
             if d.done or len(used) >= max_pairs or len(used) - len(ok_pairs) >= FIRST_LOOK:
@@ -87,10 +89,9 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
             ids.append((a.id, b.id))
             run.write_progress(progress)
             console.print(f"  verify {which}: {_pair_line(a, b)}", highlight=False)
-        pairs = [p for p in pairs if p not in disturbed]
-        ok_pairs = [(a, b) for a, b in pairs if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
-        entry = _verified(cand, tuner.why(cand), pairs, disturbed, ok_pairs, d, contract, base_losses)
-        entry.explanation = explain(cand, record.trials(), ok_pairs, noise, promoted=entry.promoted)
+        # the decision's pairs (``used``: those not set aside), their ok ones and their times, as the loop left them
+        entry = _verified(cand, tuner.why(cand), used, disturbed, ok_pairs, times, d, contract, base_losses)
+        entry.explanation = explain(cand, record.trials(), ok_pairs, times, noise, promoted=entry.promoted)
         if entry.promoted:
             best_lo = max(best_lo or 0.0, entry.ci95[0])
         verified.append(entry)
@@ -106,15 +107,15 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
 
 
 def _verified(cand: Setting, why: dict[str, Any], pairs: list[tuple[Trial, Trial]],
-              disturbed: list[tuple[Trial, Trial]], ok_pairs: list[tuple[Trial, Trial]], d: Decision,
-              contract: Contract, base_losses) -> VerifiedCandidate:
+              disturbed: list[tuple[Trial, Trial]], ok_pairs: list[tuple[Trial, Trial]],
+              times: list[tuple[float, float, str]], d: Decision, contract: Contract, base_losses) -> VerifiedCandidate:
     """One candidate's verdict from its pairs (``pairs``: those the verdict uses; ``disturbed``: those set aside and
-    run again) and the sequential rule's decision ``d``, after the loss invariant and the isolation gate."""
+    run again; ``times``: ``pair_times`` of each of ``ok_pairs``, as ``d`` used them) and the sequential rule's
+    decision ``d``, after the loss invariant and the isolation gate."""
     moved = Disturbed(trials=[(a.id, b.id) for a, b in disturbed],
                       reason=f"a run took over {DISTURBED_FACTOR:g}x the median of its side: another job shared the "
                              f"machine; the pair was run again") if disturbed else None
     ran = [(a.id, b.id) for a, b in pairs]
-    times = [pair_times(a, b) for a, b in ok_pairs]
     bounded = [note for *_, note in times if note]
     if d.speedup is None:
         return VerifiedCandidate(setting=cand.to_dict(), why=why, trials=ran, disturbed=moved, end_to_end=bounded,
@@ -158,25 +159,28 @@ def _load_words(ts: list[Trial]) -> str:
     return "" if la is None else f" at load average {la:.1f}"
 
 
-def explain(cand: Setting, trials: list[Trial], ok_pairs: list[tuple[Trial, Trial]], noise, *,
-            promoted: bool) -> str:
+def explain(cand: Setting, trials: list[Trial], ok_pairs: list[tuple[Trial, Trial]],
+            times: list[tuple[float, float, str]], noise, *, promoted: bool) -> str:
     """A candidate that did not reproduce, in words: its search figures and its A/B figures side by side, with the
-    conditions of each ("" for a promoted candidate, or one without a search trial or pairs to compare)."""
+    conditions of each ("" for a promoted candidate, or one without a search trial or pairs to compare). ``times``:
+    ``pair_times`` of each of ``ok_pairs`` (seconds), the figures the decision used."""
     if promoted or not ok_pairs:
         return ""
     base, seen = _search_trials(cand, trials)
     if not seen or not base:
         return ""
     s_b, s_c = [t.metrics.step_time_s for t in base], [t.metrics.step_time_s for t in seen]
-    v_b = [a.metrics.step_time_s for a, _ in ok_pairs]
-    v_c = [b.metrics.step_time_s for _, b in ok_pairs]
+    v_b, v_c = [x[0] for x in times], [x[1] for x in times]
+    bounded = sum(bool(x[2]) for x in times)
     search_x = statistics.median(s_b) / statistics.median(s_c)
     ab_x = statistics.median(v_b) / statistics.median(v_c)
     verdict = ("it did not reproduce" if ab_x < 1 + 0.5 * (search_x - 1) else
                "its pairs agree with the search, but the interval could not clear the bar")
     words = (f"{verdict}: in the search it ran at {_span(s_c)}/step against the baseline's {_span(s_b)}"
              f"{_load_words(seen + base)} ({search_x:.2f}x); in the A/B pairs it ran at {_span(v_c)}/step against "
-             f"the baseline's {_span(v_b)}{_load_words([t for p in ok_pairs for t in p])} ({ab_x:.2f}x)")
+             f"the baseline's {_span(v_b)}{_load_words([t for p in ok_pairs for t in p])} ({ab_x:.2f}x)"
+             + (f", {bounded} of its {len(times)} pairs scored by their end-to-end bound (its start-up is charged "
+                f"to its steps)" if bounded else ""))
     shift = drift("during the search", load_of(t.conditions for t in seen + base), "during verification",
                   load_of(t.conditions for p in ok_pairs for t in p))
     return words + (f"; the machine changed: {shift}" if shift else "")

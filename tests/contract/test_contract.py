@@ -10,6 +10,7 @@ import pytest
 
 from infrarsi.contract import ContractError, load_contract, load_locked, write_lock
 from infrarsi.contract.invariants import loss_violation, setting_violations
+from infrarsi.contract.lock import normalized
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "contracts" / "minigpt-cpu.toml"
@@ -72,6 +73,24 @@ def test_bad_contract_errors_name_the_field(contract):
         load_contract(contract)
     assert "hardware.memory_capacity_gb: unknown key" in str(e.value)
     assert "hardware.memory_capacity_gib: required" in str(e.value)
+
+
+def test_a_negative_startup_allowance_is_refused_in_one_line_naming_the_field(contract):
+    """invariants.timing.startup_allowance_s: seconds of extra start-up a setting may spend (execute/end_to_end.py);
+    negative (or NaN) is refused on one line that names it and says what it takes; 0 is the default."""
+    assert load_contract(contract).invariants.timing.startup_allowance_s == 0
+    # at its default it is left out of the lock's contract and its hash: a run locked before the field resumes
+    default = normalized(load_contract(contract))
+    assert "startup_allowance_s" not in default["invariants"]["timing"], default["invariants"]["timing"]
+    text = contract.read_text()
+    for bad in ("-5", "nan"):
+        contract.write_text(text.replace("[invariants.timing]", f"[invariants.timing]\nstartup_allowance_s = {bad}"))
+        with pytest.raises(ContractError) as e:
+            load_contract(contract)
+        msg = str(e.value)
+        assert "\n" not in msg and "invariants.timing.startup_allowance_s: is " in msg and "0 or more" in msg, msg
+    contract.write_text(text.replace("[invariants.timing]", "[invariants.timing]\nstartup_allowance_s = 45"))
+    assert normalized(load_contract(contract))["invariants"]["timing"]["startup_allowance_s"] == 45.0
 
 
 def test_loss_invariant_shows_the_arithmetic(contract):

@@ -6,7 +6,8 @@ write of its own, --release-ms apart, with the CPU kept busy between them (a sle
 older case). --copies C: after the run, every step's line is printed again (C copies in all, within a trial of C
 processes' allowance), one by one, --release-ms apart, busy: the last copies arrive at the forged pace. --join-from
 K: the lines of steps K.. are held, then written as one line, joined by carriage returns (a log reader that splits
-at \r sees every step; the pipe sees one line)."""
+at \r sees every step; the pipe sees one line). --startup-ms: busy that long before the first step (a compile's
+start-up, honest: its steps and lines follow at their own pace)."""
 
 import argparse
 import os
@@ -20,6 +21,7 @@ p.add_argument("--release-ms", type=float, default=20.0)
 p.add_argument("--hold-from", type=int, default=0)  # 0: nothing held
 p.add_argument("--copies", type=int, default=1)
 p.add_argument("--join-from", type=int, default=0)  # 0: nothing joined
+p.add_argument("--startup-ms", type=float, default=0.0)
 a = p.parse_args()
 
 
@@ -36,6 +38,7 @@ def line(i: int, ms: float) -> str:
 
 
 print("forger start", flush=True)
+busy(a.startup_ms)
 held = []
 for i in range(1, a.steps + 1):
     busy(a.step_ms)

@@ -8,7 +8,7 @@ import pytest
 from toy import ToyAdapter, toy_contract
 
 from infrarsi.adapters.megatron.log import parse_log, to_metrics
-from infrarsi.execute.end_to_end import allowance_s, pair_times
+from infrarsi.execute.end_to_end import SLACK_FRACTION, SLACK_S, allowance_s, pair_times
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
@@ -26,14 +26,15 @@ class ForgerAdapter(ToyAdapter):
     def knob_space(self, contract):
         return KnobSpace([Knob(name="hold_from", kind="int", domain=(0, 1, 2, 3, 4), default=0),
                           Knob(name="copies", kind="int", domain=(1, 2), default=1),
-                          Knob(name="steps", kind="int", domain=(8, 20), default=8),
-                          Knob(name="join_from", kind="int", domain=(0, 1, 4), default=0)])
+                          Knob(name="steps", kind="int", domain=(8, 20, 60), default=8),
+                          Knob(name="join_from", kind="int", domain=(0, 1, 4), default=0),
+                          Knob(name="startup_ms", kind="int", domain=(0, 3000), default=0)])
 
     def launch(self, contract, setting):
         copies = int(setting.get("copies", 1))
         argv = ["python", FORGER, "--steps", str(setting.get("steps", 8)), "--step-ms", str(STEP_S * 1000), "--release-ms", "20",
                 "--hold-from", str(setting.get("hold_from", 0)), "--copies", str(copies),
-                "--join-from", str(setting.get("join_from", 0))]
+                "--join-from", str(setting.get("join_from", 0)), "--startup-ms", str(setting.get("startup_ms", 0))]
         # a trial of `copies` processes may print each step's line that many times (torchtitan logs on every rank)
         return LaunchSpec(argv=argv, processes=copies, devices=copies, time_limit_s=60)
 
@@ -94,10 +95,62 @@ def test_a_trial_that_computes_every_step_before_its_first_line_is_held_to_its_e
         (forged.status, forged.metrics.step_time_s, forged.evidence)
     assert any(e.startswith("end to end:") for e in forged.evidence), forged.evidence
     assert paired.metrics.step_time_s < 0.03  # the line clock alone: the release pace
-    assert pair_times(base, paired)[1] >= 0.95 * STEP_S, (pair_times(base, paired), paired.cost, base.cost)
+    got = pair_times(base, paired, startup=0.0)
+    assert got[1] >= 0.95 * STEP_S, (got, paired.cost, base.cost)
     assert honest.status is TrialStatus.OK and 0.09 < honest.metrics.step_time_s < 0.2, (honest.metrics, honest.evidence)
     assert not any(e.startswith("end to end:") for e in honest.evidence), honest.evidence
-    assert pair_times(base, honest) == (base.metrics.step_time_s, honest.metrics.step_time_s, "")
+    assert pair_times(base, honest, startup=0.0) == (base.metrics.step_time_s, honest.metrics.step_time_s, "")
+
+
+def _baseline(tmp_path):
+    """(the run's record, a baseline (doctor) trial of 8 honest steps, its time outside its steps)."""
+    rec = RunRecord(tmp_path)
+    with Runner(rec, LocalExecutor(), ForgerAdapter(), toy_contract(warmup_steps=3, measured_steps=4, timeout_s=60),
+                config=Runner.Config(oversubscribe=True)) as r:
+        (base,) = r.run([{}], role="doctor")
+    allowance = allowance_s([base])
+    assert base.status is TrialStatus.OK and allowance is not None, (base.reason, base.evidence)
+    return rec, base, allowance
+
+
+def _search(rec, allowance, startup_allowance_s, settings, role="search"):
+    contract = toy_contract(warmup_steps=3, measured_steps=4, timeout_s=60, startup_allowance_s=startup_allowance_s)
+    cfg = Runner.Config(oversubscribe=True, outside_allowance_s=allowance)
+    with Runner(rec, LocalExecutor(), ForgerAdapter(), contract, config=cfg) as r:
+        return r.run(settings, role=role)
+
+
+def test_a_start_up_within_the_contracts_allowance_keeps_its_lines_figure_and_beyond_it_is_charged(tmp_path):
+    """A setting that spends 3 s more than the baseline before its first step line (a compile's start-up), then runs
+    8 honest 100 ms steps: under invariants.timing.startup_allowance_s = 4 it is scored by its lines (~100 ms), in
+    the search and in its A/B pair; under the default 0 the 3 s are charged to its 8 steps (>= 2x its lines)."""
+    rec, base, allowance = _baseline(tmp_path)
+    (kept,) = _search(rec, allowance, 4.0, [{"startup_ms": 3000}])
+    (charged,) = _search(rec, allowance, 0.0, [{"startup_ms": 3000}])
+    (paired,) = _search(rec, allowance, 4.0, [{"startup_ms": 3000}], role="verify")
+    assert kept.status is TrialStatus.OK and 0.09 < kept.metrics.step_time_s < 0.2, (kept.metrics, kept.evidence)
+    assert not any(e.startswith("end to end:") for e in kept.evidence), kept.evidence
+    assert charged.status is TrialStatus.OK and charged.metrics.step_time_s > 2 * STEP_S, \
+        (charged.metrics, charged.evidence)
+    assert any(e.startswith("end to end:") for e in charged.evidence), charged.evidence
+    assert pair_times(base, paired, startup=4.0) == (base.metrics.step_time_s, paired.metrics.step_time_s, "")
+    ta, tb, note = pair_times(base, paired, startup=0.0)
+    assert tb > 2 * STEP_S and f"trials {base.id}/{paired.id}: end to end:" in note, (tb, note)
+
+
+def test_a_trial_that_computes_its_steps_before_its_first_line_gains_at_most_the_startup_allowance(tmp_path):
+    """60 steps of 100 ms computed before any line (6 s), then their lines let go 20 ms apart, under
+    startup_allowance_s = 2: beyond the baseline's time outside its steps, the 2 s and the slack, it is scored by its
+    end-to-end bound, (wall - allowance - 2) / 60, the contract's seconds in the arithmetic: it gains at most
+    (2 s + the slack) / 60 steps per step over what its steps took."""
+    rec, base, allowance = _baseline(tmp_path)
+    (forged,) = _search(rec, allowance, 2.0, [{"hold_from": 1, "steps": 60}])
+    assert forged.metrics.reported_step_time_s < 0.03, forged.metrics
+    (line,) = [e for e in forged.evidence if e.startswith("end to end:")] or [forged.evidence]
+    assert "the contract's startup_allowance_s 2 s" in line and f"- {allowance:.3f} - 2) s / 60" in line, line
+    slack = max(SLACK_S, SLACK_FRACTION * allowance)
+    assert forged.status is TrialStatus.OK and forged.metrics.step_time_s >= 0.95 * STEP_S - (2.0 + slack) / 60, \
+        (forged.metrics.step_time_s, forged.evidence)
 
 
 @pytest.mark.parametrize("join_from", [1, 4])

@@ -18,14 +18,15 @@ MODES = ("ok", "drift", "hang", "garbage", "alloc", "signal", "exit", "gloo", "p
 
 
 def toy_contract(*, cap_gib: float = 0.25, timeout_s: float = 30, name: str = "toy",
-                 baseline: dict[str, Any] | None = None, warmup_steps: int = 1, measured_steps: int = 2) -> Contract:
+                 baseline: dict[str, Any] | None = None, warmup_steps: int = 1, measured_steps: int = 2,
+                 startup_allowance_s: float = 0.0) -> Contract:
     return Contract.model_validate({
         "baseline": baseline or {},
         "name": name,
         "workload": {"adapter": "minigpt", "args": {"train_iters": 4}},
         "hardware": {"memory_capacity_gib": cap_gib},
         "invariants": {"timing": {"warmup_steps": warmup_steps, "measured_steps": measured_steps,
-                                              "timeout_s": timeout_s},
+                                              "timeout_s": timeout_s, "startup_allowance_s": startup_allowance_s},
                        "loss": {"compare_steps": 3, "rtol": 0.02}},
         # the toy's 20 ms steps vary by tens of percent on a loaded machine: no speedup to confirm, no early stop
         "budget": {"doctor_repeats": 2, "confirm_speedup": 100.0},

@@ -347,3 +347,30 @@ def test_untrusted_text_is_inert_in_report_md(run_dir):
     assert re.findall(r"<img [^>]*>", page) == ['<img src="report_files/priors.png" alt="Prior vs posterior, '
                                                 'miscalibrated priors in red" />']  # the report's own plot only
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "click" in page  # the words are still there
+
+
+def test_the_verification_says_what_the_startup_allowance_exposes_and_what_the_winner_used(run_dir):
+    """With invariants.timing.startup_allowance_s = 40 the Verification section says what a trial could hide per step
+    (40 s over the contract's warm-up + measured steps) and how much extra start-up the promoted candidate used: its
+    time outside its steps minus its pair's baseline's (here each candidate run took 30 s longer); at 0, nothing."""
+    from infrarsi.report.audit import best_promoted
+
+    data = load_run(run_dir)
+    best = best_promoted(data)
+    assert best is not None and best.trials
+    cand_ids = {b for _, b in best.trials}
+    steps = 6
+    clocked = [t.model_copy(update={"metrics": t.metrics.model_copy(update={"steps_run": steps}),
+                                    "cost": t.cost.model_copy(update={
+                                        "wall_s": steps * t.metrics.step_time_s + (40.0 if t.id in cand_ids else 10.0)})})
+               if t.role == "verify" and t.status.value == "ok" else t for t in data.trials]
+    timing = data.contract.invariants.timing.model_copy(update={"startup_allowance_s": 40.0})
+    loose = data.contract.model_copy(update={"invariants": data.contract.invariants.model_copy(update={"timing": timing})})
+    md = to_markdown(build(dataclasses.replace(data, trials=clocked, contract=loose), sections=["verification"]))
+    n = timing.warmup_steps + timing.measured_steps
+    assert (f"so a trial could hide up to 40 s / {n} steps = {40 / n * 1000:.1f} ms per step of computation in its "
+            f"start-up.") in md, md
+    assert f"The promoted candidate used 30.0 s of it (its time outside its steps minus its pair's baseline's, median " \
+           f"of {len(best.trials)} pairs, 30.0 s)." in md, md
+    assert "Start-up allowance" not in to_markdown(build(dataclasses.replace(data, trials=clocked),
+                                                         sections=["verification"]))
