@@ -94,7 +94,7 @@ def test_a_trial_that_computes_every_step_before_its_first_line_is_held_to_its_e
     assert forged.status is TrialStatus.OK and forged.metrics.step_time_s >= 0.95 * STEP_S, \
         (forged.status, forged.metrics.step_time_s, forged.evidence)
     assert any(e.startswith("end to end:") for e in forged.evidence), forged.evidence
-    assert paired.metrics.step_time_s < 0.03  # the line clock alone: the release pace
+    assert paired.metrics.step_time_s < 0.03, (paired.status, paired.reason, paired.evidence)  # the line clock alone: the release pace
     got = pair_times(base, paired, startup=0.0)
     assert got[1] >= 0.95 * STEP_S, (got, paired.cost, base.cost)
     assert honest.status is TrialStatus.OK and 0.09 < honest.metrics.step_time_s < 0.2, (honest.metrics, honest.evidence)
