@@ -285,7 +285,7 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
     if lay.fsdp:  # torchtitan: FSDP2 per block and per micro-batch (fsdp.py), its exposure already reckoned
         t_grad, t_ag, t_opt = _fsdp_parts(w, lay, t_layer, parts["recompute"], d1)
     else:
-        t_grad, t_ag, t_opt = _megatron_dp_parts(w, lay, d1, e1)
+        t_grad, t_ag, t_opt = _per_iteration_dp_parts(w, lay, d1, e1)
     scale = nmb * L / p
     phases = {k: v_ * scale for k, v_ in parts.items()}
     phases.update({"logits_loss": nmb * t_logits, "pipeline_bubble": bubble, "pipeline_p2p": p2p,
@@ -293,10 +293,11 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
     return t_pipe, t_max, t_grad, t_ag, t_opt, phases
 
 
-def _megatron_dp_parts(w: SimWorkload, lay: _Layout, d1: float, e1: float) -> tuple[float, float, float]:
-    """(gradient sync, parameter all-gather, optimizer) seconds per iteration of Megatron's data parallelism, before
-    overlap (:func:`_exposed`): fp32 main grads reduce-scattered (distributed optimizer) or all-reduced, bf16
-    parameters all-gathered, per GPU. ``d1`` / ``e1``: dense / expert parameters on this GPU."""
+def _per_iteration_dp_parts(w: SimWorkload, lay: _Layout, d1: float, e1: float) -> tuple[float, float, float]:
+    """(gradient sync, parameter all-gather, optimizer) seconds per iteration of data parallelism that syncs once per
+    iteration (Megatron's, ``SimWorkload.dp_sharding = "per_iteration"``), before overlap (:func:`_exposed`): fp32
+    main grads reduce-scattered (distributed optimizer) or all-reduced, bf16 parameters all-gathered, per GPU.
+    ``d1`` / ``e1``: dense / expert parameters on this GPU."""
     spec, tp, p, a = w.spec, lay.tp, lay.pp, lay.a
     hbm = spec.hbm_bytes_per_s * ELEM_EFF
     groups = [(d1, lay.dp * lay.cp, tp * lay.cp)]
