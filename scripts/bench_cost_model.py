@@ -27,6 +27,20 @@ Sources, each cited where its rows are built:
   step time as GBS x sequence / (tokens/s/GPU x GPUs). The shapes are the public Llama 3 configurations; the run
   overlaps TP communication (its recipe, scripts/performance/configs/llama/llama3_llm_pretrain.py, sets H100
   userbuffers) and is priced with the distributed optimizer and overlapped DP communication. Held out.
+- torchtitan's docs/performance.md (github.com/pytorch/torchtitan, "Llama 3 performance numbers" and "Llama 2
+  performance numbers"): tokens/s per GPU of Llama 3 8B / 70B and Llama 2 13B / 70B with FSDP2 over 64 A100 80GB
+  (8 nodes), local batch, activation checkpointing. Sequence length: stated in its text (Llama 2's default 4096,
+  "halved compared with Llama 3": 8192; the Llama 3 8B row's 58.2% MFU at 2973 tokens/s checks out at 8192 with
+  torchtitan's 6N + 12Lhs FLOPs per token). Read as the job files of the time ran them, which the page does not
+  restate: eager (torchtitan's compile default off), bf16 parameters / fp32 reduce, "selective layer" = torchtitan's
+  default selective_ac_option "2" (every second block), global batch = local batch x 64. Assumed, not stated: the
+  A100 is the 400 W SXM part the simulator's A100 is. Priced through the torchtitan path of the model (FSDP2 per
+  block and per micro-batch, op-level selective AC: infrarsi/workloads/simulated/fsdp.py). Held out. The Llama 2 13B
+  rows (no AC, selective layer, selective op) are a landscape of three layouts: its Spearman is printed.
+  Not rows: torchtitan's benchmarks/llama3_h100_202412_torchtitan.md (H100, 8-512 GPUs). Its H100s ran at a 500 W
+  power limit with HBM2e at 2.4 TB/s, and the page says their peak FLOP/s is "between SXM and NVL, and we don't know
+  its exact value": no device the model can price; Tables 1, 3, 4 and 5 do not state the sequence length either
+  (Tables 2 and 6 do), and every row but two uses torch.compile or Float8, which the model does not price.
 Only measurements whose every figure (model shape, layout, GPUs, batch, throughput) the source states are rows.
 """
 
@@ -147,6 +161,43 @@ def bridge_rows(collectives: str = "fixed", small_work: bool = True) -> list[dic
     return out
 
 
+TORCHTITAN_SOURCE = "torchtitan docs/performance.md, FSDP2 on 64 A100"
+# (model, layers, hidden, heads, query groups, FFN, vocab, seq, local batch, AC mode, selective_ac_option,
+#  published tokens/s per GPU); 64 GPUs, FSDP over all of them, global batch = local batch x 64
+TORCHTITAN_TABLE = (
+    ("Llama 3 8B", 32, 4096, 32, 8, 14336, 128256, 8192, 1, "selective", "2", 2904),
+    ("Llama 3 8B", 32, 4096, 32, 8, 14336, 128256, 8192, 1, "selective", "op", 2973),
+    ("Llama 3 70B", 80, 8192, 64, 8, 28672, 128256, 8192, 1, "full", "op", 331),
+    ("Llama 2 13B", 40, 5120, 40, 40, 13824, 32000, 4096, 2, "none", "op", 2162),
+    ("Llama 2 13B", 40, 5120, 40, 40, 13824, 32000, 4096, 2, "selective", "2", 1914),
+    ("Llama 2 13B", 40, 5120, 40, 40, 13824, 32000, 4096, 2, "selective", "op", 1904),
+    ("Llama 2 70B", 80, 8192, 64, 8, 28672, 32000, 4096, 1, "selective", "op", 355),
+    ("Llama 2 70B", 80, 8192, 64, 8, 28672, 32000, 4096, 2, "full", "op", 353),
+)
+
+
+def torchtitan_rows(collectives: str = "fixed", small_work: bool = True) -> list[dict]:
+    """torchtitan's A100 rows, priced as `infrarsi estimate` prices a torchtitan launch (SimWorkload
+    dp_sharding "per_block"); a landscape per model (the rows of one model differ in AC and local batch only)."""
+    out = []
+    spec = sim.gpu("A100").model_copy(update={"collective_latency": collectives, "small_work_terms": small_work})
+    gpus = 64
+    for name, L, h, heads, groups, ffn, vocab, seq, mbs, ac, option, tokens_per_s in TORCHTITAN_TABLE:
+        m = sim.ModelSpec(num_layers=L, hidden_size=h, num_attention_heads=heads, num_query_groups=groups,
+                          ffn_hidden_size=ffn, vocab_size=vocab, seq_length=seq, global_batch_size=mbs * gpus)
+        w = sim.SimWorkload(name=name, model=m, gpu="A100", nodes=gpus // 8, gpu_spec=spec, dp_sharding="per_block",
+                            selective_recompute=option)
+        setting = dict(data_parallel=gpus, micro_batch_size=mbs, recompute_granularity=ac)
+        predicted_s = sim._step_time(w, sim._layout(w, setting))[0]
+        published_s = mbs * seq / tokens_per_s  # one GPU's tokens per step over its tokens per second
+        how = ac if ac != "selective" else f"selective {'op' if option == 'op' else 'layer'}"
+        out.append({"source": f"{TORCHTITAN_SOURCE}, {name}, local batch {mbs}, AC {how}", "gpu": "A100",
+                    "gpus": gpus, "layout": f"FSDP{gpus} mbs{mbs}", "regime": regime(w, setting), "fitted_on": False,
+                    "landscape": f"torchtitan-{name}", "published_s": published_s, "predicted_s": predicted_s,
+                    "error": predicted_s / published_s - 1})
+    return out
+
+
 def summarize(rows: list[dict]) -> dict:
     """Mean / worst |error|, Spearman of step time over ``rows``, and per landscape (rows sharing a model and
     cluster) whether the predicted fastest layout is the measured fastest and what following it costs."""
@@ -157,15 +208,19 @@ def summarize(rows: list[dict]) -> dict:
     for r in rows:
         if r.get("landscape"):
             lands.setdefault(r["landscape"], []).append(r)
-    regrets = []
-    for group in lands.values():
+    regrets, rank = [], {}
+    for name, group in lands.items():
         if len(group) < 2:
             continue
         picked = min(group, key=lambda r: r["predicted_s"])
         regrets.append(picked["published_s"] / min(r["published_s"] for r in group) - 1)
+        if len(group) >= 3:  # rank order within a landscape of 3+ layouts of one model on one cluster
+            rank[name] = spearman([r["published_s"] for r in group], [r["predicted_s"] for r in group])
     if regrets:
         out.update({"landscapes": len(regrets), "fastest_found": sum(x == 0 for x in regrets),
                     "median_regret": statistics.median(regrets)})
+    if rank:
+        out["landscape_spearman"] = rank
     return out
 
 
@@ -176,6 +231,9 @@ def _line(sm_: dict, fitted: str, terms: str) -> str:
     if "landscapes" in sm_:
         line += (f"; predicted fastest layout is the measured fastest in {sm_['fastest_found']}/{sm_['landscapes']} "
                  f"landscapes, median cost of following it {sm_['median_regret']:.1%}")
+    if "landscape_spearman" in sm_:
+        line += "; Spearman within a landscape of 3+ layouts: " + ", ".join(
+            f"{name} {rho:.2f}" for name, rho in sm_["landscape_spearman"].items())
     return line
 
 
@@ -203,13 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.rows is not None and a.rows < 1:
         ap.error(f"--rows {a.rows}: give at least 1")
     rows = (readme_rows(a.collectives, a.small_work) + korthikanti_rows(a.collectives, a.small_work)
-            + bridge_rows(a.collectives, a.small_work))[: a.rows]
+            + bridge_rows(a.collectives, a.small_work) + torchtitan_rows(a.collectives, a.small_work))[: a.rows]
     summary = {"collectives": a.collectives, "small_work_terms": a.small_work, **summarize(rows)}
     by_source = {name: summarize(part) for name, part in (
         (README_SOURCE, [r for r in rows if r["fitted_on"]]),
         (KORTHIKANTI_SOURCE, [r for r in rows if r["source"].startswith(KORTHIKANTI_SOURCE)]),
-        (BRIDGE_SOURCE, [r for r in rows if r["source"].startswith(BRIDGE_SOURCE)])) if part}
-    held_out = [r for r in rows if not r["fitted_on"]]
+        (BRIDGE_SOURCE, [r for r in rows if r["source"].startswith(BRIDGE_SOURCE)]),
+        (TORCHTITAN_SOURCE, [r for r in rows if r["source"].startswith(TORCHTITAN_SOURCE)])) if part}
+    # Megatron's held-out rows by scope (the targets of issue 68); torchtitan's are their own source line above
+    held_out = [r for r in rows if not r["fitted_on"] and not r["source"].startswith(TORCHTITAN_SOURCE)]
     by_scope = {name: summarize(part) for name, part in (
         ("held out, one node", [r for r in held_out if r["gpus"] <= 8]),
         ("held out, across nodes", [r for r in held_out if r["gpus"] > 8])) if part}

@@ -158,6 +158,13 @@ class LaunchFileAdapter(Adapter):
         when the framework's launch does not speak those names."""
         return {}
 
+    def cost_model_fields(self, contract: Contract) -> dict[str, Any]:
+        """How this framework trains, as the step-time model prices it (estimate/step_model.py): fields of
+        ``SimWorkload`` (``dp_sharding``, ``selective_recompute``) and of its ``ModelSpec`` the launch implies rather
+        than states (``swiglu``, ``untie_embeddings_and_output_weights``); {}: Megatron's defaults and the launch's
+        own model flags. ValueError (one line, naming the field) for a launch the model cannot price."""
+        return {}
+
     launch_setting_is_baseline: bool = False
     """A contract without a ``[baseline]`` is estimated at the knobs its launch sets (its flags), not at the
     catalog's defaults."""

@@ -53,9 +53,9 @@ def estimate_budget_s(base_trials: list[Trial]) -> float | None:
 
 def time_prior(space: KnobSpace, contract: Contract, *, contract_dir: Path | None = None,
                adapter: Adapter | None = None):
-    """The time part starting from the predicted step time (search/estimated.py), for a Megatron launch on a GPU the
-    step-time model knows; None otherwise (a simulated contract: the estimate is its own landscape, a circular prior;
-    a launch or GPU the model cannot price)."""
+    """The time part starting from the predicted step time (search/estimated.py), for a Megatron or torchtitan launch
+    on a GPU the step-time model knows; None otherwise (a simulated contract: the estimate is its own landscape, a
+    circular prior; a launch or GPU the model cannot price)."""
     from ..adapters.workload import Workload
     from .result import EstimateError
     from .step_model import time_estimate

@@ -7,8 +7,8 @@ The setting is the contract's baseline with ``--set`` applied. Prints the per-ra
 added for what trackers cannot see (and where that figure comes from), the contract's capacity and the verdict,
 and a roofline step time where the device's peaks are known. ``--json`` prints one object.
 
-For Megatron and simulated GPU contracts it also prints the step-time model's predicted step time with its interval
-(:mod:`.step_model`); ``--fastest N`` lists the N fastest layouts of the scope that fit, without a fake step:
+For Megatron, torchtitan and simulated GPU contracts it also prints the step-time model's predicted step time with its
+interval (:mod:`.step_model`); ``--fastest N`` lists the N fastest layouts of the scope that fit, without a fake step:
 
     infrarsi estimate contracts/sim-dense8b-h100x8.toml --fastest 5 --json
 """
@@ -155,7 +155,7 @@ def _prediction(workload, setting: dict):
     try:
         w = sm.cost_workload(workload)
         full = sm.launch_setting(workload, setting)
-        note = sm.unread_note(full)
+        note = sm.unread_note(full, w.dp_sharding)
         notes = (note,) if note else ()
         return sm.predict(w, full, sm.capacity_bytes(workload), notes=notes), None
     except EstimateError as e:

@@ -59,9 +59,9 @@ class TunerConfig:
     time_sd: float = 1.0
     """Prior sd (log scale) of the time effect of a knob value no prior speaks about (1.0: "up to ~2.7x either way")."""
     time_prior_from_estimate: bool = True
-    """Where the run stage has a predicted step time for the contract (a Megatron launch on a GPU the step-time model
-    knows: estimate/step_model.py), the time model starts from it (search/estimated.py: its log as the prior mean, a
-    residual learned from the trials). False: the time model starts from the priors alone (the ablation,
+    """Where the run stage has a predicted step time for the contract (a Megatron or torchtitan launch on a GPU the
+    step-time model knows: estimate/step_model.py), the time model starts from it (search/estimated.py: its log as
+    the prior mean, a residual learned from the trials). False: the time model starts from the priors alone (the ablation,
     BENCHMARKS.md "The search starting from the predicted step time")."""
     memory_sd: float = 1.0
     """The same for memory effects (without an analytical estimate)."""

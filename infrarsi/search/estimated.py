@@ -1,8 +1,8 @@
 """EstimatedTime: the search's time model starting from a predicted step time (the prior mean), learning its residual.
 
-Where a step-time model can price the contract's job (:mod:`infrarsi.estimate.step_model`: a Megatron launch on a
-GPU it knows), the search need not start from "every knob value is as fast as the default, give or take 2.7x". The
-time part here is :class:`~.time.JointTime` (one GP: additive effects plus a kernel on the knob values) with
+Where a step-time model can price the contract's job (:mod:`infrarsi.estimate.step_model`: a Megatron or torchtitan
+launch on a GPU it knows), the search need not start from "every knob value is as fast as the default, give or take
+2.7x". The time part here is :class:`~.time.JointTime` (one GP: additive effects plus a kernel on the knob values) with
 ``z = log(estimate(setting)) - center`` as one more column whose coefficient starts at 1, so what the trials teach is
 the estimate's error:
 

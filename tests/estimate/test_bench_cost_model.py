@@ -41,12 +41,20 @@ def test_held_out_rows_name_their_table_and_are_not_fitted_on():
     held = [row for row in out["rows"] if not row["fitted_on"]]
     paper = [row for row in held if "arXiv 2205.05198, Tables 3+5" in row["source"]]
     bridge = [row for row in held if "Megatron-Bridge performance summary, 25.11, DGX-H100 table" in row["source"]]
-    assert len(paper) == 8 and len(bridge) == 2 and len(held) == 10
+    titan = [row for row in held if row["source"].startswith("torchtitan docs/performance.md, FSDP2 on 64 A100")]
+    assert len(paper) == 8 and len(bridge) == 2 and len(titan) == 8 and len(held) == 18
     assert all(row["error"] == pytest.approx(row["predicted_s"] / row["published_s"] - 1) for row in held)
     # four models, each a landscape of two layouts (full recompute; SP + selective recompute)
     assert out["by_source"][paper[0]["source"].split(", 22B")[0]]["landscapes"] == 4
+    # Megatron's held-out rows by scope; torchtitan's are a source of their own
     assert out["by_scope"]["held out, one node"]["rows"] == 2 and out["by_scope"]["held out, across nodes"]["rows"] == 8
-    assert out["summary"]["rows"] == len(out["rows"]) == 14
+    assert out["summary"]["rows"] == len(out["rows"]) == 22
+    # torchtitan's rows are priced through its own path; their measured/predicted is the band the estimate prints
+    lo, hi = INTERVALS["torchtitan"]
+    assert all(row["regime"] == "torchtitan" and lo <= row["published_s"] / row["predicted_s"] <= hi for row in titan)
+    # Llama 2 13B without AC, with layer and with op selective AC: one landscape of three layouts, its rank order
+    spearman = out["by_source"]["torchtitan docs/performance.md, FSDP2 on 64 A100"]["landscape_spearman"]
+    assert list(spearman) == ["torchtitan-Llama 2 13B"] and -1 <= spearman["torchtitan-Llama 2 13B"] <= 1
     # the small-work terms slow a hidden-1024 GPT on one node more the thinner its TP slices
     effect = [out["small_work_effect_by_tp"][str(tp)] for tp in (1, 2, 4, 8)]
     assert 1 < effect[0] < effect[1] < effect[2] < effect[3]

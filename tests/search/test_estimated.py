@@ -90,6 +90,19 @@ def test_the_run_stage_starts_a_megatron_gpu_launch_from_its_predicted_step_time
     assert part.estimate(s) > 0
 
 
+def test_the_run_stage_starts_a_torchtitan_gpu_launch_from_its_predicted_step_time():
+    path = ROOT / "contracts/llama3-8b-h100x64.toml"
+    wl = Workload.of_file(path)
+    part = time_prior(wl.knob_space(), wl.contract, contract_dir=path.parent)
+    assert isinstance(part, EstimatedTime)
+    assert part.estimate.w.dp_sharding == "per_block"
+    assert {"tensor_parallel", "micro_batch_size", "recompute_granularity"} <= set(part.estimate.knobs)
+    space = wl.knob_space()
+    t = {rc: part.estimate(space.complete({"micro_batch_size": 2, "recompute_granularity": rc}))
+         for rc in ("none", "selective", "full")}
+    assert 0 < t["none"] < t["selective"] < t["full"]
+
+
 @pytest.mark.parametrize("contract", ["sim-dense8b-h100x8.toml", "megatron-cpu.toml"])
 def test_no_time_prior_where_the_estimate_is_the_landscape_or_cannot_price_the_launch(contract):
     path = ROOT / "contracts" / contract

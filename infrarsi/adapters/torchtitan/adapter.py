@@ -63,6 +63,8 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- space and checks
+# torchtitan 0.2.2 config/job_config.py: ActivationCheckpoint.selective_ac_option = "2" (every second block).
+SELECTIVE_AC_DEFAULT_02 = "2"
 _MULTI_STAGE = ("Interleaved", "Looped", "ZBV", "DualPipe")  # schedules with more than one stage per rank
 
 
@@ -216,12 +218,32 @@ class TorchtitanAdapter(LaunchFileAdapter):
     estimate_module = "torchtitan"
     estimate_needs = "torchtitan"
     memory_offset = "estimate"
+    step_model = "launch"  # the flavour and the parallelism fields, as parsed (estimate/step_model.py)
     last_word = SUBCOMMAND  # 0.3's activation-checkpoint choice stays last
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
         super().__init__(base_dir)
         self._cache: dict[str, TorchtitanLaunch] = {}
         self._before: dict[int, dict[str, Any]] = {}  # the user's launch as the framework reads it, per parse
+
+    def cost_model_fields(self, contract: Contract) -> dict[str, Any]:
+        """torchtitan's training as the step-time model prices it: FSDP2 per block (``dp_sharding = "per_block"``),
+        selective AC as the job sets it (0.2.x: ``activation_checkpoint.selective_ac_option``, "op" or every n-th
+        block, default "2" in torchtitan 0.2.2's ActivationCheckpoint config; 0.3.x: ``SelectiveAC`` is op-level,
+        every second matmul), and llama3's SwiGLU feed-forward with an output layer separate from the embedding.
+        ValueError for other models (their MoE routing and attention are not priced) or an unknown AC option."""
+        parsed = self.parsed(contract)
+        name = parsed.fixed.get("model_name")
+        if name != "llama3":
+            raise ValueError(f"model.name = {name!r}: the step-time model prices torchtitan's llama3 flavours only "
+                             "(dense, SwiGLU)")
+        option = "op" if parsed.style == "cli" else str(
+            parsed.values.get("activation_checkpoint.selective_ac_option", SELECTIVE_AC_DEFAULT_02))
+        if option != "op" and not (option.isdigit() and int(option) >= 1):
+            raise ValueError(f"activation_checkpoint.selective_ac_option = {option!r}: use 'op' or a positive integer "
+                             "(every n-th block recomputed)")
+        return {"dp_sharding": "per_block", "selective_recompute": option, "swiglu": True,
+                "untie_embeddings_and_output_weights": True}
 
     def parsed(self, contract: Contract) -> TorchtitanLaunch:
         key = contract.model_dump_json(include={"workload", "hardware"})

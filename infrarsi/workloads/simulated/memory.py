@@ -53,7 +53,10 @@ def _stage_params(w: SimWorkload, lay: _Layout) -> tuple[float, float, float, fl
 
 def _bytes_per_param(lay: _Layout, shards: int) -> float:
     """bf16: 2 (param) + 4 (fp32 main grad) + 12 (fp32 master, Adam m, v); fp32: 4 + 4 + 8.
-    The distributed optimizer splits the optimizer part over ``shards`` data-parallel ranks."""
+    The distributed optimizer splits the optimizer part over ``shards`` data-parallel ranks. torchtitan's FSDP2
+    keeps fp32 parameters, gradients and both Adam moments sharded over its shard degree: 16 / ``lay.fsdp``."""
+    if lay.fsdp:
+        return 16.0 / lay.fsdp
     base, opt = (6.0, 12.0) if lay.a == 2 else (8.0, 8.0)
     return base + (opt / shards if lay.do else opt)
 
@@ -92,6 +95,13 @@ def _act_per_layer(w: SimWorkload, lay: _Layout) -> tuple[float, float]:
     full_layer = seq + attn + mlp
     if lay.rc == "full":
         return T * h * a / spd, full_layer  # only the layer input is kept
+    if lay.rc == "op" and not m.moe:  # torchtitan's op-level selective AC keeps the block's input and the saved ops'
+        # outputs: wq, wv, attention (+ its softmax statistics), w1, and the TP reduce-scatters (block output)
+        kept = T * (2 * h * a / spd + (2 * q + kv + m.ffn_hidden_size) * a / tp) + T * m.num_attention_heads * 4 / tp
+        return kept, full_layer
+    if lay.rc == "layer":  # torchtitan's layer-level selective AC: one block in ac_every keeps its input only
+        share = 1.0 / lay.ac_every
+        return share * T * h * a / spd + (1 - share) * full_layer, full_layer
     return full_layer, 0.0
 
 
@@ -137,6 +147,10 @@ def _memory(w: SimWorkload, lay: _Layout) -> MemoryBreakdown:
         transient_common += 2 * T * m.moe_router_topk * h * a * _imbalance(m, lay.ep)  # dispatch buffers
     if not lay.do:
         transient_common += 0.05 * (d1 + e1) * 4  # grad-norm / multi-tensor-apply chunks
+    if lay.fsdp > 1:  # FSDP2: the running and the prefetched block gathered (bf16), one block's unsharded fp32
+        pc = param_counts(m)  # gradient before its reduce-scatter, the output layer kept gathered (not resharded)
+        block = pc["tp_layer"] / lay.tp + pc["replicated_layer"]
+        transient_common += block * (2 * a + 4) + pc["embedding"] / lay.tp * a
     tr_first = transient_common + (logits_transient if p == 1 else 0.0)
     tr_last = transient_common + logits_transient
     frag = FRAGMENTATION + (0.04 if m.moe else 0.0) + (0.02 if lay.pp > 1 else 0.0)

@@ -4,8 +4,9 @@ overlap, and the optimizer step. All seconds."""
 
 from __future__ import annotations
 
+from . import fsdp
 from .hardware import GPUSpec
-from .layout import _imbalance, _Layout
+from .layout import _imbalance, _Layout, param_counts
 from .memory import _stage_params
 from .small_work import gemm_memory_s, layer_kernel_overhead_s, microbatch_kernel_overhead_s, occupancy, pipeline_sync_s
 from .workload import SimWorkload
@@ -177,6 +178,14 @@ def _layer_time(w: SimWorkload, lay: _Layout) -> tuple[float, dict[str, float]]:
     # recompute: selective redoes the attention core, full the whole forward (with its collectives)
     re_compute = attn_fwd if lay.rc == "selective" else (fwd_compute if lay.rc == "full" else 0.0)
     n_tp_passes = 2 + (1 if lay.rc == "full" else 0)
+    if lay.rc == "op":
+        # torchtitan's op-level selective AC (0.2.2 activation_checkpoint.py, _op_sac_save_list): the outputs of
+        # matmuls, attention and TP reduce-scatters are saved, except every second matmul of the block. Of its seven
+        # (wq, wk, wv, wo, w1, w3, w2, in call order) wk, wo and w3 run again in backward, with every element-wise op
+        # (norms, RoPE, SiLU, products) and the TP all-gathers (not saved: half of a direction's SP collectives; all
+        # of them without SP, whose all-reduces are not saved either).
+        re_compute = (gemm(T, kv / tp, h)[0] + gemm(T, h, q / tp)[0] + gemm(T, f / tp, h)[0] + elem_fwd)
+        n_tp_passes = 2.5 if lay.sp else 3
     n_a2a = 1.0 + (0.5 if lay.rc == "full" else 0.0)
     if lay.tco and tp > 1:
         tp_exposed = n_tp_passes * tp_comm * TP_OVERLAP_EXPOSED + TP_OVERLAP_GEMM_SLOWDOWN * gemm_total
@@ -184,9 +193,9 @@ def _layer_time(w: SimWorkload, lay: _Layout) -> tuple[float, dict[str, float]]:
         tp_exposed = n_tp_passes * tp_comm
     cp_exposed = cp_comm * (3 + (1 if lay.rc == "full" else 0))
     compute = gemm_total + attn_fwd + attn_bwd + 3 * elem_fwd + re_compute
-    kernels = layer_kernel_overhead_s(spec, lay.rc == "full")
+    kernels = layer_kernel_overhead_s(spec, lay.rc in ("full", "op"))
     gpu_time = compute + tp_exposed + cp_exposed + a2a * n_a2a + kernels
-    cpu_time = launch * (1.33 if lay.rc == "full" else 1.0)
+    cpu_time = launch * (1.33 if lay.rc in ("full", "op") else 1.0)
     total = max(gpu_time, cpu_time)
     return total, {"gemm": gemm_total, "attention": attn_fwd + attn_bwd, "elementwise": 3 * elem_fwd,
                    "recompute": re_compute, "tp_comm": tp_exposed, "cp_comm": cp_exposed, "moe_dispatch": a2a * n_a2a,
@@ -220,6 +229,17 @@ def _exposed(parts: tuple, rc: str, ogr: bool, opg: bool) -> tuple[float, float,
     return t_pipe + grad_exp + ag_exp + t_opt + FIXED_ITER_S, grad_exp, ag_exp
 
 
+def _cached_layer(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float, dict[str, float]]:
+    """:func:`_layer_time`, kept in ``cache`` by what it depends on."""
+    if cache is None:
+        return _layer_time(w, lay)
+    lkey = lay._replace(pp=1, vp=1, dp=1, nmb=1, do=False, ogr=False, opg=False)
+    hit = cache.get(lkey)
+    if hit is None:
+        hit = cache[lkey] = _layer_time(w, lay)
+    return hit
+
+
 def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float, float, float, float, float, dict]:
     """(pipeline seconds, slowest stage per micro-batch, DP grad sync, DP param gather, optimizer, phases)."""
     m, spec = w.model, w.spec
@@ -228,14 +248,13 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
     spd = tp if lay.sp else 1
     peak = spec.peak_bf16_flops if a == 2 else spec.peak_bf16_flops / 2
     hbm = spec.hbm_bytes_per_s * ELEM_EFF
-    if cache is None:
-        t_layer, parts = _layer_time(w, lay)
+    if lay.rc == "layer":  # torchtitan's layer-level selective AC: every ac_every-th block fully recomputed
+        (t_full, p_full), (t_none, p_none) = (_cached_layer(w, lay._replace(rc=rc), cache) for rc in ("full", "none"))
+        share = 1.0 / lay.ac_every
+        t_layer = share * t_full + (1 - share) * t_none
+        parts = {k: share * p_full.get(k, 0.0) + (1 - share) * p_none.get(k, 0.0) for k in {*p_full, *p_none}}
     else:
-        lkey = lay._replace(pp=1, vp=1, dp=1, nmb=1, do=False, ogr=False, opg=False)
-        hit = cache.get(lkey)
-        if hit is None:
-            hit = cache[lkey] = _layer_time(w, lay)
-        t_layer, parts = hit
+        t_layer, parts = _cached_layer(w, lay, cache)
     # output layer (bf16 even under fp8) + vocab-parallel cross-entropy (fp32, memory-bound)
     t_logits = 3 * 2 * T * h * V / tp / (peak * _gemm_eff(spec, T, V / tp, h)) + T * V / tp * 20 / hbm
     if spec.small_work_terms:  # the output GEMM's memory bound, and the micro-batch's own kernels
@@ -262,8 +281,25 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
     bubble = (p - 1) / v * t_mean
     t_pipe = nmb * t_max + bubble + p2p
 
-    # data-parallel gradient sync (fp32 main grads) and parameter all-gather (bf16), per GPU
     d1, e1, _, _ = _stage_params(w, lay)
+    if lay.fsdp:  # torchtitan: FSDP2 per block and per micro-batch (fsdp.py), its exposure already reckoned
+        t_grad, t_ag, t_opt = _fsdp_parts(w, lay, t_layer, parts["recompute"], d1)
+    else:
+        t_grad, t_ag, t_opt = _per_iteration_dp_parts(w, lay, d1, e1)
+    scale = nmb * L / p
+    phases = {k: v_ * scale for k, v_ in parts.items()}
+    phases.update({"logits_loss": nmb * t_logits, "pipeline_bubble": bubble, "pipeline_p2p": p2p,
+                   "optimizer": t_opt, "other": FIXED_ITER_S, "forward_backward": t_pipe})
+    return t_pipe, t_max, t_grad, t_ag, t_opt, phases
+
+
+def _per_iteration_dp_parts(w: SimWorkload, lay: _Layout, d1: float, e1: float) -> tuple[float, float, float]:
+    """(gradient sync, parameter all-gather, optimizer) seconds per iteration of data parallelism that syncs once per
+    iteration (Megatron's, ``SimWorkload.dp_sharding = "per_iteration"``), before overlap (:func:`_exposed`): fp32
+    main grads reduce-scattered (distributed optimizer) or all-reduced, bf16 parameters all-gathered, per GPU.
+    ``d1`` / ``e1``: dense / expert parameters on this GPU."""
+    spec, tp, p, a = w.spec, lay.tp, lay.pp, lay.a
+    hbm = spec.hbm_bytes_per_s * ELEM_EFF
     groups = [(d1, lay.dp * lay.cp, tp * lay.cp)]
     if e1:
         groups.append((e1, max(1, w.world_size // (p * lay.ep * tp)), tp * lay.ep))
@@ -280,8 +316,44 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
         else:
             t_grad += 2 * rs
     t_opt = opt_params * OPT_BYTES_PER_PARAM / hbm + 2e-3 + (d1 + e1) * 4 * 2 / hbm  # + grad norm / zeroing
-    scale = nmb * L / p
-    phases = {k: v_ * scale for k, v_ in parts.items()}
-    phases.update({"logits_loss": nmb * t_logits, "pipeline_bubble": bubble, "pipeline_p2p": p2p,
-                   "optimizer": t_opt, "other": FIXED_ITER_S, "forward_backward": t_pipe})
-    return t_pipe, t_max, t_grad, t_ag, t_opt, phases
+    return t_grad, t_ag, t_opt
+
+
+def _fsdp_parts(w: SimWorkload, lay: _Layout, t_layer: float, recompute_s: float, params: float
+                ) -> tuple[float, float, float]:
+    """(exposed gradient reduce seconds, exposed parameter gather seconds, optimizer seconds) per iteration of a
+    torchtitan launch (:mod:`.fsdp`). ``t_layer``: one block's forward + backward seconds for one micro-batch,
+    ``recompute_s`` of it recompute (in backward); ``params``: parameters on this GPU (first pipeline stage)."""
+    m, spec, tp, a = w.model, w.spec, lay.tp, lay.a
+    pc = param_counts(m)
+    block = pc["tp_layer"] / tp + pc["replicated_layer"]  # one block's parameters on this TP rank
+    edge = pc["embedding"] / tp  # the embedding; the output projection is as large (untied in llama3)
+    n, rep = lay.fsdp, lay.rep
+
+    def gather(p_: float) -> float:
+        if n <= 1:
+            return 0.0
+        bw, lat = _coll_bw(spec, n, tp, "ag")
+        return (n - 1) / n * p_ * a / bw + lat
+
+    def reduce(p_: float) -> float:
+        t = 0.0
+        if n > 1:
+            bw, lat = _coll_bw(spec, n, tp, "rs")
+            t += (n - 1) / n * p_ * fsdp.REDUCE_BYTES / bw + lat
+        if rep > 1:  # HSDP: the shard all-reduced over the replicas (n x tp ranks apart)
+            bw, lat = _coll_bw(spec, rep, n * tp, "ar")
+            t += 2 * (rep - 1) / rep * p_ / n * fsdp.REDUCE_BYTES / bw + lat
+        return t
+
+    fwd_s = (t_layer - recompute_s) / 3  # backward is twice the forward, plus the recompute
+    fwd, bwd = fsdp.exposed_per_microbatch(
+        gather_s=gather(block), reduce_s=reduce(block), layers=m.num_layers / lay.pp, fwd_s=fwd_s,
+        bwd_s=t_layer - fwd_s, reshard=lay.raf, first_gather_s=gather(edge), last_gather_s=gather(edge),
+        first_reduce_s=reduce(edge), last_reduce_s=reduce(edge))
+    hbm = spec.hbm_bytes_per_s * ELEM_EFF
+    shard = params / max(1, n)
+    # AdamW on the fp32 shards, the gradient norm (read) and zeroing (write) of the sharded fp32 gradients, and the
+    # same fixed 2 ms as Megatron's optimizer step (_step_parts)
+    t_opt = shard * (fsdp.ADAM_BYTES_PER_PARAM + 2 * fsdp.REDUCE_BYTES) / hbm + 2e-3
+    return lay.nmb * bwd, lay.nmb * fwd, t_opt

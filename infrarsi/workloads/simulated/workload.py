@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -76,6 +76,15 @@ class SimWorkload(BaseModel):
     """A typical first launch (what an engineer writes before tuning); knobs not named take defaults."""
     gpu_spec: GPUSpec | None = None
     """Replaces the hardware table's spec for ``gpu`` (a what-if GPU, or a perturbed one: workloads/variants.py)."""
+    dp_sharding: Literal["per_iteration", "per_block"] = "per_iteration"
+    """How data parallelism moves parameters and gradients: "per_iteration" (Megatron's: gradients synced and
+    parameters gathered once per iteration, the overlap flags) or "per_block" (FSDP2, as torchtitan runs it: every
+    block gathered and its gradients reduce-scattered per micro-batch, overlapped with the blocks beside it:
+    :mod:`.fsdp`)."""
+    selective_recompute: str = "attention"
+    """What recompute_granularity = "selective" recomputes: "attention" (Megatron's: the attention core), "op"
+    (torchtitan's op-level selective AC: every second matmul and the element-wise ops) or an integer n as text
+    (torchtitan's layer-level selective AC: every n-th block fully, the others not at all)."""
 
     @model_validator(mode="after")
     def _check(self) -> "SimWorkload":
