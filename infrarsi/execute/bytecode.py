@@ -74,11 +74,12 @@ def fresh(source: Path) -> bool:
 
 def sources(roots: Iterable[Path], *, max_files: int = MAX_FILES) -> list[Path]:
     """The ``.py`` files under ``roots`` (each a folder or a file), links not followed, SKIP_DIRS and run
-    directories not walked; each once."""
-    from .isolation import RUN_MARKERS
+    directories not walked (nor a root inside one: what a trial wrote is never read here); each once."""
+    from .isolation import RUN_MARKERS, is_run_dir
 
     out: dict[str, None] = {}
-    stack = [str(r) for r in dict.fromkeys(roots)]
+    roots = [Path(r) for r in dict.fromkeys(roots)]
+    stack = [str(r) for r in roots if not any(is_run_dir(a) or a.name in SKIP_DIRS for a in (r, *r.parents))]
     seen: set[str] = set()
     while stack and len(out) < max_files:
         d = stack.pop()

@@ -8,6 +8,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from infrarsi.execute import bytecode
 from infrarsi.execute.executor import tail, wait
 from infrarsi.execute.local import LocalExecutor, isolation_problem
@@ -103,3 +105,33 @@ def test_stale_bytecode_is_compiled_again(tmp_path):
     src.write_text("X = 22\n")  # another size: the bytecode no longer matches it
     assert not bytecode.fresh(src)
     assert bytecode.precompile([tmp_path]).written == 1 and bytecode.fresh(src)
+
+
+@pytest.mark.slow
+def test_the_benchmark_prints_start_up_with_the_bytecode_off_and_on(tmp_path):
+    """scripts/bench_prune.py startup (docs/isolation.md's figures), one pair of real minigpt-cpu trials. Slow: two
+    real trials; the default tests above keep the executor's bytecode covered."""
+    root = Path(__file__).resolve().parents[2]
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "init", str(root / "contracts" / "minigpt-cpu.toml"),
+                        "--run-dir", str(run)], capture_output=True, text=True, timeout=300, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_prune.py"), "startup", "--run-dir", str(run),
+                        "--repeats", "1", "--timeline"], capture_output=True, text=True, timeout=600, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("   0 ")]
+    assert [(x[1], x[2]) for x in rows] == [("off", "ok"), ("on", "ok")], r.stdout[-3000:]
+    assert "median first step line: off" in r.stdout
+
+
+def test_nothing_in_a_run_directory_is_compiled(tmp_path):
+    """A trial's outputs sit in its run directory: the harness never reads them, whether the walk meets the run
+    directory or starts inside it."""
+    run = tmp_path / "run"
+    (run / "trials/0/outputs").mkdir(parents=True)
+    (run / "contract.lock").write_text("{}")
+    left = run / "trials/0/outputs/left.py"
+    left.write_text("X = 1\n")
+    assert bytecode.precompile([tmp_path]).sources == 0
+    assert bytecode.precompile([run / "trials/0/outputs"]).sources == 0
+    assert not bytecode.fresh(left)
