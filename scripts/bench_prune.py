@@ -317,7 +317,8 @@ def _timeline(trial_dir: Path) -> list[tuple[float, str, str]]:
 
     clock = read_clock(trial_dir) or {}
     out = []
-    for name, arrivals in (("stdout", clock.get("arrivals_s")), ("stderr", (clock.get("stderr") or {}).get("arrivals_s"))):
+    err = (clock.get("stderr") or {}).get("arrivals_s")
+    for name, arrivals in (("stdout", clock.get("arrivals_s")), ("stderr", err)):
         lines = pipe_lines((trial_dir / name).read_bytes()) if (trial_dir / name).is_file() else []
         out += [(a, name, ln.decode(errors="replace").rstrip()[:160]) for a, ln in zip(arrivals or [], lines)]
     return sorted(out)

@@ -1,7 +1,8 @@
 """A trial sees its Python sources read-only, so Python in it cannot write the bytecode it lacks: without the
 harness, a package without ``__pycache__`` is compiled anew by every process of every trial (the whole of a
-``uv``-installed environment: 32 s instead of 6-13 s for torchtitan's imports here). The executor compiles it once,
-before the first isolated trial, outside the box (execute/bytecode.py); the trial reads it and cannot write it."""
+``uv``-installed environment: 32 s instead of 6-13 s for torchtitan's imports here, docs/isolation.md). The
+executor compiles it once, before the first isolated trial, outside the box (execute/bytecode.py); the trial reads
+it and cannot write it."""
 
 import subprocess
 import sys
