@@ -28,6 +28,7 @@ exactly as fast as a promoted first is left unverified (the A/A: at most ALPHA =
     python scripts/bench_prune.py search --seeds 10 --budget 20
     python scripts/bench_prune.py real --run-dir RUN_DIR --trials 8      # RUN_DIR: after `infrarsi doctor`
     python scripts/bench_prune.py cost --run-dir RUN_DIR [RUN_DIR ...]   # where a run's device time went
+    python scripts/bench_prune.py startup --run-dir RUN_DIR --repeats 3 --checkout megatron   # after `infrarsi init`
 
 ``cost``: a recorded run's device-seconds per phase (the report's Cost table, report/cost.py), each split into
 start-up (launch to the first step line, by the harness's clock) and steps, with the load average its trials ran
@@ -35,6 +36,15 @@ at; then the start-up's parts: the first step line, one steady step (the median 
 what is left before step 1 (interpreter, imports, dataset, model build), per phase's median trial; and the
 interpreter with ``import torch`` alone, timed here three times (the share no trial can avoid without sharing a
 process, which isolation rules out).
+
+``startup``: the harness's bytecode (execute/bytecode.py) off vs on, paired: the run directory's baseline run as
+isolated trials, ``--repeats`` pairs back to back (the order alternating), each trial printed with its first step
+line by the harness's clock (launch to the first step line), its wall time and the load average. ``--checkout PKG
+...``: those installed packages copied, without their bytecode, into a fresh folder per trial put first on the
+launch's PYTHONPATH (a team's source checkout of Megatron-LM or torchtitan, as git gives it; sympy, datasets, ...
+as an environment installed without bytecode gives them); the "on" arm compiles each copy once before its trial,
+and that one-off is printed beside it. ``--timeline``: every output line of each trial with its arrival (where
+the ranks' imports end and their init, dataset and model build begin).
 """
 
 from __future__ import annotations
@@ -286,6 +296,103 @@ def real(args: argparse.Namespace) -> None:
     print(f"A/A with real {contract.name} trials: {pruned} of {args.trials} pruned")
 
 
+def _clocked(trial_dir: Path) -> tuple[float | None, float | None]:
+    """(the first output line's arrival, the last step line's), seconds from the launch, by the harness's clock."""
+    from infrarsi.execute.clock import MAX_LINES, ClockProblem, _step_lines, read_clock
+
+    clock = read_clock(trial_dir)
+    if clock is None:
+        return None, None
+    firsts = [a[0] for a in (clock.get("arrivals_s"), (clock.get("stderr") or {}).get("arrivals_s")) if a]
+    try:
+        steps, _ = _step_lines(trial_dir, clock, copies=MAX_LINES)
+    except (ClockProblem, OSError):
+        steps = {}
+    return min(firsts, default=None), max((ln.arrival_s for ln in steps.values()), default=None)
+
+
+def _timeline(trial_dir: Path) -> list[tuple[float, str, str]]:
+    """Every output line of a trial with its arrival (seconds from the launch, the harness's clock), in order."""
+    from infrarsi.execute.clock import pipe_lines, read_clock
+
+    clock = read_clock(trial_dir) or {}
+    out = []
+    err = (clock.get("stderr") or {}).get("arrivals_s")
+    for name, arrivals in (("stdout", clock.get("arrivals_s")), ("stderr", err)):
+        lines = pipe_lines((trial_dir / name).read_bytes()) if (trial_dir / name).is_file() else []
+        out += [(a, name, ln.decode(errors="replace").rstrip()[:160]) for a, ln in zip(arrivals or [], lines)]
+    return sorted(out)
+
+
+def startup(args: argparse.Namespace) -> None:
+    import importlib.util
+    import os
+    import shutil
+    import tempfile
+    import time
+
+    from infrarsi.adapters import run_adapter
+    from infrarsi.contract import load_locked
+    from infrarsi.execute import bytecode
+    from infrarsi.execute.clock import first_step_s
+    from infrarsi.execute.local import LocalExecutor
+    from infrarsi.execute.record import RunRecord
+    from infrarsi.execute.runner import Runner
+
+    contract = load_locked(args.run_dir)
+    adapter = run_adapter(contract.workload.adapter, args.run_dir)
+    sources = []
+    for name in args.checkout:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit(f"--checkout {name}: not an installed package here; name one `import {name}` finds")
+        sources.append(Path(list(spec.submodule_search_locations)[0]))
+    print(f"{contract.name}: {args.repeats} pairs, bytecode off vs on; sources without bytecode on PYTHONPATH: "
+          f"{', '.join(args.checkout) or 'none'}")
+    print("times from the launch, by the harness's clock (s): the first output line (the launcher's), the first and "
+          "the last step line, the exit (wall); the step time the harness measured")
+    print(f"{'pair':>4} {'arm':>4} {'status':>7} {'1st line':>9} {'1st step':>9} {'last step':>10} {'wall':>6} "
+          f"{'step':>6} {'load':>5} {'one-off':>8}")
+    rows: dict[str, list[float]] = {"off": [], "on": []}
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        for i in range(args.repeats):
+            for arm in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                lib = Path(tmp) / f"lib-{i}-{arm}"
+                for src in sources:  # a fresh copy per trial: as git or an installer without bytecode leaves it
+                    shutil.copytree(src, lib / src.name, ignore=shutil.ignore_patterns("__pycache__"))
+                env = {**contract.workload.env, **({"PYTHONPATH": str(lib)} if sources else {})}
+                c = contract.model_copy(update={"workload": contract.workload.model_copy(update={"env": env})})
+                run = Path(tmp) / f"run-{i}-{arm}"
+                run.mkdir()
+                (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
+                one_off = 0.0
+                if arm == "on" and sources:  # what the executor does before the trial, timed on its own here
+                    t0 = time.perf_counter()
+                    bytecode.ensure([lib])
+                    one_off = time.perf_counter() - t0
+                ex = LocalExecutor(LocalExecutor.Config(precompile=arm == "on"))
+                with Runner(RunRecord(run), ex, adapter, c, config=Runner.Config(oversubscribe=True)) as r:
+                    t = r.submit(c.baseline, role="startup").result()
+                first = first_step_s(Path(t.path)) if t.path else None
+                line, last = _clocked(Path(t.path)) if t.path else (None, None)
+                la = os.getloadavg()[0]
+                if first is not None:
+                    rows[arm].append(first)
+                nan = float("nan")
+                print(f"{i:>4} {arm:>4} {t.status.value:>7} {line or nan:>9.2f} {first or nan:>9.2f} "
+                      f"{last or nan:>10.2f} {t.cost.wall_s:>6.1f} {t.metrics.step_time_s or nan:>6.2f} {la:>5.1f} "
+                      f"{one_off:>8.2f}", flush=True)
+                if args.timeline and t.path:  # each line as the harness's clock saw it (blank lines left out)
+                    for a, name, text in _timeline(Path(t.path)):
+                        if text.strip():
+                            print(f"      {a:8.3f} {name[3]} {text}")
+                shutil.rmtree(lib, ignore_errors=True)
+    med = {a: statistics.median(v) for a, v in rows.items() if v}
+    if len(med) == 2:
+        print(f"median first step line: off {med['off']:.2f} s, on {med['on']:.2f} s "
+              f"(on - off {med['on'] - med['off']:+.2f} s; {len(rows['off'])} and {len(rows['on'])} trials)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -305,11 +412,17 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--seed", type=int, default=0)
     c = sub.add_parser("cost", help="where a recorded run's device time went: phases, start-up and steps, load")
     c.add_argument("--run-dir", type=Path, nargs="+", required=True)
+    u = sub.add_parser("startup", help="the harness's bytecode off vs on: start-up of real isolated trials, paired")
+    u.add_argument("--run-dir", type=Path, required=True)
+    u.add_argument("--repeats", type=int, default=3)
+    u.add_argument("--checkout", nargs="*", default=[], help="installed packages run as copies without bytecode")
+    u.add_argument("--timeline", action="store_true", help="print every output line of each trial with its arrival")
     r = sub.add_parser("real", help="A/A with real trials of a run directory's baseline")
     r.add_argument("--run-dir", type=Path, required=True)
     r.add_argument("--trials", type=int, default=8)
     args = ap.parse_args(argv)
-    {"aa": aa, "search": search, "real": real, "outrank": outrank, "cost": cost}[args.cmd](args)
+    {"aa": aa, "search": search, "real": real, "outrank": outrank, "cost": cost,
+     "startup": startup}[args.cmd](args)
     return 0
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..contract.scope import repository_root
+from . import bytecode
 from . import cgroup as memcg
 from . import isolation
 from .isolation import PIDS_MAX
@@ -153,6 +154,9 @@ class LocalExecutor:
         """The memory one trial may hold, its processes and the scratch tmpfs pages they write (its memory cgroup,
         cgroup.py). Default: the launch's per-process cap x its processes + one scratch tmpfs' size, or the pool's
         limit without a cap."""
+        precompile: bool = True
+        """Before the first isolated trial, compile the missing bytecode of what trials import (bytecode.py): the
+        box shows it read-only, so Python in a trial could only compile it anew in every process."""
         memory_pool_bytes: int | None = Field(None, ge=16 << 20)
         """The memory every trial of this executor may hold together. Default: the usable memory less
         cgroup.POOL_RESERVE_BYTES, so that the kernel ends a trial's process, never the runner."""
@@ -229,6 +233,11 @@ class LocalExecutor:
                **trial_env(spec, token, trial_dir)}
         info_r = info_w = status_r = status_w = sec = None
         cgroup = None
+        if isolated and self.config.precompile:
+            cwd = Path(spec.cwd or Path.cwd()).resolve()
+            done = bytecode.ensure(bytecode.import_roots(env, repository=_repository(cwd), cwd=cwd))
+            if done is not None and (done.written or done.seconds > 5):
+                log.info("%s", done.line())
         if isolated:
             info_r, info_w = os.pipe()
             status_r, status_w = os.pipe()
