@@ -18,15 +18,15 @@ Shape (per layer; h hidden, a heads, g query groups, d head dim = h / a unless s
     norms      2 h per layer, h final; router h E per MoE layer
     embedding  V h, twice when untied (input embedding + output head)
 
-FLOPs. Two conventions are in use; both count 6 FLOPs per matmul parameter per token (2 per
-multiply-add, x3 for forward + backward) and both size the attention core by the *query* width a d,
-not the K/V width (GQA shrinks the K/V projections, not QK^T or AV):
+FLOPs. Two conventions are in use (``FlopsConvention``: each framework's spec names its own); both count 6 FLOPs
+per matmul parameter per token (2 per multiply-add, x3 for forward + backward) and both size the attention core by
+the *query* width a d, not the K/V width (GQA shrinks the K/V projections, not QK^T or AV):
 
-    megatron    6 N_mm + 6 L s a d      N_mm = matmul parameters the token passes through (top-k
+    CAUSAL_MATMULS  6 N_mm + 6 L s a d  N_mm = matmul parameters the token passes through (top-k
                                          experts only; the output head, not the input embedding);
                                          attention core 12 L s a d halved because the mask is causal
                                          (Megatron-LM ``num_floating_point_operations``)
-    torchtitan  6 (N - N_emb) + 12 L s a d  all (active) parameters but the input embedding (norms
+    FULL_ACTIVE 6 (N - N_emb) + 12 L s a d  all (active) parameters but the input embedding (norms
                                          included; a tied head is that embedding and drops out too),
                                          the core counted without the causal discount
                                          (torchtitan ``get_nparams_and_flops``)
@@ -105,6 +105,19 @@ def minigpt_ffn(hidden: int) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FlopsConvention:
+    """How a framework's logs count a token's training FLOPs (see the module doc): which parameters are counted
+    at 6 FLOPs per token, and whether the attention core is halved for the causal mask."""
+
+    active_params: bool  # True: all active parameters but the input embedding; False: the matmul parameters
+    causal: bool  # True: the attention core 12 L s a d halved (the mask is causal)
+
+
+CAUSAL_MATMULS = FlopsConvention(active_params=False, causal=True)  # Megatron-LM's num_floating_point_operations
+FULL_ACTIVE = FlopsConvention(active_params=True, causal=False)  # torchtitan's get_nparams_and_flops
+
+
+@dataclass(frozen=True, kw_only=True)
 class Transformer:
     """A decoder-only transformer. ``groups``/``head_dim``/``ffn``/``expert_ffn`` 0 = the usual default."""
 
@@ -160,8 +173,9 @@ class Transformer:
             gbs=i("global_batch_size"), untied=b("untie_embeddings_and_output_weights"),
         )
 
-    def megatron_args(self) -> dict[str, Any]:
-        """The shape under Megatron's names (what ``from_args`` reads back); unset widths are left out."""
+    def to_args(self) -> dict[str, Any]:
+        """The shape under the workload arguments' names (Megatron's, what ``from_args`` reads back); unset widths
+        are left out."""
         out: dict[str, Any] = {
             "num_layers": self.layers, "hidden_size": self.hidden, "num_attention_heads": self.heads,
             "num_query_groups": self.groups, "kv_channels": self.head_dim, "ffn_hidden_size": self.ffn,
@@ -252,18 +266,14 @@ class Transformer:
         return self.layers * (self.attention_params + self.mlp_params + experts) + self.hidden * self.vocab
 
     # ---- FLOPs
-    def flops_per_token(self, *, convention: str = "megatron") -> float:
+    def flops_per_token(self, *, convention: FlopsConvention = CAUSAL_MATMULS) -> float:
         """Training FLOPs (forward + backward, no recompute) per token; see the module doc."""
-        if convention == "megatron":
-            return training_flops(matmul_params=self.matmul_params(), tokens=1, layers=self.layers, seq=self.seq,
-                                  attn_width=self.q_width)
-        if convention == "torchtitan":
-            n = self.param_counts()["active"] - self.embedding_params
-            return training_flops(matmul_params=n, tokens=1, layers=self.layers, seq=self.seq,
-                                  attn_width=self.q_width, causal=False)
-        raise ValueError(f"flops convention {convention!r}: use 'megatron' or 'torchtitan'")
+        n = (self.param_counts()["active"] - self.embedding_params if convention.active_params
+             else self.matmul_params())
+        return training_flops(matmul_params=n, tokens=1, layers=self.layers, seq=self.seq, attn_width=self.q_width,
+                              causal=convention.causal)
 
-    def flops_per_iteration(self, *, convention: str = "megatron") -> float:
+    def flops_per_iteration(self, *, convention: FlopsConvention = CAUSAL_MATMULS) -> float:
         """FLOPs of one global batch (``gbs`` sequences of ``seq`` tokens)."""
         return self.gbs * self.seq * self.flops_per_token(convention=convention)
 

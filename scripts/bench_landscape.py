@@ -33,6 +33,7 @@ from typing import Any
 
 from infrarsi.knobs import Constraint, Knob, KnobSpace, Setting
 from infrarsi.search import Outcome
+from infrarsi.trial.memory_estimate import MemoryEstimate
 from infrarsi.workloads.simulated import exhaustive_optimum, get_workload, simulate, space_for
 from infrarsi.workloads.variants import Variant
 
@@ -180,13 +181,9 @@ class Landscape:
 
     def translate_estimate(self, est: Any) -> Any:
         """A memory estimate of catalog settings, as a function of the tuner's (its error attributes kept)."""
-        def translated(s: Any) -> float:
-            return est(self.to_named(s))
-
-        for attr in ("residual_sd", "interaction_sd"):
-            if hasattr(est, attr):
-                setattr(translated, attr, getattr(est, attr))
-        return translated
+        est = MemoryEstimate.of(est)
+        return MemoryEstimate(peak=lambda s: est(self.to_named(s)), residual_sd=est.residual_sd,
+                              interaction_sd=est.interaction_sd)
 
     def simulate(self, s: Setting, seed: int | None, noise_cv: float):
         n = self.to_named(s)

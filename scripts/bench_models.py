@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from infrarsi.models import MemoryModel, TimeModel
-from infrarsi.testing.synthetic import GIB, SyntheticTruth, megatron_like_space
+from infrarsi.testing.synthetic import GIB, SyntheticTruth, ten_knob_space
 
 MEM_COEF = {
     "micro_batch_size=2": 0.4, "micro_batch_size=4": 0.8, "micro_batch_size=8": 1.2,
@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--svi", action="store_true", help="also time MemoryModel(inference='svi')")
     args = ap.parse_args()
 
-    space = megatron_like_space()
+    space = ten_knob_space()
     truth = SyntheticTruth(space, capacity_bytes=80 * GIB, time_coef=TIME_COEF, mem_coef=MEM_COEF,
                            mem_intercept=math.log(80 * GIB), mem_sigma=0.08)
     rng = np.random.default_rng(0)

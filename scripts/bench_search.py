@@ -120,20 +120,22 @@ def _ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
     return t.history, statistics.fmean(t.overhead_s)
 
 
-def time_prior(b: Bench, how: str) -> Callable[[Any], float | None]:
+def time_prior(b: Bench, how: str) -> tuple[Callable[[Any], float | None], frozenset[str] | None]:
     """The predicted step time the run stage starts from (estimate/step_model.py), as a landscape's time prior:
     ``right``: the step-time model on the base workload's model and nominal H100/B200 constants (what
     ``infrarsi estimate`` prints for the job; the variant's drawn constants, per-layout efficiencies and knob-pair
     interactions are what it does not know); ``reversed``: the same turned upside down around the baseline's
-    time (est(baseline)^2 / est(s): the fastest layout priced slowest), a wrong prior the trials must overturn."""
+    time (est(baseline)^2 / est(s): the fastest layout priced slowest), a wrong prior the trials must overturn.
+    Returns (the estimate, the knobs it reads: None = all, where the landscape renames the knobs)."""
     from infrarsi.estimate.step_model import TimeEstimate, unread_knobs
 
     land = b.land
     unread = set(unread_knobs({k: None for k in land.named_space.names}))
     est = TimeEstimate(w=land.w, base={}, knobs=frozenset(k for k in land.named_space.names if k not in unread))
     named = (lambda s: est(land.to_named(s))) if land.ren is not None else est
+    reads = est.knobs if land.ren is None else None  # the columns whose prior moves to the residual's
     if how == "right":
-        return named
+        return named, reads
     if how == "reversed":
         pivot = named(b.baseline)
 
@@ -142,9 +144,7 @@ def time_prior(b: Bench, how: str) -> Callable[[Any], float | None]:
             return None if t is None or pivot is None else pivot * pivot / t
     else:
         raise ValueError(f"time_est={how!r}: right or reversed")
-    if land.ren is None:
-        fn.knobs = est.knobs  # type: ignore[attr-defined]  # the columns whose prior moves to the residual's
-    return fn
+    return fn, reads
 
 
 def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bool,
@@ -174,7 +174,8 @@ def _run_ours(b: Bench, budget: int, *, priors: str, estimate: bool, typical: bo
     if time_est:
         from infrarsi.search.estimated import EstimatedTime
 
-        parts["time"] = EstimatedTime(time_prior(b, time_est))
+        fn, reads = time_prior(b, time_est)
+        parts["time"] = EstimatedTime(fn, reads=reads)
     t = Tuner(b.space, memory_capacity_bytes=b.capacity, priors=pri, seed=b.seed, config=TunerConfig(**config),
               initial=[b.baseline] if typical else (), noise_cv=NOISE_CV if priors != "none" else None,
               memory_estimate=est, **parts)

@@ -100,8 +100,8 @@ def test_the_estimate_builds_no_adapter_of_its_own():
 
 
 FRAMEWORKS = {"megatron", "torchtitan", "minigpt", "simulated"}
-# Modules that hold per-framework data or conventions, not launch behaviour: FLOPs counted by each framework's
-# convention and minigpt's own shape rule (transformer.py), the bank's default evidence for a simulated run
+# Modules that hold per-framework data or conventions, not launch behaviour: minigpt's own shape rule
+# (transformer.py), the bank's default evidence for a simulated run
 # (bank/store.py: bank/ may not import adapters/, whose spec says it).
 CONVENTIONS = {"infrarsi/transformer.py", "infrarsi/bank/store.py"}
 

@@ -16,6 +16,7 @@ from ..contract.model import Contract, ContractError
 from ..trial import LaunchSpec
 from ..trial import TrialStatus
 from ..knobs import Constraint, Knob, KnobSpace, catalog
+from ..transformer import CAUSAL_MATMULS
 from .base import Adapter, ParsedRun
 from .spec import FrameworkSpec
 from .megatron.log import classify_failure, parse_log, to_metrics
@@ -235,4 +236,4 @@ def _drafts(program: str, flags: Mapping[str, Any]) -> bool:
     return "infrarsi.workloads.minigpt" in program
 
 
-SPEC = FrameworkSpec(name="minigpt", adapter="minigpt:MiniGPTAdapter", drafts=_drafts, flops_convention="megatron")
+SPEC = FrameworkSpec(name="minigpt", adapter="minigpt:MiniGPTAdapter", drafts=_drafts, flops_convention=CAUSAL_MATMULS)

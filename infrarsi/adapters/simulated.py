@@ -23,6 +23,7 @@ from ..contract.model import Contract, ContractError
 from ..trial import LaunchSpec
 from ..trial import TrialStatus
 from ..knobs import KnobSpace, Setting
+from ..transformer import CAUSAL_MATMULS
 from ..workloads import simulated as sim
 from .base import Adapter, ParsedRun
 from .spec import FrameworkSpec
@@ -143,5 +144,5 @@ class SimulatedAdapter(Adapter):
         return ParsedRun(status=TrialStatus.CRASH, metrics=no_time, evidence=tail, reason=f"exit code {returncode}")
 
 
-SPEC = FrameworkSpec(name="simulated", adapter="simulated:SimulatedAdapter", flops_convention="megatron",
+SPEC = FrameworkSpec(name="simulated", adapter="simulated:SimulatedAdapter", flops_convention=CAUSAL_MATMULS,
                      simulated=True)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..transformer import FlopsConvention
+
 if TYPE_CHECKING:
     from ..trial import LaunchSpec
 
@@ -46,7 +48,7 @@ class FrameworkSpec:
     drafts: Callable[[str, Mapping[str, Any]], bool] = _never
     drafts_any: bool = False
     rewrite_profile: ProfileRewrite | None = None
-    flops_convention: str  # a convention transformer.Transformer.flops_per_token knows
+    flops_convention: FlopsConvention  # how its logs count FLOPs (transformer.CAUSAL_MATMULS, FULL_ACTIVE)
     simulated: bool = False
 
     def __post_init__(self) -> None:

@@ -38,7 +38,8 @@ from ..trial import LaunchSpec
 from ..launch.command import shell_join
 from ..report.audit import (KERNEL_PREFIX, audit_files, best_promoted, candidate_problems, changed, run_problems)
 from ..report.load import RunData
-from ..rundir import RunDir, VerifiedCandidate
+from ..rundir import RunDir
+from ..trial.verified import VerifiedCandidate
 from ..verify.speedup import CI_NAME
 
 OUT_ROOT = "infrarsi-tuned"

@@ -86,7 +86,7 @@ def signature_from(workload: Any, *, framework: str | None = None, framework_ver
     data paths, learning rate). A non-integer dimension is an error naming the field."""
     if isinstance(workload, WorkloadSignature):
         return workload
-    d = workload.megatron_args() if isinstance(workload, Transformer) else _as_dict(workload)
+    d = workload.to_args() if isinstance(workload, Transformer) else _as_dict(workload)
     if "workload" in d and isinstance(d["workload"], Mapping):  # a Contract dumped to a dict
         c = d
         d = {**dict(c["workload"].get("args", {})), "framework": c["workload"].get("adapter"), "name": c.get("name", "")}

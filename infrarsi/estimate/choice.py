@@ -65,6 +65,7 @@ def time_prior(space: KnobSpace, contract: Contract, *, contract_dir: Path | Non
         workload = Workload(contract, contract_dir, adapter)
         if workload.adapter.step_model != "launch":
             return None
-        return EstimatedTime(time_estimate(workload, space))
+        est = time_estimate(workload, space)
+        return EstimatedTime(est, reads=est.knobs)
     except (EstimateError, ValueError):
         return None

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..trial.memory_estimate import MemoryEstimate
 from .result import Estimate, EstimateError
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ DEFAULT_BUDGET_S = 300.0
 
 def memory_estimator(space: KnobSpace, contract: Contract, *, fallback: Callable[[Mapping[str, Any]], float] | None = None,
                      on_error: Callable[[str], None] | None = None, budget_s: float | None = None,
-                     adapter: Adapter | None = None) -> Callable[[Mapping[str, Any]], float] | None:
+                     adapter: Adapter | None = None) -> MemoryEstimate | None:
     """setting -> per-rank peak bytes from the real model's fake step, for the run stage's memory model (the
     same contract as ``priors.offline.memory_estimator``: the model learns the residual). None when the offset is
     "analytical" for this contract or the framework cannot be estimated. Cached per memory layout; a setting the
@@ -120,9 +121,9 @@ def memory_estimator(space: KnobSpace, contract: Contract, *, fallback: Callable
     spent; past it, a new layout gets the analytical figure times the median ratio estimate / analytical over
     the layouts already estimated (the estimate calibrates the arithmetic where it cannot afford to run).
 
-    ``peak.basis(setting)`` says which of the three a setting's figure is (the report prints it per trial):
+    ``.basis(setting)`` says which of the three a setting's figure is (the report prints it per trial):
     "fake step", "analytical (estimate failed)" or "analytical x median ratio (budget spent)".
-    ``peak.residual_sd`` and ``peak.interaction_sd`` (log scale) say how far the memory model may move a peak
+    ``.residual_sd`` and ``.interaction_sd`` (log scale) say how far the memory model may move a peak
     from it (FAKE_STEP_RESIDUAL_SD, FAKE_STEP_INTERACTION_SD). ``adapter``: the run's (its parse is reused)."""
     budget = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S)) if budget_s is None else budget_s
     cls = _adapter(contract)
@@ -174,7 +175,5 @@ def memory_estimator(space: KnobSpace, contract: Contract, *, fallback: Callable
         peak(setting)
         return basis[key(setting)]
 
-    peak.basis = basis_of
-    peak.residual_sd = FAKE_STEP_RESIDUAL_SD  # read by the Tuner (search/tuner.py)
-    peak.interaction_sd = FAKE_STEP_INTERACTION_SD
-    return peak
+    return MemoryEstimate(peak=peak, basis=basis_of, residual_sd=FAKE_STEP_RESIDUAL_SD,
+                          interaction_sd=FAKE_STEP_INTERACTION_SD)  # its error, read by the Tuner (search/memory.py)

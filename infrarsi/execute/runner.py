@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..contract.model import FIXED_WORKLOAD_KEYS, Contract
+from ..contract.numerics import Referee
 from ..contract.scope import TreeGuard, open_for_writing, repository_root
 from ..rundir.chain import settled_problems
 from ..knobs import KnobSpace
@@ -156,7 +157,7 @@ class Runner:
         return {**dict(setting), **self._space.complete(setting).to_dict()}
 
     def submit(self, setting: Mapping[str, Any], *, role: str = "search",
-               reference_losses: Sequence[float] | None = None, prune: Target | None = None) -> Future:
+               reference_losses: Referee | Sequence[float] | None = None, prune: Target | None = None) -> Future:
         """Queue one trial. The Future gives the finished Trial (any status: failures are data); it
         raises only when the infrastructure failed (e.g. SlurmUnreachable), leaving the trial
         recorded as running for a later resume. ``prune``: what the trial is held against while it runs
@@ -165,12 +166,12 @@ class Runner:
         return self._pool.submit(self._run_one, full, role, reference_losses, None, None, prune=prune)
 
     def run(self, settings: Sequence[Mapping[str, Any]], *, role: str = "search",
-            reference_losses: Sequence[float] | None = None) -> list[Trial]:
+            reference_losses: Referee | Sequence[float] | None = None) -> list[Trial]:
         """Run settings (up to N at once) and return their trials in the given order."""
         futs = [self.submit(s, role=role, reference_losses=reference_losses) for s in settings]
         return [f.result() for f in futs]
 
-    def resume(self, *, roles: set[str] | None = None, reference_losses: Sequence[float] | None = None) -> list[Future]:
+    def resume(self, *, roles: set[str] | None = None, reference_losses: Referee | Sequence[float] | None = None) -> list[Future]:
         """Pick up every trial recorded as running (of the given roles; default all): adopt live
         Slurm jobs, launch the rest again under the same id."""
         futs = []
@@ -237,7 +238,7 @@ class Runner:
         return MemoryWatch(capacity_bytes=self.contract.hardware.memory_capacity_bytes, trial_dir=trial_dir, peak=peak)
 
     def _run_one(self, setting: dict[str, Any], role: str,
-                 reference: Sequence[float] | None, existing: Trial | None, adopted: Handle | None,
+                 reference: Referee | Sequence[float] | None, existing: Trial | None, adopted: Handle | None,
                  attempt: int = 0, *, prune: Target | None = None) -> Trial:
         trial = existing or self.record.start(setting, role)
         spec = self._precheck(setting)
@@ -388,7 +389,7 @@ class Runner:
                                      env=trial_env(spec, token, d), attempt=attempt)
         return trial, handle
 
-    def _verdict(self, end: LaunchEnd, trial_dir: Path, reference: Sequence[float] | None,
+    def _verdict(self, end: LaunchEnd, trial_dir: Path, reference: Referee | Sequence[float] | None,
                  setting: Mapping[str, Any] | None = None, *, copies: int = 1) -> Verdict:
         """``reference``: the baseline's loss trace (checked within rtol), or a calibrated loss referee
         (infrarsi.contract.numerics.Referee: loss and grad norm against the setting's band). ``copies``: the
@@ -407,7 +408,7 @@ class Runner:
             error = f"{type(e).__name__}: {e}"
         v = classify(end, parsed, stdout=stdout, stderr=stderr, parse_error=error)
         v = _harness_time(v, self.adapter, self.contract, trial_dir, end, copies=copies)
-        if hasattr(reference, "judge"):  # the calibrated loss referee (contract/numerics.py)
+        if isinstance(reference, Referee):  # the calibrated loss referee (contract/numerics.py)
             return reference.judge(v, setting or {})
         loss = self.contract.invariants.loss
         return apply_loss_check(v, reference, compare_steps=loss.compare_steps, rtol=loss.rtol)

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from ..knobs import Knob, KnobSpace
 from ..transformer import Layout, Training, Transformer, data_parallel, memory_terms, resolve
+from ..trial.memory_estimate import MemoryEstimate
 from ..trial.prior import Prior
 
 _FLASH_BACKENDS = ("auto", "flash", "fused")
@@ -528,7 +529,7 @@ def offline_priors(space: KnobSpace, *, workload: dict[str, Any] | None = None,
 
 
 def memory_estimator(space: KnobSpace, *, workload: dict[str, Any] | None,
-                     hardware: dict[str, Any] | None) -> Callable[[Mapping[str, Any]], float]:
+                     hardware: dict[str, Any] | None) -> MemoryEstimate:
     """An analytical per-device peak-memory estimate (bytes) for any full setting of ``space``: the same
     model the memory priors come from. The search uses log of it as an offset, so the memory model
     learns only the residual (what this machine and framework add to the arithmetic)."""
@@ -537,5 +538,8 @@ def memory_estimator(space: KnobSpace, *, workload: dict[str, Any] | None,
     def estimate(setting: Mapping[str, Any]) -> float:
         return peak_bytes(ctx, dict(setting))
 
-    estimate.basis = lambda setting: "analytical"  # what the report prints beside each trial's figure
-    return estimate
+    return MemoryEstimate(peak=estimate, basis=_analytical)  # basis: what the report prints beside each trial's figure
+
+
+def _analytical(setting: Mapping[str, Any]) -> str:
+    return "analytical"

@@ -33,7 +33,8 @@ from ..contract.invariants import free_knobs
 from ..execute.end_to_end import pair_times
 from ..trial import TrialStatus
 from ..kernels.loader import generated_folder, split_spec
-from ..rundir import RunDir, VerifiedCandidate
+from ..rundir import RunDir
+from ..trial.verified import VerifiedCandidate
 from ..verify.speedup import speedup_ci
 from .load import RunData
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..execute.conditions import drift, load_of
 from ..trial import Trial
-from ..rundir import EffectRecord, VerifiedCandidate
+from ..rundir import EffectRecord
+from ..trial.verified import VerifiedCandidate
 from .audit import changed
 
 PHASES = (("doctor", ("doctor", "warmup"), "while the doctor measured the baseline"),

@@ -232,7 +232,7 @@ def priors_vs_posteriors(revisions: Sequence[RevisionRecord]) -> bytes:
 
 
 def verification(candidates: Sequence[Any], mde: float) -> bytes:
-    """``candidates``: the verification record's (rundir.VerifiedCandidate)."""
+    """``candidates``: the verification record's (trial.verified.VerifiedCandidate)."""
     fig, ax = plt.subplots(figsize=(8, max(2.2, 0.6 * len(candidates) + 1.2)))
     for i, c in enumerate(candidates):
         if c.speedup is None or not c.ci95:

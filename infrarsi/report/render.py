@@ -28,7 +28,8 @@ from .cost import run_cost
 from ..execute.runner import unisolated
 from ..io import atomic_write
 from ..knobs import Setting
-from ..rundir import ModelsRecord, RunDir, VerifiedCandidate
+from ..rundir import ModelsRecord, RunDir
+from ..trial.verified import VerifiedCandidate
 from ..verify.speedup import CI_NAME, geometric_means
 from ..trial.status import TrialStatus
 from . import conditions, plots

@@ -1,7 +1,7 @@
 """The typed records of a run directory (pydantic): what each file holds, read and written only by RunDir.
 
-The trial (``trial.record.Trial``) and the noise profile (``doctor.noise.NoiseProfile``) are their packages'
-own models; the rest live here. Times are unix seconds unless a name says otherwise; trial ids are the
+The trial (``trial.record.Trial``), a verified candidate (``trial.verified.VerifiedCandidate``) and the noise
+profile (``doctor.noise.NoiseProfile``) are their packages' own models; the rest live here. Times are unix seconds unless a name says otherwise; trial ids are the
 folder names under ``trials/``; a pair is ``(baseline trial id, candidate trial id)``, run back to back.
 
 Where a record carries another component's own open structure (the tuner's reason for a proposal, the models'
@@ -18,9 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 
 from ..trial.launch import Handle, LaunchSpec
 from ..trial.prior import Prior
+from ..trial.verified import Pair, VerifiedCandidate
 from .models import ModelsRecord
-
-Pair = tuple[int, int]
 
 
 class _Record(BaseModel):
@@ -100,36 +99,6 @@ class VerificationProgress(_Record):
         """Every trial id the progress names (pairs and reruns)."""
         out = {i for ps in self.pairs.values() for p in ps for i in p}
         return out | {i for r in self.rerun for i in r.trials}
-
-
-class Disturbed(_Record):
-    trials: list[Pair]
-    reason: str
-
-
-class VerifiedCandidate(_Record):
-    """One candidate's interleaved re-runs and the verdict. Speedup = baseline time / candidate time."""
-
-    setting: dict[str, Any]
-    why: dict[str, Any] = {}  # the tuner's reason for proposing it (search/proposal.py)
-    trials: list[Pair] = []  # the pairs the verdict uses
-    disturbed: Disturbed | None = None
-    unisolated: list[int] = []  # ids of the pairs' trials that ran without isolation (execute/isolation.py)
-    end_to_end: list[str] = []  # pairs whose candidate was scored by its end-to-end bound (execute/end_to_end.py)
-    promoted: bool
-    reason: str
-    speedup: float | None = None
-    ci95: tuple[float, float] | None = None
-    pairs: int | None = None
-    baseline_s: list[float] | None = None
-    candidate_s: list[float] | None = None
-    peak_memory_bytes: float | None = None
-    baseline_peak_memory_bytes: float | None = None
-    mfu: float | None = None
-    baseline_mfu: float | None = None
-    level: float | None = None  # the confidence of ci95: 0.95 (speedup.LEVEL); records before it held the look's own
-    decision: str | None = None  # "promote" | "reject" | "outranked" | "budget" (verify/speedup.py's Decision.state)
-    explanation: str = ""  # a candidate that did not reproduce, in words: search and A/B figures, conditions of each
 
 
 class Verification(_Record):

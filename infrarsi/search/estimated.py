@@ -19,15 +19,15 @@ Before any trial it ranks by the estimate alone (the initial design draws from t
 TimeModel the report shows is the one without the offset (:class:`~.time._AdditiveBase`: effects relative to the
 baseline, the prior check), so the report reads as before.
 
-    t = EstimatedTime(estimate)   # estimate(setting) -> seconds, or None where it cannot price the setting;
-                                  # estimate.knobs: the knobs it reads (optional; default: all)
+    t = EstimatedTime(estimate, reads=knobs)   # estimate(setting) -> seconds, or None where it cannot price the
+                                               # setting; reads: the knobs it reads (None: all; stated, not probed)
     t.bind(setup); t.fit(history); mean, sd = t.predict(settings)   # log seconds: (n,), (n,)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,17 +61,22 @@ def _column_knobs(name: str) -> set[str]:
 class EstimatedTime(JointTime):
     """:class:`~.time.JointTime` with the estimate as one more column: see the module docstring."""
 
-    def __init__(self, estimate: Callable[[Mapping[str, Any]], float | None], *, level_sd: float = LEVEL_SD,
-                 residual_sd: float = RESIDUAL_SD, trust_sd: float = TRUST_SD, **kw: Any) -> None:
+    def __init__(self, estimate: Callable[[Mapping[str, Any]], float | None], *, reads: Collection[str] | None,
+                 level_sd: float = LEVEL_SD, residual_sd: float = RESIDUAL_SD, trust_sd: float = TRUST_SD,
+                 **kw: Any) -> None:
+        """``reads``: the knobs ``estimate`` prices (their values' priors move to the residual's); None: all of them.
+        Required, so that a caller states it: an estimate that reads fewer knobs than it is credited with would
+        overrule the priors of the ones it does not read."""
         if min(level_sd, residual_sd, trust_sd) <= 0:
             raise ValueError(f"level_sd ({level_sd}), residual_sd ({residual_sd}) and trust_sd ({trust_sd}) must be > 0")
         super().__init__(**kw)
         self.estimate, self.level_sd, self.residual_sd, self.trust_sd = estimate, level_sd, residual_sd, trust_sd
+        self.reads = None if reads is None else frozenset(reads)
 
     def _bound(self) -> None:
         super()._bound()
         self._log_est: dict[Setting, float] = {}  # log seconds, NaN where the estimate cannot price the setting
-        reads = getattr(self.estimate, "knobs", None)
+        reads = self.reads
         names = ["intercept", *self.additive.design.names] + (["bubble"] if self.column is not None else [])
         # design columns whose knob values the estimate prices (their prior moves to the residual's)
         self._read = np.array([i > 0 and (reads is None or _column_knobs(n) <= set(reads))

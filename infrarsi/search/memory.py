@@ -30,6 +30,7 @@ from scipy.special import ndtr
 
 from ..models import MemoryModel
 from ..models.memory import SIGMA_LOC
+from ..trial.memory_estimate import MemoryEstimate
 from .censored import ABOVE, BELOW, OBS, CensoredSurrogate
 from .config import TunerConfig
 from .history import History
@@ -71,10 +72,10 @@ class _PeakBase(Bound, MemoryPart):
         est = su.memory_estimate
         # With an analytical memory estimate, log(estimate) is an offset and the memory coefficients are residuals: the
         # priors' memory effects are already in the estimate, so they start at 0. An estimate may say how far off it
-        # is (``residual_sd``, ``interaction_sd`` attributes, log scale: the fake-step estimate of estimate/run.py,
+        # is (its ``residual_sd``, ``interaction_sd``, log scale: the fake-step estimate of estimate/run.py,
         # measured on real trials); else RESIDUAL_MEM_SD and the model's own interaction prior.
-        res_sd = float(getattr(est, "residual_sd", RESIDUAL_MEM_SD))
-        inter_sd = getattr(est, "interaction_sd", None)
+        res_sd = float(est.residual_sd) if est is not None and est.residual_sd is not None else RESIDUAL_MEM_SD
+        inter_sd = est.interaction_sd if est is not None else None
         priors = ([p.model_copy(update={"mem_mean": 0.0, "mem_sd": res_sd}) for p in su.priors] if est
                   else list(su.priors))
         self._model = MemoryModel(su.model_space, su.capacity, priors=priors, seed=su.seed,
@@ -295,7 +296,7 @@ class NoMemory(Bound, MemoryPart):
         return config.max_p_oom
 
 
-def default_memory(capacity: float | None, estimate: object | None) -> Bound:
+def default_memory(capacity: float | None, estimate: MemoryEstimate | None) -> Bound:
     """The memory part a Tuner gets when none is given: none without a capacity; the structured model without an
     estimate; the censored GP on the estimate's residual with one."""
     if capacity is None:

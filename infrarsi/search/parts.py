@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..knobs import KnobSpace, Setting
+from ..trial.memory_estimate import MemoryEstimate
 from ..trial.prior import Prior
 from .config import TunerConfig
 from .encoder import Encoder
@@ -64,7 +65,7 @@ class Setup:
     capacity: float | None
     noise_cv: float | None
     seed: int
-    memory_estimate: Callable[[Mapping[str, Any]], float] | None
+    memory_estimate: MemoryEstimate | None
     numerics: Callable[[str], None]
 
     @property

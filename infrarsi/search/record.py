@@ -95,8 +95,7 @@ def fitted(tuner: Tuner) -> FittedRecord:
         return out
     est = tuner.memory_estimate
     if est is not None:  # cached per setting by the estimator: the same figure the tuner used before the trial
-        basis = getattr(est, "basis", lambda s: "offset")
-        out.estimate = {s.key(): (float(est(s)), basis(s)) for s in settings}
+        out.estimate = {s.key(): (float(est(s)), est.basis(s)) for s in settings}
     if tuner.time_model.n_obs:
         mean, sd = tuner.predict_time(settings)
         noise2 = tuner.time_model.sigma ** 2  # run-to-run scatter around the mean

@@ -18,23 +18,24 @@ censored observation an OOM is; it costs no device time and no trial of the budg
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from ..trial.memory_estimate import MemoryEstimate
 
 SKIP_Z = 2.0  # sds of the estimate's stated error above capacity before a setting is not launched
 GiB = 2**30
 
 
-def over_capacity(estimate: Callable[[Mapping[str, Any]], float] | None, setting: Mapping[str, Any],
+def over_capacity(estimate: MemoryEstimate | None, setting: Mapping[str, Any],
                   capacity_bytes: float | None) -> str | None:
     """Why ``setting`` is not launched (its estimated peak is above capacity beyond the estimate's stated error), or
     None (no estimate that states its error, no capacity, a figure the fake step did not make, or it may fit)."""
-    sd = getattr(estimate, "residual_sd", None)
-    if estimate is None or sd is None or not capacity_bytes:
+    if estimate is None or estimate.residual_sd is None or not capacity_bytes:
         return None
-    basis = getattr(estimate, "basis", None)
-    if basis is not None and basis(setting) != "fake step":
+    if estimate.basis(setting) != "fake step":
         return None
+    sd = estimate.residual_sd
     peak = float(estimate(setting))
     limit = float(capacity_bytes) * math.exp(SKIP_Z * float(sd))
     if peak <= limit:

@@ -95,6 +95,7 @@ import numpy as np
 
 from ..knobs import KnobSpace, Setting
 from ..models import MemoryModel, TimeModel
+from ..trial.memory_estimate import MemoryEstimate
 from ..trial.prior import Prior
 from .config import TunerConfig
 from .encoder import Encoder
@@ -118,7 +119,9 @@ class Tuner:
 
     ``time``, ``memory``, ``steps``: the parts (:mod:`.parts`); None gives the search's own (:class:`.time.JointTime`;
     :class:`.memory.StructuredPeak` without ``memory_estimate``, :class:`.memory.CensoredPeak` with one, none without a
-    capacity; :class:`.steps.Steps`). A part belongs to one tuner."""
+    capacity; :class:`.steps.Steps`). A part belongs to one tuner. ``memory_estimate``: a
+    :class:`~infrarsi.trial.memory_estimate.MemoryEstimate` (what it states about its error is used), or a plain
+    setting -> bytes function (it states nothing)."""
 
     def __init__(
         self,
@@ -130,7 +133,7 @@ class Tuner:
         initial: Sequence[Mapping[str, Any]] = (),
         noise_cv: float | None = None,
         config: TunerConfig | None = None,
-        memory_estimate: Callable[[Mapping[str, Any]], float] | None = None,
+        memory_estimate: MemoryEstimate | Callable[[Mapping[str, Any]], float] | None = None,
         time: TimePart | None = None,
         memory: MemoryPart | None = None,
         steps: StepsPart | None = None,
@@ -149,7 +152,7 @@ class Tuner:
             self.priors += semantic_priors(self.encoder.model_space, given=self.priors, mem_sd=self.config.memory_sd,
                                            meanings=self.meanings)
         self.noise_cv = noise_cv
-        self.memory_estimate = memory_estimate
+        self.memory_estimate = memory_estimate = MemoryEstimate.of(memory_estimate)  # a plain function states nothing
         self.numerics_log: list[str] = []  # fits that failed on their numerics (the previous fit was kept)
         has_cap = bool(memory_capacity_bytes)
         if memory is not None and not has_cap and not isinstance(memory, NoMemory):

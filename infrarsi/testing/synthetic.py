@@ -19,7 +19,7 @@ from ..models import Design
 GIB = 2**30
 
 
-def megatron_like_space() -> KnobSpace:
+def ten_knob_space() -> KnobSpace:
     """Ten Megatron knobs, 13,824 points before constraints (enough for 10,000 candidates)."""
     knobs = [
         Knob(name="tensor_parallel", kind="int", domain=(1, 2, 4, 8), default=1, group="parallelism"),

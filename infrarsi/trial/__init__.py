@@ -7,7 +7,10 @@ of the project's (pydantic only), so that any package may import it.
 - :mod:`.record`: :class:`Trial`, :class:`Metrics`, :class:`Cost`;
 - :mod:`.parsed`: :class:`ParsedRun`, what an adapter read from a trial's output;
 - :mod:`.prior`: :class:`Prior`, what a source believes one knob value does (the search starts from them and its
-  record keeps them).
+  record keeps them);
+- :mod:`.verified`: :class:`VerifiedCandidate`, a candidate re-run in A/B pairs with the baseline and the verdict;
+- :mod:`.memory_estimate`: :class:`MemoryEstimate`, a per-rank peak-memory estimate of a setting with what it states
+  about its own error (its optional statements declared with defaults: nothing probes for them).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from ..execute.end_to_end import pair_times
 from ..execute.runner import unisolated
 from ..trial import Trial, TrialStatus
 from ..knobs import Setting
-from ..rundir import Disturbed, RerunPair, RunDir, Verification, VerificationProgress, VerifiedCandidate
+from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
+from ..trial.verified import Disturbed, VerifiedCandidate
 from ..search.tuner import Tuner
 from .speedup import FIRST_LOOK, LEVEL, Decision, decide, outranked_before_pairs
 

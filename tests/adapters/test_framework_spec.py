@@ -12,6 +12,7 @@ from infrarsi.adapters import adapter_class, launcher
 from infrarsi.adapters import registry
 from infrarsi.adapters.spec import FrameworkSpec
 from infrarsi.knobs.catalog import ENV_PREFIX, KNOBS
+from infrarsi.transformer import CAUSAL_MATMULS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,9 +93,11 @@ def rewrite(argv, setting, env, cwd):
     return LaunchSpec(argv=[*argv, *(f"--{k}={v}" for k, v in setting.items())]), []
 
 
+from infrarsi.transformer import CAUSAL_MATMULS
+
 SPEC = FrameworkSpec(name="throwaway", title="Throwaway", adapter="throwaway:ThrowawayAdapter", claims=claims,
                      looks_for="a throwaway_train.py", rewrite_profile=rewrite,
-                     flops_convention="megatron")
+                     flops_convention=CAUSAL_MATMULS)
 '''
     exec(compile(src, str(tmp_path / "throwaway.py"), "exec"), mod.__dict__)
     monkeypatch.setitem(sys.modules, "infrarsi.adapters.throwaway", mod)
@@ -115,7 +118,7 @@ SPEC = FrameworkSpec(name="throwaway", title="Throwaway", adapter="throwaway:Thr
 
 def test_a_spec_refuses_a_malformed_adapter_reference():
     with pytest.raises(ValueError, match="module:Class"):
-        FrameworkSpec(name="x", adapter="x.XAdapter", flops_convention="megatron")
+        FrameworkSpec(name="x", adapter="x.XAdapter", flops_convention=CAUSAL_MATMULS)
 
 
 @pytest.mark.parametrize("folder", ["megatron", "torchtitan"])

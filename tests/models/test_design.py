@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from infrarsi.models import Design
-from infrarsi.testing.synthetic import megatron_like_space
+from infrarsi.testing.synthetic import ten_knob_space
 from infrarsi.trial.prior import Prior
 
 
 def test_main_columns_are_the_space_encoding_and_interactions_follow_knobs():
-    space = megatron_like_space()
+    space = ten_knob_space()
     d = Design(space, target="time", ordinal=False)
     cands = space.sample(0, 300)
     x = d.matrix(cands)

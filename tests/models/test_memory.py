@@ -14,7 +14,7 @@ import torch
 
 from infrarsi.models import MemoryModel, memory_model
 from infrarsi.models._fit import tobit_neg_log_joint
-from infrarsi.testing.synthetic import GIB, SyntheticTruth, megatron_like_space
+from infrarsi.testing.synthetic import GIB, SyntheticTruth, ten_knob_space
 
 
 def _trials(space, truth, n, seed):
@@ -67,7 +67,7 @@ def test_censored_estimates_beat_naive_on_one_data_set(space, truth, mem_coef):
 
 
 def test_p_oom_is_calibrated():
-    space = megatron_like_space()
+    space = ten_knob_space()
     truth = SyntheticTruth(
         space,
         capacity_bytes=80 * GIB,

@@ -2,7 +2,8 @@
 
 from infrarsi.trial import Metrics, Trial, TrialStatus
 from infrarsi.report.conditions import drift_lines, unreproduced_effects
-from infrarsi.rundir import EffectRecord, VerifiedCandidate
+from infrarsi.rundir import EffectRecord
+from infrarsi.trial.verified import VerifiedCandidate
 
 
 def _t(i, role, load):

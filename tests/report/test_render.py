@@ -311,7 +311,7 @@ def test_the_best_candidate_is_the_one_with_the_highest_lower_bound():
     """2.718x [1.118, 6.606] against 2.444x [1.343, 4.446]: the second is the one the evidence is surest of; a tie
     on the lower bound goes to the higher point estimate."""
     from infrarsi.report.audit import best_of
-    from infrarsi.rundir import VerifiedCandidate
+    from infrarsi.trial.verified import VerifiedCandidate
 
     wide = VerifiedCandidate(setting={"a": 1}, promoted=True, reason="", speedup=2.718, ci95=(1.118, 6.606), pairs=3)
     sure = VerifiedCandidate(setting={"a": 2}, promoted=True, reason="", speedup=2.444, ci95=(1.343, 4.446), pairs=5)

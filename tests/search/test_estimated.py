@@ -50,7 +50,7 @@ def test_a_design_column_names_the_knobs_it_is_made_of():
 
 def test_before_any_trial_the_estimate_ranks_the_pool():
     space, est = _estimate()
-    t = Tuner(space, seed=0, time=EstimatedTime(est), config=TunerConfig(n_candidates=1000))
+    t = Tuner(space, seed=0, time=EstimatedTime(est, reads=est.knobs), config=TunerConfig(n_candidates=1000))
     mean, sd = t.time.predict(t.pool)
     logs = np.log([est(s) for s in t.pool])
     # knobs the estimate does not read keep their semantic priors: the ranking is the estimate's, nearly exactly
@@ -65,7 +65,7 @@ def test_the_trials_correct_the_estimate_and_overturn_a_reversed_one(reverse):
     space, est = _estimate()
     pivot = est(space.complete(sim.get_workload(BASE).baseline))
     fn = (lambda s: pivot * pivot / est(s)) if reverse else est
-    part = EstimatedTime(fn)
+    part = EstimatedTime(fn, reads=None if reverse else est.knobs)  # the reversed one: a function of all knobs
     t = Tuner(space, seed=0, time=part, noise_cv=0.02, config=TunerConfig(knob_semantics=False, n_candidates=500))
     tried = _fitting(space, 25)
     for s, sec in tried:
@@ -85,7 +85,7 @@ def test_the_run_stage_starts_a_megatron_gpu_launch_from_its_predicted_step_time
     wl = Workload.of_file(path)
     part = time_prior(wl.knob_space(), wl.contract, contract_dir=path.parent)
     assert isinstance(part, EstimatedTime)
-    assert {"tensor_parallel", "pipeline_parallel", "micro_batch_size"} <= set(part.estimate.knobs)
+    assert {"tensor_parallel", "pipeline_parallel", "micro_batch_size"} <= set(part.reads) == set(part.estimate.knobs)
     s = wl.knob_space().complete(dict(wl.contract.baseline))
     assert part.estimate(s) > 0
 
@@ -114,7 +114,7 @@ def test_a_setting_the_estimate_cannot_price_ranks_as_the_median_layout():
     space, est = _estimate()
     pool = space.candidates(50, random.Random(0))
     unpriced = pool[0]
-    part = EstimatedTime(lambda s: None if s == unpriced else est(s))
+    part = EstimatedTime(lambda s: None if s == unpriced else est(s), reads=None)
     Tuner(space, seed=0, time=part, config=TunerConfig(n_candidates=100))
     logs = part.log_estimate(pool)
     assert np.isfinite(logs).all() and logs[0] == pytest.approx(np.median(

@@ -12,6 +12,7 @@ from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.search import (AdditivePeak, CensoredPeak, JointTime, MemoryPart, NoMemory, Outcome, ResidualTime,
                              Steps, StepsPart, StructuredPeak, TimePart, Tuner, run_tuner)
 from infrarsi.search.structured import features
+from infrarsi.trial.memory_estimate import MemoryEstimate
 
 CAP = 80e9
 SEARCH = Path(__file__).resolve().parents[2] / "infrarsi" / "search"
@@ -152,10 +153,8 @@ def test_an_estimate_prices_memory_from_the_first_ask():
     # The estimate is the memory prior before any trial: a setting it puts at ~3x the capacity is priced near
     # P(OOM) 1, one at ~0.4x near 0, and the first proposal is one the estimate says fits (before, nothing was priced
     # until a memory row was told: P(OOM) 0 everywhere, and the design's first pick was the largest setting).
-    def estimate(s):
-        return 30e9 * s["a"] / s["b"] * (0.5 if s["d"] else 1.0)  # the truth's arithmetic, exactly
-
-    estimate.residual_sd = 0.1
+    estimate = MemoryEstimate(peak=lambda s: 30e9 * s["a"] / s["b"] * (0.5 if s["d"] else 1.0),  # the truth's, exactly
+                              residual_sd=0.1)
     t = Tuner(space(), memory_capacity_bytes=CAP, memory_estimate=estimate, seed=0)
     sp = space()
     huge = sp.complete({"a": 8, "b": 1, "c": "x", "d": False})   # 240 GB

@@ -7,7 +7,7 @@ from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.trial.prior import Prior
 from infrarsi.search import Outcome, Tuner, TunerConfig
 from infrarsi.search.semantics import TIME, semantic_priors
-from infrarsi.testing.synthetic import megatron_like_space
+from infrarsi.testing.synthetic import ten_knob_space
 
 CAP = 1e15  # nothing runs out of memory here
 
@@ -38,7 +38,7 @@ def test_a_prior_is_against_the_spaces_default_whatever_it_is():
 
 
 def test_the_tuner_holds_them_only_when_asked_and_never_over_a_given_prior():
-    space = megatron_like_space()
+    space = ten_knob_space()
     given = Prior(knob="recompute_granularity", value="full", time_mean=-0.2, time_sd=0.1, source="offline")
     on = Tuner(space, memory_capacity_bytes=CAP, priors=[given])
     stated = [p for p in on.priors if p.feature == "recompute_granularity=full"]
@@ -62,7 +62,7 @@ def _gap(t: Tuner, s) -> float:
 
 
 def _told(config: TunerConfig, settings, full_effect: float) -> Tuner:
-    t = Tuner(megatron_like_space(), memory_capacity_bytes=CAP, seed=0, config=config)
+    t = Tuner(ten_knob_space(), memory_capacity_bytes=CAP, seed=0, config=config)
     for s in settings:
         t.tell(s, Outcome("ok", step_time_s=_step_time(s, full_effect), peak_memory_bytes=1e9))
     t.fit_models()
@@ -70,7 +70,7 @@ def _told(config: TunerConfig, settings, full_effect: float) -> Tuner:
 
 
 def _valid(n: int, rng: random.Random, **fixed):
-    space = megatron_like_space()
+    space = ten_knob_space()
     out = []
     while len(out) < n:
         s = space.complete({**{k.name: rng.choice(list(k.domain)) for k in space.knobs}, **fixed})

@@ -214,6 +214,7 @@ def test_a_drifted_trial_is_memory_data_and_prices_what_shares_its_values():
 
 
 def test_an_estimate_that_states_its_error_sets_the_memory_models_priors():
+    from infrarsi.trial.memory_estimate import MemoryEstimate
     from infrarsi.trial.prior import Prior
     from infrarsi.search.memory import RESIDUAL_MEM_SD
 
@@ -225,8 +226,8 @@ def test_an_estimate_that_states_its_error_sets_the_memory_models_priors():
 
     priors = [Prior(knob="recompute_granularity", value="full", time_mean=0.2, mem_mean=-0.5, mem_sd=0.3)]
     plain = Tuner(space, memory_capacity_bytes=CAP, priors=priors, memory_estimate=estimate)
-    estimate.residual_sd, estimate.interaction_sd = 0.05, 0.01
-    stated = Tuner(space, memory_capacity_bytes=CAP, priors=priors, memory_estimate=estimate)
+    stated = Tuner(space, memory_capacity_bytes=CAP, priors=priors,
+                   memory_estimate=MemoryEstimate(peak=estimate, residual_sd=0.05, interaction_sd=0.01))
     names = stated.memory_model.design.names
     col = names.index("recompute_granularity=full")
     assert plain.memory_model.design.prior_sd[col] == pytest.approx(RESIDUAL_MEM_SD)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...launch.command import split_launcher
+from ...transformer import CAUSAL_MATMULS
 from ..spec import FrameworkSpec
 
 if TYPE_CHECKING:
@@ -42,4 +43,4 @@ SPEC = FrameworkSpec(
     name="megatron", title="Megatron", adapter="megatron:MegatronAdapter", claims=claims,
     looks_for="a Megatron-LM command (torchrun/srun/python ... pretrain_gpt.py)",
     drafts_any=True,  # a launch read literally that nothing else claims is taken for Megatron's (the common case)
-    rewrite_profile=rewrite_profile, flops_convention="megatron")
+    rewrite_profile=rewrite_profile, flops_convention=CAUSAL_MATMULS)

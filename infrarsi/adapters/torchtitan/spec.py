@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...launch.command import split_launcher
+from ...transformer import FULL_ACTIVE
 from ..spec import FrameworkSpec
 
 if TYPE_CHECKING:
@@ -52,4 +53,4 @@ def rewrite_profile(argv: list[str], setting: Mapping[str, Any], env: Mapping[st
 SPEC = FrameworkSpec(
     name="torchtitan", adapter="torchtitan:TorchtitanAdapter", claims=claims, job_suffixes=(".toml",),
     looks_for="a torchtitan one (-m torchtitan.train, run_train.sh, or a .toml job file)", drafts=drafts,
-    rewrite_profile=rewrite_profile, flops_convention="torchtitan")
+    rewrite_profile=rewrite_profile, flops_convention=FULL_ACTIVE)
