@@ -13,7 +13,8 @@ environment and sys.path, PYTHONPATH, the repository): in place, next to the sou
 runner's interpreter (the one ``python`` and ``torchrun`` mean in a launch). Only the harness writes it, from the
 sources the trial reads, before the trial; the trial reads it as it reads the sources (read-only). In a git work
 tree only where git ignores ``__pycache__`` (the tree stays as clean as ``git status`` and ``apply`` see it);
-nowhere the runner cannot write. A file that does not compile is left to fail in the trial as it would anyway.
+in the user's own folders (the repository and the working directory) only there: a project that is not a git work
+tree is left as the user left it; nowhere the runner cannot write. A file that does not compile is left to fail in the trial as it would anyway.
 """
 
 from __future__ import annotations
@@ -133,15 +134,21 @@ def import_roots(env: Mapping[str, str], *, repository: Path, cwd: Path) -> list
     return [Path(p) for p in dict.fromkeys(paths) if p and os.path.isabs(p)]
 
 
-def precompile(roots: Iterable[Path], *, max_files: int = MAX_FILES) -> Compiled:
-    """Compile the missing or stale bytecode of every source under ``roots`` (see the module docstring)."""
+def _under(path: Path, folders: tuple[Path, ...]) -> bool:
+    return any(path == f or f in path.parents for f in folders)
+
+
+def precompile(roots: Iterable[Path], *, own: Iterable[Path] = (), max_files: int = MAX_FILES) -> Compiled:
+    """Compile the missing or stale bytecode of every source under ``roots`` (see the module docstring). Under
+    ``own`` (the user's repository and working directory) only where a git work tree ignores it."""
     t0 = time.perf_counter()
+    own = tuple(Path(os.path.abspath(f)) for f in own)
     found = sources(roots, max_files=max_files)
     stale = [s for s in found if not fresh(s)]
     by_tree: dict[str | None, list[str]] = {}
     for s in stale:
         by_tree.setdefault(_work_tree(str(s.parent)), []).append(importlib.util.cache_from_source(str(s)))
-    allowed = set(by_tree.pop(None, []))
+    allowed = {c for c in by_tree.pop(None, []) if not _under(Path(c), own)}
     for tree, cached in by_tree.items():
         allowed |= _ignored(tree, cached)
     written = skipped = failed = 0
@@ -168,13 +175,13 @@ _done: set[Path] = set()  # roots compiled by this process: each once (a long ru
 _lock = threading.Lock()
 
 
-def ensure(roots: Iterable[Path]) -> Compiled | None:
+def ensure(roots: Iterable[Path], *, own: Iterable[Path] = ()) -> Compiled | None:
     """:func:`precompile` of the ``roots`` this process has not compiled yet (None: none left); one at a time."""
     with _lock:
         todo = [Path(os.path.abspath(r)) for r in dict.fromkeys(roots) if Path(r).is_absolute()]
         todo = [r for r in todo if r not in _done and r.exists()]
         if not todo:
             return None
-        out = precompile(todo)
+        out = precompile(todo, own=own)
         _done.update(todo)
         return out

@@ -235,7 +235,9 @@ class LocalExecutor:
         cgroup = None
         if isolated and self.config.precompile:
             cwd = Path(spec.cwd or Path.cwd()).resolve()
-            done = bytecode.ensure(bytecode.import_roots(env, repository=_repository(cwd), cwd=cwd))
+            repository = _repository(cwd)
+            done = bytecode.ensure(bytecode.import_roots(env, repository=repository, cwd=cwd),
+                                   own=(repository, cwd))
             if done is not None and (done.written or done.seconds > 5):
                 log.info("%s", done.line())
         if isolated:

@@ -136,3 +136,15 @@ def test_nothing_in_a_run_directory_is_compiled(tmp_path):
     assert bytecode.precompile([tmp_path]).sources == 0
     assert bytecode.precompile([run / "trials/0/outputs"]).sources == 0
     assert not bytecode.fresh(left)
+
+
+def test_a_project_that_is_not_a_git_work_tree_is_left_as_the_user_left_it(tmp_path):
+    """The user's own folders (repository, working directory) get bytecode only where their git ignores it: a
+    plain folder of scripts gains no ``__pycache__`` (an environment's package beside it still does)."""
+    project, lib = tmp_path / "project", tmp_path / "lib"
+    for d in (project, lib):
+        d.mkdir()
+        (d / "m.py").write_text("X = 1\n")
+    done = bytecode.precompile([project, lib], own=[project])
+    assert sorted(p.name for p in project.iterdir()) == ["m.py"], done.line()
+    assert bytecode.fresh(lib / "m.py") and (done.written, done.skipped) == (1, 1)
