@@ -1,30 +1,13 @@
-"""Proposal: why the tuner proposed a setting (kind, EI, P(OOM), predicted time, pairing), and Scored: one ask's
-scored candidate pool."""
+"""Scored: one ask's scored candidate pool. (Why a setting was proposed, the value a step returns with its pick, is
+:class:`~infrarsi.trial.proposal.Proposal`.)"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..knobs import Setting
-
-
-@dataclass
-class Proposal:
-    """Why a setting was proposed."""
-
-    kind: str  # initial | design | acquisition | local | thompson | paired | probe
-    ei: float | None = None
-    p_oom: float | None = None
-    p_drift: float | None = None  # 1 - P(pass the loss check), when some trial has broken it
-    predicted_s: float | None = None
-    paired_from: dict[str, Any] | None = None
-    savers: list[str] = field(default_factory=list)  # "knob=value" changes that made it fit
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, [])}
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,7 @@ from ..knobs import KnobSpace, Setting
 from ..models import MemoryModel, TimeModel
 from ..trial.memory_estimate import MemoryEstimate
 from ..trial.prior import Prior
+from ..trial.proposal import Proposal
 from .config import TunerConfig
 from .encoder import Encoder
 from .history import History
@@ -104,7 +105,6 @@ from .meaning import meanings
 from .memory import NoMemory, default_memory
 from .outcome import Outcome
 from .parts import MemoryPart, Setup, StepsPart, TimePart
-from .proposal import Proposal
 from .semantics import semantic_priors
 from .steps import Context, Steps
 from .time import JointTime
