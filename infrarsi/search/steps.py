@@ -30,7 +30,7 @@ from .encoder import Encoder
 from .history import History
 from .parts import NUMERICS, Bound, MemoryPart, StepsPart, TimePart
 from .prior_check import untested_claim
-from .proposal import Scored
+from .scored import Scored
 
 
 

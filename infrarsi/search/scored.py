@@ -1,5 +1,5 @@
-"""Scored: one ask's scored candidate pool. (Why a setting was proposed, the value a step returns with its pick, is
-:class:`~infrarsi.trial.proposal.Proposal`.)"""
+"""Scored: one ask's scored candidate pool (what a step picks from; why it picked, the value it returns with its pick,
+is :class:`~infrarsi.trial.proposal.Proposal`)."""
 
 from __future__ import annotations
 
