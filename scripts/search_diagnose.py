@@ -86,7 +86,8 @@ def kinds(args: tuple[int, int]) -> dict[str, Any]:
         true = b.true_time(s)
         better = o.status is TrialStatus.OK and true is not None and true < best
         best = min(best, true) if better else best
-        rows.append((t.why(s).get("kind", "?"), o.status is TrialStatus.OOM, better))
+        why = t.why(s)
+        rows.append((why.kind if why else "?", o.status is TrialStatus.OOM, better))
     return {"name": b.land.name, "rows": rows}
 
 

@@ -67,8 +67,9 @@ def saved_fit(data: RunData) -> Fit | None:
             continue
         if t.status is TrialStatus.OK and key in tf and t.metrics.step_time_s:
             m, s = tf[key]
+            proposed = proposals.get(str(t.id))
             time_rows.append(TimeRow(t.id, t.metrics.step_time_s, math.exp(m), math.exp(m - Z90 * s),
-                                     math.exp(m + Z90 * s), (proposals.get(str(t.id)) or {}).get("predicted_s")))
+                                     math.exp(m + Z90 * s), proposed.predicted_s if proposed else None))
         if key in mf and (t.status is TrialStatus.OOM or t.metrics.peak_memory_bytes):
             m, s, p = mf[key]
             mem_rows.append(MemoryRow(t.id, t.status,

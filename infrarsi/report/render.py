@@ -227,10 +227,10 @@ class _Builder:
         props = self.d.search.proposals
         rows = []
         for t in ts:
-            why = props.get(str(t.id)) or {}
-            kind = why.get("kind", "")
-            if why.get("savers"):
-                kind += " + " + "+".join(why["savers"])
+            why = props.get(str(t.id))
+            kind = why.kind if why else ""
+            if why and why.savers:
+                kind += " + " + "+".join(why.savers)
             rows.append((t.id, t.role, t.status.value.upper() if t.status.is_failure() else t.status.value,
                          (">=" if t.status is TrialStatus.PRUNED else "") + f"{t.metrics.step_time_s:.4g}"
                          if t.metrics.step_time_s else "-",

@@ -1,11 +1,11 @@
 """The typed records of a run directory (pydantic): what each file holds, read and written only by RunDir.
 
-The trial (``trial.record.Trial``), a verified candidate (``trial.verified.VerifiedCandidate``) and the noise
-profile (``doctor.noise.NoiseProfile``) are their packages' own models; the rest live here. Times are unix seconds unless a name says otherwise; trial ids are the
+The trial (``trial.record.Trial``), a verified candidate (``trial.verified.VerifiedCandidate``), why a setting was
+proposed (``trial.proposal.Proposal``) and the noise profile (``doctor.noise.NoiseProfile``) are their packages' own models; the rest live here. Times are unix seconds unless a name says otherwise; trial ids are the
 folder names under ``trials/``; a pair is ``(baseline trial id, candidate trial id)``, run back to back.
 
-Where a record carries another component's own open structure (the tuner's reason for a proposal, the models'
-fitted effects), it is kept as a mapping and that component reads it.
+Where a record carries another component's own open structure (the models' fitted effects, a kernel verifier's
+extra fields), it is kept as a mapping and that component reads it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 
 from ..trial.launch import Handle, LaunchSpec
 from ..trial.prior import Prior
+from ..trial.proposal import Proposal
 from ..trial.verified import Pair, VerifiedCandidate
 from .models import ModelsRecord
 
@@ -209,7 +210,7 @@ class SearchRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     stop_reason: str = "not recorded"
-    proposals: dict[str, dict[str, Any]] = {}  # trial id -> the tuner's reason (search/proposal.py)
+    proposals: dict[str, Proposal] = {}  # trial id -> why the tuner proposed it
     tuner_overhead_s: list[float] = []  # seconds per ask (fits + scoring)
     kernel_verdicts: dict[str, KernelVerdict] = {}
     bank_sources: list[str] = []

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from ..errors import ContractError, unreadable
 from ..io import atomic_write
+from ..trial.proposal import Proposal
 from . import chain, names
 from .records import (ClockRecord, LaunchRecord, LockRecord, NoiseProfile, SearchRecord, Stages, Verification,
                       VerificationProgress)
@@ -104,6 +105,13 @@ class RunDir:
         try:
             return model.model_validate_json(data)
         except ValueError as e:  # pydantic ValidationError (bad JSON included), bad UTF-8
+            raise unreadable(path, e) from None
+
+    @staticmethod
+    def _proposal(path: Path, body: Any) -> Proposal:
+        try:
+            return Proposal.read(body)
+        except ValueError as e:  # pydantic's ValidationError: no kind, a field of the wrong type
             raise unreadable(path, e) from None
 
     def _read_json(self, path: Path) -> dict[str, Any] | None:
@@ -253,12 +261,13 @@ class RunDir:
     def write_stages(self, body: Stages) -> None:
         self._write_model(self.file(names.STAGES), body)
 
-    def pending(self) -> dict[str, dict[str, Any]]:
+    def pending(self) -> dict[str, Proposal]:
         """Why each setting of the batch in flight was proposed, by setting key."""
-        return self._read_json(self.file(names.PENDING)) or {}
+        path = self.file(names.PENDING)
+        return {k: self._proposal(path, v) for k, v in (self._read_json(path) or {}).items()}
 
-    def write_pending(self, whys: Mapping[str, Mapping[str, Any]]) -> None:
-        self.write(self.file(names.PENDING), json.dumps({k: dict(v) for k, v in whys.items()}, indent=2,
+    def write_pending(self, whys: Mapping[str, Proposal]) -> None:
+        self.write(self.file(names.PENDING), json.dumps({k: v.to_dict() for k, v in whys.items()}, indent=2,
                                                          sort_keys=True, default=str))
 
     # ------------------------------------------------------------------------ kernel verdicts
@@ -303,13 +312,15 @@ class RunDir:
     def write_env(self, trial_id: int, env: Mapping[str, str]) -> None:
         self.write(self.trial_file(trial_id, names.ENV), json.dumps(dict(env), indent=2, sort_keys=True))
 
-    def proposal(self, trial_id: int) -> dict[str, Any] | None:
-        """Why the tuner proposed trial ``trial_id`` (search/proposal.py), None when it was not recorded."""
-        return self._read_json(self.trial_file(trial_id, names.PROPOSAL))
+    def proposal(self, trial_id: int) -> Proposal | None:
+        """Why the tuner proposed trial ``trial_id`` (trial/proposal.py), None when it was not recorded."""
+        path = self.trial_file(trial_id, names.PROPOSAL)
+        why = self._read_json(path)
+        return None if why is None else self._proposal(path, why)
 
-    def write_proposal(self, trial_id: int, why: Mapping[str, Any]) -> None:
+    def write_proposal(self, trial_id: int, why: Proposal) -> None:
         self.write(self.trial_file(trial_id, names.PROPOSAL),
-                   json.dumps(dict(why), indent=2, sort_keys=True, default=str))
+                   json.dumps(why.to_dict(), indent=2, sort_keys=True, default=str))
 
     @staticmethod
     def clock_at(trial_dir: str | Path) -> ClockRecord | None:

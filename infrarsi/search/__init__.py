@@ -9,7 +9,7 @@ from .history import History
 from .memory import AdditivePeak, CensoredPeak, NoMemory, StructuredPeak
 from .outcome import Outcome
 from .parts import MemoryPart, Setup, StepsPart, TimePart
-from .proposal import Proposal
+from ..trial.proposal import Proposal
 from .steps import Context, Steps
 from .time import AdditiveTime, JointTime, ResidualTime
 from .tuner import Tuner, TunerConfig, run_tuner

@@ -13,7 +13,7 @@ from ..knobs import Setting
 from ..models import ndtr
 from .history import History
 from .pairing import pairings
-from .proposal import Scored
+from .scored import Scored
 
 if TYPE_CHECKING:
     from .steps import Context

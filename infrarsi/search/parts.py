@@ -44,7 +44,7 @@ from .history import History
 
 if TYPE_CHECKING:
     from ..models import MemoryModel, TimeModel
-    from .proposal import Proposal
+    from ..trial.proposal import Proposal
     from .steps import Context
 
 NUMERICS = (np.linalg.LinAlgError, FloatingPointError, ValueError)  # what a fit's own numerics may raise

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..models import Effect, revision
 from ..trial.prior import Prior, Z90
+from ..trial.proposal import Proposal
 from ..rundir import RunDir, SearchRecord
 from ..rundir.models import EffectRecord, FittedRecord, ModelsRecord, RevisionRecord
 from .memory import AdditivePeak, CensoredPeak, NoMemory, StructuredPeak
@@ -167,13 +168,14 @@ def _asdict(x: Any) -> dict[str, Any]:
     return {k: v for k, v in d.items() if not (isinstance(v, float) and math.isnan(v))}
 
 
-def save_search(run_dir: Path, tuner: Tuner, priors: list[Prior], proposals: dict, stop_reason: str, kernel_verdicts: dict,
+def save_search(run_dir: Path, tuner: Tuner, priors: list[Prior], proposals: dict[str, Proposal], stop_reason: str,
+                kernel_verdicts: dict,
                 bank_sources: list) -> SearchRecord:
     """Write the run's search record (sealed): why it stopped, each trial's proposal, the priors, the kernel verdicts,
     the bank runs it seeded from and what the tuner's models fitted (effects, revisions, the fit the report reads).
-    The proposals and kernel verdicts are their components' open mappings: kept as their JSON (a value JSON cannot
-    hold, as its text)."""
-    rec = SearchRecord(stop_reason=stop_reason, proposals=_json(proposals), tuner_overhead_s=list(tuner.overhead_s),
+    The kernel verdicts are their component's open mappings: kept as their JSON (a value JSON cannot hold, as its
+    text)."""
+    rec = SearchRecord(stop_reason=stop_reason, proposals=dict(proposals), tuner_overhead_s=list(tuner.overhead_s),
                        kernel_verdicts=_json(kernel_verdicts), bank_sources=[str(s) for s in bank_sources],
                        priors=list(priors), models=models_record(tuner, priors))
     return RunDir(run_dir).write_search(rec)

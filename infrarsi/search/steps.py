@@ -21,6 +21,7 @@ import numpy as np
 
 from ..knobs import KnobSpace, Setting
 from ..trial.prior import Prior
+from ..trial.proposal import Proposal
 from ..trial.status import TrialStatus
 from .acquisition import hamming, score
 from .config import TunerConfig
@@ -29,7 +30,7 @@ from .encoder import Encoder
 from .history import History
 from .parts import NUMERICS, Bound, MemoryPart, StepsPart, TimePart
 from .prior_check import untested_claim
-from .proposal import Proposal, Scored
+from .scored import Scored
 
 
 
@@ -98,12 +99,11 @@ class Steps(Bound, StepsPart):
         j, kind = self.pick(ctx, sc)
         s = sc.cands[j]
         self.priced[s] = float(sc.p_oom[j])
-        prop = Proposal(kind=kind, ei=float(sc.ei[j]), p_oom=float(sc.p_oom[j]), predicted_s=float(np.exp(sc.mean[j])),
-                        p_drift=float(1.0 - sc.p_pass[j]) if sc.p_pass[j] < 1.0 else None)
-        if s in sc.paired:
-            src, savers = sc.paired[s]
-            prop.kind, prop.paired_from, prop.savers = "paired", src.to_dict(), savers
-        return s, prop
+        src, savers = sc.paired.get(s, (None, []))
+        return s, Proposal(kind="paired" if src is not None else kind, ei=float(sc.ei[j]), p_oom=float(sc.p_oom[j]),
+                           p_drift=float(1.0 - sc.p_pass[j]) if sc.p_pass[j] < 1.0 else None,
+                           predicted_s=float(np.exp(sc.mean[j])), paired_from=src.to_dict() if src is not None else None,
+                           savers=list(savers))
 
     def calibrated(self, history: History) -> float:
         """The cap's factor from the model-guided proposals' record: (expected OOMs + 1) / (observed OOMs + 1) when

@@ -97,6 +97,7 @@ from ..knobs import KnobSpace, Setting
 from ..models import MemoryModel, TimeModel
 from ..trial.memory_estimate import MemoryEstimate
 from ..trial.prior import Prior
+from ..trial.proposal import Proposal
 from .config import TunerConfig
 from .encoder import Encoder
 from .history import History
@@ -104,7 +105,6 @@ from .meaning import meanings
 from .memory import NoMemory, default_memory
 from .outcome import Outcome
 from .parts import MemoryPart, Setup, StepsPart, TimePart
-from .proposal import Proposal
 from .semantics import semantic_priors
 from .steps import Context, Steps
 from .time import JointTime
@@ -208,10 +208,10 @@ class Tuner:
             return out[0]
         return out
 
-    def why(self, setting: Mapping[str, Any]) -> dict[str, Any]:
-        """Why ``setting`` was proposed: kind, EI, P(OOM), predicted time, and the pairing if any."""
-        p = self._proposals.get(self.space.complete(setting))
-        return p.to_dict() if p else {}
+    def why(self, setting: Mapping[str, Any]) -> Proposal | None:
+        """Why ``setting`` was proposed (kind, EI, P(OOM), predicted time, and the pairing if any); None for a setting
+        this tuner did not propose (told only: a doctor trial, one proposed before a resume)."""
+        return self._proposals.get(self.space.complete(setting))
 
     def best(self) -> tuple[Setting, Outcome] | None:
         """The fastest setting that ran (status ok), with its outcome; None before any."""

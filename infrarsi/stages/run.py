@@ -28,6 +28,7 @@ from ..execute.prune import Target
 from ..trial import Trial
 from ..knobs import KnobSpace, Setting
 from ..trial.prior import Prior
+from ..trial.proposal import Proposal
 from ..progress import Heartbeat, eta, eta_at_most
 from ..bank.policy import bank_record, bank_seed
 from ..estimate.choice import estimate_budget_s, memory_estimate, time_prior
@@ -97,15 +98,15 @@ class _Search:
     tuner: Tuner | None = None
     done: list[Trial] = field(default_factory=list)  # search trials that cost budget, in order
     skipped: list[Trial] = field(default_factory=list)  # settings not launched on their memory estimate (no budget)
-    rerun: list[tuple[Setting, dict]] = field(default_factory=list)  # cut short by Ctrl-C: run again first
+    rerun: list[tuple[Setting, Proposal]] = field(default_factory=list)  # cut short by Ctrl-C: run again first
     budget: int = 0
     extended: bool = False  # --more (now or killed before): past the contract's budget and stopping rule
     par: int = 1
     search_done: StageDone | None = None
     ref_s: float = 0.0  # the doctor's median step time: search trials are told on its scale
     used_s: float = 0.0  # device seconds spent so far (cancelled trials cost none)
-    proposals: dict[str, dict[str, Any]] = field(default_factory=dict)  # trial id -> why it was proposed
-    in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)  # setting key -> why, of trials in flight
+    proposals: dict[str, Proposal] = field(default_factory=dict)  # trial id -> why it was proposed
+    in_flight: dict[str, Proposal] = field(default_factory=dict)  # setting key -> why, of trials in flight
 
 
 def run(run_dir: Path, *, max_trials: int | None, parallel: int | None, console: Console, err: Console,
@@ -335,7 +336,7 @@ def _resumed(s: _Search, runner: Runner) -> None:
         t = fut.result()
         s.tuner.tell(t.setting, outcome_of(rebaseline.rescaled(t, s.record.trials(), s.ref_s)))
         s.done.append(t)
-        s.proposals[str(t.id)] = why = s.in_flight.get(s.space.complete(t.setting).key(), {"kind": "resumed"})
+        s.proposals[str(t.id)] = why = s.in_flight.get(s.space.complete(t.setting).key(), Proposal(kind="resumed"))
         state.write_proposal(s.record, t.id, why)
 
 
@@ -396,7 +397,7 @@ def _baseline_again(s: _Search, runner: Runner, beat: Heartbeat, console: Consol
     return b.cost.device_s
 
 
-def _next_batch(s: _Search, console: Console) -> tuple[list[Setting], dict[str, dict[str, Any]]]:
+def _next_batch(s: _Search, console: Console) -> tuple[list[Setting], dict[str, Proposal]]:
     """Up to ``par`` settings to run next, each with why, less those skipped on their memory estimate (asked again
     until one is left to launch, the space is spent, or more were skipped than the budget has trials)."""
     while True:
@@ -406,7 +407,7 @@ def _next_batch(s: _Search, console: Console) -> tuple[list[Setting], dict[str, 
             return kept, whys
 
 
-def _asked(s: _Search) -> tuple[list[Setting], dict[str, dict[str, Any]]]:
+def _asked(s: _Search) -> tuple[list[Setting], dict[str, Proposal]]:
     """Up to ``par`` settings to run next, each with why: the settings a Ctrl-C cut short (with the reasons they
     were proposed for) first, then the tuner's."""
     if s.rerun:
@@ -414,24 +415,31 @@ def _asked(s: _Search) -> tuple[list[Setting], dict[str, dict[str, Any]]]:
         del s.rerun[:s.par]
         return [x for x, _ in batch], whys
     batch = s.tuner.ask(min(s.par, s.budget - len(s.done)))
-    return batch, {x.key(): s.tuner.why(x) for x in batch}
+    return batch, {x.key(): _proposed(s.tuner, x) for x in batch}
+
+
+def _proposed(tuner: Tuner, x: Setting) -> Proposal:
+    why = tuner.why(x)
+    if why is None:  # the tuner records every setting it asks for
+        raise RuntimeError(f"the tuner asked for {dict(x)} without recording why")
+    return why
 
 
 def interrupted_settings(finished: list[Trial], done: list[Trial], space: KnobSpace,
-                         pending: dict[str, dict]) -> list[tuple[Setting, dict]]:
+                         pending: dict[str, Proposal]) -> list[tuple[Setting, Proposal]]:
     """The settings of search trials a Ctrl-C cancelled and that no later trial measured, in trial order, each with
     why it was proposed (from the pending proposals: a re-run keeps its provenance). They cost no budget and are run again before the search
     asks for anything new."""
     measured = {space.complete(t.setting).key() for t in done}
-    out: dict[str, tuple[Setting, dict]] = {}
+    out: dict[str, tuple[Setting, Proposal]] = {}
     for t in finished:
         s = space.complete(t.setting)
         if t.status is TrialStatus.CANCELLED and s.key() not in measured and s.key() not in out:
-            out[s.key()] = (s, {**pending.get(s.key(), {"kind": "rerun"}), "rerun_of": t.id})
+            out[s.key()] = (s, pending.get(s.key(), Proposal(kind="rerun")).model_copy(update={"rerun_of": t.id}))
     return list(out.values())
 
 
-def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Setting) -> None:
+def _print_trial(console: Console, t: Trial, why: Proposal, baseline: Setting) -> None:
     """One line per finished trial: status, step time, peak, why it was proposed, what differs from the baseline."""
     st = t.status.value
     color = {TrialStatus.OK: "green", TrialStatus.OOM: "red", TrialStatus.PRUNED: "cyan"}.get(t.status, "yellow")
@@ -439,5 +447,5 @@ def _print_trial(console: Console, t: Trial, why: dict[str, Any], baseline: Sett
     ms = f">={ms}" if t.status is TrialStatus.PRUNED else ms  # a lower bound
     mem = f"{t.metrics.peak_memory_bytes / 2**20:.0f} MiB" if t.metrics.peak_memory_bytes and t.status is TrialStatus.OK else ""
     changed = ", ".join(f"{k}={v}" for k, v in t.setting.items() if baseline.get(k) != v) or "the baseline"
-    extra = f" with {' + '.join(why['savers'])}" if why.get("savers") else ""
-    console.print(f"  trial {t.id:3d} [{color}]{st:8s}[/] {ms:>8s} {mem:>9s}  ({why.get('kind', '?')}{extra}) {changed}")
+    extra = f" with {' + '.join(why.savers)}" if why.savers else ""
+    console.print(f"  trial {t.id:3d} [{color}]{st:8s}[/] {ms:>8s} {mem:>9s}  ({why.kind}{extra}) {changed}")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..execute.record import RunRecord
-from ..trial import Trial, TrialStatus
+from ..trial import Proposal, Trial, TrialStatus
 from ..rundir import RunDir, StageDone
 
 Part = str  # "search" | "verify"
@@ -109,20 +109,20 @@ def finished_line(run_dir: Path) -> str:
 
 
 # ------------------------------------------------------------------ provenance
-def write_pending(run_dir: Path, whys: Mapping[str, dict[str, Any]]) -> None:
+def write_pending(run_dir: Path, whys: Mapping[str, Proposal]) -> None:
     """Reasons of the batch about to be submitted, by setting key (read back when a trial is resumed)."""
     RunDir(run_dir).write_pending(whys)
 
 
-def pending(run_dir: Path) -> dict[str, dict[str, Any]]:
+def pending(run_dir: Path) -> dict[str, Proposal]:
     return RunDir(run_dir).pending()
 
 
-def write_proposal(record: RunRecord, trial_id: int, why: Mapping[str, Any]) -> None:
+def write_proposal(record: RunRecord, trial_id: int, why: Proposal) -> None:
     record.dir.write_proposal(trial_id, why)
 
 
-def proposals(record: RunRecord, trials: list[Trial]) -> dict[str, dict[str, Any]]:
+def proposals(record: RunRecord, trials: list[Trial]) -> dict[str, Proposal]:
     """Trial id -> why it was proposed, from each trial's proposal record (those that have one)."""
     out = {}
     for t in trials:

@@ -38,7 +38,7 @@ from ..rundir import RunDir
 from ..kernels.space import extended_space
 from ..doctor.noise import profile
 from ..execute.record import RunRecord
-from ..trial import Cost, Metrics, Trial, TrialStatus
+from ..trial import Cost, Metrics, Proposal, Trial, TrialStatus
 from ..models import TimeModel
 from ..trial.prior import Prior
 from ..search import Tuner, TunerConfig
@@ -161,7 +161,7 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
                     baseline=baseline)
     RunDir(run_dir).write_noise(noise)
 
-    proposals: dict[str, Any] = {}
+    proposals: dict[str, Proposal] = {}
     seen = list(doctor)
     for changes, forced, kind in SEARCH:
         s = {**baseline, **_named(changes, kernel)}
@@ -169,8 +169,8 @@ def write_recorded_run(root: str | Path, *, peak_flops: float | None = 1.0e12, s
         tm = TimeModel(space, priors=PRIORS, noise_cv=noise.cv).fit([t.setting for t in ok], [t.metrics.step_time_s for t in ok])
         mean, _ = tm.predict([s])
         t = run_one(s, "search", forced)
-        proposals[str(t.id)] = {"kind": kind, "ei": 0.05, "p_oom": 0.1, "predicted_s": math.exp(float(mean[0])),
-                                "savers": ["recompute_granularity=full"] if kind == "paired" else []}
+        proposals[str(t.id)] = Proposal(kind=kind, ei=0.05, p_oom=0.1, predicted_s=math.exp(float(mean[0])),
+                                        savers=["recompute_granularity=full"] if kind == "paired" else [])
         seen.append(t)
 
     # the search record by the run stage's own writer, from a real Tuner told every trial, as `infrarsi run` does

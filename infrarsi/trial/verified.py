@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_serializer, field_validator
+
+from .proposal import Proposal
 
 Pair = tuple[int, int]
 
@@ -29,7 +31,7 @@ class VerifiedCandidate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     setting: dict[str, Any]
-    why: dict[str, Any] = {}  # the tuner's reason for proposing it (search/proposal.py)
+    why: Proposal | None = None  # why the tuner proposed it; None (``{}`` on disk): this tuner did not propose it
     trials: list[Pair] = []  # the pairs the verdict uses
     disturbed: Disturbed | None = None
     unisolated: list[int] = []  # ids of the pairs' trials that ran without isolation (execute/isolation.py)
@@ -48,3 +50,12 @@ class VerifiedCandidate(BaseModel):
     level: float | None = None  # the confidence of ci95: 0.95 (speedup.LEVEL); records before it held the look's own
     decision: str | None = None  # "promote" | "reject" | "outranked" | "budget" (verify/speedup.py's Decision.state)
     explanation: str = ""  # a candidate that did not reproduce, in words: search and A/B figures, conditions of each
+
+    @field_validator("why", mode="before")
+    @classmethod
+    def _no_proposal(cls, v: Any) -> Any:
+        return None if v == {} else v
+
+    @field_serializer("why")
+    def _why(self, v: Proposal | None) -> dict[str, Any]:
+        return {} if v is None else v.to_dict()

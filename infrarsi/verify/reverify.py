@@ -14,14 +14,14 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..contract import contract_hash
 from ..contract.numerics import drift_of
 from ..execute.conditions import drift, load_of
 from ..execute.end_to_end import pair_times
 from ..execute.runner import unisolated
-from ..trial import Trial, TrialStatus
+from ..trial import Proposal, Trial, TrialStatus
 from ..knobs import Setting
 from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
 from ..trial.verified import Disturbed, VerifiedCandidate
@@ -107,7 +107,7 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
                                                finished_at=time.time(), rerun=progress.rerun))
 
 
-def _verified(cand: Setting, why: dict[str, Any], pairs: list[tuple[Trial, Trial]],
+def _verified(cand: Setting, why: Proposal | None, pairs: list[tuple[Trial, Trial]],
               disturbed: list[tuple[Trial, Trial]], ok_pairs: list[tuple[Trial, Trial]],
               times: list[tuple[float, float, str]], d: Decision, contract: Contract, base_losses) -> VerifiedCandidate:
     """One candidate's verdict from its pairs (``pairs``: those the verdict uses; ``disturbed``: those set aside and

@@ -99,8 +99,9 @@ def test_a_cancelled_setting_is_run_again_and_costs_nothing():
          Trial(id=2, setting={"mbs": 4}, status="ok", role="search", metrics=Metrics(step_time_s=1.0)),  # measured later: not again
          Trial(id=3, setting={"mbs": 2}, status="cancelled", role="search")]  # the same setting once
     done = [x for x in t if x.status.value != "cancelled"]
-    again = interrupted_settings(t, done, space, {space.complete({"mbs": 2}).key(): {"kind": "acquisition"}})
-    assert [(s.to_dict(), why) for s, why in again] == [({"mbs": 2}, {"kind": "acquisition", "rerun_of": 0})]
+    from infrarsi.trial import Proposal
+    again = interrupted_settings(t, done, space, {space.complete({"mbs": 2}).key(): Proposal(kind="acquisition", ei=0.1)})
+    assert [(s.to_dict(), why.to_dict()) for s, why in again] == [({"mbs": 2}, {"kind": "acquisition", "ei": 0.1, "rerun_of": 0})]
 
 
 def test_slurm_flags_are_kept_in_the_run_and_shape_every_job(run_dir, monkeypatch, tmp_path):

@@ -83,8 +83,8 @@ def test_parts_of_ones_own_drive_the_same_search():
     t = Tuner(space(), memory_capacity_bytes=CAP, seed=0, time=KnownTime(), memory=KnownMemory())
     run_tuner(t, truth, 8)
     assert t.time.fits >= 4  # refit on the history after tells
-    guided = [s for s, _ in t.history if t.why(s)["kind"] != "design"]
-    assert guided and all(t.why(s)["p_oom"] == 0.0 for s in guided)  # it never proposes what its memory part prices out
+    guided = [s for s, _ in t.history if t.why(s).kind != "design"]
+    assert guided and all(t.why(s).p_oom == 0.0 for s in guided)  # it never proposes what its memory part prices out
     fits = [s for s in space().enumerate() if truth(s).status == "ok"]
     best = min(fits, key=lambda s: truth(s).step_time_s)
     assert t.best()[0] == best  # and finds the optimum its time part knows

@@ -129,7 +129,7 @@ def test_a_probe_measures_the_value_a_confident_prior_steers_away_from():
             if s["recompute"] != "full" and ran_full and first[probe] is None:
                 first[probe] = n
                 if probe:
-                    assert t.why(s)["kind"] == "probe", t.why(s)
+                    assert t.why(s).kind == "probe", t.why(s)
     assert first[0.2] is not None and (first[0.0] is None or first[0.2] < first[0.0]), first
 
 

@@ -66,7 +66,7 @@ def test_a_local_step_proposes_a_neighbour_of_the_incumbent():
         inc = t.top(1)[0]
         s = t.ask()
         why = t.why(s)
-        if why["kind"] == "local":
+        if why.kind == "local":
             assert s in t.space.neighbors(inc, repair=True)
             return
         t.tell(s, ok(2.0))

@@ -115,10 +115,10 @@ def test_a_fast_setting_that_does_not_fit_is_paired_with_memory_savers():
         s = t.ask()
         kinds.append(t.why(s))
         t.tell(s, truth(s))
-    paired = [w for w in kinds if w["kind"] == "paired"]
+    paired = [w for w in kinds if w.kind == "paired"]
     assert paired, kinds
-    assert all(w["savers"] and w["paired_from"] for w in paired)
-    assert all(w["p_oom"] <= 0.5 for w in paired)
+    assert all(w.savers and w.paired_from for w in paired)
+    assert all(w.p_oom <= 0.5 for w in paired)
 
 
 def test_pairing_gives_each_hungry_candidate_its_fastest_fitting_saver_variant_once():
@@ -167,7 +167,7 @@ def test_local_steps_try_the_incumbents_neighbourhood():
     kinds = []
     for _ in range(14):
         s = t.ask()
-        kinds.append(t.why(s)["kind"])
+        kinds.append(t.why(s).kind)
         if kinds[-1] == "local":
             inc = t.top(1)[0]
             assert sum(s[k] != inc[k] for k in s) <= 4  # one knob plus its repairs
@@ -245,7 +245,7 @@ def test_acquisition_steps_stay_within_the_trust_radius_of_the_fastest_settings(
     for _ in range(14):
         ok = sorted((o.step_time_s, s) for s, o in t.history if o.status == "ok")
         s = t.ask()
-        if t.why(s)["kind"] in ("acquisition", "paired"):  # a paired variant is the acquisition's pick too
+        if t.why(s).kind in ("acquisition", "paired"):  # a paired variant is the acquisition's pick too
             seen += 1
             assert min(sum(s[k] != f[k] for k in s) for _, f in ok[:5]) <= 1
         t.tell(s, truth(s))
