@@ -155,9 +155,7 @@ def _prediction(workload, setting: dict):
     try:
         w = sm.cost_workload(workload)
         full = sm.launch_setting(workload, setting)
-        note = sm.unread_note(full, w.dp_sharding)
-        notes = (note,) if note else ()
-        return sm.predict(w, full, sm.capacity_bytes(workload), notes=notes), None
+        return sm.predict(w, full, sm.capacity_bytes(workload), notes=sm.prediction_notes(full, w)), None
     except EstimateError as e:
         return None, str(e)
 

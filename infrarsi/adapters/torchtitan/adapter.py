@@ -230,7 +230,8 @@ class TorchtitanAdapter(LaunchFileAdapter):
         """torchtitan's training as the step-time model prices it: FSDP2 per block (``dp_sharding = "per_block"``),
         selective AC as the job sets it (0.2.x: ``activation_checkpoint.selective_ac_option``, "op" or every n-th
         block, default "2" in torchtitan 0.2.2's ActivationCheckpoint config; 0.3.x: ``SelectiveAC`` is op-level,
-        every second matmul), and llama3's SwiGLU feed-forward with an output layer separate from the embedding.
+        every second matmul), and llama3's SwiGLU feed-forward with an output layer separate from the embedding;
+        eager kernels (no torch.compile) and the job's AdamW implementation (workloads/simulated/eager.py).
         ValueError for other models (their MoE routing and attention are not priced) or an unknown AC option."""
         parsed = self.parsed(contract)
         name = parsed.fixed.get("model_name")
@@ -242,8 +243,11 @@ class TorchtitanAdapter(LaunchFileAdapter):
         if option != "op" and not (option.isdigit() and int(option) >= 1):
             raise ValueError(f"activation_checkpoint.selective_ac_option = {option!r}: use 'op' or a positive integer "
                              "(every n-th block recomputed)")
+        # AdamW's kernels (0.2.2's and 0.3's default "fused"; 0.3's "fused_opt_states_bf16" priced as "fused")
+        implementation = str(parsed.values.get("optimizer.implementation", "fused"))
         return {"dp_sharding": "per_block", "selective_recompute": option, "swiglu": True,
-                "untie_embeddings_and_output_weights": True}
+                "untie_embeddings_and_output_weights": True, "kernels": "eager",
+                "optimizer_implementation": implementation if implementation in ("foreach", "for-loop") else "fused"}
 
     def parsed(self, contract: Contract) -> TorchtitanLaunch:
         key = contract.model_dump_json(include={"workload", "hardware"})

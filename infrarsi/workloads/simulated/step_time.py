@@ -4,7 +4,7 @@ overlap, and the optimizer step. All seconds."""
 
 from __future__ import annotations
 
-from . import fsdp
+from . import eager, fsdp
 from .hardware import GPUSpec
 from .layout import _imbalance, _Layout, param_counts
 from .memory import _stage_params
@@ -192,14 +192,21 @@ def _layer_time(w: SimWorkload, lay: _Layout) -> tuple[float, dict[str, float]]:
     else:
         tp_exposed = n_tp_passes * tp_comm
     cp_exposed = cp_comm * (3 + (1 if lay.rc == "full" else 0))
-    compute = gemm_total + attn_fwd + attn_bwd + 3 * elem_fwd + re_compute
+    eager_fwd = eager_bwd = 0.0
+    if w.kernels == "eager":  # unfused kernels beyond the fused count above (eager.py), again under recompute
+        bytes_fwd, bytes_bwd = eager.layer_bytes(q / tp, kv / tp, m.ffn_hidden_size / tp, h / spd)
+        eager_fwd, eager_bwd = T * bytes_fwd / eager.bandwidth(spec), T * bytes_bwd / eager.bandwidth(spec)
+        if lay.rc in ("full", "op"):
+            re_compute += eager_fwd
+    compute = gemm_total + attn_fwd + attn_bwd + 3 * elem_fwd + eager_fwd + eager_bwd + re_compute
     kernels = layer_kernel_overhead_s(spec, lay.rc in ("full", "op"))
     gpu_time = compute + tp_exposed + cp_exposed + a2a * n_a2a + kernels
     cpu_time = launch * (1.33 if lay.rc in ("full", "op") else 1.0)
     total = max(gpu_time, cpu_time)
     return total, {"gemm": gemm_total, "attention": attn_fwd + attn_bwd, "elementwise": 3 * elem_fwd,
                    "recompute": re_compute, "tp_comm": tp_exposed, "cp_comm": cp_exposed, "moe_dispatch": a2a * n_a2a,
-                   "launch_bound": max(0.0, cpu_time - gpu_time), **({"kernel_gaps": kernels} if kernels else {})}
+                   "launch_bound": max(0.0, cpu_time - gpu_time), **({"kernel_gaps": kernels} if kernels else {}),
+                   **({"eager_elementwise": eager_fwd + eager_bwd} if w.kernels == "eager" else {})}
 
 
 def _step_time(w: SimWorkload, lay: _Layout, cache: dict | None = None) -> tuple[float, dict[str, float]]:
@@ -261,6 +268,8 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
         t_logits += 3 * max(0.0, gemm_memory_s(T, V / tp, h, a, spec.hbm_bytes_per_s)
                             - 2 * T * h * V / tp / (peak * _gemm_eff(spec, T, V / tp, h)))
         t_logits += microbatch_kernel_overhead_s(spec)
+    if w.kernels == "eager":  # eager fp32 cross-entropy beyond the 20 bytes per logit above (eager.py)
+        t_logits += T * V / tp * eager.LOSS_BYTES_PER_LOGIT / eager.bandwidth(spec)
     t_embed = 3 * T * h * a / hbm
     if tp > 1:
         bw, lat = _coll_bw(spec, tp, 1, "ar")
@@ -282,12 +291,15 @@ def _step_parts(w: SimWorkload, lay: _Layout, cache: dict | None) -> tuple[float
     t_pipe = nmb * t_max + bubble + p2p
 
     d1, e1, _, _ = _stage_params(w, lay)
+    eager_dp: dict[str, float] = {}
     if lay.fsdp:  # torchtitan: FSDP2 per block and per micro-batch (fsdp.py), its exposure already reckoned
-        t_grad, t_ag, t_opt = _fsdp_parts(w, lay, t_layer, parts["recompute"], d1)
+        t_grad, t_ag, t_opt, eager_dp = _fsdp_parts(w, lay, t_layer, parts["recompute"], d1)
+        t_pipe += sum(eager_dp.values())
     else:
         t_grad, t_ag, t_opt = _per_iteration_dp_parts(w, lay, d1, e1)
     scale = nmb * L / p
     phases = {k: v_ * scale for k, v_ in parts.items()}
+    phases.update(eager_dp)
     phases.update({"logits_loss": nmb * t_logits, "pipeline_bubble": bubble, "pipeline_p2p": p2p,
                    "optimizer": t_opt, "other": FIXED_ITER_S, "forward_backward": t_pipe})
     return t_pipe, t_max, t_grad, t_ag, t_opt, phases
@@ -320,10 +332,12 @@ def _per_iteration_dp_parts(w: SimWorkload, lay: _Layout, d1: float, e1: float) 
 
 
 def _fsdp_parts(w: SimWorkload, lay: _Layout, t_layer: float, recompute_s: float, params: float
-                ) -> tuple[float, float, float]:
-    """(exposed gradient reduce seconds, exposed parameter gather seconds, optimizer seconds) per iteration of a
-    torchtitan launch (:mod:`.fsdp`). ``t_layer``: one block's forward + backward seconds for one micro-batch,
-    ``recompute_s`` of it recompute (in backward); ``params``: parameters on this GPU (first pipeline stage)."""
+                ) -> tuple[float, float, float, dict[str, float]]:
+    """(exposed gradient reduce seconds, exposed parameter gather seconds, optimizer seconds, eager seconds by
+    phase) per iteration of a torchtitan launch (:mod:`.fsdp`). ``t_layer``: one block's forward + backward seconds
+    for one micro-batch, ``recompute_s`` of it recompute (in backward); ``params``: parameters on this GPU (first
+    pipeline stage). The eager seconds (``kernels = "eager"``, :mod:`.eager`): FSDP2's copies and the compute
+    slowed by NCCL's SMs while a collective runs beside it, per iteration."""
     m, spec, tp, a = w.model, w.spec, lay.tp, lay.a
     pc = param_counts(m)
     block = pc["tp_layer"] / tp + pc["replicated_layer"]  # one block's parameters on this TP rank
@@ -347,8 +361,9 @@ def _fsdp_parts(w: SimWorkload, lay: _Layout, t_layer: float, recompute_s: float
         return t
 
     fwd_s = (t_layer - recompute_s) / 3  # backward is twice the forward, plus the recompute
+    layers = m.num_layers / lay.pp
     fwd, bwd = fsdp.exposed_per_microbatch(
-        gather_s=gather(block), reduce_s=reduce(block), layers=m.num_layers / lay.pp, fwd_s=fwd_s,
+        gather_s=gather(block), reduce_s=reduce(block), layers=layers, fwd_s=fwd_s,
         bwd_s=t_layer - fwd_s, reshard=lay.raf, first_gather_s=gather(edge), last_gather_s=gather(edge),
         first_reduce_s=reduce(edge), last_reduce_s=reduce(edge))
     hbm = spec.hbm_bytes_per_s * ELEM_EFF
@@ -356,4 +371,14 @@ def _fsdp_parts(w: SimWorkload, lay: _Layout, t_layer: float, recompute_s: float
     # AdamW on the fp32 shards, the gradient norm (read) and zeroing (write) of the sharded fp32 gradients, and the
     # same fixed 2 ms as Megatron's optimizer step (_step_parts)
     t_opt = shard * (fsdp.ADAM_BYTES_PER_PARAM + 2 * fsdp.REDUCE_BYTES) / hbm + 2e-3
-    return lay.nmb * bwd, lay.nmb * fwd, t_opt
+    extra: dict[str, float] = {}
+    if w.kernels == "eager":
+        bw = eager.bandwidth(spec)
+        t_opt += shard * eager.optimizer_bytes(w.optimizer_implementation) / bw
+        gathers = 2 if lay.raf else 1
+        copies = (layers * eager.fsdp_copy_bytes(block, n, gathers) + 2 * eager.fsdp_copy_bytes(edge, n, 1)) / bw
+        # every collective of a micro-batch; what is not exposed ran beside compute, which lost NCCL's SMs meanwhile
+        comm = (2 * gather(edge) + layers * gathers * gather(block) + layers * reduce(block) + 2 * reduce(edge))
+        beside = max(0.0, comm - fwd - bwd)
+        extra = {"fsdp_copies": lay.nmb * copies, "nccl_sm_share": lay.nmb * eager.nccl_sm_share(spec) * beside}
+    return lay.nmb * bwd, lay.nmb * fwd, t_opt, extra

@@ -85,6 +85,12 @@ class SimWorkload(BaseModel):
     """What recompute_granularity = "selective" recomputes: "attention" (Megatron's: the attention core), "op"
     (torchtitan's op-level selective AC: every second matmul and the element-wise ops) or an integer n as text
     (torchtitan's layer-level selective AC: every n-th block fully, the others not at all)."""
+    kernels: Literal["fused", "eager"] = "fused"
+    """The kernels the framework runs: "fused" (Megatron with Transformer Engine, what the model's element-wise
+    traffic counts) or "eager" (torchtitan without torch.compile: the unfused kernels, fp32 cross-entropy and FSDP2's
+    copies and NCCL's SMs beside compute, :mod:`.eager`)."""
+    optimizer_implementation: Literal["fused", "foreach", "for-loop"] = "fused"
+    """AdamW's implementation where ``kernels`` is "eager" (torchtitan's ``optimizer.implementation``)."""
 
     @model_validator(mode="after")
     def _check(self) -> "SimWorkload":
