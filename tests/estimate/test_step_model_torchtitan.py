@@ -127,3 +127,19 @@ def test_the_jobs_adamw_implementation_is_priced(tmp_path):
     added = p.phases["optimizer"] - base.phases["optimizer"]
     assert added == pytest.approx(shard * 56 / (3.35e12 * 0.88))
     assert p.step_time_s - base.step_time_s == pytest.approx(added)
+
+
+@pytest.mark.parametrize("name", ["llama3-8b-h100x64.toml", "llama3-70b-h100x256.toml"])
+def test_the_gpu_contracts_list_every_tp_of_their_scope_on_the_device_the_model_prices(name):
+    from infrarsi.workloads.simulated import gpu
+
+    wl = Workload.of_file(ROOT / "contracts" / name)
+    w = sm.cost_workload(wl)
+    hw = wl.contract.hardware
+    # the contract names the 700 W H100 SXM 80GB: the spec the model prices, its capacity what torch reports of it
+    assert gpu(hw.kind) == gpu("H100") and w.spec.name == "H100" and hw.memory_capacity_gib == 79.6
+    ranking = sm.fastest(w, wl.knob_space(), sm.launch_setting(wl, {}), sm.capacity_bytes(wl), 200)
+    # data_parallel in scope: each TP of the scope has its layout (TP x DP = the devices), sequence parallel with TP
+    pairs = {(p.setting["tensor_parallel"], p.setting["data_parallel"]) for p in ranking.fastest}
+    assert pairs == {(tp, hw.devices // tp) for tp in (1, 2, 4, 8)}
+    assert all(p.setting["sequence_parallel"] == (p.setting["tensor_parallel"] > 1) for p in ranking.fastest)
