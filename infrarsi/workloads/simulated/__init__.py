@@ -21,6 +21,8 @@ The model, per GPU (all times in seconds, memory in bytes)::
               + with GPUSpec.small_work_terms (off here, on where `infrarsi estimate` prices a real launch):
                 per-kernel GPU gaps, NCCL's collective latency, GEMMs of less than one wave of tiles, the GEMM
                 memory bound, a host round trip per pipeline p2p exchange (small_work.py, each with its source)
+              + with SimWorkload.kernels = "eager" (a torchtitan launch): eager PyTorch's unfused kernels, fp32
+                cross-entropy, AdamW's implementation, FSDP2's copies and NCCL's SMs beside compute (eager.py)
 
 FLOPs follow Megatron's ``num_floating_point_operations`` (GQA, SwiGLU, MoE top-k, causal attention
 counted at half); the reported TFLOP/s per GPU and MFU use it (MFU against the bf16 dense peak, fp8 runs

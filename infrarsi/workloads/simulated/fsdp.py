@@ -21,8 +21,8 @@ it runs beside; nothing hides the first gather of a forward (the embedding's, th
 reduce-scatter of a backward (the first block's, then the embedding's). No constant here is fitted: the collective
 times are the simulator's own (:func:`.step_time._coll_bw`, NCCL's bandwidth and latency).
 
-Not priced: SM contention of the overlapped collectives with the compute, FSDP2's copy-in / copy-out kernels
-(a memory-bound copy of one block's parameters per gather, ~1% of an 8B block's compute).
+FSDP2's copy-in / copy-out kernels and the SMs NCCL holds while a collective runs beside compute are eager costs,
+priced with the others in :mod:`.eager` (``SimWorkload.kernels = "eager"``).
 """
 
 from __future__ import annotations
