@@ -19,15 +19,16 @@ the datasheet HBM bandwidth. Nothing here is fitted: not to Megatron's table, no
 - Separate ``wq``, ``wk``, ``wv`` and ``w1``, ``w3`` linears (Megatron fuses QKV and FC1): autograd adds the input
   gradients of the linears sharing one input, 2 + 1 adds of (read 4, write 2) bytes per element of the hidden size
   in backward: 18.
-- RMSNorm: ``nn.RMSNorm`` calls ``torch.rms_norm``, which runs one fused kernel (``aten._fused_rms_norm``) in the
-  installed torch: the bytes the model counts. (Torch releases before that fused kernel ran a composite of six
-  element-wise kernels in fp32: not priced.)
+- RMSNorm: ``nn.RMSNorm`` calls ``torch.rms_norm``, for which the installed torch has a fused kernel
+  (``aten._fused_rms_norm``): the bytes the model counts. (torchtitan's own ``RMSNorm`` of 2024, an fp32 composite
+  of about six element-wise kernels, is not priced.)
 - Cross-entropy (``cross_entropy_loss``: ``F.cross_entropy(pred.flatten(0, 1).float(), ...)``) per logit: the fp32
   cast (read 2, write 4), log-softmax over a row too long for shared memory (torch's ``cunn_SoftMaxForward``: read
   for the max, for the sum, and to write: 12 + 4), backward: ``nll_loss_backward``'s zero-filled fp32 gradient (4),
   ``cunn_SoftMaxBackward`` (read the gradient for its sum, then it and the output, write: 4 + 8 + 4), the cast's
   backward (read 4, write 2): 48 bytes, against the model's 20.
-- The optimizer (torchtitan's ``optimizer.implementation``, default "fused" in 0.2.2): fused AdamW reads param,
+- The optimizer (torchtitan's ``optimizer.implementation``, default "fused" in 0.2.2; in 2024 ``optimizer.fused``,
+  foreach unless set): fused AdamW reads param,
   grad, exp_avg, exp_avg_sq and writes three (28 bytes per fp32 parameter, the model's count); "foreach" (and
   "for-loop", the same kernels per tensor) runs torch's ``_multi_tensor_adam`` as eight kernels: weight decay
   ``mul_`` (8), ``lerp_`` (12), ``mul_`` (8), ``addcmul_`` (16), ``sqrt`` (8), ``div_`` (8), ``add_`` (8),
