@@ -30,6 +30,7 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from infrarsi.adapters.registry import SPECS  # noqa: E402
 from infrarsi.contract import model as contract_model  # noqa: E402
 from infrarsi.knobs import catalog  # noqa: E402
 from infrarsi.rundir import chain, names  # noqa: E402
@@ -108,7 +109,9 @@ def contract_page() -> str:
             ann = field.annotation
             if isinstance(ann, type) and issubclass(ann, BaseModel):
                 sections.append(ann)
-            out.append(f"| `{name}` | {_type(ann)} | {_default(field)} | {_check(field)} | {_doc(field)} |\n")
+            # workload.adapter: a registered framework's name (the registry holds them; contract/ sits below it)
+            kind = _type(ann) if ann is not str or name != "adapter" else " or ".join(f'`"{n}"`' for n in SPECS)
+            out.append(f"| `{name}` | {kind} | {_default(field)} | {_check(field)} | {_doc(field)} |\n")
     out.append("\n## Cross-field checks\n\n")
     out.append("Besides each field's own check, the contract as a whole is checked when it is loaded "
                "(`Contract._check`): the name is one plain folder name; `scope.knobs` and `baseline` may not name a "
