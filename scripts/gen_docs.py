@@ -251,13 +251,12 @@ A framework (what `infrarsi knobs`, `init` and `infrarsi-launch` need; measured 
 1. `infrarsi/adapters/<framework>/`: its adapter (`Adapter`, or `LaunchFileAdapter` for a framework whose launch
    files are read) and `spec.py`, a `FrameworkSpec` (`adapters/spec.py`): the adapter, `claims` (the one
    detection), `looks_for`, `drafts`, `rewrite_profile`, `flops_convention`, `simulated`;
-2. one line in `infrarsi/adapters/registry.py` (`SPECS`);
-3. `infrarsi/contract/model.py`: the name in `workload.adapter`'s allowed values (`contract/` does not import
-   `adapters/`);
-4. `infrarsi/knobs/catalog.py`: its spelling of each knob it can set (and its name in `FRAMEWORKS`).
+2. one line in `infrarsi/adapters/registry.py` (`SPECS`): a contract's `workload.adapter` may then name it (the
+   loader hands the registered names to `contract/`, which does not import `adapters/`);
+3. `infrarsi/knobs/catalog.py`: its spelling of each knob it can set (and its name in `FRAMEWORKS`).
 
 Optional: a pre-flight estimate (`infrarsi/estimate/<framework>.py`, named by the adapter's `estimate_module`) and
-its row in the fidelity table (`adapters/fidelity.py`).
+its fidelity count (`adapters/<framework>/fidelity.py`, named by the spec's `fidelity`: `adapters/fidelity.py`).
 
 A flag knob:
 
