@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,4 +45,5 @@ SPEC = FrameworkSpec(
     name="megatron", title="Megatron", adapter="megatron:MegatronAdapter", claims=claims,
     looks_for="a Megatron-LM command (torchrun/srun/python ... pretrain_gpt.py)",
     drafts_any=True,  # a launch read literally that nothing else claims is taken for Megatron's (the common case)
-    rewrite_profile=rewrite_profile, fidelity=fidelity, flops_convention=CAUSAL_MATMULS)
+    rewrite_profile=rewrite_profile, fidelity=fidelity,
+    flops_convention=replace(CAUSAL_MATMULS, text="Megatron-style: " + CAUSAL_MATMULS.text))
