@@ -150,5 +150,5 @@ class SimulatedAdapter(Adapter):
         return ParsedRun(status=TrialStatus.CRASH, metrics=no_time, evidence=tail, reason=f"exit code {returncode}")
 
 
-SPEC = FrameworkSpec(name="simulated", adapter="simulated:SimulatedAdapter", flops_convention=CAUSAL_MATMULS,
-                     simulated=True)
+SPEC = FrameworkSpec(name="simulated", title="simulated Megatron-LM", adapter="simulated:SimulatedAdapter",
+                     flops_convention=CAUSAL_MATMULS, simulated=True)
