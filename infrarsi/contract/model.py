@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 from collections.abc import Collection
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
