@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # ------------------------------------------------------------------------------ spellings
@@ -111,10 +111,18 @@ class FlopsConvention:
 
     active_params: bool  # True: all active parameters but the input embedding; False: the matmul parameters
     causal: bool  # True: the attention core 12 L s a d halved (the mask is causal)
+    # what it counts, in words (the report's MFU formula); a framework's spec may build the value with its own words
+    # (whose accounting it is): the same convention, equal to this one
+    text: str = field(default="", compare=False)
 
 
-CAUSAL_MATMULS = FlopsConvention(active_params=False, causal=True)  # Megatron-LM's num_floating_point_operations
-FULL_ACTIVE = FlopsConvention(active_params=True, causal=False)  # torchtitan's get_nparams_and_flops
+CAUSAL_MATMULS = FlopsConvention(  # Megatron-LM's num_floating_point_operations
+    active_params=False, causal=True,
+    text="6 FLOPs per matmul parameter per token, forward and backward; causal attention 12·L·S²·h·B halved")
+FULL_ACTIVE = FlopsConvention(  # torchtitan's get_nparams_and_flops
+    active_params=True, causal=False,
+    text="6 FLOPs per active parameter but the input embedding per token, forward and backward; attention "
+         "12·L·S²·h·B, not halved")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,7 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from infrarsi.adapters.registry import SPECS  # noqa: E402
 from infrarsi.contract import model as contract_model  # noqa: E402
 from infrarsi.knobs import catalog  # noqa: E402
 from infrarsi.rundir import chain, names  # noqa: E402
@@ -108,7 +109,9 @@ def contract_page() -> str:
             ann = field.annotation
             if isinstance(ann, type) and issubclass(ann, BaseModel):
                 sections.append(ann)
-            out.append(f"| `{name}` | {_type(ann)} | {_default(field)} | {_check(field)} | {_doc(field)} |\n")
+            # workload.adapter: a registered framework's name (the registry holds them; contract/ sits below it)
+            kind = _type(ann) if ann is not str or name != "adapter" else " or ".join(f'`"{n}"`' for n in SPECS)
+            out.append(f"| `{name}` | {kind} | {_default(field)} | {_check(field)} | {_doc(field)} |\n")
     out.append("\n## Cross-field checks\n\n")
     out.append("Besides each field's own check, the contract as a whole is checked when it is loaded "
                "(`Contract._check`): the name is one plain folder name; `scope.knobs` and `baseline` may not name a "
@@ -248,13 +251,12 @@ A framework (what `infrarsi knobs`, `init` and `infrarsi-launch` need; measured 
 1. `infrarsi/adapters/<framework>/`: its adapter (`Adapter`, or `LaunchFileAdapter` for a framework whose launch
    files are read) and `spec.py`, a `FrameworkSpec` (`adapters/spec.py`): the adapter, `claims` (the one
    detection), `looks_for`, `drafts`, `rewrite_profile`, `flops_convention`, `simulated`;
-2. one line in `infrarsi/adapters/registry.py` (`SPECS`);
-3. `infrarsi/contract/model.py`: the name in `workload.adapter`'s allowed values (`contract/` does not import
-   `adapters/`);
-4. `infrarsi/knobs/catalog.py`: its spelling of each knob it can set (and its name in `FRAMEWORKS`).
+2. one line in `infrarsi/adapters/registry.py` (`SPECS`): a contract's `workload.adapter` may then name it (the
+   loader hands the registered names to `contract/`, which does not import `adapters/`);
+3. `infrarsi/knobs/catalog.py`: its spelling of each knob it can set (and its name in `FRAMEWORKS`).
 
 Optional: a pre-flight estimate (`infrarsi/estimate/<framework>.py`, named by the adapter's `estimate_module`) and
-its row in the fidelity table (`adapters/fidelity.py`).
+its fidelity count (`adapters/<framework>/fidelity.py`, named by the spec's `fidelity`: `adapters/fidelity.py`).
 
 A flag knob:
 

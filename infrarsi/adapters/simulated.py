@@ -29,6 +29,11 @@ from .base import Adapter, ParsedRun
 from .spec import FrameworkSpec
 from .megatron.log import classify_failure, parse_log, to_metrics
 
+# The file an out-of-memory traceback names: the trial prints Megatron-LM's log (megatron.log parses it), its
+# traceback frame included (workloads/simulated/process.py takes it as --oom-frame)
+OOM_FRAME = "megatron/training/training.py"
+
+
 def workload_for(contract: Contract) -> sim.SimWorkload:
     """The simulated workload a contract describes; ContractError names the field and the fix."""
     args = dict(contract.workload.args)
@@ -119,7 +124,8 @@ class SimulatedAdapter(Adapter):
                                                                                 "name": w.name}, sort_keys=True)
         argv = [sys.executable, "-m", "infrarsi.workloads.simulated", "--workload", wl,
                 "--setting", json.dumps(s, sort_keys=True), "--seed", str(seed), "--rerun", str(n),
-                "--noise-cv", str(float(args.get("noise_cv", sim.DEFAULT_NOISE_CV))), "--train-iters", str(iters)]
+                "--noise-cv", str(float(args.get("noise_cv", sim.DEFAULT_NOISE_CV))), "--train-iters", str(iters),
+                "--oom-frame", OOM_FRAME]
         env = {**contract.workload.env, "PYTHONUNBUFFERED": "1"}
         return LaunchSpec(argv=argv, env=env, processes=1, nodes=1, devices=1, time_limit_s=t.timeout_s)
 
@@ -144,5 +150,5 @@ class SimulatedAdapter(Adapter):
         return ParsedRun(status=TrialStatus.CRASH, metrics=no_time, evidence=tail, reason=f"exit code {returncode}")
 
 
-SPEC = FrameworkSpec(name="simulated", adapter="simulated:SimulatedAdapter", flops_convention=CAUSAL_MATMULS,
-                     simulated=True)
+SPEC = FrameworkSpec(name="simulated", title="simulated Megatron-LM", adapter="simulated:SimulatedAdapter",
+                     flops_convention=CAUSAL_MATMULS, simulated=True)

@@ -15,6 +15,8 @@ registry or a Workload), never compare a framework's name:
 * ``rewrite_profile(argv, setting, env, cwd)``: ``infrarsi-launch``'s rewrite of a command for a promoted profile,
   -> (the launch, rule violations); None: the framework has no command to rewrite;
 * ``flops_convention``: how its logs count model FLOPs (``transformer.Transformer.flops_per_token``);
+* ``fidelity(parsed, settings, refused, world=, why=)``: its fidelity count (:mod:`.fidelity`: round trips and false
+  refusals, by its own config code); None: it emits no launch file to read back;
 * ``simulated``: its trials' step times are modelled, not measured (a what-if cluster).
 """
 
@@ -29,6 +31,7 @@ from ..transformer import FlopsConvention
 
 if TYPE_CHECKING:
     from ..trial import LaunchSpec
+    from .fidelity import Counts
 
 ProfileRewrite = Callable[[list[str], Mapping[str, Any], Mapping[str, str], "str | Path"], "tuple[LaunchSpec, list[str]]"]
 
@@ -49,6 +52,7 @@ class FrameworkSpec:
     drafts_any: bool = False
     rewrite_profile: ProfileRewrite | None = None
     flops_convention: FlopsConvention  # how its logs count FLOPs (transformer.CAUSAL_MATMULS, FULL_ACTIVE)
+    fidelity: Callable[..., Counts] | None = None  # adapters/<framework>/fidelity.py's counts
     simulated: bool = False
 
     def __post_init__(self) -> None:

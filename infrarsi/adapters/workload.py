@@ -36,8 +36,9 @@ class Workload:
     def of_file(cls, contract_path: str | Path) -> "Workload":
         """The workload of the contract in ``contract_path`` (its folder is where its paths start)."""
         from ..contract.model import load_contract
+        from .registry import SPECS
 
-        return cls(load_contract(contract_path), Path(contract_path).resolve().parent)
+        return cls(load_contract(contract_path, adapters=SPECS), Path(contract_path).resolve().parent)
 
     # ------------------------------------------------------------------ where
     @property

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from ..errors import ContractError
 
@@ -33,13 +35,34 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+# The validation context key under which a loader that may import adapters/ hands in the registered adapter names
+# (adapters/registry.py's SPECS): contract/ sits below adapters/ and does not know which frameworks exist.
+ADAPTERS = "adapters"
+
+
+def _adapter_name(v: str, info: ValidationInfo) -> str:
+    """A framework's name as the registry spells it (a Python identifier); one of the registered names when the
+    loader hands them in (``load_contract(path, adapters=...)``: ``infrarsi init``, ``Workload.of_file``)."""
+    names = (info.context or {}).get(ADAPTERS)
+    if names is not None and v not in names:
+        listed = [repr(n) for n in names]
+        words = " or ".join([", ".join(listed[:-1]), listed[-1]] if len(listed) > 1 else listed)
+        raise ValueError(f"{v!r} is no registered adapter; use one of {words}")
+    if not v.isidentifier():
+        raise ValueError(f"{v!r} is no adapter name (a registered framework's name, e.g. 'minigpt')")
+    return v
+
+
+AdapterName = Annotated[str, AfterValidator(_adapter_name)]
+
+
 class _Section(BaseModel):
     # the docstring under each field is its description (docs/contract.md is generated from them)
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class Workload(_Section):
-    adapter: Literal["minigpt", "megatron", "torchtitan", "simulated"]
+    adapter: AdapterName
     """Which adapter understands this workload's launch and logs."""
     entrypoint: str = ""
     """The command before the arguments, e.g. "python -m infrarsi.workloads.minigpt"."""
@@ -251,8 +274,10 @@ class Contract(_Section):
         return dict(self.workload.args)
 
 
-def load_contract(path: str | Path) -> Contract:
-    """Read and validate a contract TOML file. Errors are one line per problem, naming the field."""
+def load_contract(path: str | Path, *, adapters: Collection[str] | None = None) -> Contract:
+    """Read and validate a contract TOML file. Errors are one line per problem, naming the field. ``adapters``: the
+    registered adapter names ``workload.adapter`` must be one of (the caller reads them from adapters/registry.py;
+    None: its form only is checked, as for a contract already locked by ``infrarsi init``)."""
     p = Path(path)
     if p.is_dir():
         raise ContractError(f"contract {p} is a directory; pass the .toml contract file itself (see contracts/)")
@@ -266,7 +291,7 @@ def load_contract(path: str | Path) -> Contract:
     except tomllib.TOMLDecodeError as e:
         raise ContractError(f"{p}: not valid TOML: {e}") from None
     try:
-        return Contract.model_validate(data)
+        return Contract.model_validate(data, context=None if adapters is None else {ADAPTERS: tuple(adapters)})
     except ValidationError as e:
         raise ContractError(f"{p}: " + "; ".join(_one_line(err) for err in e.errors())) from None
 

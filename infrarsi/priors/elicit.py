@@ -55,16 +55,20 @@ class PriorAnswer(BaseModel):
     priors: list[PriorItem]
 
 
-SYSTEM = (
-    "You are a performance engineer for distributed LLM training (Megatron-LM, torchtitan, PyTorch). "
-    "For each listed knob value, estimate its effect relative to the knob's default on the natural log of "
-    "steady-state step time and on the natural log of peak memory per device, holding every other knob at its "
-    "default. Give a mean and a standard deviation for each; use a wide sd when unsure. Omit values you know "
-    "nothing about. Use only the knobs and values listed."
-)
+def system_prompt(framework: str = "") -> str:
+    """The system message. ``framework``: how prose names the workload's framework (its spec's ``title``, which the
+    caller reads from the Workload), named beside PyTorch; "": PyTorch alone."""
+    return (
+        f"You are a performance engineer for distributed LLM training ({framework + ', ' if framework else ''}PyTorch). "
+        "For each listed knob value, estimate its effect relative to the knob's default on the natural log of "
+        "steady-state step time and on the natural log of peak memory per device, holding every other knob at its "
+        "default. Give a mean and a standard deviation for each; use a wide sd when unsure. Omit values you know "
+        "nothing about. Use only the knobs and values listed."
+    )
 
 
-def _prompt(space: KnobSpace, workload: dict[str, Any], hardware: dict[str, Any]) -> list[dict[str, Any]]:
+def _prompt(space: KnobSpace, workload: dict[str, Any], hardware: dict[str, Any],
+            framework: str = "") -> list[dict[str, Any]]:
     knobs = [
         {"knob": k.name, "kind": k.kind, "group": k.group, "default": k.default,
          "values": [str(v) for v in k.domain if v != k.default], "doc": k.doc}
@@ -75,7 +79,7 @@ def _prompt(space: KnobSpace, workload: dict[str, Any], hardware: dict[str, Any]
         f"Hardware: {json.dumps(hardware, sort_keys=True, default=str)}\n"
         f"Knobs:\n{json.dumps(knobs, indent=1, default=str)}"
     )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": system_prompt(framework)}, {"role": "user", "content": user}]
 
 
 def _match(space: KnobSpace, knob: str, value: str) -> tuple[Any, str]:
@@ -139,18 +143,20 @@ def priors_for(
     llm: LLMConfig | None = None,
     record_dir: Path | None = None,
     check_against_offline: bool = True,
+    framework: str = "",
 ) -> list[Prior]:
     """One Prior per non-default knob value of ``space`` (``space.feature_names`` order).
 
     ``llm`` None = the environment's endpoint, or offline when none is configured. ``record_dir`` is
-    the run directory: exchanges go to ``record_dir/llm/<n>.json``. Never raises for endpoint trouble.
+    the run directory: exchanges go to ``record_dir/llm/<n>.json``. ``framework``: the workload's framework as
+    prose names it (its spec's title), which the LLM is told. Never raises for endpoint trouble.
     """
     ctx = context(space, workload, hardware)
     kb = {(k.name, repr(v)): offline_prior(k, v, ctx) for k in space.knobs for v in k.domain if v != k.default}
     got: dict[tuple[str, str], Prior] = {}
     cfg = llm_mod.resolve(llm)
     if cfg is not None and kb:
-        ans = llm_mod.ask(cfg, stage="priors", messages=_prompt(space, workload, hardware), schema=PriorAnswer,
+        ans = llm_mod.ask(cfg, stage="priors", messages=_prompt(space, workload, hardware, framework), schema=PriorAnswer,
                           check=_checker(space), record_dir=record_dir)
         if not ans.ok:
             log.warning("LLM priors unusable (%s); using the offline knowledge base for all %d values", ans.error, len(kb))

@@ -403,7 +403,7 @@ def _fsdp_reshard(k: Knob, v: Any, ctx: Context) -> Belief:
     (t, m), (t0, m0) = level(v), level(k.default)
     return Belief(t - t0, 0.03, m - m0, 0.1, "FSDP resharding after forward frees each layer's gathered parameters "
                   "until the backward, which all-gathers them again; never resharding skips that all-gather and keeps "
-                  "the unsharded parameters resident (torchtitan: default = reshard unless pipeline parallel)")
+                  "the unsharded parameters resident (default: reshard unless pipeline parallel)")
 
 
 def _num_workers(k: Knob, v: Any, ctx: Context) -> Belief:
@@ -475,7 +475,7 @@ RULES: dict[str, Rule] = {
                                    "a loop of small per-expert GEMMs", moe_only=True),
     "cross_entropy_fusion": _cross_entropy_fusion,
     "manual_gc": _bool_rule(-0.02, 0.02, 0.01, 0.02, "Python's automatic GC pauses ranks at different times and the "
-                            "collectives wait for the slowest; collecting at fixed steps (Megatron --manual-gc) removes "
+                            "collectives wait for the slowest; collecting at fixed steps (a manual-GC flag) removes "
                             "the stragglers"),
     "torch_compile": _bool_rule(-0.08, 0.08, -0.05, 0.08, "torch.compile fuses elementwise/normalization ops into "
                                 "Triton kernels, cutting memory traffic and some saved intermediates; first steps pay "

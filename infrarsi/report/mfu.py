@@ -21,11 +21,19 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..transformer import Transformer, training_flops
+from ..transformer import CAUSAL_MATMULS, Transformer, training_flops
 
-FORMULA = ("FLOPs/step = 6·N·T + 6·L·S²·h·B (Megatron-style: 6 FLOPs per matmul parameter per token, forward "
-           "and backward; causal attention 12·L·S²·h·B halved); N = matmul parameters without the embedding, "
-           "T = B·S tokens per step; MFU = FLOPs/step / (step time × devices × peak FLOP/s per device)")
+
+def formula() -> str:
+    """The formula every MFU of the report uses, in words: the convention ``transformer.CAUSAL_MATMULS``, as the
+    first registered framework whose spec builds it with words of its own says it (whose accounting it is), else
+    in the value's own words."""
+    from ..adapters.registry import specs
+
+    own = (s.flops_convention.text for s in specs() if s.flops_convention == CAUSAL_MATMULS)
+    words = next((t for t in own if t != CAUSAL_MATMULS.text), CAUSAL_MATMULS.text)
+    return (f"FLOPs/step = 6·N·T + 6·L·S²·h·B ({words}); N = matmul parameters without the embedding, "
+            "T = B·S tokens per step; MFU = FLOPs/step / (step time × devices × peak FLOP/s per device)")
 
 
 def flops_per_step(args: Mapping[str, Any], adapter: str) -> tuple[float, int, int] | None:

@@ -36,7 +36,7 @@ from . import conditions, plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
 from .fit import saved_fit
 from .load import RunData
-from .mfu import FORMULA, flops_per_step, mfu
+from .mfu import flops_per_step, formula, mfu
 
 MiB = 2**20
 REPORT_MD = RunDir.REPORT_MD
@@ -455,7 +455,7 @@ class _Builder:
         self.h2("MFU")
         c = self.d.contract
         f = flops_per_step(c.workload.args, c.workload.adapter)
-        self.p(f"One formula for every MFU here: {FORMULA}.")
+        self.p(f"One formula for every MFU here: {formula()}.")
         if f is None:
             self.p("MFU unknown: the workload arguments do not give layers, hidden size, sequence length, global "
                    "batch and vocabulary.")

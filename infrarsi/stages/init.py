@@ -22,11 +22,11 @@ if TYPE_CHECKING:
 
 def edge_problems(contract_path: Path) -> list[str]:
     """Everything that makes a contract unusable before the first launch, one line each ([] when none)."""
-    from ..adapters import contract_adapter
+    from ..adapters import ADAPTERS, contract_adapter
     from ..contract import load_contract
     from ..contract.scope import repository_root, scope_problems
 
-    c = load_contract(contract_path)
+    c = load_contract(contract_path, adapters=ADAPTERS)
     base = Path(contract_path).resolve().parent
     out = scope_problems(c, [repository_root(), base, base.parent])
     adapter = contract_adapter(c.workload.adapter, contract_path)
@@ -59,11 +59,13 @@ def launch_world(adapter: Adapter, contract: Contract) -> int | None:
 
 
 def run(contract: Path, run_dir: Path, *, console: Console, err: Console) -> int:
+    from ..adapters import ADAPTERS
     from ..contract import load_contract
     from .init_checks import check_files, check_launch
 
     try:
-        check_files(load_contract(contract), contract)  # what the contract names exists, before anything reads it
+        # workload.adapter is one of the registered frameworks (checked here, at the edge: contract/ is below adapters/)
+        check_files(load_contract(contract, adapters=ADAPTERS), contract)  # what the contract names exists, before anything reads it
         problems = edge_problems(contract)
         if problems:
             raise ContractError(f"{contract}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))

@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from .. import exitcodes
 from ..adapters import run_adapter
-from ..adapters.registry import simulated
+from ..adapters.registry import simulated, spec
 from ..contract import ContractError, load_locked
 from ..contract.model import Contract
 from ..contract.numerics import reference_of
@@ -66,7 +66,7 @@ def load_priors(space: KnobSpace, contract: Contract, run_dir: Path, err: Consol
 
     try:
         return priors_for(space, workload=dict(contract.workload.args), hardware=contract.hardware.model_dump(),
-                          record_dir=run_dir)
+                          record_dir=run_dir, framework=spec(contract.workload.adapter).title)
     except Exception as e:  # priors are advice: a broken source never stops a run
         err.print(f"[yellow]priors unavailable ({type(e).__name__}: {escape(str(e))}); using uninformative priors[/]")
         return []

@@ -16,6 +16,7 @@ from infrarsi.adapters.megatron import check as mcheck
 from infrarsi.adapters.megatron.equivalence import compare as mcompare
 from infrarsi.adapters.torchtitan import check as tcheck
 from infrarsi.adapters.torchtitan.equivalence import compare as tcompare
+from infrarsi.adapters.torchtitan.fidelity import pipeline_refusal
 from infrarsi.contract.model import Contract
 
 FIX = Path(__file__).parents[1] / "fixtures"
@@ -156,7 +157,7 @@ def test_torchtitan_takes_uneven_pipeline_stages():
     space = tt.knob_space_for(p)
     s = space.complete({**p.setting, "pipeline_parallel": 2, "expert_parallel": 4})
     assert s["data_parallel"] == 4 and space.is_valid(s)
-    assert fidelity._pipeline_refusal(p, s) == []
+    assert pipeline_refusal(p, s) == []
 
 
 def test_a_scripts_pwd_is_kept_as_written(tmp_path):

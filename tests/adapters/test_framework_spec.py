@@ -11,6 +11,7 @@ import pytest
 from infrarsi.adapters import adapter_class, launcher
 from infrarsi.adapters import registry
 from infrarsi.adapters.spec import FrameworkSpec
+from infrarsi.contract.model import load_contract
 from infrarsi.knobs.catalog import ENV_PREFIX, KNOBS
 from infrarsi.transformer import CAUSAL_MATMULS
 
@@ -112,6 +113,9 @@ SPEC = FrameworkSpec(name="throwaway", title="Throwaway", adapter="throwaway:Thr
         spec, problems = launcher.apply_profile(["python", "throwaway_train.py"], None, {"lr": 1})
         assert spec.argv[-1] == "--lr=1" and problems == []
         assert "throwaway" in registry.profile_frameworks()
+        c = tmp_path / "c.toml"  # a contract names it with no change in contract/ (the loader hands in SPECS)
+        c.write_text('name = "t"\n[workload]\nadapter = "throwaway"\n[hardware]\nmemory_capacity_gib = 1\n')
+        assert load_contract(c, adapters=registry.SPECS).workload.adapter == "throwaway"
     finally:
         registry.spec.cache_clear()
 

@@ -102,3 +102,19 @@ def test_contract_with_its_own_model_dims():
     wrong = c.model_copy(update={"hardware": c.hardware.model_copy(update={"devices": 8})})
     with pytest.raises(ContractError, match="set hardware.devices = 16"):
         a.knob_space(wrong)
+
+
+def test_the_oom_traceback_names_the_frame_the_adapter_hands_the_process(dense8b):
+    """The trial prints the log its adapter parses; the one framework word in it, the traceback's frame, is the
+    adapter's to state (--oom-frame in its launch): without it the process prints the same traceback, frameless."""
+    a = SimulatedAdapter()
+    setting = a.knob_space(dense8b).complete({"tensor_parallel": 1, "data_parallel": 8, "sequence_parallel": False})
+    spec = a.launch(dense8b, setting)
+    _, err, rc = run(spec)
+    lines = err.splitlines()
+    assert rc == 1 and lines[0] == "[rank0]: Traceback (most recent call last):", err
+    assert lines[1].startswith('[rank0]:   File "megatron/training/training.py", in train_step ('), err
+    i = spec.argv.index("--oom-frame")
+    bare = spec.model_copy(update={"argv": spec.argv[:i] + spec.argv[i + 2:]})
+    _, err_bare, rc_bare = run(bare)
+    assert rc_bare == 1 and err_bare.splitlines() == [lines[0], *lines[2:]]

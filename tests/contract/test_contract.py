@@ -106,3 +106,26 @@ def test_help_lists_the_stages():
     assert r.returncode == 0
     for stage in ("init", "doctor", "run", "report", "apply", "tune"):
         assert stage in r.stdout
+
+
+def test_workload_adapter_must_be_a_registered_framework_named_on_one_line(contract, tmp_path):
+    """workload.adapter is typed by its form in contract/ (below adapters/); the names it may take are the registry's,
+    handed in where the contract is loaded at the edge (``infrarsi init``, ``Workload.of_file``)."""
+    from infrarsi.adapters.registry import SPECS
+    from infrarsi.adapters.workload import Workload
+
+    assert load_contract(contract, adapters=SPECS).workload.adapter == "minigpt"
+    with pytest.raises(ContractError, match=r"workload\.adapter: 'minigpt' is no registered adapter; use one of 'x'$"):
+        load_contract(contract, adapters=["x"])
+    text = contract.read_text()
+    contract.write_text(text.replace('adapter = "minigpt"', 'adapter = "deepspeed"'))
+    r = cli("init", contract, "--run-dir", tmp_path / "run")
+    names = [repr(n) for n in SPECS]
+    want = f"workload.adapter: 'deepspeed' is no registered adapter; use one of {', '.join(names[:-1])} or {names[-1]}"
+    assert r.returncode == 1 and want in " ".join(r.stderr.split()), r.stderr
+    assert not (tmp_path / "run" / "contract.lock").exists()
+    with pytest.raises(ContractError, match="'deepspeed' is no registered adapter"):
+        Workload.of_file(contract)
+    contract.write_text(text.replace('adapter = "minigpt"', 'adapter = "mini gpt"'))
+    with pytest.raises(ContractError, match=r"workload\.adapter: 'mini gpt' is no adapter name"):
+        load_contract(contract)  # its form is checked without the registry's names too

@@ -229,3 +229,39 @@ def test_confident_contradiction_of_the_knowledge_base_is_widened(server, llm, t
     assert any("conflicts with the offline KB" in r.message for r in caplog.records)
     raw = call(llm, tmp_path, check_against_offline=False)  # cached answer, unchecked
     assert next(p for p in raw if p.feature == sel.feature).mem_sd == 0.05
+
+
+def test_the_system_message_names_the_framework_the_caller_reads_from_the_workload(server, llm, tmp_path):
+    """The LLM is told the workload's framework as its spec titles it (the run stage passes it); no framework named
+    in the priors' own code. Without one it says PyTorch alone."""
+    from infrarsi.adapters.registry import spec
+
+    server.script(Reply(json=GOOD), Reply(json=GOOD))
+    call(llm, tmp_path, framework=spec("megatron").title)
+    call(llm, tmp_path)  # another system message: another prompt hash, asked again
+    first, second = (r["messages"][0]["content"] for r in server.requests)
+    assert first.startswith("You are a performance engineer for distributed LLM training (Megatron, PyTorch). ")
+    assert second.startswith("You are a performance engineer for distributed LLM training (PyTorch). ")
+    assert first.split(". ", 1)[1] == second.split(". ", 1)[1]
+
+
+def test_the_run_stage_tells_the_llm_the_framework_of_its_workload(server, tmp_path, monkeypatch):
+    """stages/run.load_priors reads the framework's title from the contract's spec (a simulated cluster here)."""
+    import io
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from infrarsi.adapters import get_adapter
+    from infrarsi.contract import load_contract
+    from infrarsi.stages.run import load_priors
+
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("INFRARSI_LLM_MODEL", "test-model")
+    server.script(Reply(json={"priors": []}))
+    c = load_contract(Path(__file__).resolve().parents[2] / "contracts" / "sim-dense8b-h100x8.toml")
+    priors = load_priors(get_adapter("simulated").knob_space(c), c, tmp_path / "run", Console(file=io.StringIO()))
+    assert priors and "llm" not in {p.source for p in priors}  # the answer named none: the knowledge base's
+    (req,) = server.requests
+    assert req["messages"][0]["content"].startswith(
+        "You are a performance engineer for distributed LLM training (simulated Megatron-LM, PyTorch). ")

@@ -374,3 +374,18 @@ def test_the_verification_says_what_the_startup_allowance_exposes_and_what_the_w
            f"of {len(best.trials)} pairs, 30.0 s)." in md, md
     assert "Start-up allowance" not in to_markdown(build(dataclasses.replace(data, trials=clocked),
                                                          sections=["verification"]))
+
+
+def test_the_mfu_formula_is_in_the_words_of_the_framework_whose_spec_builds_its_convention():
+    """The report's one formula is transformer.CAUSAL_MATMULS; whose accounting it is comes from the spec that builds
+    that value with its own words (Megatron's), not from the report."""
+    from infrarsi.adapters.registry import spec
+    from infrarsi.report.mfu import formula
+    from infrarsi.transformer import CAUSAL_MATMULS
+
+    conv = spec("megatron").flops_convention
+    assert conv == CAUSAL_MATMULS and conv.text == "Megatron-style: " + CAUSAL_MATMULS.text
+    assert formula() == ("FLOPs/step = 6·N·T + 6·L·S²·h·B (Megatron-style: 6 FLOPs per matmul parameter per token, "
+                         "forward and backward; causal attention 12·L·S²·h·B halved); N = matmul parameters without "
+                         "the embedding, T = B·S tokens per step; MFU = FLOPs/step / (step time × devices × peak "
+                         "FLOP/s per device)")

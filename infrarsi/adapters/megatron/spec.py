@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...launch.command import split_launcher
 from ...transformer import CAUSAL_MATMULS
 from ..spec import FrameworkSpec
+from .fidelity import counts as fidelity
 
 if TYPE_CHECKING:
     from ...trial import LaunchSpec
@@ -43,4 +45,5 @@ SPEC = FrameworkSpec(
     name="megatron", title="Megatron", adapter="megatron:MegatronAdapter", claims=claims,
     looks_for="a Megatron-LM command (torchrun/srun/python ... pretrain_gpt.py)",
     drafts_any=True,  # a launch read literally that nothing else claims is taken for Megatron's (the common case)
-    rewrite_profile=rewrite_profile, flops_convention=CAUSAL_MATMULS)
+    rewrite_profile=rewrite_profile, fidelity=fidelity,
+    flops_convention=replace(CAUSAL_MATMULS, text="Megatron-style: " + CAUSAL_MATMULS.text))

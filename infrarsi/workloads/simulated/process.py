@@ -1,5 +1,6 @@
 """The trial as a process (what the adapter launches): Megatron-LM's log lines for one setting, or a CUDA
-out-of-memory traceback and exit code 1."""
+out-of-memory traceback and exit code 1. The one word of that format that names the framework, the training
+program's file in the traceback's frame, is the simulated adapter's to state (``--oom-frame``, in its launch)."""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def _print_optimum(w: SimWorkload) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m infrarsi.workloads.simulated",
-                                 description="Print the Megatron-LM log of one simulated training run.")
+                                 description="Print the training log of one simulated run (the lines its adapter's "
+                                             "log parser reads), or a CUDA out-of-memory traceback and exit 1.")
     ap.add_argument("--workload", required=True, help="a reference name or a JSON object of workload args")
     ap.add_argument("--setting", default="{}", help="JSON object: knob -> value")
     ap.add_argument("--seed", type=int, default=1234)
@@ -93,6 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rerun", type=int, default=0, help="which rerun of this setting (a fresh noise stream)")
     ap.add_argument("--train-iters", type=int, default=10)
     ap.add_argument("--log-interval", type=int, default=1)
+    ap.add_argument("--oom-frame", default="", metavar="PATH",
+                    help="the training program's file the out-of-memory traceback names (the adapter that launches "
+                         "the run hands it in, with the log format it parses); default: no frame line")
     ap.add_argument("--optimum", action="store_true",
                     help="what-if planning: print the exhaustive optimum (bf16 only) and its memory, then exit")
     ns = ap.parse_args(argv)
@@ -122,7 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         in_use = reserved + (mem.device_used - mem.reserved)
         free = max(0.0, mem.capacity - in_use)
         print("[rank0]: Traceback (most recent call last):", file=sys.stderr)
-        print(f'[rank0]:   File "megatron/training/training.py", in train_step ({where})', file=sys.stderr)
+        if ns.oom_frame:
+            print(f'[rank0]:   File "{ns.oom_frame}", in train_step ({where})', file=sys.stderr)
         print(f"[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {_fmt_gib(tried)}. GPU 0 has a "
               f"total capacity of {_fmt_gib(mem.capacity)} of which {_fmt_gib(free)} is free. Including non-PyTorch "
               f"memory, this process has {_fmt_gib(in_use)} memory in use. Of the allocated memory {_fmt_gib(alloc)} is "
