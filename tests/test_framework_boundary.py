@@ -106,14 +106,14 @@ def test_the_rule_catches_a_name_in_code_and_lets_prose_be(tmp_path):
     assert lines == ["5", "6", "7", "8"]  # the compared string, the import, the class-like name, the f-string
 
 
-# Counted on this branch (21): the per-framework estimate (estimate/megatron*.py, torchtitan.py, overhead_megatron.py,
+# Counted on this branch (18): the per-framework estimate (estimate/megatron*.py, torchtitan.py, overhead_megatron.py,
 # step_model.py), the Megatron model the CPU trials run (workloads/megatron_*.py and the simulated
-# cluster's Megatron-style log), the catalog's spellings (knobs/catalog.py) and rules' messages, the contract's adapter
-# Literal (contract/ may not import adapters/), the fidelity table (adapters/fidelity.py), the report's MFU formula
-# text (report/mfu.py), prompts and prior texts (priors/), `infrarsi knobs`' --framework-check help (its text is
-# built when the CLI is imported, before any spec is). (The FLOPs conventions are values each spec names:
-# transformer.FlopsConvention.)
-REMAINING = 21
+# cluster's Megatron-style log), the contract's adapter Literal (contract/ may not import adapters/), the fidelity
+# table (adapters/fidelity.py), the report's MFU formula text (report/mfu.py), prompts and prior texts (priors/).
+# (The FLOPs conventions are values each spec names: transformer.FlopsConvention; the spellings are each framework's
+# table, adapters/<framework>/spelling.py, which its spec names; the rules' messages name the framework by the title
+# its spec gives the catalog; `infrarsi knobs` says the framework's own check as its adapter words it.)
+REMAINING = 18
 
 
 @pytest.mark.xfail(strict=True, reason=f"{REMAINING} modules outside adapters/<framework>/ still name a framework "
