@@ -23,8 +23,8 @@ Reader = Callable[[Mapping[str, Any], str], Any]
 @dataclass(frozen=True, kw_only=True)
 class WorkloadShape:
     """What the rules know of the workload (``infrarsi.transformer``'s names; None: not known) and of the framework
-that runs it (its name as prose says it, its spelling of the knobs): a message names the framework's own flag
-where it has one."""
+    that runs it (its name as prose says it, its spelling of the knobs): a message names the framework's own flag
+    where it has one."""
 
     num_layers: int | None = None
     num_attention_heads: int | None = None
