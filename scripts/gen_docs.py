@@ -30,7 +30,7 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infrarsi.adapters.registry import SPECS  # noqa: E402
+from infrarsi.adapters.registry import SPECS, spec  # noqa: E402
 from infrarsi.contract import model as contract_model  # noqa: E402
 from infrarsi.knobs import catalog  # noqa: E402
 from infrarsi.rundir import chain, names  # noqa: E402
@@ -143,7 +143,7 @@ def knobs_page() -> str:
         out.append(f"\n## {group}\n\n| knob | kind | values | default | Megatron-LM | torchtitan | meaning |\n"
                    "|---|---|---|---|---|---|---|\n")
         for k in knobs:
-            sp = {fw: f"`{s}`" for fw, s in k.spelling.items()}
+            sp = {fw: f"`{w}`" for fw in ("megatron", "torchtitan") if (w := spec(fw).spelling.written(k))}
             default = str(k.default).lower() if k.kind == "bool" else k.default
             out.append(f"| `{k.name}` | {k.kind} | {_values(k)} | {default} | {sp.get('megatron', '')} | "
                        f"{sp.get('torchtitan', '')} | {' '.join(k.doc.split())} |\n")
@@ -249,23 +249,26 @@ A framework (what `infrarsi knobs`, `init` and `infrarsi-launch` need; measured 
 `tests/adapters/test_framework_spec.py::test_a_framework_is_its_module_and_one_registry_line`):
 
 1. `infrarsi/adapters/<framework>/`: its adapter (`Adapter`, or `LaunchFileAdapter` for a framework whose launch
-   files are read) and `spec.py`, a `FrameworkSpec` (`adapters/spec.py`): the adapter, `claims` (the one
-   detection), `looks_for`, `drafts`, `rewrite_profile`, `flops_convention`, `simulated`;
+   files are read), `spelling.py`, a `Spelling` (`infrarsi/knobs/spelling.py`: its flag or field for each knob it
+   can set, its defaults and domains where they differ from the catalog's), and `spec.py`, a `FrameworkSpec`
+   (`adapters/spec.py`): the adapter, `claims` (the one detection), `looks_for`, `drafts`, `rewrite_profile`,
+   `spelling`, `flops_convention`, `fidelity`, `simulated`;
 2. one line in `infrarsi/adapters/registry.py` (`SPECS`): a contract's `workload.adapter` may then name it (the
-   loader hands the registered names to `contract/`, which does not import `adapters/`);
-3. `infrarsi/knobs/catalog.py`: its spelling of each knob it can set (and its name in `FRAMEWORKS`).
+   loader hands the registered names to `contract/`, which does not import `adapters/`).
 
 Optional: a pre-flight estimate (`infrarsi/estimate/<framework>.py`, named by the adapter's `estimate_module`) and
 its fidelity count (`adapters/<framework>/fidelity.py`, named by the spec's `fidelity`: `adapters/fidelity.py`).
 
 A flag knob:
 
-1. `infrarsi/knobs/catalog.py`: its entry (meaning, domain, default, group) with its spelling per framework; the
-   rules it takes part in, in `infrarsi/knobs/rules.py`. Megatron reads and writes the flag and owns its argument
-   destination from that spelling (`adapters/megatron/args.py`, `equivalence.py`); torchtitan's emit and
-   equivalence read it too;
-2. torchtitan: the field in `adapters/torchtitan/configs.py`'s field tables (`_INT_FIELDS`, `_BOOL_FIELDS_02/03`:
-   0.2 and 0.3 spell some fields differently; a test ties them to the catalog);
+1. `infrarsi/knobs/catalog.py`: its entry (meaning, domain, default, group; `env` for an environment variable);
+   the rules it takes part in, in `infrarsi/knobs/rules.py`;
+2. its flag or field in the spelling table of each framework that can set it (`adapters/megatron/spelling.py`,
+   `adapters/torchtitan/spelling.py`; written there only: `tests/adapters/test_spelling.py`). Megatron reads and
+   writes the flag and owns its argument destination from it (`adapters/megatron/args.py`, `equivalence.py`);
+   torchtitan's reader, writer and equivalence read it, and a plain int or bool field joins a field table by kind
+   in `adapters/torchtitan/configs.py` (`_INT_FIELDS`, `_BOOL_FIELDS_02/03`, built from the spelling; 0.2's own
+   field names are written there);
 3. only where it applies: `adapters/megatron/args.py`'s `_FLAG_VALUES` (values the flag takes that differ from the
    domain), `adapters/megatron/equivalence.py`'s `_FIELD_KNOBS` (megatron-core config fields it changes).
 

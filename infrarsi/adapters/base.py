@@ -120,8 +120,10 @@ class LaunchFileAdapter(Adapter):
     has_framework_check: bool = False
     """:meth:`launch_violations` with ``core`` also puts the setting to the framework's own config code (seconds:
     it imports torch), beyond the catalog's rules."""
+    framework_check_by: str = ""
+    """What that check runs, in words, for the line that says it is running ("its own config code")."""
     extra_env_keys: frozenset[str] = frozenset()
-    """Environment variables an in-place edit may set besides the knobs' own (``ENV:`` spellings)."""
+    """Environment variables an in-place edit may set besides the knobs' own (the catalog's ``Knob.env``)."""
     last_word: str = ""
     """A regex for the start of the program argument that stays last in the launch command (an in-place edit adds
     flags before it and changes it where it stands); "": none."""
@@ -178,12 +180,13 @@ class LaunchFileAdapter(Adapter):
         launch (e.g. it needs a launcher of the project's own)."""
 
     def env_keys(self) -> set[str]:
-        """The environment variables the knobs of this framework are spelled as, and :attr:`extra_env_keys`."""
-        from ..knobs.catalog import ENV_PREFIX, knobs_for
+        """The environment variables the knobs of this framework are (its spelling takes the catalog's environment
+        knobs), and :attr:`extra_env_keys`."""
+        from ..knobs.catalog import knobs_for
+        from .registry import spec
 
-        keys = {k.spelling[self.name][len(ENV_PREFIX):] for k in knobs_for(self.name)
-                if k.spelling.get(self.name, "").startswith(ENV_PREFIX)}
-        return keys | set(self.extra_env_keys)
+        spelling = spec(self.name).spelling
+        return set(spelling.env_vars(knobs_for(spelling))) | set(self.extra_env_keys)
 
     def describe(self, contract: Contract, *, core: bool = True) -> dict[str, Any]:
         """What ``infrarsi knobs`` shows for the contract's launch, as :meth:`describe_file` gives it."""
@@ -218,11 +221,17 @@ class LaunchFileAdapter(Adapter):
 
     @classmethod
     def describe_launch(cls, parsed: Any, *, core: bool = True) -> dict[str, Any]:
-        """framework, fixed, setting (one key per knob of the space), violations, world_size, space, notes,
+        """framework, fixed, setting (one key per knob of the space), spelling (knob -> how the framework writes it:
+        a flag, a field, ``env:VAR``; a knob it derives from others has none), violations, world_size, space, notes,
         warnings (what the reader could not check, e.g. flags with no parser to check them against), parsed."""
+        from .registry import spec
+
         space = cls.launch_space(parsed)
+        table = spec(cls.name).spelling
+        written = {k.name: table.written(k) for k in space.knobs}
         return {"framework": cls.name, "fixed": dict(parsed.fixed),
                 "setting": {k.name: parsed.setting.get(k.name) for k in space.knobs},
+                "spelling": {n: w for n, w in written.items() if w is not None},
                 "violations": cls.launch_violations(parsed, core=core), "world_size": parsed.world_size,
                 "space": space, "notes": list(parsed.notes), "warnings": list(getattr(parsed, "warnings", ())),
                 "parsed": parsed}

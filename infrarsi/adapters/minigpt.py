@@ -1,9 +1,9 @@
 """Adapter for the embedded ``minigpt`` workload (infrarsi/workloads/minigpt.py).
 
-It speaks Megatron-LM's dialect: the same flag names for shared knobs and the same log lines, parsed by
-``megatron_log``. Shared knobs are the catalog's (micro_batch_size, recompute_granularity, ...), with their
-kinds, defaults and Megatron flags read from ``knobs.catalog`` and domains narrowed to what this workload
-supports; the ones only this workload has are intra_op_threads, adam_impl and kernel_<op>.
+It speaks Megatron-LM's dialect: the same flag names for shared knobs (its :data:`SPELLING` is read from Megatron's)
+and the same log lines, parsed by ``megatron_log``. Shared knobs are the catalog's (micro_batch_size,
+recompute_granularity, ...), with their kinds and defaults read from ``knobs.catalog`` and domains narrowed to what
+this workload supports; the ones only this workload has are intra_op_threads, adam_impl and kernel_<op>.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from ..contract.model import Contract, ContractError
 from ..trial import LaunchSpec
 from ..trial import TrialStatus
 from ..knobs import Constraint, Knob, KnobSpace, catalog
+from ..knobs.spelling import Spelling
 from ..transformer import CAUSAL_MATMULS
 from .base import Adapter, ParsedRun
 from .spec import FrameworkSpec
 from .megatron.log import classify_failure, parse_log, to_metrics
+from .megatron.spelling import SPELLING as _MEGATRON_FLAGS
 
 KERNEL_OPS = ("rmsnorm", "swiglu", "rope", "cross_entropy", "add_rmsnorm")
 
@@ -29,9 +31,8 @@ FIXED_FLAGS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_s
 
 
 # The catalog knobs this workload has: the domain it supports here (None = the catalog's) and what the knob
-# really does in minigpt (None = the catalog's doc). Kind, group, default and the flag come from the catalog:
-# minigpt's flag for a knob Megatron has is Megatron's flag; for one Megatron lacks (torch_compile), the knob's
-# name as a flag.
+# really does in minigpt (None = the catalog's doc). Kind, group and default come from the catalog; the flag is
+# SPELLING's below.
 _SHARED: dict[str, tuple[tuple[Any, ...] | None, str | None]] = {
     "micro_batch_size": ((1, 2, 4, 8, 16), "samples per forward/backward; the rest of the global batch is gradient "
                          "accumulation"),
@@ -45,25 +46,27 @@ _SHARED: dict[str, tuple[tuple[Any, ...] | None, str | None]] = {
     "overlap_grad_reduce": (None, None),
     "torch_compile": (None, None),
 }
-_TORCHRUN = "torchrun --nproc-per-node"  # data parallel = processes, not a flag of the workload
+# minigpt's flags: for a knob Megatron has, Megatron's flag; for one Megatron lacks (torch_compile), the knob's
+# name as a flag; then the knobs only this workload has. data_parallel is no flag: it is the number of processes
+# (torchrun --nproc-per-node).
+SPELLING = Spelling(flags={
+    **{n: _MEGATRON_FLAGS.get(n) or f"--{n.replace('_', '-')}" for n in _SHARED if n != "data_parallel"},
+    "intra_op_threads": "--intra-op-threads",
+    "adam_impl": "--adam-impl",
+})
 
 
 def _from_catalog(name: str, domain: tuple[Any, ...] | None, doc: str | None) -> Knob:
     k = catalog.knob(name)
-    megatron = k.spelling.get("megatron")
-    flag = _TORCHRUN if name == "data_parallel" else (megatron or f"--{name.replace('_', '-')}")
-    return Knob(**{**k.model_dump(), "domain": domain or k.domain, "doc": doc or k.doc,
-                   "spelling": {"minigpt": flag, **({"megatron": megatron} if megatron else {})}})
+    return Knob(**{**k.model_dump(), "domain": domain or k.domain, "doc": doc or k.doc})
 
 
 def knobs() -> list[Knob]:
     """The workload's knobs: catalog knobs with minigpt's domains, and the three only this workload has."""
     return [
         *(_from_catalog(name, dom, doc) for name, (dom, doc) in _SHARED.items()),
-        Knob(name="intra_op_threads", kind="int", domain=(1, 2), default=2, group="runtime",
-             spelling={"minigpt": "--intra-op-threads"}),
-        Knob(name="adam_impl", kind="categorical", domain=("foreach", "fused"), default="foreach", group="kernel",
-             spelling={"minigpt": "--adam-impl"}),
+        Knob(name="intra_op_threads", kind="int", domain=(1, 2), default=2, group="runtime"),
+        Knob(name="adam_impl", kind="categorical", domain=("foreach", "fused"), default="foreach", group="kernel"),
     ]
 
 
@@ -73,7 +76,7 @@ _KNOBS = {k.name: k for k in knobs()}
 def _flag(name: str, value: Any) -> list[str]:
     """argv for one knob value: a bool flag when true, else ``--flag value``."""
     k = _KNOBS[name]
-    flag = k.spelling["minigpt"]
+    flag = SPELLING.flags[name]
     if k.kind == "bool":
         return [flag] if value else []
     return [flag, str(value)]
@@ -140,8 +143,7 @@ class MiniGPTAdapter(Adapter):
             name = f"kernel_{op}"
             if name in contract.scope.knobs:
                 dom = tuple(dict.fromkeys(["reference", *contract.scope.knobs[name]]))
-                all_knobs[name] = Knob(name=name, kind="categorical", domain=dom, default="reference", group="kernel",
-                                       spelling={"minigpt": f"--kernel {op}=PATH[@VARIANT]"})
+                all_knobs[name] = Knob(name=name, kind="categorical", domain=dom, default="reference", group="kernel")
         unknown = sorted(set(contract.scope.knobs) - set(all_knobs))
         fixed = [k for k in unknown if k in FIXED_FLAGS]
         if fixed:
@@ -236,4 +238,5 @@ def _drafts(program: str, flags: Mapping[str, Any]) -> bool:
     return "infrarsi.workloads.minigpt" in program
 
 
-SPEC = FrameworkSpec(name="minigpt", adapter="minigpt:MiniGPTAdapter", drafts=_drafts, flops_convention=CAUSAL_MATMULS)
+SPEC = FrameworkSpec(name="minigpt", adapter="minigpt:MiniGPTAdapter", drafts=_drafts, flops_convention=CAUSAL_MATMULS,
+                     spelling=SPELLING)

@@ -14,6 +14,8 @@ registry or a Workload), never compare a framework's name:
   the framework a draft falls back to when no other claims it;
 * ``rewrite_profile(argv, setting, env, cwd)``: ``infrarsi-launch``'s rewrite of a command for a promoted profile,
   -> (the launch, rule violations); None: the framework has no command to rewrite;
+* ``spelling``: how it writes the catalog's knobs (``knobs.spelling.Spelling``: knob -> flag or field, its defaults and
+  domains where they differ), the one table of them, in its own folder;
 * ``flops_convention``: how its logs count model FLOPs (``transformer.Transformer.flops_per_token``);
 * ``fidelity(parsed, settings, refused, world=, why=)``: its fidelity count (:mod:`.fidelity`: round trips and false
   refusals, by its own config code); None: it emits no launch file to read back;
@@ -23,10 +25,11 @@ registry or a Workload), never compare a framework's name:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..knobs.spelling import Spelling
 from ..transformer import FlopsConvention
 
 if TYPE_CHECKING:
@@ -51,6 +54,7 @@ class FrameworkSpec:
     drafts: Callable[[str, Mapping[str, Any]], bool] = _never
     drafts_any: bool = False
     rewrite_profile: ProfileRewrite | None = None
+    spelling: Spelling = field(default_factory=Spelling)  # knob -> its flag or field (adapters/<fw>/spelling.py)
     flops_convention: FlopsConvention  # how its logs count FLOPs (transformer.CAUSAL_MATMULS, FULL_ACTIVE)
     fidelity: Callable[..., Counts] | None = None  # adapters/<framework>/fidelity.py's counts
     simulated: bool = False

@@ -1,17 +1,17 @@
 """The catalog of standard launch knobs and the rules between them.
 
-Every knob has one name the tuner uses everywhere (``tensor_parallel``, ``recompute_granularity``,
-...) and a spelling per framework: a Megatron-LM flag (``--tensor-model-parallel-size``), a
-torchtitan field (``parallelism.tensor_parallel_degree``) or an environment variable
-(``env:NCCL_ALGO``). A knob a framework cannot express has no spelling for it and is left out of
-that framework's space.
+Every knob has one name the tuner uses everywhere (``tensor_parallel``, ``recompute_granularity``, ...), a
+meaning, a domain, a default and a group. How a framework writes a knob (a flag, a config field) is that framework's
+:class:`~infrarsi.knobs.spelling.Spelling`, held in its own folder and handed in by its caller; a knob that is an
+environment variable (``NCCL_ALGO``) is the catalog's own (``Knob.env``). A knob a framework cannot express has no
+spelling in its table and is left out of that framework's space.
 
 :func:`build_knob_space` turns the catalog into a :class:`KnobSpace` for one fixed workload: int
 domains become the values that can work for that model and world size, MoE knobs collapse to their
 default on a dense model, and the constraints check the arithmetic with the workload's numbers::
 
     space = build_knob_space(num_layers=32, num_attention_heads=32, num_query_groups=8,
-                             seq_length=8192, global_batch_size=128, world_size=8, framework="megatron")
+                             seq_length=8192, global_batch_size=128, world_size=8, spelling=SPELLING)
     space.validate(space.default().replace(tensor_parallel=3))
     # [Violation('tp_divides_heads', 'tensor parallel 3 does not divide 32 attention heads (32 % 3 = 2)'), ...]
 
@@ -21,7 +21,7 @@ hold at their catalog default, so one rule set serves every framework.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ..transformer import canonical
@@ -29,146 +29,95 @@ from .hardware import fp8_unsupported
 from .knob import Knob
 from .rules import WorkloadShape, constraints
 from .space import Constraint, Derived, KnobSpace, Violation
-
-FRAMEWORKS = ("megatron", "torchtitan", "minigpt")
-ENV_PREFIX = "env:"
+from .spelling import Spelling
 
 # Values an int parallel knob may take when the world size is not known.
 _PAR_UNKNOWN = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 128)
 
 
-def _k(name: str, kind: str, domain: tuple[Any, ...], default: Any, group: str, doc: str, **spelling: str) -> Knob:
-    return Knob(name=name, kind=kind, domain=domain, default=default, group=group, doc=doc, spelling=spelling)
+def _k(name: str, kind: str, domain: tuple[Any, ...], default: Any, group: str, doc: str, env: str = "") -> Knob:
+    return Knob(name=name, kind=kind, domain=domain, default=default, group=group, doc=doc, env=env)
 
-
-_TT = "torchtitan"
 
 # Broad domains; build_knob_space narrows the int ones to the workload.
 KNOBS: tuple[Knob, ...] = (
     # ---------------------------------------------------------------- parallelism
     _k("tensor_parallel", "int", _PAR_UNKNOWN, 1, "parallelism",
-       "Tensor (intra-layer) model parallel degree.",
-       megatron="--tensor-model-parallel-size", torchtitan="parallelism.tensor_parallel_degree"),
+       "Tensor (intra-layer) model parallel degree."),
     _k("pipeline_parallel", "int", _PAR_UNKNOWN, 1, "parallelism",
-       "Pipeline (inter-layer) parallel degree.",
-       megatron="--pipeline-model-parallel-size", torchtitan="parallelism.pipeline_parallel_degree"),
+       "Pipeline (inter-layer) parallel degree."),
     _k("virtual_pipeline", "int", (1, 2, 3, 4, 5, 6, 8), 1, "parallelism",
-       "Virtual pipeline stages per pipeline rank (interleaved 1F1B); 1 = no interleaving.",
-       megatron="--num-virtual-stages-per-pipeline-rank"),
+       "Virtual pipeline stages per pipeline rank (interleaved 1F1B); 1 = no interleaving."),
     _k("context_parallel", "int", _PAR_UNKNOWN, 1, "parallelism",
-       "Context (sequence-dimension) parallel degree for attention.",
-       megatron="--context-parallel-size", torchtitan="parallelism.context_parallel_degree"),
+       "Context (sequence-dimension) parallel degree for attention."),
     _k("expert_parallel", "int", _PAR_UNKNOWN, 1, "parallelism",
-       "Expert parallel degree (MoE): experts are split over this many ranks.",
-       megatron="--expert-model-parallel-size", torchtitan="parallelism.expert_parallel_degree"),
+       "Expert parallel degree (MoE): experts are split over this many ranks."),
     _k("data_parallel", "int", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), 1, "parallelism",
-       "Data parallel degree; with a fixed world size it is world / (tp * pp * cp). torchtitan: "
-       "replicate * shard degree.",
-       torchtitan="parallelism.data_parallel_shard_degree"),
+       "Data parallel degree; with a fixed world size it is world / (tp * pp * cp); with replicas (HSDP): "
+       "replicate * shard degree."),
     _k("micro_batch_size", "int", (1, 2, 3, 4, 6, 8, 12, 16), 1, "memory",
        "Samples per forward/backward pass per data-parallel rank; the global batch stays fixed, so a "
-       "smaller micro batch means more gradient-accumulation steps.",
-       megatron="--micro-batch-size", torchtitan="training.local_batch_size"),
+       "smaller micro batch means more gradient-accumulation steps."),
     _k("sequence_parallel", "bool", (False, True), False, "parallelism",
-       "Shard LayerNorm/dropout activations along the sequence over the TP group (needs TP > 1).",
-       megatron="--sequence-parallel", torchtitan="parallelism.enable_sequence_parallel"),
+       "Shard LayerNorm/dropout activations along the sequence over the TP group (needs TP > 1)."),
     # ---------------------------------------------------------------- memory
     _k("recompute_granularity", "categorical", ("none", "selective", "full"), "none", "memory",
-       "Activation recomputation: none, selective (attention core), or full layers.",
-       megatron="--recompute-granularity", torchtitan="activation_checkpoint.mode"),
+       "Activation recomputation: none, selective (attention core), or full layers."),
     _k("recompute_method", "categorical", ("uniform", "block"), "uniform", "memory",
-       "With full recompute: uniform (every N layers a unit) or block (first N layers per stage).",
-       megatron="--recompute-method"),
+       "With full recompute: uniform (every N layers a unit) or block (first N layers per stage)."),
     _k("recompute_num_layers", "int", (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32), 1, "memory",
-       "With full recompute: layers per recompute unit (uniform) or layers recomputed per stage (block).",
-       megatron="--recompute-num-layers"),
+       "With full recompute: layers per recompute unit (uniform) or layers recomputed per stage (block)."),
     _k("distributed_optimizer", "bool", (False, True), False, "memory",
-       "Shard optimizer state over data-parallel ranks (ZeRO-1).",
-       megatron="--use-distributed-optimizer"),
+       "Shard optimizer state over data-parallel ranks (ZeRO-1)."),
     _k("cpu_offload", "bool", (False, True), False, "memory",
-       "Offload parameters, gradients and optimizer state to host memory (FSDP CPU offload).",
-       torchtitan="training.enable_cpu_offload"),
+       "Offload parameters, gradients and optimizer state to host memory (FSDP CPU offload)."),
     _k("fsdp_reshard_after_forward", "categorical", ("default", "always", "never"), "default", "memory",
-       "FSDP: free gathered parameters after forward (always), keep them (never), or the policy default.",
-       torchtitan="parallelism.fsdp_reshard_after_forward"),
+       "FSDP: free gathered parameters after forward (always), keep them (never), or the policy default."),
     # ---------------------------------------------------------------- communication
     _k("overlap_grad_reduce", "bool", (False, True), False, "communication",
-       "Overlap the data-parallel gradient reduce-scatter/all-reduce with backward.",
-       megatron="--overlap-grad-reduce"),
+       "Overlap the data-parallel gradient reduce-scatter/all-reduce with backward."),
     _k("overlap_param_gather", "bool", (False, True), False, "communication",
        "Overlap the distributed optimizer's parameter all-gather with forward (needs the distributed "
-       "optimizer and overlap_grad_reduce).",
-       megatron="--overlap-param-gather"),
+       "optimizer and overlap_grad_reduce)."),
     _k("tp_comm_overlap", "bool", (False, True), False, "communication",
        "Overlap tensor-parallel communication with GEMMs (Transformer Engine userbuffers; needs "
-       "sequence parallel).",
-       megatron="--tp-comm-overlap"),
+       "sequence parallel)."),
     _k("async_tp", "bool", (False, True), False, "communication",
-       "Asynchronous tensor parallel (micro-pipelined collective matmuls; needs torch.compile).",
-       torchtitan="compile.enable_async_tensor_parallel"),
+       "Asynchronous tensor parallel (micro-pipelined collective matmuls; needs torch.compile)."),
     _k("moe_token_dispatcher", "categorical", ("allgather", "alltoall", "flex"), "allgather", "communication",
-       "How MoE tokens reach their experts.",
-       megatron="--moe-token-dispatcher-type"),
+       "How MoE tokens reach their experts."),
     _k("nccl_algo", "categorical", ("default", "Ring", "Tree", "NVLS"), "default", "communication",
-       "NCCL_ALGO; default = unset (NCCL chooses).",
-       megatron="env:NCCL_ALGO", torchtitan="env:NCCL_ALGO"),
+       "NCCL_ALGO; default = unset (NCCL chooses).", env="NCCL_ALGO"),
     _k("nccl_proto", "categorical", ("default", "Simple", "LL", "LL128"), "default", "communication",
-       "NCCL_PROTO; default = unset (NCCL chooses).",
-       megatron="env:NCCL_PROTO", torchtitan="env:NCCL_PROTO"),
+       "NCCL_PROTO; default = unset (NCCL chooses).", env="NCCL_PROTO"),
     _k("nccl_min_nchannels", "int", (0, 4, 8, 16, 32), 0, "communication",
-       "NCCL_MIN_NCHANNELS; 0 = unset (NCCL chooses).",
-       megatron="env:NCCL_MIN_NCHANNELS", torchtitan="env:NCCL_MIN_NCHANNELS"),
+       "NCCL_MIN_NCHANNELS; 0 = unset (NCCL chooses).", env="NCCL_MIN_NCHANNELS"),
     # ---------------------------------------------------------------- precision
     _k("bf16", "bool", (False, True), False, "precision",
-       "bf16 mixed precision (Megatron --bf16; torchtitan training.mixed_precision_param = bfloat16).",
-       megatron="--bf16", torchtitan="training.mixed_precision_param"),
+       "bf16 mixed precision (bf16 parameters in compute)."),
     _k("fp8_recipe", "categorical", ("none", "delayed", "tensorwise", "mxfp8", "blockwise", "rowwise"), "none",
        "precision",
-       "FP8 GEMMs and their scaling recipe; none = off. rowwise exists in torchtitan only.",
-       megatron="--fp8-recipe", torchtitan="quantize.linear.float8.recipe_name"),
+       "FP8 GEMMs and their scaling recipe; none = off. A framework offers the recipes it has (rowwise in one "
+       "framework only)."),
     # ---------------------------------------------------------------- kernels / compile
     _k("attention_backend", "categorical", ("auto", "flash", "fused", "unfused", "local"), "auto", "kernel",
-       "Attention kernel choice.",
-       megatron="--attention-backend"),
+       "Attention kernel choice."),
     _k("moe_grouped_gemm", "bool", (False, True), False, "kernel",
-       "Run all local experts as one grouped GEMM.",
-       megatron="--moe-grouped-gemm"),
+       "Run all local experts as one grouped GEMM."),
     _k("cross_entropy_fusion", "bool", (False, True), False, "kernel",
-       "Fused cross-entropy loss kernel.",
-       megatron="--cross-entropy-loss-fusion"),
+       "Fused cross-entropy loss kernel."),
     _k("torch_compile", "bool", (False, True), False, "compile",
-       "torch.compile the model.",
-       torchtitan="compile.enable"),
+       "torch.compile the model."),
     # ---------------------------------------------------------------- runtime
     _k("manual_gc", "bool", (False, True), False, "runtime",
-       "Disable automatic Python GC and collect at fixed intervals (avoids rank-skewed GC pauses).",
-       megatron="--manual-gc"),
+       "Disable automatic Python GC and collect at fixed intervals (avoids rank-skewed GC pauses)."),
     _k("num_workers", "int", (0, 1, 2, 4, 8, 16), 2, "data",
-       "Data-loader worker processes per rank.",
-       megatron="--num-workers"),
+       "Data-loader worker processes per rank."),
 )
 
 _BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
 KNOB_NAMES: tuple[str, ...] = tuple(_BY_NAME)
 DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS}
-
-# A framework whose default differs from the catalog's (a launch that says nothing gets these).
-FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "megatron": {},
-    "torchtitan": {"bf16": True, "recompute_granularity": "selective"},
-}
-
-# Values a framework cannot express are left out of its domain.
-FRAMEWORK_DOMAINS: dict[str, dict[str, tuple[Any, ...]]] = {
-    "megatron": {"fp8_recipe": ("none", "delayed", "tensorwise", "mxfp8", "blockwise")},
-    "torchtitan": {"fp8_recipe": ("none", "tensorwise", "rowwise", "mxfp8")},
-}
-
-
-# Knobs a framework sets through others, kept in its space so a setting says the same thing in every framework:
-# torchtitan's FSDP shards optimizer state exactly when the shard degree is above 1 (what Megatron's
-# --use-distributed-optimizer does), so a torchtitan setting carries distributed_optimizer, tied by a rule.
-DERIVED: dict[str, tuple[str, ...]] = {"torchtitan": ("distributed_optimizer",)}
 
 
 def knob(name: str) -> Knob:
@@ -179,21 +128,15 @@ def knob(name: str) -> Knob:
         raise KeyError(f"no catalog knob {name!r}; known: {', '.join(KNOB_NAMES)}") from None
 
 
-def spelling(name: str, framework: str) -> str | None:
-    """How ``framework`` writes knob ``name`` (flag, field or ``env:VAR``); None when it cannot."""
-    return knob(name).spelling.get(framework)
-
-
-def knobs_for(framework: str | None) -> list[Knob]:
-    """Catalog knobs ``framework`` can express (all of them for None), with its defaults."""
-    if framework is None:
+def knobs_for(spelling: Spelling | None) -> list[Knob]:
+    """Catalog knobs a framework can express (all of them for None), with its defaults and domains: ``spelling`` is
+    the framework's table (its spec's, handed in by the caller)."""
+    if spelling is None:
         return list(KNOBS)
-    over = FRAMEWORK_DEFAULTS.get(framework, {})
-    doms = FRAMEWORK_DOMAINS.get(framework, {})
+    over, doms = spelling.defaults, spelling.domains
     out = []
     for k in KNOBS:
-        # data_parallel is derived (world / (tp*pp*cp)) where a framework has no flag for it
-        if framework not in k.spelling and k.name != "data_parallel" and k.name not in DERIVED.get(framework, ()):
+        if not spelling.expresses(k):
             continue
         if k.name in over or k.name in doms:
             k = k.with_domain(doms.get(k.name, k.domain), over.get(k.name))
@@ -220,7 +163,8 @@ def build_knob_space(
     seq_length: int | None = None,
     global_batch_size: int | None = None,
     world_size: int | None = None,
-    framework: str | None = None,
+    spelling: Spelling | None = None,
+    framework: str = "",
     expert_tensor_parallel: int | None = None,
     stage_layers_given: bool = False,
     fp16: bool = False,
@@ -230,33 +174,36 @@ def build_knob_space(
     defaults: Mapping[str, Any] | None = None,
     extra_stage_layers: int = 0,
 ) -> KnobSpace:
-    """The catalog as a KnobSpace for one fixed workload (Megatron names; None = unknown).
+    """The catalog as a KnobSpace for one fixed workload (the workload's numbers by the names of
+    ``infrarsi.transformer``; None = unknown).
 
     - int domains: parallel degrees are the divisors of ``world_size`` (a broad list when unknown);
       expert parallel also divides ``num_experts``; micro batch sizes divide ``global_batch_size``.
     - a dense model (``num_experts`` None or 0) pins the MoE knobs to their defaults.
-    - ``framework`` keeps only the knobs it can express, with its own defaults.
-    - ``expert_tensor_parallel``: the expert TP size (Megatron default: equal to TP; torchtitan: 1).
+    - ``spelling``: a framework's table (:class:`~infrarsi.knobs.spelling.Spelling`): only the knobs it can
+      express, with its own defaults and domains (None: every catalog knob); ``framework``: its name as prose
+      says it (the spec's title), for the rules' messages.
+    - ``expert_tensor_parallel``: the expert TP size (None: equal to TP).
     - ``stage_layers_given``: uneven first/last pipeline stages are set, or the framework splits stages
-      unevenly itself (torchtitan), so PP need not divide layers.
-    - ``extra_stage_layers``: the embedding and/or the loss count as layers in the pipeline split (Megatron's
-      ``--account-for-embedding/loss-in-pipeline-split``): PP divides layers + this.
+      unevenly itself, so PP need not divide layers.
+    - ``extra_stage_layers``: the embedding and/or the loss count as layers in the pipeline split: PP divides
+      layers + this.
     - ``fp16``: the workload trains in fp16 (then bf16 must stay off).
     - ``device``: the contract's ``hardware.kind``; fp8 recipes it cannot run leave the domain
       (:mod:`.hardware`; an unknown device or ``cpu`` narrows nothing).
-    - ``local_spec``: Megatron runs the local layer spec (``--spec local``), the only one that takes
-      ``--attention-backend local``; without it ``local`` leaves the domain.
+    - ``local_spec``: the workload runs the local layer spec, the only one that takes attention backend
+      ``local``; without it ``local`` leaves the domain.
     - ``include``: a setting whose int values are added to the domains, so that a launch outside the
       usual values is reported by the constraint that explains it, not as "not in its domain".
     - ``defaults``: per-knob default overrides (e.g. a framework version's own defaults).
     Unknown workload numbers switch off the constraints that need them.
     """
     moe = bool(num_experts)
-    fw_def = dict(FRAMEWORK_DEFAULTS.get(framework or "", {}))
+    fw_def = dict(spelling.defaults if spelling is not None else {})
     fw_def.update(defaults or {})
     par = divisors(world_size) if world_size else list(_PAR_UNKNOWN)
     knobs: list[Knob] = []
-    for k in knobs_for(framework):
+    for k in knobs_for(spelling):
         dom: list[Any] = list(k.domain)
         if k.name in ("tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel"):
             dom = list(par)
@@ -292,7 +239,7 @@ def build_knob_space(
         num_experts=num_experts, seq_length=seq_length, global_batch_size=global_batch_size,
         world_size=world_size, expert_tensor_parallel=expert_tensor_parallel,
         stage_layers_given=stage_layers_given, fp16=fp16, device=device, local_spec=local_spec, defaults=dflt,
-        extra_stage_layers=extra_stage_layers,
+        extra_stage_layers=extra_stage_layers, framework=framework, spelling=spelling,
     )
     return KnobSpace(knobs, cons, derived)
 
@@ -300,9 +247,8 @@ def build_knob_space(
 def derived_knobs(*, world_size: int | None, defaults: Mapping[str, Any] | None = None) -> list[Derived]:
     """The catalog's derived knobs: data parallel = world / (tp * pp * cp) (when the world size is known), and
     the values a framework ignores mapped to their no-op value instead of refused: sequence parallelism at
-    TP 1 (Megatron's validate_args switches it off; torchtitan applies it only with TP > 1), and
-    recompute_method / recompute_num_layers without any recompute (megatron-core reads them only when a
-    recompute granularity is set)."""
+    TP 1 (the frameworks switch it off, or apply it only with TP > 1), and recompute_method /
+    recompute_num_layers without any recompute (read only when a recompute granularity is set)."""
     d = dict(defaults or DEFAULTS)
     out: list[Derived] = []
     if world_size:
@@ -324,11 +270,11 @@ def derived_knobs(*, world_size: int | None, defaults: Mapping[str, Any] | None 
     return out
 
 
-def space_for_fixed(fixed: Mapping[str, Any], *, world_size: int | None = None, framework: str | None = None,
-                    include: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None,
+def space_for_fixed(fixed: Mapping[str, Any], *, world_size: int | None = None, spelling: Spelling | None = None,
+                    framework: str = "", include: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None,
                     expert_tensor_parallel: int | None = None, device: str | None = None,
                     uneven_stages: bool = False) -> KnobSpace:
-    """:func:`build_knob_space` from a dict of fixed workload arguments (Megatron names, as an
+    """:func:`build_knob_space` from a dict of fixed workload arguments (``infrarsi.transformer``'s names, as an
     adapter's parse returns them, or any spelling ``infrarsi.transformer.ALIASES`` knows)."""
     fixed = canonical(fixed)
 
@@ -339,7 +285,7 @@ def space_for_fixed(fixed: Mapping[str, Any], *, world_size: int | None = None, 
     return build_knob_space(
         num_layers=i("num_layers"), num_attention_heads=i("num_attention_heads"),
         num_query_groups=i("num_query_groups"), num_experts=i("num_experts"), seq_length=i("seq_length"),
-        global_batch_size=i("global_batch_size"), world_size=world_size, framework=framework,
+        global_batch_size=i("global_batch_size"), world_size=world_size, spelling=spelling, framework=framework,
         expert_tensor_parallel=expert_tensor_parallel,
         stage_layers_given=uneven_stages or bool(fixed.get("decoder_first_pipeline_num_layers")
                                                  or fixed.get("decoder_last_pipeline_num_layers")
@@ -367,6 +313,8 @@ def workload_constraints(
     local_spec: bool = False,
     defaults: Mapping[str, Any] | None = None,
     extra_stage_layers: int = 0,
+    framework: str = "",
+    spelling: Spelling | None = None,
 ) -> list[Constraint]:
     """The cross-knob rules for one workload (:mod:`.rules`), each a named :class:`Constraint` whose message
     shows the arithmetic. A knob missing from a setting (or None) reads as its default."""
@@ -375,7 +323,7 @@ def workload_constraints(
         num_experts=num_experts, seq_length=seq_length, global_batch_size=global_batch_size, world_size=world_size,
         expert_tensor_parallel=expert_tensor_parallel, stage_layers_given=stage_layers_given, fp16=fp16,
         device=device, local_spec=local_spec, defaults=dict(defaults or DEFAULTS),
-        extra_stage_layers=extra_stage_layers))
+        extra_stage_layers=extra_stage_layers, framework=framework, spelling=spelling))
 
 
 def check_setting(space: KnobSpace, setting: Mapping[str, Any]) -> list[Violation]:
@@ -397,14 +345,4 @@ def check_setting(space: KnobSpace, setting: Mapping[str, Any]) -> list[Violatio
             msg = f"constraint {c.name} failed to evaluate: {type(e).__name__}: {e}"
         if msg:
             out.append(Violation(c.name, msg))
-    return out
-
-
-def complete_setting(partial: Mapping[str, Any], names: Iterable[str] | None = None,
-                     framework: str | None = None) -> dict[str, Any]:
-    """``partial`` with every catalog knob (or every name in ``names``) filled by the framework default."""
-    over = FRAMEWORK_DEFAULTS.get(framework or "", {})
-    out = {}
-    for n in names if names is not None else KNOB_NAMES:
-        out[n] = partial[n] if n in partial else over.get(n, DEFAULTS[n])
     return out

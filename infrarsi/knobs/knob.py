@@ -1,4 +1,5 @@
-"""Knob: one tunable launch setting, with its domain, default, group and per-framework spelling.
+"""Knob: one tunable launch setting, with its domain, default and group (how each framework writes it is that
+framework's :class:`~infrarsi.knobs.spelling.Spelling`).
 
 A knob validates itself when it is built (optuna's distributions do the same): an empty domain, a
 default outside the domain or a bool knob with a non-bool domain is an error that says the fix.
@@ -45,8 +46,8 @@ class Knob(BaseModel):
 
     ``domain`` lists every value the knob may take (a bool knob's domain is ``(False, True)``);
     ``default`` is the value a launch that does not mention the knob gets (the framework's default).
-    ``spelling`` maps a framework name (``megatron``, ``torchtitan``, ``minigpt``) to how that
-    framework writes it (a flag such as ``--tensor-model-parallel-size`` or a TOML/CLI field).
+    ``env`` names the environment variable the knob is (``NCCL_ALGO``), the same for every framework that takes
+    it; a flag or a config field is the framework's own spelling (:mod:`infrarsi.knobs.spelling`).
     ``means`` says which catalog knob this one is when its name does not (``Knob(name="tp", ..., means=
     "tensor_parallel")``): what the search knows about that knob then applies to this one (search/meaning.py,
     which also knows the common short spellings).
@@ -59,7 +60,7 @@ class Knob(BaseModel):
     domain: tuple[Any, ...] = ()
     default: Any = None
     group: KnobGroup = "runtime"
-    spelling: dict[str, str] = {}
+    env: str = ""
     doc: str = ""
     means: str | None = None
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from .hardware import fp8_unsupported
 from .space import Constraint
+from .spelling import Spelling
 
 Reader = Callable[[Mapping[str, Any], str], Any]
 """``v(setting, knob)``: the knob's value in the setting, its default when missing or None."""
@@ -21,7 +22,9 @@ Reader = Callable[[Mapping[str, Any], str], Any]
 
 @dataclass(frozen=True, kw_only=True)
 class WorkloadShape:
-    """What the rules know of the workload (Megatron's names; None: not known)."""
+    """What the rules know of the workload (``infrarsi.transformer``'s names; None: not known) and of the framework
+    that runs it (its name as prose says it, its spelling of the knobs): a message names the framework's own flag
+    where it has one."""
 
     num_layers: int | None = None
     num_attention_heads: int | None = None
@@ -40,10 +43,24 @@ class WorkloadShape:
     """Each knob's default (the catalog's, a framework's own over it)."""
     extra_stage_layers: int = 0
     """The embedding and/or the loss counted as layers in the pipeline split."""
+    framework: str = ""
+    """The framework's name as prose says it (its spec's title); "": the workload names none."""
+    spelling: Spelling | None = None
+    """The framework's table of flags (None: the workload names no framework)."""
 
     def value(self, s: Mapping[str, Any], name: str) -> Any:
         got = s.get(name)
         return self.defaults[name] if got is None else got
+
+    def flag(self, name: str) -> str:
+        """`` (FLAG)``: how the framework writes knob ``name``, for a message; "" where it has no flag for it."""
+        got = self.spelling.get(name) if self.spelling is not None else None
+        return f" ({got})" if got else ""
+
+    @property
+    def by(self) -> str:
+        """Who refuses a value, for a message: the framework by name, else "the framework"."""
+        return self.framework or "the framework"
 
 
 @dataclass(frozen=True)
@@ -210,7 +227,7 @@ def recompute_options_need_full(w: WorkloadShape, s: Mapping[str, Any], v: Reade
         return None
     moved = [n for n in ("recompute_method", "recompute_num_layers") if n in s and s[n] != w.defaults[n]]
     if moved:
-        return (f"{' and '.join(moved)} with selective recompute is refused by Megatron; they act with "
+        return (f"{' and '.join(moved)} with selective recompute is refused by {w.by}; they act with "
                 f"recompute_granularity full; keep {', '.join(f'{n} = {w.defaults[n]!r}' for n in moved)}")
     return None
 
@@ -220,9 +237,9 @@ def overlap_param_gather_needs(w: WorkloadShape, s: Mapping[str, Any], v: Reader
     if not v(s, "overlap_param_gather"):
         return None
     if not v(s, "distributed_optimizer"):
-        return "overlap_param_gather needs distributed_optimizer (--use-distributed-optimizer)"
+        return f"overlap_param_gather needs distributed_optimizer{w.flag('distributed_optimizer')}"
     if not v(s, "overlap_grad_reduce"):
-        return "overlap_param_gather needs overlap_grad_reduce (--overlap-grad-reduce)"
+        return f"overlap_param_gather needs overlap_grad_reduce{w.flag('overlap_grad_reduce')}"
     return None
 
 
@@ -245,8 +262,10 @@ def fp8_supported_by_device(w: WorkloadShape, s: Mapping[str, Any], v: Reader) -
 @rule
 def attention_backend_local_needs_local_spec(w: WorkloadShape, s: Mapping[str, Any], v: Reader) -> str | None:
     if v(s, "attention_backend") == "local" and not w.local_spec:
-        return ("attention_backend 'local' needs the local layer spec (Megatron: \"--attention-backend local "
-                "requires --spec local\"); keep attention_backend auto, flash, fused or unfused")
+        flag = w.spelling.get("attention_backend") if w.spelling is not None else None
+        said = f' ({w.by}: "{flag} local requires --spec local")' if flag else ""  # its own error, quoted
+        return (f"attention_backend 'local' needs the local layer spec{said}; keep attention_backend auto, flash, "
+                "fused or unfused")
     return None
 
 

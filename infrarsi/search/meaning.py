@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from functools import cache
 
 from ..knobs import KnobSpace, catalog
 from ..models import DEFAULT_INTERACTIONS
 
-# Short spellings users write, and what they mean (the frameworks' own flags and fields are added from the catalog).
+# Short spellings users write, and what they mean (the frameworks' own flags and fields are added from their
+# spelling tables, each framework's spec's).
 ALIASES: dict[str, str] = {
     **dict.fromkeys(("tp", "tp_size", "tensor_parallel_size", "tensor_model_parallel_size", "tensor_parallel_degree"),
                     "tensor_parallel"),
@@ -65,14 +67,20 @@ def spell(name: str) -> str:
     return name.strip().lstrip("-").lower().replace("-", "_").replace(".", "_")
 
 
-def _table() -> dict[str, str]:
-    """Every spelling -> catalog name: the catalog's names, :data:`ALIASES`, and each framework's flag or field (whole,
-    and its last dotted part when that has two words or more)."""
+@cache
+def table() -> dict[str, str]:
+    """Every spelling -> catalog name: the catalog's names, :data:`ALIASES`, each registered framework's flag or field
+    (whole, and its last dotted part when that has two words or more; the frameworks' tables, read once, on first
+    use) and each environment knob's variable."""
+    from ..adapters.registry import specs
+
+    tables = [s.spelling for s in specs()]
     out = {spell(k): v for k, v in ALIASES.items()}
     for k in catalog.knobs_for(None):
         out[k.name] = k.name
-        for sp in k.spelling.values():
-            sp = sp.removeprefix(catalog.ENV_PREFIX)
+        for sp in [*(t.get(k.name) for t in tables), k.env]:
+            if not sp:
+                continue
             out.setdefault(spell(sp), k.name)
             last = sp.rsplit(".", 1)[-1]
             if "_" in last:
@@ -80,12 +88,9 @@ def _table() -> dict[str, str]:
     return out
 
 
-TABLE = _table()
-
-
 def resolve(word: str) -> str | None:
     """The catalog name a spelling stands for, or None."""
-    return TABLE.get(spell(word))
+    return table().get(spell(word))
 
 
 def meanings(space: KnobSpace) -> dict[str, str]:
@@ -98,7 +103,7 @@ def meanings(space: KnobSpace) -> dict[str, str]:
             continue
         m = resolve(k.means)
         if m is None:
-            close = difflib.get_close_matches(spell(k.means), sorted(TABLE), n=3)
+            close = difflib.get_close_matches(spell(k.means), sorted(table()), n=3)
             raise ValueError(f"knob {k.name!r}: means={k.means!r} is not a catalog knob or a known spelling of one"
                              f"{'; did you mean ' + ' or '.join(map(repr, close)) if close else ''} (catalog: "
                              f"{', '.join(x.name for x in catalog.knobs_for(None))})")
@@ -114,7 +119,7 @@ def meanings(space: KnobSpace) -> dict[str, str]:
         for k in space.knobs:
             if k.name in out:
                 continue
-            m = k.name if exact and k.name in TABLE and TABLE[k.name] == k.name else None if exact else resolve(k.name)
+            m = k.name if exact and table().get(k.name) == k.name else None if exact else resolve(k.name)
             if m is None or m in taken or catalog.knob(m).kind != k.kind:
                 continue
             out[k.name] = m

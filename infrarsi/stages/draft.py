@@ -215,9 +215,12 @@ def adapter_knobs(parsed: ParsedLaunch) -> list[Knob]:
     own = adapter_class(parsed.adapter).own_knobs()
     if own is not None:
         return own
+    from ..adapters.registry import spec
     from ..knobs.catalog import space_for_fixed
 
-    return list(space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=parsed.adapter).knobs)
+    fw = spec(parsed.adapter)
+    return list(space_for_fixed(parsed.fixed, world_size=parsed.world_size, spelling=fw.spelling,
+                                framework=fw.title).knobs)
 
 
 def off_limits(request: str) -> set[str]:
@@ -242,9 +245,12 @@ def _baseline(parsed: ParsedLaunch, knobs: list[Knob]) -> dict[str, Any]:
     if parsed.setting is not None:
         by_name = {k.name: k for k in knobs}
         return {n: v for n, v in parsed.setting.items() if n in by_name and v is not None and v != by_name[n].default}
+    from ..adapters.registry import spec
+
+    spelling = spec(parsed.adapter).spelling
     out: dict[str, Any] = {}
     for k in knobs:
-        flag = k.spelling.get(parsed.adapter, "")
+        flag = spelling.get(k.name) or ""
         if not flag.startswith("--"):
             continue
         key = flag[2:].replace("-", "_")

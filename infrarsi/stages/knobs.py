@@ -79,8 +79,9 @@ def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script
           json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
           world_size: int = typer.Option(None, "--world-size", metavar="N", help="World size when the file does not state it (a TOML job file)."),
           framework_check: bool = typer.Option(True, "--framework-check/--no-framework-check",
-                                               help="Also put the setting to megatron-core's own config code "
-                                                    "(imports torch: seconds; the catalog's rules are always checked).")) -> None:
+                                               help="Also put the setting to the framework's own config code, "
+                                                    "where it has one (imports torch: seconds; the catalog's rules "
+                                                    "are always checked).")) -> None:
     """Show the fixed workload arguments, the knob space, the current setting and its violations."""
     from rich.console import Console
     from rich.table import Table
@@ -126,7 +127,7 @@ def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script
         cur = d["setting"].get(k.name)
         mark = "" if cur == k.default else "[bold]"
         kt.add_row(k.name, k.group, f"{mark}{cur}", str(k.default), ", ".join(map(str, k.domain)),
-                   k.spelling.get(d["framework"], "(derived)"))
+                   d["spelling"].get(k.name, "(derived)"))
     out.print(kt)
     for n in d["notes"]:
         out.print(f"[yellow]note:[/] {n}")
@@ -134,8 +135,8 @@ def knobs(file: Path = typer.Argument(..., metavar="FILE", help="A launch script
         out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     if check:
         err = Console(stderr=True, highlight=False)
-        say = ("checking the setting with megatron-core's own config code (imports torch: a few seconds; "
-               "--no-framework-check skips it)")
+        say = (f"checking the setting with {fw.framework_check_by or 'its own config code'} (imports torch: a few "
+               "seconds; --no-framework-check skips it)")
         if not err.is_terminal:
             err.print(f"{say} ...", soft_wrap=True)
         with err.status(say) if err.is_terminal else contextlib.nullcontext():

@@ -12,7 +12,6 @@ from infrarsi.adapters import adapter_class, launcher
 from infrarsi.adapters import registry
 from infrarsi.adapters.spec import FrameworkSpec
 from infrarsi.contract.model import load_contract
-from infrarsi.knobs.catalog import ENV_PREFIX, KNOBS
 from infrarsi.transformer import CAUSAL_MATMULS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,20 +55,17 @@ def test_a_launch_file_nothing_claims_names_what_each_framework_looks_for(tmp_pa
                             "file)")
 
 
-def test_megatrons_flag_tables_are_the_catalogs_spellings():
-    """The Megatron reader's flag -> knob tables and the catalog's spellings are the same table: a knob spelled in
-    one and not the other would be read but never written (or the reverse)."""
-    from infrarsi.adapters.megatron import args
+def test_megatrons_flag_tables_are_its_spelling():
+    """The Megatron reader's flag -> knob tables and its spelling table are the same table: a knob spelled in one and
+    not the other would be read but never written (or the reverse); each flag's argument destination is the knob's in
+    the equivalence check."""
+    from infrarsi.adapters.megatron import args, equivalence
 
     tables = {**args._INT_KNOBS, **{f: k for f, (k, _) in args._CHOICE_KNOBS.items()}, **args._BOOL_KNOBS}
-    catalog = {k.spelling["megatron"]: k.name for k in KNOBS
-               if "megatron" in k.spelling and not k.spelling["megatron"].startswith(ENV_PREFIX)}
-    assert tables == catalog
-
-
-def test_every_catalog_spelling_belongs_to_a_registered_framework():
-    names = set(registry.SPECS)
-    assert {fw for k in KNOBS for fw in k.spelling} <= names
+    spelled = {f: k for k, f in registry.spec("megatron").spelling.flags.items()}
+    assert tables == spelled
+    assert {f: k for f, k in spelled.items()
+            if k not in equivalence._DEST_KNOBS.get(f.removeprefix("--").replace("-", "_"), ())} == {}
 
 
 def test_a_framework_is_its_module_and_one_registry_line(monkeypatch, tmp_path):
@@ -143,13 +139,13 @@ def test_a_frameworks_modules_import_each_other_in_no_circle(folder):
         pytest.fail(f"adapters/{folder}: import circle {e.args[1]}")
 
 
-def test_torchtitans_field_tables_spell_each_knob_as_the_catalog_does():
-    """torchtitan's field -> knob tables (the reader's and the writer's) use the catalog's spelling of each knob;
-    the one exception is 0.2.x's own name for async TP, which 0.3 moved under compile."""
+def test_torchtitans_field_tables_spell_each_knob_as_its_spelling_does():
+    """torchtitan's field -> knob tables (the reader's and the writer's) use its spelling of each knob; the one
+    exception is 0.2.x's own name for async TP, which 0.3 moved under compile."""
     from infrarsi.adapters.torchtitan import configs
 
-    catalog = {k.name: k.spelling.get("torchtitan") for k in KNOBS}
+    spelled = registry.spec("torchtitan").spelling.flags
     for table in (configs._INT_FIELDS, configs._BOOL_FIELDS_03):
-        assert {f: k for f, k in table.items() if catalog.get(k) != f} == {}
-    assert {f: k for f, k in configs._BOOL_FIELDS_02.items() if catalog.get(k) != f} == {
+        assert {f: k for f, k in table.items() if spelled.get(k) != f} == {}
+    assert {f: k for f, k in configs._BOOL_FIELDS_02.items() if spelled.get(k) != f} == {
         "parallelism.enable_async_tensor_parallel": "async_tp"}

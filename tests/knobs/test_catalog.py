@@ -12,8 +12,11 @@ from infrarsi.knobs.catalog import (
     knob,
     knobs_for,
     space_for_fixed,
-    spelling,
 )
+from infrarsi.adapters.registry import spec
+
+MG, TT = spec("megatron"), spec("torchtitan")
+MEGATRON = dict(spelling=MG.spelling, framework=MG.title)  # what the Megatron adapter hands the catalog
 
 REQUIRED = [
     "tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel", "expert_parallel",
@@ -35,17 +38,17 @@ def test_catalog_has_the_agreed_names_and_domains():
     assert knob("recompute_granularity").default == "none"
     assert knob("fp8_recipe").default == "none"
     assert knob("virtual_pipeline").default == 1
-    assert spelling("tensor_parallel", "megatron") == "--tensor-model-parallel-size"
-    assert spelling("tensor_parallel", "torchtitan") == "parallelism.tensor_parallel_degree"
-    assert spelling("nccl_algo", "megatron") == "env:NCCL_ALGO"
-    assert spelling("virtual_pipeline", "torchtitan") is None
+    assert MG.spelling.get("tensor_parallel") == "--tensor-model-parallel-size"
+    assert TT.spelling.get("tensor_parallel") == "parallelism.tensor_parallel_degree"
+    assert knob("nccl_algo").env == "NCCL_ALGO" and MG.spelling.written(knob("nccl_algo")) == "env:NCCL_ALGO"
+    assert TT.spelling.get("virtual_pipeline") is None and TT.spelling.written(knob("virtual_pipeline")) is None
     with pytest.raises(KeyError, match="no catalog knob 'tp'"):
         knob("tp")
 
 
 def test_framework_spaces_hold_only_what_the_framework_can_say():
-    mg = {k.name for k in knobs_for("megatron")}
-    tt = {k.name: k for k in knobs_for("torchtitan")}
+    mg = {k.name for k in knobs_for(MG.spelling)}
+    tt = {k.name: k for k in knobs_for(TT.spelling)}
     assert "torch_compile" not in mg and "virtual_pipeline" in mg and "data_parallel" in mg
     assert "virtual_pipeline" not in tt and "torch_compile" in tt
     assert tt["bf16"].default is True  # torchtitan trains in bf16 unless told otherwise
@@ -53,14 +56,14 @@ def test_framework_spaces_hold_only_what_the_framework_can_say():
 
 
 def test_domains_follow_the_workload():
-    s = build_knob_space(**LLAMA8B, framework="megatron")
+    s = build_knob_space(**LLAMA8B, **MEGATRON)
     assert s["tensor_parallel"].domain == (1, 2, 4, 8)
     assert s["data_parallel"].default == 8  # tp = pp = cp = 1
     assert s["expert_parallel"].domain == (1,)  # dense model
     assert s["moe_token_dispatcher"].domain == ("allgather",)
     assert max(s["micro_batch_size"].domain) <= 16 and all(128 % m == 0 for m in s["micro_batch_size"].domain)
     moe = build_knob_space(num_layers=32, num_attention_heads=32, num_query_groups=8, num_experts=8,
-                           seq_length=4096, global_batch_size=256, world_size=32, framework="megatron")
+                           seq_length=4096, global_batch_size=256, world_size=32, **MEGATRON)
     assert moe["expert_parallel"].domain == (1, 2, 4, 8)
     assert moe["moe_token_dispatcher"].domain == ("allgather", "alltoall", "flex")
     # a launch outside the usual values is kept in the domain, so its constraint can explain it
@@ -81,7 +84,7 @@ def test_domains_follow_the_workload():
      "recompute_layers_fit", "recompute_num_layers 64 is more than the 32 layers per (virtual) pipeline stage"),
 ])
 def test_constraints_name_the_numbers(change, constraint, text):
-    space = build_knob_space(**LLAMA8B, framework="megatron", include=change)
+    space = build_knob_space(**LLAMA8B, **MEGATRON, include=change)
     setting = space.default().replace(**change)
     found = {v.constraint: v.message for v in space.validate(setting)}
     if text is None:
@@ -111,13 +114,13 @@ def test_other_rules_with_numbers():
 
 
 def test_fp16_workload_forbids_bf16_and_unknown_dp_is_skipped():
-    s = space_for_fixed({"num_layers": 96, "num_attention_heads": 96, "fp16": True}, world_size=None, framework="megatron")
+    s = space_for_fixed({"num_layers": 96, "num_attention_heads": 96, "fp16": True}, world_size=None, **MEGATRON)
     viol = check_setting(s, {**dict(s.default()), "bf16": True, "data_parallel": None})
     assert [v.constraint for v in viol] == ["bf16_not_with_fp16"]
 
 
 def test_sampled_settings_are_valid_and_default_is_valid():
-    space = build_knob_space(**LLAMA8B, framework="megatron")
+    space = build_knob_space(**LLAMA8B, **MEGATRON)
     assert space.is_valid(space.default())
     got = space.sample(random.Random(0), n=20)
     assert len(got) == 20 and all(space.is_valid(s) for s in got)
@@ -127,25 +130,52 @@ def test_sampled_settings_are_valid_and_default_is_valid():
 
 def test_fp8_recipes_follow_the_contracts_device():
     """mxfp8 needs SM100: an H100 contract never offers it; B200 does; an unknown device narrows nothing."""
-    h100 = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, framework="megatron",
+    h100 = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, **MEGATRON,
                            device="H100-80GB")
     assert "mxfp8" not in h100["fp8_recipe"].domain and "delayed" in h100["fp8_recipe"].domain
-    b200 = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, framework="megatron",
+    b200 = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, **MEGATRON,
                            device="B200")
     assert "mxfp8" in b200["fp8_recipe"].domain
-    a100 = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, framework="megatron",
+    a100 = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, **MEGATRON,
                            device="A100", include={"fp8_recipe": "delayed"})
     assert a100["fp8_recipe"].domain == ("none", "delayed")  # the launch's own value stays, and the rule says why
     msgs = [v.message for v in a100.validate(a100.default().replace(fp8_recipe="delayed"))]
     assert any("needs a GPU of compute capability SM89 or later; the contract's A100 is SM80" in m for m in msgs)
-    unknown = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, framework="megatron")
+    unknown = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, **MEGATRON)
     assert "mxfp8" in unknown["fp8_recipe"].domain
 
 
 def test_attention_backend_local_only_with_the_local_spec():
-    te = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, framework="megatron")
+    te = space_for_fixed({"num_layers": 32, "num_attention_heads": 32}, world_size=8, **MEGATRON)
     assert "local" not in te["attention_backend"].domain
     local = space_for_fixed({"num_layers": 32, "num_attention_heads": 32, "spec": "local"}, world_size=8,
-                            framework="megatron")
+                            **MEGATRON)
     assert "local" in local["attention_backend"].domain
     assert local.is_valid(local.default().replace(attention_backend="local"))
+
+
+def test_a_rules_message_names_the_framework_and_its_flag_as_handed_in():
+    """The rules name no framework of their own: the framework's title and its flags come with its spelling table
+    (the adapter's call); without them the message says the same arithmetic and fix in general words."""
+    wl = {"num_layers": 32, "num_attention_heads": 32}
+    selective = dict(recompute_granularity="selective", recompute_method="block")
+    gather = dict(overlap_param_gather=True, distributed_optimizer=False)
+
+    def messages(space, **change):
+        return [v.message for v in space.validate(space.default().replace(**change))]
+
+    mg = space_for_fixed(wl, world_size=8, include={"attention_backend": "local"}, **MEGATRON)
+    assert messages(mg, **selective) == [
+        "recompute_method with selective recompute is refused by Megatron; they act with recompute_granularity "
+        "full; keep recompute_method = 'uniform'"]
+    assert messages(mg, **gather) == ["overlap_param_gather needs distributed_optimizer (--use-distributed-optimizer)"]
+    assert messages(mg, attention_backend="local") == [
+        "attention_backend 'local' needs the local layer spec (Megatron: \"--attention-backend local requires --spec "
+        "local\"); keep attention_backend auto, flash, fused or unfused"]
+    plain = space_for_fixed(wl, world_size=8, include={"attention_backend": "local"})
+    assert messages(plain, **selective) == [
+        "recompute_method with selective recompute is refused by the framework; they act with "
+        "recompute_granularity full; keep recompute_method = 'uniform'"]
+    assert messages(plain, **gather) == ["overlap_param_gather needs distributed_optimizer"]
+    assert messages(plain, attention_backend="local") == [
+        "attention_backend 'local' needs the local layer spec; keep attention_backend auto, flash, fused or unfused"]

@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from infrarsi import cli as infrarsi_cli
+from infrarsi.adapters.registry import spec
 from infrarsi.knobs.catalog import knobs_for
 
 FIX = Path(__file__).parents[1] / "fixtures"
@@ -33,7 +34,7 @@ def test_json_megatron(run):
     assert set(d) == {"framework", "fixed", "setting", "violations", "warnings"} and d["warnings"] == []
     assert d["framework"] == "megatron"
     assert d["fixed"]["num_experts"] == 8 and d["fixed"]["num_layers"] == 32
-    assert set(d["setting"]) == {k.name for k in knobs_for("megatron")}
+    assert set(d["setting"]) == {k.name for k in knobs_for(spec("megatron").spelling)}
     assert d["setting"]["expert_parallel"] == 8 and d["setting"]["data_parallel"] == 8
     assert d["setting"]["tp_comm_overlap"] is False and d["setting"]["recompute_granularity"] == "full"
     assert d["violations"] == []

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from infrarsi.adapters.registry import spec
 from infrarsi.knobs import Knob, KnobSpace, catalog
 from infrarsi.workloads import simulated
 from infrarsi.priors.offline import knows, offline_priors, peak_bytes, context, sm_of
@@ -20,7 +21,7 @@ def by_feature(priors):
 
 def megatron_space():
     return catalog.build_knob_space(num_layers=32, num_attention_heads=32, num_query_groups=8, seq_length=8192,
-                                    global_batch_size=128, world_size=8, framework="megatron")
+                                    global_batch_size=128, world_size=8, spelling=spec("megatron").spelling)
 
 
 def test_every_catalog_knob_value_has_an_informed_prior():

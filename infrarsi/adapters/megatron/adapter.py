@@ -45,6 +45,7 @@ from ..base import LaunchFileAdapter, LaunchTarget, ParsedRun, scoped_space
 from .args import COUPLED_FLAGS, FRAMEWORK, KNOB_FLAGS, Item, MegatronLaunchError, split_items
 from .emit import emit_megatron, emit_megatron_args, knob_env
 from .launch import MegatronLaunch, parse_megatron, parse_megatron_argv, parse_megatron_file, with_world
+from .spelling import SPELLING
 
 __all__ = ["COUPLED_FLAGS", "FRAMEWORK", "KNOB_FLAGS", "Item", "MegatronAdapter", "MegatronLaunch", "MegatronLaunchError",
            "emit_megatron", "emit_megatron_args", "knob_env", "knob_space_for", "parse_megatron", "parse_megatron_argv",
@@ -52,11 +53,17 @@ __all__ = ["COUPLED_FLAGS", "FRAMEWORK", "KNOB_FLAGS", "Item", "MegatronAdapter"
 
 
 # --------------------------------------------------------------------------- validation
+def _space(parsed: MegatronLaunch, include: Mapping[str, Any] | None) -> KnobSpace:
+    from ..registry import spec
+
+    return space_for_fixed(parsed.fixed, world_size=parsed.world_size, spelling=SPELLING,
+                           framework=spec(FRAMEWORK).title, include=include,
+                           expert_tensor_parallel=parsed.expert_tensor_parallel, device=parsed.device)
+
+
 def knob_space_for(parsed: MegatronLaunch, *, include_current: bool = True) -> KnobSpace:
     """The catalog space for this launch's workload, world size and device."""
-    return space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=FRAMEWORK,
-                           include=parsed.setting if include_current else None,
-                           expert_tensor_parallel=parsed.expert_tensor_parallel, device=parsed.device)
+    return _space(parsed, parsed.setting if include_current else None)
 
 
 def violations(parsed: MegatronLaunch, setting: Mapping[str, Any] | None = None, *, core: bool = True) -> list[str]:
@@ -69,8 +76,7 @@ def violations(parsed: MegatronLaunch, setting: Mapping[str, Any] | None = None,
         inner = s["tensor_parallel"] * s["pipeline_parallel"] * s["context_parallel"]
         out.append(f"world_size({parsed.world_size}) is not divisible by tp({s['tensor_parallel']}) * "
                    f"pp({s['pipeline_parallel']}) * cp({s['context_parallel']}) = {inner}")
-    space = space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=FRAMEWORK, include=s,
-                            expert_tensor_parallel=parsed.expert_tensor_parallel, device=parsed.device)
+    space = _space(parsed, s)
     out.extend(parsed.problems)
     out.extend(v.message for v in check_setting(space, s))
     if core:
@@ -118,6 +124,7 @@ class MegatronAdapter(LaunchFileAdapter):
     extra_env_keys = frozenset({"CUDA_DEVICE_MAX_CONNECTIONS"})
     launch_setting_is_baseline = True
     has_framework_check = True
+    framework_check_by = "megatron-core's own config code"
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
         super().__init__(base_dir)

@@ -1,7 +1,7 @@
 """Megatron-LM's command line as infrarsi reads it: which flag spells which knob, the fixed workload
 flags, and the program arguments split into items and read into a setting.
 
-The knob tables are the catalog's Megatron spellings (``knobs/catalog.py``), by kind; the flags that belong to a knob
+The knob tables are Megatron's spelling of the catalog's knobs (:mod:`.spelling`), by kind; the flags that belong to a knob
 without being its spelling and the fixed workload flags are here (:mod:`.launch` reads launches with them,
 :mod:`.emit` writes them). A knob a launch does not mention has Megatron's default.
 """
@@ -13,22 +13,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...knobs.catalog import ENV_PREFIX, knobs_for
+from ...knobs.catalog import knobs_for
+from .spelling import SPELLING
 
 FRAMEWORK = "megatron"
 
-# The knob flags, read from the catalog's Megatron spellings (knobs/catalog.py, the one table of them): flag -> knob,
+# The knob flags, read from Megatron's spelling of the catalog (spelling.py, the one table of them): flag -> knob,
 # by the knob's kind. A categorical flag also says the values Megatron's parser accepts: the knob's domain, but for
 # the values the launch states by leaving the flag out (recompute "none", fp8 "none") or that it does not take.
 _FLAG_VALUES: dict[str, tuple[str, ...]] = {
     "recompute_granularity": ("full", "selective"),
     "fp8_recipe": ("delayed", "tensorwise", "mxfp8", "blockwise"),
 }
-_SPELLED = [k for k in knobs_for(FRAMEWORK) if k.spelling.get(FRAMEWORK, "").startswith("--")]  # not env: ones
-_INT_KNOBS = {k.spelling[FRAMEWORK]: k.name for k in _SPELLED if k.kind == "int"}
-_CHOICE_KNOBS = {k.spelling[FRAMEWORK]: (k.name, _FLAG_VALUES.get(k.name, tuple(k.domain)))
+_SPELLED = [k for k in knobs_for(SPELLING) if k.name in SPELLING]  # the flag knobs (not the environment's)
+_INT_KNOBS = {SPELLING.flags[k.name]: k.name for k in _SPELLED if k.kind == "int"}
+_CHOICE_KNOBS = {SPELLING.flags[k.name]: (k.name, _FLAG_VALUES.get(k.name, tuple(k.domain)))
                  for k in _SPELLED if k.kind == "categorical"}
-_BOOL_KNOBS = {k.spelling[FRAMEWORK]: k.name for k in _SPELLED if k.kind == "bool"}
+_BOOL_KNOBS = {SPELLING.flags[k.name]: k.name for k in _SPELLED if k.kind == "bool"}
 # Flags that belong to a knob without being its spelling.
 _VP_LAYERS = "--num-layers-per-virtual-pipeline-stage"
 _RECOMPUTE_ACT = "--recompute-activations"
@@ -197,7 +198,7 @@ def _read_fixed(items: list[Item]) -> dict[str, Any]:
 
 
 def _read_setting(items: list[Item], env: Mapping[str, str], fixed: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
-    knobs = {k.name: k for k in knobs_for(FRAMEWORK)}
+    knobs = {k.name: k for k in knobs_for(SPELLING)}
     s: dict[str, Any] = {k.name: k.default for k in knobs.values()}
     s["data_parallel"] = None
     seen_granularity = False
@@ -229,28 +230,28 @@ def _read_setting(items: list[Item], env: Mapping[str, str], fixed: Mapping[str,
             etp = _int_of(f, vals[0])
     if fp8_format is None:
         s["fp8_recipe"] = "none"
-    elif "--fp8-recipe" not in {it.flag for it in items}:
+    elif SPELLING.flags["fp8_recipe"] not in {it.flag for it in items}:
         s["fp8_recipe"] = "delayed"  # Megatron's default recipe once --fp8-format is given
     if vp_layers is not None:
         L, pp = fixed.get("num_layers"), s["pipeline_parallel"]
         if not L or L % (pp * vp_layers):
             raise MegatronLaunchError(
                 f"{_VP_LAYERS} {vp_layers}: {L} layers are not divisible by pp {pp} * {vp_layers}; "
-                f"use --num-virtual-stages-per-pipeline-rank instead")
+                f"use {SPELLING.flags['virtual_pipeline']} instead")
         s["virtual_pipeline"] = L // (pp * vp_layers)
-    for name, k in knobs.items():
-        sp = k.spelling.get(FRAMEWORK, "")
-        if sp.startswith(ENV_PREFIX) and sp[len(ENV_PREFIX):] in env:
-            raw = env[sp[len(ENV_PREFIX):]]
+    for var, name in SPELLING.env_vars(list(knobs.values())).items():
+        k = knobs[name]
+        if var in env:
+            raw = env[var]
             if k.kind == "int":
                 try:
                     s[name] = int(raw)
                 except ValueError:
-                    raise MegatronLaunchError(f"{sp[len(ENV_PREFIX):]}={raw!r} is not an integer") from None
+                    raise MegatronLaunchError(f"{var}={raw!r} is not an integer") from None
             else:
                 if raw not in k.domain:
                     raise MegatronLaunchError(
-                        f"{sp[len(ENV_PREFIX):]}={raw!r} is not one of {', '.join(map(str, k.domain[1:]))}; "
+                        f"{var}={raw!r} is not one of {', '.join(map(str, k.domain[1:]))}; "
                         f"the tuner cannot represent it")
                 s[name] = raw
     return s, etp

@@ -12,16 +12,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...trial import LaunchSpec
-from ...knobs.catalog import ENV_PREFIX, FRAMEWORK_DEFAULTS, knobs_for
+from ...knobs.catalog import knobs_for
 from .args import (_BOOL_KNOBS, _CHOICE_KNOBS, _FP8_FORMAT, _INT_KNOBS, _ONLY_WHEN_WANTED, _RECOMPUTE_ACT,
-                            _VP_LAYERS, COUPLED_FLAGS, FRAMEWORK, Item, _read_fixed, _read_setting, split_items)
+                            _VP_LAYERS, COUPLED_FLAGS, Item, _read_fixed, _read_setting, split_items)
+from .spelling import SPELLING
 
 if TYPE_CHECKING:
     from .launch import MegatronLaunch
 
 
 def _megatron_defaults() -> dict[str, Any]:
-    return {k.name: k.default for k in knobs_for(FRAMEWORK)} | FRAMEWORK_DEFAULTS[FRAMEWORK]
+    return {k.name: k.default for k in knobs_for(SPELLING)} | dict(SPELLING.defaults)
 
 
 def _set_value(it: Item, value: Any) -> list[str]:
@@ -91,10 +92,10 @@ def emit_megatron_args(args: list[str], setting: Mapping[str, Any], *, num_layer
         else:
             out.extend(it.tokens)
     # append what the launch did not say
-    for k in knobs_for(FRAMEWORK):
+    for k in knobs_for(SPELLING):
         name = k.name
-        sp = k.spelling.get(FRAMEWORK)
-        if name in emitted or not sp or sp.startswith(ENV_PREFIX) or not wants(name):
+        sp = SPELLING.get(name)
+        if name in emitted or not sp or not wants(name):
             continue
         if name == "recompute_granularity" and s[name] == "none":
             continue
@@ -102,7 +103,7 @@ def emit_megatron_args(args: list[str], setting: Mapping[str, Any], *, num_layer
             if "fp8_format" not in emitted:
                 out.extend([_FP8_FORMAT, "hybrid"])
             if s[name] != "delayed":
-                out.extend(["--fp8-recipe", s[name]])
+                out.extend([sp, s[name]])
             continue
         if k.kind == "bool":
             out.append(sp)
@@ -115,12 +116,12 @@ def knob_env(setting: Mapping[str, Any], base_env: Mapping[str, str] | None = No
     """Environment for a setting: NCCL env knobs set (default = unset) and, when TP or CP > 1,
     CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron requires it before Blackwell)."""
     env = dict(base_env or {})
-    for k in knobs_for(FRAMEWORK):
-        sp = k.spelling.get(FRAMEWORK, "")
-        if not sp.startswith(ENV_PREFIX) or k.name not in setting:
+    knobs = knobs_for(SPELLING)
+    by_name = {k.name: k for k in knobs}
+    for var, name in SPELLING.env_vars(knobs).items():
+        if name not in setting:
             continue
-        var = sp[len(ENV_PREFIX):]
-        v = setting[k.name]
+        k, v = by_name[name], setting[name]
         if v == k.default:
             env.pop(var, None)
         else:

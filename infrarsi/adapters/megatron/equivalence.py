@@ -26,10 +26,11 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ...knobs.catalog import ENV_PREFIX, knobs_for
+from ...knobs.catalog import knobs_for
 from ...transformer import data_parallel
 from ..equivalence import changed_knobs, differences, raise_if_different
-from .args import FRAMEWORK, split_items
+from .args import split_items
+from .spelling import SPELLING
 from .check import available
 
 OUTPUTS = frozenset({"arg.save", "arg.tensorboard_dir", "arg.wandb_save_dir"})
@@ -37,7 +38,7 @@ OUTPUTS = frozenset({"arg.save", "arg.tensorboard_dir", "arg.wandb_save_dir"})
 # CUDA_DEVICE_MAX_CONNECTIONS=1 (validate_args insists on it when TP or CP > 1 before Blackwell).
 REQUIRED = frozenset({"env.CUDA_DEVICE_MAX_CONNECTIONS"})
 
-# Argument destination -> the knobs whose change may change it: each knob's own flag (its catalog spelling, as
+# Argument destination -> the knobs whose change may change it: each knob's own flag (its spelling, spelling.py, as
 # argparse names it: --use-distributed-optimizer -> use_distributed_optimizer), then the destinations more knobs share
 # or that are a knob's without being its spelling.
 _DEST_SHARED: dict[str, tuple[str, ...]] = {
@@ -56,8 +57,8 @@ _DEST_SHARED: dict[str, tuple[str, ...]] = {
     "tp_comm_overlap_cfg": ("tp_comm_overlap",),
 }
 _DEST_KNOBS: dict[str, tuple[str, ...]] = {
-    **{k.spelling[FRAMEWORK].removeprefix("--").replace("-", "_"): (k.name,) for k in knobs_for(FRAMEWORK)
-       if k.spelling.get(FRAMEWORK, "").startswith("--")},
+    **{SPELLING.flags[k.name].removeprefix("--").replace("-", "_"): (k.name,) for k in knobs_for(SPELLING)
+       if k.name in SPELLING},
     **_DEST_SHARED,
 }
 # Model-config field -> the knobs that may change it.
@@ -204,10 +205,8 @@ def model_config(kw: Mapping[str, Any]) -> dict[str, Any] | str:
 
 def _env_owners() -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {"INFRARSI_PATCHES": ()}
-    for k in knobs_for(FRAMEWORK):
-        sp = k.spelling.get(FRAMEWORK, "")
-        if sp.startswith(ENV_PREFIX):
-            out[sp[len(ENV_PREFIX):]] = (k.name,)
+    for var, name in SPELLING.env_vars(knobs_for(SPELLING)).items():
+        out[var] = (name,)
     return out
 
 

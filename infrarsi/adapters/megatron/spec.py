@@ -11,6 +11,7 @@ from ...launch.command import split_launcher
 from ...transformer import CAUSAL_MATMULS
 from ..spec import FrameworkSpec
 from .fidelity import counts as fidelity
+from .spelling import SPELLING
 
 if TYPE_CHECKING:
     from ...trial import LaunchSpec
@@ -45,5 +46,5 @@ SPEC = FrameworkSpec(
     name="megatron", title="Megatron", adapter="megatron:MegatronAdapter", claims=claims,
     looks_for="a Megatron-LM command (torchrun/srun/python ... pretrain_gpt.py)",
     drafts_any=True,  # a launch read literally that nothing else claims is taken for Megatron's (the common case)
-    rewrite_profile=rewrite_profile, fidelity=fidelity,
+    rewrite_profile=rewrite_profile, fidelity=fidelity, spelling=SPELLING,
     flops_convention=replace(CAUSAL_MATMULS, text="Megatron-style: " + CAUSAL_MATMULS.text))

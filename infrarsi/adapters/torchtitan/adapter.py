@@ -46,6 +46,7 @@ from .check import FrameworkRejected, check_torchtitan
 from .configs import CONFIGS_03, DEFAULTS_02, DEFAULTS_03, FLAVORS, FRAMEWORK, SUBCOMMAND
 from .emit import JOBS_DIR, emit_torchtitan, emit_torchtitan_args
 from .equivalence import check_launch, compare
+from .spelling import SPELLING
 from .launch import (
     Override, TorchtitanLaunch, TorchtitanLaunchError, parse_toml_job, parse_torchtitan, parse_torchtitan_argv,
     parse_torchtitan_file, split_overrides, with_world,
@@ -75,7 +76,7 @@ def replicate_knob(parsed: TorchtitanLaunch) -> Knob:
     world = parsed.world_size
     dom = [d for d in (1, 2, 4, 8, 16, 32, 64) if not world or world % d == 0]
     return Knob(name="data_parallel_replicate", kind="int", domain=sorted({*dom, rep}), default=rep,
-                group="parallelism", spelling={"torchtitan": "parallelism.data_parallel_replicate_degree"},
+                group="parallelism",
                 doc="HSDP replicas; shard degree = data_parallel / replicate (replicate = data_parallel is DDP)")
 
 
@@ -84,8 +85,11 @@ def knob_space_for(parsed: TorchtitanLaunch, *, include_current: bool = True) ->
     TP; 0.3.x config functions fix fp8 in code). Derived knobs follow their parents: data parallel from the
     layout, the replicate degree from data parallel (the job's own when it divides, else the largest that
     does), the distributed optimizer from FSDP's shard degree; torchtitan splits pipeline stages unevenly."""
+    from ..registry import spec
+
     defaults = {"recompute_granularity": "selective", "bf16": True}
-    space = space_for_fixed(parsed.fixed, world_size=parsed.world_size, framework=FRAMEWORK,
+    space = space_for_fixed(parsed.fixed, world_size=parsed.world_size, spelling=SPELLING,
+                            framework=spec(FRAMEWORK).title,
                             include=parsed.setting if include_current else None, defaults=defaults,
                             expert_tensor_parallel=1, device=parsed.device, uneven_stages=True)
     rep = int(parsed.values.get("parallelism.data_parallel_replicate_degree", 1))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .spelling import SPELLING
+
 FRAMEWORK = "torchtitan"
 
 # Model flavors: (model name, flavor) -> fixed workload arguments (Megatron names).
@@ -66,24 +68,13 @@ DEFAULTS_02: dict[str, Any] = {
     "compile.enable": False, "compile.components": ["model", "loss"], "activation_checkpoint.mode": "selective",
 }
 
-_INT_FIELDS = {
-    "parallelism.tensor_parallel_degree": "tensor_parallel",
-    "parallelism.pipeline_parallel_degree": "pipeline_parallel",
-    "parallelism.context_parallel_degree": "context_parallel",
-    "parallelism.expert_parallel_degree": "expert_parallel",
-    "training.local_batch_size": "micro_batch_size",
-}
-_BOOL_FIELDS_02 = {
-    "training.enable_cpu_offload": "cpu_offload",
-    "compile.enable": "torch_compile",
-    "parallelism.enable_async_tensor_parallel": "async_tp",
-}
-_BOOL_FIELDS_03 = {
-    "training.enable_cpu_offload": "cpu_offload",
-    "compile.enable": "torch_compile",
-    "compile.enable_async_tensor_parallel": "async_tp",
-    "parallelism.enable_sequence_parallel": "sequence_parallel",
-}
+# Field -> knob, by kind, for the knobs read and written as plain values: their fields are the spelling's
+# (spelling.py, the one table); 0.2.x's own name for async TP is the one field of its own.
+_INT_FIELDS = {SPELLING.flags[n]: n for n in ("tensor_parallel", "pipeline_parallel", "context_parallel",
+                                              "expert_parallel", "micro_batch_size")}
+_BOOL_FIELDS_02 = {**{SPELLING.flags[n]: n for n in ("cpu_offload", "torch_compile")},
+                   "parallelism.enable_async_tensor_parallel": "async_tp"}
+_BOOL_FIELDS_03 = {SPELLING.flags[n]: n for n in ("cpu_offload", "torch_compile", "async_tp", "sequence_parallel")}
 _FP8_CONVERTERS = {"float8": "tensorwise", "quantize.linear.float8": "tensorwise", "quantize.linear.mx": "mxfp8",
                    "mx": "mxfp8"}
 SUBCOMMAND = r"activation[-_]checkpoint:"  # 0.3's activation-checkpoint choice, the last argument

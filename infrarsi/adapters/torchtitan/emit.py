@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from ...trial import LaunchSpec
-from ...knobs.catalog import ENV_PREFIX, knobs_for
+from ...knobs.catalog import knobs_for
 from ...transformer import data_parallel
-from .configs import _BOOL_FIELDS_02, _BOOL_FIELDS_03, _FP8_CONVERTERS, _INT_FIELDS, _SUBCOMMAND, FRAMEWORK
+from .configs import _BOOL_FIELDS_02, _BOOL_FIELDS_03, _FP8_CONVERTERS, _INT_FIELDS, _SUBCOMMAND
+from .spelling import SPELLING
+
+# Knobs written at their own field as they are, besides the field tables by kind (configs.py).
+_AT_OWN_FIELD = ("fsdp_reshard_after_forward", "bf16", "data_parallel_replicate")
 from .launch import Override, TorchtitanLaunch, TorchtitanLaunchError, split_overrides
 
 
@@ -22,9 +26,7 @@ def _field_for(style: str, knob_name: str) -> str | None:
         for key, name in table.items():
             if name == knob_name:
                 return key
-    return {"fsdp_reshard_after_forward": "parallelism.fsdp_reshard_after_forward",
-            "bf16": "training.mixed_precision_param",
-            "data_parallel_replicate": "parallelism.data_parallel_replicate_degree"}.get(knob_name)
+    return SPELLING.get(knob_name) if knob_name in _AT_OWN_FIELD else None
 
 
 def _render(key: str, value: Any, like: Override | None, bool_field: bool) -> list[str]:
@@ -199,10 +201,10 @@ def emit_torchtitan(parsed: TorchtitanLaunch, setting: Mapping[str, Any], *, wor
     if "data_parallel" not in setting and derived:
         s["data_parallel"] = derived  # a setting that leaves DP out keeps the world size
     env = dict(parsed.env)
-    for k in knobs_for(FRAMEWORK):
-        sp = k.spelling.get(FRAMEWORK, "")
-        if sp.startswith(ENV_PREFIX) and k.name in s:
-            var = sp[len(ENV_PREFIX):]
+    knobs = knobs_for(SPELLING)
+    for var, name in SPELLING.env_vars(knobs).items():
+        k = next(k for k in knobs if k.name == name)
+        if k.name in s:
             if s[k.name] == k.default:
                 env.pop(var, None)
             else:

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...knobs.catalog import ENV_PREFIX, knobs_for
+from ...knobs.catalog import knobs_for
 from ..equivalence import changed_knobs, differences, flatten, raise_if_different
-from .configs import FRAMEWORK
+from .spelling import SPELLING
 
 OUTPUTS = frozenset({
     # 0.2.x
@@ -64,10 +64,8 @@ _FIELD_KNOBS: dict[str, tuple[str, ...]] = {
 def owners() -> dict[str, tuple[str, ...]]:
     own = {f"cfg.{k}": v for k, v in _FIELD_KNOBS.items()}
     own["derived.dp_shard"] = _LAYOUT
-    for k in knobs_for(FRAMEWORK):
-        sp = k.spelling.get(FRAMEWORK, "")
-        if sp.startswith(ENV_PREFIX):
-            own[f"env.{sp[len(ENV_PREFIX):]}"] = (k.name,)
+    for var, name in SPELLING.env_vars(knobs_for(SPELLING)).items():
+        own[f"env.{var}"] = (name,)
     own["env.OMP_NUM_THREADS"] = ("intra_op_threads",)
     own["env.INFRARSI_PATCHES"] = ("kernel",)
     own["env.CONFIG_FILE"] = ("fp8_recipe",)  # run_train.sh's job file: a derived copy when converters empty

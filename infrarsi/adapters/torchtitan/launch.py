@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...knobs.catalog import ENV_PREFIX, knobs_for
+from ...knobs.catalog import knobs_for
 from ...transformer import data_parallel
 from ...launch.bash import ScriptError
 from ...launch.chain import Followed, follow
@@ -21,8 +21,9 @@ from ...launch.command import (Launch, flag_variables, split_launcher, unfilled_
                                world_from_variables)
 from .configs import (
     _AC_MODES, _BOOL_FIELDS_02, _BOOL_FIELDS_03, _FP8_CONVERTERS, _INT_FIELDS, _SUBCOMMAND, CONFIGS_03, DEFAULTS_02,
-    DEFAULTS_03, FLAVORS, FRAMEWORK,
+    DEFAULTS_03, FLAVORS,
 )
+from .spelling import SPELLING
 
 
 class TorchtitanLaunchError(ValueError):
@@ -213,7 +214,7 @@ def _read(style: str, vals: dict[str, Any], world: int | None) -> tuple[dict[str
         if vals.get(src) is not None:
             fixed[dst] = vals[src]
 
-    s: dict[str, Any] = {k.name: k.default for k in knobs_for(FRAMEWORK)}
+    s: dict[str, Any] = {k.name: k.default for k in knobs_for(SPELLING)}
     for key, knob_name in _INT_FIELDS.items():
         s[knob_name] = vals[key]
     for key, knob_name in (_BOOL_FIELDS_02 if style == "toml" else _BOOL_FIELDS_03).items():
@@ -255,16 +256,17 @@ def _read(style: str, vals: dict[str, Any], world: int | None) -> tuple[dict[str
 
 
 def _env_knobs(s: dict[str, Any], env: Mapping[str, str]) -> None:
-    for k in knobs_for(FRAMEWORK):
-        sp = k.spelling.get(FRAMEWORK, "")
-        if sp.startswith(ENV_PREFIX) and sp[len(ENV_PREFIX):] in env:
-            raw = env[sp[len(ENV_PREFIX):]]
+    knobs = {k.name: k for k in knobs_for(SPELLING)}
+    for var, name in SPELLING.env_vars(list(knobs.values())).items():
+        k = knobs[name]
+        if var in env:
+            raw = env[var]
             try:
                 s[k.name] = int(raw) if k.kind == "int" else raw
             except ValueError:
-                raise TorchtitanLaunchError(f"{sp[len(ENV_PREFIX):]}={raw!r} is not an integer") from None
+                raise TorchtitanLaunchError(f"{var}={raw!r} is not an integer") from None
             if s[k.name] not in k.domain and k.kind != "int":
-                raise TorchtitanLaunchError(f"{sp[len(ENV_PREFIX):]}={raw!r} is not one of {', '.join(map(str, k.domain[1:]))}")
+                raise TorchtitanLaunchError(f"{var}={raw!r} is not one of {', '.join(map(str, k.domain[1:]))}")
 
 
 def parse_toml_job(text: str, *, path: str = "<toml>") -> dict[str, Any]:

@@ -11,6 +11,7 @@ from ...launch.command import split_launcher
 from ...transformer import FULL_ACTIVE
 from ..spec import FrameworkSpec
 from .fidelity import counts as fidelity
+from .spelling import SPELLING
 
 if TYPE_CHECKING:
     from ...trial import LaunchSpec
@@ -54,4 +55,4 @@ def rewrite_profile(argv: list[str], setting: Mapping[str, Any], env: Mapping[st
 SPEC = FrameworkSpec(
     name="torchtitan", adapter="torchtitan:TorchtitanAdapter", claims=claims, job_suffixes=(".toml",),
     looks_for="a torchtitan one (-m torchtitan.train, run_train.sh, or a .toml job file)", drafts=drafts,
-    rewrite_profile=rewrite_profile, fidelity=fidelity, flops_convention=FULL_ACTIVE)
+    rewrite_profile=rewrite_profile, fidelity=fidelity, flops_convention=FULL_ACTIVE, spelling=SPELLING)

@@ -60,7 +60,6 @@ def runtime_knobs(contract: Contract) -> list[Knob]:
     """The knobs above; kernel knobs only for ops the contract's scope lists candidates for."""
     out = [
         Knob(name="intra_op_threads", kind="int", domain=(1, 2, 4, 8, 16), default=1, group="runtime",
-             spelling={"torchtitan": f"env:{ENV_KNOBS['intra_op_threads']}"},
              doc="intra-op threads per process (torchrun's default is 1)"),
     ]
     for op in PATCHABLE_OPS:
@@ -68,7 +67,6 @@ def runtime_knobs(contract: Contract) -> list[Knob]:
         if name in contract.scope.knobs:
             dom = tuple(dict.fromkeys(["reference", *contract.scope.knobs[name]]))
             out.append(Knob(name=name, kind="categorical", domain=dom, default="reference", group="kernel",
-                            spelling={"torchtitan": "INFRARSI_PATCHES"},
                             doc=f"a verified kernel candidate replacing torchtitan's {op}"))
     return out
 
