@@ -454,7 +454,7 @@ def run_scale(args) -> int:
     from infrarsi.estimate import estimate
     from infrarsi.estimate.megatron import launch_argv
     from infrarsi.estimate.megatron_formula import theoretical_memory
-    from infrarsi.workloads.megatron_model import parse
+    from infrarsi.adapters.megatron.cpu.model import parse
 
     print("| model | ranks | layout | estimate: weights / grads / optim / act / temp | + outside | estimate | "
           "busiest | formula: weights+optim / act | formula | formula / estimate | estimate s |")

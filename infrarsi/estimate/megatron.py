@@ -7,7 +7,7 @@ a setting estimated is one the adapter emits), and the program arguments of that
 world size: the first pipeline stage, the last, and for MoE the stage with the most experts. The estimate is the
 busiest of them; each one's peak by category is kept (``Estimate.per_rank``).
 
-What the model is built from (see :mod:`infrarsi.workloads.megatron_model` for the flags and defaults read): the
+What the model is built from (see :mod:`infrarsi.adapters.megatron.cpu.model` for the flags and defaults read): the
 launch's model and parallel flags; dtypes from ``--bf16``/``--fp16`` (fp32 main grads in bf16 unless
 ``--grad-reduce-in-bf16``, fp32 main params and Adam state in the optimizer, sharded over data parallel with
 ``--use-distributed-optimizer``); megatron-core's local layer spec, where Transformer Engine is absent (what it
@@ -198,14 +198,14 @@ def estimate(contract: Contract, setting: Mapping[str, Any], *, adapter: Megatro
 
 def _refused_here(contract: Contract, ad: MegatronAdapter, argv: list[str]):
     """The launch's arguments as read (Megatron-LM's derivations), or EstimateError for what is not estimated."""
-    from ..workloads.megatron_model import MegatronArgsError, parse
+    from ..adapters.megatron.cpu.model import MegatronArgsError, parse
 
     try:
         args = parse(argv, strict=False).args
     except MegatronArgsError as e:
         raise EstimateError(str(e)) from None
     if str(contract.hardware.kind).lower() == "cpu":
-        from ..workloads.megatron_gpt import cpu_refusal
+        from ..adapters.megatron.cpu.gpt import cpu_refusal
 
         why = cpu_refusal(args)
         if why:  # the CPU launcher refuses it: no trial of it could run, so it does not "fit"
@@ -225,7 +225,7 @@ def _refused_here(contract: Contract, ad: MegatronAdapter, argv: list[str]):
 def from_step(out: dict[str, Any], contract: Contract, *, argv: list[str], world: int, unseen_gib: float | None = None,
               threads: int = 1) -> Estimate:
     """The Estimate for a fake step's result (the rank with the highest peak, every rank kept)."""
-    from ..workloads.megatron_model import fused_attention, parse
+    from ..adapters.megatron.cpu.model import fused_attention, parse
 
     args = parse(argv, strict=False).args
     per_rank = []
@@ -281,7 +281,7 @@ def _rank_row(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _notes(args, out: dict[str, Any]) -> list[str]:
-    from ..workloads.megatron_model import fused_attention
+    from ..adapters.megatron.cpu.model import fused_attention
 
     notes = ["megatron-core's local layer spec (no Transformer Engine here): norms as separate modules keeping what "
              "TE's fused norms keep, fusions eager, torch's fused AdamW for TE's FusedAdam"]

@@ -91,7 +91,7 @@ def test_cli_estimates_the_shipped_gpu_contracts_per_rank(name, sets, want):
 
 def test_the_ranks_estimated_are_the_first_and_last_stage_and_the_one_with_the_most_experts():
     from infrarsi.estimate.megatron_step import auto_ranks
-    from infrarsi.workloads.megatron_model import parse
+    from infrarsi.adapters.megatron.cpu.model import parse
 
     args = parse(TINY + ["--pipeline-model-parallel-size", "4", "--num-layers", "8", "--num-experts", "4",
                          "--moe-layer-freq", "([0]*3+[1]*5)"], strict=True).args

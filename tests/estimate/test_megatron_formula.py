@@ -3,7 +3,7 @@
 import pytest
 
 from infrarsi.estimate.megatron_formula import theoretical_memory
-from infrarsi.workloads.megatron_model import parse
+from infrarsi.adapters.megatron.cpu.model import parse
 
 LLAMA3_70B = ["--num-layers", "80", "--hidden-size", "8192", "--ffn-hidden-size", "28672", "--num-attention-heads",
               "64", "--group-query-attention", "--num-query-groups", "8", "--seq-length", "8192", "--swiglu",

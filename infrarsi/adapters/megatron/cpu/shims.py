@@ -33,7 +33,7 @@ fake tensors are CPU tensors, so the step it prices runs the same code path the 
    for as numpy is converted too (a fake one, in the estimate, through ``.tolist()``).
 8. megatron-core's fusions are ``torch.compile``'d functions; they run eagerly (the same math): compiling on
    the CPU costs minutes and its worker processes would show in the measured peak. (This one is
-   :func:`infrarsi.workloads.megatron_model.eager_fusions`, which the loop calls on any device: the estimate
+   :func:`infrarsi.adapters.megatron.cpu.model.eager_fusions`, which the loop calls on any device: the estimate
    prices the eager fusions too.)
 """
 
