@@ -253,8 +253,9 @@ A framework (what `infrarsi knobs`, `init` and `infrarsi-launch` need; measured 
    `adapters/`);
 4. `infrarsi/knobs/catalog.py`: its spelling of each knob it can set (and its name in `FRAMEWORKS`).
 
-Optional: a pre-flight estimate (`infrarsi/estimate/<framework>.py`, named by the adapter's `estimate_module`) and
-its row in the fidelity table (`adapters/fidelity.py`).
+Optional: a pre-flight estimate in its folder (`adapters/<framework>/estimate.py` or an `estimate/` package, named
+by the adapter's `estimate_module`; it steps its model with `infrarsi/fakestep/`) and its row in the fidelity table
+(`adapters/fidelity.py`).
 
 A flag knob:
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .result import EstimateError
+from ..fakestep.result import EstimateError
 
 if TYPE_CHECKING:
     from ..adapters.workload import Workload

@@ -67,7 +67,7 @@ MODELS = {
 
 SCRIPT = """
 import json, sys
-from infrarsi.estimate.megatron_step import run
+from infrarsi.adapters.megatron.estimate.step import run
 out = {name: run({"argv": argv, "world": 1, "params_only": True}) for name, argv in json.load(sys.stdin).items()}
 print(json.dumps(out))
 """

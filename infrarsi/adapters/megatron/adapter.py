@@ -110,7 +110,7 @@ class MegatronAdapter(LaunchFileAdapter):
     """Megatron-LM through its launch script: catalog knobs, rewritten launches, log parsing."""
 
     name = FRAMEWORK
-    estimate_module = "megatron"
+    estimate_module = "adapters.megatron.estimate.peak"
     estimate_needs = "megatron.core"
     step_model = "launch"
     memory_offset = "estimate"

@@ -1,7 +1,7 @@
 """Megatron-LM's GPT model from its command line, built from megatron-core's own modules.
 
-One reader of a ``pretrain_gpt.py`` command line serves the CPU training loop (:mod:`.gpt`) and the
-pre-flight estimate (:mod:`infrarsi.estimate.megatron`), so the model a trial trains and the model an estimate
+One reader of a ``pretrain_gpt.py`` command line serves the CPU training loop (:mod:`.gpt`) and the pre-flight
+estimate (:mod:`infrarsi.adapters.megatron.estimate.peak`), so the model a trial trains and the model an estimate
 prices are built by the same calls: megatron-core's ``TransformerConfig`` (``MLATransformerConfig`` with
 ``--multi-latent-attention``), its local layer specs (``get_gpt_layer_local_spec``; ``get_gpt_decoder_block_spec``
 for MoE), ``GPTModel`` per virtual pipeline stage, its ``DistributedDataParallel`` and ``get_megatron_optimizer``.

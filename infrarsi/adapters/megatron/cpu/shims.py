@@ -4,7 +4,7 @@ megatron-core 0.16 cannot run a step without CUDA: it allocates on ``torch.cuda.
 literal ``"cuda"`` devices, forks CUDA RNG states for dropout, asks for CUDA streams and synchronizes, and its
 optimizers check for ``torch.cuda.*`` tensor type names. :func:`install_cpu_fixes` installs eight shims; none
 changes what is computed. ``launchers/pretrain_gpt_cpu.py`` installs them before training when no GPU is
-present; the Megatron estimate (``infrarsi.estimate.megatron_step``) installs them in its own process, whose
+present; the Megatron estimate (``infrarsi.adapters.megatron.estimate.step``) installs them in its own process, whose
 fake tensors are CPU tensors, so the step it prices runs the same code path the CPU training loop runs.
 
 1. "cuda" is the CPU. A ``TorchFunctionMode`` rewrites a CUDA device argument (``"cuda"``, ``"cuda:N"``, an

@@ -1,6 +1,6 @@
 """One fake training step of a Megatron job's model, as ranks of its world, in a process of its own.
 
-    python -m infrarsi.estimate.megatron_step < job.json > result.json
+    python -m infrarsi.adapters.megatron.estimate.step < job.json > result.json
 
 The job is ``{"argv": [...pretrain_gpt.py arguments...], "world": N, "ranks": "auto" | [r, ...]}`` (and
 ``"all_micro_batches": true`` to run every micro-batch instead of the cap below). For each
@@ -11,7 +11,7 @@ TransformerConfig, local layer spec, GPTModel chunks per virtual stage, Float16M
 ``FakeTensorMode`` (tensors have shapes and dtypes, no data), and runs Megatron-LM's ``train_step`` once:
 zero the grad buffers, ``get_forward_backward_func()`` over the micro-batches, ``optimizer.step()``. An
 optimizer step with zero gradients runs first, creating Adam's state, so the priced step is a steady one.
-:class:`~.megatron_fake.StorageTracker` counts storages by category and keeps the peak; :class:`~.megatron_fake.
+:class:`~.fake.StorageTracker` counts storages by category and keeps the peak; :class:`~.fake.
 Shadows` gives MoE dispatch its sizes under balanced routing.
 
 Micro-batches: the schedule runs ``min(M, cap)`` of the M micro-batches per iteration, where ``cap`` is 2
@@ -203,9 +203,9 @@ def one_rank(args, world: int, rank: int, *, all_micro_batches: bool = False) ->
     from megatron.core.tensor_parallel.random import get_cuda_rng_tracker, model_parallel_cuda_manual_seed
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ..adapters.megatron.cpu.model import (initialize_parallel, model_chunks, num_microbatches, transformer_config,
+    from ..cpu.model import (initialize_parallel, model_chunks, num_microbatches, transformer_config,
                                             wrap)
-    from .megatron_fake import Shadows, StorageTracker
+    from .fake import Shadows, StorageTracker
 
     t0 = time.perf_counter()
     say(f"rank {rank} of {world}: building megatron-core's model, DDP and optimizer (fake tensors)")
@@ -279,7 +279,7 @@ def module_params(args, world: int = 1) -> dict[str, int]:
     from megatron.core.tensor_parallel.random import get_cuda_rng_tracker, model_parallel_cuda_manual_seed
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ..adapters.megatron.cpu.model import initialize_parallel, model_chunks, transformer_config
+    from ..cpu.model import initialize_parallel, model_chunks, transformer_config
 
     out = {kind: 0 for _, kind in _MODULE_KINDS}
     with fake_rank(world, 0):
@@ -325,7 +325,7 @@ def _batches(args, n: int):
 
 
 def _forward_step(data_iterator, model):
-    from ..adapters.megatron.cpu.gpt import forward_step
+    from ..cpu.gpt import forward_step
 
     return forward_step(data_iterator, model)
 
@@ -334,8 +334,8 @@ def prepare() -> None:
     """The imports and shims every job needs (the slow part of a start: done before the job is read, so that a
     parent can start this process while it still reads the launch)."""
     _quiet()
-    from ..adapters.megatron.cpu.shims import install_cpu_fixes
-    from ..adapters.megatron.cpu.model import eager_fusions
+    from ..cpu.shims import install_cpu_fixes
+    from ..cpu.model import eager_fusions
 
     install_cpu_fixes()
     eager_fusions()
@@ -344,7 +344,7 @@ def prepare() -> None:
 
 def other_ranks(args, world: int) -> dict[int, list[str]]:
     """The "auto" ranks (:func:`auto_ranks`) from the model config alone, no step run."""
-    from ..adapters.megatron.cpu.model import initialize_parallel, transformer_config
+    from ..cpu.model import initialize_parallel, transformer_config
 
     with fake_rank(world, 0):
         initialize_parallel(args)
@@ -354,7 +354,7 @@ def other_ranks(args, world: int) -> dict[int, list[str]]:
 def run(job: dict[str, Any]) -> dict[str, Any]:
     """The job's result. ``"ranks"``: a list, ``"auto"`` (rank 0, then the others :func:`auto_ranks` names),
     or its two halves for two processes side by side: ``"auto-first"`` (rank 0) and ``"auto-others"``."""
-    from ..adapters.megatron.cpu.model import MegatronArgsError, parse
+    from ..cpu.model import MegatronArgsError, parse
 
     prepare()
     try:
