@@ -15,13 +15,15 @@ registry or a Workload), never compare a framework's name:
 * ``rewrite_profile(argv, setting, env, cwd)``: ``infrarsi-launch``'s rewrite of a command for a promoted profile,
   -> (the launch, rule violations); None: the framework has no command to rewrite;
 * ``flops_convention``: how its logs count model FLOPs (``transformer.Transformer.flops_per_token``);
+* ``step_pricing``: how the step-time model (``estimate/step_model.py``) prices its training (:class:`StepPricing`);
+  None: it prices no job of this framework's own;
 * ``simulated``: its trials' step times are modelled, not measured (a what-if cluster).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +40,22 @@ def _never(*_: Any) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StepPricing:
+    """How the step-time model prices one way of training (``SimWorkload.dp_sharding``), above the per-GPU work
+    where the model is optimistic (estimate/step_model.py's CALIBRATED_MIN): the interval it was checked to, the
+    knobs it reads beyond ``SIM_KNOBS``, and what a launch of this framework sets that it cannot price."""
+
+    dp_sharding: str  # "per_iteration" (data parallelism reduced once per iteration) or "per_block" (FSDP2's)
+    regime: str  # the regime a prediction names ("calibrated")
+    interval: tuple[float, float]  # measured / predicted step time, (low, high)
+    source: str  # where the interval comes from, one line
+    reads: tuple[str, ...] = ()  # knobs the model reads beyond SIM_KNOBS
+    unread_as: str  # what a knob it does not read is priced as ("as at ...")
+    refuses: Mapping[str, str] = field(default_factory=dict)  # a model field of the parsed launch -> why it is not
+    # priced, naming it as the launch spells it
+
+
+@dataclass(frozen=True, kw_only=True)
 class FrameworkSpec:
     name: str
     title: str = ""  # how prose names it ("Megatron"); default: name
@@ -49,6 +67,7 @@ class FrameworkSpec:
     drafts_any: bool = False
     rewrite_profile: ProfileRewrite | None = None
     flops_convention: FlopsConvention  # how its logs count FLOPs (transformer.CAUSAL_MATMULS, FULL_ACTIVE)
+    step_pricing: StepPricing | None = None
     simulated: bool = False
 
     def __post_init__(self) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...launch.command import split_launcher
 from ...transformer import CAUSAL_MATMULS
 from ..spec import FrameworkSpec
+from .pricing import PRICING
 
 if TYPE_CHECKING:
     from ...trial import LaunchSpec
@@ -43,4 +44,4 @@ SPEC = FrameworkSpec(
     name="megatron", title="Megatron", adapter="megatron:MegatronAdapter", claims=claims,
     looks_for="a Megatron-LM command (torchrun/srun/python ... pretrain_gpt.py)",
     drafts_any=True,  # a launch read literally that nothing else claims is taken for Megatron's (the common case)
-    rewrite_profile=rewrite_profile, flops_convention=CAUSAL_MATMULS)
+    rewrite_profile=rewrite_profile, flops_convention=CAUSAL_MATMULS, step_pricing=PRICING)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ...launch.command import split_launcher
 from ...transformer import FULL_ACTIVE
 from ..spec import FrameworkSpec
+from .pricing import PRICING
 
 if TYPE_CHECKING:
     from ...trial import LaunchSpec
@@ -53,4 +54,4 @@ def rewrite_profile(argv: list[str], setting: Mapping[str, Any], env: Mapping[st
 SPEC = FrameworkSpec(
     name="torchtitan", adapter="torchtitan:TorchtitanAdapter", claims=claims, job_suffixes=(".toml",),
     looks_for="a torchtitan one (-m torchtitan.train, run_train.sh, or a .toml job file)", drafts=drafts,
-    rewrite_profile=rewrite_profile, flops_convention=FULL_ACTIVE)
+    rewrite_profile=rewrite_profile, flops_convention=FULL_ACTIVE, step_pricing=PRICING)
