@@ -254,8 +254,9 @@ A framework (what `infrarsi knobs`, `init` and `infrarsi-launch` need; measured 
 4. `infrarsi/knobs/catalog.py`: its spelling of each knob it can set (and its name in `FRAMEWORKS`).
 
 Optional: a pre-flight estimate in its folder (`adapters/<framework>/estimate.py` or an `estimate/` package, named
-by the adapter's `estimate_module`; it steps its model with `infrarsi/fakestep/`) and its row in the fidelity table
-(`adapters/fidelity.py`).
+by the adapter's `estimate_module`; it steps its model with `infrarsi/fakestep/`), how the step-time model prices
+its jobs (the spec's `step_pricing`, an `adapters/spec.StepPricing`, with the adapter's `cost_model_fields`) and its
+row in the fidelity table (`adapters/fidelity.py`).
 
 A flag knob:
 
