@@ -1,17 +1,17 @@
 """Megatron-LM's ``pretrain_gpt.py`` for megatron-core 0.16 on a machine without a GPU as well as with one.
 
-Usage (Megatron-LM's flags; see infrarsi/workloads/megatron_gpt.py for what it trains)::
+Usage (Megatron-LM's flags; see infrarsi/adapters/megatron/cpu/gpt.py for what it trains)::
 
     torchrun --nproc-per-node 2 launchers/pretrain_gpt_cpu.py --num-layers 4 --hidden-size 256 ... \\
         --tensor-model-parallel-size 2
 
 Its name matches ``pretrain_*.py`` so that the Megatron adapter and ``infrarsi-launch`` read a launch of it as
-they read Megatron-LM's. The training loop is :mod:`infrarsi.workloads.megatron_gpt` over megatron-core's own
+they read Megatron-LM's. The training loop is :mod:`infrarsi.adapters.megatron.cpu.gpt` over megatron-core's own
 ``GPTModel``, ``DistributedDataParallel``, optimizer and pipeline schedules (megatron-core's local layer spec:
 Transformer Engine does not install without CUDA).
 
 On a machine with a GPU this only runs the loop: nothing is installed. Without one, megatron-core cannot run a
-step, and eight shims are installed first (:mod:`infrarsi.workloads.megatron_cpu` explains each); none changes
+step, and eight shims are installed first (:mod:`infrarsi.adapters.megatron.cpu.shims` explains each); none changes
 what is computed:
 
 1. "cuda" is the CPU: CUDA device arguments of torch calls go to the CPU, ``Tensor.cuda()`` is the tensor,
@@ -54,11 +54,11 @@ def main(extra_args_provider=None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore", message=".*(Transformer Engine|Apex) (and Apex are|is) not installed.*")
-    from infrarsi.workloads.megatron_cpu import install_cpu_fixes, needs_cpu_fixes
+    from infrarsi.adapters.megatron.cpu.shims import install_cpu_fixes, needs_cpu_fixes
 
     if needs_cpu_fixes():
         install_cpu_fixes()
-    from infrarsi.workloads.megatron_gpt import main as train
+    from infrarsi.adapters.megatron.cpu.gpt import main as train
 
     return train(extra_args_provider=extra_args_provider)
 

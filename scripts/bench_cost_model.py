@@ -54,7 +54,8 @@ import argparse
 import json
 import statistics
 
-from infrarsi.estimate.step_model import README_SOURCE, README_TABLE, regime
+from infrarsi.adapters.megatron.pricing import README_SOURCE, README_TABLE
+from infrarsi.estimate.step_model import regime
 from infrarsi.workloads import simulated as sim
 
 

@@ -283,7 +283,7 @@ def run_torchtitan(args) -> int:
     import subprocess
     import tempfile
 
-    from infrarsi.estimate.torchtitan import estimate_job, job_config
+    from infrarsi.adapters.torchtitan.estimate import estimate_job, job_config
 
     job = Path(tempfile.mkdtemp()) / "debug.toml"
     job.write_text(TT_JOB)
@@ -309,12 +309,12 @@ def run_torchtitan(args) -> int:
 
     from types import SimpleNamespace
 
-    from infrarsi.estimate.overhead import unseen_bytes
-    from infrarsi.estimate.torchtitan import FRAGMENTING, cpu_rank
+    from infrarsi.fakestep.overhead import unseen_bytes
+    from infrarsi.adapters.torchtitan.estimate import FRAGMENTING, cpu_rank
 
     tiny = ["--training.local_batch_size", "1", "--training.seq_len", "32"]
     base = measured(tiny) - tracked(tiny).tracked_bytes
-    print(f"process base (measured now at local batch 1, seq 32; estimate/torchtitan.RANK_BASE carries it): "
+    print(f"process base (measured now at local batch 1, seq 32; adapters/torchtitan/estimate.RANK_BASE carries it): "
           f"{base / MiB:.1f} MiB")
     cpu = SimpleNamespace(hardware=SimpleNamespace(kind="cpu"))
     rows = []
@@ -352,12 +352,12 @@ TT_HELD_OUT = [("fp32 params", {"bf16": False}, []),
 
 
 def run_calibrate_torchtitan(args) -> int:
-    """torchtitan's constants (estimate/torchtitan.py's RANK_BASE, RANK_FRAGMENTATION) from the process
+    """torchtitan's constants (adapters/torchtitan/estimate.py's RANK_BASE, RANK_FRAGMENTATION) from the process
     a trial of contracts/torchtitan-cpu.toml really is: torchtitan.train through the CPU launcher under torchrun,
     2 ranks on gloo, with its tokenizer and dataloader, launched as the adapter launches a trial (no cap). The
     unseen bytes of a run are its reported peak (the highest memory line of any rank, what the tuner is told) minus
     the fake step's tracked bytes for the same job; a least-squares line over the TT_FIT runs gives
-    base + fragmentation x transient (the tracked categories estimate/torchtitan.FRAGMENTING names), and the
+    base + fragmentation x transient (the tracked categories adapters/torchtitan/estimate.FRAGMENTING names), and the
     TT_HELD_OUT runs test it."""
     import os
     import subprocess
@@ -365,7 +365,7 @@ def run_calibrate_torchtitan(args) -> int:
     from infrarsi.adapters.torchtitan import TorchtitanAdapter
     from infrarsi.adapters.torchtitan.log import parse_torchtitan_log
     from infrarsi.estimate.run import anchored
-    from infrarsi.estimate.torchtitan import FRAGMENTING, estimate_job, job_args, job_config
+    from infrarsi.adapters.torchtitan.estimate import FRAGMENTING, estimate_job, job_args, job_config
 
     contract = load_contract(TT_CONTRACT)
     adapter = TorchtitanAdapter(base_dir=TT_CONTRACT.parent)
@@ -465,7 +465,7 @@ def main(argv=None) -> int:
     p.add_argument("--full", action="store_true", help="the whole grid (bf16 at every micro-batch)")
     args = p.parse_args(argv)
     if args.calibrate:
-        from infrarsi.estimate.overhead import calibrate
+        from infrarsi.estimate.measure import calibrate
 
         for name, v in calibrate().items():
             print(f"{name}: {v / MiB:.1f} MiB" if name.startswith("base") else f"{name}: {v:.3f} per byte")

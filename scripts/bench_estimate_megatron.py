@@ -7,8 +7,8 @@
 
 The default table runs each setting of HELDOUT (vocabulary 32k-150k, sequence 512-8192, GQA, GeLU/SwiGLU, 8-64
 experts, top-1..8, small enough to run here: 1-2 layers, hidden 64-192) for real and estimates it with the constants
-of infrarsi/estimate/overhead_megatron.py, fitted by --calibrate on CALIBRATE, whose shapes are others. Its columns
-split the estimate into the tensors the fake step tracks, the heap's high-water mark over them (computed from the
+of infrarsi/adapters/megatron/estimate/overhead.py, fitted by --calibrate on CALIBRATE, whose shapes are others. Its
+columns split the estimate into the tensors the fake step tracks, the heap's high-water mark over them (computed from the
 step's storage sizes, no constant) and the fitted constants; "RSS" is the busiest rank's peak resident set, beside the
 peak data segment the table compares.
 
@@ -22,7 +22,7 @@ resumes; a setting whose launch changed is run again); --fresh ignores it. The s
 (--calibrate: CALIBRATE) are not in SMALL or HELDOUT.
 
 --scale estimates the shipped GPU contracts at several world sizes and prints, beside each, Megatron-LM's own
-theoretical memory formula (infrarsi/estimate/megatron_formula.py) for the same setting. Wall times are on the
+theoretical memory formula (infrarsi/adapters/megatron/estimate/formula.py) for the same setting. Wall times are on the
 shared 2-core machine: noisy.
 """
 
@@ -98,8 +98,8 @@ def shape(*, vocab: int, seq: int, layers: int = 2, hidden: int = 128, heads: in
     return out
 
 
-# Fit the CPU constants (overhead_megatron.py): a bare rank at two group counts (a tiny model: a few MiB of tensors),
-# dense shapes with heap-heavy and mmap-heavy steps, and MoE ranks at 4-64 local experts. None is in HELDOUT.
+# Fit the CPU constants (adapters/megatron/estimate/overhead.py): a bare rank at two group counts (a tiny model: a
+# few MiB of tensors), dense shapes with heap-heavy and mmap-heavy steps, and MoE ranks at 4-64 local experts. None is in HELDOUT.
 TINY = ["--num-layers", "1", "--hidden-size", "64", "--num-attention-heads", "2", "--seq-length", "32",
         "--max-position-embeddings", "32", "--vocab-size", "256", "--micro-batch-size", "1", "--global-batch-size", "2"]
 TP1 = {"tensor_parallel": 1, "sequence_parallel": False}
@@ -230,7 +230,7 @@ def measured(contract, setting: dict, extra: list[str], *, iters: int = 3) -> di
 
 def step_job(contract, setting: dict, extra: list[str]) -> tuple[list[str], int]:
     from infrarsi.adapters.megatron import MegatronAdapter
-    from infrarsi.estimate.megatron import launch_argv
+    from infrarsi.adapters.megatron.estimate.peak import launch_argv
 
     argv, world, _ = launch_argv(contract, {**contract.baseline, **setting}, adapter=MegatronAdapter())
     return _override(argv, extra), world
@@ -238,7 +238,7 @@ def step_job(contract, setting: dict, extra: list[str]) -> tuple[list[str], int]
 
 def estimated(contract, setting: dict, extra: list[str], steps: dict | None = None):
     """The estimate of ``setting``; ``steps``: fake-step outputs by launch (reused, and this one added)."""
-    from infrarsi.estimate.megatron import from_step, run_step
+    from infrarsi.adapters.megatron.estimate.peak import from_step, run_step
 
     argv, world = step_job(contract, setting, extra)
     key = json.dumps([argv, world])
@@ -312,13 +312,13 @@ FITTED = ("base", "holes", "comm", "moe", "per_local_expert")
 
 
 def run_calibrate(args) -> int:
-    """The CPU constants of overhead_megatron.py: per gloo group, measured directly (GROUP_PROBE); then least squares
-    over every measured rank of CALIBRATE: measured peak - tracked peak - heap high-water over it - per_group x
-    groups = base + holes x heap-sized transient + moe x [has experts] + per_local_expert x local experts."""
+    """The CPU constants of adapters/megatron/estimate/overhead.py: per gloo group, measured directly (GROUP_PROBE);
+    then least squares over every measured rank of CALIBRATE: measured peak - tracked peak - heap high-water over it -
+    per_group x groups = base + holes x heap-sized transient + moe x [has experts] + per_local_expert x local experts."""
     import numpy as np
 
-    from infrarsi.estimate import overhead_megatron as om
-    from infrarsi.estimate.megatron import reduced_bytes
+    from infrarsi.adapters.megatron.estimate import overhead as om
+    from infrarsi.adapters.megatron.estimate.peak import reduced_bytes
 
     cache, steps = _measure_all(CALIBRATE, Path(args.cache).with_name("calibrate.json"), args.fresh)
     per_group = per_group_bytes()
@@ -360,7 +360,7 @@ def run_calibrate(args) -> int:
 
 
 def _table(rows_in, cache_path: Path, fresh: bool, *, split: bool) -> int:
-    from infrarsi.estimate import overhead_megatron as om
+    from infrarsi.adapters.megatron.estimate import overhead as om
 
     cache, steps = _measure_all(rows_in, cache_path, fresh)
     rows = []
@@ -452,9 +452,9 @@ def run_scale(args) -> int:
     """The estimate and Megatron-LM's theoretical formula for each SCALE row (busiest rank, GiB)."""
     from infrarsi.adapters.megatron import MegatronAdapter
     from infrarsi.estimate import estimate
-    from infrarsi.estimate.megatron import launch_argv
-    from infrarsi.estimate.megatron_formula import theoretical_memory
-    from infrarsi.workloads.megatron_model import parse
+    from infrarsi.adapters.megatron.estimate.peak import launch_argv
+    from infrarsi.adapters.megatron.estimate.formula import theoretical_memory
+    from infrarsi.adapters.megatron.cpu.model import parse
 
     print("| model | ranks | layout | estimate: weights / grads / optim / act / temp | + outside | estimate | "
           "busiest | formula: weights+optim / act | formula | formula / estimate | estimate s |")

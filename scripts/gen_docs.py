@@ -256,8 +256,10 @@ A framework (what `infrarsi knobs`, `init` and `infrarsi-launch` need; measured 
 2. one line in `infrarsi/adapters/registry.py` (`SPECS`): a contract's `workload.adapter` may then name it (the
    loader hands the registered names to `contract/`, which does not import `adapters/`).
 
-Optional: a pre-flight estimate (`infrarsi/estimate/<framework>.py`, named by the adapter's `estimate_module`) and
-its fidelity count (`adapters/<framework>/fidelity.py`, named by the spec's `fidelity`: `adapters/fidelity.py`).
+Optional: a pre-flight estimate in its folder (`adapters/<framework>/estimate.py` or an `estimate/` package, named
+by the adapter's `estimate_module`; it steps its model with `infrarsi/fakestep/`), how the step-time model prices
+its jobs (the spec's `step_pricing`, an `adapters/spec.StepPricing`, with the adapter's `cost_model_fields`) and its
+fidelity count (`adapters/<framework>/fidelity.py`, named by the spec's `fidelity`: `adapters/fidelity.py`).
 
 A flag knob:
 

@@ -9,7 +9,7 @@ The rule, read from the source with ``ast`` (comments are not in it):
   module's path or name;
 * docstrings (a string that is a statement of its own: a module's, class's, function's or attribute's) are prose
   and may name them.
-There is no list of modules let off: what still names a framework is counted in the xfail below.
+There is no list of modules let off.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "infrarsi"
@@ -106,24 +105,16 @@ def test_the_rule_catches_a_name_in_code_and_lets_prose_be(tmp_path):
     assert lines == ["5", "6", "7", "8"]  # the compared string, the import, the class-like name, the f-string
 
 
-# Counted on this branch (12): the per-framework estimate (estimate/megatron*.py, torchtitan.py, overhead_megatron.py,
-# step_model.py), the Megatron model the CPU trials run (workloads/megatron_*.py).
-# (The FLOPs conventions are values each spec names, with its words for the report's MFU formula:
-# transformer.FlopsConvention; the contract's workload.adapter is a name the registry's list checks where the contract
-# is loaded at the edge; each framework's fidelity count is its spec's, in adapters/<framework>/fidelity.py; the
-# simulated cluster's log names its traceback frame as its adapter hands it in, --oom-frame; the priors' LLM prompt
-# names the framework the run stage reads from the spec, its title; the spellings are each framework's table,
-# adapters/<framework>/spelling.py, which its spec names; the rules' messages name the framework by the title its spec
-# gives the catalog; `infrarsi knobs` says the framework's own check as its adapter words it.)
-REMAINING = 12
+# Where what used to name a framework went: the FLOPs conventions and the step-time model's bands are values each spec
+# names (transformer.FlopsConvention, with its words for the report's MFU formula; adapters/spec.StepPricing); the
+# contract's workload.adapter is a name the registry's list checks where the contract is loaded at the edge; each
+# framework's fidelity count, spelling table (adapters/<framework>/spelling.py), pre-flight estimate and the Megatron
+# model the CPU trials run (adapters/megatron/cpu/) are in its folder, over the framework-free fakestep/; the simulated
+# cluster's log names its traceback frame as its adapter hands it in (--oom-frame); the priors' LLM prompt and the
+# rules' messages name the framework by its spec's title.
 
 
-@pytest.mark.xfail(strict=True, reason=f"{REMAINING} modules outside adapters/<framework>/ still name a framework "
-                                       "(tests/test_framework_boundary.py::test_how_many_modules_still_name_a_framework)")
 def test_no_module_outside_a_frameworks_folder_names_a_framework():
-    assert offenders() == {}
-
-
-def test_how_many_modules_still_name_a_framework():
-    """The xfail above is real: the count it states is the count there is (a module cleaned lowers it here)."""
-    assert len(offenders()) == REMAINING, "\n".join(f"{k}: {v[:3]}" for k, v in offenders().items())
+    got = offenders()
+    assert got == {}, "modules outside adapters/<framework>/ that name a framework (move the code into the framework's " \
+        "folder, or ask its spec):\n" + "\n".join(f"{k}: {v[:3]}" for k, v in got.items())

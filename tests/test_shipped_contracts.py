@@ -22,7 +22,7 @@ from infrarsi.adapters import adapter_class
 from infrarsi.adapters.workload import Workload
 from infrarsi.contract import load_contract, load_locked
 from infrarsi.contract.lock import normalized
-from infrarsi.estimate.result import EstimateError
+from infrarsi.estimate import EstimateError
 from infrarsi.estimate.run import estimate_workload
 from infrarsi.execute import make_executor
 from infrarsi.execute.record import RunRecord

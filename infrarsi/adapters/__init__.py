@@ -10,10 +10,27 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .base import Adapter, FrameworkRejected, ParsedRun
+if TYPE_CHECKING:
+    from .base import Adapter, FrameworkRejected, ParsedRun
+    from .registry import SPECS as ADAPTERS  # noqa: F401
 
-from .registry import SPECS as ADAPTERS  # workload.adapter -> the module of its FrameworkSpec (adapters/registry.py)
+
+def __getattr__(name: str) -> Any:
+    """``Adapter``, ``FrameworkRejected`` and ``ParsedRun`` (adapters/base.py) and ``ADAPTERS`` (workload.adapter ->
+    the module of its FrameworkSpec: adapters/registry.py), imported when first used: a trial's program under
+    ``adapters/<framework>/`` (Megatron's CPU training loop) imports this package without paying for the contract,
+    the catalog and the registry."""
+    if name == "ADAPTERS":
+        from .registry import SPECS
+
+        return SPECS
+    if name in ("Adapter", "FrameworkRejected", "ParsedRun"):
+        from . import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def adapter_class(name: str) -> type[Adapter]:

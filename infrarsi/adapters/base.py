@@ -42,8 +42,8 @@ class Adapter(abc.ABC):
     """Program arguments besides the contract's ``FIXED_WORKLOAD_KEYS`` that define the task (a contract draft
     locks them)."""
     estimate_module: str = ""
-    """The module of ``infrarsi.estimate`` whose ``estimate(contract, setting)`` runs one fake step of this
-    framework's real model ("": no pre-flight estimate)."""
+    """The module (dotted, under ``infrarsi``, e.g. ``adapters.torchtitan.estimate``) whose ``estimate(contract, setting,
+    adapter=...)`` runs one fake step of this framework's real model ("": no pre-flight estimate)."""
     estimate_needs: str = ""
     """The package that estimate imports ("": none beyond torch); without it the run uses the analytical offset."""
     estimate_progress: bool = False

@@ -131,7 +131,7 @@ class MiniGPTAdapter(Adapter):
     name = "minigpt"
     runs_own_program = True
     fixed_flags = FIXED_FLAGS
-    estimate_module = "minigpt"
+    estimate_module = "estimate.minigpt"
 
     @classmethod
     def own_knobs(cls) -> list[Knob]:

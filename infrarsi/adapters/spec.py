@@ -19,6 +19,8 @@ registry or a Workload), never compare a framework's name:
 * ``flops_convention``: how its logs count model FLOPs (``transformer.Transformer.flops_per_token``);
 * ``fidelity(parsed, settings, refused, world=, why=)``: its fidelity count (:mod:`.fidelity`: round trips and false
   refusals, by its own config code); None: it emits no launch file to read back;
+* ``step_pricing``: how the step-time model (``estimate/step_model.py``) prices its training (:class:`StepPricing`);
+  None: it prices no job of this framework's own;
 * ``simulated``: its trials' step times are modelled, not measured (a what-if cluster).
 """
 
@@ -44,6 +46,22 @@ def _never(*_: Any) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StepPricing:
+    """How the step-time model prices one way of training (``SimWorkload.dp_sharding``), above the per-GPU work
+    where the model is optimistic (estimate/step_model.py's CALIBRATED_MIN): the interval it was checked to, the
+    knobs it reads beyond ``SIM_KNOBS``, and what a launch of this framework sets that it cannot price."""
+
+    dp_sharding: str  # "per_iteration" (data parallelism reduced once per iteration) or "per_block" (FSDP2's)
+    regime: str  # the regime a prediction names ("calibrated")
+    interval: tuple[float, float]  # measured / predicted step time, (low, high)
+    source: str  # where the interval comes from, one line
+    reads: tuple[str, ...] = ()  # knobs the model reads beyond SIM_KNOBS
+    unread_as: str  # what a knob it does not read is priced as ("as at ...")
+    refuses: Mapping[str, str] = field(default_factory=dict)  # a model field of the parsed launch -> why it is not
+    # priced, naming it as the launch spells it
+
+
+@dataclass(frozen=True, kw_only=True)
 class FrameworkSpec:
     name: str
     title: str = ""  # how prose names it ("Megatron"); default: name
@@ -57,6 +75,7 @@ class FrameworkSpec:
     spelling: Spelling = field(default_factory=Spelling)  # knob -> its flag or field (adapters/<fw>/spelling.py)
     flops_convention: FlopsConvention  # how its logs count FLOPs (transformer.CAUSAL_MATMULS, FULL_ACTIVE)
     fidelity: Callable[..., Counts] | None = None  # adapters/<framework>/fidelity.py's counts
+    step_pricing: StepPricing | None = None
     simulated: bool = False
 
     def __post_init__(self) -> None:

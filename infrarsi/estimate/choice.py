@@ -57,7 +57,7 @@ def time_prior(space: KnobSpace, contract: Contract, *, contract_dir: Path | Non
     on a GPU the step-time model knows; None otherwise (a simulated contract: the estimate is its own landscape, a
     circular prior; a launch or GPU the model cannot price)."""
     from ..adapters.workload import Workload
-    from .result import EstimateError
+    from ..fakestep.result import EstimateError
     from .step_model import time_estimate
     from ..search.estimated import EstimatedTime
 

@@ -237,7 +237,7 @@ def _per_rank_table(console, e) -> None:
     """The ranks a Megatron estimate stepped (first and last pipeline stage, most experts), each by category."""
     from rich.table import Table
 
-    from .result import CATEGORY, CATEGORIES
+    from ..fakestep.result import CATEGORY, CATEGORIES
 
     t = Table(title="ranks estimated (GiB)")
     for col in ("rank", "weights", "grads", "optim", "act", "temp", "outside", "peak", "holds"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .track import Device
+from ..fakestep.track import Device
 
 # (pattern on hardware.kind, name, bf16 dense FLOP/s, memory bytes/s): NVIDIA datasheets (SXM parts).
 DATASHEET = (

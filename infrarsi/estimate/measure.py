@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .result import EstimateError
+from ..fakestep.result import EstimateError
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -54,3 +54,38 @@ def measured_minigpt(contract: Contract, setting: Mapping[str, Any], *, iters: i
     steps = [it.step_ms / 1000.0 for it in log.iterations if it.step_ms is not None]
     steps = steps[2:] or steps
     return max(log.max_reserved_mb.values()) * 2**20, statistics.median(steps) if steps else float("nan")
+
+
+# The sizes fakestep/overhead.py's constants are measured at (its docstring says why).
+TINY = {"num_layers": 1, "hidden_size": 64, "num_attention_heads": 2, "seq_length": 16, "vocab_size": 64,
+        "global_batch_size": 1}
+MEDIUM = {"num_layers": 2, "hidden_size": 192, "num_attention_heads": 6, "seq_length": 512, "vocab_size": 512,
+          "global_batch_size": 8}
+
+
+def _resized(contract: Contract, args: dict[str, Any]) -> Any:
+    wl = contract.workload.model_copy(update={"args": {**contract.workload.args, **args}})
+    return contract.model_copy(update={"workload": wl})
+
+
+def calibrate(contract: Contract = None, threads: tuple[int, ...] = (1, 2)) -> dict[str, float]:
+    """Measure ``BASE`` (per threads and dtype) and ``FRAGMENTATION`` of :mod:`infrarsi.fakestep.overhead` on this
+    machine; returns them by name."""
+    from pathlib import Path
+
+    from ..contract.model import load_contract
+    from .minigpt import estimate
+
+    if contract is None:
+        contract = load_contract(Path(__file__).resolve().parents[2] / "contracts/minigpt-cpu.toml")
+    tiny, medium = _resized(contract, TINY), _resized(contract, MEDIUM)
+    out: dict[str, float] = {}
+    for t in threads:
+        for bf16 in (False, True):
+            s = {"micro_batch_size": 1, "intra_op_threads": t, "attention_backend": "auto", "bf16": bf16}
+            out[f"base cpu {t} {'bf16' if bf16 else 'fp32'}"] = measured_peak_minigpt(tiny, s) - estimate(tiny, s).tracked_bytes
+    s = {"micro_batch_size": 8, "intra_op_threads": 1, "attention_backend": "auto"}
+    e = estimate(medium, s)
+    transient = e.tracked.get("Activation", 0) + e.tracked.get("Temp", 0)
+    out["fragmentation cpu"] = (measured_peak_minigpt(medium, s) - e.tracked_bytes - out["base cpu 1 fp32"]) / transient
+    return out

@@ -21,9 +21,9 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract
-from .overhead import unseen_bytes
-from .result import Estimate, EstimateError
-from .track import Device, Hooks, fake_world, tracked_step
+from ..fakestep.overhead import unseen_bytes
+from ..fakestep.result import Estimate, EstimateError
+from ..fakestep.track import Device, Hooks, fake_world, tracked_step
 
 if TYPE_CHECKING:
     from ..adapters.minigpt import MiniGPTAdapter

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..trial.memory_estimate import MemoryEstimate
-from .result import Estimate, EstimateError
+from ..fakestep.result import Estimate, EstimateError
 
 if TYPE_CHECKING:
     from ..adapters.base import Adapter
@@ -49,7 +49,7 @@ def estimate(contract: Contract, setting: Mapping[str, Any], *, adapter: Adapter
     if why:
         raise EstimateError(why)
     ad = adapter if adapter is not None else get_adapter(contract.workload.adapter)
-    return importlib.import_module(f".{cls.estimate_module}", __package__).estimate(contract, setting, adapter=ad, **kw)
+    return importlib.import_module(f"infrarsi.{cls.estimate_module}").estimate(contract, setting, adapter=ad, **kw)
 
 
 def estimate_workload(workload: Workload, setting: Mapping[str, Any], **kw: Any) -> Estimate:

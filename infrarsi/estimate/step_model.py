@@ -15,9 +15,9 @@ generalised; see :mod:`infrarsi.workloads.simulated.memory`), compared with the 
 The interval is the model's own error where it was checked (``INTERVALS``), by regime:
 - "calibrated": per-GPU work at least that of Megatron-LM's README table rows (H100, seq 4096, hidden/TP >= 1024,
   >= 4096 tokens per micro-batch, hidden >= 2048). Measured / predicted step time over those four rows is
-  0.945-1.065 (:data:`README_TABLE`, recomputed by ``scripts/bench_cost_model.py``; 0.955-1.075 before the
-  small-work terms, which move these rows by at most +1.4%). The constants were fitted on
-  these rows, so this is an in-sample band; issue 68's held-out A100 check (large models across nodes) reports ~6-7%
+  0.945-1.065 (:data:`infrarsi.adapters.megatron.pricing.README_TABLE`, recomputed by
+  ``scripts/bench_cost_model.py``; 0.955-1.075 before the small-work terms, which move these rows by at most +1.4%).
+  The constants were fitted on these rows, so this is an in-sample band; issue 68's held-out A100 check (large models across nodes) reports ~6-7%
   median error, inside it.
 - "small work per GPU": anything below those sizes. Issue 68's held-out check of public A100 iteration times (data
   held outside the project) found the model optimistic there: 21-30% in the median and up to 2-3x. The interval is
@@ -34,50 +34,40 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .result import EstimateError
+from ..adapters import registry
+from ..adapters.spec import StepPricing
+from ..fakestep.result import EstimateError
 
 if TYPE_CHECKING:
     from ..adapters.workload import Workload
     from ..knobs import KnobSpace
     from ..workloads.simulated import GPUSpec, SimWorkload
 
-# Megatron-LM README "Training Speed and Scalability" (images/model_table.png): H100, seq 4096, vocab 131072, MHA,
-# GeLU 4h MLP, tied embeddings; the runs overlap DP and TP communication. The cost model's constants were fitted on
-# it (tests/workloads/test_simulated.py::test_calibration_megatron_readme).
-# (size, layers, hidden, heads, TP, PP, GPUs, global batch, published TFLOP/s per GPU)
-README_TABLE = (
-    ("1.7B", 24, 2048, 16, 1, 1, 48, 192, 408.8),
-    ("7.1B", 30, 4096, 32, 2, 1, 96, 192, 465.9),
-    ("16B", 32, 6144, 48, 4, 1, 192, 192, 489.1),
-    ("70B", 84, 8192, 64, 8, 2, 768, 384, 419.7),
-)
-README_SOURCE = "Megatron-LM README, Training Speed and Scalability table (H100)"
+# What each framework's spec says of how its training is priced (adapters/spec.py's StepPricing: Megatron's band is
+# its README table's, adapters/megatron/pricing.py; torchtitan's is held out, adapters/torchtitan/pricing.py), by
+# SimWorkload.dp_sharding. A simulated cluster trains as the per-iteration one.
+_PRICINGS: dict[str, StepPricing] = {s.step_pricing.dp_sharding: s.step_pricing for s in registry.specs()
+                                     if s.step_pricing}
 
 # measured / predicted step time, (low, high), by regime (the module docstring gives each band's source).
+SMALL_WORK = "small work per GPU"
 INTERVALS = {
-    "calibrated": (0.945, 1.065),
-    "small work per GPU": (0.945, 3.0),
-    "torchtitan": (0.945, 1.14),
+    **{p.regime: p.interval for p in _PRICINGS.values()},
+    SMALL_WORK: (0.945, 3.0),
 }
 INTERVAL_SOURCES = {
-    "calibrated": f"the model's error on the {README_SOURCE} (4 rows, in-sample): measured/predicted 0.945-1.065",
-    "small work per GPU": "issue 68's held-out check on public A100 iteration times: the model is optimistic by "
-                          "21-30% in the median and up to 2-3x where per-GPU work is small",
-    "torchtitan": "the model's error on torchtitan's docs/performance.md (FSDP2 on 64 A100, 8 rows, held out; "
-                  "scripts/bench_cost_model.py; priced as eager PyTorch): optimistic, measured/predicted 1.05-1.14; "
-                  "the low end is the calibrated band's",
+    **{p.regime: p.source for p in _PRICINGS.values()},
+    SMALL_WORK: "issue 68's held-out check on public A100 iteration times: the model is optimistic by 21-30% in the "
+                "median and up to 2-3x where per-GPU work is small",
 }
-# The smallest per-GPU work of the README rows: hidden/TP, tokens per micro-batch, hidden.
+# The smallest per-GPU work of the calibration rows: hidden/TP, tokens per micro-batch, hidden.
 CALIBRATED_MIN = {"hidden_per_tp": 1024, "tokens_per_microbatch": 4096, "hidden": 2048}
 
-_MEGATRON_MODEL_FLAGS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
-                         "ffn_hidden_size", "vocab_size", "seq_length", "global_batch_size", "num_experts",
-                         "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size")
-# Megatron model flags that change the work in a way the cost model does not price: refused with the reason.
-_MEGATRON_UNPRICED = {
-    "multi_latent_attention": "multi-latent attention (the model prices GQA/MHA attention only)",
-    "moe_layer_freq": "a mix of dense and MoE layers (the model prices every layer as MoE)",
-}
+# The model's shape fields a launch-file adapter's parsed ``fixed`` values carry (ModelSpec's names; torchtitan's
+# flavour table is read into them too).
+_MODEL_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+                 "ffn_hidden_size", "vocab_size", "seq_length", "global_batch_size", "num_experts",
+                 "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,12 +129,14 @@ def cost_workload(workload: Workload) -> SimWorkload:
         raise EstimateError(f"hardware.kind = {hw.kind!r}: the step-time model knows the GPUs {', '.join(HARDWARE)} only; "
                             "a predicted step time needs one of them") from None
     if how != "launch":
-        raise EstimateError(f"workload.adapter = {contract.workload.adapter!r}: the step-time model reads a Megatron "
-                            "launch's or a simulated contract's model only")
+        priced = " or ".join(s.title for s in registry.specs() if s.step_pricing)
+        raise EstimateError(f"workload.adapter = {contract.workload.adapter!r}: the step-time model reads the model of "
+                            f"a {priced} launch or of a simulated contract only")
     fixed = workload.adapter.parsed(contract).fixed
-    for flag, why in _MEGATRON_UNPRICED.items():
-        if fixed.get(flag):
-            raise EstimateError(f"--{flag.replace('_', '-')}: {why}; no predicted step time for this launch")
+    pricing = registry.spec(contract.workload.adapter).step_pricing
+    for name, why in (pricing.refuses if pricing else {}).items():
+        if fixed.get(name):
+            raise EstimateError(f"{why}; no predicted step time for this launch")
     if hw.devices % spec.gpus_per_node:
         raise EstimateError(f"hardware.devices = {hw.devices}: the model's nodes hold {spec.gpus_per_node} GPUs each; "
                             f"use a multiple of {spec.gpus_per_node}")
@@ -152,7 +144,7 @@ def cost_workload(workload: Workload) -> SimWorkload:
         job = dict(workload.adapter.cost_model_fields(contract))
     except ValueError as e:
         raise EstimateError(str(e)) from None
-    dims = {k: fixed[k] for k in _MEGATRON_MODEL_FLAGS if fixed.get(k) is not None}
+    dims = {k: fixed[k] for k in _MODEL_FIELDS if fixed.get(k) is not None}
     shape = {k: job.pop(k, bool(fixed.get(k))) for k in ("swiglu", "untie_embeddings_and_output_weights")}
     try:
         model = ModelSpec(**dims, **shape)
@@ -190,16 +182,17 @@ def unpriced_reason(w: SimWorkload, setting: Mapping[str, Any]) -> str | None:
 
 
 def regime(w: SimWorkload, setting: Mapping[str, Any]) -> str:
-    """"small work per GPU" below the README rows' per-GPU work (CALIBRATED_MIN); above it "calibrated" for
-    Megatron, "torchtitan" for an FSDP2 job (torchtitan's: its own held-out band)."""
+    """"small work per GPU" below the calibration rows' per-GPU work (CALIBRATED_MIN); above it the band of the way
+    ``w`` trains (its ``dp_sharding``'s StepPricing): "calibrated" for Megatron's data parallelism (and a simulated
+    cluster's), "torchtitan" for an FSDP2 job (its own held-out band)."""
     m = w.model
     tp, cp = setting.get("tensor_parallel", 1), setting.get("context_parallel", 1)
     tokens = setting.get("micro_batch_size", 1) * m.seq_length / cp
     small = (m.hidden_size / tp < CALIBRATED_MIN["hidden_per_tp"] or tokens < CALIBRATED_MIN["tokens_per_microbatch"]
              or m.hidden_size < CALIBRATED_MIN["hidden"])
     if small:
-        return "small work per GPU"
-    return "torchtitan" if w.dp_sharding == "per_block" else "calibrated"
+        return SMALL_WORK
+    return _PRICINGS[w.dp_sharding].regime
 
 
 def predict(w: SimWorkload, setting: Mapping[str, Any], capacity_bytes: float, *, cache: dict | None = None,
@@ -220,21 +213,12 @@ def predict(w: SimWorkload, setting: Mapping[str, Any], capacity_bytes: float, *
                           capacity_bytes=capacity_bytes, notes=notes)
 
 
-# What the cost model reads beyond SIM_KNOBS, and what an unread knob is priced as, by SimWorkload.dp_sharding:
-# Megatron's data parallelism ("per_iteration") or FSDP2's ("per_block", torchtitan's).
-_READ_BEYOND = {"per_iteration": ("recompute_method", "recompute_num_layers", "expert_tensor_parallel"),
-                "per_block": ("data_parallel_replicate", "fsdp_reshard_after_forward")}
-_UNREAD_AS = {"per_iteration": "as at Megatron's defaults",
-              "per_block": "as at their defaults: eager (no torch.compile), no async TP, no CPU offload, NCCL's own "
-                           "choices"}
-
-
 def unread_knobs(setting: Mapping[str, Any], dp_sharding: str = "per_iteration") -> list[str]:
     """Knobs of ``setting`` the cost model does not read (they are priced as at their defaults); ``dp_sharding``:
     the priced workload's (``SimWorkload.dp_sharding``)."""
     from ..workloads.simulated import SIM_KNOBS
 
-    read = set(SIM_KNOBS) | set(_READ_BEYOND[dp_sharding])
+    read = set(SIM_KNOBS) | set(_PRICINGS[dp_sharding].reads)
     return sorted(k for k in setting if k not in read)
 
 
@@ -243,7 +227,7 @@ def unread_note(setting: Mapping[str, Any], dp_sharding: str = "per_iteration") 
     unread = unread_knobs(setting, dp_sharding)
     if not unread:
         return None
-    return f"not in the step-time model (priced {_UNREAD_AS[dp_sharding]}): {', '.join(unread)}"
+    return f"not in the step-time model (priced {_PRICINGS[dp_sharding].unread_as}): {', '.join(unread)}"
 
 
 def prediction_notes(setting: Mapping[str, Any], w: SimWorkload) -> tuple[str, ...]:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.estimate.step_model import INTERVALS, README_SOURCE
+from infrarsi.adapters.megatron.pricing import README_SOURCE
+from infrarsi.estimate.step_model import INTERVALS
 
 ROOT = Path(__file__).resolve().parents[2]
 

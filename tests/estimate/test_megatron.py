@@ -1,4 +1,4 @@
-"""The Megatron estimate (estimate/megatron.py, megatron_step.py): megatron-core's own model and step on a fake
+"""The Megatron estimate (adapters/megatron/estimate/peak.py, step.py): megatron-core's own model and step on a fake
 process group, per rank, from the launch the adapter emits. The shipped GPU contracts and the micro-batch cap
 run with ``-m slow`` (about a minute each on 2 cores)."""
 
@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from infrarsi.contract.model import Contract
 from infrarsi.estimate import EstimateError, estimate
 from infrarsi.estimate.cli import estimate as estimate_cli
-from infrarsi.estimate.megatron_step import run
+from infrarsi.adapters.megatron.estimate.step import run
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
@@ -90,8 +90,8 @@ def test_cli_estimates_the_shipped_gpu_contracts_per_rank(name, sets, want):
 
 
 def test_the_ranks_estimated_are_the_first_and_last_stage_and_the_one_with_the_most_experts():
-    from infrarsi.estimate.megatron_step import auto_ranks
-    from infrarsi.workloads.megatron_model import parse
+    from infrarsi.adapters.megatron.estimate.step import auto_ranks
+    from infrarsi.adapters.megatron.cpu.model import parse
 
     args = parse(TINY + ["--pipeline-model-parallel-size", "4", "--num-layers", "8", "--num-experts", "4",
                          "--moe-layer-freq", "([0]*3+[1]*5)"], strict=True).args
@@ -158,7 +158,7 @@ def test_a_world_size_that_does_not_divide_names_the_product_and_what_divides():
 
 @pytest.mark.slow  # the default run's test_cli_prints_each_pipeline_stages_peak_for_the_cpu_contract covers one process
 def test_two_step_processes_side_by_side_give_the_one_process_result():
-    from infrarsi.estimate.megatron import run_step, start_steps
+    from infrarsi.adapters.megatron.estimate.peak import run_step, start_steps
 
     job = {"argv": TINY + ["--pipeline-model-parallel-size", "2"], "world": 2, "ranks": "auto"}
     lines: list[str] = []

@@ -1,12 +1,12 @@
-"""The fake step's two dispatch modes (estimate/megatron_fake.py): storages counted by category with their peak,
-and the shadows that give MoE dispatch its sizes under balanced routing."""
+"""The fake step's two dispatch modes (adapters/megatron/estimate/fake.py): storages counted by category with their
+peak, and the shadows that give MoE dispatch its sizes under balanced routing."""
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from infrarsi.estimate import EstimateError
-from infrarsi.estimate.megatron_fake import Shadows, StorageTracker
+from infrarsi.adapters.megatron.estimate.fake import Shadows, StorageTracker
 
 
 def test_tracker_counts_live_storages_by_phase_and_keeps_the_peak():

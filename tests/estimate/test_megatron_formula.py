@@ -1,9 +1,9 @@
-"""Megatron-LM's theoretical memory formula (estimate/megatron_formula.py) on Llama 3 70B, by hand."""
+"""Megatron-LM's theoretical memory formula (adapters/megatron/estimate/formula.py) on Llama 3 70B, by hand."""
 
 import pytest
 
-from infrarsi.estimate.megatron_formula import theoretical_memory
-from infrarsi.workloads.megatron_model import parse
+from infrarsi.adapters.megatron.estimate.formula import theoretical_memory
+from infrarsi.adapters.megatron.cpu.model import parse
 
 LLAMA3_70B = ["--num-layers", "80", "--hidden-size", "8192", "--ffn-hidden-size", "28672", "--num-attention-heads",
               "64", "--group-query-attention", "--num-query-groups", "8", "--seq-length", "8192", "--swiglu",

@@ -1,12 +1,12 @@
-"""What a megatron-core CPU rank holds beyond its tensors (estimate/overhead_megatron.py): the heap's high-water mark
-computed from the fake step's storage sizes (glibc's mmap threshold), gloo's groups, the process and MoE."""
+"""What a megatron-core CPU rank holds beyond its tensors (adapters/megatron/estimate/overhead.py): the heap's
+high-water mark computed from the fake step's storage sizes (glibc's mmap threshold), gloo's groups, the process and MoE."""
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from infrarsi.estimate import overhead_megatron as om
-from infrarsi.estimate.megatron_fake import MMAP_MAX, StorageTracker
+from infrarsi.adapters.megatron.estimate import overhead as om
+from infrarsi.adapters.megatron.estimate.fake import MMAP_MAX, StorageTracker
 
 MiB = 2**20
 
@@ -63,7 +63,7 @@ def test_a_large_vocabularys_logits_are_mmapped_and_leave_the_heap_as_it_was():
     293 MiB each) are mmapped, so the heap's part (its high-water mark over the tracked peak and its holes) stays
     within 16 MiB of vocabulary 32k's while the transient tensors grow by hundreds of MiB (a flat 0.337 x transient
     bytes priced them as fragmentation: 212-390 MiB high on such shapes)."""
-    from infrarsi.estimate.megatron import run_step
+    from infrarsi.adapters.megatron.estimate.peak import run_step
 
     small, large = ({k: v for k, v in run_step({"argv": _tiny(v), "world": 1, "ranks": [0]})["ranks"][0].items()
                      if k in ("peak", "heap")} for v in (32000, 150000))

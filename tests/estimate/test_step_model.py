@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import infrarsi.workloads.simulated as sim
+from infrarsi.adapters.megatron.pricing import README_TABLE
 from infrarsi.adapters.workload import Workload
 from infrarsi.cli import _register_tools, app
 from infrarsi.estimate import EstimateError
@@ -34,7 +35,7 @@ def _loaded(path, **sets):
 
 def test_the_calibrated_band_is_the_models_error_on_the_readme_table():
     ratios = []
-    for _size, L, h, heads, tp, pp, gpus, gbs, published in sm.README_TABLE:
+    for _size, L, h, heads, tp, pp, gpus, gbs, published in README_TABLE:
         m = sim.ModelSpec(num_layers=L, hidden_size=h, num_attention_heads=heads, ffn_hidden_size=4 * h,
                           vocab_size=131072, seq_length=4096, global_batch_size=gbs, swiglu=False,
                           untie_embeddings_and_output_weights=False)

@@ -1,4 +1,4 @@
-"""The two stand-ins megatron-core's local spec needs without Transformer Engine (workloads/megatron_layers.py):
+"""The two stand-ins megatron-core's local spec needs without Transformer Engine (adapters/megatron/cpu/layers.py):
 they compute what torch's reference ops compute, and keep for backward what TE's fused kernels keep."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from infrarsi.workloads.megatron_layers import RMSNorm, _FlashCore
+from infrarsi.adapters.megatron.cpu.layers import RMSNorm, _FlashCore
 
 
 def test_rmsnorm_matches_torch_and_keeps_input_and_rstd_only():

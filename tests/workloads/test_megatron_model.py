@@ -1,9 +1,9 @@
-"""Megatron-LM's command line read into megatron-core's objects (infrarsi/workloads/megatron_model.py): the
+"""Megatron-LM's command line read into megatron-core's objects (infrarsi/adapters/megatron/cpu/model.py): the
 defaults and derivations Megatron-LM applies, and megatron-core's own refusals. No process group is needed."""
 
 import pytest
 
-from infrarsi.workloads.megatron_model import MegatronArgsError, padded_vocab, parse, transformer_config
+from infrarsi.adapters.megatron.cpu.model import MegatronArgsError, padded_vocab, parse, transformer_config
 
 BASE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8", "--seq-length", "128",
         "--global-batch-size", "8"]

@@ -1,4 +1,4 @@
-"""The models megatron_model.py builds (the estimate's and the CPU loop's) hold the published models' parameters,
+"""The models adapters/megatron/cpu/model.py builds (the estimate's and the CPU loop's) hold the published models' parameters,
 module by module: megatron-core's GPTModel built under FakeTensorMode (shapes only) from the Megatron-LM flags of
 each model card's config, counted per module kind, against the count from the card's config values (Hugging Face
 ``config.json``) and the card's published total. One process builds the four models (about 10 s on 2 cores)."""
@@ -67,7 +67,7 @@ MODELS = {
 
 SCRIPT = """
 import json, sys
-from infrarsi.estimate.megatron_step import run
+from infrarsi.adapters.megatron.estimate.step import run
 out = {name: run({"argv": argv, "world": 1, "params_only": True}) for name, argv in json.load(sys.stdin).items()}
 print(json.dumps(out))
 """

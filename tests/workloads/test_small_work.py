@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from infrarsi.adapters.megatron.pricing import README_TABLE
 from infrarsi.adapters.workload import Workload
 from infrarsi.estimate import step_model as sm
 from infrarsi.estimate.cli import _setting
@@ -28,7 +29,7 @@ def _time(w, s) -> float:
 
 
 def _readme_rows():
-    for _size, L, h, heads, tp, pp, gpus, gbs, published in sm.README_TABLE:
+    for _size, L, h, heads, tp, pp, gpus, gbs, published in README_TABLE:
         m = sim.ModelSpec(num_layers=L, hidden_size=h, num_attention_heads=heads, ffn_hidden_size=4 * h,
                           vocab_size=131072, seq_length=4096, global_batch_size=gbs, swiglu=False,
                           untie_embeddings_and_output_weights=False)

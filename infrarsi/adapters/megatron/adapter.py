@@ -116,7 +116,7 @@ class MegatronAdapter(LaunchFileAdapter):
     """Megatron-LM through its launch script: catalog knobs, rewritten launches, log parsing."""
 
     name = FRAMEWORK
-    estimate_module = "megatron"
+    estimate_module = "adapters.megatron.estimate.peak"
     estimate_needs = "megatron.core"
     step_model = "launch"
     memory_offset = "estimate"
@@ -169,7 +169,7 @@ class MegatronAdapter(LaunchFileAdapter):
             self._before[key] = equivalence.reading(parsed.argv(), parsed.env)
         equivalence.check_equivalent(parsed, spec.argv, spec.env, s, before=self._before[key])
 
-        from infrarsi.workloads.megatron_trial import cpu_trial  # a CPU contract: torchrun and the memory cap
+        from .cpu.trial import cpu_trial  # a CPU contract: torchrun and the memory cap
 
         if contract.workload.launch:  # it runs where its relative paths were read from
             spec = spec.model_copy(update={"cwd": str(launch_cwd(contract.workload, self.base_dir))})

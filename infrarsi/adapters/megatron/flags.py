@@ -6,7 +6,7 @@ its parser does not know (a typo such as ``--micro-batch-sise``) ends the job at
 unrecognized arguments". Which flags the parser knows depends on the tree the launch runs, not on upstream's:
 
 1. the program is the CPU launcher (``launchers/pretrain_gpt_cpu.py``): the flags of its strict parser
-   (:func:`infrarsi.workloads.megatron_model.build_parser`);
+   (:func:`infrarsi.adapters.megatron.cpu.model.build_parser`);
 2. a Megatron tree is on the launch's import path (``megatron/training/arguments.py`` next to the program, on its
    ``PYTHONPATH``, in its working directory; :func:`.tree.search_path`): the flags that file's parser builds, read
    from its source (:mod:`.tree`), plus those the program adds through ``extra_args_provider``. A flag outside them
@@ -59,7 +59,7 @@ class KnownFlags:
 
 @cache
 def _cpu_launcher_flags() -> frozenset[str]:
-    from ...workloads.megatron_model import build_parser
+    from .cpu.model import build_parser
 
     return frozenset(s for s in build_parser()._option_string_actions if s.startswith("--"))
 
@@ -154,7 +154,7 @@ def emitted_refusal(known: KnownFlags | None, args: list[str]) -> str | None:
     """Why the launch's parser would refuse the arguments infrarsi emitted for a setting (a knob's flag a fork's
     tree lacks, e.g. --attention-backend in a tree older than it), or None. Only against a tree read completely:
     upstream's list has every knob's flag, and the CPU launcher's trials are refused by its own rules
-    (workloads/megatron_trial.py)."""
+    (adapters/megatron/cpu/trial.py)."""
     if known is None or known.tree is None or not known.certain:
         return None
     bad = outside(known.flags, args)

@@ -12,6 +12,7 @@ from ...transformer import CAUSAL_MATMULS
 from ..spec import FrameworkSpec
 from .fidelity import counts as fidelity
 from .spelling import SPELLING
+from .pricing import PRICING
 
 if TYPE_CHECKING:
     from ...trial import LaunchSpec
@@ -46,5 +47,5 @@ SPEC = FrameworkSpec(
     name="megatron", title="Megatron", adapter="megatron:MegatronAdapter", claims=claims,
     looks_for="a Megatron-LM command (torchrun/srun/python ... pretrain_gpt.py)",
     drafts_any=True,  # a launch read literally that nothing else claims is taken for Megatron's (the common case)
-    rewrite_profile=rewrite_profile, fidelity=fidelity, spelling=SPELLING,
+    rewrite_profile=rewrite_profile, fidelity=fidelity, spelling=SPELLING, step_pricing=PRICING,
     flops_convention=replace(CAUSAL_MATMULS, text="Megatron-style: " + CAUSAL_MATMULS.text))

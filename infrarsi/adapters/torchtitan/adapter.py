@@ -219,7 +219,7 @@ class TorchtitanAdapter(LaunchFileAdapter):
     """torchtitan through its job file or config function and command-line overrides."""
 
     name = FRAMEWORK
-    estimate_module = "torchtitan"
+    estimate_module = "adapters.torchtitan.estimate"
     estimate_needs = "torchtitan"
     memory_offset = "estimate"
     step_model = "launch"  # the flavour and the parallelism fields, as parsed (estimate/step_model.py)

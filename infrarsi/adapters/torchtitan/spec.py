@@ -12,6 +12,7 @@ from ...transformer import FULL_ACTIVE
 from ..spec import FrameworkSpec
 from .fidelity import counts as fidelity
 from .spelling import SPELLING
+from .pricing import PRICING
 
 if TYPE_CHECKING:
     from ...trial import LaunchSpec
@@ -55,4 +56,4 @@ def rewrite_profile(argv: list[str], setting: Mapping[str, Any], env: Mapping[st
 SPEC = FrameworkSpec(
     name="torchtitan", adapter="torchtitan:TorchtitanAdapter", claims=claims, job_suffixes=(".toml",),
     looks_for="a torchtitan one (-m torchtitan.train, run_train.sh, or a .toml job file)", drafts=drafts,
-    rewrite_profile=rewrite_profile, fidelity=fidelity, flops_convention=FULL_ACTIVE, spelling=SPELLING)
+    rewrite_profile=rewrite_profile, fidelity=fidelity, flops_convention=FULL_ACTIVE, spelling=SPELLING, step_pricing=PRICING)

@@ -9,7 +9,7 @@ A rank of launchers/pretrain_gpt_cpu.py (1 thread, bf16, gloo) holds, beyond the
   freed; a smaller one comes from the heap once the threshold has risen past it, which it has after the first
   step (it rises to the size of every mmapped chunk freed). The heap does not give back what it reached: at the
   step's peak the data segment holds the heap-sized storages' high-water mark plus the mmapped ones alive, i.e.
-  ``small_max + large_max`` of the step (megatron_fake.StorageTracker.heap_peaks), whatever the tracked peak.
+  ``small_max + large_max`` of the step (fake.StorageTracker.heap_peaks), whatever the tracked peak.
   Large-vocabulary logits and long-sequence scores are mmapped, so they add no heap.
 - **holes**: freed heap chunks that later requests do not fit, per byte of the step's heap-sized transient
   high-water (``small_max - small_state``): ``holes``.

@@ -1,7 +1,7 @@
 """Megatron-LM's GPT model from its command line, built from megatron-core's own modules.
 
-One reader of a ``pretrain_gpt.py`` command line serves the CPU training loop (:mod:`.megatron_gpt`) and the
-pre-flight estimate (:mod:`infrarsi.estimate.megatron`), so the model a trial trains and the model an estimate
+One reader of a ``pretrain_gpt.py`` command line serves the CPU training loop (:mod:`.gpt`) and the pre-flight
+estimate (:mod:`infrarsi.adapters.megatron.estimate.peak`), so the model a trial trains and the model an estimate
 prices are built by the same calls: megatron-core's ``TransformerConfig`` (``MLATransformerConfig`` with
 ``--multi-latent-attention``), its local layer specs (``get_gpt_layer_local_spec``; ``get_gpt_decoder_block_spec``
 for MoE), ``GPTModel`` per virtual pipeline stage, its ``DistributedDataParallel`` and ``get_megatron_optimizer``.
@@ -360,12 +360,12 @@ def transformer_config(args: argparse.Namespace, *, initialize: bool = True):
 
 def layer_spec(args: argparse.Namespace, config, vp_stage: int | None):
     """megatron-core's local block spec for this stage (dense or MoE layers per ``--moe-layer-freq``), with the
-    two stand-ins of :mod:`.megatron_layers`: :class:`TorchNorm` for every torch norm, and
+    two stand-ins of :mod:`.layers`: :class:`TorchNorm` for every torch norm, and
     :class:`FusedCoreAttention` as the core attention for ``--attention-backend auto|flash|fused``."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
-    from .megatron_layers import FusedCoreAttention, TorchNorm
+    from .layers import FusedCoreAttention, TorchNorm
 
     spec = copy.deepcopy(get_gpt_decoder_block_spec(config, use_transformer_engine=False,
                                                     normalization=args.normalization, vp_stage=vp_stage))

@@ -7,7 +7,7 @@ a trial runs, as the torchtitan adapter does for its CPU trials:
 - ``torchrun`` becomes this interpreter's ``-m torch.distributed.run`` (the ``torchrun`` on PATH may belong to
   another environment), and a single-node launch that names no rendezvous gets ``--standalone`` (a free port per
   trial, so a trial left behind by a killed run cannot block the next);
-- a setting the CPU launcher would refuse (:func:`~.megatron_gpt.cpu_refusal`: fp8, context parallelism, the
+- a setting the CPU launcher would refuse (:func:`~.gpt.cpu_refusal`: fp8, context parallelism, the
   alltoall dispatcher with expert TP > 1 on gloo, ...) is refused here, before anything starts;
 - the memory cap is the contract's capacity per process (RLIMIT_DATA, set by the executor), and
   ``OMP_NUM_THREADS`` is 1 unless the launch sets it (torchrun's own default).
@@ -21,11 +21,11 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..errors import FrameworkRejected
+from ....errors import FrameworkRejected
 
 if TYPE_CHECKING:
-    from ..contract.model import Contract
-    from ..trial.launch import LaunchSpec
+    from ....contract.model import Contract
+    from ....trial.launch import LaunchSpec
 
 _RDZV = ("--standalone", "--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr", "--master-port",
          "--master_port", "--rdzv-backend", "--rdzv_backend")
@@ -51,8 +51,8 @@ def cpu_trial(spec: LaunchSpec, contract: Contract) -> LaunchSpec:
 
 def cpu_refusal_of(argv: list[str]) -> str | None:
     """What the CPU launcher would refuse in the command ``argv`` (launcher, program, arguments), or None."""
-    from .megatron_gpt import cpu_refusal
-    from .megatron_model import MegatronArgsError, parse
+    from .gpt import cpu_refusal
+    from .model import MegatronArgsError, parse
 
     at = [i for i, a in enumerate(argv) if os.path.basename(a).startswith("pretrain_") and a.endswith(".py")]
     if not at:

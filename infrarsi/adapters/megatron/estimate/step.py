@@ -1,17 +1,17 @@
 """One fake training step of a Megatron job's model, as ranks of its world, in a process of its own.
 
-    python -m infrarsi.estimate.megatron_step < job.json > result.json
+    python -m infrarsi.adapters.megatron.estimate.step < job.json > result.json
 
 The job is ``{"argv": [...pretrain_gpt.py arguments...], "world": N, "ranks": "auto" | [r, ...]}`` (and
 ``"all_micro_batches": true`` to run every micro-batch instead of the cap below). For each
 rank this process becomes that rank of a ``fake`` process group of N ranks (every collective returns at once
 with the right shapes; a p2p receive gives an empty tensor of the announced shape), builds the model exactly as
-the CPU training loop does (:mod:`infrarsi.workloads.megatron_model`: megatron-core's process groups,
+the CPU training loop does (:mod:`infrarsi.adapters.megatron.cpu.model`: megatron-core's process groups,
 TransformerConfig, local layer spec, GPTModel chunks per virtual stage, Float16Module, DDP, optimizer) inside
 ``FakeTensorMode`` (tensors have shapes and dtypes, no data), and runs Megatron-LM's ``train_step`` once:
 zero the grad buffers, ``get_forward_backward_func()`` over the micro-batches, ``optimizer.step()``. An
 optimizer step with zero gradients runs first, creating Adam's state, so the priced step is a steady one.
-:class:`~.megatron_fake.StorageTracker` counts storages by category and keeps the peak; :class:`~.megatron_fake.
+:class:`~.fake.StorageTracker` counts storages by category and keeps the peak; :class:`~.fake.
 Shadows` gives MoE dispatch its sizes under balanced routing.
 
 Micro-batches: the schedule runs ``min(M, cap)`` of the M micro-batches per iteration, where ``cap`` is 2
@@ -24,7 +24,7 @@ pattern with the same buffers (the test suite checks this against the full count
 output layer and the loss's logits) and, for MoE, the stage with the most MoE layers (the most experts: every
 expert-parallel rank holds num_experts / EP experts per MoE layer); tensor, context and data rank 0 of each.
 
-The shims of :mod:`infrarsi.workloads.megatron_cpu` are installed: fake tensors here are CPU tensors, so the
+The shims of :mod:`infrarsi.adapters.megatron.cpu.shims` are installed: fake tensors here are CPU tensors, so the
 step runs the code path the CPU training loop runs. One more is needed under fake tensors: ``Module._apply``
 (``Float16Module``'s ``.bfloat16()``, ``.cuda()``) swaps a fake parameter for its converted copy with
 ``torch.utils.swap_tensors``, which swaps the two objects' ``__dict__`` too (megatron-core's attributes on its
@@ -203,9 +203,9 @@ def one_rank(args, world: int, rank: int, *, all_micro_batches: bool = False) ->
     from megatron.core.tensor_parallel.random import get_cuda_rng_tracker, model_parallel_cuda_manual_seed
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ..workloads.megatron_model import (initialize_parallel, model_chunks, num_microbatches, transformer_config,
+    from ..cpu.model import (initialize_parallel, model_chunks, num_microbatches, transformer_config,
                                             wrap)
-    from .megatron_fake import Shadows, StorageTracker
+    from .fake import Shadows, StorageTracker
 
     t0 = time.perf_counter()
     say(f"rank {rank} of {world}: building megatron-core's model, DDP and optimizer (fake tensors)")
@@ -279,7 +279,7 @@ def module_params(args, world: int = 1) -> dict[str, int]:
     from megatron.core.tensor_parallel.random import get_cuda_rng_tracker, model_parallel_cuda_manual_seed
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ..workloads.megatron_model import initialize_parallel, model_chunks, transformer_config
+    from ..cpu.model import initialize_parallel, model_chunks, transformer_config
 
     out = {kind: 0 for _, kind in _MODULE_KINDS}
     with fake_rank(world, 0):
@@ -325,7 +325,7 @@ def _batches(args, n: int):
 
 
 def _forward_step(data_iterator, model):
-    from ..workloads.megatron_gpt import forward_step
+    from ..cpu.gpt import forward_step
 
     return forward_step(data_iterator, model)
 
@@ -334,8 +334,8 @@ def prepare() -> None:
     """The imports and shims every job needs (the slow part of a start: done before the job is read, so that a
     parent can start this process while it still reads the launch)."""
     _quiet()
-    from ..workloads.megatron_cpu import install_cpu_fixes
-    from ..workloads.megatron_model import eager_fusions
+    from ..cpu.shims import install_cpu_fixes
+    from ..cpu.model import eager_fusions
 
     install_cpu_fixes()
     eager_fusions()
@@ -344,7 +344,7 @@ def prepare() -> None:
 
 def other_ranks(args, world: int) -> dict[int, list[str]]:
     """The "auto" ranks (:func:`auto_ranks`) from the model config alone, no step run."""
-    from ..workloads.megatron_model import initialize_parallel, transformer_config
+    from ..cpu.model import initialize_parallel, transformer_config
 
     with fake_rank(world, 0):
         initialize_parallel(args)
@@ -354,7 +354,7 @@ def other_ranks(args, world: int) -> dict[int, list[str]]:
 def run(job: dict[str, Any]) -> dict[str, Any]:
     """The job's result. ``"ranks"``: a list, ``"auto"`` (rank 0, then the others :func:`auto_ranks` names),
     or its two halves for two processes side by side: ``"auto-first"`` (rank 0) and ``"auto-others"``."""
-    from ..workloads.megatron_model import MegatronArgsError, parse
+    from ..cpu.model import MegatronArgsError, parse
 
     prepare()
     try:

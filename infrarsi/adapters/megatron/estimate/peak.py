@@ -3,11 +3,11 @@
 For a contract's launch and a setting, the adapter emits the launch exactly as a trial's (``MegatronAdapter.
 launch``: the knob flags rewritten, megatron-core's ``TransformerConfig`` and process-group arithmetic checked, so
 a setting estimated is one the adapter emits), and the program arguments of that launch are what
-:mod:`.megatron_step` builds and steps, in a process of its own, as ranks of a fake process group of the job's
+:mod:`.step` builds and steps, in a process of its own, as ranks of a fake process group of the job's
 world size: the first pipeline stage, the last, and for MoE the stage with the most experts. The estimate is the
 busiest of them; each one's peak by category is kept (``Estimate.per_rank``).
 
-What the model is built from (see :mod:`infrarsi.workloads.megatron_model` for the flags and defaults read): the
+What the model is built from (see :mod:`infrarsi.adapters.megatron.cpu.model` for the flags and defaults read): the
 launch's model and parallel flags; dtypes from ``--bf16``/``--fp16`` (fp32 main grads in bf16 unless
 ``--grad-reduce-in-bf16``, fp32 main params and Adam state in the optimizer, sharded over data parallel with
 ``--use-distributed-optimizer``); megatron-core's local layer spec, where Transformer Engine is absent (what it
@@ -15,7 +15,7 @@ changes is listed in that module and in each estimate's notes). Not estimated: c
 is Transformer Engine's), fp8 (TE; estimated at bf16, said so), and anything a launch sets with flags this reader
 does not model (listed in the notes).
 
-What tensors do not show is added by :mod:`.overhead`: on the CPU (:mod:`.overhead_megatron`), the heap's
+What tensors do not show is added by :mod:`infrarsi.fakestep.overhead`: on the CPU (:mod:`.overhead`), the heap's
 high-water mark over the tracked peak, computed from the step's storage sizes (glibc's mmap threshold), plus
 constants fitted on real trials of the CPU training loop (the process, gloo's per-group threads and gradient
 reduction, the heap's holes, MoE); on a GPU, the analytical 1.25 GiB (no GPU here to measure on).
@@ -36,16 +36,16 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import overhead_megatron as om
-from .overhead import unseen_bytes
-from .result import Estimate, EstimateError
-from .track import Device
+from ....fakestep.overhead import unseen_bytes
+from ....fakestep.result import Estimate, EstimateError
+from ....fakestep.track import Device
+from . import overhead as om
 
 if TYPE_CHECKING:
-    from ..adapters.megatron import MegatronAdapter, MegatronLaunch
-    from ..contract.model import Contract
+    from ....contract.model import Contract
+    from ..adapter import MegatronAdapter, MegatronLaunch
 
-STEP_MODULE = "infrarsi.estimate.megatron_step"
+STEP_MODULE = "infrarsi.adapters.megatron.estimate.step"
 TIMEOUT_S = 1800.0
 # Flags a launch may carry that change no tensor of a training step (data, tokenizer files, logging, checkpoints,
 # launch plumbing): not listed as "not modelled" in an estimate's notes.
@@ -63,8 +63,8 @@ _NO_TENSORS = ("--data-path", "--vocab-file", "--merge-file", "--split", "--save
 def launch_argv(contract: Contract, setting: Mapping[str, Any], *,
                 adapter: MegatronAdapter) -> tuple[list[str], int, MegatronLaunch]:
     """(pretrain_gpt.py arguments of the launch ``adapter`` emits, world size, the parsed launch)."""
-    from ..adapters.base import FrameworkRejected
-    from ..adapters.megatron import MegatronLaunchError
+    from ...base import FrameworkRejected
+    from ..adapter import MegatronLaunchError
 
     ad = adapter
     try:
@@ -83,11 +83,11 @@ PROGRESS = "progress: "  # the step process's stderr lines that say how far it i
 
 
 class StepProcess:
-    """:mod:`.megatron_step` in a process of its own (its shims and fake process group stay there), started
+    """:mod:`.step` in a process of its own (its shims and fake process group stay there), started
     before its job is known: it imports torch and megatron-core while the caller still reads the launch."""
 
     def __init__(self) -> None:
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(Path(__file__).resolve().parents[4])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         self.proc = subprocess.Popen([sys.executable, "-m", STEP_MODULE], stdin=subprocess.PIPE,
@@ -198,14 +198,14 @@ def estimate(contract: Contract, setting: Mapping[str, Any], *, adapter: Megatro
 
 def _refused_here(contract: Contract, ad: MegatronAdapter, argv: list[str]):
     """The launch's arguments as read (Megatron-LM's derivations), or EstimateError for what is not estimated."""
-    from ..workloads.megatron_model import MegatronArgsError, parse
+    from ..cpu.model import MegatronArgsError, parse
 
     try:
         args = parse(argv, strict=False).args
     except MegatronArgsError as e:
         raise EstimateError(str(e)) from None
     if str(contract.hardware.kind).lower() == "cpu":
-        from ..workloads.megatron_gpt import cpu_refusal
+        from ..cpu.gpt import cpu_refusal
 
         why = cpu_refusal(args)
         if why:  # the CPU launcher refuses it: no trial of it could run, so it does not "fit"
@@ -225,7 +225,7 @@ def _refused_here(contract: Contract, ad: MegatronAdapter, argv: list[str]):
 def from_step(out: dict[str, Any], contract: Contract, *, argv: list[str], world: int, unseen_gib: float | None = None,
               threads: int = 1) -> Estimate:
     """The Estimate for a fake step's result (the rank with the highest peak, every rank kept)."""
-    from ..workloads.megatron_model import fused_attention, parse
+    from ..cpu.model import fused_attention, parse
 
     args = parse(argv, strict=False).args
     per_rank = []
@@ -259,7 +259,7 @@ def from_step(out: dict[str, Any], contract: Contract, *, argv: list[str], world
 
 def cpu_rank(r: Mapping[str, Any], reduced: float) -> tuple[float, str]:
     """(bytes, where they come from) no tracker sees in a rank ``r`` of the fake step (its process_groups,
-    local_experts and heap) run as the megatron-core CPU training loop: overhead_megatron.py's measured model;
+    local_experts and heap) run as the megatron-core CPU training loop: overhead.py's measured model;
     ``reduced`` is reduced_bytes() of the rank."""
     groups, experts = int(r.get("process_groups", 0)), int(r.get("local_experts", 0))
     total, parts = om.unseen(process_groups=groups, local_experts=experts, heap=r.get("heap"), reduced_bytes=reduced)
@@ -281,7 +281,7 @@ def _rank_row(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _notes(args, out: dict[str, Any]) -> list[str]:
-    from ..workloads.megatron_model import fused_attention
+    from ..cpu.model import fused_attention
 
     notes = ["megatron-core's local layer spec (no Transformer Engine here): norms as separate modules keeping what "
              "TE's fused norms keep, fusions eager, torch's fused AdamW for TE's FusedAdam"]

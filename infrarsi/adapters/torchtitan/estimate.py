@@ -27,13 +27,13 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from .overhead import MiB, unseen_bytes
-from .result import Estimate, EstimateError
-from .track import Device, Hooks, fake_world, tracked_step
+from ...fakestep.overhead import MiB, unseen_bytes
+from ...fakestep.result import Estimate, EstimateError
+from ...fakestep.track import Device, Hooks, fake_world, tracked_step
 
 if TYPE_CHECKING:
-    from ..adapters.torchtitan import TorchtitanAdapter
-    from ..contract.model import Contract
+    from ...contract.model import Contract
+    from .adapter import TorchtitanAdapter
 
 TRAIN_MODULE = "torchtitan.train"
 

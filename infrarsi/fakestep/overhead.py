@@ -13,14 +13,15 @@ allocator adds per byte of short-lived tensors. Both are measured, never guessed
 
     .venv/bin/python scripts/bench_estimate.py --calibrate
 
-which runs minigpt for real at a tiny size (1 layer, hidden 64, seq 16: tensors of a few hundred KiB) for
-``base``, and at a medium size that is not the shipped contract's shape (2 layers, hidden 192, seq 512, micro-batch
-8) for ``fragmentation``: measured peak data segment (the figure RLIMIT_DATA governs and a trial reports) minus the
-estimate's tracked bytes. The shipped contract's settings are then a held-out test of both.
+(:func:`infrarsi.estimate.measure.calibrate`), which runs minigpt for real at a tiny size (1 layer, hidden 64, seq
+16: tensors of a few hundred KiB) for ``base``, and at a medium size that is not the shipped contract's shape (2
+layers, hidden 192, seq 512, micro-batch 8) for ``fragmentation``: measured peak data segment (the figure
+RLIMIT_DATA governs and a trial reports) minus the estimate's tracked bytes. The shipped contract's settings are
+then a held-out test of both.
 
-torchtitan has its own pair (estimate/torchtitan.py's RANK_BASE and RANK_FRAGMENTATION, handed in as ``rank``),
-measured on the process its trials really are (torchtitan.train through the CPU launcher under torchrun, 2 ranks
-on gloo, with its tokenizer and dataloader) by
+torchtitan has its own pair (adapters/torchtitan/estimate.py's RANK_BASE and RANK_FRAGMENTATION, handed in as
+``rank``), measured on the process its trials really are (torchtitan.train through the CPU launcher under torchrun,
+2 ranks on gloo, with its tokenizer and dataloader) by
 
     .venv/bin/python scripts/bench_estimate.py --calibrate-torchtitan
 
@@ -35,7 +36,7 @@ under the contract's 2.25 GiB cap.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -55,7 +56,8 @@ FRAGMENTING: dict[str, tuple[str, ...]] = {"cpu": ("Activation", "Temp")}
 MEASURED_BY = "scripts/bench_estimate.py --calibrate (torch 2.13.0 CPU, 2 cores)"
 
 # A framework whose CPU rank is measured on its own (its estimate module's constants: a torchtitan.train rank, the
-# megatron-core CPU training loop of overhead_megatron.py) hands unseen_bytes that measurement as ``rank``.
+# megatron-core CPU training loop of adapters/megatron/estimate/overhead.py) hands unseen_bytes that measurement as
+# ``rank``.
 
 # No GPU was available to measure on: a GPU's base is the analytical model's (priors/offline.py, 1.25 GiB:
 # CUDA context + cuBLAS workspaces + NCCL buffers) and its fragmentation is not counted; both labelled as such.
@@ -85,37 +87,3 @@ def unseen_bytes(contract: Contract, *, threads: int | None = None, bf16: bool =
                              f"{transient_bytes / MiB:.0f} MiB transient ({MEASURED_BY})")
     return GPU_UNMEASURED, ("not measured (no GPU here): the analytical 1.25 GiB for CUDA context, cuBLAS workspaces "
                             "and NCCL buffers, no fragmentation; set --unseen-gib from a measured empty job on your GPU")
-
-
-TINY = {"num_layers": 1, "hidden_size": 64, "num_attention_heads": 2, "seq_length": 16, "vocab_size": 64,
-        "global_batch_size": 1}
-MEDIUM = {"num_layers": 2, "hidden_size": 192, "num_attention_heads": 6, "seq_length": 512, "vocab_size": 512,
-          "global_batch_size": 8}
-
-
-def _resized(contract: Contract, args: dict[str, Any]) -> Any:
-    wl = contract.workload.model_copy(update={"args": {**contract.workload.args, **args}})
-    return contract.model_copy(update={"workload": wl})
-
-
-def calibrate(contract: Contract = None, threads: tuple[int, ...] = (1, 2)) -> dict[str, float]:
-    """Measure ``BASE`` (per threads and dtype) and ``FRAGMENTATION`` on this machine; returns them by name."""
-    from pathlib import Path
-
-    from ..contract.model import load_contract
-    from .measure import measured_peak_minigpt
-    from .minigpt import estimate
-
-    if contract is None:
-        contract = load_contract(Path(__file__).resolve().parents[2] / "contracts/minigpt-cpu.toml")
-    tiny, medium = _resized(contract, TINY), _resized(contract, MEDIUM)
-    out: dict[str, float] = {}
-    for t in threads:
-        for bf16 in (False, True):
-            s = {"micro_batch_size": 1, "intra_op_threads": t, "attention_backend": "auto", "bf16": bf16}
-            out[f"base cpu {t} {'bf16' if bf16 else 'fp32'}"] = measured_peak_minigpt(tiny, s) - estimate(tiny, s).tracked_bytes
-    s = {"micro_batch_size": 8, "intra_op_threads": 1, "attention_backend": "auto"}
-    e = estimate(medium, s)
-    transient = e.tracked.get("Activation", 0) + e.tracked.get("Temp", 0)
-    out["fragmentation cpu"] = (measured_peak_minigpt(medium, s) - e.tracked_bytes - out["base cpu 1 fp32"]) / transient
-    return out

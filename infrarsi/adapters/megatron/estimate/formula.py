@@ -36,7 +36,7 @@ class Formula:
 
 def theoretical_memory(args: Any, world: int) -> Formula:
     """Megatron-LM's theoretical footprint (bytes) of the most loaded rank for a parsed command line
-    (:func:`infrarsi.workloads.megatron_model.parse`) on ``world`` ranks."""
+    (:func:`infrarsi.adapters.megatron.cpu.model.parse`) on ``world`` ranks."""
     a = args
     h, L, heads = a.hidden_size, a.num_layers, a.num_attention_heads
     tp, pp, cp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size

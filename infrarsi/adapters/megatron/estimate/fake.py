@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .result import EstimateError
+from ....fakestep.result import EstimateError
 
 aten = torch.ops.aten
 _DEBUG = bool(os.environ.get("INFRARSI_DEBUG_SHADOWS"))
@@ -49,7 +49,7 @@ SHADOW_NUMEL = 1 << 23  # 8M elements: a routing map of 64K tokens x 128 experts
 # glibc malloc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX, 4 MiB x sizeof(long)): an
 # allocation of at least this is always its own mmap, unmapped when freed; a smaller one comes from the heap once
 # the threshold has risen past it (it rises to the size of each mmapped chunk freed), and the heap keeps its high-water
-# mark. overhead_megatron.py prices the two differently.
+# mark. overhead.py prices the two differently.
 MMAP_MAX = 32 * 2**20
 
 

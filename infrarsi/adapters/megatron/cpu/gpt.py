@@ -6,7 +6,7 @@
 
 It is started by ``launchers/pretrain_gpt_cpu.py`` (which, on a machine without a GPU, first installs the CPU
 shims that megatron-core needs). The model, its config, DDP and optimizer are built by
-:mod:`.megatron_model` from the command line, with Megatron-LM's flag names and defaults; each iteration is
+:mod:`.model` from the command line, with Megatron-LM's flag names and defaults; each iteration is
 Megatron-LM's ``train_step``: zero the grad buffers, ``get_forward_backward_func()`` over the micro-batches
 (no pipelining, 1F1B, or the interleaved schedule with virtual stages; tensor, sequence, pipeline, expert and
 data parallelism, the distributed optimizer, selective or full recompute, MoE with the allgather or alltoall
@@ -40,7 +40,7 @@ import os
 import sys
 import time
 
-from ..procmem import peak_data_bytes, peak_rss_bytes, status_kib
+from ....procmem import peak_data_bytes, peak_rss_bytes, status_kib
 
 MB = 2**20
 
@@ -75,7 +75,7 @@ def cpu_refusal(args) -> str | None:
         return (f"--moe-token-dispatcher-type alltoall with expert tensor parallelism {etp} gathers uneven token "
                 "counts, which gloo cannot; on the CPU use --moe-token-dispatcher-type allgather or "
                 "--expert-tensor-parallel-size 1")
-    from .megatron_model import fused_attention
+    from .model import fused_attention
 
     if fused_attention(args) and args.attention_dropout > 0:
         return (f"--attention-backend {args.attention_backend} runs torch's CPU flash attention, which has no "
@@ -87,7 +87,7 @@ def batches(args, *, iteration: int, n_micro: int, dp_rank: int):
     """The micro-batches of one iteration for this data-parallel rank: (tokens, labels, loss_mask, positions)."""
     import torch
 
-    from .minigpt import batch_for
+    from ....workloads.minigpt import batch_for
 
     pos = torch.arange(args.seq_length).unsqueeze(0).expand(args.micro_batch_size, -1)
     for m in range(n_micro):
@@ -119,7 +119,7 @@ def forward_step(data_iterator, model):
     """Megatron-LM's GPT forward step: the model's per-token loss and the loss function over it."""
     from functools import partial
 
-    from .megatron_model import loss_func
+    from .model import loss_func
 
     tokens, labels, loss_mask, position_ids = next(data_iterator)
     output = model(tokens, position_ids, None, labels=labels)
@@ -148,7 +148,7 @@ def memory_line(rank: int, iteration: int) -> str:
 def main(argv: list[str] | None = None, *, extra_args_provider=None) -> int:
     """Train; ``extra_args_provider`` adds a program's own flags (Megatron-LM's ``pretrain(...,
     extra_args_provider=...)``): they are parsed strictly with the rest and not used by the loop."""
-    from .megatron_model import (MegatronArgsError, eager_fusions, initialize_parallel, model_chunks, num_microbatches,
+    from .model import (MegatronArgsError, eager_fusions, initialize_parallel, model_chunks, num_microbatches,
                                  parse, transformer_config, wrap)
 
     try:

@@ -4,7 +4,7 @@ megatron-core 0.16 cannot run a step without CUDA: it allocates on ``torch.cuda.
 literal ``"cuda"`` devices, forks CUDA RNG states for dropout, asks for CUDA streams and synchronizes, and its
 optimizers check for ``torch.cuda.*`` tensor type names. :func:`install_cpu_fixes` installs eight shims; none
 changes what is computed. ``launchers/pretrain_gpt_cpu.py`` installs them before training when no GPU is
-present; the Megatron estimate (``infrarsi.estimate.megatron_step``) installs them in its own process, whose
+present; the Megatron estimate (``infrarsi.adapters.megatron.estimate.step``) installs them in its own process, whose
 fake tensors are CPU tensors, so the step it prices runs the same code path the CPU training loop runs.
 
 1. "cuda" is the CPU. A ``TorchFunctionMode`` rewrites a CUDA device argument (``"cuda"``, ``"cuda:N"``, an
@@ -33,7 +33,7 @@ fake tensors are CPU tensors, so the step it prices runs the same code path the 
    for as numpy is converted too (a fake one, in the estimate, through ``.tolist()``).
 8. megatron-core's fusions are ``torch.compile``'d functions; they run eagerly (the same math): compiling on
    the CPU costs minutes and its worker processes would show in the measured peak. (This one is
-   :func:`infrarsi.workloads.megatron_model.eager_fusions`, which the loop calls on any device: the estimate
+   :func:`infrarsi.adapters.megatron.cpu.model.eager_fusions`, which the loop calls on any device: the estimate
    prices the eager fusions too.)
 """
 
