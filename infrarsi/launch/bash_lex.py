@@ -3,7 +3,8 @@
 A :class:`Word` is a list of parts ``(kind, text, quoted)`` with kind ``lit`` (literal text), ``var``
 (``$NAME``, ``${...}``, ``$1``), ``arith`` (``$(( ... ))``) or ``cmd`` (``$( ... )`` and backticks, never
 run). ``NAME=( ... )`` is one word holding the array's element words. Each word keeps its source span
-(``start``, ``end``: character offsets into the script), so an edit can be made where the user wrote it.
+(``at``) and each literal the spans of its characters (:class:`~.placed.Placed`), so an edit can be made where the
+user wrote it.
 Comments, line continuations and redirections (with their targets) are dropped.
 """
 

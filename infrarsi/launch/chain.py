@@ -13,8 +13,9 @@ front of a child script are kept as the launch's prefix, in order: ``srun`` with
 options of srun, ``apptainer|singularity exec|run [opts] IMAGE``, ``docker|podman run [opts] IMAGE``, ``enroot start
 [opts] NAME``). The launch is the last command, in any file of the chain, that ``claims`` accepts; its argv is the
 prefixes followed by the command as the innermost script runs it (``srun --container-image=img.sqsh torchrun
---nproc_per_node 8 pretrain_gpt.py ...``), and each file read is returned with its text, so that an edit can be made
-in the file where a value is written (:mod:`infrarsi.apply.launch_edit`).
+--nproc_per_node 8 pretrain_gpt.py ...``), and each file read is returned with its text; every word of the launch is
+placed where it was read (:mod:`.placed`: a ``$1`` or ``"$@"`` word in the file of the command that passes it, an
+exported variable where it is assigned), so that an edit is made at that place (:mod:`infrarsi.apply.launch_edit`).
 
 A batch script (one with ``#SBATCH`` lines) is read with the job's Slurm variables its directives state
 (``SLURM_NNODES``, ``SLURM_NTASKS_PER_NODE``, ``SLURM_GPUS_PER_NODE``) and ``SLURM_SUBMIT_DIR`` as its working folder;
