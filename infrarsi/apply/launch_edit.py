@@ -1,21 +1,27 @@
 """The tuned setting as a minimal edit of the user's own launch file: the .sh, the TOML job file, the 0.3 command line.
 
 A training team reviews a five-line diff of the script they already run; nobody reviews a regenerated
-one. So ``apply`` changes the file the contract names where the user wrote each thing:
+one. So ``apply`` changes the files the contract's launch is read from, at the place the reader read each
+knob (every word of the launch carries the spans it was read from, :mod:`infrarsi.launch.placed`):
 
-- a knob flag's value where it stands: ``--tensor-model-parallel-size 8`` -> ``4`` on its line, or, when
-  the flag takes a variable (``--tensor-model-parallel-size ${TP}``), the variable's assignment
-  (``TP=8`` -> ``TP=4``, ``TP=${TP:-8}`` -> ``TP=${TP:-4}``), inside arrays and option strings alike;
-- a flag the new setting drops (``--overlap-param-gather``) is deleted, with its line when it stood alone;
-- a flag the setting adds is written at the end of the launch command (before ``"$@"``, a redirection or the
-  word the framework keeps last, ``last``: torchtitan 0.3's ``activation-checkpoint:`` choice);
-- an environment knob (``NCCL_ALGO``) is changed in its ``export`` line, or a new ``export`` line is added
+- a knob flag's value where it was read: ``--tensor-model-parallel-size 8`` -> ``4`` on its line, or, when
+  the flag takes a variable (``--tensor-model-parallel-size ${TP}``), the variable's assignment that gave the
+  value (``TP=8`` -> ``TP=4``, ``TP=${TP:-8}`` -> ``TP=${TP:-4}``, an ``export TP=8`` in the sbatch file, the
+  argument a calling script passes as ``$1`` or through ``"$@"``), inside arrays and option strings alike; a
+  value no assignment gives as it is (``TP=$(( GPUS / 2 ))``) or that other words read too is changed at the
+  ``$TP`` word;
+- a flag the new setting drops (``--overlap-param-gather``) is deleted where it was read, with its line when it
+  stood alone;
+- a flag the setting adds is written at the end of the command the chain ends in (before ``"$@"``, a redirection
+  or the word the framework keeps last, ``last``: torchtitan 0.3's ``activation-checkpoint:`` choice), or at the
+  end of the command that runs its script when the launch passes its script's arguments on (``"$@"``);
+- an environment knob (``NCCL_ALGO``) is changed where its value was assigned, or a new ``export`` line is added
   before the launch;
 - a TOML job file gets the changed fields (:mod:`infrarsi.launch.toml_edit`).
 
-Comments, layout, variables and every other byte stay. Each edit is read back with the project's own
-script reader: the edited file must give exactly the tuned launch (the same one the trials ran) and the
-same workload, else the edit is refused with the reason (:class:`EditError`) and nothing is written.
+Comments, layout, variables and every other byte stay. The edited files are read back once with the project's
+own script reader: they must give exactly the tuned launch (the same one the trials ran) and the same workload,
+else the edit is refused with the reason (:class:`EditError`) and nothing is written.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ import difflib
 import os
 import re
 import shlex
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..contract.model import ENV_NAME
+from ..launch.placed import Placed, Span, at_of, part_of, site_of
 from ..launch.toml_edit import TomlEditError, set_values
 
 if TYPE_CHECKING:
@@ -38,6 +46,7 @@ if TYPE_CHECKING:
 
 # A script "reading": program arguments and environment of its launch command, and the setting and workload.
 Reading = tuple[list[str], dict[str, str], dict[str, Any], dict[str, Any]]
+Texts = dict[str, str]  # the files of a launch chain, path -> text, outermost first
 
 
 class EditError(ValueError):
@@ -50,21 +59,29 @@ class Edit:
     changed_lines: int
 
 
-def _items(args: list[str], last: str = "") -> list[tuple[str, list[str]]]:
-    """Group program arguments into (flag, values); ``--flag=v`` is (flag, [v]); a word that starts with ``last``
-    (a regex; "": none) is an item of its own."""
-    out: list[tuple[str, list[str]]] = []
+@dataclass(frozen=True)
+class _Item:
+    flag: str  # "--name", a word kept last, or "" for a word that belongs to no flag
+    values: list[str]
+    words: list[str]  # the words read, as the reader placed them
+
+
+def _items(args: list[str], last: str = "") -> list[_Item]:
+    """Group program arguments into flags with their values; ``--flag=v`` is (flag, [v]); a word that starts with
+    ``last`` (a regex; "": none) is an item of its own."""
+    out: list[_Item] = []
     for a in args:
         if a.startswith("--") or (last and re.match(last, a)):
             if "=" in a and a.startswith("--"):
                 name, v = a.split("=", 1)
-                out.append((name, [v]))
+                out.append(_Item(name, [v], [a]))
             else:
-                out.append((a, []))
+                out.append(_Item(a, [], [a]))
         elif out and not re.fullmatch(r"-[A-Za-z].*", a):
-            out[-1][1].append(a)
+            out[-1].values.append(a)
+            out[-1].words.append(a)
         else:
-            out.append(("", [a]))
+            out.append(_Item("", [a], [a]))
     return out
 
 
@@ -80,61 +97,7 @@ def _bare(v: str, where: str) -> str:
     return v
 
 
-def _code_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each line's code (a full-line comment has none; ``#SBATCH`` lines are comments)."""
-    spans, pos = [], 0
-    for ln in text.split("\n"):
-        if not ln.lstrip().startswith("#"):
-            spans.append((pos, pos + len(ln)))
-        pos += len(ln) + 1
-    return spans
-
-
-def _occurrences(text: str, flag: str) -> list[int]:
-    """Offsets where ``flag`` stands as a whole word in code (also ``flag=...``)."""
-    out = []
-    pat = re.compile(r"(?<![\w\-.])" + re.escape(flag) + r"(?=[\s=\"')\\]|$)")
-    for a, b in _code_spans(text):
-        out += [m.start() for m in pat.finditer(text, a, b)]
-    return out
-
-
 _WORD = re.compile(r"""[ \t]*(?:\\\n[ \t]*)*("[^"\n]*"|'[^'\n]*'|[^\s"'\\)]+)""")
-
-
-def _value_span(text: str, pos: int, flag: str) -> tuple[int, int, str] | None:
-    """(start, end, raw) of the value word after the flag at ``pos`` (``flag=v``: the v part)."""
-    end = pos + len(flag)
-    if text.startswith("=", end):
-        m = re.compile(r"[^\s\"')]*").match(text, end + 1)
-        return end + 1, m.end(), m.group(0)
-    if end < len(text) and text[end] in "\"'":
-        # the flag and its value inside one quoted word ("--fp8-format hybrid")
-        m = re.compile(r"[ \t]+([^\s\"']+)").match(text, end)
-        return (m.start(1), m.end(1), m.group(1)) if m else None
-    m = _WORD.match(text, end)
-    if not m or m.group(1).startswith("-") and not re.fullmatch(r"-\.?\d.*", m.group(1).strip("\"'")):
-        return None
-    return m.start(1), m.end(1), m.group(1)
-
-
-_VAR = re.compile(r"""^"?\$\{?([A-Za-z_]\w*)\}?"?$""")
-
-
-def _assignment(text: str, var: str, old: str) -> tuple[int, int] | None:
-    """The span of the literal that gives ``var`` the value ``old``: ``VAR=old``, ``VAR="old"`` or
-    ``VAR=${VAR:-old}`` (the last such assignment)."""
-    found = None
-    pat = re.compile(rf"(?m)^[ \t]*(?:export[ \t]+)?{re.escape(var)}=(.*)$")
-    for m in pat.finditer(text):
-        rhs, start = m.group(1).split(" #")[0].rstrip(), m.start(1)
-        d = re.fullmatch(rf"""\$\{{{re.escape(var)}:?-("?)([^}}"]*)\1\}}""", rhs)
-        if d and d.group(2) == old:
-            found = (start + d.start(2), start + d.end(2))
-        elif rhs.strip("\"'") == old:
-            q = 1 if rhs[:1] in "\"'" else 0
-            found = (start + q, start + len(rhs) - q)
-    return found
 
 
 def _line_bounds(text: str, pos: int) -> tuple[int, int]:
@@ -143,8 +106,8 @@ def _line_bounds(text: str, pos: int) -> tuple[int, int]:
     return a, (len(text) if b < 0 else b)
 
 
-def _remove(text: str, pos: int, flag: str, nvals: int) -> str:
-    """``text`` without the flag at ``pos`` and its ``nvals`` value words; a quoted word that held only them
+def _removal(text: str, pos: int, flag: str, nvals: int) -> tuple[int, int]:
+    """The span to delete for the flag at ``pos`` and its ``nvals`` value words: a quoted word that held only them
     goes whole, and so does the line when nothing else is left on it."""
     start, end = pos, pos + len(flag)
     if text.startswith("=", end):
@@ -157,32 +120,35 @@ def _remove(text: str, pos: int, flag: str, nvals: int) -> str:
             end = m.end(1)
     if start > 0 and text[start - 1] in "\"'" and text[end:end + 1] == text[start - 1]:
         if text[start - 2:start - 1] == "=":  # OPTS="--recompute-activations" -> OPTS=""
-            return text[:start] + text[end:]
+            return start, end
         start, end = start - 1, end + 1  # "--fp8-format hybrid": the whole quoted element
     a, b = _line_bounds(text, pos)
     if (text[a:start] + text[end:b]).strip(" \t\\") == "":
-        return text[:a] + text[b + 1:]  # it was the line's only content
+        return a, b + 1  # it was the line's only content
     while start > 0 and text[start - 1] in " \t":
         start -= 1
-    return text[:start] + text[end:]
+    return start, end
+
+
+def _command_end(lines: list[str], line: int) -> int:
+    k = line - 1
+    while k < len(lines) - 1 and lines[k].rstrip().endswith("\\"):
+        k += 1
+    return k
 
 
 def _passes_args(text: str, line: int) -> bool:
     """Whether the command that starts at ``line`` (1-based) passes on its script's own arguments (``"$@"``)."""
     lines = text.split("\n")
-    k = line - 1
-    while k < len(lines) - 1 and lines[k].rstrip().endswith("\\"):
-        k += 1
+    k = _command_end(lines, line)
     return re.search(r"""(^|[\s"'])\$\{?[@*]""", "\n".join(lines[line - 1:k + 1])) is not None
 
 
 def _insert_point(text: str, line: int, first: str | None, last: str = "") -> int:
-    """Where new flags go in the launch command that starts at ``line`` (1-based): before the word that stays last
+    """Where new flags go in the command that starts at ``line`` (1-based): before the word that stays last
     (``last``, a regex), ``"$@"``, a redirection or pipe, or a comment, else at the end of its last continued line."""
     lines = text.split("\n")
-    k = line - 1
-    while k < len(lines) - 1 and lines[k].rstrip().endswith("\\"):
-        k += 1
+    k = _command_end(lines, line)
     cmd_start = sum(len(x) + 1 for x in lines[:line - 1])
     cmd_end = sum(len(x) + 1 for x in lines[:k]) + len(lines[k])
     seg = text[cmd_start:cmd_end]
@@ -193,278 +159,216 @@ def _insert_point(text: str, line: int, first: str | None, last: str = "") -> in
     return cmd_start + (min(cands) if cands else len(seg.rstrip(" \t\\")))
 
 
+class _Spans:
+    """The span edits of a chain's files, made at once: (start, end, new text) per file, in the files' first
+    offsets; overlapping edits are refused."""
+
+    def __init__(self, texts: Mapping[str, str], main: str) -> None:
+        self.texts, self.main = dict(texts), main
+        self.edits: dict[str, list[tuple[int, int, str]]] = {}
+
+    def file(self, span: Span) -> str | None:
+        """The chain's file a span was read in (a reader given another name for a single file: that file)."""
+        if span.path in self.texts:
+            return span.path
+        real = [p for p in self.texts if os.path.realpath(p) == os.path.realpath(span.path)]
+        if real:
+            return real[0]
+        return next(iter(self.texts)) if len(self.texts) == 1 else None
+
+    def add(self, path: str, start: int, end: int, new: str, what: str) -> None:
+        got = self.edits.setdefault(path, [])
+        if (start, end, new) in got:
+            return
+        if any(a < end and start < b or (a == b == start == end) for a, b, _ in got):
+            raise EditError(f"{self.main}: {what}: written where another change is written; edit it by hand")
+        got.append((start, end, new))
+
+    def shifted(self, path: str, pos: int) -> int:
+        """``pos`` of the file as it was, in the edited file (a position no edit covers)."""
+        return pos + sum(len(new) - (b - a) for a, b, new in self.edits.get(path, []) if b <= pos)
+
+    def applied(self) -> Texts:
+        out = dict(self.texts)
+        for path, edits in self.edits.items():
+            t = out[path]
+            for a, b, new in sorted(edits, reverse=True):
+                t = t[:a] + new + t[b:]
+            out[path] = t
+        return out
+
+
+def _new_value(want: str, span: Span, path: str) -> str:
+    if span.var:
+        return _bare(want, f"{path}: {span.var}")
+    return _bare(want, path) if span.quoted else _quote(want)
+
+
+def _cannot(main: str, flag: str, vals: list[str], want: list[str] | None) -> EditError:
+    return EditError(f"{main}: cannot change {flag} {' '.join(vals)} -> "
+                     f"{' '.join(want) if want is not None else '(removed)'} where it is written")
+
+
+def _origins(words: list[str]) -> Counter:
+    """How many words were read from each span (a value that several words read is shared)."""
+    return Counter((s.path, s.start, s.end) for w in words if isinstance(w, Placed) for _, s in w.segs)
+
+
 def edit_script(text: str, read: Callable[[str], Reading], *, target_args: list[str], target_env: Mapping[str, str],
-                launch_line: int, env_keys: set[str], path: str = "launch",
-                line_of: Callable[[str], int | None] | None = None, last: str = "") -> Edit:
+                launch_line: int, env_keys: set[str], path: str = "launch", last: str = "") -> Edit:
     """``text`` edited so that ``read`` gives ``target_args`` and ``target_env`` (for ``env_keys``). Raises
     EditError when no minimal edit reads back as the target (also when the edited text cannot be read at all).
-
-    ``line_of`` gives the 1-based line the launch command starts on in an edited text: new flags and ``export``
-    lines go by the command's place after the edits before them (a flag removed with its line above the command
-    moves it up); without it, ``launch_line`` is used throughout. ``last``: a regex for the word that stays last in
-    the launch command (the adapter's :attr:`~infrarsi.adapters.base.LaunchFileAdapter.last_word`)."""
+    ``last``: a regex for the word that stays last in the launch command (the adapter's
+    :attr:`~infrarsi.adapters.base.LaunchFileAdapter.last_word`)."""
     edits = edit_files({path: text}, lambda t: read(t[path]), main=path, target_args=target_args,
-                       target_env=target_env, launch_line=launch_line, env_keys=env_keys,
-                       line_of=None if line_of is None else (lambda t: line_of(t[path])), last=last)
+                       target_env=target_env, launch_line=launch_line, env_keys=env_keys, last=last)
     return edits[path]
-
-
-Texts = dict[str, str]  # the files of a launch chain, path -> text, outermost first
 
 
 def edit_files(texts: Mapping[str, str], read: Callable[[Texts], Reading], *, main: str, target_args: list[str],
                target_env: Mapping[str, str], launch_line: int, env_keys: set[str],
-               line_of: Callable[[Texts], int | None] | None = None,
-               outer: Callable[[Texts], tuple[str, int] | None] | None = None, last: str = "") -> dict[str, Edit]:
-    """The files of a launch chain (``texts``; ``main``: the one the launch command is in) edited so that ``read``
-    gives ``target_args`` and ``target_env``: each value changed in the file where it is written (a flag in the
-    script that passes it, a variable where it is assigned: an ``export TP=4`` in the sbatch file for a
-    ``--tensor-model-parallel-size $TP`` in train.sh), new flags and ``export`` lines in ``main``; when the launch
-    command passes on its script's arguments (``"$@"``), new flags go at the end of the command that runs that script
-    (``outer``: its file and line, None for the outermost script). Every file is returned, with its edit
+               caller: tuple[str, int] | None = None, last: str = "") -> dict[str, Edit]:
+    """The files of a launch chain (``texts``; ``main``: the one the launch command is in, at ``launch_line``)
+    edited so that ``read`` gives ``target_args`` and ``target_env``: each value changed at the span ``read`` read
+    it from, in whichever file that is; new flags in ``main`` or, when the launch command passes on its script's
+    arguments (``"$@"``), at the end of the command that runs that script (``caller``: its file and line, None for
+    the outermost script); new ``export`` lines in ``main`` above the launch. Every file is returned, with its edit
     (``changed_lines`` 0: untouched). EditError as :func:`edit_script`."""
     old: Texts = dict(texts)
     args0, env0, _, fixed0 = read(old)
-    new: Texts = dict(old)
-    before = dict(_items(args0, last))
-    after = dict(_items(target_args, last))
+    spans = _Spans(old, main)
+    items = _items(args0, last)
+    after = {i.flag: i.values for i in _items(target_args, last)}
+    before = {i.flag: i.values for i in items}
+    read_last = {i.flag: k for k, i in enumerate(items)}  # a repeated flag is read at its last place
+    shared = _origins(args0)
 
-    def state(t: Texts) -> dict[str, list[str]]:
-        return dict(_items(read(t)[0], last))
+    # 1. values that change and flags that go, where they were read
+    for k, it in enumerate(items):
+        want = after.get(it.flag)
+        if not it.flag.startswith("--") or (want is not None and (want == it.values or read_last[it.flag] != k)):
+            continue
+        if want is None:
+            at = at_of(it.words[0])
+            fp = spans.file(at) if at is not None and str(it.words[0]).startswith(it.flag) else None
+            if fp is None:
+                raise _cannot(main, it.flag, it.values, want)
+            a, b = _removal(old[fp], at.start, it.flag, len(it.values))
+            spans.add(fp, a, b, "", it.flag)
+            continue
+        if len(it.values) != 1 or len(want) != 1:
+            raise _cannot(main, it.flag, it.values, want)
+        word = it.words[-1]
+        value = part_of(word, len(it.flag) + 1, len(word)) if len(it.words) == 1 else word
+        at, site = at_of(value), site_of(value)
+        if at is not None and site is not None and shared[(at.path, at.start, at.end)] > 1:
+            at = None  # other words read that assignment too: the value changes at this word only
+        if at is not None and (fp := spans.file(at)) is not None:
+            spans.add(fp, at.start, at.end, _new_value(want[0], at, fp), it.flag)
+        elif site is not None and (fp := spans.file(site)) is not None:
+            spans.add(fp, site.start, site.end, _quote(want[0]), it.flag)
+        else:
+            raise _cannot(main, it.flag, it.values, want)
 
-    def line(t: Texts) -> int:
-        try:
-            got = line_of(t) if line_of is not None else None
-        except ValueError:
-            got = None
-        return got or launch_line
+    # 2. the word the framework keeps last (torchtitan 0.3's activation-checkpoint choice), where it stands
+    old_sub = next((i.flag for i in items if last and re.match(last, i.flag)), None)
+    new_sub = next((f for f in after if last and re.match(last, f)), None)
+    if old_sub != new_sub and old_sub is not None:
+        at = at_of(old_sub)
+        if at is None or spans.file(at) is None:
+            raise EditError(f"{main}: cannot find {old_sub} once in the script")
+        spans.add(spans.file(at), at.start, at.end, new_sub or "", old_sub)
 
-    # 1. values that change and flags that go, where the user wrote them. A change whose text cannot be read on
-    # its own (PP 4 -> 16 before --num-layers-per-virtual-pipeline-stage follows) waits for the others.
-    todo = [(flag, vals) for flag, vals in _items(args0, last) if flag.startswith("--") and after.get(flag) != vals]
-    while todo:
-        waiting = []
-        for flag, vals in todo:
-            got = _change(new, flag, vals, after.get(flag), state, main, outer)
-            if got is None:
-                waiting.append((flag, vals))
-            else:
-                new = got
-        if len(waiting) == len(todo):
-            flag, vals = waiting[0]
-            want = after.get(flag)
-            raise EditError(f"{main}: cannot change {flag} {' '.join(vals)} -> "
-                            f"{' '.join(want) if want is not None else '(removed)'} where it is written")
-        todo = waiting
-    new = _add_and_export(new, main, args0, env0, target_args, target_env, env_keys, before, line, state, read,
-                          outer, last)
+    # 3. the environment knobs, where their value was assigned; a key is written unquoted: it must be a name
+    exports: list[str] = []
+    for key in sorted(env_keys):
+        if not ENV_NAME.fullmatch(key):
+            raise EditError(f"{main}: environment key {key!r} is no variable's name (letters, digits, '_'); fix "
+                            f"workload.env in the contract")
+        was, want = env0.get(key), target_env.get(key)
+        if was == want:
+            continue
+        at = at_of(was) if was is not None else None
+        fp = spans.file(at) if at is not None else None
+        if want is None:
+            a, b = _line_bounds(old[fp], at.start) if fp is not None else (0, 0)
+            if fp is None or not re.match(rf"[ \t]*(?:export[ \t]+)?{re.escape(key)}=", old[fp][a:b]):
+                raise EditError(f"{main}: cannot change {key} where it is set")
+            spans.add(fp, a, b + 1, "", key)
+        elif fp is not None:
+            spans.add(fp, at.start, at.end, _bare(want, f"{fp}: {key}"), key)
+        else:
+            exports.append(f"export {key}={_quote(want)}")
+
+    line = launch_line + _lines_moved(spans, main, old[main], launch_line)
+    new = spans.applied()
+
+    # 4. flags the setting adds: at the end of the launch command, before the word that stays last (``last``), or
+    # with the ones the calling script gives when the launch passes its script's arguments on
+    added = [(f, v) for f, v in after.items() if f.startswith("--") and f not in before]
+    words = [w for f, v in added for w in (f, *v)] + ([new_sub] if new_sub is not None and old_sub is None else [])
+    if words:
+        if caller is not None and old_sub is None and _passes_args(new[main], line):
+            cp, cl = caller
+            cl += _lines_moved(spans, cp, old[cp], cl)
+            at = _insert_point(new[cp], cl, None, last)
+            new[cp] = new[cp][:at] + " " + " ".join(_quote(w) for w in words) + new[cp][at:]
+        else:
+            t = new[main]
+            at = _insert_point(t, line, new_sub if old_sub is not None else None, last)
+            if t[at - 1:at] in ("\"", "'") and _inside_quotes(args0, spans, t, at - 1):
+                at -= 1  # a command inside a quoted string (sh -c "cd /repo; python pretrain_gpt.py ..."): inside it
+            new[main] = t[:at] + " " + " ".join(_quote(w) for w in words) + t[at:]
+    if exports:
+        lines = new[main].split("\n")
+        lines[line - 1:line - 1] = exports
+        new[main] = "\n".join(lines)
+    _read_back(new, read, main, target_args, target_env, env_keys, fixed0, before, after)
+    return {p: Edit(text=new[p], changed_lines=changed_lines(old[p], new[p])) for p in old}
+
+
+def _lines_moved(spans: _Spans, path: str, text: str, line: int) -> int:
+    """How many lines the span edits add (+) or remove (-) above ``line`` of ``path``."""
+    pos = sum(len(x) + 1 for x in text.split("\n")[:line - 1])
+    return sum(new.count("\n") - text[a:b].count("\n") for a, b, new in spans.edits.get(path, []) if b <= pos)
+
+
+def _inside_quotes(args: list[str], spans: _Spans, text: str, quote: int) -> bool:
+    """Whether the quote at ``quote`` of the edited launch file closes a string the launch command was read from:
+    its last program argument read right before it, unquoted (a word of a ``bash -c`` string)."""
+    for w in reversed(args):
+        at = at_of(w)
+        if at is None or spans.file(at) != spans.main:
+            continue
+        end = spans.shifted(spans.main, at.end)
+        return not at.quoted and end <= quote and text[end:quote].strip(" \t\\\n") == ""
+    return False
+
+
+def _reads_as(args: list[str], target: list[str]) -> bool:
+    """Whether ``args`` read as ``target`` does: each flag's value at its last place (where the framework reads it;
+    a repeated flag's earlier places keep the user's values), the words of no flag in order."""
+    got, want = _items(args), _items(target)
+    return ({i.flag: i.values for i in got} == {i.flag: i.values for i in want}
+            and [i.values for i in got if not i.flag] == [i.values for i in want if not i.flag])
+
+
+def _read_back(new: Texts, read, main: str, target_args, target_env, env_keys, fixed0, before, after) -> None:
+    """The edited files read once: the tuned launch, the tuned environment and the same workload, else EditError."""
     try:
         args1, env1, _, fixed1 = read(new)
     except ValueError as e:  # the reader's own refusal (e.g. no launch command left): one line, nothing written
         raise EditError(f"{main}: the edited script cannot be read back ({' '.join(str(e).split())})") from None
-    if args1 != target_args and sorted(args1) != sorted(target_args):
+    if args1 != target_args and sorted(args1) != sorted(target_args) and not _reads_as(args1, target_args):
+        got = {i.flag: i.values for i in _items(args1)}
+        for flag, want in after.items():
+            if flag.startswith("--") and got.get(flag) != want and flag in before:
+                raise _cannot(main, flag, before[flag], want)
         raise EditError(f"{main}: the edited script reads back as `{shlex.join(args1)}`, not the tuned launch")
     if any(env1.get(k) != target_env.get(k) for k in env_keys):
         raise EditError(f"{main}: the edited script's environment does not read back as the tuned one")
     if fixed1 != fixed0:
         raise EditError(f"{main}: the edit would change the workload ({sorted(k for k in fixed0 if fixed0[k] != fixed1.get(k))})")
-    return {p: Edit(text=new[p], changed_lines=changed_lines(old[p], new[p])) for p in old}
-
-
-def _inner_first(texts: Texts, main: str) -> list[str]:
-    """The chain's files, the launch command's first, then from the innermost outwards: where a value the launch
-    sees was set last."""
-    return [main, *[p for p in reversed(list(texts)) if p != main]]
-
-
-_POSITIONAL = re.compile(r"""^"?\$\{?(\d)\}?"?$""")
-
-
-def _argument_spans(text: str, line: int) -> list[tuple[int, int, str]]:
-    """(start, end, raw) of each word of the command that starts at ``line`` (1-based), continuation lines included,
-    up to a redirection, pipe or comment."""
-    lines = text.split("\n")
-    k = line - 1
-    while k < len(lines) - 1 and lines[k].rstrip().endswith("\\"):
-        k += 1
-    pos = sum(len(x) + 1 for x in lines[:line - 1])
-    end = sum(len(x) + 1 for x in lines[:k]) + len(lines[k])
-    out = []
-    while pos < end:
-        m = _WORD.match(text, pos)
-        if not m or m.end(1) > end or re.match(r"\d?>|&>|\||#|;", m.group(1)):
-            break
-        out.append((m.start(1), m.end(1), m.group(1)))
-        pos = m.end(1)
-    return out
-
-
-def _positional(new: Texts, fp: str, main: str, var: str | None, raw: str,
-                outer) -> list[tuple[str, int, int, str]]:
-    """Where the launch script's positional argument (``--tp $1``, or ``TP=$1`` then ``--tp $TP``) is written: the
-    N-th argument of the command that runs the script, as (file, start, end, raw word); [] when the value is not a
-    positional argument of the launch command's script ``main`` (or that script is the outermost)."""
-    if fp != main:
-        return []
-    n = _POSITIONAL.match(raw)
-    if n is None and var is not None:
-        m = None
-        for m in re.finditer(rf"(?m)^[ \t]*(?:export[ \t]+)?{re.escape(var)}=(\S*)", new[fp]):
-            pass
-        n = _POSITIONAL.match(m.group(1)) if m is not None else None
-    caller = outer(new) if (n is not None and outer is not None) else None
-    if caller is None:
-        return []
-    cp, cl = caller
-    words = _argument_spans(new[cp], cl)
-    script = os.path.basename(fp)
-    at = next((i for i, (_, _, w) in enumerate(words) if os.path.basename(w.strip("\"'")) == script), None)
-    if at is None or at + int(n.group(1)) >= len(words):
-        return []
-    a, b, arg = words[at + int(n.group(1))]
-    return [(cp, a, b, arg)]
-
-
-def _change(new: Texts, flag: str, vals: list[str], want: list[str] | None, state, main: str,
-            outer=None) -> Texts | None:
-    """``new`` with ``flag``'s values ``vals`` changed to ``want`` (None: removed) where it is written, the rest of
-    the launch as it was; None when no such edit reads back. A value given by a variable is changed where the
-    variable is assigned, in whichever file of the chain that is, before it is changed at the flag."""
-    options: list[Texts] = []
-    order = _inner_first(new, main)
-    for fp in order:
-        text = new[fp]
-        for pos in reversed(_occurrences(text, flag)):
-            if want is None:
-                options.append({**new, fp: _remove(text, pos, flag, len(vals))})
-                continue
-            if len(vals) != 1 or len(want) != 1:
-                continue
-            span = _value_span(text, pos, flag)
-            if span is None:
-                continue
-            a, b, raw = span
-            var = _VAR.match(raw)
-            for cp, ca, cb, arg in _positional(new, fp, main, var.group(1) if var else None, raw, outer):
-                t = new[cp]
-                argvar = _VAR.match(arg)
-                asg = _assignment(t, argvar.group(1), vals[0]) if argvar else None
-                if asg:  # `bash train.sh $TP_SIZE`: where TP_SIZE is assigned
-                    options.append({**new, cp: t[:asg[0]] + _bare(want[0], f"{cp}: {argvar.group(1)}") + t[asg[1]:]})
-                options.append({**new, cp: t[:ca] + _quote(want[0]) + t[cb:]})
-            if var:
-                for vp in order:
-                    asg = _assignment(new[vp], var.group(1), vals[0])
-                    if asg:
-                        t = new[vp]
-                        options.append({**new, vp: t[:asg[0]] + _bare(want[0], f"{vp}: {var.group(1)}") + t[asg[1]:]})
-                options.append({**new, fp: text[:a] + _quote(want[0]) + text[b:]})
-            else:
-                options.append({**new, fp: text[:a] + (_quote(want[0]) if raw[:1] not in "\"'"
-                                                       else raw[0] + _bare(want[0], fp) + raw[0]) + text[b:]})
-    try:
-        now = state(new)
-    except ValueError:
-        now = None
-    for cand in options:
-        try:
-            got = state(cand)
-        except ValueError:
-            continue
-        if got.get(flag) == want and (now is None or all(got.get(f) == v for f, v in now.items() if f != flag)):
-            return cand
-    return None
-
-
-def _add_and_export(texts: Texts, main: str, args0, env0, target_args, target_env, env_keys, before, line,
-                    state, read, outer, last: str) -> Texts:
-    texts = dict(texts)
-    new = texts[main]
-    # 2. flags the setting adds: at the end of the launch command, before the word that stays last (``last``)
-    added = [(f, v) for f, v in _items(target_args, last) if f.startswith("--") and f not in before]
-    old_sub = next((f for f, _ in _items(args0, last) if last and re.match(last, f)), None)
-    new_sub = next((f for f, _ in _items(target_args, last) if last and re.match(last, f)), None)
-    if old_sub != new_sub and old_sub is not None:
-        at = [m.start() for a, b in _code_spans(new) for m in re.finditer(re.escape(old_sub), new[:b]) if m.start() >= a]
-        if len(at) != 1:
-            raise EditError(f"{main}: cannot find {old_sub} once in the script")
-        new = new[:at[0]] + (new_sub or "") + new[at[0] + len(old_sub):]
-    words = [w for f, v in added for w in (f, *v)] + ([new_sub] if new_sub is not None and old_sub is None else [])
-    caller = outer({**texts, main: new}) if words and outer is not None and old_sub is None else None
-    if caller is not None and _passes_args(new, line({**texts, main: new})):
-        # the launch passes on its script's arguments ("$@"): new flags go with the ones the calling script gives
-        cp, cl = caller
-        ct = new if cp == main else texts[cp]
-        at = _insert_point(ct, cl, None, last)
-        cand = ct[:at] + " " + " ".join(_quote(w) for w in words) + ct[at:]
-        trial = {**texts, main: new, cp: cand}
-        try:
-            got = state(trial)
-        except ValueError:
-            got = {}
-        if all(got.get(f) == v for f, v in added):
-            new, texts, words = trial[main], trial, []
-    if words:
-        at = _insert_point(new, line({**texts, main: new}), new_sub if old_sub is not None else None, last)
-        # a command inside a quoted string (srun ... sh -c "cd /repo; python pretrain_gpt.py ..."): the new flags go
-        # inside the string when that is what reads back
-        spots = [at - 1, at] if new[at - 1:at] in ("\"", "'") else [at]
-        for k, spot in enumerate(spots):
-            cand = new[:spot] + " " + " ".join(_quote(w) for w in words) + new[spot:]
-            try:
-                got = state({**texts, main: cand})
-            except ValueError:
-                continue
-            if k == len(spots) - 1 or all(f in got for f, _ in added):
-                new = cand
-                break
-    texts[main] = new
-    # 3. the environment knobs, where they are set (the launch command's file first, then outwards: the first
-    # assignment whose edit reaches the launch), else a new export line above the launch command; a key is written
-    # unquoted: it must be a name
-    for key in sorted(env_keys):
-        if not ENV_NAME.fullmatch(key):
-            raise EditError(f"{main}: environment key {key!r} is no variable's name (letters, digits, '_'); fix "
-                            f"workload.env in the contract")
-        old, want = env0.get(key), target_env.get(key)
-        if old == want:
-            continue
-        cands: list[Texts] = []
-        for fp in _inner_first(texts, main):
-            m = None
-            for m in re.finditer(rf"(?m)^[ \t]*(?:export[ \t]+)?{re.escape(key)}=.*$", texts[fp]):
-                pass
-            if m is None:
-                continue
-            t = texts[fp]
-            if want is None:
-                a, b = m.span()
-                cands.append({**texts, fp: t[:a] + t[b + 1:]})
-            elif (asg := _assignment(t, key, old or "")) is not None:
-                cands.append({**texts, fp: t[:asg[0]] + _bare(want, f"{fp}: {key}") + t[asg[1]:]})
-        if want is not None and old is not None:  # `env KEY=v cmd`, `KEY=v cmd`, a runner's `--env KEY=v`
-            for fp in _inner_first(texts, main):
-                t = texts[fp]
-                for a, b in _code_spans(t):
-                    for m in re.finditer(rf"(?<![\w$-]){re.escape(key)}=(\"?)([^\s\"',;]*)\1", t[a:b]):
-                        if m.group(2) == old:
-                            at = a + m.start(2)
-                            cands.append({**texts, fp: t[:at] + _bare(want, f"{fp}: {key}") + t[at + len(old):]})
-        if want is not None:
-            lines = texts[main].split("\n")
-            lines.insert(line(texts) - 1, f"export {key}={_quote(want)}")
-            cands.append({**texts, main: "\n".join(lines)})
-        if not cands:
-            raise EditError(f"{main}: cannot change {key} where it is set")
-        texts = next((c for c in cands if _env_of(read, c).get(key) == want), cands[0])
-    return texts
-
-
-def _env_of(read, texts: Texts) -> dict[str, str]:
-    try:
-        return read(texts)[1]
-    except ValueError:
-        return {}
 
 
 def edit_toml(text: str, values: Mapping[str, Any], *, path: str = "job.toml") -> Edit:
@@ -533,12 +437,10 @@ def edit_launch_files(adapter: LaunchFileAdapter, contract: Contract,
     def read(t: Texts) -> Reading:
         return adapter.reading(contract, t[top], t)
 
-    la = parsed.launch
     try:
         edits = edit_files(texts, read, main=main, target_args=target.args, target_env=target.env,
-                           launch_line=la.line or 1, env_keys=adapter.env_keys(), last=adapter.last_word,
-                           line_of=lambda t: (adapter.reread(contract, t[top], t).launch or la).line,
-                           outer=lambda t: _caller(adapter.reread(contract, t[top], t)))
+                           launch_line=parsed.launch.line or 1, env_keys=adapter.env_keys(), last=adapter.last_word,
+                           caller=_caller(parsed))
     except EditError:
         raise
     except ValueError as e:  # the launch reader's refusal of a text on the way: one line, the caller falls back

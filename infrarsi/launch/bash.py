@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from .bash_eval import Command, Interpreter
 from .bash_lex import _ASSIGN, _NAME, ScriptError, Tok, Word, _Lexer
+from .placed import Placed, assigned, part_of
 
 __all__ = ["Command", "ScriptError", "ScriptResult", "interpret_script", "sbatch_directives"]
 
@@ -79,7 +80,8 @@ _UNSUPPORTED = ("for", "while", "until", "case", "select", "function", "{", "}")
 
 def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = None,
                      args: list[str] | None = None, cwd: str | None = None,
-                     include: Callable[[str], tuple[str, str] | None] | None = None) -> ScriptResult:
+                     include: Callable[[str], tuple[str, str] | None] | None = None,
+                     base: int | Placed | None = 0) -> ScriptResult:
     """Evaluate a launch script's bash subset; every command it would run, expanded (not executed).
 
     ``env`` is the starting environment (default: empty, so defaults in the script apply);
@@ -87,9 +89,11 @@ def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = 
     runs from: ``$PWD`` unless ``env`` sets it (default: this process's working directory).
     ``include`` reads a ``source FILE`` / ``. FILE``: the file's (path, text), or None when it is not read (the
     command is then kept as it is); a read file's commands run in this script, as bash runs them, and each
-    :class:`Command` names the file it stands in (``path``)."""
+    :class:`Command` names the file it stands in (``path``). ``base``: where ``text`` stands in the file ``path``
+    (its offset, or the word a ``bash -c`` string was read as; None: not written there as it is): the words read
+    are placed there (:mod:`.placed`)."""
     sbatch = sbatch_directives(text)
-    toks = _Lexer(text, path).tokens()
+    toks = _Lexer(text, path, base).tokens()
     cmds = _split_commands(toks)
     where = [path] * len(cmds)  # the file each command stands in (a sourced file's commands are spliced in)
     included = 0
@@ -223,7 +227,9 @@ def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = 
         for w in pre:
             m = _ASSIGN.match(w.parts[0][1])
             assert m
-            cmd_env[m.group(1)] = it.expand_one(Word([("lit", w.parts[0][1][m.end():], False)] + w.parts[1:], w.line))
+            head = w.parts[0][1]
+            cmd_env[m.group(1)] = assigned(it.expand_one(Word([("lit", part_of(head, m.end(), len(head) - m.end()), False)]
+                                                              + w.parts[1:], w.line)), m.group(1))
         argv: list[str] = []
         for w in rest_words:
             argv.extend(it.expand(w))
@@ -244,7 +250,7 @@ def interpret_script(text: str, *, path: str = "", env: dict[str, str] | None = 
             included += 1
             if included > 32:  # a file that sources itself, directly or not
                 raise it.err(line, f"more than 32 files sourced (is {got[0]} sourcing itself?); source each file once")
-            more = _split_commands(_Lexer(got[1], got[0]).tokens())
+            more = _split_commands(_Lexer(got[1], got[0], 0).tokens())
             cmds[k + 1:k + 1] = more
             where[k + 1:k + 1] = [got[0]] * len(more)
         elif argv:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from .bash_lex import _ASSIGN, _NAME, Part, ScriptError, Word, _Lexer
+from .placed import assigned, at_of, joined, part_of, split_placed, with_site
 
 
 @dataclass
@@ -54,6 +55,12 @@ def _arith(expr: str, lookup) -> int:
         raise ValueError(f"unsupported arithmetic {expr!r}")
 
     return ev(ast.parse(expr.replace("/", "//").replace("////", "//").strip(), mode="eval"))
+
+
+def _inner_at(expr: str, offset: int) -> tuple[str, int] | None:
+    """(file, offset) of ``expr[offset:]`` when ``expr`` (a ``${...}``'s text) is placed."""
+    a = at_of(expr)
+    return None if a is None else (a.path, a.start + offset)
 
 
 class Interpreter:
@@ -125,7 +132,7 @@ class Interpreter:
         if op is None:
             return val or ""
         unset = val is None or (op.startswith(":") and val == "")
-        word = self._expand_text(rest, line)
+        word = self._expand_text(rest, line, _inner_at(expr, m.start(3)))
         if op.endswith("-"):
             return word if unset else val
         if op.endswith("="):
@@ -141,9 +148,9 @@ class Interpreter:
             return val
         return val or ""
 
-    def _expand_text(self, text: str, line: int) -> str:
-        """Expand the word inside ${NAME:-word} (quotes removed, no splitting)."""
-        lx = _Lexer(text)
+    def _expand_text(self, text: str, line: int, at: tuple[str, int] | None = None) -> str:
+        """Expand the word inside ${NAME:-word} (quotes removed, no splitting); ``at``: (file, offset) of ``text``."""
+        lx = _Lexer(text, *(at or ("", None)), inner=True)
         lx.line = line
         parts: list[Part] = []
         while lx.i < lx.n:
@@ -153,7 +160,7 @@ class Interpreter:
                 lx._adv(1)
                 continue
             parts.extend((k, t, True) for k, t, _ in w.parts)
-        return "".join(self._expand_parts_joined(parts, line))
+        return joined(self._expand_parts_joined(parts, line))
 
     def _expand_parts_joined(self, parts: list[Part], line: int) -> list[str]:
         out = []
@@ -188,7 +195,7 @@ class Interpreter:
         def close() -> None:
             nonlocal cur, have
             if have or cur:
-                fields.append("".join(cur))
+                fields.append(joined(cur))  # placed where its pieces were read, when they are one span
             cur, have = [], False
 
         queue: list[Part] = list(w.parts)
@@ -214,6 +221,7 @@ class Interpreter:
                         have = True
                     continue
                 v = " ".join(items)
+                pieces = [p for item in items for p in split_placed(item)]
             else:
                 pv = self._part_value(kind, text, w.line)
                 v = " ".join(pv) if isinstance(pv, list) else pv
@@ -221,8 +229,8 @@ class Interpreter:
                     cur.append(v)
                     have = True
                     continue
+                pieces = split_placed(v)
             # unquoted expansion: split on whitespace
-            pieces = v.split()
             if v[:1].isspace():
                 close()
             for j, piece in enumerate(pieces):
@@ -233,6 +241,8 @@ class Interpreter:
             if pieces and v[-1:].isspace():
                 close()
         close()
+        if len(fields) == 1 and len(w.parts) == 1 and w.parts[0][0] == "var":  # $TP, "${TP}": the word it came from
+            fields = [with_site(fields[0], w.at)]
         return fields
 
     def _chosen_word(self, expr: str, line: int) -> list[Part] | None:
@@ -248,9 +258,9 @@ class Interpreter:
         if not chosen:
             return [] if op.endswith("+") else None
         if op.endswith("="):
-            self.vars[name] = self._expand_text(rest, line)
+            self.vars[name] = self._expand_text(rest, line, _inner_at(expr, m.start(3)))
             return None
-        lx = _Lexer(rest)
+        lx = _Lexer(rest, *(_inner_at(expr, m.start(3)) or ("", None)), inner=True)
         lx.line = line
         out: list[Part] = []
         while True:
@@ -273,7 +283,7 @@ class Interpreter:
         for kind, text, _q in w.parts:
             v = self._part_value(kind, text, w.line)
             out.append(" ".join(v) if isinstance(v, list) else v)
-        return "".join(out)
+        return joined(out)
 
     # ---- statements
     def assign(self, w: Word, *, export: bool = False) -> None:
@@ -291,8 +301,8 @@ class Interpreter:
                 vals = list(base) + vals
             self.vars[name] = vals
         else:
-            rest = Word([("lit", head[m.end():], False)] + w.parts[1:], w.line)
-            val = self.expand_one(rest)
+            rest = Word([("lit", part_of(head, m.end(), len(head) - m.end()), False)] + w.parts[1:], w.line)
+            val = assigned(self.expand_one(rest), name)
             if idx:
                 arr = self.vars.get(name)
                 arr = list(arr) if isinstance(arr, list) else ([arr] if arr else [])

@@ -3,7 +3,8 @@
 A :class:`Word` is a list of parts ``(kind, text, quoted)`` with kind ``lit`` (literal text), ``var``
 (``$NAME``, ``${...}``, ``$1``), ``arith`` (``$(( ... ))``) or ``cmd`` (``$( ... )`` and backticks, never
 run). ``NAME=( ... )`` is one word holding the array's element words. Each word keeps its source span
-(``start``, ``end``: character offsets into the script), so an edit can be made where the user wrote it.
+(``at``) and each literal the spans of its characters (:class:`~.placed.Placed`), so an edit can be made where the
+user wrote it.
 Comments, line continuations and redirections (with their targets) are dropped.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from .placed import Placed, Span, read_at
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?(\+?=)")
@@ -36,6 +39,7 @@ class Word:
     line: int
     array: list["Word"] | None = None  # NAME=( ... ): the elements
     raw: str = ""
+    at: Span | None = None  # where the word is written (None: a word the lexer was not told the file of)
 
     def literal(self) -> str | None:
         """The word's text when it has no expansions (quotes removed), else None."""
@@ -88,12 +92,40 @@ def _find_close(text: str, i: int, open_: str, close: str) -> int:
 
 
 class _Lexer:
-    def __init__(self, text: str, path: str = "") -> None:
+    """``base``: where ``text`` stands in the file ``path``: its offset, or the :class:`~.placed.Placed` word it
+    was read as (a ``bash -c`` string's), None when it is not in a file; literals and words are then placed at
+    their spans. ``inner``: the text sits inside quotes or a ``${...}`` of the file (a value written there must
+    need no quoting)."""
+
+    def __init__(self, text: str, path: str = "", base: int | Placed | None = None, inner: bool = False) -> None:
         self.t = text
         self.i = 0
         self.n = len(text)
         self.path = path
         self.line = 1
+        self.base = base
+        self.inner = inner
+
+    def _pos(self, p: int) -> int | None:
+        """The file offset of this text's ``p``-th character (None: not written in the file as it is)."""
+        if self.base is None or isinstance(self.base, int):
+            return None if self.base is None else self.base + p
+        for o, sp in self.base.segs:
+            if o <= p < o + sp.end - sp.start:
+                return sp.start + p - o
+        return None
+
+    def _lit(self, text: str, positions: list[int] | range, quoted: bool) -> str:
+        """``text`` whose characters were read at ``positions`` of this text, placed in the file."""
+        if self.base is None:
+            return text
+        return read_at(text, self.path, [self._pos(p) for p in positions], quoted=quoted or self.inner)
+
+    def _span(self, start: int) -> Span | None:
+        a, b = self._pos(start), self._pos(self.i - 1)
+        if a is None or b is None or b - a != self.i - 1 - start:
+            return None
+        return Span(self.path, a, b + 1, self.inner)
 
     def err(self, msg: str, line: int | None = None) -> ScriptError:
         return ScriptError(line or self.line, msg, path=self.path)
@@ -123,7 +155,7 @@ class _Lexer:
             j = _find_close(t, i + 2, "{", "}")
             if j < 0:
                 raise self.err("unclosed ${ ... }; close the parameter expansion", start_line)
-            part = ("var", t[i + 2:j], quoted)
+            part = ("var", self._lit(t[i + 2:j], range(i + 2, j), True), quoted)
             self._adv(j + 1 - i)
             return part
         m = _NAME.match(t, i + 1)
@@ -142,11 +174,13 @@ class _Lexer:
         line = self.line
         start = self.i
         buf: list[str] = []
+        at: list[int] = []  # where each character of buf was read
 
         def flush(quoted: bool = False) -> None:
             if buf:
-                parts.append(("lit", "".join(buf), quoted))
+                parts.append(("lit", self._lit("".join(buf), at, quoted), quoted))
                 buf.clear()
+                at.clear()
 
         t = self.t
         while self.i < self.n:
@@ -158,8 +192,8 @@ class _Lexer:
                     buf.clear()
                     self._adv(1)
                     elems = self._array(line)
-                    w = Word([("lit", name_part, False)], line, array=elems)
-                    w.raw = t[start:self.i]
+                    w = Word([("lit", self._lit(name_part, list(at), False), False)], line, array=elems)
+                    w.raw, w.at = t[start:self.i], self._span(start)
                     return w
                 break
             if c == "\\":
@@ -168,7 +202,7 @@ class _Lexer:
                     continue
                 flush()
                 if self.i + 1 < self.n:
-                    parts.append(("lit", t[self.i + 1], True))
+                    parts.append(("lit", self._lit(t[self.i + 1], [self.i + 1], True), True))
                 self._adv(2)
                 continue
             if c == "'":
@@ -176,7 +210,7 @@ class _Lexer:
                 if j < 0:
                     raise self.err("unclosed single quote; close it on the same logical line", line)
                 flush()
-                parts.append(("lit", t[self.i + 1:j], True))
+                parts.append(("lit", self._lit(t[self.i + 1:j], range(self.i + 1, j), True), True))
                 self._adv(j + 1 - self.i)
                 continue
             if c == '"':
@@ -196,17 +230,25 @@ class _Lexer:
                 parts.append(("cmd", t[self.i:j + 1], False))
                 self._adv(j + 1 - self.i)
                 continue
+            at.append(self.i)
             buf.append(c)
             self._adv(1)
         flush()
         w = Word(parts, line)
-        w.raw = t[start:self.i]
+        w.raw, w.at = t[start:self.i], self._span(start)
         return w
 
     def _dquote(self, parts: list[Part], line: int) -> None:
         t = self.t
         buf: list[str] = []
         n_before = len(parts)
+        at: list[int] = []  # where each character of buf was read
+
+        def lit() -> str:
+            out = self._lit("".join(buf), list(at), True)
+            at.clear()
+            return out
+
         while True:
             if self.i >= self.n:
                 raise self.err("unclosed double quote; close it", line)
@@ -220,15 +262,17 @@ class _Lexer:
                     self._adv(2)
                     continue
                 if nxt in '"\\$`':
+                    at.append(self.i + 1)
                     buf.append(nxt)
                     self._adv(2)
                     continue
+                at.append(self.i)
                 buf.append(c)
                 self._adv(1)
                 continue
             if c == "$" or c == "`":
                 if buf:
-                    parts.append(("lit", "".join(buf), True))
+                    parts.append(("lit", lit(), True))
                     buf.clear()
                 if c == "$":
                     parts.append(self._dollar(True))
@@ -239,11 +283,12 @@ class _Lexer:
                     parts.append(("cmd", t[self.i:j + 1], True))
                     self._adv(j + 1 - self.i)
                 continue
+            at.append(self.i)
             buf.append(c)
             self._adv(1)
         # "" is an empty word, not nothing ("$@" with no arguments is nothing)
         if buf or len(parts) == n_before:
-            parts.append(("lit", "".join(buf), True))
+            parts.append(("lit", lit(), True))
 
     def _skip_blank(self, newlines: bool) -> None:
         t = self.t

@@ -13,8 +13,9 @@ front of a child script are kept as the launch's prefix, in order: ``srun`` with
 options of srun, ``apptainer|singularity exec|run [opts] IMAGE``, ``docker|podman run [opts] IMAGE``, ``enroot start
 [opts] NAME``). The launch is the last command, in any file of the chain, that ``claims`` accepts; its argv is the
 prefixes followed by the command as the innermost script runs it (``srun --container-image=img.sqsh torchrun
---nproc_per_node 8 pretrain_gpt.py ...``), and each file read is returned with its text, so that an edit can be made
-in the file where a value is written (:mod:`infrarsi.apply.launch_edit`).
+--nproc_per_node 8 pretrain_gpt.py ...``), and each file read is returned with its text; every word of the launch is
+placed where it was read (:mod:`.placed`: a ``$1`` or ``"$@"`` word in the file of the command that passes it, an
+exported variable where it is assigned), so that an edit is made at that place (:mod:`infrarsi.apply.launch_edit`).
 
 A batch script (one with ``#SBATCH`` lines) is read with the job's Slurm variables its directives state
 (``SLURM_NNODES``, ``SLURM_NTASKS_PER_NODE``, ``SLURM_GPUS_PER_NODE``) and ``SLURM_SUBMIT_DIR`` as its working folder;
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from .bash import Command, ScriptError, ScriptResult, interpret_script, sbatch_directives
 from .command import _RUNNER_FLAGS, _SRUN_FLAGS, KEPT, RUNNERS, _launcher_options, _opt, runner_prefix
+from .placed import Placed, assigned, part_of
 
 __all__ = ["Followed", "Hop", "follow"]
 
@@ -131,13 +133,22 @@ def _runner_env(argv: list[str], k: int, end: int) -> tuple[bool, dict[str, str]
             continue
         name, val, j = _opt(argv, j)
         if name in ("--env", "-e") and val is not None:
-            for item in val.split(",") if family == "apptainer" and all("=" in x for x in val.split(",")) else [val]:
+            for item in _commas(val) if family == "apptainer" and all("=" in x for x in val.split(",")) else [val]:
                 if "=" in item:
-                    n, v = item.split("=", 1)
-                    env[n] = v
+                    n = item.split("=", 1)[0]
+                    env[n] = assigned(part_of(item, len(n) + 1, len(item) - len(n) - 1), n)
                 else:
                     passed.append(item)
     return clean, env, passed
+
+
+def _commas(val: str) -> list[str]:
+    """``val.split(",")``, each item placed where it was read."""
+    out, at = [], 0
+    for item in val.split(","):
+        out.append(part_of(val, at, len(item)))
+        at += len(item) + 1
+    return out
 
 
 def _wrappers(argv: list[str]) -> tuple[list[str], dict[str, str], int, tuple[bool, list[str]]]:
@@ -158,8 +169,8 @@ def _wrappers(argv: list[str]) -> tuple[list[str], dict[str, str], int, tuple[bo
             while k < len(argv) and (argv[k] in ("-i", "-", "--ignore-environment") or
                                      re.match(r"[A-Za-z_]\w*=", argv[k])):
                 if "=" in argv[k]:
-                    name, val = argv[k].split("=", 1)
-                    env[name] = val
+                    name = argv[k].split("=", 1)[0]
+                    env[name] = assigned(part_of(argv[k], len(name) + 1, len(argv[k]) - len(name) - 1), name)
                 else:
                     clean, passed, env = True, [], {}
                 k += 1
@@ -292,12 +303,13 @@ def _includer(reader: _Reader, script: str) -> Callable[[str], tuple[str, str] |
 
 def _follow(reader: _Reader, text: str, path: str, environ: dict[str, str], exported: dict[str, str],
             args: list[str], hops: list[Hop], claims: Callable[[list[str]], bool], *,
-            depth: int) -> tuple[Followed | None, ScriptResult]:
+            depth: int, base: int | None = 0) -> tuple[Followed | None, ScriptResult]:
     """The last launch ``claims`` accepts in the script ``text`` or in a script it runs; None when there is none.
     ``environ``: the script's starting environment; ``exported``: what the chain above exports (the launch's
-    environment); ``hops``: the steps taken to reach this script. Also the script's own reading."""
+    environment); ``hops``: the steps taken to reach this script; ``base``: where ``text`` starts in the file ``path``
+    (a ``bash -c`` string's; None: not written there as it is). Also the script's own reading."""
     res = interpret_script(text, path=path, env=environ, args=args, cwd=reader.cwd,
-                           include=_includer(reader, path))
+                           include=_includer(reader, path), base=base)
     best: Followed | None = None
     cd: str | None = None
     for cmd in res.commands:
@@ -376,8 +388,10 @@ def _child(reader: _Reader, cmd: Command, path: str, cd: str | None, res: Script
         exported = {}
         child_environ = {n: v for n, v in environ.items() if n == "PWD"} | env_out
     hop = Hop(path=cmd.path or path, line=cmd.line, via=" ".join([*_names(prefix), *argv[k:j + 1]]))
+    placed_in = isinstance(inline, Placed) and all(sp.path == child_path for _, sp in inline.segs)
     got, _ = _follow(reader, child_text, child_path, child_environ, {**exported, **env_out}, child_args,
-                     [*hops, hop], claims, depth=depth + 1)
+                     [*hops, hop], claims, depth=depth + 1,
+                     base=0 if inline is None else inline if placed_in else None)
     if got is None or got.command is None:
         return None
     if inline is not None:  # bash -c "...": the string's lines count from the command's

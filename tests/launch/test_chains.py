@@ -332,6 +332,45 @@ def test_a_variable_set_in_front_of_a_command_is_edited_there(tmp_path):
         assert MegatronAdapter().parsed(c).setting["nccl_algo"] == "Tree"
 
 
+def test_a_flag_the_wrapper_writes_and_its_caller_passes_through_is_edited_where_it_is_read(tmp_path):
+    # train.sh writes --micro-batch-size 1 and passes its arguments on ("$@"); the job gives --micro-batch-size 4 through
+    # them, the value Megatron reads (the last): that one is changed, train.sh's own stays as the user wrote it
+    train = "#!/bin/bash\n" + _TORCHRUN + '--tensor-model-parallel-size 2 "$@"\n'
+    _write(tmp_path, {"train.sh": train,
+                      "job.sbatch": "#!/bin/bash\n#SBATCH -N 1\nsrun bash train.sh --micro-batch-size 4\n"})
+    c = _contract(tmp_path, "job.sbatch", devices=8)
+    ad = MegatronAdapter()
+    assert ad.parsed(c).setting["micro_batch_size"] == 4
+    assert _apply(tmp_path, c, ad, {"micro_batch_size": 2, "tensor_parallel": 4}) == {"job.sbatch": 2, "train.sh": 3}
+    assert (tmp_path / "job.sbatch").read_text().splitlines()[-1] == "srun bash train.sh --micro-batch-size 2"
+    # TP > 1 brings Megatron's CUDA_DEVICE_MAX_CONNECTIONS=1, exported above the launch
+    assert (tmp_path / "train.sh").read_text() == train.replace("--tensor-model-parallel-size 2", "--tensor-model-"
+                                                                "parallel-size 4").replace(
+        "torchrun", "export CUDA_DEVICE_MAX_CONNECTIONS=1\ntorchrun")
+    back = MegatronAdapter().parsed(c)
+    assert (back.setting["micro_batch_size"], back.setting["tensor_parallel"]) == (2, 4)
+
+
+def test_the_same_flag_in_a_comment_or_an_echo_line_is_left_as_it_is(tmp_path):
+    # the launch is edited at the words the reader read; the same text in a comment, in an echo line before and after
+    # the launch, and in the job's own comment is no launch
+    echo = 'echo "tensor parallel: --tensor-model-parallel-size 2 --overlap-grad-reduce --micro-batch-size 1"'
+    train = ("#!/bin/bash\n# --tensor-model-parallel-size 2 --overlap-grad-reduce (from the README)\n" + echo + "\n"
+             + _TORCHRUN + "--tensor-model-parallel-size 2 --overlap-grad-reduce\n" + echo + "\n")
+    _write(tmp_path, {"train.sh": train, "job.sbatch": "#!/bin/bash\n#SBATCH -N 1\n# bash train.sh "
+                      "--micro-batch-size 1\nsrun bash train.sh\n"})
+    c = _contract(tmp_path, "job.sbatch", devices=8)
+    ad = MegatronAdapter()
+    assert _apply(tmp_path, c, ad, {"tensor_parallel": 4, "overlap_grad_reduce": False, "micro_batch_size": 2}) \
+        == {"train.sh": 3}
+    lines = (tmp_path / "train.sh").read_text().splitlines()
+    assert lines[:3] == train.splitlines()[:3] and lines[5] == echo
+    assert lines[3:5] == ["export CUDA_DEVICE_MAX_CONNECTIONS=1",
+                          _TORCHRUN.replace("--micro-batch-size 1", "--micro-batch-size 2") + "--tensor-model-parallel-size 4"]
+    back = MegatronAdapter().parsed(c)
+    assert (back.setting["tensor_parallel"], back.setting["overlap_grad_reduce"]) == (4, False)
+
+
 def test_the_benchmark_reads_every_chain_right():
     # scripts/bench_chains.py, whose table BENCHMARKS.md shows: one run per chain, every setting as the scripts state
     import subprocess

@@ -39,6 +39,7 @@ from ...contract.place import launch_cwd, launch_path
 from ...trial import LaunchSpec
 from ...knobs import Constraint, Derived, Knob, KnobSpace
 from ...knobs.catalog import check_setting, space_for_fixed
+from ...transformer import data_parallel
 from . import trial as torchtitan_trial
 from ..base import LaunchFileAdapter, LaunchTarget, ParsedRun, full_setting, scoped_space
 from ..equivalence import raise_if_different
@@ -278,9 +279,22 @@ class TorchtitanAdapter(LaunchFileAdapter):
         space = torchtitan_trial.with_runtime_knobs(knob_space_for(self.parsed(contract)), contract)
         return scoped_space(space, contract, "torchtitan")
 
+    def full_setting(self, contract: Contract, setting: Mapping[str, Any]) -> dict[str, Any]:
+        """The launch's own values, the baseline, ``setting`` (:func:`~infrarsi.adapters.base.full_setting`), with
+        ``data_parallel`` following the world size when neither the baseline nor ``setting`` chooses it (a layout
+        change keeps the world, as torchtitan's ``-1`` shard degree does)."""
+        parsed = self.parsed(contract)
+        s = full_setting(parsed.setting, contract, setting)
+        world = parsed.world_size or contract.hardware.devices
+        if "data_parallel" not in contract.baseline and "data_parallel" not in setting and world:
+            derived = data_parallel(world, s["tensor_parallel"], s["pipeline_parallel"], s["context_parallel"])
+            if derived:
+                s["data_parallel"] = derived
+        return s
+
     def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         parsed = self.parsed(contract)
-        full = full_setting({}, contract, setting)  # emit_torchtitan puts the launch's own values under it
+        full = self.full_setting(contract, setting)
         spec = emit_torchtitan(parsed, full, world_size=contract.hardware.devices,
                                time_limit_s=contract.invariants.timing.timeout_s)
         if parsed.problems:
@@ -289,7 +303,7 @@ class TorchtitanAdapter(LaunchFileAdapter):
         rejected = check_torchtitan(parsed, spec.argv, env=spec.env, world_size=world) if parsed.style == "toml" else []
         if rejected:  # torchtitan's own word, before any launch
             raise FrameworkRejected("; ".join(rejected))
-        setting_now = {**parsed.setting, **knob_space_for(parsed).derive({**parsed.setting, **full})}
+        setting_now = dict(knob_space_for(parsed).derive(full))
         refused, diffs, self._before[id(parsed)] = check_launch(parsed, spec.argv, spec.env, setting_now,
                                                                 world=world, before=self._before.get(id(parsed)))
         if refused:
@@ -355,7 +369,7 @@ class TorchtitanAdapter(LaunchFileAdapter):
         project's own launcher (kernel patches; a CPU contract's torchrun) or a derived copy of the job file
         cannot be written into the user's launch."""
         parsed = self.parsed(contract)
-        full = full_setting({}, contract, changes)  # emit_torchtitan puts the launch's own values under it
+        full = self.full_setting(contract, changes)
         spec = emit_torchtitan(parsed, full, world_size=contract.hardware.devices)
         if parsed.launch is None:  # a bare job file: the fields the tuned launch changes go into it
             got = parse_torchtitan_argv(spec.argv, env=spec.env,
