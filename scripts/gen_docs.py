@@ -277,11 +277,9 @@ A flag knob:
 A kernel operator:
 
 1. `kernels/<op>/`: `reference.py` and its candidates;
-2. the op table, held twice: `infrarsi/kernels/loader.py` (`OPS`) and `infrarsi/adapters/minigpt.py`
-   (`KERNEL_OPS`);
-3. its memory traffic per layer in `infrarsi/kernels/space.py`, and the op names in the help of
-   `infrarsi/kernels/cli.py` and `infrarsi/workloads/minigpt.py`;
-4. its call site in the model that runs it (`infrarsi/workloads/minigpt.py`; torchtitan:
+2. one entry in the op table, `infrarsi/kernels/ops.py` (`OPERATORS`: its name and its memory traffic per token);
+   the loader, `infrarsi kernels`, the minigpt adapter's knobs and its workload's help read the names from it;
+3. its call site in the model that runs it (`infrarsi/workloads/minigpt.py`; torchtitan:
    `launchers/torchtitan_patches.py`, whose `OPS` and `adapters/torchtitan/trial.py`'s `PATCHABLE_OPS` list
    the ops it can patch).
 """

@@ -16,6 +16,7 @@ from ..contract.model import Contract, ContractError
 from ..trial import LaunchSpec
 from ..trial import TrialStatus
 from ..knobs import Constraint, Knob, KnobSpace, catalog
+from ..kernels.ops import OPS as KERNEL_OPS  # the model below takes every op (its hooks: workloads/minigpt.py)
 from ..knobs.spelling import Spelling
 from ..transformer import CAUSAL_MATMULS
 from .base import Adapter, ParsedRun
@@ -23,7 +24,6 @@ from .spec import FrameworkSpec
 from .megatron.log import classify_failure, parse_log, to_metrics
 from .megatron.spelling import SPELLING as _MEGATRON_FLAGS
 
-KERNEL_OPS = ("rmsnorm", "swiglu", "rope", "cross_entropy", "add_rmsnorm")
 
 # Fixed workload arguments the workload accepts (Megatron names, underscores).
 FIXED_FLAGS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",

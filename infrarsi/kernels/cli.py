@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .ops import OPS
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, help="Verify and benchmark Triton kernel candidates.")
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -145,7 +147,7 @@ def list_(op: str = typer.Argument(None, metavar="OP", help="One op (default: al
 
 @app.command()
 def generate(
-    op: str = typer.Argument(..., metavar="OP", help="The op: rmsnorm, swiglu, rope, cross_entropy or add_rmsnorm."),
+    op: str = typer.Argument(..., metavar="OP", help=f"The op: {', '.join(OPS[:-1])} or {OPS[-1]}."),
     out_dir: Path = typer.Option(None, "--out-dir", metavar="DIR", help="Where to write it (default: kernels/OP/generated/)."),
 ) -> None:
     """Ask the configured LLM for a Triton candidate of OP, write it and verify it (one repair round)."""

@@ -21,8 +21,8 @@ from types import ModuleType
 
 from ..candidate import (VARIANTS, Candidate, CandidateError, candidate_path, parse_candidate, spec_key,  # noqa: F401
                          split_spec, variants_of)
+from .ops import OPS  # noqa: F401  (the op table: kernels/ops.py)
 
-OPS = ("rmsnorm", "swiglu", "rope", "cross_entropy", "add_rmsnorm")
 # kernels/ at the repository root, beside the infrarsi package; INFRARSI_KERNELS overrides it.
 KERNELS_ROOT = Path(__file__).resolve().parents[2] / "kernels"
 GENERATED = "generated"  # kernels/<op>/generated/<name>.py: candidates an LLM wrote (generate.py)

@@ -30,6 +30,7 @@ from rich.markup import escape
 from ..transformer import minigpt_ffn
 from . import verdicts as verdicts_mod
 from .loader import OPS, generated_folder
+from .ops import OPERATORS
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -54,16 +55,11 @@ def model_dims(contract: Contract) -> tuple[tuple[str, int], ...] | None:
 
 
 def traffic_shares(dims: tuple[tuple[str, int], ...], ops: list[str], layers: int = 1) -> dict[str, float]:
-    """Each op's share of one step's memory traffic (elements read + written, forward and backward), per token.
-
-    rmsnorm / add_rmsnorm: 2 per layer + 1 final, x read and y written (x3 with backward); swiglu: gate and up
-    read, out written, per layer; rope: q and k, read and written, per layer; cross_entropy: logits read and
-    their gradient written, once."""
+    """Each op's share of one step's memory traffic (elements read + written, forward and backward), per token, by
+    each op's own formula (ops.OPERATORS)."""
     d = dict(dims)
-    per = {"rmsnorm": (2 * layers + 1) * 2 * d["hidden"] * 3, "add_rmsnorm": (2 * layers + 1) * 3 * d["hidden"] * 3,
-           "swiglu": layers * 3 * d["ffn_hidden"] * 3, "rope": layers * 2 * 2 * d["hidden"] * 2,
-           "cross_entropy": 2 * d["vocab"] * 2}
-    total = sum(per[o] for o in ops) or 1
+    per = {o: OPERATORS[o].traffic(d, layers) for o in ops}
+    total = sum(per.values()) or 1
     return {o: per[o] / total for o in ops}
 
 

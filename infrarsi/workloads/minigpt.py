@@ -48,6 +48,8 @@ MB = 2**20
 
 # --------------------------------------------------------------------------- arguments
 def build_parser() -> argparse.ArgumentParser:
+    from infrarsi.kernels.ops import OPS  # the op table (light: no torch)
+
     p = argparse.ArgumentParser(prog="python -m infrarsi.workloads.minigpt", description=__doc__.split("\n")[0])
     a = p.add_argument
     # model (Megatron names)
@@ -78,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--torch-compile", action="store_true", help="torch.compile the model")
     a("--adam-impl", choices=["foreach", "fused"], default="foreach")
     a("--kernel", action="append", default=[], metavar="OP=PATH[@VARIANT]",
-      help="use a kernel candidate for OP (rmsnorm, swiglu, rope, cross_entropy, add_rmsnorm): a file, or "
+      help=f"use a kernel candidate for OP ({', '.join(OPS)}): a file, or "
            "FILE@VARIANT for one of its VARIANTS")
     # logging (Megatron names)
     a("--log-interval", type=int, default=1)
