@@ -67,3 +67,21 @@ def test_group_scan_counts_a_child_started_in_a_session_of_its_own():
         os.killpg(rank, 9)
         os.killpg(leader.pid, 9)
         leader.wait()
+
+
+def test_a_window_shorter_than_a_sampler_period_is_widened_and_else_not_judged():
+    """Two 40 ms steps with no CPU between their lines (a starved rank on a loaded machine) say nothing: the window is
+    widened to every step line, and judged there; a forger's 250 ms of sleeping lines is still caught."""
+    from infrarsi.execute.clock import MIN_CPU_WINDOW_S, Line, _cpu_check
+
+    def lines(points):  # [(iteration, seconds, cpu seconds)] on one rank
+        return {(0, i): Line(t, ("stdout", i), (t, c)) for i, t, c in points}
+
+    starved = lines([(1, 1.00, 2.0), (2, 1.04, 2.0), (3, 1.08, 2.0)])  # 80 ms, nothing longer to widen to
+    assert _cpu_check(starved, 1, 2) is None
+    widened = lines([(1, 1.00, 2.0), (2, 1.04, 2.0), (3, 1.08, 2.0), (4, 1.50, 2.3)])  # 0.5 s, 300 ms of CPU
+    assert _cpu_check(widened, 1, 2) is None
+    forger = lines([(i, 1.0 + 0.05 * i, 2.0) for i in range(1, 7)])  # 6 lines 50 ms apart, no CPU: 250 ms
+    assert 0.25 >= MIN_CPU_WINDOW_S
+    why = _cpu_check(forger, 1, 2)
+    assert why is not None and "between iteration lines 1 and 6" in why and "paced, not computed" in why
