@@ -332,13 +332,17 @@ class LocalExecutor:
         with self._lock:
             return self._clocks.get(handle.token)
 
-    def cancel(self, handle: Handle) -> None:
+    def cancel(self, handle: Handle, *, why: str = "cancel") -> None:
         with self._lock:
             proc = self._procs.get(handle.token)
             if proc is None:
                 return
-            self._why.setdefault(handle.token, "cancel")
+            self._why.setdefault(handle.token, why)
         self._kill_group(proc, handle.token)
+
+    def end(self, handle: Handle) -> None:
+        """Stop it as ``cancel`` does (the group, then its token's processes): it has printed all it is measured by."""
+        self.cancel(handle, why="ended")
 
     def adopt(self, handle: Handle) -> Handle | None:
         """A local process cannot be re-attached (it is not our child): end what is left of it and
@@ -463,6 +467,8 @@ def _launch_end(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s
                   + (f" (then up to {grace_s:g} s between SIGTERM and SIGKILL)" if grace_s else ""))
     elif why == "cancel":
         ev.append(f"cancelled after {wall_s:.1f} s")
+    elif why == "ended":
+        ev.append(f"stopped by the harness after {wall_s:.1f} s: every line it is measured by had come")
     elif why == "dropped":
         ev.append(f"stopped after {wall_s:.1f} s: its output was more than the runner keeps (clock.MAX_BYTES, "
                   f"clock.MAX_LINES) or the disk could not hold it")
@@ -471,7 +477,7 @@ def _launch_end(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s
     else:
         ev.append(f"exited with status {rc}")
     return LaunchEnd(state="killed" if why else "exited", returncode=None if sig is not None else rc, signal=sig,
-                   timed_out=why == "timeout", cancelled=why == "cancel", wall_s=wall_s, evidence=ev,
+                   timed_out=why == "timeout", cancelled=why == "cancel", ended=why == "ended", wall_s=wall_s, evidence=ev,
                    time_limit_s=limit_s, kill_grace_s=grace_s if why == "timeout" else None)
 
 
