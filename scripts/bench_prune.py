@@ -32,8 +32,9 @@ exactly as fast as a promoted first is left unverified (the A/A: at most ALPHA =
     python scripts/bench_prune.py tail --run-dir RUN_DIR --repeats 2                           # after `infrarsi init`
 
 ``cost``: a recorded run's device-seconds per phase (the report's Cost table, report/cost.py), each split into
-start-up (launch to the first step line, by the harness's clock) and steps, with the load average its trials ran
-at; then the start-up's parts: the first step line, one steady step (the median gap between later step lines), and
+start-up (launch to the first step line, by the harness's clock), steps and the tail (the last step line to the
+end), with the load average its trials ran at, and how many trials the harness ended at their last step; then the
+start-up's parts: the first step line, one steady step (the median gap between later step lines), and
 what is left before step 1 (interpreter, imports, dataset, model build), per phase's median trial; and the
 interpreter with ``import torch`` alone, timed here three times (the share no trial can avoid without sharing a
 process, which isolation rules out).
@@ -238,14 +239,19 @@ def cost(args: argparse.Namespace) -> None:
         trials = RunRecord(run_dir).finished()
         c = run_cost(trials)
         print(f"\n{run_dir}: {len(trials)} finished trials, {c.total_s:.1f} device-s")
-        print(f"{'phase':<13} {'trials':>6} {'device-s':>9} {'share':>6} {'start-up':>9} {'steps':>8} {'load':>10}")
+        print(f"{'phase':<13} {'trials':>6} {'device-s':>9} {'share':>6} {'start-up':>9} {'steps':>8} {'tail':>6} "
+              f"{'load':>10}")
         for phase, (n, dev) in c.phases.items():
             mine = [t for t in trials if _phase(t.role) == phase]
             loads = [la for t in mine if (la := load_of([t.conditions])) is not None]
             up = c.startup.get(phase, (0, 0.0))[1]
+            after = c.tail.get(phase, (0, 0.0))[1]  # the last step line to the end (tail_stop.py)
             span = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "?"
             print(f"{phase:<13} {n:>6} {dev:>9.1f} {dev / (c.total_s or 1):>6.0%} {up:>9.1f} "
-                  f"{c.clocked_s.get(phase, 0.0) - up:>8.1f} {span:>10}")
+                  f"{c.clocked_s.get(phase, 0.0) - up - after:>8.1f} {after:>6.1f} {span:>10}")
+        for line in c.lines():
+            if line.startswith("The harness ended"):
+                print(line)
         print("start-up of an ok trial, median per phase (s): first step line = before step 1 + step 1")
         for phase in c.phases:
             firsts, steady = [], []

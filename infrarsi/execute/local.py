@@ -332,17 +332,19 @@ class LocalExecutor:
         with self._lock:
             return self._clocks.get(handle.token)
 
-    def cancel(self, handle: Handle, *, why: str = "cancel") -> None:
+    def cancel(self, handle: Handle, *, why: str = "cancel", sig: int = signal.SIGTERM) -> None:
         with self._lock:
             proc = self._procs.get(handle.token)
             if proc is None:
                 return
             self._why.setdefault(handle.token, why)
-        self._kill_group(proc, handle.token)
+        self._kill_group(proc, handle.token, sig=sig)
 
     def end(self, handle: Handle) -> None:
-        """Stop it as ``cancel`` does (the group, then its token's processes): it has printed all it is measured by."""
-        self.cancel(handle, why="ended")
+        """Stop it as ``cancel`` does (the group, then its token's processes), with SIGKILL at once: it has printed all
+        it is measured by, and nothing a polite signal would let it do (torchrun's wait for its ranks, a handler's
+        save) is read."""
+        self.cancel(handle, why="ended", sig=signal.SIGKILL)
 
     def adopt(self, handle: Handle) -> Handle | None:
         """A local process cannot be re-attached (it is not our child): end what is left of it and
@@ -370,7 +372,7 @@ class LocalExecutor:
             return None
         return group
 
-    def _kill_group(self, proc: subprocess.Popen, token: str) -> int:
+    def _kill_group(self, proc: subprocess.Popen, token: str, *, sig: int = signal.SIGTERM) -> int:
         """SIGTERM the group (an isolated trial: every process of its PID namespace but bwrap's init, so that bwrap
         outlives the command and reports how it ended), SIGKILL the group after the grace period, then every process
         left with the trial's token (torchrun's ranks, each in its own session, if torchrun died before it ended
@@ -379,8 +381,8 @@ class LocalExecutor:
             box = self._boxes.get(token)
         ns = box.namespace() if box is not None else None
         # unisolated, or nothing started in the namespace yet: the whole group (bwrap too, which takes all with it)
-        if ns is None or isolation.signal_namespace(ns, signal.SIGTERM) == 0:
-            _signal_group(proc.pid, signal.SIGTERM)
+        if ns is None or isolation.signal_namespace(ns, sig) == 0:
+            _signal_group(proc.pid, sig)
         try:
             rc = proc.wait(timeout=self.config.kill_grace_s)
         except subprocess.TimeoutExpired:

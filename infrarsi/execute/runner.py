@@ -313,7 +313,8 @@ class Runner:
                                 read=tail.text() if ended is not None else None)
         if ended is not None and verdict.status is TrialStatus.OK:  # the saving, with the harness's figures
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
-                ended.line(last_step_s(Path(handle.trial_dir)), end.wall_s)]})
+                ended.line(last_step_s(Path(handle.trial_dir)), end.wall_s,
+                           stopped_s=ended.at_unix - handle.submitted_at if handle.kind == "local" else None)]})
         if role == "search":  # told to the search as it is; an A/B pair is held to its own baseline (pair_times)
             verdict = _end_to_end(verdict, end.wall_s, self.config.outside_allowance_s,
                                   self.contract.invariants.timing.startup_allowance_s)

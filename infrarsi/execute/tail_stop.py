@@ -50,16 +50,19 @@ class TailStop:
     step: int  # the last step whose line it waited for
     bytes: dict[str, int]
     quiet_s: float  # the quiet spell it waited after the last change of the adapter's reading
+    at_unix: float  # when it was decided (time.time())
 
-    def line(self, last_line_s: float | None, wall_s: float) -> str:
-        """The evidence line: when its last step line came by the harness's clock and when the process was gone."""
+    def line(self, last_line_s: float | None, wall_s: float, stopped_s: float | None = None) -> str:
+        """The evidence line: when its last step line came by the harness's clock, when the harness stopped it
+        (``stopped_s``, seconds after the launch) and when the process was gone (``wall_s``)."""
+        stop = f"stopped at {stopped_s:.1f} s, " if stopped_s is not None else ""
         if last_line_s is None:
             return (f"{ENDED} step {self.step}'s line and {self.quiet_s:.1f} s without a change "
-                    f"to what its record reads; the process was gone {wall_s:.1f} s after its launch")
-        return (f"{ENDED} its last measured step line: step {self.step}'s line came "
-                f"{last_line_s:.1f} s after the launch, the process was gone at {wall_s:.1f} s, "
-                f"{wall_s - last_line_s:.1f} s after it (a quiet spell of {self.quiet_s:.1f} s with no change to what "
-                f"its record reads, then the stop); its shutdown was not run")
+                    f"to what its record reads; {stop}the process was gone {wall_s:.1f} s after its launch")
+        return (f"{ENDED} its last measured step line: step {self.step}'s line came {last_line_s:.1f} s after the "
+                f"launch, then a quiet spell of {self.quiet_s:.1f} s with no change to what its record reads; "
+                f"{stop}the process was gone at {wall_s:.1f} s, {wall_s - last_line_s:.1f} s after the line; its "
+                f"shutdown was not run")
 
 
 class TailWatch:
@@ -156,7 +159,7 @@ class TailWatch:
         quiet = self.quiet_s()
         if now - self._changed < quiet:
             return None
-        self.decision = TailStop(step=last, bytes=dict(self._read), quiet_s=quiet)
+        self.decision = TailStop(step=last, bytes=dict(self._read), quiet_s=quiet, at_unix=time.time())
         return self.decision
 
     def text(self) -> tuple[str, str]:
