@@ -15,6 +15,13 @@ torchtitan's on every step line) and the timer lines printed after a step's line
    lines so far (a rank printing its memory report after the step line of another is a fraction of a step behind:
    on a loaded machine the steps and the wait grow together).
 
+A launch that runs more steps than the contract reads and does not state its last step in its lines (torchtitan's
+``training.steps`` past the window) is ended at the first quiet spell after the contract's last step (each step line
+changes the reading): steps further apart than the spell, and their memory figures, are not run (every trial alike,
+the baseline's too). The runner ends a trial as it stops a
+pruned one, with SIGKILL at once on this machine (LocalExecutor.end: nothing a polite signal would let it do is
+read) and ``scancel`` for a running Slurm job (SlurmExecutor.end).
+
 The decision names the bytes of each stream read so far: the trial's record is the adapter's reading of exactly those
 (what a signal makes a launcher print as it ends is not the trial's output), with the exit status of a finished
 trial. A trial whose last step line never comes (it failed, hung, or printed its lines at exit) is not ended here: it
