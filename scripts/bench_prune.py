@@ -29,10 +29,12 @@ exactly as fast as a promoted first is left unverified (the A/A: at most ALPHA =
     python scripts/bench_prune.py real --run-dir RUN_DIR --trials 8      # RUN_DIR: after `infrarsi doctor`
     python scripts/bench_prune.py cost --run-dir RUN_DIR [RUN_DIR ...]   # where a run's device time went
     python scripts/bench_prune.py startup --run-dir RUN_DIR --repeats 3 --checkout megatron   # after `infrarsi init`
+    python scripts/bench_prune.py tail --run-dir RUN_DIR --repeats 2                           # after `infrarsi init`
 
 ``cost``: a recorded run's device-seconds per phase (the report's Cost table, report/cost.py), each split into
-start-up (launch to the first step line, by the harness's clock) and steps, with the load average its trials ran
-at; then the start-up's parts: the first step line, one steady step (the median gap between later step lines), and
+start-up (launch to the first step line, by the harness's clock), steps and the tail (the last step line to the
+end), with the load average its trials ran at, and how many trials the harness ended at their last step; then the
+start-up's parts: the first step line, one steady step (the median gap between later step lines), and
 what is left before step 1 (interpreter, imports, dataset, model build), per phase's median trial; and the
 interpreter with ``import torch`` alone, timed here three times (the share no trial can avoid without sharing a
 process, which isolation rules out).
@@ -45,6 +47,12 @@ launch's PYTHONPATH (a team's source checkout of Megatron-LM or torchtitan, as g
 as an environment installed without bytecode gives them); the "on" arm compiles each copy once before its trial,
 and that one-off is printed beside it. ``--timeline``: every output line of each trial with its arrival (where
 the ranks' imports end and their init, dataset and model build begin).
+
+``tail``: the end at the last step (execute/tail_stop.py, ``budget.end_at_last_step``) off vs on, paired: the run
+directory's baseline as isolated trials, ``--repeats`` pairs back to back (the order alternating), each printed with
+its last step line and its end by the harness's clock and the tail between them (what a trial pays after its last
+step line: off, its own shutdown; on, the quiet spell and the stop), its status, step time and peak memory (the
+figures the record must keep) and the load average; then the median tail of each arm and the saving per trial.
 """
 
 from __future__ import annotations
@@ -231,14 +239,19 @@ def cost(args: argparse.Namespace) -> None:
         trials = RunRecord(run_dir).finished()
         c = run_cost(trials)
         print(f"\n{run_dir}: {len(trials)} finished trials, {c.total_s:.1f} device-s")
-        print(f"{'phase':<13} {'trials':>6} {'device-s':>9} {'share':>6} {'start-up':>9} {'steps':>8} {'load':>10}")
+        print(f"{'phase':<13} {'trials':>6} {'device-s':>9} {'share':>6} {'start-up':>9} {'steps':>8} {'tail':>6} "
+              f"{'load':>10}")
         for phase, (n, dev) in c.phases.items():
             mine = [t for t in trials if _phase(t.role) == phase]
             loads = [la for t in mine if (la := load_of([t.conditions])) is not None]
             up = c.startup.get(phase, (0, 0.0))[1]
+            after = c.tail.get(phase, (0, 0.0))[1]  # the last step line to the end (tail_stop.py)
             span = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "?"
             print(f"{phase:<13} {n:>6} {dev:>9.1f} {dev / (c.total_s or 1):>6.0%} {up:>9.1f} "
-                  f"{c.clocked_s.get(phase, 0.0) - up:>8.1f} {span:>10}")
+                  f"{c.clocked_s.get(phase, 0.0) - up - after:>8.1f} {after:>6.1f} {span:>10}")
+        for line in c.lines():
+            if line.startswith("The harness ended"):
+                print(line)
         print("start-up of an ok trial, median per phase (s): first step line = before step 1 + step 1")
         for phase in c.phases:
             firsts, steady = [], []
@@ -393,6 +406,51 @@ def startup(args: argparse.Namespace) -> None:
               f"(on - off {med['on'] - med['off']:+.2f} s; {len(rows['off'])} and {len(rows['on'])} trials)")
 
 
+def tail(args: argparse.Namespace) -> None:
+    import os
+    import tempfile
+
+    from infrarsi.adapters import run_adapter
+    from infrarsi.contract import load_locked
+    from infrarsi.execute.clock import last_step_s
+    from infrarsi.execute.local import LocalExecutor
+    from infrarsi.execute.record import RunRecord
+    from infrarsi.execute.runner import Runner
+
+    contract = load_locked(args.run_dir)
+    adapter = run_adapter(contract.workload.adapter, args.run_dir)
+    print(f"{contract.name}: {args.repeats} pairs, budget.end_at_last_step off vs on (the baseline, isolated trials)")
+    print("times from the launch, by the harness's clock (s): the last step line, the end (wall), the tail between "
+          "them; the step time the harness measured (s), the peak memory the record keeps (MiB)")
+    print(f"{'pair':>4} {'arm':>4} {'status':>7} {'last step':>10} {'wall':>6} {'tail':>6} {'step':>6} {'peak':>7} "
+          f"{'load':>5}")
+    tails: dict[str, list[float]] = {"off": [], "on": []}
+    with tempfile.TemporaryDirectory(prefix="bench-tail-") as tmp:
+        for i in range(args.repeats):
+            for arm in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                c = contract.model_copy(update={"budget": contract.budget.model_copy(
+                    update={"end_at_last_step": arm == "on"})})
+                run = Path(tmp) / f"run-{i}-{arm}"
+                run.mkdir()
+                (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
+                with Runner(RunRecord(run), LocalExecutor(), adapter, c,
+                            config=Runner.Config(oversubscribe=True)) as r:
+                    t = r.submit(c.baseline, role="tail").result()
+                last = last_step_s(Path(t.path)) if t.path else None
+                la = os.getloadavg()[0]
+                nan = float("nan")
+                gap = t.cost.wall_s - last if last is not None else nan
+                if last is not None and t.status.value == "ok":
+                    tails[arm].append(gap)
+                peak = (t.metrics.peak_memory_bytes or nan) / 2**20
+                print(f"{i:>4} {arm:>4} {t.status.value:>7} {last or nan:>10.2f} {t.cost.wall_s:>6.1f} {gap:>6.2f} "
+                      f"{t.metrics.step_time_s or nan:>6.2f} {peak:>7.1f} {la:>5.1f}", flush=True)
+    med = {a: statistics.median(v) for a, v in tails.items() if v}
+    if len(med) == 2:
+        print(f"median tail after the last step line: off {med['off']:.2f} s, on {med['on']:.2f} s: "
+              f"{med['off'] - med['on']:.2f} s saved per trial ({len(tails['off'])} and {len(tails['on'])} ok trials)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -417,12 +475,15 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--repeats", type=int, default=3)
     u.add_argument("--checkout", nargs="*", default=[], help="installed packages run as copies without bytecode")
     u.add_argument("--timeline", action="store_true", help="print every output line of each trial with its arrival")
+    t = sub.add_parser("tail", help="the end at the last step off vs on: real isolated trials' tails, paired")
+    t.add_argument("--run-dir", type=Path, required=True)
+    t.add_argument("--repeats", type=int, default=2)
     r = sub.add_parser("real", help="A/A with real trials of a run directory's baseline")
     r.add_argument("--run-dir", type=Path, required=True)
     r.add_argument("--trials", type=int, default=8)
     args = ap.parse_args(argv)
     {"aa": aa, "search": search, "real": real, "outrank": outrank, "cost": cost,
-     "startup": startup}[args.cmd](args)
+     "startup": startup, "tail": tail}[args.cmd](args)
     return 0
 
 

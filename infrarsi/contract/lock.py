@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 # their default: a run locked before they existed still resumes, and its contract still hashes the same.
 # (its section's path, its key, its default)
 LATER_FIELDS = (("workload", "cwd", ""), ("budget", "prune", True), ("budget", "skip_over_capacity", True),
+                ("budget", "end_at_last_step", True),
                 ("invariants.timing", "startup_allowance_s", 0.0))
 
 # The lock's ``files_relative_to`` when its file names are relative to the contract's folder (every lock written

@@ -8,7 +8,9 @@ Precedence, first match wins; every branch leaves evidence lines:
                                                           OUT_OF_MEMORY, the trial's memory cgroup's oom_kill
 4. the adapter's verdict on the log          -> ok / oom / crash / invalid / ...
    - the parser itself failing is a crash, with the last log lines as evidence
-   - "ok" from a process that exited non-zero or by a signal is a crash
+   - "ok" from a process that exited non-zero or by a signal is a crash, unless the harness ended it once every
+     line it is measured by had come (``end.ended``, execute/tail_stop.py): how it ended is then the harness's
+     doing, not the trial's, and is not recorded as its exit status
 5. an ok trial whose loss trace leaves the baseline's tolerance -> numerics_drift
 
 A signal that ended the process (or, under torchrun, the first failed worker) is kept in Trial.signal.
@@ -49,14 +51,14 @@ def classify(end: LaunchEnd, parsed: ParsedRun | None, *, stdout: str = "", stde
              parse_error: str | None = None) -> Verdict:
     """The trial's status, metrics and evidence. ``parsed`` is None when the parser raised
     (``parse_error`` then says what it raised)."""
-    sig = end.signal
+    sig = None if end.ended else end.signal
     evidence = list(end.evidence)
-    if sig is None:
+    if sig is None and not end.ended:
         rc = root_cause(stderr) or root_cause(stdout)
         if rc is not None and rc[1] < 0:
             sig = -rc[1]
             evidence.append(f"torchrun: rank {rc[0]} ended by signal {sig} ({signal_name(sig)})")
-    common = {"signal": sig, "exit_code": end.returncode}
+    common = {"signal": sig, "exit_code": None if end.ended else end.returncode}
     metrics = parsed.metrics if parsed is not None else Metrics()
 
     if end.cancelled:
@@ -78,7 +80,7 @@ def classify(end: LaunchEnd, parsed: ParsedRun | None, *, stdout: str = "", stde
                        reason="its output could not be parsed", **common)
     evidence += parsed.evidence
     status, reason = parsed.status, parsed.reason
-    ended_badly = sig is not None or (end.returncode not in (0, None))
+    ended_badly = not end.ended and (sig is not None or end.returncode not in (0, None))
     if status is TrialStatus.OK and ended_badly and not parsed.exit_explained:
         how = f"signal {sig} ({signal_name(sig)})" if sig is not None else f"exit status {end.returncode}"
         return Verdict(status=TrialStatus.CRASH, metrics=_partial(metrics),

@@ -604,6 +604,19 @@ def first_step_s(trial_dir: Path) -> float | None:
     return min((ln.earliest_s for ln in steps.values()), default=None)
 
 
+def last_step_s(trial_dir: Path) -> float | None:
+    """Seconds from the launch to the last step line's arrival (its last copy), any rank, any stream: where the
+    trial's steps end and its shutdown begins, as the harness's clock sees it. None as :func:`first_step_s`."""
+    clock = read_clock(trial_dir)
+    if clock is None:
+        return None
+    try:
+        steps, _ = _step_lines(Path(trial_dir), clock, copies=MAX_LINES)
+    except (ClockProblem, OSError):
+        return None
+    return max((ln.arrival_s for ln in steps.values()), default=None)
+
+
 def own_cpu_s(trial_dir: Path) -> float | None:
     """CPU seconds the trial's processes had used at the clock's last sample (None without a sampled clock)."""
     clock = read_clock(trial_dir)

@@ -22,6 +22,13 @@ that starts slower still is scored by it, the rest of its start-up included, as 
 hides time outside its steps gains at most (startup + the slack) / steps per step. No measurement tells a start-up
 from steps computed before their lines (docs/isolation.md): ``startup`` is trusted, up to the limit the user
 locked. Nothing here makes a trial invalid: load slows a start-up, it does not forge one.
+
+With ``budget.end_at_last_step`` (tail_stop.py) the harness ends every trial, the baseline's and the search's and the
+pair's alike, a quiet spell after its last step line, so ``outside`` is its start-up plus that spell and the stop
+on both sides of each comparison: the allowance is measured as the trial is. Were the baseline's left to run its
+shutdown and a candidate's cut, the allowance would hold the baseline's shutdown (seconds) that the candidate no
+longer spends, and a candidate could hide that much computation before its first line unseen; the other way round, a
+candidate would be charged for a shutdown the baseline never paid. The runner applies the option to every role.
 """
 
 from __future__ import annotations

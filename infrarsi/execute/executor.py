@@ -42,6 +42,10 @@ class Executor(Protocol):
     def cancel(self, handle: Handle) -> None:
         """Stop it (the whole process group / job); its next poll reports ``cancelled``."""
 
+    def end(self, handle: Handle) -> None:
+        """Stop it as ``cancel`` does, because it has printed every line it is measured by (execute/tail_stop.py):
+        its next poll reports ``ended``, not ``cancelled``."""
+
     def adopt(self, handle: Handle) -> Handle | None:
         """After a restart: the handle to keep watching when the launch is still known (running or
         finished), None when it is gone and must be launched again."""

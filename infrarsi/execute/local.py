@@ -332,13 +332,19 @@ class LocalExecutor:
         with self._lock:
             return self._clocks.get(handle.token)
 
-    def cancel(self, handle: Handle) -> None:
+    def cancel(self, handle: Handle, *, why: str = "cancel", sig: int = signal.SIGTERM) -> None:
         with self._lock:
             proc = self._procs.get(handle.token)
             if proc is None:
                 return
-            self._why.setdefault(handle.token, "cancel")
-        self._kill_group(proc, handle.token)
+            self._why.setdefault(handle.token, why)
+        self._kill_group(proc, handle.token, sig=sig)
+
+    def end(self, handle: Handle) -> None:
+        """Stop it as ``cancel`` does (the group, then its token's processes), with SIGKILL at once: it has printed all
+        it is measured by, and nothing a polite signal would let it do (torchrun's wait for its ranks, a handler's
+        save) is read."""
+        self.cancel(handle, why="ended", sig=signal.SIGKILL)
 
     def adopt(self, handle: Handle) -> Handle | None:
         """A local process cannot be re-attached (it is not our child): end what is left of it and
@@ -366,7 +372,7 @@ class LocalExecutor:
             return None
         return group
 
-    def _kill_group(self, proc: subprocess.Popen, token: str) -> int:
+    def _kill_group(self, proc: subprocess.Popen, token: str, *, sig: int = signal.SIGTERM) -> int:
         """SIGTERM the group (an isolated trial: every process of its PID namespace but bwrap's init, so that bwrap
         outlives the command and reports how it ended), SIGKILL the group after the grace period, then every process
         left with the trial's token (torchrun's ranks, each in its own session, if torchrun died before it ended
@@ -375,8 +381,8 @@ class LocalExecutor:
             box = self._boxes.get(token)
         ns = box.namespace() if box is not None else None
         # unisolated, or nothing started in the namespace yet: the whole group (bwrap too, which takes all with it)
-        if ns is None or isolation.signal_namespace(ns, signal.SIGTERM) == 0:
-            _signal_group(proc.pid, signal.SIGTERM)
+        if ns is None or isolation.signal_namespace(ns, sig) == 0:
+            _signal_group(proc.pid, sig)
         try:
             rc = proc.wait(timeout=self.config.kill_grace_s)
         except subprocess.TimeoutExpired:
@@ -463,6 +469,8 @@ def _launch_end(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s
                   + (f" (then up to {grace_s:g} s between SIGTERM and SIGKILL)" if grace_s else ""))
     elif why == "cancel":
         ev.append(f"cancelled after {wall_s:.1f} s")
+    elif why == "ended":
+        ev.append(f"stopped by the harness after {wall_s:.1f} s: every line it is measured by had come")
     elif why == "dropped":
         ev.append(f"stopped after {wall_s:.1f} s: its output was more than the runner keeps (clock.MAX_BYTES, "
                   f"clock.MAX_LINES) or the disk could not hold it")
@@ -471,7 +479,7 @@ def _launch_end(rc: int, wall_s: float, why: str | None, limit_s: float, grace_s
     else:
         ev.append(f"exited with status {rc}")
     return LaunchEnd(state="killed" if why else "exited", returncode=None if sig is not None else rc, signal=sig,
-                   timed_out=why == "timeout", cancelled=why == "cancel", wall_s=wall_s, evidence=ev,
+                   timed_out=why == "timeout", cancelled=why == "cancel", ended=why == "ended", wall_s=wall_s, evidence=ev,
                    time_limit_s=limit_s, kill_grace_s=grace_s if why == "timeout" else None)
 
 

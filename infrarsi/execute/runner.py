@@ -41,7 +41,7 @@ from ..rundir import RunDir
 from ..trial.parsed import ParsedRun
 from .cgroup import usable_memory_bytes
 from .classify import Verdict, apply_loss_check, classify
-from .clock import ClockProblem, disagreement, measure, own_cpu_s, read_clock, referee
+from .clock import ClockProblem, disagreement, last_step_s, measure, own_cpu_s, read_clock, referee
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from . import end_to_end, user_srun
@@ -49,6 +49,7 @@ from .local import kill_token, trial_env
 from .memory_stop import MemoryWatch
 from .prune import PruneWatch, Target
 from .record import RunRecord
+from .tail_stop import TailWatch
 from ..trial import OUTPUTS, Cost, LaunchSpec, Metrics, Trial, TrialStatus
 
 
@@ -237,6 +238,19 @@ class Runner:
 
         return MemoryWatch(capacity_bytes=self.contract.hardware.memory_capacity_bytes, trial_dir=trial_dir, peak=peak)
 
+    def _tail_watch(self, trial_dir: Path) -> TailWatch | None:
+        """The end at the last step (execute/tail_stop.py), unless the contract's ``budget.end_at_last_step`` is off:
+        the adapter's reading of the output so far, as the record will read it (exit status 0: a finished trial)."""
+        if not self.contract.budget.end_at_last_step:
+            return None
+        t = self.contract.invariants.timing
+
+        def parse(out: str, err: str) -> ParsedRun:
+            return self.adapter.parse(self.contract, out, err, 0)
+
+        return TailWatch(trial_dir=trial_dir, parse=parse,
+                         last_step=max(t.warmup_steps + t.measured_steps, self.contract.invariants.loss.compare_steps))
+
     def _run_one(self, setting: dict[str, Any], role: str,
                  reference: Referee | Sequence[float] | None, existing: Trial | None, adopted: Handle | None,
                  attempt: int = 0, *, prune: Target | None = None) -> Trial:
@@ -281,7 +295,8 @@ class Runner:
                     self.executor.cancel(handle)
                 pruner = PruneWatch(prune, lambda h=handle: self.executor.live_clock(h)) if prune is not None else None
                 memory = self._memory_watch(Path(handle.trial_dir))
-                end, filled = _wait(self.executor, handle, self.record.run_dir, pruner, memory)
+                tail = self._tail_watch(Path(handle.trial_dir))
+                end, filled = _wait(self.executor, handle, self.record.run_dir, pruner, memory, tail)
                 if not end.relaunch or len(relaunched) >= MAX_RELAUNCHES:
                     break
                 relaunched += [*end.evidence, f"launched again (attempt {attempt + 2})"]
@@ -293,7 +308,13 @@ class Runner:
                 self._handles.pop(trial.id, None)
         conditions = watch.end(own_cpu_s=own_cpu_s(Path(handle.trial_dir)))
         freed = _keep_reserve(self.record.run_dir, Path(handle.trial_dir))
-        verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting, copies=procs)
+        ended = tail.decision if tail is not None and end.ended else None
+        verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting, copies=procs,
+                                read=tail.text() if ended is not None else None)
+        if ended is not None and verdict.status is TrialStatus.OK:  # the saving, with the harness's figures
+            verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
+                ended.line(last_step_s(Path(handle.trial_dir)), end.wall_s,
+                           stopped_s=ended.at_unix - handle.submitted_at if handle.kind == "local" else None)]})
         if role == "search":  # told to the search as it is; an A/B pair is held to its own baseline (pair_times)
             verdict = _end_to_end(verdict, end.wall_s, self.config.outside_allowance_s,
                                   self.contract.invariants.timing.startup_allowance_s)
@@ -390,20 +411,21 @@ class Runner:
         return trial, handle
 
     def _verdict(self, end: LaunchEnd, trial_dir: Path, reference: Referee | Sequence[float] | None,
-                 setting: Mapping[str, Any] | None = None, *, copies: int = 1) -> Verdict:
+                 setting: Mapping[str, Any] | None = None, *, copies: int = 1,
+                 read: tuple[str, str] | None = None) -> Verdict:
         """``reference``: the baseline's loss trace (checked within rtol), or a calibrated loss referee
         (infrarsi.contract.numerics.Referee: loss and grad norm against the setting's band). ``copies``: the
-        trial's processes, each of which may print a step's line (clock.py)."""
+        trial's processes, each of which may print a step's line (clock.py). ``read``: (stdout, stderr) as the
+        harness read them when it ended the trial at its last step (tail_stop.py), parsed as a finished run's."""
         dropped = _dropped(trial_dir)
         if dropped and not end.cancelled:  # what it printed was not all kept: nothing it printed is believed (or read)
             return invalidate(classify(end, ParsedRun(status=TrialStatus.CRASH)), dropped)
-        stdout = _read_text(trial_dir / STDOUT)
-        stderr = _read_text(trial_dir / STDERR)
+        stdout, stderr = read if read is not None else (_read_text(trial_dir / STDOUT), _read_text(trial_dir / STDERR))
+        rc = 0 if read is not None else end.returncode if end.signal is None else -end.signal
         parsed: ParsedRun | None = None
         error = None
         try:
-            parsed = self.adapter.parse(self.contract, stdout, stderr, end.returncode if end.signal is None
-                                        else -end.signal)
+            parsed = self.adapter.parse(self.contract, stdout, stderr, rc)
         except Exception as e:  # a parser choking on garbage output is a crash of the trial, not of the runner
             error = f"{type(e).__name__}: {e}"
         v = classify(end, parsed, stdout=stdout, stderr=stderr, parse_error=error)
@@ -577,12 +599,13 @@ def _keep_reserve(run_dir: Path, trial_dir: Path) -> str:
 
 
 def _wait(executor: Executor, handle: Handle, run_dir: Path, pruner: PruneWatch | None = None,
-          memory: MemoryWatch | None = None) -> tuple[LaunchEnd, str]:
+          memory: MemoryWatch | None = None, tail: TailWatch | None = None) -> tuple[LaunchEnd, str]:
     """The trial's end, and why the runner stopped it ("" when it did not): a trial whose outputs take the run
     directory's disk under the reserve is cancelled while it runs (its writes are not watched, the disk's free
     space is: a statvfs per poll), so that no trial, its own or one running beside it, is left without room for
     its record. ``pruner``, ``memory``: judged per poll; a trial either stops is cancelled (its ``decision`` says
-    why)."""
+    why). ``tail``: a trial that has printed every line it is measured by is ended (``executor.end``: a finished
+    trial, not a cancelled one)."""
     pause, filled, pruning = 0.02, "", False
     while True:
         out = executor.poll(handle)
@@ -593,6 +616,9 @@ def _wait(executor: Executor, handle: Handle, run_dir: Path, pruner: PruneWatch 
                                            or (memory is not None and memory.check() is not None)):
             pruning = True
             executor.cancel(handle)
+        elif not pruning and not filled and tail is not None and tail.check() is not None:
+            pruning = True
+            executor.end(handle)
         if not filled:
             filled = _filled(run_dir)
             if filled:

@@ -452,10 +452,19 @@ class SlurmExecutor:
         """None: a Slurm job writes its own output, stamped by no harness clock while it runs (no pruning here)."""
         return None
 
-    def cancel(self, handle: Handle) -> None:
+    def cancel(self, handle: Handle, *, why: str = "cancel") -> None:
         with self._lock:
-            self._why.setdefault(handle.job_id, "cancel")
+            self._why.setdefault(handle.job_id, why)
         self._call("scancel", handle.job_id)
+
+    def end(self, handle: Handle) -> None:
+        """scancel, as ``cancel``: the job has printed every line it is measured by (its files, read by the runner).
+        Only a RUNNING job: lines found beside one still pending (a requeued job's, in the same output files) are not
+        its own, so it is left to run to its end."""
+        info = self._info(handle)
+        if info is None or info.get("JobState") != "RUNNING":
+            return
+        self.cancel(handle, why="ended")
 
     def adopt(self, handle: Handle) -> Handle | None:
         """Keep watching the job when Slurm still knows it by id and token; else look it up by the
@@ -489,12 +498,15 @@ class SlurmExecutor:
         ev += mem_lines[:3]
         oom = state == "OUT_OF_MEMORY" or bool(mem_lines)
         timed_out = state == "TIMEOUT" or (why == "timeout")
-        cancelled = state == "CANCELLED" and why != "timeout" and not oom
+        ended = why == "ended" and state in ("CANCELLED", "COMPLETED")  # scancel'd, or it ended by itself meanwhile
+        cancelled = state == "CANCELLED" and why not in ("timeout", "ended") and not oom
         if timed_out and why == "timeout":
             ev.append(f"cancelled by infrarsi after {wall:.0f} s: past its time limit of {handle.time_limit_s:g} s")
         if why == "dropped":
             ev.append(f"cancelled by infrarsi after {wall:.0f} s: its output was more than the runner keeps")
             cancelled = False
+        if ended:
+            ev.append(f"ended by infrarsi after {wall:.0f} s: every line it is measured by had come")
         with self._lock:
             clock = self._clocks.pop(handle.job_id, None)
         if clock is not None:  # stamps relative to the job's start as Slurm accounted it; Slurm's elapsed time
@@ -502,7 +514,8 @@ class SlurmExecutor:
         # 125 is slurmstepd's own code for an OOM kill, not the command's exit status.
         returncode = None if signum or state == "OUT_OF_MEMORY" else rc
         return LaunchEnd(state=state, returncode=returncode, signal=signum or None, timed_out=timed_out,
-                       cancelled=cancelled, oom=oom, wall_s=wall, evidence=ev, time_limit_s=handle.time_limit_s)
+                       cancelled=cancelled, ended=ended, oom=oom, wall_s=wall, evidence=ev,
+                       time_limit_s=handle.time_limit_s)
 
     def queue(self) -> list[dict[str, str]]:
         """Jobs of this user in the queue: id, name, state."""

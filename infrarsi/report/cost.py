@@ -7,7 +7,11 @@ Phases by role: ``doctor`` (the baseline's repeats, its warm-up run ``warmup`` a
 into start-up and steps by the harness's clock (execute/clock.py, :func:`first_step_s`): start-up is the launch to
 the first step line (interpreter, imports, dataset, model build, compile, and the first step itself), steps the
 rest; a trial that never printed a step line is all start-up; a trial without a clock record
-(recorded before clocks, or never launched) is left out of the split, and the table says for how many.
+(recorded before clocks, or never launched) is left out of the split, and the table says for how many. The steps'
+share ends at the last step line (:func:`last_step_s`): what follows it to the trial's end is its tail (a framework's
+sleep, the teardown, the interpreters' exit; with ``budget.end_at_last_step``, execute/tail_stop.py, the quiet spell
+and the stop instead), its own column, and the sentences say how many trials the harness ended at their last step and
+their median tail against that of the trials that ran to their own exit.
 
 What was saved is estimated, from the run's own trials:
 
@@ -32,7 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..execute.clock import first_step_s, read_clock
+from ..execute.clock import first_step_s, last_step_s, read_clock
+from ..execute.tail_stop import ENDED
 from ..trial import Trial, TrialStatus
 
 PHASE = {"doctor": "doctor", "warmup": "doctor", "search": "search", "rebaseline": "search", "verify": "verification"}
@@ -52,18 +57,34 @@ class RunCost:
     # from launch to the first step line of those trials)
 
     clocked_s: dict[str, float] = field(default_factory=dict)  # phase -> device-seconds of its clocked trials
+    tail: dict[str, tuple[int, float]] = field(default_factory=dict)  # phase -> (trials with a step line,
+    # device-seconds from their last step line to their end)
+    ended_tails_s: list[float] = field(default_factory=list)  # wall seconds after the last step line, per trial the
+    # harness ended at its last step (execute/tail_stop.py)
+    own_tails_s: list[float] = field(default_factory=list)  # ... per ok trial that ran to its own exit
 
     @property
     def total_s(self) -> float:
         return sum(s for _, s in self.phases.values())
 
-    def rows(self) -> list[tuple[str, str, str, str, str]]:
-        """(phase, trials, device-s, share, start-up) per phase, then the total; start-up: device-seconds from launch
-        to the first step line and their share of the phase's clocked trials' device-seconds."""
+    def rows(self) -> list[tuple[str, str, str, str, str, str]]:
+        """(phase, trials, device-s, share, start-up, tail) per phase, then the total; start-up: device-seconds from
+        launch to the first step line and their share of the phase's clocked trials' device-seconds; tail: from the
+        last step line to the end, likewise."""
         total = self.total_s or 1.0
-        out = [(p, str(n), f"{s:.1f}", f"{s / total:.1%}", self._startup(p)) for p, (n, s) in self.phases.items()]
+        out = [(p, str(n), f"{s:.1f}", f"{s / total:.1%}", self._startup(p), self._tail(p))
+               for p, (n, s) in self.phases.items()]
         return out + [("total", str(sum(n for n, _ in self.phases.values())), f"{self.total_s:.1f}", "100%",
-                       self._startup(None))]
+                       self._startup(None), self._tail(None))]
+
+    def _tail(self, phase: str | None) -> str:
+        keys = [phase] if phase is not None else list(self.phases)
+        n = sum(self.tail.get(k, (0, 0.0))[0] for k in keys)
+        if not n:
+            return "no step line" if any(k in self.startup for k in keys) else "no clock"
+        s = sum(self.tail[k][1] for k in keys if k in self.tail)
+        clocked = sum(self.clocked_s.get(k, 0.0) for k in keys)
+        return f"{s:.1f} ({s / (clocked or 1.0):.0%})"
 
     def _startup(self, phase: str | None) -> str:
         keys = [phase] if phase is not None else list(self.phases)
@@ -90,6 +111,12 @@ class RunCost:
                        f"memory estimate: about {self.skipped_saved_s:.1f} device-s saved ({self.launch_basis}).")
         else:
             out.append("Skipping left no setting unlaunched.")
+        if self.ended_tails_s:
+            own = (f"; {len(self.own_tails_s)} ok trial(s) that ran to their own exit: a median "
+                   f"{statistics.median(self.own_tails_s):.1f} s" if self.own_tails_s else "")
+            out.append(f"The harness ended {len(self.ended_tails_s)} trial(s) at their last step (budget."
+                       f"end_at_last_step: every line they are measured by in, their shutdown not run): a median "
+                       f"{statistics.median(self.ended_tails_s):.1f} s from the last step line to the end{own}.")
         if self.pruned or self.skipped:
             out.append("What they risked (a stopped setting a later trial showed to be good): "
                        + ("; ".join(self.risked) if self.risked else "none: no later trial contradicted a stop."))
@@ -102,7 +129,11 @@ class RunCost:
                            "saved_device_s_at_least": round(self.pruned_saved_s, 3)},
                 "skipped": {"trials": self.skipped, "saved_device_s_about": round(self.skipped_saved_s, 3)},
                 "risked": self.risked,
-                "startup_device_s": {p: round(s, 3) for p, (_, s) in self.startup.items()}}
+                "startup_device_s": {p: round(s, 3) for p, (_, s) in self.startup.items()},
+                "tail_device_s": {p: round(s, 3) for p, (_, s) in self.tail.items()},
+                "ended_at_last_step": {"trials": len(self.ended_tails_s),
+                                       "median_tail_s": _median(self.ended_tails_s),
+                                       "own_exit_median_tail_s": _median(self.own_tails_s)}}
 
 
 def run_cost(trials: Sequence[Trial]) -> RunCost:
@@ -111,6 +142,9 @@ def run_cost(trials: Sequence[Trial]) -> RunCost:
     phases: dict[str, tuple[int, float]] = {}
     startup: dict[str, tuple[int, float]] = {}
     clocked: dict[str, float] = {}
+    tail: dict[str, tuple[int, float]] = {}
+    ended: list[float] = []
+    own: list[float] = []
     for t in done:
         p = _phase(t.role)
         n, s = phases.get(p, (0, 0.0))
@@ -120,6 +154,14 @@ def run_cost(trials: Sequence[Trial]) -> RunCost:
             n, s = startup.get(p, (0, 0.0))
             startup[p] = (n + 1, s + up * t.cost.devices)
             clocked[p] = clocked.get(p, 0.0) + t.cost.device_s
+        after = _tail_s(t) if up is not None else None
+        if after is not None:
+            n, s = tail.get(p, (0, 0.0))
+            tail[p] = (n + 1, s + after * t.cost.devices)
+            if any(e.startswith(ENDED) for e in t.evidence):
+                ended.append(after)
+            elif t.status is TrialStatus.OK:
+                own.append(after)
     pruned = [t for t in done if t.status is TrialStatus.PRUNED]
     skipped = [t for t in done if t.status is TrialStatus.SKIPPED]
     steps = max((len(t.metrics.step_times_s) for t in done if t.status is TrialStatus.OK), default=0)
@@ -132,7 +174,17 @@ def run_cost(trials: Sequence[Trial]) -> RunCost:
     return RunCost(phases=phases, pruned=[t.id for t in pruned], pruned_spent_s=sum(t.cost.device_s for t in pruned),
                    pruned_saved_s=saved, skipped=[t.id for t in skipped], skipped_saved_s=launch * len(skipped),
                    launch_basis=basis, risked=_contradicted(done, pruned, skipped), startup=startup,
-                   clocked_s=clocked)
+                   clocked_s=clocked, tail=tail, ended_tails_s=ended, own_tails_s=own)
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 3) if xs else None
+
+
+def _tail_s(t: Trial) -> float | None:
+    """Wall seconds from ``t``'s last step line to its end, or None (no clock record, or no step line)."""
+    last = last_step_s(t.path)
+    return None if last is None else max(0.0, t.cost.wall_s - last)
 
 
 def _phase(role: str) -> str:

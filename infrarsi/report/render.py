@@ -508,7 +508,8 @@ class _Builder:
         """Device-seconds per phase, what pruning and skipping saved and risked (report/cost.py)."""
         self.h2("Cost")
         c = run_cost(self.d.trials)
-        self.table(["phase", "trials", "wall s here" if self.sim else "device-s", "share", "of which start-up"],
+        self.table(["phase", "trials", "wall s here" if self.sim else "device-s", "share", "of which start-up",
+                    "after the last step"],
                    c.rows())
         for line in c.lines():
             self.p(line)

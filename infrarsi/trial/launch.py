@@ -80,6 +80,8 @@ class LaunchEnd(BaseModel):
     signal: int | None = None  # the signal that ended it, when one did
     timed_out: bool = False  # killed (or ended by Slurm) at its time limit
     cancelled: bool = False  # someone cancelled it (not the time limit)
+    ended: bool = False  # the harness ended it once every line it is measured by had come (execute/tail_stop.py):
+    # a finished trial, whatever its exit status or signal (its shutdown is not run)
     oom: bool = False  # the executor itself saw a memory kill (e.g. Slurm OUT_OF_MEMORY)
     lost: bool = False  # the executor no longer knows the job (purged, or never started)
     relaunch: bool = False  # it never ran to an end through no fault of the setting (a held job): launch it again

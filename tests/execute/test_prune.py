@@ -158,4 +158,5 @@ def test_the_benchmark_prints_the_outrank_table_and_a_runs_cost(tmp_path):
                        timeout=300, cwd=root)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "2 finished trials" in r.stdout and "\ndoctor " in r.stdout and "\nverification " in r.stdout
+    assert " tail " in r.stdout  # the last step line to the end, its own column
     assert "first step line" in r.stdout and "interpreter + import torch here" in r.stdout

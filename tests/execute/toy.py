@@ -14,7 +14,7 @@ from infrarsi.trial import TrialStatus
 from infrarsi.knobs import Knob, KnobSpace
 
 TOY = str(Path(__file__).with_name("toy_workload.py"))
-MODES = ("ok", "drift", "hang", "garbage", "alloc", "signal", "exit", "gloo", "paced", "progress", "slowclock", "stderr", "buffered", "noisy", "titan", "fill", "gpumem")
+MODES = ("ok", "drift", "hang", "garbage", "alloc", "signal", "exit", "gloo", "paced", "progress", "slowclock", "stderr", "buffered", "noisy", "titan", "fill", "gpumem", "linger")
 
 
 def toy_contract(*, cap_gib: float = 0.25, timeout_s: float = 30, name: str = "toy",
@@ -43,12 +43,14 @@ class ToyAdapter(Adapter):
             Knob(name="alloc_mb", kind="int", domain=(0, 64, 300, 600), default=0),
             Knob(name="processes", kind="int", domain=(1, 2), default=1),
             Knob(name="signal", kind="int", domain=(9, 11, 15), default=9),
+            Knob(name="linger_s", kind="int", domain=(30, 3), default=30),
         ])
 
     def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec:
         s = dict(setting)
         argv = ["python", TOY, "--mode", s.get("mode", "ok"), "--steps", "4", "--step-ms", str(s.get("step_ms", 20)),
-                "--alloc-mb", str(s.get("alloc_mb", 0)), "--signal", str(s.get("signal", 9))]
+                "--alloc-mb", str(s.get("alloc_mb", 0)), "--signal", str(s.get("signal", 9)),
+                "--linger-s", str(s.get("linger_s", 30))]
         n = int(s.get("processes", 1))
         return LaunchSpec(argv=argv, processes=n, devices=n, time_limit_s=contract.invariants.timing.timeout_s,
                           memory_cap_bytes=contract.hardware.memory_capacity_bytes)

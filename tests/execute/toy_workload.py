@@ -10,7 +10,10 @@ holds its iteration lines until it exits). noisy: an honest run whose steps take
 run (a machine with a noisy neighbour). titan: torchtitan's step lines on stderr (colours and a rank prefix), a
 throughput 25% above the one its 1,000-token steps ran at. gpumem: an honest run that prints Megatron's memory report
 after step 1 with --alloc-mb MiB reserved, as a GPU's caching allocator reports what it holds on the device (on
-this CPU nothing is allocated: the report is the framework's figure the runner reads).
+this CPU nothing is allocated: the report is the framework's figure the runner reads). linger: an honest run that,
+after its last iteration line, prints its memory report (--alloc-mb MiB reserved) half a second later, as a lagging
+rank would, then "toy done" and sleeps --linger-s before it exits (a framework's shutdown: a sleep, a teardown, a
+checkpoint save).
 """
 
 import argparse
@@ -25,6 +28,7 @@ p.add_argument("--steps", type=int, default=4)
 p.add_argument("--step-ms", type=float, default=20.0)
 p.add_argument("--alloc-mb", type=int, default=0)
 p.add_argument("--signal", type=int, default=9)
+p.add_argument("--linger-s", type=float, default=30.0)
 a = p.parse_args()
 
 rank = int(os.environ.get("RANK", "0"))
@@ -108,4 +112,10 @@ for i in range(1, a.steps + 1):
         time.sleep(3600)
 if held:
     print("\n".join(held), flush=True)
+if a.mode == "linger":
+    time.sleep(0.5)
+    print(f"[Rank 0] (after {a.steps} iterations) memory (MB) | allocated: {a.alloc_mb * 0.8:.1f} | max allocated: "
+          f"{a.alloc_mb * 0.9:.1f} | reserved: {a.alloc_mb:.1f} | max reserved: {a.alloc_mb:.1f}", flush=True)
 print("toy done", flush=True)
+if a.mode == "linger":
+    time.sleep(a.linger_s)

@@ -34,7 +34,7 @@ def test_phases_savings_and_risks_arithmetic():
     assert c.pruned_saved_s == (10 - 4) * 2.0 * 2  # the 6 steps left at its 2.0 s lower bound, on 2 devices
     assert c.skipped == [5] and c.skipped_saved_s == 6.0 and "1 OOM trial" in c.launch_basis  # an OOM's 3 s x 2
     assert c.risked == ["trial 3 was pruned at >= 2 s/step, trial 6 (verify) ran it at 1.5 s/step"]
-    assert c.rows()[-1] == ("total", "7", "104.0", "100%", "no clock")  # no trial here has a clock record
+    assert c.rows()[-1] == ("total", "7", "104.0", "100%", "no clock", "no clock")  # no trial here has a clock record
     assert c.to_dict()["pruned"] == {"trials": [3], "spent_device_s": 12.0, "saved_device_s_at_least": 24.0}
     # the doctor's warm-up and seed runs are the doctor's
     doctor = [_t(0, "warmup", TrialStatus.OK, wall=5, step=1.0),
@@ -67,7 +67,7 @@ def test_start_up_is_split_from_steps_by_the_harness_clock_of_real_trials(tmp_pa
     any step is all start-up. The cost table's split is those seconds per phase."""
     from tests.execute.toy import ToyAdapter, toy_contract
 
-    from infrarsi.execute.clock import first_step_s
+    from infrarsi.execute.clock import first_step_s, last_step_s
     from infrarsi.execute.local import LocalExecutor
     from infrarsi.execute.runner import Runner
 
@@ -86,3 +86,6 @@ def test_start_up_is_split_from_steps_by_the_harness_clock_of_real_trials(tmp_pa
     assert rows["verification"][4] == f"{dead.cost.device_s:.1f} (100%)"
     assert rows["search"][4] == f"{first * ok.cost.devices:.1f} ({first / ok.cost.wall_s:.0%})"
     assert c.to_dict()["startup_device_s"]["search"] == pytest.approx(first * ok.cost.devices, abs=1e-3)
+    after = ok.cost.wall_s - last_step_s(ok.path)  # from its last step line to its end (its own exit here)
+    assert rows["search"][5] == f"{after * ok.cost.devices:.1f} ({after / ok.cost.wall_s:.0%})"
+    assert rows["verification"][5] == "no step line"
