@@ -440,7 +440,7 @@ def tail(args: argparse.Namespace) -> None:
                 la = os.getloadavg()[0]
                 nan = float("nan")
                 gap = t.cost.wall_s - last if last is not None else nan
-                if last is not None and t.status.value == "ok":
+                if last is not None and t.status is TrialStatus.OK:
                     tails[arm].append(gap)
                 peak = (t.metrics.peak_memory_bytes or nan) / 2**20
                 print(f"{i:>4} {arm:>4} {t.status.value:>7} {last or nan:>10.2f} {t.cost.wall_s:>6.1f} {gap:>6.2f} "
