@@ -88,6 +88,12 @@ class Adapter(abc.ABC):
         tree to check them against: adapters/megatron/flags.py); ``init`` and ``apply`` print them. [] by default."""
         return []
 
+    def trial_form(self, contract: Contract, spec: LaunchSpec, setting: Mapping[str, Any]) -> LaunchSpec:
+        """``spec`` (``launch(contract, setting)``, the launch a person runs) as a trial on this machine runs it
+        (a CPU contract's launcher, threads and memory cap; the working directory); ``spec`` by default. Whatever
+        runs or measures a trial calls it after ``launch``; whatever reads or writes the user's launch does not."""
+        return spec
+
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         """The launch as a trial runs it: where the framework writes (checkpoints, TensorBoard, logs) pointed into
         the trial's directory with ``spec.TRIAL_DIR`` (the repository is read-only to a trial). Only the runner calls

@@ -250,7 +250,7 @@ def make_plan(data: RunData, repo: Path | None = None) -> ApplyPlan:
     changes = changed(setting, baseline)
     adapter = _adapter(data)
     try:
-        spec = adapter.launch(data.contract, setting)
+        spec = adapter.trial_form(data.contract, adapter.launch(data.contract, setting), setting)  # as verified
         sb_spec = _sbatch_spec(data, adapter, setting, spec)
     except (ValueError, OSError) as e:
         raise ApplyRefused(f"cannot emit the tuned launch: {e}") from None

@@ -24,7 +24,8 @@ def minigpt_argv(contract: Contract, setting: Mapping[str, Any], *, iters: int =
     from ..adapters import get_adapter
 
     ad = get_adapter(contract.workload.adapter)
-    spec = ad.launch(contract, ad.knob_space(contract).complete(dict(setting)))
+    full = ad.knob_space(contract).complete(dict(setting))
+    spec = ad.trial_form(contract, ad.launch(contract, full), full)  # it runs as a trial does
     argv = list(spec.argv)
     i = argv.index("--train-iters")
     argv[i + 1] = str(iters)

@@ -63,6 +63,9 @@ class TrialAdapter(Protocol):
 
     def launch(self, contract: Contract, setting: Mapping[str, Any]) -> LaunchSpec: ...
 
+    def trial_form(self, contract: Contract, spec: LaunchSpec, setting: Mapping[str, Any]) -> LaunchSpec:
+        return spec  # the launch a person runs, as a trial here runs it (no rewrite by default)
+
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec: ...
 
     def parse(self, contract: Contract, stdout: str, stderr: str, returncode: int | None) -> ParsedRun: ...
@@ -387,6 +390,7 @@ class Runner:
                            reason=f"{bad[0]} (never launched)")
         try:
             spec = self.adapter.launch(self.contract, setting)
+            spec = self.adapter.trial_form(self.contract, spec, setting)  # the CPU launcher may refuse it here
             spec = self.adapter.trial_outputs(spec)  # checkpoints & co. into the trial's directory
         except (ValueError, TypeError) as e:  # the framework's own validation refused the setting
             return Verdict(status=TrialStatus.INVALID, evidence=[f"launch: {e}"], reason=str(e).splitlines()[0][:200])

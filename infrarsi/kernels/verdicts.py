@@ -195,6 +195,12 @@ class Pinned:
     def knob_space(self, contract: Contract) -> KnobSpace:
         return self._inner.knob_space(contract)
 
+    def trial_form(self, contract: Contract, spec: LaunchSpec, setting: Mapping[str, Any]) -> LaunchSpec:
+        out = self._inner.trial_form(contract, spec, setting)
+        pins = {k: spec.env[k] for k in (ENV, PINS_ENV) if k in spec.env}  # kept last in the environment
+        env = {k: v for k, v in out.env.items() if k not in pins}
+        return out.model_copy(update={"env": {**env, **pins}})
+
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:
         return self._inner.trial_outputs(spec)
 

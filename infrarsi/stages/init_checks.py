@@ -129,7 +129,8 @@ def _baseline_argv(contract: Contract, contract_path: Path) -> tuple[list[str] |
     adapter = contract_adapter(contract.workload.adapter, contract_path)  # launch files relative to the contract
     try:
         space = adapter.knob_space(contract)
-        spec = adapter.launch(contract, space.complete(contract.baseline).to_dict())
+        baseline = space.complete(contract.baseline).to_dict()
+        spec = adapter.trial_form(contract, adapter.launch(contract, baseline), baseline)  # what a trial runs
     except ContractError as e:
         raise ContractError(f"{contract_path}: {e}") from None
     except (ValueError, TypeError, OSError) as e:

@@ -189,7 +189,7 @@ def test_the_adapters_edit_is_the_users_launch_never_the_trials_form():
                                  "hardware": {"kind": "cpu", "devices": 2, "memory_capacity_gib": 80}})
     ad = mg.MegatronAdapter()
     setting = {"tensor_parallel": 1, "sequence_parallel": False, "data_parallel": 2}
-    spec, target = ad.launch(c, setting), ad.edit(c, setting)
+    spec, target = ad.trial_form(c, ad.launch(c, setting), setting), ad.edit(c, setting)
     assert spec.argv[:3] == [sys.executable, "-m", "torch.distributed.run"] and spec.env["OMP_NUM_THREADS"] == "1"
     assert target.args == spec.argv[-len(target.args):] and "--tensor-model-parallel-size" in target.args
     assert target.args[target.args.index("--tensor-model-parallel-size") + 1] == "1"

@@ -168,8 +168,13 @@ class MegatronAdapter(LaunchFileAdapter):
         if key not in self._before:
             self._before[key] = equivalence.reading(parsed.argv(), parsed.env)
         equivalence.check_equivalent(parsed, spec.argv, spec.env, s, before=self._before[key])
+        return spec
 
-        from .cpu.trial import cpu_trial  # a CPU contract: torchrun and the memory cap
+    def trial_form(self, contract: Contract, spec: LaunchSpec, setting: Mapping[str, Any]) -> LaunchSpec:
+        """``spec`` (this adapter's launch of ``setting``) as a trial runs it: where the launch's relative paths were
+        read from, and on a CPU contract torchrun as this interpreter's, the threads and the memory cap (a setting
+        the CPU launcher refuses raises FrameworkRejected)."""
+        from .cpu.trial import cpu_trial
 
         if contract.workload.launch:  # it runs where its relative paths were read from
             spec = spec.model_copy(update={"cwd": str(launch_cwd(contract.workload, self.base_dir))})

@@ -309,8 +309,15 @@ class TorchtitanAdapter(LaunchFileAdapter):
         if refused:
             raise FrameworkRejected("; ".join(refused))
         raise_if_different(diffs, "the emitted torchtitan launch")  # computes the user's job, or no launch
+        return spec
+
+    def trial_form(self, contract: Contract, spec: LaunchSpec, setting: Mapping[str, Any]) -> LaunchSpec:
+        """``spec`` (this adapter's launch of ``setting``) as a trial runs it: where the launch's relative paths were
+        read from, the kernel patches' launcher, the threads, and on a CPU contract the launcher and the cap
+        (trial.py)."""
         if contract.workload.launch:  # it runs where its relative paths were read from
             spec = spec.model_copy(update={"cwd": str(launch_cwd(contract.workload, self.base_dir))})
+        full = self.full_setting(contract, setting)
         return torchtitan_trial.trial_spec(spec, contract, full)  # the launcher, the cap, the threads
 
     def trial_outputs(self, spec: LaunchSpec) -> LaunchSpec:

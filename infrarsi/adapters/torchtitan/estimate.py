@@ -75,7 +75,7 @@ def job_args(contract: Contract, setting: Mapping[str, Any], *, adapter: Torchti
     if parsed.style != "toml":
         raise EstimateError("the estimate runs torchtitan 0.2.x (a TOML job file); this launch is in the 0.3 "
                             "command-line style, whose model code cannot train on this torch")
-    argv = list(ad.launch(contract, setting).argv)
+    argv = list(ad.trial_form(contract, ad.launch(contract, setting), setting).argv)  # as a trial runs it
     if TRAIN_MODULE in argv:
         return argv[argv.index(TRAIN_MODULE) + 1:]
     if "--job.config_file" in argv:

@@ -1,6 +1,7 @@
 """Megatron-LM adapter on launches modelled on Megatron-LM's examples/: parse, emit, round trip,
 bad input, megatron-core validation, logs, and the Adapter interface on a real contract."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from infrarsi.adapters.megatron import (
     violations,
 )
 from infrarsi.contract.model import Contract
-from infrarsi.trial import TrialStatus
+from infrarsi.trial import LaunchSpec, TrialStatus
 
 FIX = Path(__file__).parents[2] / "fixtures" / "megatron"
 
@@ -214,3 +215,29 @@ def test_a_trials_checkpoints_and_tensorboard_go_into_its_own_directory(tmp_path
          "--save-interval", "5"]
     spec = LaunchSpec(argv=argv).for_trial(tmp_path / "run" / "trials" / "3")
     assert spec.argv[argv.index("--save") + 1] == str(tmp_path.resolve() / "run/trials/3/outputs/checkpoints")
+
+
+def test_the_launch_is_the_users_form_and_the_runners_is_the_trial_form(tmp_path):
+    """contracts/megatron-cpu.toml: ``launch`` is the launch a person runs (torchrun as train.sh writes it, no memory
+    cap, no working directory of the trial's); the runner's launch of the same setting is the trial form (this
+    interpreter's torch.distributed.run --standalone, OMP_NUM_THREADS=1, the contract's cap, the launch's folder)."""
+    from infrarsi.adapters import contract_adapter
+    from infrarsi.contract import load_contract
+    from infrarsi.execute.local import LocalExecutor
+    from infrarsi.execute.record import RunRecord
+    from infrarsi.execute.runner import Runner
+
+    path = Path(__file__).resolve().parents[3] / "contracts" / "megatron-cpu.toml"
+    c = load_contract(path)
+    ad = contract_adapter(c.workload.adapter, path)
+    setting = ad.knob_space(c).complete(c.baseline).to_dict()
+    user = ad.launch(c, setting)
+    assert user.argv[0] == "torchrun" and "--standalone" not in user.argv
+    assert user.memory_cap_bytes is None and "OMP_NUM_THREADS" not in user.env and user.cwd is None
+    runner = Runner(RunRecord(tmp_path), LocalExecutor(LocalExecutor.Config()), ad, c)
+    trial = runner._precheck(setting)  # the one place the runner makes a trial's launch
+    assert isinstance(trial, LaunchSpec), trial
+    assert trial.argv[:4] == [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    assert trial.argv[4:] == ad.trial_outputs(user).argv[1:]  # torchrun's options, the program and its arguments
+    assert trial.memory_cap_bytes == c.hardware.memory_capacity_bytes and trial.env["OMP_NUM_THREADS"] == "1"
+    assert trial.cwd == str(path.parents[1])  # where train.sh is run from (the repository root: launch_cwd)

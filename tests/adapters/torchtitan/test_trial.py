@@ -27,11 +27,14 @@ def contract(kind: str = "cpu", knobs: dict | None = None, entry: str | None = N
         "hardware": {"kind": kind, "devices": 2, "memory_capacity_gib": 1.5},
         "scope": {"knobs": knobs or {}},
     })
+def _trial(ad, c, setting):  # the launch as the runner makes a trial of it
+    return ad.trial_form(c, ad.launch(c, setting), setting)
+
 
 
 def test_a_cpu_trial_runs_the_launcher_under_this_interpreters_torchrun_with_the_cap():
     c = contract()
-    spec = TorchtitanAdapter().launch(c, {})
+    spec = _trial(TorchtitanAdapter(), c, {})
     assert spec.argv[:4] == [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     assert spec.argv[4] == "--nproc-per-node=2" and spec.argv[5] == str(torchtitan_trial.LAUNCHER)
     assert spec.argv[6:8] == ["--job.config_file", str(JOB)]
@@ -42,16 +45,16 @@ def test_a_cpu_trial_runs_the_launcher_under_this_interpreters_torchrun_with_the
 
 def test_a_named_rendezvous_is_kept_and_gets_no_standalone():
     c = contract(entry=f"torchrun --nproc-per-node=2 --master-port=29611 -m torchtitan.train --job.config_file {JOB}")
-    argv = TorchtitanAdapter().launch(c, {}).argv
+    argv = _trial(TorchtitanAdapter(), c, {}).argv
     assert "--standalone" not in argv and "--master-port=29611" in argv
 
 
 def test_a_gpu_contract_without_patches_keeps_its_launch_and_with_patches_gets_the_hook():
     c = contract(kind="H100-80GB", knobs={"kernel_rmsnorm": ["reference", "kernels/rmsnorm/triton_rows.py@rows4"]})
-    spec = TorchtitanAdapter().launch(c, {"kernel_rmsnorm": "reference"})
+    spec = _trial(TorchtitanAdapter(), c, {"kernel_rmsnorm": "reference"})
     assert spec.argv[:4] == ["torchrun", "--nproc-per-node=2", "-m", "torchtitan.train"]
     assert spec.memory_cap_bytes is None and "INFRARSI_PATCHES" not in spec.env
-    spec = TorchtitanAdapter().launch(c, {"kernel_rmsnorm": "kernels/rmsnorm/triton_rows.py@rows4"})
+    spec = _trial(TorchtitanAdapter(), c, {"kernel_rmsnorm": "kernels/rmsnorm/triton_rows.py@rows4"})
     assert spec.argv[0] == "torchrun" and spec.argv[2] == str(torchtitan_trial.LAUNCHER)
     assert json.loads(spec.env["INFRARSI_PATCHES"]) == {"rmsnorm": "kernels/rmsnorm/triton_rows.py@rows4"}
 
@@ -60,12 +63,12 @@ def test_replicate_degree_and_threads_reach_the_command_and_the_environment():
     c = contract(knobs={"data_parallel_replicate": [1, 2], "intra_op_threads": [1, 2]})
     space = TorchtitanAdapter().knob_space(c)
     assert {"data_parallel_replicate", "intra_op_threads"} <= set(space.names)
-    spec = TorchtitanAdapter().launch(c, {"data_parallel_replicate": 2, "intra_op_threads": 2})
+    spec = _trial(TorchtitanAdapter(), c, {"data_parallel_replicate": 2, "intra_op_threads": 2})
     i = spec.argv.index("--parallelism.data_parallel_replicate_degree")
     assert spec.argv[i + 1] == "2" and "--parallelism.data_parallel_shard_degree" not in spec.argv
     assert spec.env["OMP_NUM_THREADS"] == "2"
-    assert TorchtitanAdapter().launch(c, {"intra_op_threads": 1}).env["OMP_NUM_THREADS"] == "1"
-    assert "--parallelism.data_parallel_replicate_degree" not in TorchtitanAdapter().launch(c, {}).argv
+    assert _trial(TorchtitanAdapter(), c, {"intra_op_threads": 1}).env["OMP_NUM_THREADS"] == "1"
+    assert "--parallelism.data_parallel_replicate_degree" not in _trial(TorchtitanAdapter(), c, {}).argv
 
 
 def test_replicate_follows_data_parallel_and_a_stated_misfit_is_refused():
@@ -91,7 +94,7 @@ def test_the_shipped_cpu_contract_reads_the_real_job_and_its_baseline_is_the_job
     assert {k: v for k, v in base.to_dict().items() if parsed.setting.get(k, v) != v} == {}
     # the baseline launch states nothing beyond the job file: torchtitan's own defaults run; a trial of it writes
     # into its own folder (the repository is read-only to a trial)
-    spec = ad.launch(c, base.to_dict())
+    spec = _trial(ad, c, base.to_dict())
     assert spec.argv[-2:] == ["--job.config_file", str(JOB)]
     assert ad.trial_outputs(spec).argv[-4:] == ["--job.config_file", str(JOB), "--job.dump_folder", f"{TRIAL_DIR}/outputs"]
 
@@ -123,7 +126,7 @@ def test_a_trial_command_reads_back_as_the_same_torchtitan_setting():
     c = load_contract(CPU_CONTRACT)
     ad = TorchtitanAdapter(base_dir=CPU_CONTRACT.parent)
     tuned = {**c.baseline, "recompute_granularity": "none", "micro_batch_size": 4, "data_parallel_replicate": 2}
-    spec = ad.launch(c, tuned)
+    spec = _trial(ad, c, tuned)
     got = parse_torchtitan_argv(spec.argv, env=spec.env, base_dir=ROOT)
     assert got.setting["recompute_granularity"] == "none" and got.setting["micro_batch_size"] == 4
     assert got.values["parallelism.data_parallel_replicate_degree"] == "2" or \

@@ -69,7 +69,7 @@ def launch_argv(contract: Contract, setting: Mapping[str, Any], *,
     ad = adapter
     try:
         parsed = ad.parsed(contract)
-        spec = ad.launch(contract, setting)
+        spec = ad.trial_form(contract, ad.launch(contract, setting), setting)  # a trial's (the CPU launcher's refusals)
     except (FrameworkRejected, MegatronLaunchError) as e:
         raise EstimateError(f"the launch for this setting is refused: {e}") from None
     argv = list(spec.argv)
