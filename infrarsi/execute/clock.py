@@ -590,31 +590,30 @@ def _step_lines(trial_dir: Path, clock: dict[str, Any], *, copies: int = 1):
     return steps, twice
 
 
-def first_step_s(trial_dir: Path) -> float | None:
-    """Seconds from the launch to the first step line's arrival, any rank, any stream: the trial's start-up as the
-    harness's clock sees it (interpreter and imports, dataset, model build, compile, and the first step itself, which
-    carries the first-step costs a framework defers). None without a clock, a step line, or an intact record."""
+def _all_step_lines(trial_dir: Path) -> dict[tuple[int, int], Line] | None:
+    """Every step line of the trial, every copy kept (None without a clock or an intact record)."""
     clock = read_clock(trial_dir)
     if clock is None:
         return None
     try:
-        steps, _ = _step_lines(Path(trial_dir), clock, copies=MAX_LINES)
+        return _step_lines(Path(trial_dir), clock, copies=MAX_LINES)[0]
     except (ClockProblem, OSError):
         return None
-    return min((ln.earliest_s for ln in steps.values()), default=None)
+
+
+def first_step_s(trial_dir: Path) -> float | None:
+    """Seconds from the launch to the first step line's arrival, any rank, any stream: the trial's start-up as the
+    harness's clock sees it (interpreter and imports, dataset, model build, compile, and the first step itself, which
+    carries the first-step costs a framework defers). None without a clock, a step line, or an intact record."""
+    steps = _all_step_lines(trial_dir)
+    return None if steps is None else min((ln.earliest_s for ln in steps.values()), default=None)
 
 
 def last_step_s(trial_dir: Path) -> float | None:
     """Seconds from the launch to the last step line's arrival (its last copy), any rank, any stream: where the
     trial's steps end and its shutdown begins, as the harness's clock sees it. None as :func:`first_step_s`."""
-    clock = read_clock(trial_dir)
-    if clock is None:
-        return None
-    try:
-        steps, _ = _step_lines(Path(trial_dir), clock, copies=MAX_LINES)
-    except (ClockProblem, OSError):
-        return None
-    return max((ln.arrival_s for ln in steps.values()), default=None)
+    steps = _all_step_lines(trial_dir)
+    return None if steps is None else max((ln.arrival_s for ln in steps.values()), default=None)
 
 
 def own_cpu_s(trial_dir: Path) -> float | None:
