@@ -311,17 +311,13 @@ def real(args: argparse.Namespace) -> None:
 
 def _clocked(trial_dir: Path) -> tuple[float | None, float | None]:
     """(the first output line's arrival, the last step line's), seconds from the launch, by the harness's clock."""
-    from infrarsi.execute.clock import MAX_LINES, ClockProblem, _step_lines, read_clock
+    from infrarsi.execute.clock import last_step_s, read_clock
 
     clock = read_clock(trial_dir)
     if clock is None:
         return None, None
     firsts = [a[0] for a in (clock.get("arrivals_s"), (clock.get("stderr") or {}).get("arrivals_s")) if a]
-    try:
-        steps, _ = _step_lines(trial_dir, clock, copies=MAX_LINES)
-    except (ClockProblem, OSError):
-        steps = {}
-    return min(firsts, default=None), max((ln.arrival_s for ln in steps.values()), default=None)
+    return min(firsts, default=None), last_step_s(trial_dir)
 
 
 def _timeline(trial_dir: Path) -> list[tuple[float, str, str]]:
@@ -335,6 +331,14 @@ def _timeline(trial_dir: Path) -> list[tuple[float, str, str]]:
         lines = pipe_lines((trial_dir / name).read_bytes()) if (trial_dir / name).is_file() else []
         out += [(a, name, ln.decode(errors="replace").rstrip()[:160]) for a, ln in zip(arrivals or [], lines)]
     return sorted(out)
+
+
+def _alternating(repeats: int):
+    """(pair, arm) for ``repeats`` pairs of "off" and "on", the order alternating from pair to pair (ABBA: a drift in
+    the machine's load falls on both arms alike)."""
+    for i in range(repeats):
+        for arm in (("off", "on") if i % 2 == 0 else ("on", "off")):
+            yield i, arm
 
 
 def startup(args: argparse.Namespace) -> None:
@@ -368,38 +372,37 @@ def startup(args: argparse.Namespace) -> None:
           f"{'step':>6} {'load':>5} {'one-off':>8}")
     rows: dict[str, list[float]] = {"off": [], "on": []}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-        for i in range(args.repeats):
-            for arm in (("off", "on") if i % 2 == 0 else ("on", "off")):
-                lib = Path(tmp) / f"lib-{i}-{arm}"
-                for src in sources:  # a fresh copy per trial: as git or an installer without bytecode leaves it
-                    shutil.copytree(src, lib / src.name, ignore=shutil.ignore_patterns("__pycache__"))
-                env = {**contract.workload.env, **({"PYTHONPATH": str(lib)} if sources else {})}
-                c = contract.model_copy(update={"workload": contract.workload.model_copy(update={"env": env})})
-                run = Path(tmp) / f"run-{i}-{arm}"
-                run.mkdir()
-                (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
-                one_off = 0.0
-                if arm == "on" and sources:  # what the executor does before the trial, timed on its own here
-                    t0 = time.perf_counter()
-                    bytecode.ensure([lib])
-                    one_off = time.perf_counter() - t0
-                ex = LocalExecutor(LocalExecutor.Config(precompile=arm == "on"))
-                with Runner(RunRecord(run), ex, adapter, c, config=Runner.Config(oversubscribe=True)) as r:
-                    t = r.submit(c.baseline, role="startup").result()
-                first = first_step_s(Path(t.path)) if t.path else None
-                line, last = _clocked(Path(t.path)) if t.path else (None, None)
-                la = os.getloadavg()[0]
-                if first is not None:
-                    rows[arm].append(first)
-                nan = float("nan")
-                print(f"{i:>4} {arm:>4} {t.status.value:>7} {line or nan:>9.2f} {first or nan:>9.2f} "
-                      f"{last or nan:>10.2f} {t.cost.wall_s:>6.1f} {t.metrics.step_time_s or nan:>6.2f} {la:>5.1f} "
-                      f"{one_off:>8.2f}", flush=True)
-                if args.timeline and t.path:  # each line as the harness's clock saw it (blank lines left out)
-                    for a, name, text in _timeline(Path(t.path)):
-                        if text.strip():
-                            print(f"      {a:8.3f} {name[3]} {text}")
-                shutil.rmtree(lib, ignore_errors=True)
+        for i, arm in _alternating(args.repeats):
+            lib = Path(tmp) / f"lib-{i}-{arm}"
+            for src in sources:  # a fresh copy per trial: as git or an installer without bytecode leaves it
+                shutil.copytree(src, lib / src.name, ignore=shutil.ignore_patterns("__pycache__"))
+            env = {**contract.workload.env, **({"PYTHONPATH": str(lib)} if sources else {})}
+            c = contract.model_copy(update={"workload": contract.workload.model_copy(update={"env": env})})
+            run = Path(tmp) / f"run-{i}-{arm}"
+            run.mkdir()
+            (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
+            one_off = 0.0
+            if arm == "on" and sources:  # what the executor does before the trial, timed on its own here
+                t0 = time.perf_counter()
+                bytecode.ensure([lib])
+                one_off = time.perf_counter() - t0
+            ex = LocalExecutor(LocalExecutor.Config(precompile=arm == "on"))
+            with Runner(RunRecord(run), ex, adapter, c, config=Runner.Config(oversubscribe=True)) as r:
+                t = r.submit(c.baseline, role="startup").result()
+            first = first_step_s(Path(t.path)) if t.path else None
+            line, last = _clocked(Path(t.path)) if t.path else (None, None)
+            la = os.getloadavg()[0]
+            if first is not None:
+                rows[arm].append(first)
+            nan = float("nan")
+            print(f"{i:>4} {arm:>4} {t.status.value:>7} {line or nan:>9.2f} {first or nan:>9.2f} "
+                  f"{last or nan:>10.2f} {t.cost.wall_s:>6.1f} {t.metrics.step_time_s or nan:>6.2f} {la:>5.1f} "
+                  f"{one_off:>8.2f}", flush=True)
+            if args.timeline and t.path:  # each line as the harness's clock saw it (blank lines left out)
+                for a, name, text in _timeline(Path(t.path)):
+                    if text.strip():
+                        print(f"      {a:8.3f} {name[3]} {text}")
+            shutil.rmtree(lib, ignore_errors=True)
     med = {a: statistics.median(v) for a, v in rows.items() if v}
     if len(med) == 2:
         print(f"median first step line: off {med['off']:.2f} s, on {med['on']:.2f} s "
@@ -426,25 +429,24 @@ def tail(args: argparse.Namespace) -> None:
           f"{'load':>5}")
     tails: dict[str, list[float]] = {"off": [], "on": []}
     with tempfile.TemporaryDirectory(prefix="bench-tail-") as tmp:
-        for i in range(args.repeats):
-            for arm in (("off", "on") if i % 2 == 0 else ("on", "off")):
-                c = contract.model_copy(update={"budget": contract.budget.model_copy(
-                    update={"end_at_last_step": arm == "on"})})
-                run = Path(tmp) / f"run-{i}-{arm}"
-                run.mkdir()
-                (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
-                with Runner(RunRecord(run), LocalExecutor(), adapter, c,
-                            config=Runner.Config(oversubscribe=True)) as r:
-                    t = r.submit(c.baseline, role="tail").result()
-                last = last_step_s(Path(t.path)) if t.path else None
-                la = os.getloadavg()[0]
-                nan = float("nan")
-                gap = t.cost.wall_s - last if last is not None else nan
-                if last is not None and t.status is TrialStatus.OK:
-                    tails[arm].append(gap)
-                peak = (t.metrics.peak_memory_bytes or nan) / 2**20
-                print(f"{i:>4} {arm:>4} {t.status.value:>7} {last or nan:>10.2f} {t.cost.wall_s:>6.1f} {gap:>6.2f} "
-                      f"{t.metrics.step_time_s or nan:>6.2f} {peak:>7.1f} {la:>5.1f}", flush=True)
+        for i, arm in _alternating(args.repeats):
+            c = contract.model_copy(update={"budget": contract.budget.model_copy(
+                update={"end_at_last_step": arm == "on"})})
+            run = Path(tmp) / f"run-{i}-{arm}"
+            run.mkdir()
+            (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
+            with Runner(RunRecord(run), LocalExecutor(), adapter, c,
+                        config=Runner.Config(oversubscribe=True)) as r:
+                t = r.submit(c.baseline, role="tail").result()
+            last = last_step_s(Path(t.path)) if t.path else None
+            la = os.getloadavg()[0]
+            nan = float("nan")
+            gap = t.cost.wall_s - last if last is not None else nan
+            if last is not None and t.status is TrialStatus.OK:
+                tails[arm].append(gap)
+            peak = (t.metrics.peak_memory_bytes or nan) / 2**20
+            print(f"{i:>4} {arm:>4} {t.status.value:>7} {last or nan:>10.2f} {t.cost.wall_s:>6.1f} {gap:>6.2f} "
+                  f"{t.metrics.step_time_s or nan:>6.2f} {peak:>7.1f} {la:>5.1f}", flush=True)
     med = {a: statistics.median(v) for a, v in tails.items() if v}
     if len(med) == 2:
         print(f"median tail after the last step line: off {med['off']:.2f} s, on {med['on']:.2f} s: "
