@@ -88,7 +88,7 @@ STREAMS = ("stdout", "stderr")  # the files the parsers read, each copied from i
 # The step lines the parsers read: Megatron's (and minigpt's) "iteration N/ M | ... elapsed time per iteration",
 # torchtitan's "step: N  loss: ..." (colour codes between the words; "validate step:" is not a training step);
 # either may carry torchrun's "[rankK]:" prefix.
-_ITER = re.compile(rb"iteration\s+(\d+)\s*/\s*\d+\s*\|")
+_ITER = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")  # "iteration i/ M |": the step, the last step
 _ITER_LINE = b"elapsed time per iteration"
 _TT_STEP = re.compile(rb"(?<!validate )step:\s*(\d+)\s+loss:")
 _RANK = re.compile(rb"^\[(?:rank|default)(\d+)\]:")
@@ -108,6 +108,12 @@ def step_of(line: bytes) -> tuple[int, int] | None:
         return None
     r = _RANK.match(line)
     return (int(r.group(1)) if r else 0), int(m.group(1))
+
+
+def stated_last_step(line: bytes) -> int | None:
+    """The last step a step line states (Megatron's and minigpt's ``iteration i/ M |``: M), or None."""
+    m = _ITER.search(line) if _ITER_LINE in line else None
+    return int(m.group(2)) if m else None
 
 
 RESCAN_S = 1.0  # how often the CPU sampler looks for new processes of the group in /proc (a full scan costs ms)

@@ -34,19 +34,17 @@ end-to-end check (end_to_end.py) holds every trial, the baseline's included, end
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .clock import MAX_BYTES, STREAMS, step_of
+from .clock import MAX_BYTES, STREAMS, stated_last_step, step_of
 
 QUIET_S = 1.0  # seconds the adapter's reading must stay the same after the last step's line (at least)
 QUIET_STEPS = 0.25  # ... or this fraction of one step, when steps are longer than 4 s
 ENDED = "ended by the harness after"  # how a trial's evidence line says it was ended here (the report counts them)
-_TOTAL = re.compile(rb"iteration\s+\d+\s*/\s*(\d+)\s*\|")  # Megatron's (and minigpt's) "iteration i/ M |"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,9 +116,7 @@ class TailWatch:
                     continue
                 rank, step = key
                 self._copies.setdefault((name, rank), Counter())[step] += 1
-                m = _TOTAL.search(line)
-                if m:
-                    self._total = max(self._total, int(m.group(1)))
+                self._total = max(self._total, stated_last_step(line) or 0)
                 if self._first is None:
                     self._first = t
                 if self._last is None or step > self._last[0]:
