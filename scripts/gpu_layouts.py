@@ -83,6 +83,7 @@ def make_plan(*, dry: bool) -> dict:
             "shape": DRY_SHAPE if dry else "the launch's (contracts/megatron-jobs/gpu_check_gpt.sh)",
             "warmup_steps": contract.invariants.timing.warmup_steps if not dry else 1,
             "timeout_s": contract.invariants.timing.timeout_s, "commit": commit.strip(),
+            "env": {"CUDA_VISIBLE_DEVICES": ""} if dry else {},  # the rehearsal trains on the CPU, GPU or not
             "made": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "layouts": rows}
 
 
@@ -92,10 +93,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def time_layout(row: dict, *, warmup: int, timeout_s: float) -> dict:
-    """Train one layout in its own process; its steady step seconds (median after ``warmup`` steps)."""
+def time_layout(row: dict, *, warmup: int, timeout_s: float, log: Path | None = None,
+                env: dict[str, str] | None = None) -> dict:
+    """Train one layout in its own process; its steady step seconds (median after ``warmup`` steps). ``log``: where
+    the process's output goes (its last 20,000 characters of stdout and of stderr), to read a failure by."""
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0",
-           "WORLD_SIZE": "1", "LOCAL_RANK": "0", "PYTHONUNBUFFERED": "1"}
+           "WORLD_SIZE": "1", "LOCAL_RANK": "0", "PYTHONUNBUFFERED": "1", **(env or {})}
     t0 = time.perf_counter()
     try:
         r = subprocess.run([sys.executable, row["program"], *row["args"]], cwd=ROOT, env=env, capture_output=True,
@@ -104,6 +107,9 @@ def time_layout(row: dict, *, warmup: int, timeout_s: float) -> dict:
     except subprocess.TimeoutExpired as e:
         out, err, rc = (e.stdout or b"").decode(errors="replace"), f"timed out after {timeout_s:.0f} s", -1
     wall = time.perf_counter() - t0
+    if log is not None:
+        log.write_text(f"$ {row['program']} {' '.join(row['args'])}\nexit {rc} after {wall:.1f} s\n--- stdout\n"
+                       f"{out[-20000:]}\n--- stderr\n{(err or '')[-20000:]}\n")
     steps = [float(m) / 1000.0 for m in _STEP_MS.findall(out)]
     peaks = [float(m) for m in _PEAK_MB.findall(out)]
     res = {"wall_s": round(wall, 1), "steps_s": steps, "peak_gib": max(peaks) / 1024 if peaks else None}
@@ -114,6 +120,28 @@ def time_layout(row: dict, *, warmup: int, timeout_s: float) -> dict:
         return res
     res["measured_s"] = statistics.median(steady)
     return res
+
+
+def time_all(plan: dict, out: Path, *, budget_s: float) -> list[dict]:
+    """Each layout of ``plan`` timed in turn (a row per layout: the plan's, with the measurement or why none);
+    none started after ``budget_s`` seconds, nor after two failures with no success (the same failure again)."""
+    logs = out / "gpu_layouts_logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    t_start, rows = time.perf_counter(), []
+    for i, row in enumerate(plan["layouts"]):
+        if time.perf_counter() - t_start > budget_s:
+            rows.append({**row, "error": f"skipped: the {budget_s:.0f} s budget was spent"})
+            continue
+        if len(rows) >= 2 and not any(r.get("measured_s") for r in rows):
+            rows.append({**row, "error": "skipped: the first two layouts did not train (see gpu_layouts_logs/)"})
+            continue
+        res = time_layout(row, warmup=plan["warmup_steps"], timeout_s=plan["timeout_s"], log=logs / f"{i + 1}.log",
+                          env=plan.get("env"))
+        rows.append({**row, **res})
+        m = res.get("measured_s")
+        print(f"layout {row['layout']}: " + (f"{m:.4f} s/step measured, {row['predicted_s']:.4f} predicted"
+                                              if m else res["error"]) + f" ({res['wall_s']} s)", flush=True)
+    return rows
 
 
 def ranks(values: list[float]) -> list[float]:
@@ -171,7 +199,7 @@ def summary(rows: list[dict], *, judged: bool) -> dict:
     return out
 
 
-def markdown(plan: dict, rows: list[dict], s: dict, device: str, *, judged: bool) -> str:
+def markdown(plan: dict, rows: list[dict], s: dict, device: str, *, judged: bool, seconds: float) -> str:
     head = (f"# Layouts on {device}{' (dry run: CPU, a CPU-sized shape)' if not judged else ''}\n\n"
             f"{plan['contract']} (commit {plan['commit']}, plan made {plan['made']}): megatron-core's GPT, one "
             f"process per layout, steady step = median after {plan['warmup_steps']} warm-up step(s). Predicted: the "
@@ -197,7 +225,7 @@ def markdown(plan: dict, rows: list[dict], s: dict, device: str, *, judged: bool
     mae = "n/a (no CPU step model)" if s["mae"] is None else f"{s['mae']:.1%}"
     rho = "n/a" if s["spearman"] is None else f"{s['spearman']:.3f}"
     gap = "n/a" if s["fastest_gap"] is None else f"{s['fastest_gap']:+.1%}"
-    tail = (f"\nSummary: {s['layouts_timed']} of {s['layouts']} layouts timed; mean absolute error {mae} (target "
+    tail = (f"\nSummary: {s['layouts_timed']} of {s['layouts']} layouts timed in {seconds:.0f} s; mean absolute error {mae} (target "
             f"<= {TARGET_MAE:.0%}); Spearman {rho} (target >= {TARGET_SPEARMAN}); predicted fastest "
             f"{s.get('predicted_fastest', 'n/a')}, measured fastest {s.get('measured_fastest', 'n/a')}, gap {gap} "
             f"(target <= {TARGET_FASTEST:.0%}). Targets missed: {'; '.join(s['targets_missed']) or 'none'}.\n")
@@ -235,24 +263,16 @@ def main() -> int:
     device = torch.cuda.get_device_name(0) if gpu and not args.dry else "cpu"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    t_start, rows = time.perf_counter(), []
-    for row in plan["layouts"]:
-        if time.perf_counter() - t_start > args.budget_s:
-            rows.append({**row, "error": f"skipped: the {args.budget_s:.0f} s budget was spent"})
-            continue
-        res = time_layout(row, warmup=plan["warmup_steps"], timeout_s=plan["timeout_s"])
-        rows.append({**row, **res})
-        m = res.get("measured_s")
-        print(f"layout {row['layout']}: " + (f"{m:.4f} s/step measured, {row['predicted_s']:.4f} predicted"
-                                              if m else res["error"]) + f" ({res['wall_s']} s)", flush=True)
-    judged = gpu and not args.dry
+    t_start = time.perf_counter()
+    rows = time_all(plan, out, budget_s=args.budget_s)
+    judged, seconds = gpu and not args.dry, time.perf_counter() - t_start
     s = summary(rows, judged=judged)
-    table = markdown(plan, rows, s, device, judged=judged)
+    table = markdown(plan, rows, s, device, judged=judged, seconds=seconds)
     (out / "gpu_layouts.md").write_text(table)
     (out / "gpu_layouts.json").write_text(json.dumps(
         {"device": device, "torch": torch.__version__, "plan": {k: v for k, v in plan.items() if k != "layouts"},
          "rows": [{k: v for k, v in r.items() if k != "args"} for r in rows], "summary": s,
-         "seconds": round(time.perf_counter() - t_start, 1)}, indent=1))
+         "seconds": round(seconds, 1)}, indent=1))
     print(table)
     return 1 if any(not r.get("measured_s") for r in rows) else 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -45,9 +46,10 @@ def test_summary_judges_mae_rank_order_and_the_fastest():
     assert s["spearman"] == pytest.approx(-1.0) and s["fastest_gap"] == pytest.approx(0.5)
     assert [m.split()[0] for m in s["targets_missed"]] == ["1", "MAE", "Spearman", "predicted"]
     table = gl.markdown({"contract": "c.toml", "commit": "abc", "made": "now", "warmup_steps": 3,
-                         "device": "H100-80GB"}, bad, s, "NVIDIA H100 80GB HBM3", judged=True)
+                         "device": "H100-80GB"}, bad, s, "NVIDIA H100 80GB HBM3", judged=True,
+                        seconds=95.0)
     assert "| d | **failed** |" in table and "| a | 1.0000 | 0.800 [0.720-0.880] | -20.0% | 1 | 3 |" in table
-    assert "Summary: 3 of 4 layouts timed; mean absolute error 45.6%" in table
+    assert "Summary: 3 of 4 layouts timed in 95 s; mean absolute error 45.6%" in table
 
 
 def test_spearman_ranks_ties_by_their_mean_rank():
@@ -82,6 +84,19 @@ def test_the_plan_is_the_estimate_and_the_adapter_launch_of_each_layout():
         assert (p["step_time_s"], p["low_s"], p["high_s"]) == pytest.approx((r["predicted_s"], r["low_s"], r["high_s"]))
 
 
+def test_a_layout_that_fails_is_reported_with_its_log_and_a_repeated_failure_stops_the_run(tmp_path):
+    """Each layout's own process: one that exits on a flag the loop refuses gives a row saying so and its log; after
+    two such, the rest are skipped (the device's minutes are not spent on the same failure); past the budget, none
+    starts."""
+    row = {"layout": "bad", "program": "launchers/pretrain_gpt_cpu.py", "args": ["--no-such-flag"], "predicted_s": 1.0}
+    plan = {"layouts": [row, row, row], "warmup_steps": 1, "timeout_s": 120}
+    rows = gl.time_all(plan, tmp_path, budget_s=600)
+    assert rows[0]["error"].startswith("exit 2, 0 step line(s): pretrain_gpt.py: error: ") and "--no-such-flag" in rows[0]["error"]
+    assert rows[2]["error"].startswith("skipped: the first two layouts did not train")
+    assert "--no-such-flag" in (tmp_path / "gpu_layouts_logs" / "2.log").read_text()
+    assert [r["error"] for r in gl.time_all(plan, tmp_path, budget_s=-1)] == ["skipped: the -1 s budget was spent"] * 3
+
+
 def test_a_contract_of_part_of_a_node_is_priced_and_other_counts_refused():
     contract = load_contract(CONTRACT, adapters=SPECS)
     for devices, ok in ((1, True), (2, True), (3, False), (12, False), (16, True)):
@@ -108,8 +123,10 @@ def test_the_dry_layouts_part_trains_every_layout_and_prints_the_table(tmp_path)
     assert [r[0].strip() for r in rows] == [f"mbs {m}, recompute {rc}" for m, rc in gl.DRY_LAYOUTS]
     assert all(len(r) == 9 and float(r[1]) > 0 and r[3].strip() == "n/a" for r in rows)
     assert all(float(r[2].split("[")[0]) > 0 for r in rows)  # the H100 prediction beside each
-    assert "Summary: 5 of 5 layouts timed; mean absolute error n/a (no CPU step model)" in table
+    assert re.search(r"Summary: 5 of 5 layouts timed in \d+ s; mean absolute error n/a \(no CPU step model\)", table)
     assert "Targets missed: not judged (dry run" in table
     data = json.loads((tmp_path / "gpu_layouts.json").read_text())
     assert data["device"] == "cpu" and all(r["measured_s"] > 0 and len(r["steps_s"]) == 4 for r in data["rows"])
     assert not (tmp_path / "gpu_check.md").exists()  # the kernels part was not asked for
+    log = (tmp_path / "gpu_layouts_logs" / "1.log").read_text()  # each layout's output, to read a failure by
+    assert log.startswith("$ launchers/pretrain_gpt_cpu.py ") and "exit 0" in log and "iteration        4/" in log
