@@ -97,6 +97,7 @@ def time_layout(row: dict, *, warmup: int, timeout_s: float, log: Path | None = 
                 env: dict[str, str] | None = None) -> dict:
     """Train one layout in its own process; its steady step seconds (median after ``warmup`` steps). ``log``: where
     the process's output goes (its last 20,000 characters of stdout and of stderr), to read a failure by."""
+    # the program run as the launch's `torchrun --nproc-per-node 1` runs it: one process, given the variables torchrun sets
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0",
            "WORLD_SIZE": "1", "LOCAL_RANK": "0", "PYTHONUNBUFFERED": "1", **(env or {})}
     t0 = time.perf_counter()
