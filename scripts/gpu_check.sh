@@ -63,7 +63,8 @@ if [[ ",$PARTS," == *,kernels,* ]]; then
   else "$PY" scripts/gpu_check.py --out "$OUT" "$@" || rc=$?; fi
 fi
 if [[ ",$PARTS," == *,layouts,* ]]; then
-  "$PY" -c 'import numpy' 2>/dev/null || echo "gpu_check: $PY has no numpy, which megatron-core imports: the layouts part will fail"
+  "$PY" -c 'import numpy' 2>/dev/null ||
+    echo "gpu_check: $PY has no numpy, which megatron-core imports: the layouts part will fail"
   if [[ "$MODE" == dry ]]; then "$PY" scripts/gpu_layouts.py --dry --out "$OUT" || rc=$(( rc ? rc : $? ))
   else "$PY" scripts/gpu_layouts.py --plan .whl/gpu_layouts_plan.json --out "$OUT" || rc=$(( rc ? rc : $? )); fi
 fi

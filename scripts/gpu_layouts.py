@@ -97,7 +97,7 @@ def time_layout(row: dict, *, warmup: int, timeout_s: float, log: Path | None = 
                 env: dict[str, str] | None = None) -> dict:
     """Train one layout in its own process; its steady step seconds (median after ``warmup`` steps). ``log``: where
     the process's output goes (its last 20,000 characters of stdout and of stderr), to read a failure by."""
-    # the program run as the launch's `torchrun --nproc-per-node 1` runs it: one process, given the variables torchrun sets
+    # run as the launch's `torchrun --nproc-per-node 1` runs it: one process, with the variables torchrun sets
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0",
            "WORLD_SIZE": "1", "LOCAL_RANK": "0", "PYTHONUNBUFFERED": "1", **(env or {})}
     t0 = time.perf_counter()
@@ -226,7 +226,8 @@ def markdown(plan: dict, rows: list[dict], s: dict, device: str, *, judged: bool
     mae = "n/a (no CPU step model)" if s["mae"] is None else f"{s['mae']:.1%}"
     rho = "n/a" if s["spearman"] is None else f"{s['spearman']:.3f}"
     gap = "n/a" if s["fastest_gap"] is None else f"{s['fastest_gap']:+.1%}"
-    tail = (f"\nSummary: {s['layouts_timed']} of {s['layouts']} layouts timed in {seconds:.0f} s; mean absolute error {mae} (target "
+    tail = (f"\nSummary: {s['layouts_timed']} of {s['layouts']} layouts timed in {seconds:.0f} s; mean absolute "
+            f"error {mae} (target "
             f"<= {TARGET_MAE:.0%}); Spearman {rho} (target >= {TARGET_SPEARMAN}); predicted fastest "
             f"{s.get('predicted_fastest', 'n/a')}, measured fastest {s.get('measured_fastest', 'n/a')}, gap {gap} "
             f"(target <= {TARGET_FASTEST:.0%}). Targets missed: {'; '.join(s['targets_missed']) or 'none'}.\n")
