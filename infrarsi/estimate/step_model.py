@@ -137,9 +137,12 @@ def cost_workload(workload: Workload) -> SimWorkload:
     for name, why in (pricing.refuses if pricing else {}).items():
         if fixed.get(name):
             raise EstimateError(f"{why}; no predicted step time for this launch")
-    if hw.devices % spec.gpus_per_node:
+    gpu_spec = estimate_spec(spec.name)
+    if hw.devices < spec.gpus_per_node and spec.gpus_per_node % hw.devices == 0:  # part of one node (1, 2, 4 GPUs)
+        gpu_spec = gpu_spec.model_copy(update={"gpus_per_node": hw.devices})
+    elif hw.devices % spec.gpus_per_node:
         raise EstimateError(f"hardware.devices = {hw.devices}: the model's nodes hold {spec.gpus_per_node} GPUs each; "
-                            f"use a multiple of {spec.gpus_per_node}")
+                            f"use a divisor or a multiple of {spec.gpus_per_node}")
     try:  # how the framework trains (data-parallel sharding, selective recompute) and what its launch implies
         job = dict(workload.adapter.cost_model_fields(contract))
     except ValueError as e:
@@ -150,8 +153,8 @@ def cost_workload(workload: Workload) -> SimWorkload:
         model = ModelSpec(**dims, **shape)
     except ValueError as e:
         raise EstimateError(f"the launch's model flags cannot be priced: {' '.join(str(e).split())[:200]}") from None
-    return SimWorkload(name=contract.name, model=model, gpu=spec.name, nodes=hw.devices // spec.gpus_per_node,
-                       gpu_spec=estimate_spec(spec.name), **job)
+    return SimWorkload(name=contract.name, model=model, gpu=spec.name, nodes=hw.devices // gpu_spec.gpus_per_node,
+                       gpu_spec=gpu_spec, **job)
 
 
 def estimate_spec(kind: str) -> GPUSpec:

@@ -63,12 +63,13 @@ def test_bench_on_gpu_is_plausible():
 
 @pytest.mark.slow
 def test_gpu_check_dry_run_writes_its_table(tmp_path):
-    """scripts/gpu_check.sh --dry: every step of the device check (verify, bench, table) on the CPU."""
+    """scripts/gpu_check.sh --dry, its kernels part: every step of the kernel check (verify, bench, table) on the CPU."""
     import os
     import subprocess
 
     out = subprocess.run(["scripts/gpu_check.sh", "--dry", "--ops", "swiglu", "--jobs", "1"], cwd=KERNELS_ROOT.parent,
-                         env={**os.environ, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=900)
+                         env={**os.environ, "OUT": str(tmp_path), "GPU_CHECK_PARTS": "kernels"}, capture_output=True,
+                         text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     table = (tmp_path / "gpu_check.md").read_text()
     assert table.count("| swiglu |") == 2 and "not judged (dry run)" in table

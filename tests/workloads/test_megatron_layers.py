@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from infrarsi.adapters.megatron.cpu.layers import RMSNorm, _FlashCore
+from infrarsi.adapters.megatron.cpu.layers import RMSNorm, _FlashCore, gpu_attention
 
 
 def test_rmsnorm_matches_torch_and_keeps_input_and_rstd_only():
@@ -46,3 +46,21 @@ def test_flash_core_is_causal_attention_with_gqa_and_a_smaller_value_head(heads,
     ref_grads = torch.autograd.grad(ref.sum(), (q, k, v))
     for a, b in zip(grads, ref_grads):
         assert torch.allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("heads,groups", [(4, 4), (8, 2)])
+def test_gpu_attention_computes_what_the_cpu_kernel_computes(heads, groups):
+    """FusedCoreAttention's GPU path (torch's scaled_dot_product_attention, GQA without a copy) against the CPU
+    kernel's: same outputs and gradients (run here on CPU tensors; scripts/gpu_check.sh's layouts part trains it
+    on a GPU)."""
+    torch.manual_seed(2)
+    q = torch.randn(2, heads, 12, 16, requires_grad=True)
+    k = torch.randn(2, groups, 12, 16, requires_grad=True)
+    v = torch.randn(2, groups, 12, 16, requires_grad=True)
+    g = torch.randn(2, heads, 12, 16)
+    ours = gpu_attention(q, k, v, True, 0.25)
+    grads = torch.autograd.grad(ours, (q, k, v), g)
+    ref = _FlashCore.apply(q, k, v, True, 0.25)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), g)
+    assert ours.shape == (2, heads, 12, 16) and torch.allclose(ours, ref, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(grads, ref_grads))

