@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 
 def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runner, tuner: Tuner, baseline: Setting, base_losses, noise,
-              console: Console, on_pair: Callable[[str, int], None] = lambda subject, left: None) -> Verification:
+              console: Console, on_pair: Callable[[str, int], None] = lambda subject, left: None,
+              share: bool = True) -> Verification:
     """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out), added one pair at a time
     until the sequential rule decides (verify/speedup.py) or ``budget.verify_pairs`` run out; promotion by that rule and
     the loss invariant. Two candidates are verified together, each round's one baseline run shared by both (B1 A B2,
@@ -46,7 +47,8 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
     second clearly below the first (:func:`together`): then one after the other, so that the second can be skipped
     before any pair once the first is promoted. Resumable: the pairs run so far are kept in the verification progress
     record. Writes and returns the verification record. Each pair is printed as it finishes; ``on_pair(subject,
-    left)`` is told which round runs next and the most rounds left, this one included (the live line and its ETA)."""
+    left)`` is told which round runs next and the most rounds left, this one included (the live line and its ETA).
+    ``share=False``: one candidate after the other always (the ablation of scripts/bench_shared_rounds.py)."""
     max_pairs = contract.budget.verify_pairs
     top = to_verify(tuner.top(3), baseline)
     rule = (f"pairs added one at a time (at most {max_pairs}); promote when the sequential interval's lower bound "
@@ -99,7 +101,7 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
         console.print(f"  verify candidate {arm.n} of {len(top)}, pair {len(arm.pairs)} (at most {max_pairs}): "
                       f"{_pair_line(a, b)}", highlight=False)
 
-    groups = [arms] if together(arms, record.trials(), noise.cv) else [[arm] for arm in arms]
+    groups = [arms] if share and together(arms, record.trials(), noise.cv) else [[arm] for arm in arms]
     rounds = 0
     for n_group, group in enumerate(groups):
         running = [arm for arm in group if start(arm)]
