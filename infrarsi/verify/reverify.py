@@ -27,7 +27,7 @@ from ..knobs import Setting
 from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
 from ..trial.verified import Disturbed, VerifiedCandidate
 from ..search.tuner import Tuner
-from .speedup import FIRST_LOOK, LEVEL, Decision, decide, outranked_before_pairs, search_speedup
+from .speedup import FIRST_LOOK, LEVEL, Decision, decide, first_look_lower, outranked_before_pairs, search_speedup
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -44,8 +44,8 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
     until the sequential rule decides (verify/speedup.py) or ``budget.verify_pairs`` run out; promotion by that rule and
     the loss invariant. Two candidates are verified together, each round's one baseline run shared by both (B1 A B2,
     then B2 A B1: each pair back to back, which side runs first alternating), unless the search's figures set the
-    second clearly below the first (:func:`together`): then one after the other, so that the second can be skipped
-    before any pair once the first is promoted. Resumable: the pairs run so far are kept in the verification progress
+    second so far below the first that the first's promotion would likely skip it (:func:`together`): then one after
+    the other, so that the second can be skipped before any pair. Resumable: the pairs run so far are kept in the verification progress
     record. Writes and returns the verification record. Each pair is printed as it finishes; ``on_pair(subject,
     left)`` is told which round runs next and the most rounds left, this one included (the live line and its ETA).
     ``share=False``: one candidate after the other always (the ablation of scripts/bench_shared_rounds.py)."""
@@ -101,7 +101,7 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
         console.print(f"  verify candidate {arm.n} of {len(top)}, pair {len(arm.pairs)} (at most {max_pairs}): "
                       f"{_pair_line(a, b)}", highlight=False)
 
-    groups = [arms] if share and together(arms, record.trials(), noise.cv) else [[arm] for arm in arms]
+    groups = [arms] if share and together(arms, record.trials(), noise.cv, max_pairs) else [[arm] for arm in arms]
     rounds = 0
     for n_group, group in enumerate(groups):
         running = [arm for arm in group if start(arm)]
@@ -167,16 +167,19 @@ class _Arm:
                 or len(self.used) - len(self.ok_pairs) >= FIRST_LOOK)
 
 
-def together(arms: list[_Arm], trials: list[Trial], cv: float) -> bool:
-    """Whether two candidates are verified together (each round's baseline run shared): yes, unless the search's
-    figures set the second clearly below the first (its search speedup's upper bound under the first's lower bound,
-    speedup.search_speedup), where the first's promotion would likely skip the second before any pair (the
-    shared rounds would pay pairs that skip saves). Either way each candidate's rule is the same."""
+def together(arms: list[_Arm], trials: list[Trial], cv: float, max_pairs: int) -> bool:
+    """Whether two candidates are verified together (each round's baseline run shared): yes, unless the first's
+    promotion would likely skip the second before any pair (speedup.outranked_before_pairs): the second's search
+    speedup's upper bound under the lower bound a first look would give the first's search speedup
+    (speedup.first_look_lower at the search's spread). There the shared rounds would pay pairs that skip saves.
+    Either way each candidate's rule is the same."""
     if len(arms) != 2:
         return False
     one = search_speedup(*_search_figures(arms[0].cand, trials), cv=cv)
     two = search_speedup(*_search_figures(arms[1].cand, trials), cv=cv)
-    return one is None or two is None or two[2] >= one[1]
+    if one is None or two is None:
+        return True
+    return two[2] >= first_look_lower(one[0], cv=one[3], max_pairs=max_pairs)
 
 
 def _verified(cand: Setting, why: Proposal | None, pairs: list[tuple[Trial, Trial]],

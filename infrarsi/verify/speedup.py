@@ -170,6 +170,16 @@ def search_speedup(baseline_s: Sequence[float], candidate_s: Sequence[float], *,
     return x, x * math.exp(-z * s), x * math.exp(z * s), spread
 
 
+def first_look_lower(speedup: float, *, cv: float, max_pairs: int) -> float:
+    """The lower bound :func:`decide`'s first look gives pairs whose speedup is ``speedup`` exactly and whose log
+    ratios spread as two runs at run-to-run CV ``cv`` do (sd cv * sqrt(2)):
+    speedup * exp(-t_{1 - alpha_1, FIRST_LOOK - 1} * cv * sqrt(2) / sqrt(FIRST_LOOK)). What a promotion at the
+    first look is expected to set as the bar a later candidate must outrank."""
+    n = FIRST_LOOK
+    t = t_quantile(1 - look_alpha(n, max(max_pairs, n)), n - 1)
+    return speedup * math.exp(-t * cv * math.sqrt(2.0) / math.sqrt(n))
+
+
 def outranked_before_pairs(baseline_s: Sequence[float], candidate_s: Sequence[float], *, cv: float,
                            outrank: float | None) -> str | None:
     """Before its first pair: why a candidate need not be verified at all (its pairs could only end ``outranked``),

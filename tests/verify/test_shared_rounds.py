@@ -17,6 +17,7 @@ from infrarsi.rundir import VerificationProgress
 from infrarsi.search import Outcome, Tuner
 from infrarsi.trial import Metrics, Trial, TrialStatus
 from infrarsi.verify.reverify import _Arm, account, reverify, together
+from infrarsi.verify.speedup import first_look_lower
 from tests.execute.toy import ToyAdapter, toy_contract
 
 
@@ -90,8 +91,9 @@ def test_loose_trials_of_shared_rounds_are_paired_on_resume_as_they_ran():
 
 
 def test_candidates_the_search_set_clearly_apart_are_verified_one_after_the_other():
-    """The second candidate's search speedup's upper bound under the first's lower bound: the first's promotion would
-    likely skip the second before any pair, so they are not verified together; close ones are."""
+    """The second candidate's search speedup's upper bound under the lower bound a first look would give the first's:
+    the first's promotion would likely skip the second before any pair, so they are not verified together; a second
+    merely measured slower in the search (inside that bound) is."""
     base, c1, c2 = {"x": 0}, {"x": 1}, {"x": 2}
     doctor = [Trial(id=i, setting=base, status="ok", role="doctor", metrics=Metrics(step_time_s=s))
               for i, s in enumerate((1.00, 1.02, 0.98))]
@@ -102,8 +104,13 @@ def test_candidates_the_search_set_clearly_apart_are_verified_one_after_the_othe
         return [_Arm(n=1, cand=Setting(c1), ids=[], pairs=[]), _Arm(n=2, cand=Setting(c2), ids=[], pairs=[])], \
             doctor + search
 
-    assert together(*arms_with(0.26), cv=0.03)  # 3.85x beside 4x: as good as the first, share the rounds
-    assert not together(*arms_with(0.6), cv=0.03)  # 1.7x beside 4x: clearly below
+    # doctor spread 2% (sd of log of 1.00, 1.02, 0.98), 3% the doctor's CV: s = 0.03 x sqrt(1/3 + 1) = 3.46%;
+    # the first look's lower bound of 4x: 4 x exp(-t_{1-0.00625, 2} x 0.03 x sqrt(2) / sqrt(3)) = 4 x 0.805 = 3.22
+    lower = first_look_lower(4.0, cv=0.03, max_pairs=12)
+    assert 3.1 < lower < 3.3, lower
+    assert together(*arms_with(0.26), cv=0.03, max_pairs=12)  # 3.85x beside 4x: as good as the first
+    assert together(*arms_with(0.30), cv=0.03, max_pairs=12)  # 3.33x: upper 3.33 x exp(1.96 x 3.46%) = 3.57 > 3.22
+    assert not together(*arms_with(0.6), cv=0.03, max_pairs=12)  # 1.67x: upper 1.78 < 3.22, clearly below
     arms, trials = arms_with(0.6)
-    assert together(arms, trials[:3], cv=0.03)  # no search figures: nothing sets them apart
-    assert not together(arms[:1], trials, cv=0.03)  # one candidate: nothing to share
+    assert together(arms, trials[:3], cv=0.03, max_pairs=12)  # no search figures: nothing sets them apart
+    assert not together(arms[:1], trials, cv=0.03, max_pairs=12)  # one candidate: nothing to share
