@@ -114,3 +114,21 @@ def test_candidates_the_search_set_clearly_apart_are_verified_one_after_the_othe
     arms, trials = arms_with(0.6)
     assert together(arms, trials[:3], cv=0.03, max_pairs=12)  # no search figures: nothing sets them apart
     assert not together(arms[:1], trials, cv=0.03, max_pairs=12)  # one candidate: nothing to share
+
+
+def test_the_benchmark_prints_its_table_with_both_arms():
+    """scripts/bench_shared_rounds.py (BENCHMARKS.md's table) with 2 draws a case: every case has a row with both
+    arms' device-seconds, and the apart case, verified one after the other in both arms, costs the same in both."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_shared_rounds.py"), "--draws", "2"],
+                       capture_output=True, text=True, timeout=300, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [line.split(" | ") for line in r.stdout.splitlines() if line.startswith("| ") and "CV" in line]
+    assert len(rows) == 5 and all(len(row) == 7 for row in rows), r.stdout
+    apart = next(row for row in rows if row[0].startswith("| apart"))
+    assert apart[1] == apart[2] and apart[3] == "1.00", apart  # the gate kept them one after the other
+    assert float(next(row for row in rows if "demo-like" in row[0])[3]) < 1.0, r.stdout  # a baseline run saved
