@@ -45,7 +45,7 @@ from ..contract.scope import repository_root
 from . import bytecode
 from . import cgroup as memcg
 from . import isolation
-from .isolation import PIDS_MAX
+from .left_behind import PIDS_MAX, PidsCgroup, leftovers, namespace_of, signal_namespace
 from .clock import LineClock
 from .executor import STDERR, STDOUT, Handle, LaunchEnd, create_new, fresh_trial_dir
 from ..trial import OUTPUTS, LaunchSpec
@@ -201,7 +201,7 @@ class LocalExecutor:
                                    scratch_bytes=spec.scratch_bytes or isolation.SCRATCH_BYTES)
 
     def command(self, spec: LaunchSpec, trial_dir: Path | None = None, *, info_fd: int | None = None,
-                cgroup: isolation.PidsCgroup | None = None, status_fd: int | None = None,
+                cgroup: PidsCgroup | None = None, status_fd: int | None = None,
                 seccomp_fd: int | None = None, env: dict[str, str] | None = None,
                 memory: memcg.TrialMemory | None = None) -> list[str]:
         """The exact argv started (the wrapper, bwrap and the inner wrapper when isolated, then the spec's command)."""
@@ -244,7 +244,7 @@ class LocalExecutor:
             info_r, info_w = os.pipe()
             status_r, status_w = os.pipe()
             sec = isolation.seccomp_fd()
-            cgroup = isolation.PidsCgroup(token, pids_max=self.config.pids_max)
+            cgroup = PidsCgroup(token, pids_max=self.config.pids_max)
         memory = self._memory(spec, token)
         passed = tuple(fd for fd in (info_w, status_w, sec) if fd is not None)
         try:
@@ -350,7 +350,7 @@ class LocalExecutor:
         """A local process cannot be re-attached (it is not our child): end what is left of it and
         return None, so the trial is launched again."""
         kill_token(handle.token)
-        isolation.PidsCgroup.discard(handle.token)  # the cgroup the dead runner could not remove
+        PidsCgroup.discard(handle.token)  # the cgroup the dead runner could not remove
         return None
 
     def _memory(self, spec: LaunchSpec, token: str) -> memcg.TrialMemory | None:
@@ -381,7 +381,7 @@ class LocalExecutor:
             box = self._boxes.get(token)
         ns = box.namespace() if box is not None else None
         # unisolated, or nothing started in the namespace yet: the whole group (bwrap too, which takes all with it)
-        if ns is None or isolation.signal_namespace(ns, sig) == 0:
+        if ns is None or signal_namespace(ns, sig) == 0:
             _signal_group(proc.pid, sig)
         try:
             rc = proc.wait(timeout=self.config.kill_grace_s)
@@ -400,7 +400,7 @@ class _Isolated:
     """An isolated trial's ends: bwrap's info pipe (its PID namespace), its cgroup, its directory, the pipe the inner
     wrapper says how the command ended through."""
 
-    def __init__(self, info_r: int, cgroup: isolation.PidsCgroup, trial_dir: Path, status_r: int) -> None:
+    def __init__(self, info_r: int, cgroup: PidsCgroup, trial_dir: Path, status_r: int) -> None:
         self.info_r, self.cgroup, self.trial_dir, self.status_r = info_r, cgroup, trial_dir, status_r
         self.info = ""
         os.set_blocking(info_r, False)
@@ -408,7 +408,7 @@ class _Isolated:
 
     def namespace(self) -> int | None:
         """The trial's PID namespace (bwrap writes it to the pipe once it is made), or None before that."""
-        if self.info_r >= 0 and isolation.namespace_of(self.info) is None:
+        if self.info_r >= 0 and namespace_of(self.info) is None:
             try:
                 while chunk := os.read(self.info_r, 65536):
                     self.info += chunk.decode(errors="replace")
@@ -416,7 +416,7 @@ class _Isolated:
                 pass
             except OSError:
                 pass
-        return isolation.namespace_of(self.info)
+        return namespace_of(self.info)
 
     def after(self, rc: int, *, stopped: bool = False) -> tuple[int, list[str]]:
         """(the trial's return code, read through the inner wrapper's status file; evidence lines for processes
@@ -430,9 +430,9 @@ class _Isolated:
         # what a SIGKILL of the group (a time-out's grace ran out) hit may take a moment to be gone on a loaded
         # machine; what is still there after SETTLE_S was not dying
         deadline = time.monotonic() + SETTLE_S
-        while (isolation.leftovers(ns) or self.cgroup.members()) and time.monotonic() < deadline:
+        while (leftovers(ns) or self.cgroup.members()) and time.monotonic() < deadline:
             time.sleep(0.02)
-        in_ns = isolation.leftovers(ns)
+        in_ns = leftovers(ns)
         for pid in in_ns:
             try:
                 os.kill(pid, signal.SIGKILL)

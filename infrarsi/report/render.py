@@ -373,7 +373,9 @@ class _Builder:
             return
         cands = ver.candidates
         self.p(f"In words: the best settings of the search were re-run alternately with the baseline (at most "
-               f"{ver.repeats} back-to-back pairs each, so a slow drift of the machine hits both sides); a candidate is "
+               f"{ver.repeats} back-to-back pairs each, so a slow drift of the machine hits both sides; two candidates "
+               f"verified together share each round's baseline run, one just before it and one just after); a "
+               f"candidate is "
                f"promoted when even the pessimistic end of its confidence interval is faster than the baseline by more "
                f"than the noise floor, the minimum detectable effect (mde) of {ver.mde:.2%}, and its loss trace matches "
                f"the baseline's. Rule as recorded: {ver.rule}; finished {_when(ver.finished_at)}. Speedup = exp(mean "

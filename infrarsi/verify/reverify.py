@@ -1,5 +1,5 @@
-"""The verify step: the best settings of a search rerun interleaved with the baseline (A B A B ...), pairs that
-another job disturbed rerun, and promotion by the sequential rule of :mod:`.speedup` (the paired speedup's
+"""The verify step: the best settings of a search rerun interleaved with the baseline (A B A B ...; two candidates
+together share each round's baseline run, B1 A B2 B2 A B1 ...), pairs that another job disturbed rerun, and promotion by the sequential rule of :mod:`.speedup` (the paired speedup's
 95% CI) and the contract's loss invariant. The statistics live in ``speedup.py``; this module runs the
 pairs and records them (RunDir's verification progress and verification records).
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ from ..knobs import Setting
 from ..rundir import RerunPair, RunDir, Verification, VerificationProgress
 from ..trial.verified import Disturbed, VerifiedCandidate
 from ..search.tuner import Tuner
-from .speedup import FIRST_LOOK, LEVEL, Decision, decide, outranked_before_pairs
+from .speedup import FIRST_LOOK, LEVEL, Decision, decide, first_look_lower, outranked_before_pairs, search_speedup
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,74 +38,148 @@ if TYPE_CHECKING:
 
 
 def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runner, tuner: Tuner, baseline: Setting, base_losses, noise,
-              console: Console, on_pair: Callable[[str, int], None] = lambda subject, left: None) -> Verification:
+              console: Console, on_pair: Callable[[str, int], None] = lambda subject, left: None,
+              share: bool = True) -> Verification:
     """Interleaved A/B re-runs of the top candidates (``tuner.top``, the baseline left out), added one pair at a time
     until the sequential rule decides (verify/speedup.py) or ``budget.verify_pairs`` run out; promotion by that rule and
-    the loss invariant. Resumable: the pairs run so far are kept in the verification progress record. Writes and
-    returns the verification record. Each pair is printed as it finishes; ``on_pair(subject, left)`` is told which pair
-    runs next and the most pairs left, this one included (the live progress line and its ETA)."""
+    the loss invariant. Two candidates are verified together, each round's one baseline run shared by both (B1 A B2,
+    then B2 A B1: each pair back to back, which side runs first alternating), unless the search's figures set the
+    second so far below the first that the first's promotion would likely skip it (:func:`together`): then one after
+    the other, so that the second can be skipped before any pair. Resumable: the pairs run so far are kept in the verification progress
+    record. Writes and returns the verification record. Each pair is printed as it finishes; ``on_pair(subject,
+    left)`` is told which round runs next and the most rounds left, this one included (the live line and its ETA).
+    ``share=False``: one candidate after the other always (the ablation of scripts/bench_shared_rounds.py)."""
     max_pairs = contract.budget.verify_pairs
     top = to_verify(tuner.top(3), baseline)
     rule = (f"pairs added one at a time (at most {max_pairs}); promote when the sequential interval's lower bound "
             f"(alpha spent over the looks) > 1 + mde and the loss trace matches the baseline within the contract; "
-            f"stop when its upper bound < 1 + mde, or < the lower bound of a candidate already promoted")
-    verified: list[VerifiedCandidate] = []
+            f"stop when its upper bound < 1 + mde, or < the lower bound of a candidate already promoted; two "
+            f"candidates verified together share each round's baseline run (B1 A B2, the order alternating)")
     run = RunDir(run_dir)
     recorded = run.progress()
     progress = account(recorded.model_copy(deep=True), record.trials(), baseline)  # key -> [(baseline, candidate)]
     if progress != recorded:
         run.write_progress(progress)
-    best_lo: float | None = None  # the highest lower bound promoted so far: a later candidate below it stops early
-    for n_cand, cand in enumerate(top, 1):
+    startup = contract.invariants.timing.startup_allowance_s
+    arms = []
+    for n, cand in enumerate(top, 1):
         ids = progress.pairs.setdefault(cand.key(), [])
-        pairs: list[tuple[Trial, Trial]] = [(record.get(a), record.get(b)) for a, b in ids]
-        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-        skip = None if pairs else outranked_before_pairs(*_search_figures(cand, record.trials()), cv=noise.cv,
-                                                         outrank=best_lo)
-        if skip is not None:  # its pairs could only end outranked (speedup.py): none are run
-            verified.append(VerifiedCandidate(setting=cand.to_dict(), why=tuner.why(cand), trials=[], promoted=False,
-                                              decision="outranked", reason=skip))
-            console.print(f"  candidate {n_cand} of {len(top)}: {skip}", highlight=False)
-            continue
-        disturbed: list[tuple[Trial, Trial]] = []
-        startup = contract.invariants.timing.startup_allowance_s
-        while True:
-            used = [p for p in pairs if p not in disturbed]
-            bad = [p for p in disturbed_pairs(used) if len(disturbed) < MAX_DISTURBED]
-            if bad:
-                disturbed += bad[: MAX_DISTURBED - len(disturbed)]
-                continue
-            ok_pairs = [(a, b) for a, b in used if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
-            # the candidate held to its pair's end-to-end time: what the decision, the record and the words use
-            times = [pair_times(a, b, startup=startup) for a, b in ok_pairs]
-            d = decide([x[0] for x in times], [x[1] for x in times], mde=noise.mde, max_pairs=max_pairs,
-                       outrank=best_lo)
-            if d.done or len(used) >= max_pairs or len(used) - len(ok_pairs) >= FIRST_LOOK:
-                break  # decided, out of pairs, or a candidate (or baseline) that keeps failing
-            # A then B, back to back: drifts of the machine cancel in the pair
-            which = f"candidate {n_cand} of {len(top)}, pair {len(used) + 1} (at most {max_pairs})"
-            on_pair(f"verify: {which}", max_pairs - len(used) + (len(top) - n_cand) * max_pairs)
-            a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
-            b = runner.submit(cand, role="verify", reference_losses=base_losses).result()
-            pairs.append((a, b))
-            ids.append((a.id, b.id))
-            run.write_progress(progress)
-            console.print(f"  verify {which}: {_pair_line(a, b)}", highlight=False)
-        # the decision's pairs (``used``: those not set aside), their ok ones and their times, as the loop left them
-        entry = _verified(cand, tuner.why(cand), used, disturbed, ok_pairs, times, d, contract, base_losses)
-        entry.explanation = explain(cand, record.trials(), ok_pairs, times, noise, promoted=entry.promoted)
+        pairs = [(record.get(x), record.get(y)) for x, y in ids]
+        arms.append(_Arm(n=n, cand=cand, ids=ids, pairs=[(x, y) for x, y in pairs if x is not None and y is not None]))
+    best_lo: list[float] = []  # the highest lower bound promoted so far: a later look below it stops early
+
+    def start(arm: _Arm) -> bool:
+        """Whether ``arm`` gets pairs: not when its pairs could only end outranked (speedup.py)."""
+        lo = max(best_lo) if best_lo else None
+        skip = None if arm.pairs else outranked_before_pairs(*_search_figures(arm.cand, record.trials()),
+                                                             cv=noise.cv, outrank=lo)
+        if skip is None:
+            return True
+        arm.entry = VerifiedCandidate(setting=arm.cand.to_dict(), why=tuner.why(arm.cand), trials=[], promoted=False,
+                                      decision="outranked", reason=skip)
+        console.print(f"  candidate {arm.n} of {len(top)}: {skip}", highlight=False)
+        return False
+
+    def finish(arm: _Arm) -> None:
+        entry = _verified(arm.cand, tuner.why(arm.cand), arm.used, arm.disturbed, arm.ok_pairs, arm.times, arm.d,
+                          contract, base_losses)
+        entry.explanation = explain(arm.cand, record.trials(), arm.ok_pairs, arm.times, noise, promoted=entry.promoted)
         if entry.promoted:
-            best_lo = max(best_lo or 0.0, entry.ci95[0])
-        verified.append(entry)
-        changes = ", ".join(f"{k}={v}" for k, v in cand.items() if baseline.get(k) != v) or "the baseline"
-        console.print(f"  verified candidate {n_cand} of {len(top)} ({changes}): "
+            best_lo.append(entry.ci95[0])
+        arm.entry = entry
+        changes = ", ".join(f"{k}={v}" for k, v in arm.cand.items() if baseline.get(k) != v) or "the baseline"
+        console.print(f"  verified candidate {arm.n} of {len(top)} ({changes}): "
                       f"{'[green]promoted[/]' if entry.promoted else 'not promoted'}: {entry.reason}",
                       highlight=False)
         if entry.explanation:
             console.print(f"    {entry.explanation}")
+
+    def pair(arm: _Arm, a: Trial, b: Trial) -> None:
+        arm.pairs.append((a, b))
+        arm.ids.append((a.id, b.id))
+        run.write_progress(progress)
+        console.print(f"  verify candidate {arm.n} of {len(top)}, pair {len(arm.pairs)} (at most {max_pairs}): "
+                      f"{_pair_line(a, b)}", highlight=False)
+
+    groups = [arms] if share and together(arms, record.trials(), noise.cv, max_pairs) else [[arm] for arm in arms]
+    rounds = 0
+    for n_group, group in enumerate(groups):
+        running = [arm for arm in group if start(arm)]
+        while running:
+            for arm in list(running):  # in rank order: a promotion counts for the looks after it
+                if arm.look(mde=noise.mde, max_pairs=max_pairs, outrank=max(best_lo) if best_lo else None,
+                            startup=startup):
+                    finish(arm)
+                    running.remove(arm)
+            if not running:
+                break
+            ns = " and ".join(str(arm.n) for arm in running)
+            left = max(max_pairs - len(arm.used) for arm in running) + max_pairs * sum(map(len, groups[n_group + 1:]))
+            on_pair(f"verify: candidate{'s' if len(running) > 1 else ''} {ns} of {len(top)}, pair "
+                    f"{min(len(arm.used) for arm in running) + 1} (at most {max_pairs})", left)
+            if len(running) == 1:  # A then B, back to back: drifts of the machine cancel in the pair
+                a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
+                pair(running[0], a, runner.submit(running[0].cand, role="verify",
+                                                  reference_losses=base_losses).result())
+            else:  # B1 A B2, then B2 A B1: one baseline run, each pair back to back, each side first in turn
+                first, second = running if rounds % 2 == 0 else running[::-1]
+                b1 = runner.submit(first.cand, role="verify", reference_losses=base_losses).result()
+                a = runner.submit(baseline, role="verify", reference_losses=base_losses).result()
+                pair(first, a, b1)
+                pair(second, a, runner.submit(second.cand, role="verify", reference_losses=base_losses).result())
+            rounds += 1
+    verified = [arm.entry for arm in arms if arm.entry is not None]
     return run.write_verification(Verification(repeats=max_pairs, mde=noise.mde, baseline=baseline.to_dict(),
                                                candidates=verified, rule=rule, contract_sha256=contract_hash(contract),
                                                finished_at=time.time(), rerun=progress.rerun))
+
+
+@dataclass
+class _Arm:
+    """One candidate's verification: its pairs so far and where the sequential rule stands after :meth:`look`."""
+
+    n: int  # its rank among the candidates, 1-based
+    cand: Setting
+    ids: list  # progress.pairs[cand.key()] itself: [(baseline id, candidate id)], appended as pairs run
+    pairs: list[tuple[Trial, Trial]]
+    disturbed: list[tuple[Trial, Trial]] = field(default_factory=list)  # set aside and run again
+    used: list[tuple[Trial, Trial]] = field(default_factory=list)  # the pairs the decision uses
+    ok_pairs: list[tuple[Trial, Trial]] = field(default_factory=list)
+    times: list[tuple[float, float, str]] = field(default_factory=list)  # pair_times of each ok pair
+    d: Decision | None = None
+    entry: VerifiedCandidate | None = None
+
+    def look(self, *, mde: float, max_pairs: int, outrank: float | None, startup: float) -> bool:
+        """The sequential rule on the pairs so far (pairs another job disturbed set aside first): True when no more
+        pairs are to run (decided, out of pairs, or a candidate or baseline that keeps failing)."""
+        while True:
+            self.used = [p for p in self.pairs if p not in self.disturbed]
+            bad = [p for p in disturbed_pairs(self.used) if len(self.disturbed) < MAX_DISTURBED]
+            if not bad:
+                break
+            self.disturbed += bad[: MAX_DISTURBED - len(self.disturbed)]
+        self.ok_pairs = [(a, b) for a, b in self.used if a.status is TrialStatus.OK and b.status is TrialStatus.OK]
+        # the candidate held to its pair's end-to-end time: what the decision, the record and the words use
+        self.times = [pair_times(a, b, startup=startup) for a, b in self.ok_pairs]
+        self.d = decide([x[0] for x in self.times], [x[1] for x in self.times], mde=mde, max_pairs=max_pairs,
+                        outrank=outrank)
+        return (self.d.done or len(self.used) >= max_pairs
+                or len(self.used) - len(self.ok_pairs) >= FIRST_LOOK)
+
+
+def together(arms: list[_Arm], trials: list[Trial], cv: float, max_pairs: int) -> bool:
+    """Whether two candidates are verified together (each round's baseline run shared): yes, unless the first's
+    promotion would likely skip the second before any pair (speedup.outranked_before_pairs): the second's search
+    speedup's upper bound under the lower bound a first look would give the first's search speedup
+    (speedup.first_look_lower at the search's spread). There the shared rounds would pay pairs that skip saves.
+    Either way each candidate's rule is the same."""
+    if len(arms) != 2:
+        return False
+    one = search_speedup(*_search_figures(arms[0].cand, trials), cv=cv)
+    two = search_speedup(*_search_figures(arms[1].cand, trials), cv=cv)
+    if one is None or two is None:
+        return True
+    return two[2] >= first_look_lower(one[0], cv=one[3], max_pairs=max_pairs)
 
 
 def _verified(cand: Setting, why: Proposal | None, pairs: list[tuple[Trial, Trial]],
@@ -201,33 +276,39 @@ def _search_figures(cand: Setting, trials: list[Trial]) -> tuple[list[float], li
 
 
 def account(progress: VerificationProgress, trials: list[Trial], baseline: Setting) -> VerificationProgress:
-    """``progress`` with every finished verify trial it does not name accounted for: a whole pair (the baseline,
-    then a candidate, back to back, neither cancelled) joins its candidate's pairs, as if its record had been
-    written; the rest (a pair a restart cut short) is recorded as run again, with why."""
+    """``progress`` with every finished verify trial it does not name accounted for: a candidate's run and the
+    baseline's run next to it (just before it, A B; else just after it, the B1 of B1 A B2), neither cancelled and not
+    yet paired with that candidate, join its candidate's pairs, as if their record had been written; the rest (a
+    pair a restart cut short) is recorded as run again, with why."""
     known = progress.accounted()
-    loose = sorted((t for t in trials if t.role == "verify" and t.status.is_finished() and t.id not in known),
-                   key=lambda t: t.id)
+    done = {t.id: t for t in trials if t.role == "verify" and t.status.is_finished()}
     base = baseline.to_dict()
+    paired = {(a, key) for key, ps in progress.pairs.items() for a, _ in ps}  # (baseline id, candidate key)
+    taken: set[int] = set()  # loose baseline runs now in a pair or a rerun record
     now = time.time()
-    i = 0
-    while i < len(loose):
-        a = loose[i]
-        b = loose[i + 1] if i + 1 < len(loose) else None
-        if a.setting == base and b is not None and b.id == a.id + 1 and b.setting != base:
-            if TrialStatus.CANCELLED not in (a.status, b.status):
-                progress.pairs.setdefault(Setting(b.setting).key(), []).append((a.id, b.id))
-            else:
-                cut = a if a.status is TrialStatus.CANCELLED else b
-                progress.rerun.append(RerunPair(candidate=b.setting, trials=[a.id, b.id], at=now,
-                                                reason=f"trial {cut.id} did not finish ({cut.reason or cut.status.value})"))
-            i += 2
+    for b in sorted((t for t in done.values() if t.id not in known and t.setting != base), key=lambda t: t.id):
+        key = Setting(b.setting).key()
+        a = next((done[i] for i in (b.id - 1, b.id + 1)
+                  if i in done and done[i].setting == base and (i, key) not in paired), None)
+        if a is None:
+            progress.rerun.append(RerunPair(candidate=b.setting, trials=[b.id], at=now,
+                                            reason=f"the candidate's run ({b.status.value}) is half a pair: its "
+                                                   f"baseline's is not on disk" + (f" ({b.reason})" if b.reason else "")))
             continue
-        what = "the baseline's run" if a.setting == base else "the candidate's run"
-        other = "its candidate's never started" if a.setting == base else "its baseline's is not on disk"
-        progress.rerun.append(RerunPair(candidate={} if a.setting == base else a.setting, trials=[a.id], at=now,
-                                        reason=f"{what} ({a.status.value}) is half a pair: {other}"
-                                               + (f" ({a.reason})" if a.reason else "")))
-        i += 1
+        if TrialStatus.CANCELLED in (a.status, b.status):
+            cut = a if a.status is TrialStatus.CANCELLED else b
+            progress.rerun.append(RerunPair(candidate=b.setting, trials=[i for i in (a.id, b.id) if i not in known],
+                                            at=now, reason=f"trial {cut.id} did not finish "
+                                                           f"({cut.reason or cut.status.value})"))
+        else:
+            progress.pairs.setdefault(key, []).append((a.id, b.id))
+            paired.add((a.id, key))
+        taken.add(a.id)
+    for a in sorted((t for t in done.values() if t.id not in known and t.id not in taken and t.setting == base),
+                    key=lambda t: t.id):
+        progress.rerun.append(RerunPair(candidate={}, trials=[a.id], at=now,
+                                        reason=f"the baseline's run ({a.status.value}) is half a pair: its candidate's "
+                                               f"never started" + (f" ({a.reason})" if a.reason else "")))
     return progress
 
 

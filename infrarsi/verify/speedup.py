@@ -148,34 +148,58 @@ def decide(baseline_s: Sequence[float], candidate_s: Sequence[float], *, mde: fl
     return Decision("continue", s, a, figs)
 
 
-def outranked_before_pairs(baseline_s: Sequence[float], candidate_s: Sequence[float], *, cv: float,
-                           outrank: float | None) -> str | None:
-    """Before its first pair: why a candidate need not be verified at all (its pairs could only end ``outranked``),
-    or None to verify it. ``baseline_s``/``candidate_s``: the search's figures (seconds: the doctor's and the
-    re-baselined runs of the baseline, the candidate's search trials); ``cv``: the doctor's run-to-run CV;
-    ``outrank``: the lower bound of the best candidate already promoted (None: none was, so verify).
+def search_speedup(baseline_s: Sequence[float], candidate_s: Sequence[float], *,
+                   cv: float) -> tuple[float, float, float, float] | None:
+    """The search's speedup of a candidate and its one-sided bounds at ``ALPHA``, before any pair: (x, lower, upper,
+    spread), or None without figures on both sides. ``baseline_s``/``candidate_s``: the search's figures (seconds:
+    the doctor's and the re-baselined runs of the baseline, the candidate's search trials); ``cv``: the doctor's
+    run-to-run CV::
 
-    The search's speedup ``x = exp(mean log b - mean log c)`` gets a one-sided upper bound at ``ALPHA``::
-
+        x     = exp(mean log b - mean log c)
         s     = max(cv, sd(log b)) * sqrt(1/n_b + 1/n_c)       sd(log b): the baseline's spread over the search
-        upper = x * exp(z_{1 - ALPHA} * s)                     (drift and load widen it, never narrow it)
+        upper = x * exp(z_{1 - ALPHA} * s),  lower = x * exp(-z_{1 - ALPHA} * s)
 
-    and the candidate is left unverified when ``upper < outrank``. Why this keeps the referee: it never promotes,
-    it only declines a second promotion that ``decide`` could reach only by an upper bound above ``outrank``; and a
-    candidate that reached verification was picked as one of the fastest of the search, so its search figure is
-    biased fast (the winner's curse): its ``upper`` overstates the speedup its pairs would show, which makes the skip
-    conservative. The A/A figure (a candidate exactly as fast as the promoted one, skipped in at most ALPHA of
-    draws at CV 1-15%): scripts/bench_prune.py outrank."""
-    if outrank is None or not baseline_s or not candidate_s:
+    (drift and load widen it, never narrow it)."""
+    if not baseline_s or not candidate_s:
         return None
     lb, lc = [math.log(x) for x in baseline_s], [math.log(x) for x in candidate_s]
     spread = max(cv, statistics.stdev(lb) if len(lb) > 1 else 0.0)
     s = spread * math.sqrt(1 / len(lb) + 1 / len(lc))
     x = math.exp(statistics.fmean(lb) - statistics.fmean(lc))
-    upper = x * math.exp(statistics.NormalDist().inv_cdf(1 - ALPHA) * s)
+    z = statistics.NormalDist().inv_cdf(1 - ALPHA)
+    return x, x * math.exp(-z * s), x * math.exp(z * s), spread
+
+
+def first_look_lower(speedup: float, *, cv: float, max_pairs: int) -> float:
+    """The lower bound :func:`decide`'s first look gives pairs whose speedup is ``speedup`` exactly and whose log
+    ratios spread as two runs at run-to-run CV ``cv`` do (sd cv * sqrt(2)):
+    speedup * exp(-t_{1 - alpha_1, FIRST_LOOK - 1} * cv * sqrt(2) / sqrt(FIRST_LOOK)). What a promotion at the
+    first look is expected to set as the bar a later candidate must outrank."""
+    n = FIRST_LOOK
+    t = t_quantile(1 - look_alpha(n, max(max_pairs, n)), n - 1)
+    return speedup * math.exp(-t * cv * math.sqrt(2.0) / math.sqrt(n))
+
+
+def outranked_before_pairs(baseline_s: Sequence[float], candidate_s: Sequence[float], *, cv: float,
+                           outrank: float | None) -> str | None:
+    """Before its first pair: why a candidate need not be verified at all (its pairs could only end ``outranked``),
+    or None to verify it. ``baseline_s``/``candidate_s``/``cv``: as :func:`search_speedup`; ``outrank``: the lower
+    bound of the best candidate already promoted (None: none was, so verify).
+
+    The candidate is left unverified when the upper bound of its search speedup (:func:`search_speedup`) is under
+    ``outrank``. Why this keeps the referee: it never promotes, it only declines a second promotion that ``decide``
+    could reach only by an upper bound above ``outrank``; and a candidate that reached verification was picked as one
+    of the fastest of the search, so its search figure is biased fast (the winner's curse): its ``upper`` overstates
+    the speedup its pairs would show, which makes the skip conservative. The A/A figure (a candidate exactly as fast
+    as the promoted one, skipped in at most ALPHA of draws at CV 1-15%): scripts/bench_prune.py outrank."""
+    got = None if outrank is None else search_speedup(baseline_s, candidate_s, cv=cv)
+    if got is None:
+        return None
+    x, _, upper, spread = got
     if upper >= outrank:
         return None
-    return (f"not verified: its search speedup {x:.3f}x ({len(lc)} search run(s) against {len(lb)} of the baseline) "
-            f"has an upper bound of {upper:.3f}x (z {statistics.NormalDist().inv_cdf(1 - ALPHA):.2f} x spread "
-            f"{spread:.1%} x sqrt(1/{len(lb)} + 1/{len(lc)})) < {outrank:.3f}, the lower bound of a candidate already "
-            f"promoted: its pairs could not rank it above that one")
+    z = statistics.NormalDist().inv_cdf(1 - ALPHA)
+    return (f"not verified: its search speedup {x:.3f}x ({len(candidate_s)} search run(s) against {len(baseline_s)} "
+            f"of the baseline) has an upper bound of {upper:.3f}x (z {z:.2f} x spread {spread:.1%} x "
+            f"sqrt(1/{len(baseline_s)} + 1/{len(candidate_s)})) < {outrank:.3f}, the lower bound of a candidate "
+            f"already promoted: its pairs could not rank it above that one")

@@ -37,5 +37,5 @@ def test_the_live_line_names_the_trial_the_log_prints_and_verification_has_an_et
     logged = [int(m[1]) for m in re.finditer(r"^  trial +(\d+) ", out, re.M)]
     assert live and logged and set(live) <= set(logged), (live, logged)
     assert [live[i] for i in sorted(live)] == sorted(live.values())  # the search count follows the ids
-    assert re.search(r"\.\.\. verify: candidate 1 of \d, pair \d \(at most 3\): running [\d:]+; elapsed [\d:]+; "
+    assert re.search(r"\.\.\. verify: candidates? 1(?: and 2)? of \d, pair \d \(at most 3\): running [\d:]+; elapsed [\d:]+; "
                      r"ETA at most ~", out), out[-3000:]

@@ -290,7 +290,7 @@ def test_kill_9_of_the_runner_ends_a_descendant_that_left_session_and_environmen
             runner.kill()
         for pid in _alive_with(marker) + _alive_with(grandchild):
             os.kill(pid, signal.SIGKILL)
-        from infrarsi.execute.isolation import PidsCgroup
+        from infrarsi.execute.left_behind import PidsCgroup
 
         PidsCgroup.discard("tok-runner-killed")  # what a resumed run does (LocalExecutor.adopt)
 
