@@ -223,6 +223,8 @@ def _check_ok(t: Trial) -> None:
 
 
 def _line(t: Trial) -> str:
+    if t.status is TrialStatus.OK and t.reason:  # a warm-up ended after its first step line (tail_stop.warmed_up)
+        return f"{t.reason} (trial {t.id}, {t.cost.wall_s:.1f} s wall)"
     if t.status is TrialStatus.OK:
         return f"{t.metrics.step_time_s:.4g} s/step (trial {t.id}, {t.cost.wall_s:.1f} s wall)"
     return f"{t.status.value}: {t.reason} (trial {t.id})"
