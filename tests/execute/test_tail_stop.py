@@ -266,3 +266,25 @@ def test_the_benchmark_prints_the_tail_with_the_end_at_the_last_step_off_and_on(
     rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("   0 ")]
     assert [(x[1], x[2]) for x in rows] == [("off", "ok"), ("on", "ok")], r.stdout[-3000:]
     assert "median tail after the last step line: off" in r.stdout
+
+
+@pytest.mark.slow
+def test_the_benchmark_prints_the_warm_up_whole_and_ended_after_its_first_step_line(tmp_path):
+    """scripts/bench_prune.py warmup (BENCHMARKS.md's figures), one pair of real minigpt-cpu trials, both ok, the
+    ended one cheaper. Slow: two real trials; test_a_warm_up_is_ended_after_its_first_step_line_and_recorded_ok keeps
+    the warm-up's end covered on real processes by default."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "init", str(root / "contracts" / "minigpt-cpu.toml"),
+                        "--run-dir", str(run)], capture_output=True, text=True, timeout=300, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_prune.py"), "warmup", "--run-dir", str(run),
+                        "--repeats", "1"], capture_output=True, text=True, timeout=600, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {x[1]: x for x in (ln.split() for ln in r.stdout.splitlines() if ln.startswith("   0 "))}
+    assert sorted(rows) == ["first", "whole"] and {x[2] for x in rows.values()} == {"ok"}, r.stdout[-3000:]
+    assert float(rows["first"][6]) < float(rows["whole"][6])  # device-seconds
+    assert "device-s saved per tune" in r.stdout
