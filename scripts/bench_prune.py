@@ -30,6 +30,7 @@ exactly as fast as a promoted first is left unverified (the A/A: at most ALPHA =
     python scripts/bench_prune.py cost --run-dir RUN_DIR [RUN_DIR ...]   # where a run's device time went
     python scripts/bench_prune.py startup --run-dir RUN_DIR --repeats 3 --checkout megatron   # after `infrarsi init`
     python scripts/bench_prune.py tail --run-dir RUN_DIR --repeats 2                           # after `infrarsi init`
+    python scripts/bench_prune.py warmup --run-dir RUN_DIR --repeats 3                         # after `infrarsi init`
 
 ``cost``: a recorded run's device-seconds per phase (the report's Cost table, report/cost.py), each split into
 start-up (launch to the first step line, by the harness's clock), steps and the tail (the last step line to the
@@ -53,6 +54,12 @@ directory's baseline as isolated trials, ``--repeats`` pairs back to back (the o
 its last step line and its end by the harness's clock and the tail between them (what a trial pays after its last
 step line: off, its own shutdown; on, the quiet spell and the stop), its status, step time and peak memory (the
 figures the record must keep) and the load average; then the median tail of each arm and the saving per trial.
+
+``warmup``: the doctor's warm-up run (execute/tail_stop.py) whole vs ended after its first step line, paired: the run
+directory's baseline as isolated trials, ``--repeats`` pairs back to back (the order alternating), "whole" as a
+measured baseline run (ended at its last step, as the warm-up was before), "first" with the warm-up's role; each
+printed with its first and last step line and its end by the harness's clock, its device-seconds, status and the
+load average; then the median device-seconds of each arm: the saving per tune (one warm-up per doctor).
 """
 
 from __future__ import annotations
@@ -453,6 +460,50 @@ def tail(args: argparse.Namespace) -> None:
               f"{med['off'] - med['on']:.2f} s saved per trial ({len(tails['off'])} and {len(tails['on'])} ok trials)")
 
 
+def warmup(args: argparse.Namespace) -> None:
+    import os
+    import tempfile
+
+    from infrarsi.adapters import run_adapter
+    from infrarsi.contract import load_locked
+    from infrarsi.execute.clock import first_step_s, last_step_s
+    from infrarsi.execute.local import LocalExecutor
+    from infrarsi.execute.record import RunRecord
+    from infrarsi.execute.runner import Runner
+    from infrarsi.trial import WARMUP_ROLE
+
+    contract = load_locked(args.run_dir)
+    adapter = run_adapter(contract.workload.adapter, args.run_dir)
+    print(f"{contract.name}: {args.repeats} pairs, the warm-up run whole (ended at its last step) vs ended after its "
+          f"first step line (the baseline, isolated trials)")
+    print("times from the launch, by the harness's clock (s): the first and the last step line, the end (wall); "
+          "device-seconds (wall x devices)")
+    print(f"{'pair':>4} {'arm':>5} {'status':>7} {'1st step':>9} {'last step':>10} {'wall':>6} {'dev-s':>6} "
+          f"{'load':>5}")
+    cost: dict[str, list[float]] = {"whole": [], "first": []}
+    with tempfile.TemporaryDirectory(prefix="bench-warmup-") as tmp:
+        for i, on in _alternating(args.repeats):
+            arm = "first" if on == "on" else "whole"
+            run = Path(tmp) / f"run-{i}-{arm}"
+            run.mkdir()
+            (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
+            with Runner(RunRecord(run), LocalExecutor(), adapter, contract,
+                        config=Runner.Config(oversubscribe=True)) as r:
+                t = r.submit(contract.baseline, role=WARMUP_ROLE if arm == "first" else "doctor").result()
+            first, last = (first_step_s(Path(t.path)), last_step_s(Path(t.path))) if t.path else (None, None)
+            la = os.getloadavg()[0]
+            nan = float("nan")
+            if t.status is TrialStatus.OK:
+                cost[arm].append(t.cost.device_s)
+            print(f"{i:>4} {arm:>5} {t.status.value:>7} {first or nan:>9.2f} {last or nan:>10.2f} "
+                  f"{t.cost.wall_s:>6.1f} {t.cost.device_s:>6.1f} {la:>5.1f}", flush=True)
+    med = {a: statistics.median(v) for a, v in cost.items() if v}
+    if len(med) == 2:
+        print(f"median warm-up: whole {med['whole']:.1f} device-s, ended after its first step line "
+              f"{med['first']:.1f} device-s: {med['whole'] - med['first']:.1f} device-s saved per tune "
+              f"({len(cost['whole'])} and {len(cost['first'])} ok trials)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -480,12 +531,15 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("tail", help="the end at the last step off vs on: real isolated trials' tails, paired")
     t.add_argument("--run-dir", type=Path, required=True)
     t.add_argument("--repeats", type=int, default=2)
+    w = sub.add_parser("warmup", help="the doctor's warm-up whole vs ended after its first step line, paired")
+    w.add_argument("--run-dir", type=Path, required=True)
+    w.add_argument("--repeats", type=int, default=3)
     r = sub.add_parser("real", help="A/A with real trials of a run directory's baseline")
     r.add_argument("--run-dir", type=Path, required=True)
     r.add_argument("--trials", type=int, default=8)
     args = ap.parse_args(argv)
     {"aa": aa, "search": search, "real": real, "outrank": outrank, "cost": cost,
-     "startup": startup, "tail": tail}[args.cmd](args)
+     "startup": startup, "tail": tail, "warmup": warmup}[args.cmd](args)
     return 0
 
 

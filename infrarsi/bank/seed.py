@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from ..knobs.setting import Setting
 from ..knobs.space import KnobSpace
 from ..trial.prior import Prior
+from ..trial.record import WARMUP_ROLE
 from ..trial.status import TrialStatus
 from .fingerprint import HardwareFingerprint, fingerprint_from, hardware_distance
 from .signature import WorkloadSignature, signature_from, workload_distance
@@ -151,7 +152,8 @@ def seed_from_bank(bank: "Bank", space: KnobSpace, *, hardware: Any, workload: A
         seen: set[Setting] = set()
         every = bank.trials(run.run_id)
         tried = {(name, _k(v)) for st in every for name, v in st.trial.setting.items()}
-        ok = sorted((st for st in every if st.trial.status is TrialStatus.OK), key=lambda st: st.trial.metrics.step_time_s)
+        ok = sorted((st for st in every if st.trial.status is TrialStatus.OK and st.trial.role != WARMUP_ROLE),
+                    key=lambda st: st.trial.metrics.step_time_s)  # a warm-up's figures are not data
         for st in ok:
             s = map_setting(st.trial.setting, space)
             if s is None or s in seen:

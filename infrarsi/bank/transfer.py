@@ -40,6 +40,7 @@ import numpy as np
 from ..knobs.setting import Setting
 from ..knobs.space import KnobSpace
 from ..trial.prior import Z90, Prior
+from ..trial.record import WARMUP_ROLE
 from ..trial.status import TrialStatus
 
 # Widening per unit of distance (log-scale sd added in quadrature); see the module docstring.
@@ -164,14 +165,14 @@ def _typed(knob: str, text: str, space: KnobSpace | None) -> Any:
 
 
 def distill(trials: Sequence[Any], space: KnobSpace, *, prior_sd: float = 0.5, min_sd: float = 0.02) -> list[Prior]:
-    """Knob-value effects from a run's trials: Bayesian linear regression of log step time (ok trials)
-    and log peak memory (ok trials that report it) on ``space.encode`` (one-hot, default = reference),
-    coefficients ~ N(0, prior_sd^2), noise variance from the residuals. Returns one Prior per feature
+    """Knob-value effects from a run's trials: Bayesian linear regression of log step time (ok trials; a warm-up's
+    figures are not data) and log peak memory (ok trials that report it) on ``space.encode`` (one-hot, default =
+    reference), coefficients ~ N(0, prior_sd^2), noise variance from the residuals. Returns one Prior per feature
     seen in at least one ok trial. Trials may be Trial or StoredTrial objects."""
     ok = []
     for t in trials:
         t = getattr(t, "trial", t)
-        if t.status is TrialStatus.OK:
+        if t.status is TrialStatus.OK and t.role != WARMUP_ROLE:  # a warm-up's figures are not data
             ok.append(t)
     if not ok:
         return []

@@ -218,8 +218,9 @@ class Budget(_Section):
     come: the line of its last step (the window's end, the loss check's last step, the process's own last step where
     its lines state it) from every rank that prints one, then a quiet spell of 1 s or a quarter step without a change
     to what its record reads (execute/tail_stop.py); it is recorded as finished, its shutdown (a framework's sleep,
-    the process groups' teardown, a checkpoint save, the interpreters' exit) not run. false: every trial runs to its
-    own exit (a launch whose record needs what it prints or writes after its last step)."""
+    the process groups' teardown, a checkpoint save, the interpreters' exit) not run. The doctor's warm-up run is
+    ended after its first step line (its figures are not data). false: every trial runs to its own exit (a launch
+    whose record needs what it prints or writes after its last step)."""
     skip_over_capacity: bool = True
     """Do not launch a setting whose estimated peak (the fake-step estimate, where the contract has one) is above
     capacity by more than the estimate's stated error (search/skip.py); it is recorded ``skipped``."""

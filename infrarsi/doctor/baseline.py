@@ -27,7 +27,7 @@ from ..execute.classify import loss_drift
 from ..execute.executor import Executor
 from ..execute.record import RunRecord
 from ..execute.runner import Runner
-from ..trial import Trial, TrialStatus
+from ..trial import WARMUP_ROLE, Trial, TrialStatus
 from ..rundir import RunDir
 from ..execute.conditions import cores, load_of
 from ..progress import clock
@@ -59,9 +59,6 @@ def load_noise(run_dir: str | Path) -> NoiseProfile | None:
     return RunDir(run_dir).noise()
 
 
-WARMUP_ROLE = "warmup"
-
-
 def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | None = None,
                executor: Executor | None = None, repeats: int | None = None,
                progress: Callable[[str], None] = lambda s: None) -> DoctorResult:
@@ -85,7 +82,8 @@ def run_doctor(run_dir: str | Path, contract: Contract, *, adapter: Adapter | No
             progress(f"reusing {reused} finished baseline run(s): trials {[t.id for t in ok]}")
         if not ok and not record.matching(baseline, role=WARMUP_ROLE):
             # The first launch on a machine pays for cold file caches (torch's libraries, the workload's
-            # imports): it is run once, recorded as warmup, and kept out of the noise estimate.
+            # imports): it is run once, recorded as warmup, and kept out of the noise estimate. With
+            # budget.end_at_last_step the harness ends it after its first step line (execute/tail_stop.py).
             t = runner.submit(baseline, role=WARMUP_ROLE).result()
             progress(f"warm-up run (not measured): {_line(t)}")
             _check_ok(t)
@@ -225,6 +223,8 @@ def _check_ok(t: Trial) -> None:
 
 
 def _line(t: Trial) -> str:
+    if t.status is TrialStatus.OK and t.reason:  # a warm-up ended after its first step line (tail_stop.warmed_up)
+        return f"{t.reason} (trial {t.id}, {t.cost.wall_s:.1f} s wall)"
     if t.status is TrialStatus.OK:
         return f"{t.metrics.step_time_s:.4g} s/step (trial {t.id}, {t.cost.wall_s:.1f} s wall)"
     return f"{t.status.value}: {t.reason} (trial {t.id})"

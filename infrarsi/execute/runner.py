@@ -41,7 +41,7 @@ from ..rundir import RunDir
 from ..trial.parsed import ParsedRun
 from .cgroup import usable_memory_bytes
 from .classify import Verdict, apply_loss_check, classify
-from .clock import ClockProblem, disagreement, last_step_s, measure, own_cpu_s, read_clock, referee
+from .clock import ClockProblem, disagreement, first_step_s, last_step_s, measure, own_cpu_s, read_clock, referee
 from .conditions import Watch
 from .executor import STDERR, STDOUT, Executor, Handle, LaunchEnd, tail
 from . import end_to_end, user_srun
@@ -49,8 +49,8 @@ from .local import kill_token, trial_env
 from .memory_stop import MemoryWatch
 from .prune import PruneWatch, Target
 from .record import RunRecord
-from .tail_stop import TailWatch
-from ..trial import OUTPUTS, Cost, LaunchSpec, Metrics, Trial, TrialStatus
+from .tail_stop import TailWatch, first_step_window, warmed_up
+from ..trial import OUTPUTS, WARMUP_ROLE, Cost, LaunchSpec, Metrics, Trial, TrialStatus
 
 
 class TrialAdapter(Protocol):
@@ -241,16 +241,22 @@ class Runner:
 
         return MemoryWatch(capacity_bytes=self.contract.hardware.memory_capacity_bytes, trial_dir=trial_dir, peak=peak)
 
-    def _tail_watch(self, trial_dir: Path) -> TailWatch | None:
+    def _tail_watch(self, trial_dir: Path, role: str) -> TailWatch | None:
         """The end at the last step (execute/tail_stop.py), unless the contract's ``budget.end_at_last_step`` is off:
-        the adapter's reading of the output so far, as the record will read it (exit status 0: a finished trial)."""
+        the adapter's reading of the output so far, as the record will read it (exit status 0: a finished trial).
+        A warm-up is ended after its first step line, read over a window of step 1 alone."""
         if not self.contract.budget.end_at_last_step:
             return None
         t = self.contract.invariants.timing
+        first = role == WARMUP_ROLE
+        contract = first_step_window(self.contract) if first else self.contract
 
         def parse(out: str, err: str) -> ParsedRun:
-            return self.adapter.parse(self.contract, out, err, 0)
+            return self.adapter.parse(contract, out, err, 0)
 
+        if first:  # still once step 1's figures are read (the lines of later steps change nothing of its record)
+            return TailWatch(trial_dir=trial_dir, parse=lambda out, err: warmed_up(parse(out, err)), last_step=1,
+                             first_only=True)
         return TailWatch(trial_dir=trial_dir, parse=parse,
                          last_step=max(t.warmup_steps + t.measured_steps, self.contract.invariants.loss.compare_steps))
 
@@ -298,7 +304,7 @@ class Runner:
                     self.executor.cancel(handle)
                 pruner = PruneWatch(prune, lambda h=handle: self.executor.live_clock(h)) if prune is not None else None
                 memory = self._memory_watch(Path(handle.trial_dir))
-                tail = self._tail_watch(Path(handle.trial_dir))
+                tail = self._tail_watch(Path(handle.trial_dir), role)
                 end, filled = _wait(self.executor, handle, self.record.run_dir, pruner, memory, tail)
                 if not end.relaunch or len(relaunched) >= MAX_RELAUNCHES:
                     break
@@ -313,10 +319,11 @@ class Runner:
         freed = _keep_reserve(self.record.run_dir, Path(handle.trial_dir))
         ended = tail.decision if tail is not None and end.ended else None
         verdict = self._verdict(end, Path(handle.trial_dir), reference, trial.setting, copies=procs,
-                                read=tail.text() if ended is not None else None)
+                                read=tail.text() if ended is not None else None,
+                                first_step=ended is not None and ended.first_only)
         if ended is not None and verdict.status is TrialStatus.OK:  # the saving, with the harness's figures
             verdict = verdict.model_copy(update={"evidence": verdict.evidence + [
-                ended.line(last_step_s(Path(handle.trial_dir)), end.wall_s,
+                ended.line((first_step_s if ended.first_only else last_step_s)(Path(handle.trial_dir)), end.wall_s,
                            stopped_s=ended.at_unix - handle.submitted_at if handle.kind == "local" else None)]})
         if role == "search":  # told to the search as it is; an A/B pair is held to its own baseline (pair_times)
             verdict = _end_to_end(verdict, end.wall_s, self.config.outside_allowance_s,
@@ -416,11 +423,14 @@ class Runner:
 
     def _verdict(self, end: LaunchEnd, trial_dir: Path, reference: Referee | Sequence[float] | None,
                  setting: Mapping[str, Any] | None = None, *, copies: int = 1,
-                 read: tuple[str, str] | None = None) -> Verdict:
+                 read: tuple[str, str] | None = None, first_step: bool = False) -> Verdict:
         """``reference``: the baseline's loss trace (checked within rtol), or a calibrated loss referee
         (infrarsi.contract.numerics.Referee: loss and grad norm against the setting's band). ``copies``: the
         trial's processes, each of which may print a step's line (clock.py). ``read``: (stdout, stderr) as the
-        harness read them when it ended the trial at its last step (tail_stop.py), parsed as a finished run's."""
+        harness read them when it ended the trial at its last step (tail_stop.py), parsed as a finished run's.
+        ``first_step``: a warm-up ended after its first step line, read over a window of step 1 alone and recorded
+        as such (tail_stop.warmed_up); no figure of it is data, so neither the harness's clock nor a loss check
+        scores it."""
         dropped = _dropped(trial_dir)
         if dropped and not end.cancelled:  # what it printed was not all kept: nothing it printed is believed (or read)
             return invalidate(classify(end, ParsedRun(status=TrialStatus.CRASH)), dropped)
@@ -429,10 +439,13 @@ class Runner:
         parsed: ParsedRun | None = None
         error = None
         try:
-            parsed = self.adapter.parse(self.contract, stdout, stderr, rc)
+            parsed = self.adapter.parse(first_step_window(self.contract) if first_step else self.contract,
+                                        stdout, stderr, rc)
         except Exception as e:  # a parser choking on garbage output is a crash of the trial, not of the runner
             error = f"{type(e).__name__}: {e}"
         v = classify(end, parsed, stdout=stdout, stderr=stderr, parse_error=error)
+        if first_step:
+            return warmed_up(v)
         v = _harness_time(v, self.adapter, self.contract, trial_dir, end, copies=copies)
         if isinstance(reference, Referee):  # the calibrated loss referee (contract/numerics.py)
             return reference.judge(v, setting or {})

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.patches  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-from ..trial import Trial  # noqa: E402
+from ..trial import WARMUP_ROLE, Trial  # noqa: E402
 from ..rundir.models import EffectRecord, RevisionRecord  # noqa: E402
 from ..verify.speedup import CI_NAME  # noqa: E402
 from ..trial.status import TrialStatus  # noqa: E402
@@ -66,11 +66,11 @@ def best_so_far(trials: Sequence[Trial]) -> tuple[list[int], list[float]]:
 
 
 def progress(trials: Sequence[Trial], verified: tuple[float, Sequence[int]] | None = None) -> bytes:
-    """Top: step time of every ok trial, coloured by stage; the best a *search* trial found so far (a single fast
+    """Top: step time of every ok trial but the warm-up (its figures are not data), coloured by stage; the best a *search* trial found so far (a single fast
     re-run of verification is not a result); ``verified``: (the promoted candidate's median step time, its verify
     trial ids), drawn as the verified result. Bottom: a strip of every trial's status, one cell per trial."""
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 5.0), sharex=True, gridspec_kw={"height_ratios": [4, 0.7]})
-    ok = [t for t in trials if t.status is TrialStatus.OK]
+    ok = [t for t in trials if t.status is TrialStatus.OK and t.role != WARMUP_ROLE]  # a warm-up's figures are not data
     top = max((t.metrics.step_time_s for t in ok), default=1.0) * 1.15
     xs, ys = best_so_far(trials)
     if xs:
@@ -80,7 +80,7 @@ def progress(trials: Sequence[Trial], verified: tuple[float, Sequence[int]] | No
         ax.hlines(v_s, min(ids) - 0.5, max(ids) + 0.5, color="tab:green", lw=3, ls="--",
                   label=f"verified: {v_s:.3g} s (median of its re-runs)")
     for role, (color, label) in ROLE_STYLE.items():
-        sel = [t for t in ok if t.role.startswith(role) or (role == "doctor" and t.role in ("warmup", "rebaseline"))]
+        sel = [t for t in ok if t.role.startswith(role) or (role == "doctor" and t.role == "rebaseline")]
         if sel:
             ax.scatter([t.id for t in sel], [t.metrics.step_time_s for t in sel], s=24, color=color, label=label,
                        alpha=0.85, zorder=3)

@@ -31,6 +31,7 @@ from ..knobs import Setting
 from ..rundir import ModelsRecord, RunDir
 from ..trial.verified import VerifiedCandidate
 from ..verify.speedup import CI_NAME, geometric_means
+from ..trial.record import WARMUP_ROLE
 from ..trial.status import TrialStatus
 from . import conditions, plots
 from .audit import audit_files, best_promoted, candidate_problems, changed, run_problems
@@ -219,7 +220,7 @@ class _Builder:
                     if best is not None and best.candidate_s and best.trials else None)
         self.img("progress", "Step time by trial: the best the search found, the verified result, every trial's status",
                  plots.progress(ts, verified))
-        ok = [t for t in ts if t.status is TrialStatus.OK]
+        ok = [t for t in ts if t.status is TrialStatus.OK and t.role != WARMUP_ROLE]  # a warm-up's figures are not data
         if ok:
             b = min(ok, key=lambda t: t.metrics.step_time_s)
             self.p(f"Fastest single trial: {b.metrics.step_time_s:.4g} s/step (trial {b.id}, {b.role}); a single run "

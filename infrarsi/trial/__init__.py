@@ -20,8 +20,8 @@ from .launch import OUTPUTS, TRIAL_DIR, Handle, LaunchEnd, LaunchSpec
 from .parsed import ParsedRun
 from .prior import Prior
 from .proposal import Proposal
-from .record import Cost, Metrics, Trial
+from .record import WARMUP_ROLE, Cost, Metrics, Trial
 from .status import FINISHED, TrialStatus
 
-__all__ = ["FINISHED", "OUTPUTS", "TRIAL_DIR", "Cost", "Handle", "LaunchEnd", "LaunchSpec", "Metrics", "ParsedRun",
+__all__ = ["FINISHED", "WARMUP_ROLE", "OUTPUTS", "TRIAL_DIR", "Cost", "Handle", "LaunchEnd", "LaunchSpec", "Metrics", "ParsedRun",
            "Prior", "Proposal", "Trial", "TrialStatus"]

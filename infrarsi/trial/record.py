@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from .status import TrialStatus
 
-__all__ = ["Cost", "Metrics", "Trial", "TrialStatus"]
+__all__ = ["WARMUP_ROLE", "Cost", "Metrics", "Trial", "TrialStatus"]
+
+WARMUP_ROLE = "warmup"  # the doctor's unmeasured first baseline run: warms the machine; no figure of it is data
 
 
 class Metrics(BaseModel):

@@ -120,3 +120,42 @@ def test_a_doctor_run_again_after_a_noise_stop_measures_the_baseline_again(tmp_p
     rec = RunRecord(tmp_path)
     assert [(t.id, t.role, t.status) for t in rec.trials()][1:3] == [(1, "doctor", TrialStatus.OK),
                                                                      (2, "doctor", TrialStatus.OK)]  # kept
+
+
+def test_the_warm_up_is_ended_after_its_first_step_line_and_nothing_reads_its_figures_as_data(tmp_path, recorded_root):
+    """A baseline whose 4 steps take 0.5 s, then 30 s of shutdown: the doctor's warm-up is ended a quiet spell after
+    step 1's line (ok, step 1's figures, its reason), the measured runs after their last; the noise, the report's
+    fastest trial and step-time plot and the bank's distilled effects leave the warm-up out; no process is left."""
+    import dataclasses
+
+    from infrarsi.bank.transfer import distill
+    from infrarsi.execute.local import processes_with_token
+    from infrarsi.execute.tail_stop import ENDED, WARMUP_REASON
+    from infrarsi.report import load_run
+    from infrarsi.report.render import build, to_markdown
+    from infrarsi.testing.recorded_run import copy_run
+    from infrarsi.trial import WARMUP_ROLE
+
+    lines = []
+    c = toy_contract(baseline={"mode": "linger", "step_ms": 500, "alloc_mb": 64})
+    res = run_doctor(tmp_path / "run", c, adapter=ToyAdapter(), executor=LocalExecutor(), progress=lines.append)
+    rec = RunRecord(tmp_path / "run")
+    warm, *runs = rec.trials()
+    assert warm.role == WARMUP_ROLE and warm.status is TrialStatus.OK and warm.reason == WARMUP_REASON, warm.evidence
+    assert any(e.startswith(ENDED + " its first step line, a warm-up") for e in warm.evidence)
+    assert len(warm.metrics.losses) == 1 and warm.metrics.peak_memory_bytes is None and warm.cost.wall_s < 20
+    assert [len(t.metrics.losses) for t in runs] == [4, 4] and all(t.metrics.peak_memory_bytes for t in runs)
+    assert res.noise.trial_ids == [1, 2] and lines[0].startswith(f"warm-up run (not measured): {WARMUP_REASON}")
+    for t in rec.trials():
+        assert processes_with_token(rec.launch_info(t.id).token) == [], t.id
+
+    # the report and the bank, over a recorded run with this warm-up in it, 100x slower than anything else
+    data = load_run(copy_run(recorded_root, tmp_path / "project"))
+    slow = warm.model_copy(update={"id": max(t.id for t in data.trials) + 1, "setting": data.trials[0].setting,
+                                   "metrics": warm.metrics.model_copy(update={"step_time_s": 1e-9})})
+    with_warm = dataclasses.replace(data, trials=[*data.trials, slow])
+    md = to_markdown(build(with_warm, sections=["trials"]))
+    assert f"(trial {slow.id}, warmup)" not in md and "Fastest single trial" in md  # faster than all: not a result
+    assert f"| {slow.id} | warmup | ok | 1e-09 |" in md and WARMUP_REASON in md  # its row says what it is
+    space = ToyAdapter().knob_space(c)
+    assert distill([*runs, warm], space) == distill(runs, space)

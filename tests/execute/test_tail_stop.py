@@ -18,9 +18,9 @@ from infrarsi.execute.local import LocalExecutor, processes_with_token
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
 from infrarsi.execute.slurm import SlurmExecutor
-from infrarsi.execute.tail_stop import ENDED, QUIET_S, TailWatch
+from infrarsi.execute.tail_stop import ENDED, QUIET_S, WARMUP_REASON, TailWatch
 from infrarsi.report.cost import run_cost
-from infrarsi.trial import TrialStatus
+from infrarsi.trial import WARMUP_ROLE, TrialStatus
 
 MiB = 2**20
 
@@ -67,6 +67,40 @@ def test_with_the_budget_option_off_the_trial_runs_to_its_own_exit(tmp_path):
     with Runner(rec, LocalExecutor(), ToyAdapter(), _contract(end=False)) as runner:
         t = runner.submit({"mode": "linger", "step_ms": 500, "linger_s": 3}).result()
     assert t.status is TrialStatus.OK and t.exit_code == 0, (t.reason, t.evidence)
+    assert t.cost.wall_s - last_step_s(rec.trial_dir(t.id)) >= 3
+    assert not any(e.startswith(ENDED) for e in t.evidence)
+
+
+def test_a_warm_up_is_ended_after_its_first_step_line_and_recorded_ok(tmp_path):
+    """The doctor's warm-up (role warmup) of a trial whose 4 steps take 2 s each, then its memory report and 30 s of
+    shutdown: ended a quiet spell after step 1's line (the lines of steps 2.. change nothing of its record), recorded
+    ok with step 1's figures and the reason, the evidence line saying why, no peak (step 1's is not the window's), no
+    exit status held against it, no process left."""
+    rec = RunRecord(tmp_path)
+    with Runner(rec, LocalExecutor(), ToyAdapter(), _contract()) as runner:
+        t = runner.submit({"mode": "linger", "step_ms": 2000, "alloc_mb": 64}, role=WARMUP_ROLE).result()
+    assert t.status is TrialStatus.OK and t.role == WARMUP_ROLE, (t.reason, t.evidence)
+    out = (rec.trial_dir(t.id) / "stdout").read_text()
+    assert "iteration        1/" in out and "iteration        4/" not in out and "toy done" not in out  # 8 s of steps
+    assert t.reason == WARMUP_REASON and t.metrics.steps_run == 1
+    assert t.metrics.losses == pytest.approx([4.9]) and 1.9 < t.metrics.step_time_s < 10  # step 1's, as it logged
+    assert t.metrics.peak_memory_bytes is None and t.exit_code is None and t.signal is None
+    first = last_step_s(rec.trial_dir(t.id))  # the last step line the harness saw: step 1's, or 2's under load
+    assert first is not None and t.cost.wall_s < first + QUIET_S + 5
+    line = next(e for e in t.evidence if e.startswith(ENDED))
+    assert "its first step line, a warm-up: step 1's line came" in line and "were not run" in line
+    _no_process_left(rec, t.id)
+    assert any(s.startswith("The harness ended 1 trial(s) at their last step") for s in run_cost(rec.finished()).lines())
+
+
+def test_with_the_budget_option_off_a_warm_up_runs_whole(tmp_path):
+    """budget.end_at_last_step = false: the warm-up runs every step and its shutdown, as every trial does, and keeps
+    the whole window's figures (no reason: nothing was cut)."""
+    rec = RunRecord(tmp_path)
+    with Runner(rec, LocalExecutor(), ToyAdapter(), _contract(end=False)) as runner:
+        t = runner.submit({"mode": "linger", "step_ms": 500, "alloc_mb": 64, "linger_s": 3}, role=WARMUP_ROLE).result()
+    assert t.status is TrialStatus.OK and t.exit_code == 0, (t.reason, t.evidence)
+    assert len(t.metrics.losses) == 4 and t.metrics.peak_memory_bytes == 64 * MiB and t.reason == ""
     assert t.cost.wall_s - last_step_s(rec.trial_dir(t.id)) >= 3
     assert not any(e.startswith(ENDED) for e in t.evidence)
 
@@ -179,6 +213,28 @@ def test_the_watch_waits_for_the_step_the_lines_state_and_a_late_report_restarts
     assert "max reserved: 9.0" in w.text()[0]
 
 
+def test_a_warm_up_watch_stops_at_step_1_whatever_last_step_the_lines_state(tmp_path):
+    """Megatron's lines say "iteration i/ 6": a warm-up's watch (first_only) waits for step 1's line, not step 6's,
+    then the quiet spell of a reading that later steps do not change."""
+    o = _Lines(tmp_path)
+
+    def step_1(out: str, err: str):
+        return [ln for ln in out.splitlines() if "iteration        1/" in ln]
+
+    w = TailWatch(trial_dir=tmp_path, last_step=1, parse=step_1, now=lambda: o.t, first_only=True)
+    assert w.check() is None
+    o.t += 5.0
+    o.say(_it(1, 6))
+    assert w.check() is None
+    o.t += 0.6
+    o.say(_it(2, 6))  # a line of step 2: nothing the record reads
+    assert w.check() is None
+    o.t += QUIET_S - 0.5
+    stop = w.check()
+    assert stop is not None and stop.step == 1 and stop.first_only and stop.quiet_s == pytest.approx(QUIET_S)
+    assert "a warm-up" in stop.line(5.0, 7.0) and "the rest of its window and its shutdown were not run" in stop.line(5.0, 7.0)
+
+
 @pytest.mark.slurm
 def test_a_slurm_trial_that_lingers_is_ended_by_scancel_and_recorded_ok(slurm, tmp_path):
     """The same lingering toy as a Slurm job (its own output files, read by the runner as they grow): ended, ok."""
@@ -210,3 +266,25 @@ def test_the_benchmark_prints_the_tail_with_the_end_at_the_last_step_off_and_on(
     rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("   0 ")]
     assert [(x[1], x[2]) for x in rows] == [("off", "ok"), ("on", "ok")], r.stdout[-3000:]
     assert "median tail after the last step line: off" in r.stdout
+
+
+@pytest.mark.slow
+def test_the_benchmark_prints_the_warm_up_whole_and_ended_after_its_first_step_line(tmp_path):
+    """scripts/bench_prune.py warmup (BENCHMARKS.md's figures), one pair of real minigpt-cpu trials, both ok, the
+    ended one cheaper. Slow: two real trials; test_a_warm_up_is_ended_after_its_first_step_line_and_recorded_ok keeps
+    the warm-up's end covered on real processes by default."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "init", str(root / "contracts" / "minigpt-cpu.toml"),
+                        "--run-dir", str(run)], capture_output=True, text=True, timeout=300, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_prune.py"), "warmup", "--run-dir", str(run),
+                        "--repeats", "1"], capture_output=True, text=True, timeout=600, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {x[1]: x for x in (ln.split() for ln in r.stdout.splitlines() if ln.startswith("   0 "))}
+    assert sorted(rows) == ["first", "whole"] and {x[2] for x in rows.values()} == {"ok"}, r.stdout[-3000:]
+    assert float(rows["first"][6]) < float(rows["whole"][6])  # device-seconds
+    assert "device-s saved per tune" in r.stdout
