@@ -50,6 +50,9 @@ class Target:
     mde: float  # the doctor's minimum detectable effect (relative): slower by more than this is prunable
     warmup_steps: int  # the contract's window: steps warmup+1 .. warmup+measured are timed
     measured_steps: int
+    last_step: int | None = None  # the trial's last step anything reads (the window's end or the loss check's last):
+    # a look there saves nothing (the end at the last step ends it as soon) and would turn its measured time into a
+    # bound and skip its loss check, so none is made (None: no such step stated)
     alpha: float = 0.05  # one-sided: the chance a trial as fast as the incumbent is pruned, over all its looks
     min_gaps: int = MIN_GAPS
     incumbent: str = ""  # which trial (for the evidence line)
@@ -115,6 +118,8 @@ def bound(gaps_s: Sequence[float], target: Target) -> tuple[float, float, float,
 def judge(gaps_s: Sequence[float], target: Target, *, step: int = 0) -> Decision | None:
     """A Decision to stop the trial, or None to let it run. ``gaps_s``: the paced gaps of its measured window so far
     (seconds, in order); ``step``: the step line that brought the last one (for the record)."""
+    if target.last_step is not None and step >= target.last_step:
+        return None  # its last step line is in: nothing is left to save, and its time is a measurement
     gaps = [g for g in gaps_s if g > 0 and math.isfinite(g)]
     if len(gaps) < target.min_gaps:
         return None  # too few to judge (a trial whose window is complete may still be stopped: the steps after it,

@@ -38,7 +38,7 @@ from typing import Any
 
 from ..execute.clock import first_step_s, last_step_s, read_clock
 from ..execute.tail_stop import ENDED
-from ..trial import Trial, TrialStatus
+from ..trial import WARMUP_ROLE, Trial, TrialStatus
 
 PHASE = {"doctor": "doctor", "warmup": "doctor", "search": "search", "rebaseline": "search", "verify": "verification"}
 
@@ -62,6 +62,7 @@ class RunCost:
     ended_tails_s: list[float] = field(default_factory=list)  # wall seconds after the last step line, per trial the
     # harness ended at its last step (execute/tail_stop.py)
     own_tails_s: list[float] = field(default_factory=list)  # ... per ok trial that ran to its own exit
+    warmups_ended: int = 0  # warm-ups the harness ended after their first step line (not in ended_tails_s)
 
     @property
     def total_s(self) -> float:
@@ -117,6 +118,9 @@ class RunCost:
             out.append(f"The harness ended {len(self.ended_tails_s)} trial(s) at their last step (budget."
                        f"end_at_last_step: every line they are measured by in, their shutdown not run): a median "
                        f"{statistics.median(self.ended_tails_s):.1f} s from the last step line to the end{own}.")
+        if self.warmups_ended:
+            out.append(f"The harness ended the doctor's warm-up after its first step line ({self.warmups_ended} "
+                       f"run(s): what it warms was done; its figures are not data).")
         if self.pruned or self.skipped:
             out.append("What they risked (a stopped setting a later trial showed to be good): "
                        + ("; ".join(self.risked) if self.risked else "none: no later trial contradicted a stop."))
@@ -133,7 +137,8 @@ class RunCost:
                 "tail_device_s": {p: round(s, 3) for p, (_, s) in self.tail.items()},
                 "ended_at_last_step": {"trials": len(self.ended_tails_s),
                                        "median_tail_s": _median(self.ended_tails_s),
-                                       "own_exit_median_tail_s": _median(self.own_tails_s)}}
+                                       "own_exit_median_tail_s": _median(self.own_tails_s),
+                                       "warmups_ended_at_first_step": self.warmups_ended}}
 
 
 def run_cost(trials: Sequence[Trial]) -> RunCost:
@@ -145,6 +150,7 @@ def run_cost(trials: Sequence[Trial]) -> RunCost:
     tail: dict[str, tuple[int, float]] = {}
     ended: list[float] = []
     own: list[float] = []
+    warmups = 0
     for t in done:
         p = _phase(t.role)
         n, s = phases.get(p, (0, 0.0))
@@ -159,7 +165,10 @@ def run_cost(trials: Sequence[Trial]) -> RunCost:
             n, s = tail.get(p, (0, 0.0))
             tail[p] = (n + 1, s + after * t.cost.devices)
             if any(e.startswith(ENDED) for e in t.evidence):
-                ended.append(after)
+                if t.role == WARMUP_ROLE:  # ended after its first step line, not its last: said apart
+                    warmups += 1
+                else:
+                    ended.append(after)
             elif t.status is TrialStatus.OK:
                 own.append(after)
     pruned = [t for t in done if t.status is TrialStatus.PRUNED]
@@ -174,7 +183,7 @@ def run_cost(trials: Sequence[Trial]) -> RunCost:
     return RunCost(phases=phases, pruned=[t.id for t in pruned], pruned_spent_s=sum(t.cost.device_s for t in pruned),
                    pruned_saved_s=saved, skipped=[t.id for t in skipped], skipped_saved_s=launch * len(skipped),
                    launch_basis=basis, risked=_contradicted(done, pruned, skipped), startup=startup,
-                   clocked_s=clocked, tail=tail, ended_tails_s=ended, own_tails_s=own)
+                   clocked_s=clocked, tail=tail, ended_tails_s=ended, own_tails_s=own, warmups_ended=warmups)
 
 
 def _median(xs: list[float]) -> float | None:

@@ -359,6 +359,8 @@ def prune_target(s: _Search) -> Target | None:
     cv = max(s.noise.cv, 1e-3)
     return Target(incumbent_s=statistics.median(times) / scale, incumbent_sd=cv / len(times) ** 0.5, cv=cv,
                   mde=max(s.noise.mde, 1e-3), warmup_steps=timing.warmup_steps, measured_steps=timing.measured_steps,
+                  last_step=max(timing.warmup_steps + timing.measured_steps,
+                                s.contract.invariants.loss.compare_steps),
                   incumbent=f"{'the baseline' if setting == s.baseline else 'the best setting so far'}, "
                             f"{len(times)} run(s)")
 

@@ -173,8 +173,8 @@ def together(arms: list[_Arm], trials: list[Trial], cv: float, max_pairs: int) -
     speedup's upper bound under the lower bound a first look would give the first's search speedup
     (speedup.first_look_lower at the search's spread). There the shared rounds would pay pairs that skip saves.
     Either way each candidate's rule is the same."""
-    if len(arms) != 2:
-        return False
+    if len(arms) != 2 or (arms[0].pairs and not arms[1].pairs):
+        return False  # one candidate; or a run resumed after the first's pairs alone: the second after it, as it was
     one = search_speedup(*_search_figures(arms[0].cand, trials), cv=cv)
     two = search_speedup(*_search_figures(arms[1].cand, trials), cv=cv)
     if one is None or two is None:

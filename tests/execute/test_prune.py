@@ -38,6 +38,17 @@ def test_a_trial_twice_as_slow_is_pruned_at_the_third_gap_and_its_bound_is_above
     assert line.startswith("pruned at step 5: median of 3 measured gaps 200.0 ms") and "> incumbent 100.0 ms" in line
 
 
+def test_no_look_is_made_once_the_trials_last_read_step_is_in():
+    """megatron-cpu's window (warm-up 1 + 3 measured) ends at step 4, its loss check's last step too: the third gap
+    comes with step 4's line, where stopping saves nothing and would turn a measured time into a bound and skip the
+    loss check; a trial twice as slow is left to end there, ok. With steps left after it (minigpt: window 6, loss
+    check 10), the same gaps prune."""
+    slow = [0.2, 0.2, 0.2]
+    assert judge(slow, _target(warmup_steps=1, measured_steps=3, last_step=4), step=4) is None
+    assert judge(slow, _target(warmup_steps=1, measured_steps=3, last_step=10), step=4) is not None
+    assert judge(slow, _target(warmup_steps=1, measured_steps=3), step=4) is not None  # no last step stated
+
+
 def test_one_late_line_never_prunes_and_spread_widens_the_bound():
     t = _target()
     # a line held back 0.5 s lengthens one gap and shortens the next: the median does not move, the spread grows

@@ -89,3 +89,28 @@ def test_start_up_is_split_from_steps_by_the_harness_clock_of_real_trials(tmp_pa
     after = ok.cost.wall_s - last_step_s(ok.path)  # from its last step line to its end (its own exit here)
     assert rows["search"][5] == f"{after * ok.cost.devices:.1f} ({after / ok.cost.wall_s:.0%})"
     assert rows["verification"][5] == "no step line"
+
+
+def test_a_warm_up_ended_after_its_first_step_line_is_said_apart_from_trials_ended_at_their_last_step(tmp_path):
+    """Real toy processes that linger 30 s after their last step line: the doctor's warm-up is ended after its first
+    step line, a search trial after its last; the cost's sentence counts only the search trial as ended at its last
+    step and says the warm-up's end apart (it was not its last step)."""
+    from tests.execute.toy import ToyAdapter, toy_contract
+
+    from infrarsi.execute.local import LocalExecutor
+    from infrarsi.execute.runner import Runner
+    from infrarsi.trial import WARMUP_ROLE
+
+    rec = RunRecord(tmp_path)
+    slow = {"mode": "linger", "step_ms": 100, "linger_s": 30}
+    with Runner(rec, LocalExecutor(LocalExecutor.Config(kill_grace_s=0.5)), ToyAdapter(), toy_contract()) as runner:
+        warm = runner.submit(slow, role=WARMUP_ROLE).result()
+        ran = runner.submit(slow, role="search").result()
+    assert warm.status is TrialStatus.OK and ran.status is TrialStatus.OK, (warm.reason, ran.reason)
+    assert warm.cost.wall_s < 20 and ran.cost.wall_s < 20  # neither lingered
+    c = run_cost(rec.finished())
+    assert len(c.ended_tails_s) == 1 and c.warmups_ended == 1
+    words = " ".join(c.lines())
+    assert "The harness ended 1 trial(s) at their last step" in words
+    assert "ended the doctor's warm-up after its first step line (1 run(s)" in words
+    assert c.to_dict()["ended_at_last_step"]["warmups_ended_at_first_step"] == 1

@@ -203,7 +203,8 @@ def test_a_search_trial_is_held_against_the_incumbent_put_back_on_the_machines_s
     from infrarsi.search import Outcome, Tuner
     from infrarsi.stages.run import _Search, prune_target
 
-    contract = load_contract(ROOT / "contracts" / "minigpt-cpu.toml")
+    contract = load_contract(ROOT / "contracts" / "minigpt-cpu.toml")  # its own budget has no pruning: on here
+    contract = contract.model_copy(update={"budget": contract.budget.model_copy(update={"prune": True})})
     adapter = get_adapter("minigpt")
     space = adapter.knob_space(contract)
     baseline = space.complete(contract.baseline)
@@ -227,6 +228,7 @@ def test_a_search_trial_is_held_against_the_incumbent_put_back_on_the_machines_s
     assert target.incumbent_s == pytest.approx(0.5 * 1.2 / 1.0) and target.incumbent_sd == pytest.approx(noise.cv)
     assert target.cv == pytest.approx(noise.cv) and target.mde == pytest.approx(noise.mde)
     assert (target.warmup_steps, target.measured_steps) == (2, 4) and "1 run(s)" in target.incumbent
+    assert target.last_step == 10  # the loss check reads 10 steps, past the window's 6: no look at step 10
     off = contract.model_copy(update={"budget": contract.budget.model_copy(update={"prune": False})})
     s.contract = off
     assert prune_target(s) is None

@@ -114,6 +114,8 @@ def test_candidates_the_search_set_clearly_apart_are_verified_one_after_the_othe
     arms, trials = arms_with(0.6)
     assert together(arms, trials[:3], cv=0.03, max_pairs=12)  # no search figures: nothing sets them apart
     assert not together(arms[:1], trials, cv=0.03, max_pairs=12)  # one candidate: nothing to share
+    arms[0].pairs.append((trials[0], trials[0]))  # resumed after the first's pairs alone: the second after it
+    assert not together(arms, trials[:3], cv=0.03, max_pairs=12)
 
 
 def test_the_benchmark_prints_its_table_with_both_arms():
