@@ -1,7 +1,8 @@
 """The verify step: the best settings of a search rerun interleaved with the baseline (A B A B ...; two candidates
-together share each round's baseline run, B1 A B2 B2 A B1 ...), pairs that another job disturbed rerun, and promotion by the sequential rule of :mod:`.speedup` (the paired speedup's
-95% CI) and the contract's loss invariant. The statistics live in ``speedup.py``; this module runs the
-pairs and records them (RunDir's verification progress and verification records).
+together share each round's baseline run, B1 A B2 B2 A B1 ...), pairs that another job disturbed rerun, and
+promotion by the sequential rule of :mod:`.speedup` (the paired speedup's 95% CI) and the contract's loss invariant.
+The statistics live in ``speedup.py``; this module runs the pairs and records them (RunDir's verification progress
+and verification records).
 
 Every verify trial on disk is accounted for: a finished pair the progress does not name (the runner died
 between the pair and its record, or the record was rolled back) is taken into it, never run again; a pair a
@@ -45,9 +46,10 @@ def reverify(run_dir: Path, contract: Contract, record: RunRecord, runner: Runne
     the loss invariant. Two candidates are verified together, each round's one baseline run shared by both (B1 A B2,
     then B2 A B1: each pair back to back, which side runs first alternating), unless the search's figures set the
     second so far below the first that the first's promotion would likely skip it (:func:`together`): then one after
-    the other, so that the second can be skipped before any pair. Resumable: the pairs run so far are kept in the verification progress
-    record. Writes and returns the verification record. Each pair is printed as it finishes; ``on_pair(subject,
-    left)`` is told which round runs next and the most rounds left, this one included (the live line and its ETA).
+    the other, so that the second can be skipped before any pair. Resumable: the pairs run so far are kept in the
+    verification progress record. Writes and returns the verification record. Each pair is printed as it finishes;
+    ``on_pair(subject, left)`` is told which round runs next and the most rounds left, this one included (the live
+    line and its ETA).
     ``share=False``: one candidate after the other always (the ablation of scripts/bench_shared_rounds.py)."""
     max_pairs = contract.budget.verify_pairs
     top = to_verify(tuner.top(3), baseline)
@@ -291,9 +293,9 @@ def account(progress: VerificationProgress, trials: list[Trial], baseline: Setti
         a = next((done[i] for i in (b.id - 1, b.id + 1)
                   if i in done and done[i].setting == base and (i, key) not in paired), None)
         if a is None:
+            why = f"the candidate's run ({b.status.value}) is half a pair: its baseline's is not on disk"
             progress.rerun.append(RerunPair(candidate=b.setting, trials=[b.id], at=now,
-                                            reason=f"the candidate's run ({b.status.value}) is half a pair: its "
-                                                   f"baseline's is not on disk" + (f" ({b.reason})" if b.reason else "")))
+                                            reason=why + (f" ({b.reason})" if b.reason else "")))
             continue
         if TrialStatus.CANCELLED in (a.status, b.status):
             cut = a if a.status is TrialStatus.CANCELLED else b

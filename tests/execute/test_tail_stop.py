@@ -90,7 +90,8 @@ def test_a_warm_up_is_ended_after_its_first_step_line_and_recorded_ok(tmp_path):
     line = next(e for e in t.evidence if e.startswith(ENDED))
     assert "its first step line, a warm-up: step 1's line came" in line and "were not run" in line
     _no_process_left(rec, t.id)
-    assert any(s.startswith("The harness ended 1 trial(s) at their last step") for s in run_cost(rec.finished()).lines())
+    assert any(s.startswith("The harness ended the doctor's warm-up after its first step line (1 run(s)")
+               for s in run_cost(rec.finished()).lines())
 
 
 def test_with_the_budget_option_off_a_warm_up_runs_whole(tmp_path):

@@ -8,22 +8,23 @@ import io
 
 from rich.console import Console
 
-from infrarsi.doctor.noise import profile
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
 from infrarsi.knobs import Setting
 from infrarsi.rundir import VerificationProgress
-from infrarsi.search import Outcome, Tuner
+from infrarsi.search import Outcome
 from infrarsi.trial import Metrics, Trial, TrialStatus
 from infrarsi.verify.reverify import _Arm, account, reverify, together
 from infrarsi.verify.speedup import first_look_lower
 from tests.execute.toy import ToyAdapter, toy_contract
+from tests.verify.toy_doctor import measured_baseline
 
 
 def test_two_candidates_share_each_rounds_baseline_run_and_each_pair_is_back_to_back(tmp_path):
-    """Real toy processes (4 steps): the baseline at 100 ms a step, two candidates at 20 ms (~5x, the same speed). Their pairs run in rounds of three trials: one baseline run per round, each
-    candidate's run just before or just after it, the candidate that runs first alternating."""
+    """Real toy processes (4 steps): the baseline at 100 ms a step, two candidates at 20 ms (~5x, the same speed).
+    Their pairs run in rounds of three trials: one baseline run per round, each candidate's run just before or just
+    after it, the candidate that runs first alternating."""
     contract = toy_contract(timeout_s=30)
     contract = contract.model_copy(update={"budget": contract.budget.model_copy(update={"verify_pairs": 4})})
     adapter = ToyAdapter()
@@ -33,12 +34,7 @@ def test_two_candidates_share_each_rounds_baseline_run_and_each_pair_is_back_to_
     rec = RunRecord(tmp_path)
     out = io.StringIO()
     with Runner(rec, LocalExecutor(LocalExecutor.Config(kill_grace_s=0.5)), adapter, contract) as runner:
-        doctor = [runner.submit(base, role="doctor").result() for _ in range(3)]
-        assert all(t.status is TrialStatus.OK for t in doctor), [t.reason for t in doctor]
-        noise = profile([t.metrics.step_time_s for t in doctor], trial_ids=[t.id for t in doctor])
-        tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, noise_cv=noise.cv)
-        for t in doctor:
-            tuner.tell(base, Outcome(status="ok", step_time_s=t.metrics.step_time_s))
+        doctor, noise, tuner = measured_baseline(runner, space, contract, base)
         # the time model is told both at the same speed, with no search trial on record: together() has no figures
         # to set them apart (20 ms steps vary by tens of percent under load; its own rule is tested below)
         for s in (one, two):

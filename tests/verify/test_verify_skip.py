@@ -8,15 +8,15 @@ import io
 import pytest
 from rich.console import Console
 
-from infrarsi.doctor.noise import profile
 from infrarsi.execute.local import LocalExecutor
 from infrarsi.execute.record import RunRecord
 from infrarsi.execute.runner import Runner
 from infrarsi.trial import TrialStatus
 from infrarsi.knobs import Setting
-from infrarsi.search import Outcome, Tuner
+from infrarsi.search import Outcome
 from infrarsi.verify.reverify import reverify
 from tests.execute.toy import ToyAdapter, toy_contract
+from tests.verify.toy_doctor import measured_baseline
 
 
 @pytest.mark.slow
@@ -36,12 +36,7 @@ def test_a_second_candidate_outranked_on_its_search_figures_runs_no_pair(tmp_pat
     rec = RunRecord(tmp_path)
     out = io.StringIO()
     with Runner(rec, LocalExecutor(LocalExecutor.Config(kill_grace_s=0.5)), adapter, contract) as runner:
-        doctor = [runner.submit(base, role="doctor").result() for _ in range(3)]
-        assert all(t.status is TrialStatus.OK for t in doctor), [t.reason for t in doctor]
-        noise = profile([t.metrics.step_time_s for t in doctor], trial_ids=[t.id for t in doctor])
-        tuner = Tuner(space, memory_capacity_bytes=contract.hardware.memory_capacity_bytes, noise_cv=noise.cv)
-        for t in doctor:
-            tuner.tell(base, Outcome(status="ok", step_time_s=t.metrics.step_time_s))
+        doctor, noise, tuner = measured_baseline(runner, space, contract, base)
         for s in (fast, good):
             t = runner.submit(s, role="search").result()
             assert t.status is TrialStatus.OK, t.reason
