@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.faults.conftest import cli, sim_contract, sim_env, start, trials
+from tests.faults.conftest import cli, signal_state, sim_contract, sim_env, start, trials
 
 
 def _interrupt_during_a_search_trial(args, run_dir, env):
@@ -65,9 +65,10 @@ def test_ctrl_c_under_json_still_prints_the_outcome_so_far(tmp_path):
     # a measured baseline run, not the warm-up (ended by the harness a moment after its first step line): twice in
     # full-suite runs a SIGINT sent while the warm-up's trial record was the only one did not end the tune
     assert wait_for(lambda: trials(run_dir, role="doctor", finished=False), timeout_s=120, proc=p), p.communicate()
+    state = signal_state(p.pid)
     os.killpg(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=120)
-    assert p.returncode == 130, err[-3000:]
+    assert p.returncode == 130, f"signals of the tune when interrupted: {state}\n{err[-3000:]}"
     body = json.loads(out)
     assert body["outcome"] == "unfinished" and body["exit_code"] == 130 and body["run_dir"] == str(run_dir)
     assert body["stages"]["init"] == 0 and "doctor" not in body["stages"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,10 +20,29 @@ def cli(*args, env, **kw):
                           env=env, cwd=ROOT, **kw)
 
 
+def _as_a_shell_starts_it() -> None:
+    """In the child before exec: the signal state a shell gives a command (SIGINT and SIGTERM handled by default
+    and not blocked), whatever the test process's own is: an ignored or blocked signal is inherited through exec."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def start(*args, env):
-    """The CLI in the background, in its own process group (so a test can kill -9 it and what it started)."""
+    """The CLI in the background, in its own process group (so a test can kill -9 it and what it started), with
+    the signal state a shell gives it."""
     return subprocess.Popen([sys.executable, "-m", "infrarsi.cli", *map(str, args)], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_as_a_shell_starts_it)
+
+
+def signal_state(pid: int) -> str:
+    """The process's blocked and ignored signal masks (/proc/PID/status: SigBlk, SigIgn), for a failure message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as e:
+        return f"no /proc/{pid}/status ({e.strerror})"
+    return "; ".join(ln for ln in lines if ln.startswith(("SigBlk", "SigIgn", "SigCgt")))
 
 
 def trials(run_dir, role=None, finished=True):
