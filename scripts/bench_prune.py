@@ -348,6 +348,21 @@ def _alternating(repeats: int):
             yield i, arm
 
 
+def _isolated_trial(tmp: str, name: str, adapter, contract, *, role: str, executor=None):
+    """One run of ``contract``'s baseline as an isolated trial (its own run directory under ``tmp``: a lock file
+    makes it one), through a Runner as the run stage's; the finished Trial."""
+    from infrarsi.execute.local import LocalExecutor
+    from infrarsi.execute.record import RunRecord
+    from infrarsi.execute.runner import Runner
+
+    run = Path(tmp) / f"run-{name}"
+    run.mkdir()
+    (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
+    with Runner(RunRecord(run), executor or LocalExecutor(), adapter, contract,
+                config=Runner.Config(oversubscribe=True)) as r:
+        return r.submit(contract.baseline, role=role).result()
+
+
 def startup(args: argparse.Namespace) -> None:
     import importlib.util
     import os
@@ -360,8 +375,6 @@ def startup(args: argparse.Namespace) -> None:
     from infrarsi.execute import bytecode
     from infrarsi.execute.clock import first_step_s
     from infrarsi.execute.local import LocalExecutor
-    from infrarsi.execute.record import RunRecord
-    from infrarsi.execute.runner import Runner
 
     contract = load_locked(args.run_dir)
     adapter = run_adapter(contract.workload.adapter, args.run_dir)
@@ -385,17 +398,13 @@ def startup(args: argparse.Namespace) -> None:
                 shutil.copytree(src, lib / src.name, ignore=shutil.ignore_patterns("__pycache__"))
             env = {**contract.workload.env, **({"PYTHONPATH": str(lib)} if sources else {})}
             c = contract.model_copy(update={"workload": contract.workload.model_copy(update={"env": env})})
-            run = Path(tmp) / f"run-{i}-{arm}"
-            run.mkdir()
-            (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
             one_off = 0.0
             if arm == "on" and sources:  # what the executor does before the trial, timed on its own here
                 t0 = time.perf_counter()
                 bytecode.ensure([lib])
                 one_off = time.perf_counter() - t0
-            ex = LocalExecutor(LocalExecutor.Config(precompile=arm == "on"))
-            with Runner(RunRecord(run), ex, adapter, c, config=Runner.Config(oversubscribe=True)) as r:
-                t = r.submit(c.baseline, role="startup").result()
+            t = _isolated_trial(tmp, f"{i}-{arm}", adapter, c, role="startup",
+                                executor=LocalExecutor(LocalExecutor.Config(precompile=arm == "on")))
             first = first_step_s(Path(t.path)) if t.path else None
             line, last = _clocked(Path(t.path)) if t.path else (None, None)
             la = os.getloadavg()[0]
@@ -423,9 +432,6 @@ def tail(args: argparse.Namespace) -> None:
     from infrarsi.adapters import run_adapter
     from infrarsi.contract import load_locked
     from infrarsi.execute.clock import last_step_s
-    from infrarsi.execute.local import LocalExecutor
-    from infrarsi.execute.record import RunRecord
-    from infrarsi.execute.runner import Runner
 
     contract = load_locked(args.run_dir)
     adapter = run_adapter(contract.workload.adapter, args.run_dir)
@@ -439,12 +445,7 @@ def tail(args: argparse.Namespace) -> None:
         for i, arm in _alternating(args.repeats):
             c = contract.model_copy(update={"budget": contract.budget.model_copy(
                 update={"end_at_last_step": arm == "on"})})
-            run = Path(tmp) / f"run-{i}-{arm}"
-            run.mkdir()
-            (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
-            with Runner(RunRecord(run), LocalExecutor(), adapter, c,
-                        config=Runner.Config(oversubscribe=True)) as r:
-                t = r.submit(c.baseline, role="tail").result()
+            t = _isolated_trial(tmp, f"{i}-{arm}", adapter, c, role="tail")
             last = last_step_s(Path(t.path)) if t.path else None
             la = os.getloadavg()[0]
             nan = float("nan")
@@ -467,9 +468,6 @@ def warmup(args: argparse.Namespace) -> None:
     from infrarsi.adapters import run_adapter
     from infrarsi.contract import load_locked
     from infrarsi.execute.clock import first_step_s, last_step_s
-    from infrarsi.execute.local import LocalExecutor
-    from infrarsi.execute.record import RunRecord
-    from infrarsi.execute.runner import Runner
     from infrarsi.trial import WARMUP_ROLE
 
     contract = load_locked(args.run_dir)
@@ -484,12 +482,8 @@ def warmup(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-warmup-") as tmp:
         for i, on in _alternating(args.repeats):
             arm = "first" if on == "on" else "whole"
-            run = Path(tmp) / f"run-{i}-{arm}"
-            run.mkdir()
-            (run / "contract.lock").write_text("{}")  # a run directory: its trials are isolated
-            with Runner(RunRecord(run), LocalExecutor(), adapter, contract,
-                        config=Runner.Config(oversubscribe=True)) as r:
-                t = r.submit(contract.baseline, role=WARMUP_ROLE if arm == "first" else "doctor").result()
+            t = _isolated_trial(tmp, f"{i}-{arm}", adapter, contract,
+                                role=WARMUP_ROLE if arm == "first" else "doctor")
             first, last = (first_step_s(Path(t.path)), last_step_s(Path(t.path))) if t.path else (None, None)
             la = os.getloadavg()[0]
             nan = float("nan")

@@ -112,17 +112,12 @@ def test_stale_bytecode_is_compiled_again(tmp_path):
 def test_the_benchmark_prints_start_up_with_the_bytecode_off_and_on(tmp_path):
     """scripts/bench_prune.py startup (docs/isolation.md's figures), one pair of real minigpt-cpu trials. Slow: two
     real trials; the default tests above keep the executor's bytecode covered."""
-    root = Path(__file__).resolve().parents[2]
-    run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "init", str(root / "contracts" / "minigpt-cpu.toml"),
-                        "--run-dir", str(run)], capture_output=True, text=True, timeout=300, cwd=root)
-    assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_prune.py"), "startup", "--run-dir", str(run),
-                        "--repeats", "1", "--timeline"], capture_output=True, text=True, timeout=600, cwd=root)
-    assert r.returncode == 0, r.stderr[-2000:]
-    rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("   0 ")]
-    assert [(x[1], x[2]) for x in rows] == [("off", "ok"), ("on", "ok")], r.stdout[-3000:]
-    assert "median first step line: off" in r.stdout
+    from tests.execute.bench_run import bench_prune_on_minigpt
+
+    out = bench_prune_on_minigpt(tmp_path, "startup", "--repeats", "1", "--timeline")
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("   0 ")]
+    assert [(x[1], x[2]) for x in rows] == [("off", "ok"), ("on", "ok")], out[-3000:]
+    assert "median first step line: off" in out
 
 
 def test_nothing_in_a_run_directory_is_compiled(tmp_path):

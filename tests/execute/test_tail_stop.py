@@ -253,20 +253,12 @@ def test_a_slurm_trial_that_lingers_is_ended_by_scancel_and_recorded_ok(slurm, t
 def test_the_benchmark_prints_the_tail_with_the_end_at_the_last_step_off_and_on(tmp_path):
     """scripts/bench_prune.py tail (BENCHMARKS.md's figures), one pair of real minigpt-cpu trials, both ok. Slow: two
     real trials; the default tests above keep the end at the last step covered on real processes."""
-    import subprocess
-    import sys
+    from tests.execute.bench_run import bench_prune_on_minigpt
 
-    root = Path(__file__).resolve().parents[2]
-    run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "init", str(root / "contracts" / "minigpt-cpu.toml"),
-                        "--run-dir", str(run)], capture_output=True, text=True, timeout=300, cwd=root)
-    assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_prune.py"), "tail", "--run-dir", str(run),
-                        "--repeats", "1"], capture_output=True, text=True, timeout=600, cwd=root)
-    assert r.returncode == 0, r.stderr[-2000:]
-    rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("   0 ")]
-    assert [(x[1], x[2]) for x in rows] == [("off", "ok"), ("on", "ok")], r.stdout[-3000:]
-    assert "median tail after the last step line: off" in r.stdout
+    out = bench_prune_on_minigpt(tmp_path, "tail", "--repeats", "1")
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("   0 ")]
+    assert [(x[1], x[2]) for x in rows] == [("off", "ok"), ("on", "ok")], out[-3000:]
+    assert "median tail after the last step line: off" in out
 
 
 @pytest.mark.slow
@@ -274,18 +266,10 @@ def test_the_benchmark_prints_the_warm_up_whole_and_ended_after_its_first_step_l
     """scripts/bench_prune.py warmup (BENCHMARKS.md's figures), one pair of real minigpt-cpu trials, both ok, the
     ended one cheaper. Slow: two real trials; test_a_warm_up_is_ended_after_its_first_step_line_and_recorded_ok keeps
     the warm-up's end covered on real processes by default."""
-    import subprocess
-    import sys
+    from tests.execute.bench_run import bench_prune_on_minigpt
 
-    root = Path(__file__).resolve().parents[2]
-    run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "infrarsi.cli", "init", str(root / "contracts" / "minigpt-cpu.toml"),
-                        "--run-dir", str(run)], capture_output=True, text=True, timeout=300, cwd=root)
-    assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run([sys.executable, str(root / "scripts" / "bench_prune.py"), "warmup", "--run-dir", str(run),
-                        "--repeats", "1"], capture_output=True, text=True, timeout=600, cwd=root)
-    assert r.returncode == 0, r.stderr[-2000:]
-    rows = {x[1]: x for x in (ln.split() for ln in r.stdout.splitlines() if ln.startswith("   0 "))}
-    assert sorted(rows) == ["first", "whole"] and {x[2] for x in rows.values()} == {"ok"}, r.stdout[-3000:]
+    out = bench_prune_on_minigpt(tmp_path, "warmup", "--repeats", "1")
+    rows = {x[1]: x for x in (ln.split() for ln in out.splitlines() if ln.startswith("   0 "))}
+    assert sorted(rows) == ["first", "whole"] and {x[2] for x in rows.values()} == {"ok"}, out[-3000:]
     assert float(rows["first"][6]) < float(rows["whole"][6])  # device-seconds
-    assert "device-s saved per tune" in r.stdout
+    assert "device-s saved per tune" in out
